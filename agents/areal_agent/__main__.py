@@ -1,0 +1,3 @@
+from areal_agent.agent import main
+
+main()

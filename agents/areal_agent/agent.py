@@ -1,0 +1,703 @@
+"""areal-console node agent.
+
+One standard-library-only module, shipped to each node over SSH stdio (or run as a local
+subprocess) and executed with the node's `python3`. It speaks JSON lines:
+
+    request  {"id": 1, "op": "sample", "args": {...}}
+    reply    {"id": 1, "ok": true, "result": {...}}  or  {"id": 1, "ok": false, "error": "..."}
+    event    {"event": "sample", ...}                 (streams, job exits, log lines)
+
+It never listens on a socket. `pynvml` and `torch` are imported lazily, and their absence
+is reported as data. Unknown ops and malformed lines answer an error; EOF on stdin exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+PROTOCOL_VERSION = 1
+AGENT_VERSION = "0.1.0"
+
+# Environment variables that identify a rank of a distributed job.
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class OpError(Exception):
+    """An error reply: the request was understood but cannot be served."""
+
+
+Handler = Callable[["Agent", dict], Any]
+OPS: dict[str, Handler] = {}
+
+
+def op(name: str) -> Callable[[Handler], Handler]:
+    """Register a request handler under `name`."""
+
+    def register(func: Handler) -> Handler:
+        OPS[name] = func
+        return func
+
+    return register
+
+
+# --------------------------------------------------------------------------------------
+# /proc readers
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def parse_stat(raw: bytes) -> tuple[str, str, int, int, int]:
+    """(comm, state, ppid, cpu_ticks, start_ticks) from /proc/PID/stat."""
+    # comm may hold spaces and parentheses: split at the last ')'.
+    close = raw.rindex(b")")
+    comm = raw[raw.index(b"(") + 1 : close].decode(errors="replace")
+    fields = raw[close + 2 :].split()
+    state = fields[0].decode()
+    ppid = int(fields[1])
+    cpu_ticks = int(fields[11]) + int(fields[12])
+    start_ticks = int(fields[19])
+    return comm, state, ppid, cpu_ticks, start_ticks
+
+
+def parse_environ(raw: bytes, wanted: tuple[str, ...] = RANK_VARS) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep:
+            name = key.decode(errors="replace")
+            if name in wanted:
+                env[name] = value.decode(errors="replace")
+    return env
+
+
+def _to_int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def is_python(cmdline: list[str], comm: str) -> bool:
+    exe = os.path.basename(cmdline[0]) if cmdline else comm
+    return exe.startswith("python") or comm.startswith("python") or comm in ("pt_main_thread", "torchrun")
+
+
+def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
+    """A role from the command line: launcher, AReaL rpc_server role, inference server, rank."""
+    joined = " ".join(cmdline)
+    if "areal.infra.rpc.rpc_server" in joined or "rpc_server" in joined and "--role" in cmdline:
+        if "--role" in cmdline:
+            idx = cmdline.index("--role")
+            if idx + 1 < len(cmdline):
+                return cmdline[idx + 1]
+        for arg in cmdline:
+            if arg.startswith("--role="):
+                return arg.split("=", 1)[1]
+        return "rpc_server"
+    if "sglang.launch_server" in joined:
+        return "sglang"
+    if "vllm.entrypoints" in joined or (cmdline and os.path.basename(cmdline[0]) == "vllm"):
+        return "vllm"
+    exe = os.path.basename(cmdline[0]) if cmdline else ""
+    if (
+        exe == "torchrun"
+        or "torch.distributed.run" in joined
+        or "torch.distributed.launch" in joined
+        or (len(cmdline) > 1 and os.path.basename(cmdline[1]) == "torchrun")
+    ):
+        return "launcher"
+    if "RANK" in env:
+        return "trainer"
+    return None
+
+
+def parse_cuda_visible(value: str | None) -> list[int]:
+    if not value:
+        return []
+    out = []
+    for part in value.split(","):
+        part = part.strip()
+        if part.isdigit():
+            out.append(int(part))
+    return out
+
+
+class ProcessCollector:
+    """Samples /proc. Static facts (cmdline, environ) are cached per (pid, start time)."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self._static: dict[int, tuple[int, list[str], dict[str, str], str | None]] = {}
+        self._last_cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (start, ticks, t)
+        self._boot_time = time.time()
+
+    def _static_info(self, pid: int, start: int) -> tuple[list[str], dict[str, str], str | None]:
+        cached = self._static.get(pid)
+        if cached and cached[0] == start:
+            return cached[1], cached[2], cached[3]
+        base = f"{self.proc_root}/{pid}"
+        try:
+            cmdline = [a.decode(errors="replace") for a in _read(base + "/cmdline").split(b"\0") if a]
+        except OSError:
+            cmdline = []
+        env_error = None
+        try:
+            env = parse_environ(_read(base + "/environ"))
+        except PermissionError:
+            env, env_error = {}, "permission denied reading environ"
+        except OSError:
+            env = {}
+        self._static[pid] = (start, cmdline, env, env_error)
+        return cmdline, env, env_error
+
+    def snapshot(self) -> dict[int, dict[str, Any]]:
+        """Every process: pid -> basic facts (no filtering)."""
+        now = time.monotonic()
+        procs: dict[int, dict[str, Any]] = {}
+        seen: set[int] = set()
+        for name in os.listdir(self.proc_root):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            base = f"{self.proc_root}/{pid}"
+            try:
+                comm, state, ppid, ticks, start = parse_stat(_read(base + "/stat"))
+            except (OSError, ValueError, IndexError):
+                continue
+            seen.add(pid)
+            cmdline, env, env_error = self._static_info(pid, start)
+            prev = self._last_cpu.get(pid)
+            cpu_percent: float | None = None
+            if prev and prev[0] == start and now > prev[2]:
+                cpu_percent = round(100.0 * (ticks - prev[1]) / CLK_TCK / (now - prev[2]), 1)
+            self._last_cpu[pid] = (start, ticks, now)
+            procs[pid] = {
+                "pid": pid,
+                "ppid": ppid,
+                "comm": comm,
+                "state": state,
+                "cmdline": cmdline,
+                "env": env,
+                "env_error": env_error,
+                "cpu_percent": cpu_percent,
+            }
+        for gone in set(self._static) - seen:
+            self._static.pop(gone, None)
+            self._last_cpu.pop(gone, None)
+        return procs
+
+    def rss(self, pid: int) -> int | None:
+        try:
+            return int(_read(f"{self.proc_root}/{pid}/statm").split()[1]) * PAGE_SIZE
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+def select_processes(
+    procs: dict[int, dict[str, Any]], include_all: bool
+) -> list[int]:
+    """Training processes (rank vars or a known role); with include_all, every Python process."""
+    chosen = []
+    for pid, p in procs.items():
+        role = detect_role(p["cmdline"], p["env"])
+        p["role"] = role
+        ranked = any(k in p["env"] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+        if ranked or role is not None or (include_all and is_python(p["cmdline"], p["comm"])):
+            chosen.append(pid)
+    return sorted(chosen)
+
+
+def process_record(
+    p: dict[str, Any], rss: int | None, gpu_use: dict[int, list[tuple[int, int | None]]]
+) -> dict[str, Any]:
+    env = p["env"]
+    used = gpu_use.get(p["pid"], [])
+    if used:
+        gpus = sorted({idx for idx, _ in used})
+        mems = [m for _, m in used if m is not None]
+        gpu_memory: int | None = sum(mems) if mems else None
+    else:
+        gpus = parse_cuda_visible(env.get("CUDA_VISIBLE_DEVICES"))
+        gpu_memory = None
+    return {
+        "pid": p["pid"],
+        "ppid": p["ppid"],
+        "cmdline": " ".join(p["cmdline"]) or f"[{p['comm']}]",
+        "rank": _to_int(env.get("RANK")),
+        "local_rank": _to_int(env.get("LOCAL_RANK")),
+        "world_size": _to_int(env.get("WORLD_SIZE")),
+        "master_addr": env.get("MASTER_ADDR"),
+        "role": p.get("role"),
+        "cpu_percent": p["cpu_percent"],
+        "rss": rss,
+        "state": p["state"],
+        "gpus": gpus,
+        "gpu_memory": gpu_memory,
+        "env_error": p["env_error"],
+    }
+
+
+# --------------------------------------------------------------------------------------
+# GPUs through NVML (optional)
+
+
+def _nvml_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class GpuCollector:
+    """NVML, imported and initialised on first use; absence is an error string, not a crash."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._error: str | None = None
+        self._tried = False
+
+    def _init(self) -> Any:
+        if self._tried:
+            return self._nvml
+        self._tried = True
+        try:
+            import pynvml  # type: ignore[import-not-found]
+        except ImportError:
+            self._error = "NVML unavailable: pynvml is not installed (pip install nvidia-ml-py)"
+            return None
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # pynvml.NVMLError and loader errors
+            self._error = f"NVML unavailable: {_nvml_error_text(exc)}"
+            return None
+        self._nvml = pynvml
+        return pynvml
+
+    def available(self) -> tuple[bool, str | None]:
+        return self._init() is not None, self._error
+
+    def collect(self) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, int | None]]], str | None]:
+        nvml = self._init()
+        if nvml is None:
+            return [], {}, self._error
+        gpus: list[dict[str, Any]] = []
+        per_pid: dict[int, list[tuple[int, int | None]]] = {}
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except Exception as exc:
+            return [], {}, f"NVML error: {_nvml_error_text(exc)}"
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            except Exception as exc:
+                gpus.append({"index": index, "name": None, "uuid": None, "util": None,
+                             "mem_used": None, "mem_total": None, "temp": None, "power": None,
+                             "error": _nvml_error_text(exc)})
+                continue
+            gpus.append(self._gpu_record(nvml, index, handle))
+            for pid, mem in self._gpu_processes(nvml, handle):
+                per_pid.setdefault(pid, []).append((index, mem))
+        return gpus, per_pid, None
+
+    @staticmethod
+    def _gpu_record(nvml: Any, index: int, handle: Any) -> dict[str, Any]:
+        def field(fn: Callable[[], Any]) -> Any:
+            try:
+                return fn()
+            except Exception:
+                return None  # NotSupported on this device or driver
+
+        mem = field(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+        power_mw = field(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+        return {
+            "index": index,
+            "name": field(lambda: _nvml_str(nvml.nvmlDeviceGetName(handle))),
+            "uuid": field(lambda: _nvml_str(nvml.nvmlDeviceGetUUID(handle))),
+            "util": field(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+            "mem_used": getattr(mem, "used", None),
+            "mem_total": getattr(mem, "total", None),
+            "temp": field(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
+            "power": round(power_mw / 1000.0, 1) if power_mw is not None else None,
+        }
+
+    @staticmethod
+    def _gpu_processes(nvml: Any, handle: Any) -> list[tuple[int, int | None]]:
+        """Compute and graphics processes, trying the versioned symbols real drivers need."""
+        out: dict[int, int | None] = {}
+        for kind in ("Compute", "Graphics"):
+            for suffix in ("_v3", "_v2", ""):
+                fn = getattr(nvml, f"nvmlDeviceGet{kind}RunningProcesses{suffix}", None)
+                if fn is None:
+                    continue
+                try:
+                    infos = fn(handle)
+                except Exception as exc:
+                    if _is_function_not_found(nvml, exc):
+                        continue  # older driver: try the next symbol version
+                    break
+                for info in infos:
+                    mem = getattr(info, "usedGpuMemory", None)
+                    # NVML reports "not available" (e.g. in containers) as a huge sentinel.
+                    if mem is not None and mem >= 2**63:
+                        mem = None
+                    out[int(info.pid)] = mem
+                break
+        return list(out.items())
+
+
+def _nvml_error_text(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text or exc.__class__.__name__
+
+
+def _is_function_not_found(nvml: Any, exc: Exception) -> bool:
+    code = getattr(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
+    return getattr(exc, "value", None) == code or isinstance(exc, AttributeError)
+
+
+# --------------------------------------------------------------------------------------
+# py-spy
+
+
+def find_pyspy() -> str | None:
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    candidate = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return candidate if os.access(candidate, os.X_OK) else None
+
+
+def explain_pyspy_failure(pid: int, text: str, returncode: int | None) -> tuple[str, str]:
+    """(reason code, actionable message) for a failed py-spy dump."""
+    low = text.lower()
+    if not os.path.exists(f"/proc/{pid}"):
+        return "gone", f"process {pid} exited during capture"
+    if "permission denied" in low or "operation not permitted" in low or "ptrace" in low:
+        return "permission", (
+            f"permission denied attaching to {pid}: run as the job's user or root, set "
+            "kernel.yama.ptrace_scope=0 (sysctl), or give the container SYS_PTRACE"
+        )
+    if "failed to find python version" in low or "failed to get python version" in low:
+        return "not_python", f"{pid} is not a Python process (a wrapper? pass its Python child)"
+    if "no such process" in low or "failed to open process" in low:
+        return "gone", f"process {pid} exited during capture"
+    first = text.strip().splitlines()[-1] if text.strip() else f"exit code {returncode}"
+    return "error", f"py-spy failed on {pid}: {first}"
+
+
+def python_descendants(pid: int, procs: dict[int, dict[str, Any]]) -> list[int]:
+    """The nearest Python processes at or below `pid` (walks shells and launchers' children)."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p["ppid"], []).append(p["pid"])
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        cur = stack.pop()
+        p = procs.get(cur)
+        if p is not None and is_python(p["cmdline"], p["comm"]) and cur != pid:
+            out.append(cur)
+            continue
+        stack.extend(children.get(cur, []))
+    return sorted(out)
+
+
+# --------------------------------------------------------------------------------------
+# The agent
+
+
+class Agent:
+    def __init__(self, stdin: Any = None, stdout: Any = None) -> None:
+        self.stdin = stdin or sys.stdin.buffer
+        self.stdout = stdout or sys.stdout.buffer
+        self._write_lock = threading.Lock()
+        self.processes = ProcessCollector()
+        self.gpus = GpuCollector()
+        self._sample_lock = threading.Lock()
+        self._streams: dict[int, threading.Event] = {}
+        self._stream_ids = 0
+        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="areal-agent")
+        self.started = time.time()
+        self.extensions: dict[str, Any] = {}
+
+    # output --------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
+        with self._write_lock:
+            try:
+                self.stdout.write(data)
+                self.stdout.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # the console went away; EOF on stdin ends us shortly
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.send({"event": event, **fields})
+
+    # dispatch ------------------------------------------------------------------------
+    def handle_line(self, line: bytes) -> None:
+        text = line.strip()
+        if not text:
+            return
+        try:
+            request = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.send({"id": None, "ok": False, "error": f"malformed request line: {exc}"})
+            return
+        if not isinstance(request, dict):
+            self.send({"id": None, "ok": False, "error": "malformed request: not a JSON object"})
+            return
+        rid = request.get("id")
+        name = request.get("op")
+        args = request.get("args") or {}
+        if not isinstance(name, str) or name not in OPS:
+            known = ", ".join(sorted(OPS))
+            self.send({"id": rid, "ok": False, "error": f"unknown op {name!r} (known: {known})"})
+            return
+        if not isinstance(args, dict):
+            self.send({"id": rid, "ok": False, "error": f"bad arguments for {name}: not an object"})
+            return
+        self.pool.submit(self._run, rid, name, args)
+
+    def _run(self, rid: Any, name: str, args: dict[str, Any]) -> None:
+        try:
+            result = OPS[name](self, args)
+        except OpError as exc:
+            self.send({"id": rid, "ok": False, "error": str(exc)})
+        except (TypeError, ValueError, KeyError) as exc:
+            self.send({"id": rid, "ok": False, "error": f"bad arguments for {name}: {exc}"})
+        except Exception as exc:  # never crash the agent
+            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            self.send({"id": rid, "ok": False, "error": f"{name} failed: {detail}"})
+        else:
+            self.send({"id": rid, "ok": True, "result": result})
+
+    def serve(self) -> None:
+        self.emit("ready", protocol=PROTOCOL_VERSION, agent_version=AGENT_VERSION, pid=os.getpid())
+        while True:
+            line = self.stdin.readline()
+            if not line:
+                break
+            self.handle_line(line)
+        for stop in self._streams.values():
+            stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # sampling ------------------------------------------------------------------------
+    def sample(self, include_all: bool = False) -> dict[str, Any]:
+        with self._sample_lock:
+            procs = self.processes.snapshot()
+            gpus, gpu_use, gpu_error = self.gpus.collect()
+            procs.pop(os.getpid(), None)  # the agent itself is not part of any job
+            chosen = select_processes(procs, include_all)
+            records = [process_record(procs[pid], self.processes.rss(pid), gpu_use) for pid in chosen]
+        return {
+            "time": time.time(),
+            "hostname": socket.gethostname(),
+            "gpus": gpus,
+            "gpu_error": gpu_error,
+            "processes": records,
+        }
+
+
+def _arg(args: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    value = args.get(name, default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise OpError(f"argument {name!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+@op("hello")
+def op_hello(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    import importlib.util
+
+    def present(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    ok, nvml_error = agent.gpus.available()
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "agent_version": AGENT_VERSION,
+        "hostname": socket.gethostname(),
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "pid": os.getpid(),
+        "user": _user(),
+        "tools": {
+            "py-spy": find_pyspy(),
+            "pynvml": ok,
+            "nvml_error": nvml_error,
+            "torch": present("torch"),
+        },
+        "ops": sorted(OPS),
+    }
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid())
+
+
+@op("ping")
+def op_ping(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    return {"time": time.time()}
+
+
+@op("sample")
+def op_sample(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    return agent.sample(_arg(args, "all", bool, False))
+
+
+@op("stream")
+def op_stream(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    """Start a periodic sample stream: `sample` events every `interval` seconds."""
+    interval = _arg(args, "interval", float, 1.0)
+    include_all = _arg(args, "all", bool, False)
+    if not 0.05 <= interval <= 3600:
+        raise OpError(f"argument 'interval' must be between 0.05 and 3600 seconds, got {interval}")
+    agent._stream_ids += 1
+    sid = agent._stream_ids
+    stop = threading.Event()
+    agent._streams[sid] = stop
+
+    def loop() -> None:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            agent.emit("sample", stream=sid, data=agent.sample(include_all))
+            next_at += interval
+            stop.wait(max(0.0, next_at - time.monotonic()))
+
+    threading.Thread(target=loop, name=f"stream-{sid}", daemon=True).start()
+    return {"stream": sid, "interval": interval}
+
+
+@op("stream_stop")
+def op_stream_stop(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    sid = _arg(args, "stream", int, 0)
+    stop = agent._streams.pop(sid, None)
+    if stop is None:
+        raise OpError(f"no stream {sid}")
+    stop.set()
+    return {"stream": sid, "stopped": True}
+
+
+@op("pyspy")
+def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    """`py-spy dump --json` of each PID, all in parallel, one py-spy per PID."""
+    pids = args.get("pids")
+    if not isinstance(pids, list) or not all(isinstance(p, int) for p in pids):
+        raise OpError("argument 'pids' must be a list of integers")
+    timeout = _arg(args, "timeout", float, 10.0)
+    nonblocking = _arg(args, "nonblocking", bool, False)
+    native = _arg(args, "native", bool, False)
+    pyspy = find_pyspy()
+    if pyspy is None:
+        return {
+            "dumps": [
+                {"pid": pid, "ok": False, "reason": "missing",
+                 "error": "py-spy not found on this node: pip install py-spy"}
+                for pid in pids
+            ]
+        }
+    procs = agent.processes.snapshot()
+    targets: list[tuple[int, int]] = []  # (requested pid, dumped pid)
+    for pid in pids:
+        p = procs.get(pid)
+        if p is not None and not is_python(p["cmdline"], p["comm"]):
+            kids = python_descendants(pid, procs)
+            targets.extend((pid, kid) for kid in kids) if kids else targets.append((pid, pid))
+        else:
+            targets.append((pid, pid))
+
+    def dump(pair: tuple[int, int]) -> dict[str, Any]:
+        requested, pid = pair
+        cmd = [pyspy, "dump", "--json", "--pid", str(pid)]
+        if nonblocking:
+            cmd.append("--nonblocking")
+        if native:
+            cmd.append("--native")
+        started = time.monotonic()
+        record: dict[str, Any] = {"pid": pid, "requested_pid": requested}
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            record.update(ok=False, reason="timeout", error=f"py-spy timed out after {timeout:g}s on {pid}")
+            return record
+        record["seconds"] = round(time.monotonic() - started, 3)
+        out = proc.stdout.decode(errors="replace")
+        if proc.returncode == 0:
+            try:
+                record.update(ok=True, threads=json.loads(out))
+                return record
+            except ValueError:
+                pass
+        reason, message = explain_pyspy_failure(pid, proc.stderr.decode(errors="replace") + out, proc.returncode)
+        record.update(ok=False, reason=reason, error=message)
+        return record
+
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(targets)))) as pool:
+        dumps = list(pool.map(dump, targets))
+    return {"dumps": dumps, "pyspy": pyspy}
+
+
+@op("load")
+def op_load(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    """Load an extension module sent by the console; its `OPS` dict adds request handlers.
+
+    The console ships its own code this way (the same trust as the agent itself).
+    """
+    name = _arg(args, "name", str, "")
+    source = _arg(args, "source", str, "")
+    if not name.isidentifier():
+        raise OpError(f"bad extension name {name!r}")
+    namespace: dict[str, Any] = {"__name__": f"areal_agent_ext_{name}"}
+    exec(compile(source, f"<areal-console extension {name}>", "exec"), namespace)
+    ops = namespace.get("OPS", {})
+    for op_name, func in ops.items():
+        OPS[op_name] = func
+    agent.extensions[name] = namespace
+    return {"name": name, "ops": sorted(ops)}
+
+
+@op("shutdown")
+def op_shutdown(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    threading.Timer(0.05, lambda: os._exit(0)).start()
+    return {"bye": True}
+
+
+def main() -> None:
+    Agent().serve()
+
+
+if __name__ == "__main__" or __name__ == "__areal_agent__":
+    main()

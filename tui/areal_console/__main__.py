@@ -1,0 +1,3 @@
+from areal_console.cli import main
+
+raise SystemExit(main())

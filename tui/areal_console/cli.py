@@ -1,0 +1,78 @@
+"""Command-line entry point: `areal-console [COMMAND] ...`.
+
+Each subcommand lives in its own module under `areal_console.commands` and exposes
+`register(subparsers)`, which adds its parser and sets `handler` to a function taking the
+parsed arguments and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from areal_console import __version__
+from areal_console.core.errors import (
+    EXIT_ERROR,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    PartialFailure,
+    UsageError,
+    UserError,
+)
+
+# Subcommand modules, in the order `--help` lists them.
+COMMAND_MODULES = [
+    "areal_console.commands.tui",
+    "areal_console.commands.nodes",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="areal-console",
+        description="Debug distributed RL training jobs: live GPUs and ranks, stacks, batches.",
+    )
+    parser.add_argument("--version", action="version", version=f"areal-console {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        # No subcommand (or only target options) opens the TUI.
+        if not args_list or args_list[0].startswith("-") and args_list[0] not in (
+            "-h",
+            "--help",
+            "--version",
+        ):
+            args_list = ["tui", *args_list]
+        args = parser.parse_args(args_list)
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return int(args.handler(args))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except PartialFailure as exc:
+        print(f"warning: {exc}", file=sys.stderr)
+        return EXIT_PARTIAL
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_ERROR

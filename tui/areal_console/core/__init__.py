@@ -1,0 +1,1 @@
+"""The console's headless core. Nothing under this package imports Textual."""

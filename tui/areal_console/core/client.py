@@ -1,0 +1,150 @@
+"""A client for one node agent over any `Channel`: requests by id, events to a callback.
+
+Thread-based on purpose: TUI workers and CLI fan-out both call it from worker threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from areal_agent.agent import PROTOCOL_VERSION
+from areal_console.core.transport import Channel, ChannelClosed, source_frame
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+
+class AgentError(Exception):
+    """The agent answered with an error."""
+
+
+class AgentDisconnected(Exception):
+    """The channel to the agent ended; the message says why."""
+
+
+class AgentClient:
+    def __init__(self, channel: Channel, on_event: EventHandler | None = None) -> None:
+        self.channel = channel
+        self.on_event = on_event
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self.closed_reason: str | None = None
+        self.hello: dict[str, Any] = {}
+        self._reader = threading.Thread(target=self._read_loop, name="agent-reader", daemon=True)
+        self._reader.start()
+
+    # lifecycle ------------------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait for the agent to come up, then handshake; returns the `hello` result."""
+        if not self._ready.wait(timeout):
+            raise AgentDisconnected(self.closed_reason or f"agent did not start within {timeout:g}s")
+        if self.closed_reason:
+            raise AgentDisconnected(self.closed_reason)
+        self.hello = self.request("hello", {"protocol": PROTOCOL_VERSION}, timeout=timeout)
+        if self.hello.get("protocol") != PROTOCOL_VERSION:
+            raise AgentError(
+                f"agent speaks protocol {self.hello.get('protocol')}, console {PROTOCOL_VERSION}"
+            )
+        return self.hello
+
+    @property
+    def alive(self) -> bool:
+        return self.closed_reason is None
+
+    def close(self) -> None:
+        self.channel.close()
+
+    # requests -------------------------------------------------------------------------
+    def request_async(self, op: str, args: dict[str, Any] | None = None) -> Future[Any]:
+        fut: Future[Any] = Future()
+        rid = next(self._ids)
+        with self._lock:
+            if self.closed_reason:
+                fut.set_exception(AgentDisconnected(self.closed_reason))
+                return fut
+            self._pending[rid] = fut
+        line = json.dumps({"id": rid, "op": op, "args": args or {}}) + "\n"
+        try:
+            self.channel.send(line.encode())
+        except (ChannelClosed, OSError) as exc:
+            with self._lock:
+                self._pending.pop(rid, None)
+            fut.set_exception(AgentDisconnected(str(exc) or "channel closed"))
+        return fut
+
+    def request(self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
+        fut = self.request_async(op, args)
+        try:
+            return fut.result(timeout)
+        except FutureTimeout:
+            raise AgentError(f"{op}: no answer from the agent within {timeout:g}s") from None
+
+    def round_trip(self) -> float:
+        """Seconds for one `ping`."""
+        t0 = time.perf_counter()
+        self.request("ping", timeout=10)
+        return time.perf_counter() - t0
+
+    # reader ---------------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        while True:
+            line = self.channel.recv_line()
+            if not line:
+                break
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue  # noise on stdout (e.g. a login banner) is not a reply
+            if not isinstance(message, dict):
+                continue
+            if "event" in message:
+                self._handle_event(message)
+                continue
+            rid = message.get("id")
+            with self._lock:
+                fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
+            if fut is None:
+                continue
+            if message.get("ok"):
+                fut.set_result(message.get("result"))
+            else:
+                fut.set_exception(AgentError(str(message.get("error", "unknown error"))))
+        self._closed(self.channel.exit_reason())
+
+    def _handle_event(self, message: dict[str, Any]) -> None:
+        kind = message["event"]
+        if kind == "need_source":
+            try:
+                self.channel.send(source_frame())
+            except (ChannelClosed, OSError):
+                pass
+            return
+        if kind == "ready":
+            self._ready.set()
+            return
+        if self.on_event is not None:
+            try:
+                self.on_event(message)
+            except Exception:  # a broken subscriber must not kill the reader
+                pass
+
+    def _closed(self, reason: str) -> None:
+        with self._lock:
+            self.closed_reason = reason or "agent connection closed"
+            pending, self._pending = self._pending, {}
+        self._ready.set()
+        for fut in pending.values():
+            fut.set_exception(AgentDisconnected(self.closed_reason))
+        if self.on_event is not None:
+            try:
+                self.on_event({"event": "closed", "reason": self.closed_reason})
+            except Exception:
+                pass
