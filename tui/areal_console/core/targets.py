@@ -1,0 +1,63 @@
+"""What the console connects to: node specs from the command line or an inventory."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node to reach: `transport` is "local" (a child process) or "ssh"."""
+
+    name: str
+    transport: str = "local"
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    proxy_jump: str | None = None
+    python: str = "python3"
+    groups: tuple[str, ...] = field(default=())
+
+    @property
+    def address(self) -> str:
+        if self.transport == "local":
+            return "local"
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{self.host}{port}"
+
+
+def local_node() -> NodeSpec:
+    return NodeSpec(name=socket.gethostname() or "local", transport="local")
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--local | --hosts ... | --inventory FILE`, shared by every subcommand and the TUI."""
+    group = parser.add_argument_group("targets")
+    excl = group.add_mutually_exclusive_group()
+    excl.add_argument("--local", action="store_true", help="this machine (the default)")
+    excl.add_argument(
+        "--hosts", metavar="[USER@]HOST[:PORT],...", help="nodes to reach over SSH"
+    )
+    excl.add_argument("--inventory", metavar="FILE", help="a cluster.yaml inventory")
+    group.add_argument(
+        "--accept-new-hosts",
+        action="store_true",
+        help="trust and remember host keys not seen before (headless use)",
+    )
+
+
+def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
+    """The node specs the parsed target options name (default: this machine)."""
+    hosts = getattr(args, "hosts", None)
+    inventory = getattr(args, "inventory", None)
+    if hosts or inventory:
+        from areal_console.core import inventory as inv  # SSH targets
+
+        if hosts:
+            return inv.parse_hosts(hosts)
+        return inv.load_inventory(inventory)
+    return [local_node()]
