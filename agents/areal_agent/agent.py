@@ -22,14 +22,22 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 PROTOCOL_VERSION = 1
 AGENT_VERSION = "0.1.0"
 
 # Environment variables that identify a rank of a distributed job.
-RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
+RANK_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -104,13 +112,17 @@ def _to_int(value: str | None) -> int | None:
 
 def is_python(cmdline: list[str], comm: str) -> bool:
     exe = os.path.basename(cmdline[0]) if cmdline else comm
-    return exe.startswith("python") or comm.startswith("python") or comm in ("pt_main_thread", "torchrun")
+    return (
+        exe.startswith("python")
+        or comm.startswith("python")
+        or comm in ("pt_main_thread", "torchrun")
+    )
 
 
 def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
     """A role from the command line: launcher, AReaL rpc_server role, inference server, rank."""
     joined = " ".join(cmdline)
-    if "areal.infra.rpc.rpc_server" in joined or "rpc_server" in joined and "--role" in cmdline:
+    if "areal.infra.rpc.rpc_server" in joined or ("rpc_server" in joined and "--role" in cmdline):
         if "--role" in cmdline:
             idx = cmdline.index("--role")
             if idx + 1 < len(cmdline):
@@ -162,7 +174,9 @@ class ProcessCollector:
             return cached[1], cached[2], cached[3]
         base = f"{self.proc_root}/{pid}"
         try:
-            cmdline = [a.decode(errors="replace") for a in _read(base + "/cmdline").split(b"\0") if a]
+            cmdline = [
+                a.decode(errors="replace") for a in _read(base + "/cmdline").split(b"\0") if a
+            ]
         except OSError:
             cmdline = []
         env_error = None
@@ -218,9 +232,7 @@ class ProcessCollector:
             return None
 
 
-def select_processes(
-    procs: dict[int, dict[str, Any]], include_all: bool
-) -> list[int]:
+def select_processes(procs: dict[int, dict[str, Any]], include_all: bool) -> list[int]:
     """Training processes (rank vars or a known role); with include_all, every Python process."""
     chosen = []
     for pid, p in procs.items():
@@ -283,7 +295,7 @@ class GpuCollector:
             return self._nvml
         self._tried = True
         try:
-            import pynvml  # type: ignore[import-not-found]
+            import pynvml
         except ImportError:
             self._error = "NVML unavailable: pynvml is not installed (pip install nvidia-ml-py)"
             return None
@@ -298,7 +310,9 @@ class GpuCollector:
     def available(self) -> tuple[bool, str | None]:
         return self._init() is not None, self._error
 
-    def collect(self) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, int | None]]], str | None]:
+    def collect(
+        self,
+    ) -> tuple[list[dict[str, Any]], dict[int, list[tuple[int, int | None]]], str | None]:
         nvml = self._init()
         if nvml is None:
             return [], {}, self._error
@@ -312,9 +326,19 @@ class GpuCollector:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
             except Exception as exc:
-                gpus.append({"index": index, "name": None, "uuid": None, "util": None,
-                             "mem_used": None, "mem_total": None, "temp": None, "power": None,
-                             "error": _nvml_error_text(exc)})
+                gpus.append(
+                    {
+                        "index": index,
+                        "name": None,
+                        "uuid": None,
+                        "util": None,
+                        "mem_used": None,
+                        "mem_total": None,
+                        "temp": None,
+                        "power": None,
+                        "error": _nvml_error_text(exc),
+                    }
+                )
                 continue
             gpus.append(self._gpu_record(nvml, index, handle))
             for pid, mem in self._gpu_processes(nvml, handle):
@@ -416,8 +440,8 @@ def python_descendants(pid: int, procs: dict[int, dict[str, Any]]) -> list[int]:
     stack = [pid]
     while stack:
         cur = stack.pop()
-        p = procs.get(cur)
-        if p is not None and is_python(p["cmdline"], p["comm"]) and cur != pid:
+        info = procs.get(cur)
+        if info is not None and is_python(info["cmdline"], info["comm"]) and cur != pid:
             out.append(cur)
             continue
         stack.extend(children.get(cur, []))
@@ -441,6 +465,7 @@ class Agent:
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="areal-agent")
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
+        self._primed = False
 
     # output --------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -470,7 +495,9 @@ class Agent:
             return
         rid = request.get("id")
         name = request.get("op")
-        args = request.get("args") or {}
+        args = request.get("args")
+        if args is None:
+            args = {}
         if not isinstance(name, str) or name not in OPS:
             known = ", ".join(sorted(OPS))
             self.send({"id": rid, "ok": False, "error": f"unknown op {name!r} (known: {known})"})
@@ -507,11 +534,18 @@ class Agent:
     # sampling ------------------------------------------------------------------------
     def sample(self, include_all: bool = False) -> dict[str, Any]:
         with self._sample_lock:
+            if not self._primed:
+                # CPU% needs two readings: take a short baseline on the first sample.
+                self.processes.snapshot()
+                time.sleep(0.2)
+                self._primed = True
             procs = self.processes.snapshot()
             gpus, gpu_use, gpu_error = self.gpus.collect()
             procs.pop(os.getpid(), None)  # the agent itself is not part of any job
             chosen = select_processes(procs, include_all)
-            records = [process_record(procs[pid], self.processes.rss(pid), gpu_use) for pid in chosen]
+            records = [
+                process_record(procs[pid], self.processes.rss(pid), gpu_use) for pid in chosen
+            ]
         return {
             "time": time.time(),
             "hostname": socket.gethostname(),
@@ -624,8 +658,12 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     if pyspy is None:
         return {
             "dumps": [
-                {"pid": pid, "ok": False, "reason": "missing",
-                 "error": "py-spy not found on this node: pip install py-spy"}
+                {
+                    "pid": pid,
+                    "ok": False,
+                    "reason": "missing",
+                    "error": "py-spy not found on this node: pip install py-spy",
+                }
                 for pid in pids
             ]
         }
@@ -651,7 +689,9 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            record.update(ok=False, reason="timeout", error=f"py-spy timed out after {timeout:g}s on {pid}")
+            record.update(
+                ok=False, reason="timeout", error=f"py-spy timed out after {timeout:g}s on {pid}"
+            )
             return record
         record["seconds"] = round(time.monotonic() - started, 3)
         out = proc.stdout.decode(errors="replace")
@@ -661,7 +701,9 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
                 return record
             except ValueError:
                 pass
-        reason, message = explain_pyspy_failure(pid, proc.stderr.decode(errors="replace") + out, proc.returncode)
+        reason, message = explain_pyspy_failure(
+            pid, proc.stderr.decode(errors="replace") + out, proc.returncode
+        )
         record.update(ok=False, reason=reason, error=message)
         return record
 

@@ -15,6 +15,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from areal_agent.agent import PROTOCOL_VERSION
+
 from areal_console.core.transport import Channel, ChannelClosed, source_frame
 
 EventHandler = Callable[[dict[str, Any]], None]
@@ -45,7 +46,9 @@ class AgentClient:
     def start(self, timeout: float = 30.0) -> dict[str, Any]:
         """Wait for the agent to come up, then handshake; returns the `hello` result."""
         if not self._ready.wait(timeout):
-            raise AgentDisconnected(self.closed_reason or f"agent did not start within {timeout:g}s")
+            raise AgentDisconnected(
+                self.closed_reason or f"agent did not start within {timeout:g}s"
+            )
         if self.closed_reason:
             raise AgentDisconnected(self.closed_reason)
         self.hello = self.request("hello", {"protocol": PROTOCOL_VERSION}, timeout=timeout)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +119,7 @@ class Fleet:
         self.sessions = [NodeSession(spec, on_event=on_event, **options) for spec in specs]
         self.max_parallel = max_parallel
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[NodeSession]:
         return iter(self.sessions)
 
     def __len__(self) -> int:
@@ -151,7 +151,11 @@ class Fleet:
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
     def connect_all(self, timeout: float = 30.0) -> dict[str, Any]:
-        return self.fan_out(lambda s: s.connect(timeout) or s.hello)
+        def connect(session: NodeSession) -> dict[str, Any]:
+            session.connect(timeout)
+            return session.hello
+
+        return self.fan_out(connect)
 
     def call_all(
         self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0

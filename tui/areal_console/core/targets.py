@@ -39,9 +39,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("targets")
     excl = group.add_mutually_exclusive_group()
     excl.add_argument("--local", action="store_true", help="this machine (the default)")
-    excl.add_argument(
-        "--hosts", metavar="[USER@]HOST[:PORT],...", help="nodes to reach over SSH"
-    )
+    excl.add_argument("--hosts", metavar="[USER@]HOST[:PORT],...", help="nodes to reach over SSH")
     excl.add_argument("--inventory", metavar="FILE", help="a cluster.yaml inventory")
     group.add_argument(
         "--accept-new-hosts",
@@ -55,7 +53,7 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     hosts = getattr(args, "hosts", None)
     inventory = getattr(args, "inventory", None)
     if hosts or inventory:
-        from areal_console.core import inventory as inv  # SSH targets
+        from areal_console.core import inventory as inv  # type: ignore[attr-defined]
 
         if hosts:
             return inv.parse_hosts(hosts)

@@ -22,7 +22,7 @@ BOOTSTRAP = (
     "s=open(p,'rb').read() if os.path.exists(p) else b'';"
     "ok=hashlib.sha256(s).hexdigest()==h\n"
     "if not ok:\n"
-    " sys.stdout.write('{\"event\":\"need_source\"}\\n');sys.stdout.flush()\n"
+    ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
     " n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
     " try:\n"
     "  os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"

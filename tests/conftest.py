@@ -1,0 +1,140 @@
+"""Shared fixtures: an isolated home for the console's files, and one real gloo job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+JOBS = Path(__file__).resolve().parent / "jobs"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for running `python -m areal_console` from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "areal_console", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(**extra),
+        check=False,
+    )
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_console_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep every file the console writes out of the real home directory."""
+    base = tmp_path_factory.mktemp("console-home")
+    saved = {
+        k: os.environ.get(k)
+        for k in ("AREAL_CONSOLE_DATA_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME")
+    }
+    os.environ["AREAL_CONSOLE_DATA_DIR"] = str(base / "data")
+    os.environ["XDG_CONFIG_HOME"] = str(base / "config")
+    os.environ["XDG_CACHE_HOME"] = str(base / "cache")
+    os.environ["XDG_DATA_HOME"] = str(base / "share")
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+class GlooJob:
+    """A real `torchrun --nproc-per-node N` gloo job, blocked after its first all_reduce."""
+
+    def __init__(self, nproc: int, workdir: Path, port: int) -> None:
+        self.nproc = nproc
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log = open(workdir / "job.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                str(nproc),
+                "--master-port",
+                str(port),
+                str(JOBS / "gloo_ranks.py"),
+                str(workdir),
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        wait_for(
+            lambda: len(list(workdir.glob("rank*.ready"))) == nproc or self.proc.poll() is not None,
+            timeout=120,
+            what=f"{nproc} ranks to start",
+        )
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"job exited early: {(workdir / 'job.log').read_text()[-2000:]}")
+
+    @property
+    def launcher_pid(self) -> int:
+        return self.proc.pid
+
+    def rank_pids(self) -> dict[int, int]:
+        """rank -> pid, read from /proc (children of the launcher)."""
+        out: dict[int, int] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                env = (entry / "environ").read_bytes().split(b"\0")
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid != self.proc.pid:
+                continue
+            for item in env:
+                if item.startswith(b"RANK="):
+                    out[int(item[5:])] = int(entry.name)
+        return out
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def gloo_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlooJob]:
+    """One 4-rank job shared by every test that needs live ranks on this node."""
+    job = GlooJob(4, tmp_path_factory.mktemp("gloo-job"), port=29631)
+    try:
+        yield job
+    finally:
+        job.stop()

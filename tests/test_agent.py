@@ -1,0 +1,168 @@
+"""The node agent: protocol, /proc collection and rank detection, over a real local pipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from areal_agent import agent as agent_mod
+from areal_agent import agent_source
+from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
+from areal_console.core.transport import LocalChannel
+from conftest import GlooJob, wait_for
+
+
+@pytest.fixture()
+def client():
+    c = AgentClient(LocalChannel())
+    c.start()
+    yield c
+    c.close()
+
+
+def test_hello_reports_versions_and_tools(client: AgentClient) -> None:
+    hello = client.hello
+    assert hello["protocol"] == agent_mod.PROTOCOL_VERSION
+    assert hello["python"] == sys.version.split()[0]
+    assert hello["tools"]["torch"] is True
+    assert hello["tools"]["py-spy"] and os.path.basename(hello["tools"]["py-spy"]) == "py-spy"
+    # No GPU here: NVML's absence is data, not a crash.
+    assert hello["tools"]["pynvml"] is False
+    assert hello["tools"]["nvml_error"].startswith("NVML unavailable")
+    assert {"hello", "sample", "stream", "pyspy", "load"} <= set(hello["ops"])
+
+
+def test_unknown_op_and_bad_arguments_answer_errors(client: AgentClient) -> None:
+    with pytest.raises(AgentError, match="unknown op 'frobnicate'"):
+        client.request("frobnicate")
+    with pytest.raises(AgentError, match="argument 'all' must be bool"):
+        client.request("sample", {"all": "yes"})
+    with pytest.raises(AgentError, match="interval"):
+        client.request("stream", {"interval": 0})
+    with pytest.raises(AgentError, match="'pids' must be a list"):
+        client.request("pyspy", {"pids": "1,2"})
+    # The agent is still serving afterwards.
+    assert client.request("ping")["time"] > 0
+
+
+def test_malformed_lines_get_an_error_reply_and_the_agent_survives() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from areal_agent.agent import main; main()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(agent_mod.__file__))},
+    )
+    assert proc.stdin and proc.stdout
+    assert json.loads(proc.stdout.readline())["event"] == "ready"
+    proc.stdin.write(b"{not json\n[1,2]\n" + b'{"id": 7, "op": "ping", "args": []}\n')
+    proc.stdin.write(b'{"id": 8, "op": "ping"}\n')
+    proc.stdin.flush()
+    replies = [json.loads(proc.stdout.readline()) for _ in range(4)]
+    assert replies[0] == {"id": None, "ok": False, "error": replies[0]["error"]}
+    assert replies[0]["error"].startswith("malformed request line")
+    assert "not a JSON object" in replies[1]["error"]
+    assert replies[2]["id"] == 7 and "not an object" in replies[2]["error"]
+    assert replies[3]["id"] == 8 and replies[3]["ok"] is True
+    proc.stdin.close()  # EOF: a clean exit
+    assert proc.wait(timeout=10) == 0
+
+
+def test_stream_emits_periodic_samples_and_stops(client: AgentClient) -> None:
+    got: list[dict] = []
+    client.on_event = got.append
+    sid = client.request("stream", {"interval": 0.1})["stream"]
+    wait_for(
+        lambda: len([e for e in got if e.get("event") == "sample"]) >= 3,
+        timeout=10,
+        what="three samples",
+    )
+    assert all(e["stream"] == sid for e in got if e.get("event") == "sample")
+    client.request("stream_stop", {"stream": sid})
+    n = len(got)
+    time.sleep(0.4)
+    assert len(got) <= n + 1  # at most one already in flight
+    with pytest.raises(AgentError, match="no stream"):
+        client.request("stream_stop", {"stream": sid})
+
+
+def test_killed_agent_is_reported_with_the_reason() -> None:
+    channel = LocalChannel()
+    client = AgentClient(channel)
+    client.start()
+    os.kill(channel.pid, signal.SIGKILL)
+    with pytest.raises(AgentDisconnected, match="killed by signal 9"):
+        for _ in range(50):
+            client.request("ping", timeout=5)
+            time.sleep(0.05)
+    assert not client.alive
+
+
+def test_agent_is_shipped_and_cached_by_content_hash(tmp_path) -> None:
+    env_home = {"HOME": str(tmp_path)}
+    saved = os.environ.get("HOME")
+    os.environ.update(env_home)
+    try:
+        for _ in range(2):  # the second start finds the cached copy
+            client = AgentClient(LocalChannel())
+            client.start()
+            client.close()
+    finally:
+        if saved is not None:
+            os.environ["HOME"] = saved
+    cached = list((tmp_path / ".cache" / "areal-console").glob("agent-*.py"))
+    assert len(cached) == 1 and cached[0].read_bytes() == agent_source()
+
+
+def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: GlooJob) -> None:
+    result = client.request("sample")
+    ranks = {p["rank"]: p for p in result["processes"] if p["ppid"] == gloo_job.launcher_pid}
+    expected = gloo_job.rank_pids()
+    assert {r: p["pid"] for r, p in ranks.items()} == expected
+    for rank, proc in ranks.items():
+        assert proc["local_rank"] == rank and proc["world_size"] == 4
+        assert proc["role"] == "trainer" and proc["ppid"] == gloo_job.launcher_pid
+        assert proc["rss"] > 50 * 2**20  # torch is loaded
+        assert proc["cpu_percent"] is not None and proc["cpu_percent"] < 50  # blocked, not spinning
+        assert proc["state"] in ("S", "R")
+        assert "gloo_ranks.py" in proc["cmdline"]
+    launcher = [p for p in result["processes"] if p["pid"] == gloo_job.launcher_pid]
+    assert launcher and launcher[0]["role"] == "launcher" and launcher[0]["rank"] is None
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "role"),
+    [
+        (["python3", "-m", "areal.infra.rpc.rpc_server", "--role", "actor"], {}, "actor"),
+        (["python3", "-m", "areal.infra.rpc.rpc_server", "--role=rollout"], {}, "rollout"),
+        (["python", "-m", "sglang.launch_server", "--model", "x"], {}, "sglang"),
+        (["/usr/bin/torchrun", "--nproc-per-node", "8", "train.py"], {}, "launcher"),
+        (["python", "-m", "torch.distributed.run", "train.py"], {}, "launcher"),
+        (["python", "train.py"], {"RANK": "3"}, "trainer"),
+        (["python", "notebook.py"], {}, None),
+    ],
+)
+def test_detect_role(cmdline: list[str], env: dict[str, str], role: str | None) -> None:
+    assert agent_mod.detect_role(cmdline, env) == role
+
+
+def test_parse_stat_handles_spaces_and_parens_in_the_name() -> None:
+    raw = b"42 (my (odd) proc) S 7 42 42 0 -1 4194560 0 0 0 0 150 50 0 0 20 0 1 0 999 0 0"
+    comm, state, ppid, ticks, start = agent_mod.parse_stat(raw)
+    assert (comm, state, ppid, ticks, start) == ("my (odd) proc", "S", 7, 200, 999)
+
+
+def test_parse_environ_keeps_only_rank_variables() -> None:
+    raw = b"PATH=/bin\0RANK=5\0LOCAL_RANK=1\0WORLD_SIZE=8\0CUDA_VISIBLE_DEVICES=2,3\0X=1=2\0"
+    assert agent_mod.parse_environ(raw) == {
+        "RANK": "5",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "8",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+    }
+    assert agent_mod.parse_cuda_visible("2,3") == [2, 3]
+    assert agent_mod.parse_cuda_visible("GPU-uuid-1") == []

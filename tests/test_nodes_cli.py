@@ -1,0 +1,60 @@
+"""`areal-console nodes` on this machine, against a real 4-rank gloo job."""
+
+from __future__ import annotations
+
+import json
+
+from areal_console.core.nodes import GPU_KEYS, PROCESS_KEYS
+from conftest import GlooJob, run_cli
+
+
+def test_nodes_json_reports_exactly_the_jobs_ranks(gloo_job: GlooJob) -> None:
+    result = run_cli("nodes", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    [node] = report["nodes"]
+    assert set(node) == {"name", "host", "state", "error", "gpus", "gpu_error", "processes"}
+    assert node["state"] == "up" and node["host"] == "local" and node["error"] is None
+    assert node["gpus"] == [] and "NVML unavailable" in node["gpu_error"]
+    # Other jobs may run on this machine: look at this job's ranks (children of its launcher).
+    ranks = [p for p in node["processes"] if p["ppid"] == gloo_job.launcher_pid]
+    assert [p["rank"] for p in ranks] == [0, 1, 2, 3]  # in rank order
+    assert {p["rank"]: p["pid"] for p in ranks} == gloo_job.rank_pids()
+    for p in node["processes"]:
+        assert tuple(p) == PROCESS_KEYS
+        assert p["world_size"] in (4, None)
+    assert GPU_KEYS[0] == "index"
+
+
+def test_nodes_all_adds_other_python_processes(gloo_job: GlooJob) -> None:
+    report = json.loads(run_cli("nodes", "--all", "--json").stdout)
+    pids = {p["pid"] for p in report["nodes"][0]["processes"]}
+    assert set(gloo_job.rank_pids().values()) <= pids
+    # The CLI's own interpreter is a Python process without rank variables.
+    assert any(
+        p["rank"] is None and "areal_console" in p["cmdline"]
+        for p in report["nodes"][0]["processes"]
+    )
+
+
+def test_nodes_table_is_readable(gloo_job: GlooJob) -> None:
+    result = run_cli("nodes")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("(local): up")
+    assert "NVML unavailable" in lines[1]
+    header = lines[2].split()
+    assert header[:5] == ["RANK", "LOCAL", "WORLD", "ROLE", "PID"]
+    pids = {str(pid) for pid in gloo_job.rank_pids().values()}
+    rank_rows = [line.split() for line in lines[3:] if len(line.split()) > 4]
+    ours = [row for row in rank_rows if row[4] in pids]
+    assert [row[0] for row in ours] == ["0", "1", "2", "3"]
+    assert all(row[3] == "trainer" and row[2] == "4" for row in ours)
+
+
+def test_usage_errors_exit_2_without_traceback() -> None:
+    result = run_cli("nodes", "--frobnicate")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    result = run_cli("nodes", "--timeout", "soon")
+    assert result.returncode == 2 and "invalid float value" in result.stderr

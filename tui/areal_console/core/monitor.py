@@ -1,0 +1,200 @@
+"""Live sampling of every node: agent sample streams, latest state per node, reconnects.
+
+Each node's agent pushes a `sample` event every `interval` seconds over its own channel, so
+a slow node delays nobody. The monitor keeps only the newest sample per node plus a short
+GPU history; views read `snapshot()` at their own pace. A node whose link drops is marked
+down with the reason and reconnected with exponential backoff. No Textual here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from areal_console.core.client import AgentDisconnected, AgentError
+from areal_console.core.fleet import Fleet, NodeSession
+
+HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
+
+
+@dataclass
+class NodeView:
+    """What the console currently knows about one node."""
+
+    name: str
+    address: str
+    state: str = "connecting"  # connecting | up | down
+    error: str | None = None
+    latency: float | None = None
+    sample: dict[str, Any] | None = None
+    received_at: float | None = None
+    gpu_history: dict[int, deque[float]] = field(default_factory=dict)
+    hello: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def processes(self) -> list[dict[str, Any]]:
+        return list(self.sample.get("processes", [])) if self.sample else []
+
+    @property
+    def gpus(self) -> list[dict[str, Any]]:
+        return list(self.sample.get("gpus", [])) if self.sample else []
+
+    @property
+    def gpu_error(self) -> str | None:
+        return self.sample.get("gpu_error") if self.sample else None
+
+
+class FleetMonitor:
+    def __init__(
+        self,
+        fleet: Fleet,
+        interval: float = 1.0,
+        include_all: bool = False,
+        on_change: Callable[[str], None] | None = None,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self.fleet = fleet
+        self.interval = interval
+        self.include_all = include_all
+        self.on_change = on_change
+        self.max_backoff = max_backoff
+        self._views = {s.name: NodeView(s.name, s.spec.address) for s in fleet.sessions}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._wake: dict[str, threading.Event] = {s.name: threading.Event() for s in fleet}
+
+    # public ---------------------------------------------------------------------------
+    def start(self) -> None:
+        for session in self.fleet.sessions:
+            t = threading.Thread(
+                target=self._supervise, args=(session,), name=f"monitor-{session.name}", daemon=True
+            )
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for wake in self._wake.values():
+            wake.set()
+
+    def snapshot(self) -> list[NodeView]:
+        """A consistent copy of every node's view, in fleet order."""
+        with self._lock:
+            out = []
+            for v in self._views.values():
+                copy = NodeView(
+                    v.name,
+                    v.address,
+                    v.state,
+                    v.error,
+                    v.latency,
+                    v.sample,
+                    v.received_at,
+                    {i: deque(h, maxlen=HISTORY) for i, h in v.gpu_history.items()},
+                    v.hello,
+                )
+                out.append(copy)
+            return out
+
+    def set_include_all(self, include_all: bool) -> None:
+        """Switch between ranks only and every Python process (restarts the streams)."""
+        if include_all == self.include_all:
+            return
+        self.include_all = include_all
+        for session in self.fleet.sessions:
+            if session.client is not None:
+                session.client.close()  # the supervisor reconnects with the new setting
+
+    # internals ------------------------------------------------------------------------
+    def _update(self, name: str, **changes: Any) -> None:
+        with self._lock:
+            view = self._views[name]
+            for key, value in changes.items():
+                setattr(view, key, value)
+        if self.on_change is not None:
+            self.on_change(name)
+
+    def _on_sample(self, name: str, data: dict[str, Any]) -> None:
+        with self._lock:
+            view = self._views[name]
+            view.sample = data
+            view.received_at = time.time()
+            view.state, view.error = "up", None
+            for gpu in data.get("gpus", []):
+                util = gpu.get("util")
+                if util is not None:
+                    view.gpu_history.setdefault(gpu["index"], deque(maxlen=HISTORY)).append(util)
+        if self.on_change is not None:
+            self.on_change(name)
+
+    def _supervise(self, session: NodeSession) -> None:
+        backoff = 1.0
+        name = session.name
+        closed = threading.Event()
+
+        def on_event(_session: NodeSession, message: dict[str, Any]) -> None:
+            kind = message.get("event")
+            if kind == "sample":
+                self._on_sample(name, message.get("data", {}))
+            elif kind == "closed":
+                closed.set()
+
+        session.on_event = on_event
+        while not self._stop.is_set():
+            closed.clear()
+            self._update(name, state="connecting")
+            try:
+                session.connect()
+                self._update(
+                    name, state="up", error=None, latency=session.latency, hello=session.hello
+                )
+                session.call("stream", {"interval": self.interval, "all": self.include_all})
+                backoff = 1.0
+            except (AgentDisconnected, AgentError, OSError, ValueError) as exc:
+                session.close()
+                self._update(name, state="down", error=str(exc) or exc.__class__.__name__)
+                self._wake[name].wait(backoff)
+                self._wake[name].clear()
+                backoff = min(self.max_backoff, backoff * 2)
+                continue
+            # Measure latency now and then while the stream runs; wait for the link to drop.
+            while not self._stop.is_set() and not closed.wait(5.0):
+                try:
+                    assert session.client is not None
+                    latency = session.client.round_trip()
+                    self._update(name, latency=latency)
+                except (AgentDisconnected, AgentError, AssertionError):
+                    break
+            if self._stop.is_set():
+                break
+            reason = session.client.closed_reason if session.client else None
+            session.close()
+            self._update(name, state="down", error=reason or "connection lost")
+            self._wake[name].wait(backoff)
+            self._wake[name].clear()
+            backoff = min(self.max_backoff, backoff * 2)
+
+
+class RecordedMonitor:
+    """A monitor over fixed node views: recorded samples replayed for screenshots and tests."""
+
+    def __init__(self, views: list[NodeView]) -> None:
+        self.views = views
+        self.include_all = False
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def snapshot(self) -> list[NodeView]:
+        return list(self.views)
+
+    def set_include_all(self, include_all: bool) -> None:
+        self.include_all = include_all

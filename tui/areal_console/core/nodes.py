@@ -1,0 +1,54 @@
+"""Node reports in the `nodes --json` shape (DESIGN.md), from agent samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from areal_console.core.fleet import NodeFailure
+
+GPU_KEYS = ("index", "name", "uuid", "util", "mem_used", "mem_total", "temp", "power")
+PROCESS_KEYS = (
+    "pid",
+    "ppid",
+    "cmdline",
+    "rank",
+    "local_rank",
+    "world_size",
+    "role",
+    "cpu_percent",
+    "rss",
+    "state",
+    "gpus",
+    "gpu_memory",
+)
+
+
+def process_sort_key(p: dict[str, Any]) -> tuple[int, int, int]:
+    """Ranks first in rank order, then launchers and other processes by pid."""
+    rank = p.get("rank")
+    return (0 if rank is not None else 1, rank if rank is not None else 0, p["pid"])
+
+
+def node_report(name: str, host: str, result: Any) -> dict[str, Any]:
+    """One node's entry; `result` is an agent `sample` result, a `NodeFailure`, or None."""
+    if result is None or isinstance(result, NodeFailure | Exception):
+        error = result.error if isinstance(result, NodeFailure) else str(result or "no answer")
+        return {
+            "name": name,
+            "host": host,
+            "state": "down",
+            "error": error,
+            "gpus": [],
+            "gpu_error": None,
+            "processes": [],
+        }
+    processes = sorted(result.get("processes", []), key=process_sort_key)
+    return {
+        "name": name,
+        "host": host,
+        "state": "up",
+        "error": None,
+        "gpus": [{k: g.get(k) for k in GPU_KEYS} for g in result.get("gpus", [])],
+        "gpu_error": result.get("gpu_error"),
+        "processes": [{k: p.get(k) for k in PROCESS_KEYS} for p in processes],
+    }

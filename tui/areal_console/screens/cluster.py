@@ -1,0 +1,253 @@
+"""The Cluster screen: nodes, the selected node's GPUs, and every rank's process."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Label
+
+from areal_console.core.monitor import NodeView
+from areal_console.widgets.gpu_pane import GpuPane
+from areal_console.widgets.node_table import NodeTable
+from areal_console.widgets.process_table import ProcessTable
+from areal_console.widgets.status_line import StatusLine
+
+if TYPE_CHECKING:
+    from areal_console.app import ConsoleApp
+
+
+def status_text(
+    views: list[NodeView], drilled: str | None, text_filter: str, show_all: bool
+) -> str:
+    up = sum(v.state == "up" for v in views)
+    ranks = sum(1 for v in views for p in v.processes if p.get("rank") is not None)
+    worlds = {p.get("world_size") for v in views for p in v.processes if p.get("world_size")}
+    parts = [f"{up}/{len(views)} nodes up", f"{ranks} ranks"]
+    if len(worlds) == 1:
+        world = worlds.pop()
+        parts[-1] += f" of world size {world}"
+    down = [v for v in views if v.state == "down"]
+    if down:
+        parts.append(
+            f"down: {', '.join(v.name for v in down[:3])}" + ("…" if len(down) > 3 else "")
+        )
+    if drilled:
+        parts.append(f"node: {drilled} (esc: all nodes)")
+    if text_filter:
+        parts.append(f"filter: {text_filter!r}")
+    if show_all:
+        parts.append("all Python processes")
+    return " · ".join(parts)
+
+
+class ClusterScreen(Screen[None]):
+    """Live GPUs and processes of every node, refreshed about once a second."""
+
+    CSS_PATH = "../styles/cluster.tcss"
+    BINDINGS = [
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="cluster.filter",
+            tooltip="Filter nodes and processes by text (rank, role, pid, command)",
+        ),
+        Binding(
+            "escape",
+            "back",
+            "Back",
+            id="cluster.back",
+            tooltip="Clear the filter or leave the drilled-in node",
+        ),
+        Binding(
+            "enter",
+            "drill",
+            "Drill in",
+            id="cluster.drill",
+            show=False,
+            tooltip="Show only the highlighted node's processes",
+        ),
+        Binding(
+            "a",
+            "toggle_all",
+            "All procs",
+            id="cluster.all",
+            tooltip="Toggle between ranks only and every Python process",
+        ),
+        Binding(
+            "o",
+            "sort_nodes",
+            "Sort nodes",
+            id="cluster.sort",
+            tooltip="Cycle the node order: name, state, GPU utilisation",
+        ),
+        Binding(
+            "p",
+            "focus_processes",
+            "Processes",
+            id="cluster.processes",
+            show=False,
+            tooltip="Move the cursor to the process pane",
+        ),
+        Binding(
+            "n",
+            "focus_nodes",
+            "Nodes",
+            id="cluster.nodes",
+            show=False,
+            tooltip="Move the cursor to the node list",
+        ),
+    ]
+
+    NODE_ORDERS = ("name", "state", "util")
+
+    def __init__(self, refresh_interval: float = 1.0) -> None:
+        super().__init__()
+        self.refresh_interval = refresh_interval
+        self.text_filter = ""
+        self.drilled: str | None = None
+        self.show_all = False
+        self.node_order = "name"
+        self._views: list[NodeView] = []
+
+    @property
+    def console(self) -> ConsoleApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="nodes-box"):
+            yield Label("Nodes", classes="pane-title")
+            yield NodeTable(id="nodes")
+        with Vertical(id="gpus-box"):
+            yield Label("GPUs", classes="pane-title", id="gpus-title")
+            yield GpuPane(id="gpus")
+        with Vertical(id="procs-box"):
+            yield Label("Processes", classes="pane-title")
+            yield ProcessTable(id="processes")
+        yield Input(placeholder="filter: text in node, rank, role, pid or command", id="filter")
+        yield StatusLine("connecting…", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.refresh_view()
+        self.set_interval(self.refresh_interval, self.refresh_view)
+
+    # drawing --------------------------------------------------------------------------
+    def refresh_view(self) -> None:
+        """Redraw from the monitor's newest data; skipped while another screen is on top."""
+        if not self.is_current and self._views:
+            return
+        views = self._sorted(self.console.monitor.snapshot())
+        self._views = views
+        nodes = self.query_one(NodeTable)
+        nodes.update_nodes(views, self.text_filter)
+        selected = self._selected_view()
+        self.query_one(GpuPane).show(selected)
+        title = f"GPUs — {selected.name}" if selected else "GPUs"
+        self.query_one("#gpus-title", Label).update(title)
+        rows = [
+            (v.name, p)
+            for v in views
+            if self.drilled is None or v.name == self.drilled
+            for p in v.processes
+        ]
+        self.query_one(ProcessTable).update_processes(rows, self.text_filter)
+        self.query_one(StatusLine).say(
+            status_text(views, self.drilled, self.text_filter, self.show_all)
+        )
+
+    def _sorted(self, views: list[NodeView]) -> list[NodeView]:
+        if self.node_order == "state":
+            order = {"down": 0, "connecting": 1, "up": 2}
+            return sorted(views, key=lambda v: (order.get(v.state, 3), v.name))
+        if self.node_order == "util":
+
+            def util(v: NodeView) -> float:
+                vals = [g["util"] for g in v.gpus if g.get("util") is not None]
+                return -(sum(vals) / len(vals)) if vals else 1.0
+
+            return sorted(views, key=lambda v: (util(v), v.name))
+        return views
+
+    def _selected_view(self) -> NodeView | None:
+        name = self.drilled or self.query_one(NodeTable).selected_node
+        for v in self._views:
+            if v.name == name:
+                return v
+        return self._views[0] if self._views else None
+
+    @on(DataTable.RowHighlighted, "#nodes")
+    def _node_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.query_one(GpuPane).show(self._selected_view())
+
+    @on(DataTable.RowSelected, "#nodes")
+    def _node_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_drill()
+
+    # actions --------------------------------------------------------------------------
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.value = self.text_filter
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.text_filter = event.value.strip()
+        self.refresh_view()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        event.input.display = False
+        self.query_one(ProcessTable).focus()
+
+    def action_back(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display:
+            box.display = False
+            self.text_filter = ""
+        elif self.text_filter:
+            self.text_filter = ""
+        elif self.drilled:
+            self.drilled = None
+            self.query_one(NodeTable).focus()
+        else:
+            return
+        self.refresh_view()
+
+    def action_drill(self) -> None:
+        name = self.query_one(NodeTable).selected_node
+        if name:
+            self.drilled = name
+            self.refresh_view()
+            self.query_one(ProcessTable).focus()
+
+    def action_toggle_all(self) -> None:
+        self.show_all = not self.show_all
+        self.console.monitor.set_include_all(self.show_all)
+        self.notify("Showing every Python process" if self.show_all else "Showing job processes")
+        self.refresh_view()
+
+    def action_sort_nodes(self) -> None:
+        i = self.NODE_ORDERS.index(self.node_order)
+        self.node_order = self.NODE_ORDERS[(i + 1) % len(self.NODE_ORDERS)]
+        table = self.query_one(NodeTable)
+        table.clear()
+        self.refresh_view()
+        self.notify(f"Nodes sorted by {self.node_order}")
+
+    def action_focus_processes(self) -> None:
+        self.query_one(ProcessTable).focus()
+
+    def action_focus_nodes(self) -> None:
+        self.query_one(NodeTable).focus()
+
+    # for other screens ----------------------------------------------------------------
+    def visible_processes(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(v.name, p) for v in self._views for p in v.processes]

@@ -1,0 +1,60 @@
+"""`?`: every key of the current screen, with what it does."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+
+def key_label(key: str) -> str:
+    names = {
+        "slash": "/",
+        "question_mark": "?",
+        "escape": "esc",
+        "space": "space",
+        "left_square_bracket": "[",
+        "right_square_bracket": "]",
+        "colon": ":",
+    }
+    return ", ".join(names.get(k.strip(), k.strip()) for k in key.split(","))
+
+
+def render_help(title: str, bindings: list[tuple[str, str, str]]) -> Table:
+    table = Table(title=title, box=None, expand=True, show_header=True, padding=(0, 2))
+    table.add_column("KEY", style="bold cyan", no_wrap=True)
+    table.add_column("ACTION", no_wrap=True)
+    table.add_column("WHAT IT DOES", style="dim")
+    for key, description, tooltip in bindings:
+        table.add_row(key_label(key), description, Text(tooltip))
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    """A modal list of keys; any of esc, q or ? closes it."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 90%; max-width: 110; height: auto; max-height: 90%;
+        border: thick $accent; background: $surface; padding: 1 2;
+    }
+    """
+    BINDINGS = [
+        Binding(
+            "escape,q,question_mark", "dismiss", "Close", id="help.close", tooltip="Close this help"
+        ),
+    ]
+
+    def __init__(self, title: str, bindings: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.help_title = title
+        self.bindings = bindings
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(render_help(self.help_title, self.bindings), id="help-table")

@@ -1,0 +1,94 @@
+"""The node list: one keyed row per node, cells updated in place."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from areal_console.core.monitor import NodeView
+from areal_console.core.textfmt import format_bytes
+
+STATE_STYLE = {"up": "green", "down": "bold red", "connecting": "yellow"}
+
+COLUMNS = (
+    ("node", "NODE"),
+    ("state", "STATE"),
+    ("latency", "LATENCY"),
+    ("gpus", "GPUS"),
+    ("util", "UTIL"),
+    ("mem", "GPU MEM"),
+    ("ranks", "RANKS"),
+    ("detail", "DETAIL"),
+)
+
+
+def node_cells(view: NodeView) -> dict[str, str | Text]:
+    gpus = view.gpus
+    utils = [g["util"] for g in gpus if g.get("util") is not None]
+    used = sum(g.get("mem_used") or 0 for g in gpus)
+    total = sum(g.get("mem_total") or 0 for g in gpus)
+    ranks = [p for p in view.processes if p.get("rank") is not None]
+    if view.state == "down":
+        detail = view.error or "down"
+    elif view.state == "connecting":
+        detail = "connecting…"
+    elif view.gpu_error and not gpus:
+        detail = "no GPU data (NVML unavailable)"
+    else:
+        detail = view.hello.get("hostname", "")
+    return {
+        "node": view.name,
+        "state": Text(view.state, style=STATE_STYLE.get(view.state, "")),
+        "latency": f"{view.latency * 1000:.0f} ms" if view.latency is not None else "-",
+        "gpus": str(len(gpus)) if gpus else "-",
+        "util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
+        "mem": f"{format_bytes(used)}/{format_bytes(total)}" if total else "-",
+        "ranks": str(len(ranks)),
+        "detail": detail,
+    }
+
+
+class NodeTable(DataTable[str | Text]):
+    """Nodes with state, latency, GPUs and ranks; keyed by node name."""
+
+    DEFAULT_CSS = """
+    NodeTable { height: auto; max-height: 12; }
+    """
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+
+    def update_nodes(self, views: Sequence[NodeView], text_filter: str = "") -> None:
+        wanted = [v for v in views if _matches(v, text_filter)]
+        wanted_keys = {v.name for v in wanted}
+        for key in [k.value for k in list(self.rows) if k.value and k.value not in wanted_keys]:
+            self.remove_row(key)
+        for view in wanted:
+            cells = node_cells(view)
+            if view.name not in self.rows:
+                self.add_row(*(cells[k] for k, _ in COLUMNS), key=view.name)
+                continue
+            for key, _ in COLUMNS:
+                if str(self.get_cell(view.name, key)) != str(cells[key]):
+                    self.update_cell(view.name, key, cells[key])
+
+    @property
+    def selected_node(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        except Exception:
+            return None
+        return key.value
+
+
+def _matches(view: NodeView, text_filter: str) -> bool:
+    if not text_filter:
+        return True
+    hay = f"{view.name} {view.address} {view.state} {view.error or ''}".lower()
+    return text_filter.lower() in hay

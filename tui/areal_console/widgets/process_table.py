@@ -1,0 +1,108 @@
+"""The process pane: ranks and job processes, keyed by node and pid, updated in place."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from areal_console.core.nodes import process_sort_key
+from areal_console.core.textfmt import format_bytes
+
+COLUMNS = (
+    ("node", "NODE"),
+    ("rank", "RANK"),
+    ("local", "LOCAL"),
+    ("role", "ROLE"),
+    ("pid", "PID"),
+    ("cpu", "CPU%"),
+    ("rss", "RSS"),
+    ("gpus", "GPUS"),
+    ("state", "ST"),
+    ("cmd", "COMMAND"),
+)
+
+ROLE_STYLE = {"launcher": "cyan", "trainer": "", "actor": "magenta", "sglang": "blue"}
+
+
+def row_key(node: str, pid: int) -> str:
+    return f"{node}:{pid}"
+
+
+def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
+    def opt(value: Any) -> str:
+        return "-" if value is None else str(value)
+
+    role = p.get("role") or "-"
+    rank = p.get("rank")
+    world = p.get("world_size")
+    return {
+        "node": node,
+        "rank": f"{rank}/{world}" if rank is not None and world is not None else opt(rank),
+        "local": opt(p.get("local_rank")),
+        "role": Text(role, style=ROLE_STYLE.get(role, "")),
+        "pid": str(p["pid"]),
+        "cpu": "-" if p.get("cpu_percent") is None else f"{p['cpu_percent']:.0f}",
+        "rss": format_bytes(p.get("rss")),
+        "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
+        "state": Text(p.get("state") or "?", style="bold red" if p.get("state") == "Z" else ""),
+        "cmd": (p.get("cmdline") or "")[:200],
+    }
+
+
+class ProcessTable(DataTable[str | Text]):
+    """Rows keyed `node:pid`; only changed cells are redrawn."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+
+    def update_processes(
+        self, rows: Iterable[tuple[str, dict[str, Any]]], text_filter: str = ""
+    ) -> None:
+        ordered = sorted(rows, key=lambda r: (process_sort_key(r[1]), r[0]))
+        wanted = {row_key(n, p["pid"]): (n, p) for n, p in ordered if _matches(n, p, text_filter)}
+        with self.app.batch_update():
+            for key in [k.value for k in list(self.rows) if k.value and k.value not in wanted]:
+                self.remove_row(key)
+            added = False
+            for key, (node, proc) in wanted.items():
+                cells = process_cells(node, proc)
+                if key not in self.rows:
+                    self.add_row(*(cells[c] for c, _ in COLUMNS), key=key)
+                    added = True
+                    continue
+                for column, _ in COLUMNS:
+                    if str(self.get_cell(key, column)) != str(cells[column]):
+                        self.update_cell(key, column, cells[column])
+            if added:
+                self.sort("rank", "node", "pid", key=_display_order)
+
+    @property
+    def selected_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+
+
+def _display_order(cells: tuple[str | Text, ...]) -> tuple[int, int, str, int]:
+    """Ranks first in rank order (the cell reads "3/16"), then other processes by pid."""
+    rank, node, pid = (str(c) for c in cells)
+    head = rank.split("/", 1)[0]
+    if head.isdigit():
+        return (0, int(head), str(node), int(pid))
+    return (1, 0, str(node), int(pid))
+
+
+def _matches(node: str, p: dict[str, Any], text_filter: str) -> bool:
+    if not text_filter:
+        return True
+    hay = f"{node} {p.get('rank')} {p.get('role')} {p['pid']} {p.get('cmdline')}".lower()
+    return text_filter.lower() in hay
