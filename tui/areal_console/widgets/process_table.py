@@ -42,7 +42,7 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "node": node,
         "rank": f"{rank}/{world}" if rank is not None and world is not None else opt(rank),
         "local": opt(p.get("local_rank")),
-        "role": Text(role, style=ROLE_STYLE.get(role, "")),
+        "role": Text(role, style=ROLE_STYLE.get(role, ""), justify="left"),
         "pid": str(p["pid"]),
         "cpu": "-" if p.get("cpu_percent") is None else f"{p['cpu_percent']:.0f}",
         "rss": format_bytes(p.get("rss")),

@@ -1,0 +1,113 @@
+"""The Cluster screen driven with Pilot, on a real local agent and a real gloo job."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+
+from conftest import GlooJob
+
+from areal_console.app import ConsoleApp
+from areal_console.core.fleet import Fleet
+from areal_console.core.targets import local_node
+from areal_console.screens.cluster import ClusterScreen
+from areal_console.screens.help import HelpScreen
+from areal_console.widgets.gpu_pane import GpuPane
+from areal_console.widgets.node_table import NodeTable
+from areal_console.widgets.process_table import ProcessTable
+from areal_console.widgets.status_line import StatusLine
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def cell(table: ProcessTable | NodeTable, row: str, column: str) -> str:
+    return str(table.get_cell(row, column))
+
+
+def job_rows(table: ProcessTable, node: str, job: GlooJob) -> dict[int, str]:
+    """rank -> row key of this job's ranks in the process pane."""
+    return {
+        rank: f"{node}:{pid}" for rank, pid in job.rank_pids().items() if f"{node}:{pid}" in table.rows
+    }
+
+
+async def test_cluster_screen_shows_the_jobs_ranks_live(gloo_job: GlooJob) -> None:
+    node = local_node().name
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        table = screen.query_one(ProcessTable)
+        await until(lambda: len(job_rows(table, node, gloo_job)) == 4, what="four rank rows")
+        rows = job_rows(table, node, gloo_job)
+        for rank, key in rows.items():
+            assert cell(table, key, "rank") == f"{rank}/4"
+            assert cell(table, key, "local") == str(rank)
+            assert cell(table, key, "role") == "trainer"
+            assert "gloo_ranks.py" in cell(table, key, "cmd")
+        # Rows stay in rank order.
+        order = [table.get_row_at(i) for i in range(table.row_count)]
+        pids = [int(r[4]) for r in order if str(r[4]) in {k.split(":")[1] for k in rows.values()}]
+        assert pids == [gloo_job.rank_pids()[r] for r in range(4)]
+        # The launcher is listed with its role.
+        launcher_key = f"{node}:{gloo_job.launcher_pid}"
+        await until(lambda: launcher_key in table.rows, what="launcher row")
+        assert cell(table, launcher_key, "role") == "launcher"
+
+        nodes = screen.query_one(NodeTable)
+        assert cell(nodes, node, "state") == "up"
+        # No GPU here: the pane says why instead of staying empty.
+        gpu_text = str(screen.query_one(GpuPane).render())
+        assert "NVML unavailable" in gpu_text
+        status = str(screen.query_one(StatusLine).render())
+        assert "1/1 nodes up" in status
+
+        # `/` filters processes; esc clears the filter.
+        await pilot.press("slash")
+        await pilot.press(*"launcher")
+        await until(lambda: table.row_count >= 1 and all(
+            cell(table, k.value or "", "role") == "launcher" for k in table.rows), what="filter")
+        await pilot.press("enter", "escape")
+        await until(lambda: len(job_rows(table, node, gloo_job)) == 4, what="filter cleared")
+
+        # `?` lists the screen's keys with their descriptions.
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        rows = {key: (desc, tip) for key, desc, tip in app.screen.bindings}
+        assert rows["slash"][0] == "Filter" and "Filter nodes and processes" in rows["slash"][1]
+        assert rows["q"][0] == "Quit" and rows["a"][0] == "All procs"
+        # The console's own keys come before generic table navigation.
+        keys = [key for key, _, _ in app.screen.bindings]
+        assert keys.index("slash") < keys.index("up")
+        await pilot.press("escape")
+        assert isinstance(app.screen, ClusterScreen)
+
+
+async def test_killed_agent_shows_the_node_down_then_reconnects(gloo_job: GlooJob) -> None:
+    node = local_node().name
+    fleet = Fleet([local_node()])
+    app = ConsoleApp(fleet, refresh_interval=0.2)
+    async with app.run_test(size=(140, 40)):
+        screen = app.screen
+        nodes = screen.query_one(NodeTable)
+        await until(lambda: node in nodes.rows and cell(nodes, node, "state") == "up", what="up")
+        session = fleet.session(node)
+        assert session.client is not None
+        old_pid = session.client.channel.pid  # type: ignore[attr-defined]
+        os.kill(old_pid, signal.SIGKILL)
+        await until(lambda: cell(nodes, node, "state") == "down", what="node down")
+        assert "killed by signal 9" in cell(nodes, node, "detail")
+        # The console keeps running and brings the node back with a fresh agent.
+        await until(lambda: cell(nodes, node, "state") == "up", timeout=30, what="node back up")
+        assert session.client is not None
+        assert session.client.channel.pid != old_pid  # type: ignore[attr-defined]
+        table = screen.query_one(ProcessTable)
+        await until(lambda: len(job_rows(table, node, gloo_job)) == 4, what="ranks again")
