@@ -41,6 +41,7 @@ RANK_VARS = (
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+YOUNG_SECONDS = 3.0
 
 
 class OpError(Exception):
@@ -164,19 +165,21 @@ class ProcessCollector:
 
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc_root = proc_root
-        self._static: dict[int, tuple[int, list[str], dict[str, str], str | None]] = {}
+        # pid -> (start ticks, cmdline, rank env, env error, first seen)
+        self._static: dict[int, tuple[int, list[str], dict[str, str], str | None, float]] = {}
         self._last_cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (start, ticks, t)
         self._boot_time = time.time()
 
     def _static_info(self, pid: int, start: int) -> tuple[list[str], dict[str, str], str | None]:
         cached = self._static.get(pid)
-        if cached and cached[0] == start:
+        now = time.monotonic()
+        # A process caught between fork and exec still shows its parent's command line and
+        # environment (torchrun's workers do this): re-read young processes until they settle.
+        if cached and cached[0] == start and now - cached[4] > YOUNG_SECONDS:
             return cached[1], cached[2], cached[3]
         base = f"{self.proc_root}/{pid}"
         try:
-            cmdline = [
-                a.decode(errors="replace") for a in _read(base + "/cmdline").split(b"\0") if a
-            ]
+            cmdline = [a.decode(errors="replace") for a in _read(base + "/cmdline").split(b"\0") if a]
         except OSError:
             cmdline = []
         env_error = None
@@ -186,7 +189,8 @@ class ProcessCollector:
             env, env_error = {}, "permission denied reading environ"
         except OSError:
             env = {}
-        self._static[pid] = (start, cmdline, env, env_error)
+        first_seen = cached[4] if cached and cached[0] == start else now
+        self._static[pid] = (start, cmdline, env, env_error, first_seen)
         return cmdline, env, env_error
 
     def snapshot(self) -> dict[int, dict[str, Any]]:
