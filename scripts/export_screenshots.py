@@ -1,6 +1,6 @@
 """Render each screen to SVG in screenshots/ from recorded, deterministic data.
 
-    python scripts/export_screenshots.py
+python scripts/export_screenshots.py
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ SIZE = (130, 36)
 OUT = ROOT / "screenshots"
 
 
-async def render(name: str, app: App[None], steps: Callable[[Pilot[None]], Awaitable[None]] | None = None) -> None:
+async def render(
+    name: str, app: App[None], steps: Callable[[Pilot[None]], Awaitable[None]] | None = None
+) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         if steps is not None:

@@ -122,6 +122,14 @@ class GlooJob:
         return out
 
     def stop(self) -> None:
+        """Kill the ranks and the launcher: torchrun puts each worker in its own session,
+        so killing the launcher's process group alone would orphan them."""
+        ranks = list(self.rank_pids().values())
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:

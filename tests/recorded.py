@@ -16,7 +16,10 @@ def recorded_views() -> list[NodeView]:
     sample = json.loads((DATA / "cluster_recording.json").read_text())
     history = {
         g["index"]: deque(
-            [round(g["util"] * (0.75 + 0.25 * math.sin(i / 3 + g["index"]))) for i in range(HISTORY)],
+            [
+                round(g["util"] * (0.75 + 0.25 * math.sin(i / 3 + g["index"])))
+                for i in range(HISTORY)
+            ],
             maxlen=HISTORY,
         )
         for g in sample["gpus"]

@@ -35,7 +35,9 @@ def cell(table: ProcessTable | NodeTable, row: str, column: str) -> str:
 def job_rows(table: ProcessTable, node: str, job: GlooJob) -> dict[int, str]:
     """rank -> row key of this job's ranks in the process pane."""
     return {
-        rank: f"{node}:{pid}" for rank, pid in job.rank_pids().items() if f"{node}:{pid}" in table.rows
+        rank: f"{node}:{pid}"
+        for rank, pid in job.rank_pids().items()
+        if f"{node}:{pid}" in table.rows
     }
 
 
@@ -73,8 +75,13 @@ async def test_cluster_screen_shows_the_jobs_ranks_live(gloo_job: GlooJob) -> No
         # `/` filters processes; esc clears the filter.
         await pilot.press("slash")
         await pilot.press(*"launcher")
-        await until(lambda: table.row_count >= 1 and all(
-            cell(table, k.value or "", "role") == "launcher" for k in table.rows), what="filter")
+        await until(
+            lambda: (
+                table.row_count >= 1
+                and all(cell(table, k.value or "", "role") == "launcher" for k in table.rows)
+            ),
+            what="filter",
+        )
         await pilot.press("enter", "escape")
         await until(lambda: len(job_rows(table, node, gloo_job)) == 4, what="filter cleared")
 

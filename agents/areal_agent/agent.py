@@ -179,7 +179,9 @@ class ProcessCollector:
             return cached[1], cached[2], cached[3]
         base = f"{self.proc_root}/{pid}"
         try:
-            cmdline = [a.decode(errors="replace") for a in _read(base + "/cmdline").split(b"\0") if a]
+            cmdline = [
+                a.decode(errors="replace") for a in _read(base + "/cmdline").split(b"\0") if a
+            ]
         except OSError:
             cmdline = []
         env_error = None

@@ -1,16 +1,26 @@
-"""The Textual application shell, shared by the CLI, the tests and the screenshot script."""
+"""The Textual application shell, shared by the CLI, the tests and the screenshot script.
+
+Screens are Textual modes, reached with number keys (k9s/nvitop style), `:` commands
+(`:nodes`, `:stacks`, `:batches`, `:jobs`) or the command palette (ctrl+p).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from textual.app import App
 from textual.binding import Binding
+from textual.screen import Screen
 
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import FleetMonitor, NodeView
+from areal_console.core.settings import Settings
 from areal_console.core.targets import NodeSpec
+from areal_console.palette import ConsoleCommands
 from areal_console.screens.cluster import ClusterScreen
+from areal_console.screens.command_line import CommandLine
 from areal_console.screens.help import HelpScreen
 
 
@@ -21,44 +31,138 @@ class Monitor(Protocol):
     def set_include_all(self, include_all: bool) -> None: ...
 
 
+@dataclass(frozen=True)
+class ScreenEntry:
+    """A top-level screen: its mode name, title and number key."""
+
+    mode: str
+    title: str
+    key: str
+    aliases: tuple[str, ...] = ()
+
+
+SCREENS = (
+    ScreenEntry("nodes", "Cluster", "1", ("cluster", "n")),
+    ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
+    ScreenEntry("batches", "Batches", "3", ("batch", "b")),
+    ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
+)
+
+
 class ConsoleApp(App[None]):
     """areal-console: live GPUs and ranks of a training job, one key from a diagnosis."""
 
     TITLE = "areal-console"
-    ENABLE_COMMAND_PALETTE = True
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
-        Binding(
-            "question_mark", "help", "Help", id="app.help", tooltip="Show every key of this screen"
-        ),
-    ]
+        Binding("question_mark", "help", "Help", id="app.help",
+                tooltip="Show every key of this screen"),
+        Binding("colon", "command_line", "Command", id="app.command", show=False,
+                tooltip="Type a command: :nodes :stacks :batches :jobs :theme NAME :q"),
+        Binding("1", "goto('nodes')", "Cluster", id="app.goto.nodes", show=False,
+                tooltip="The Cluster screen: nodes, GPUs, ranks"),
+        Binding("2", "goto('stacks')", "Stacks", id="app.goto.stacks", show=False,
+                tooltip="The Stacks screen: the last capture and its diagnosis"),
+        Binding("3", "goto('batches')", "Batches", id="app.goto.batches", show=False,
+                tooltip="The Batches screen: dumped rollout batches"),
+        Binding("4", "goto('jobs')", "Jobs", id="app.goto.jobs", show=False,
+                tooltip="The Jobs screen: replay runs and their logs"),
+        Binding("ctrl+t", "toggle_theme", "Theme", id="app.theme", show=False,
+                tooltip="Switch between the dark and light theme"),
+    ]  # fmt: skip
 
     def __init__(
         self,
         fleet: Fleet | None,
         monitor: Monitor | None = None,
         *,
-        read_only: bool = False,
-        refresh_interval: float = 1.0,
+        settings: Settings | None = None,
+        read_only: bool | None = None,
+        refresh_interval: float | None = None,
     ) -> None:
         super().__init__()
+        self.settings = settings or Settings()
         self.fleet = fleet
+        self.refresh_interval = refresh_interval or self.settings.refresh_interval
+        self.read_only = self.settings.read_only if read_only is None else read_only
         if monitor is None:
             if fleet is None:
                 raise ValueError("ConsoleApp needs a fleet or a monitor")
-            monitor = FleetMonitor(fleet, interval=refresh_interval)
+            monitor = FleetMonitor(fleet, interval=self.refresh_interval)
         self.monitor: Monitor = monitor
-        self.read_only = read_only
-        self.refresh_interval = refresh_interval
+        # Screens other features register: mode -> factory. Missing ones say so when asked.
+        self.screen_factories: dict[str, Callable[[], Screen[Any]]] = {
+            "nodes": lambda: ClusterScreen(refresh_interval=self.refresh_interval),
+        }
+        # Extra command-palette entries: callables returning (label, help, action) triples.
+        self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
 
+    # lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
+        self.theme = (
+            self.settings.theme if self.settings.theme in self.available_themes else "textual-dark"
+        )
+        if self.settings.keymap:
+            self.set_keymap(self.settings.keymap)
+        if self.read_only:
+            self.sub_title = "read-only"
         self.monitor.start()
-        self.push_screen(ClusterScreen(refresh_interval=self.refresh_interval))
+        for mode, factory in self.screen_factories.items():
+            self.add_mode(mode, factory)
+        self.switch_mode("nodes")
 
     def on_unmount(self) -> None:
         self.monitor.stop()
         if self.fleet is not None:
             self.fleet.close()
+
+    def register_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
+        """Make a top-level screen reachable by its number key, `:` command and palette."""
+        self.screen_factories[mode] = factory
+        if self.is_running:
+            self.add_mode(mode, factory)
+
+    # navigation -----------------------------------------------------------------------
+    def action_goto(self, mode: str) -> None:
+        entry = next((e for e in SCREENS if e.mode == mode), None)
+        if mode not in self.screen_factories:
+            title = entry.title if entry else mode
+            self.notify(f"The {title} screen is not available in this build.", severity="warning")
+            return
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+
+    def action_command_line(self) -> None:
+        self.push_screen(CommandLine(), self.run_command)
+
+    def run_command(self, text: str | None) -> None:
+        """Execute one `:` command (without the colon)."""
+        if not text:
+            return
+        word, _, rest = text.strip().lstrip(":").partition(" ")
+        word = word.lower()
+        for entry in SCREENS:
+            if word in (entry.mode, *entry.aliases):
+                self.action_goto(entry.mode)
+                return
+        if word in ("q", "quit", "exit"):
+            self.exit()
+        elif word in ("help", "h"):
+            self.action_help()
+        elif word == "theme":
+            name = rest.strip()
+            if name in self.available_themes:
+                self.theme = name
+            else:
+                self.notify(f"No theme {name!r}. Themes: {', '.join(sorted(self.available_themes))}",
+                            severity="error")  # fmt: skip
+        else:
+            known = ", ".join(f":{e.mode}" for e in SCREENS)
+            self.notify(f"Unknown command {word!r}. Try {known}, :theme NAME, :q", severity="error")
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
@@ -73,9 +177,10 @@ class ConsoleApp(App[None]):
             (own if binding.id else generic).append(
                 (key, binding.description, binding.tooltip or "")
             )
-        rows = own + generic
         title = f"Keys — {self.screen.__class__.__name__.removesuffix('Screen')}"
-        self.push_screen(HelpScreen(title, rows))
+        nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})") for e in SCREENS]
+        seen = {k for k, _, _ in own}
+        self.push_screen(HelpScreen(title, own + [n for n in nav if n[0] not in seen] + generic))
 
 
 def create_app(specs: list[NodeSpec], **options: Any) -> ConsoleApp:

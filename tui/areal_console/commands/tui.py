@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from areal_console.core.settings import load_settings
 from areal_console.core.targets import add_target_arguments, resolve_targets
 
 
@@ -15,19 +16,22 @@ def register(subparsers: Any) -> None:
         description="Open the interactive console on the given nodes (default: this machine).",
     )
     add_target_arguments(parser)
-    parser.add_argument("--read-only", action="store_true", help="disable kill, stop and launch")
-    parser.add_argument(
-        "--interval", type=float, default=1.0, help="seconds between samples (default 1)"
-    )
+    parser.add_argument("--read-only", action="store_true", default=None,
+                        help="disable kill, stop and launch")  # fmt: skip
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between samples (default 1, or the settings file)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from areal_console.app import create_app
 
+    settings = load_settings()  # before the screen opens: a bad file is a one-line error
+    specs = resolve_targets(args)
     app = create_app(
-        resolve_targets(args),
+        specs,
         accept_new_hosts=args.accept_new_hosts,
+        settings=settings,
         read_only=args.read_only,
         refresh_interval=args.interval,
     )

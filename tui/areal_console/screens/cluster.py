@@ -249,5 +249,12 @@ class ClusterScreen(Screen[None]):
         self.query_one(NodeTable).focus()
 
     # for other screens ----------------------------------------------------------------
+    def show_node(self, name: str, text_filter: str = "") -> None:
+        """Drill into `name` (and optionally filter), as if chosen with enter and `/`."""
+        self.drilled = name
+        self.text_filter = text_filter
+        self.refresh_view()
+        self.query_one(ProcessTable).focus()
+
     def visible_processes(self) -> list[tuple[str, dict[str, Any]]]:
         return [(v.name, p) for v in self._views for p in v.processes]

@@ -1,0 +1,72 @@
+"""Command palette (ctrl+p): screens, actions, nodes and ranks, plus entries other screens add."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+if TYPE_CHECKING:
+    from areal_console.app import ConsoleApp
+
+Entry = tuple[str, str, Callable[[], Any]]
+
+
+class ConsoleCommands(Provider):
+    """Everything the console can jump to or do, searchable by name."""
+
+    def _entries(self) -> list[Entry]:
+        from areal_console.app import SCREENS
+
+        app: ConsoleApp = self.app  # type: ignore[assignment]
+        entries: list[Entry] = []
+        for screen in SCREENS:
+            entries.append((f"Go to {screen.title}", f"key {screen.key}, or :{screen.mode}",
+                            partial(app.action_goto, screen.mode)))  # fmt: skip
+        entries.append(("Toggle dark/light theme", "ctrl+t", app.action_toggle_theme))
+        entries.append(("Show keys of this screen", "?", app.action_help))
+        for view in app.monitor.snapshot():
+            entries.append((f"Node {view.name} ({view.state})", view.error or view.address,
+                            partial(self._show_node, view.name)))  # fmt: skip
+            for proc in view.processes:
+                if proc.get("rank") is None:
+                    continue
+                entries.append((
+                    f"Rank {proc['rank']} on {view.name} (pid {proc['pid']})",
+                    f"{proc.get('role') or 'process'}: {proc.get('cmdline', '')[:60]}",
+                    partial(self._show_process, view.name, proc["pid"]),
+                ))  # fmt: skip
+        for source in app.palette_sources:
+            entries.extend(source())
+        return entries
+
+    def _show_node(self, name: str) -> None:
+        from areal_console.screens.cluster import ClusterScreen
+
+        app: ConsoleApp = self.app  # type: ignore[assignment]
+        app.action_goto("nodes")
+        screen = app.screen
+        if isinstance(screen, ClusterScreen):
+            screen.show_node(name)
+
+    def _show_process(self, node: str, pid: int) -> None:
+        from areal_console.screens.cluster import ClusterScreen
+
+        app: ConsoleApp = self.app  # type: ignore[assignment]
+        app.action_goto("nodes")
+        screen = app.screen
+        if isinstance(screen, ClusterScreen):
+            screen.show_node(node, text_filter=str(pid))
+
+    async def discover(self) -> Hits:
+        for label, help_text, action in self._entries()[:12]:
+            yield DiscoveryHit(label, action, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for label, help_text, action in self._entries():
+            score = matcher.match(label)
+            if score > 0:
+                yield Hit(score, matcher.highlight(label), action, help=help_text)
