@@ -13,10 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT / "tests")]
 
+from areal_console.app import ConsoleApp  # noqa: E402
 from textual.app import App  # noqa: E402
 from textual.pilot import Pilot  # noqa: E402
-
-from areal_console.app import ConsoleApp  # noqa: E402
 
 SIZE = (130, 36)
 OUT = ROOT / "screenshots"

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from recorded import recorded_monitor
-from textual.command import CommandPalette
-from textual.widgets import Input
-
 from areal_console.app import ConsoleApp
 from areal_console.core.settings import Settings
 from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
 from areal_console.widgets.process_table import ProcessTable
+from recorded import recorded_monitor
+from textual.command import CommandPalette
+from textual.widgets import Input
 
 
 async def test_colon_commands_switch_theme_and_report_unknown_words() -> None:

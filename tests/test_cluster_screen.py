@@ -7,8 +7,6 @@ import os
 import signal
 from collections.abc import Callable
 
-from conftest import GlooJob
-
 from areal_console.app import ConsoleApp
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import local_node
@@ -18,6 +16,7 @@ from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
 from areal_console.widgets.status_line import StatusLine
+from conftest import GlooJob
 
 
 async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-
 from areal_console.core.errors import UserError
 from areal_console.core.settings import Settings, load_settings
+from conftest import run_cli
 
 
 def write(tmp_path: Path, text: str) -> Path:

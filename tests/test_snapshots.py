@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from recorded import recorded_monitor
-
 from areal_console.app import ConsoleApp
+from recorded import recorded_monitor
 
 
 def test_cluster_screen_snapshot(snap_compare) -> None:  # type: ignore[no-untyped-def]

@@ -94,7 +94,7 @@ def load_settings(path: Path | None = None) -> Settings:
         if key not in known:
             raise UserError(f"{where}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
         types = FIELD_TYPES[key]
-        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             want = " or ".join(t.__name__ for t in types)
             raise UserError(f"{where}: {key} must be {want}, got {value!r}")
         if isinstance(value, dict) and not all(
