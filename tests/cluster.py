@@ -18,6 +18,7 @@ cluster. Stopping a node kills its namespace init, which takes down everything i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import shlex
@@ -162,8 +163,19 @@ class ClusterNode:
         log = open(self.root / "sshd.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             self.proc = subprocess.Popen(
-                ["setsid", "unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc",
-                 "--kill-child", "sh", "-c", inner],
+                [
+                    "setsid",
+                    "unshare",
+                    "--pid",
+                    "--uts",
+                    "--mount",
+                    "--fork",
+                    "--mount-proc",
+                    "--kill-child",
+                    "sh",
+                    "-c",
+                    inner,
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -202,10 +214,8 @@ class ClusterNode:
             return
         init = self.init_pid
         if init is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(init, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
