@@ -147,14 +147,14 @@ def parse_hosts(text: str) -> list[NodeSpec]:
 # --inventory
 
 
-class _Mapping(dict):  # type: ignore[type-arg]
+class _Mapping(dict[Any, Any]):
     """A YAML mapping that remembers the line of itself and of each key."""
 
     line = 0
     key_lines: dict[Any, int]
 
 
-class _Sequence(list):  # type: ignore[type-arg]
+class _Sequence(list[Any]):
     line = 0
     item_lines: list[int]
 
@@ -254,7 +254,7 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read inventory {path}: {exc}") from None
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass: no object tags
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -357,7 +357,8 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
         unknown = [g for g in wanted if g not in known]
         if unknown:
             raise UserError(
-                f"{path}: no group {', '.join(unknown)} (groups: {', '.join(sorted(known)) or 'none'})"
+                f"{path}: no group {', '.join(unknown)} "
+                f"(groups: {', '.join(sorted(known)) or 'none'})"
             )
         specs = [s for s in specs if set(s.groups) & set(wanted)]
     if not specs:
