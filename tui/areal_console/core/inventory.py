@@ -259,6 +259,8 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         problem = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.context_mark and exc.problem:
+            problem += f" ({exc.context} on line {exc.context_mark.line + 1})"
         raise where.error(line, f"invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{path}: invalid YAML: {exc}") from None

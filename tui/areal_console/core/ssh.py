@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -30,6 +31,10 @@ import paramiko
 from areal_console.core import locations
 from areal_console.core.targets import NodeSpec
 from areal_console.core.transport import ChannelClosed, bootstrap_argv
+
+# paramiko logs transport errors itself; with no handler Python would print them on
+# stderr, over the TUI. Every failure reaches the user through SshError instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 SSH_CONFIG_ENV = "AREAL_CONSOLE_SSH_CONFIG"
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -359,10 +364,21 @@ def _connect_hop(
             f"key for {user}@{hop.hostname} is encrypted: add it to ssh-agent (ssh-add)"
         ) from None
     except (paramiko.SSHException, EOFError) as exc:
+        # The transport thread's own error (e.g. no banner) says more than the symptom.
+        saved = getattr(client.get_transport(), "saved_exception", None)
         client.close()
-        detail = str(exc) or exc.__class__.__name__
-        if "banner" in detail.lower() or "timed out" in detail.lower():
+        detail = str(saved or exc) or exc.__class__.__name__
+        if "no authentication methods" in detail.lower():
+            raise SshError(
+                f"authentication failed for {user}@{hop.hostname}:{hop.port}: no key to offer "
+                "(no IdentityFile, no default key, ssh-agent empty or not running)"
+            ) from None
+        lowered = detail.lower()
+        if "banner" in lowered or "timed out" in lowered:
             detail = f"no SSH answer within {timeout:g}s ({detail})"
+        elif "no existing session" in lowered:
+            # paramiko gives up negotiating at the timeout without saying so
+            detail = f"no SSH answer within {timeout:g}s (handshake did not finish)"
         raise SshError(f"ssh to {hop.label} failed: {detail}") from None
     except TimeoutError:
         client.close()
