@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from areal_console.core.errors import UserError
 from areal_console.core.inventory import expand_hostlist, load_inventory, parse_hosts
 
