@@ -35,7 +35,7 @@ RECORDING = ROOT / "tests" / "data" / "cluster_recording.json"
 def synthetic_cluster(nodes: int) -> list[NodeView]:
     """`nodes` copies of a recorded 8-GPU node, with 8 ranks each and distinct pids/ranks."""
     base = json.loads(RECORDING.read_text())
-    template = [p for p in base["processes"] if p["rank"] is not None][0]
+    template = next(p for p in base["processes"] if p["rank"] is not None)
     views = []
     for n in range(nodes):
         sample = copy.deepcopy(base)
@@ -98,8 +98,12 @@ def main() -> None:
     in_place, rebuilt = asyncio.run(measure(args.nodes, args.ticks))
     med = statistics.median
     print(f"{args.nodes} nodes x 8 GPUs, {args.nodes * 8} rank rows, {args.ticks} ticks each")
-    print(f"refresh in place: median {med(in_place) * 1000:.1f} ms, max {max(in_place) * 1000:.1f} ms")
-    print(f"rebuild baseline: median {med(rebuilt) * 1000:.1f} ms, max {max(rebuilt) * 1000:.1f} ms")
+    print(
+        f"refresh in place: median {med(in_place) * 1000:.1f} ms, max {max(in_place) * 1000:.1f} ms"
+    )
+    print(
+        f"rebuild baseline: median {med(rebuilt) * 1000:.1f} ms, max {max(rebuilt) * 1000:.1f} ms"
+    )
     print(f"ratio rebuild / in place: {med(rebuilt) / med(in_place):.2f}")
     print(f"share of a 1 s tick spent refreshing: {med(in_place) * 100:.1f}%")
 

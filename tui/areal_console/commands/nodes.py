@@ -7,11 +7,11 @@ import json
 import sys
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UserError
-from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
+from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.nodes import node_report
-from areal_console.core.targets import add_target_arguments, resolve_targets
-from areal_console.core.textfmt import format_bytes, render_table
+from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
 
 def register(subparsers: Any) -> None:
@@ -31,29 +31,65 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     specs = resolve_targets(args)
-    fleet = Fleet(specs, accept_new_hosts=getattr(args, "accept_new_hosts", False))
+    fleet = Fleet(specs, **fleet_options(args))
     try:
         results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
+        nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
     finally:
         fleet.close()
-    nodes = [node_report(spec.name, spec.address, results.get(spec.name)) for spec in specs]
     if args.json:
         json.dump({"nodes": nodes}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_nodes(nodes))
     failed = [n for n in nodes if n["state"] != "up"]
-    if failed and len(failed) == len(nodes) and len(nodes) == 1:
-        raise UserError(f"{failed[0]['name']}: {failed[0]['error']}")
-    if failed:
-        for n in failed:
-            print(f"error: {n['name']}: {n['error']}", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    if not failed:
+        return EXIT_OK
+    for n in failed:
+        print(f"error: {n['name']}: {n['error']}", file=sys.stderr)
+    return EXIT_ERROR if len(failed) == len(nodes) else EXIT_PARTIAL
+
+
+def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
+    """DESIGN.md's node entry, plus what the session learned: host name, Python, tools,
+    latency, and the host key waiting for a decision when that is why it failed."""
+    record = node_report(session.name, session.spec.host or "local", result)
+    sampled = result.get("hostname") if isinstance(result, dict) else None
+    record["hostname"] = sampled or session.hello.get("hostname")
+    record["python"] = session.hello.get("python")
+    record["tools"] = session.hello.get("tools")
+    record["latency_ms"] = round(session.latency * 1000, 2) if session.latency is not None else None
+    key = session.unknown_host_key
+    if isinstance(result, NodeFailure) and key is not None:
+        record["host_key"] = {
+            "host": key.host,
+            "type": key.key_type,
+            "fingerprint": key.fingerprint,
+        }
+    return record
+
+
+def render_summary(nodes: list[dict[str, Any]]) -> str:
+    """One line per node: state, latency, GPUs, ranks (shown when there are several nodes)."""
+    rows = []
+    for n in nodes:
+        up = n["state"] == "up"
+        ranks = [p["rank"] for p in n["processes"] if p.get("rank") is not None]
+        rows.append([
+            n["name"], n["state"], n["host"],
+            f"{n['latency_ms']:.1f}ms" if up and n.get("latency_ms") is not None else "-",
+            str(len(n["gpus"])) if up else "-",
+            rank_summary(ranks) or "-",
+            str(len(n["processes"])) if up else "-",
+            n["error"] or n["gpu_error"] or "",
+        ])  # fmt: skip
+    return render_table(
+        ["NODE", "STATE", "HOST", "LATENCY", "GPUS", "RANKS", "PROCS", "NOTE"], rows, indent=""
+    )
 
 
 def render_nodes(nodes: list[dict[str, Any]]) -> str:
-    out: list[str] = []
+    out: list[str] = [render_summary(nodes), ""] if len(nodes) > 1 else []
     for node in nodes:
         out.append(f"== {node['name']} ({node['host']}): {node['state']}")
         if node["state"] != "up":

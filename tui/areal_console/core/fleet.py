@@ -2,10 +2,19 @@
 
 Every call into a node runs in a bounded thread pool, so a slow or dead node never blocks
 the others; its failure comes back as data (`NodeFailure`) next to the other results.
+
+A session is `new`, `connecting`, `up` or `down` (with the reason in `error`). A dropped
+link (sshd gone, agent killed) makes it `down`; the next call reconnects at once, and
+after a failed connect further attempts wait with exponential backoff, failing fast in
+between with the last reason. With `auto_reconnect`, a background thread keeps retrying
+on that schedule, so a node comes back by itself when its sshd does. State changes are
+reported to `on_event` as `{"event": "state", "state", "error"}` messages.
 """
 
 from __future__ import annotations
 
+import contextlib
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,6 +29,7 @@ from areal_console.core.transport import Channel, LocalChannel
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
 
 MAX_PARALLEL = 64
+MAX_CONNECTING = 32  # concurrent SSH handshakes: key exchange is CPU-heavy on both ends
 
 
 @dataclass
@@ -33,6 +43,35 @@ class NodeFailure:
         return f"{self.node}: {self.error}"
 
 
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between failed connect attempts: initial * factor**n, capped, with jitter."""
+
+    initial: float = 1.0
+    factor: float = 2.0
+    maximum: float = 30.0
+    jitter: float = 0.1
+
+    def delay(self, failures: int) -> float:
+        base = min(self.maximum, self.initial * self.factor ** max(0, failures - 1))
+        return base * (1.0 + random.uniform(-self.jitter, self.jitter))
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """A snapshot of one session, for tables and JSON."""
+
+    name: str
+    address: str
+    state: str
+    error: str | None
+    latency: float | None
+    connect_seconds: float | None
+    retry_in: float | None
+    hello: dict[str, Any]
+    unknown_host_key: str | None  # the fingerprint waiting for the user's decision
+
+
 def open_channel(spec: NodeSpec, **options: Any) -> Channel:
     if spec.transport == "local":
         return LocalChannel()
@@ -43,67 +82,195 @@ def open_channel(spec: NodeSpec, **options: Any) -> Channel:
     raise ValueError(f"unknown transport {spec.transport!r} for node {spec.name}")
 
 
+def _describe(exc: BaseException) -> str:
+    return str(exc) or exc.__class__.__name__
+
+
 class NodeSession:
     """The console's live connection to one node's agent."""
 
-    def __init__(self, spec: NodeSpec, on_event: EventCallback | None = None, **options: Any):
+    def __init__(
+        self,
+        spec: NodeSpec,
+        on_event: EventCallback | None = None,
+        *,
+        auto_reconnect: bool = False,
+        backoff: Backoff | None = None,
+        connect_slots: threading.Semaphore | None = None,
+        **options: Any,
+    ):
         self.spec = spec
-        self.options = options
+        self.options = options  # passed to the transport (ssh: accept_new_hosts, ...)
         self.on_event = on_event
+        self.auto_reconnect = auto_reconnect
+        self.backoff = backoff or Backoff()
         self.state = "new"  # new | connecting | up | down
         self.error: str | None = None
-        self.latency: float | None = None
+        self.latency: float | None = None  # seconds for one ping round trip
+        self.connect_seconds: float | None = None  # last successful connect + handshake
         self.hello: dict[str, Any] = {}
         self.client: AgentClient | None = None
+        self.unknown_host_key: Any = None  # ssh.UnknownHostKey awaiting trust_host_key()
+        self.failures = 0  # consecutive failed connects
+        self.retry_at: float | None = None  # monotonic time before which we fail fast
         self._lock = threading.Lock()
+        self._connect_slots = connect_slots
+        self._closed = threading.Event()
+        self._reconnector: threading.Thread | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
 
-    def connect(self, timeout: float = 30.0) -> None:
-        """(Re)connect and handshake; on failure the session is `down` with the reason."""
+    # state ------------------------------------------------------------------------------
+    def _set_state(self, state: str, error: str | None = None) -> None:
+        changed = (state, error) != (self.state, self.error)
+        self.state, self.error = state, error
+        if changed and self.on_event is not None:
+            # A broken subscriber must not break the session.
+            with contextlib.suppress(Exception):
+                self.on_event(self, {"event": "state", "state": state, "error": error})
+
+    def status(self) -> NodeStatus:
+        retry_in = None
+        if self.state == "down" and self.retry_at is not None:
+            retry_in = max(0.0, self.retry_at - time.monotonic())
+        key = self.unknown_host_key
+        return NodeStatus(
+            name=self.name,
+            address=self.spec.address,
+            state=self.state,
+            error=self.error,
+            latency=self.latency,
+            connect_seconds=self.connect_seconds,
+            retry_in=retry_in,
+            hello=dict(self.hello),
+            unknown_host_key=getattr(key, "fingerprint", None),
+        )
+
+    # connecting -------------------------------------------------------------------------
+    def connect(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+        """(Re)connect and handshake; returns `hello`. On failure the session is `down`.
+
+        While in backoff after a failed attempt, fails fast with the last reason unless
+        `force` is given (a user pressing "retry").
+        """
         with self._lock:
             if self.client is not None and self.client.alive:
-                return
-            self.state, self.error = "connecting", None
+                return self.hello
+            if self._closed.is_set():
+                self._closed.clear()  # an explicit connect reopens a closed session
+            now = time.monotonic()
+            if not force and self.retry_at is not None and now < self.retry_at:
+                raise AgentDisconnected(f"{self.error} (next retry in {self.retry_at - now:.0f}s)")
+            self._set_state("connecting")
+            slots = self._connect_slots
+            t0 = time.perf_counter()
+            client: AgentClient | None = None
             try:
-                t0 = time.perf_counter()
-                channel = open_channel(self.spec, **self.options)
-                client = AgentClient(channel, on_event=self._event)
-                self.hello = client.start(timeout=timeout)
-                self.latency = time.perf_counter() - t0
+                if slots is not None:
+                    slots.acquire()
+                try:
+                    channel = open_channel(self.spec, **self.options)
+                finally:
+                    if slots is not None:
+                        slots.release()
+                client = AgentClient(channel, on_event=self._client_event)
                 self.client = client
-                self.state = "up"
-            except (AgentError, AgentDisconnected, OSError, ValueError) as exc:
-                self.state, self.error = "down", str(exc) or exc.__class__.__name__
-                raise AgentDisconnected(self.error) from exc
+                hello = client.start(timeout=timeout)
+            except Exception as exc:  # every failure is data: the node is down, and why
+                self.client = None
+                if client is not None:
+                    client.close()
+                self._failed(exc)
+                raise AgentDisconnected(self.error or "connect failed") from exc
+            self.connect_seconds = time.perf_counter() - t0
+            self.hello = hello
+            self.failures, self.retry_at, self.unknown_host_key = 0, None, None
+            self._set_state("up")
+        with contextlib.suppress(AgentError, AgentDisconnected):
+            self.ping()  # on failure the state already says what happened
+        return self.hello
 
-    def _event(self, message: dict[str, Any]) -> None:
-        if message.get("event") == "closed":
-            self.state, self.error = "down", message.get("reason")
+    def _failed(self, exc: BaseException) -> None:
+        from_ssh = exc.__class__.__name__ == "UnknownHostKey"
+        self.unknown_host_key = exc if from_ssh else None
+        self.failures += 1
+        self.retry_at = time.monotonic() + self.backoff.delay(self.failures)
+        self._set_state("down", _describe(exc))
+        if self.auto_reconnect and not from_ssh:  # an unknown key waits for the user
+            self._start_reconnector()
+
+    def _client_event(self, message: dict[str, Any]) -> None:
+        # Only the current client's end matters; an old one closing is history.
+        current_ended = self.client is not None and not self.client.alive
+        if message.get("event") == "closed" and current_ended and not self._closed.is_set():
+            self._set_state("down", message.get("reason"))
+            if self.auto_reconnect:
+                self._start_reconnector()
         if self.on_event is not None:
             self.on_event(self, message)
 
+    def _start_reconnector(self) -> None:
+        if self._reconnector is not None and self._reconnector.is_alive():
+            return
+        self._reconnector = threading.Thread(
+            target=self._reconnect_loop, name=f"reconnect-{self.name}", daemon=True
+        )
+        self._reconnector.start()
+
+    def _reconnect_loop(self) -> None:
+        while not self._closed.is_set():
+            if self.client is not None and self.client.alive:
+                return
+            if self.unknown_host_key is not None:
+                return  # needs the user's decision first
+            wait = 0.0 if self.retry_at is None else self.retry_at - time.monotonic()
+            if wait > 0 and self._closed.wait(wait):
+                return
+            try:
+                self.connect()
+                return
+            except AgentDisconnected:
+                continue
+
+    def trust_host_key(self) -> None:
+        """Accept the unknown host key the last connect saw, and allow a retry at once."""
+        key = self.unknown_host_key
+        if key is None:
+            raise ValueError(f"{self.name}: no unknown host key to trust")
+        key.trust()
+        self.unknown_host_key, self.retry_at = None, None
+
+    # requests ---------------------------------------------------------------------------
     def call(self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
-        """One request; reconnects first if the agent went away."""
-        if self.client is None or not self.client.alive:
+        """One request; reconnects first if the agent went away (subject to backoff)."""
+        client = self.client
+        if client is None or not client.alive:
             self.connect()
-        assert self.client is not None
+            client = self.client
+        assert client is not None
         try:
-            t0 = time.perf_counter()
-            result = self.client.request(op, args, timeout=timeout)
-            self.latency = time.perf_counter() - t0
-            return result
+            return client.request(op, args, timeout=timeout)
         except AgentDisconnected as exc:
-            self.state, self.error = "down", str(exc)
+            if self.client is client:
+                self._set_state("down", _describe(exc))
             raise
 
+    def ping(self, timeout: float = 10.0) -> float:
+        """Round-trip seconds for one `ping`; updates `latency`."""
+        t0 = time.perf_counter()
+        self.call("ping", timeout=timeout)
+        self.latency = time.perf_counter() - t0
+        return self.latency
+
     def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        self.state = "down" if self.state != "new" else self.state
+        self._closed.set()
+        client, self.client = self.client, None
+        if client is not None:
+            client.close()
+        if self.state != "new":
+            self._set_state("down", "closed")
 
 
 class Fleet:
@@ -114,9 +281,24 @@ class Fleet:
         specs: Iterable[NodeSpec],
         on_event: EventCallback | None = None,
         max_parallel: int = MAX_PARALLEL,
+        *,
+        max_connecting: int = MAX_CONNECTING,
+        auto_reconnect: bool = False,
+        backoff: Backoff | None = None,
         **options: Any,
     ) -> None:
-        self.sessions = [NodeSession(spec, on_event=on_event, **options) for spec in specs]
+        slots = threading.BoundedSemaphore(max(1, max_connecting))
+        self.sessions = [
+            NodeSession(
+                spec,
+                on_event=on_event,
+                auto_reconnect=auto_reconnect,
+                backoff=backoff,
+                connect_slots=slots,
+                **options,
+            )
+            for spec in specs
+        ]
         self.max_parallel = max_parallel
 
     def __iter__(self) -> Iterator[NodeSession]:
@@ -143,25 +325,32 @@ class Fleet:
             try:
                 return fn(session)
             except (AgentError, AgentDisconnected, OSError, ValueError) as exc:
-                return NodeFailure(session.name, str(exc) or exc.__class__.__name__)
+                return NodeFailure(session.name, _describe(exc))
 
         workers = max(1, min(self.max_parallel, len(chosen)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet") as pool:
             results = list(pool.map(guarded, chosen))
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
-    def connect_all(self, timeout: float = 30.0) -> dict[str, Any]:
-        def connect(session: NodeSession) -> dict[str, Any]:
-            session.connect(timeout)
-            return session.hello
-
-        return self.fan_out(connect)
+    def connect_all(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+        """Connect every node in parallel: name -> `hello` or `NodeFailure`."""
+        return self.fan_out(lambda s: s.connect(timeout, force=force))
 
     def call_all(
         self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0
     ) -> dict[str, Any]:
         """The same request to every node at once: name -> result or `NodeFailure`."""
         return self.fan_out(lambda s: s.call(op, args, timeout))
+
+    def ping_all(self, timeout: float = 10.0) -> dict[str, Any]:
+        return self.fan_out(lambda s: s.ping(timeout))
+
+    def statuses(self) -> list[NodeStatus]:
+        return [s.status() for s in self.sessions]
+
+    def unknown_host_keys(self) -> dict[str, Any]:
+        """Sessions refused for an unknown host key: name -> `ssh.UnknownHostKey`."""
+        return {s.name: s.unknown_host_key for s in self.sessions if s.unknown_host_key}
 
     def close(self) -> None:
         self.fan_out(lambda s: s.close())

@@ -149,7 +149,7 @@ class FleetMonitor:
             closed.clear()
             self._update(name, state="connecting")
             try:
-                session.connect()
+                session.connect(force=True)  # this loop keeps its own backoff
                 self._update(
                     name, state="up", error=None, latency=session.latency, hello=session.hello
                 )

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import socket
 from dataclasses import dataclass, field
+from typing import Any
+
+from areal_console.core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,24 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     excl.add_argument("--hosts", metavar="[USER@]HOST[:PORT],...", help="nodes to reach over SSH")
     excl.add_argument("--inventory", metavar="FILE", help="a cluster.yaml inventory")
     group.add_argument(
+        "--group",
+        action="append",
+        metavar="NAME",
+        help="only the inventory's nodes in this group (repeatable)",
+    )
+    group.add_argument(
+        "--ssh-config",
+        metavar="FILE",
+        help="ssh config to honour instead of ~/.ssh/config (also $AREAL_CONSOLE_SSH_CONFIG)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up reaching a node after this long (default 10)",
+    )
+    group.add_argument(
         "--accept-new-hosts",
         action="store_true",
         help="trust and remember host keys not seen before (headless use)",
@@ -53,9 +74,22 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     hosts = getattr(args, "hosts", None)
     inventory = getattr(args, "inventory", None)
     if hosts or inventory:
-        from areal_console.core import inventory as inv  # type: ignore[attr-defined]
+        from areal_console.core import inventory as inv
 
         if hosts:
+            if getattr(args, "group", None):
+                raise UserError("--group selects from an --inventory, not from --hosts")
             return inv.parse_hosts(hosts)
-        return inv.load_inventory(inventory)
+        return inv.load_inventory(str(inventory), groups=getattr(args, "group", None))
     return [local_node()]
+
+
+def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Transport options from the parsed target options, for `Fleet(specs, **options)`."""
+    options: dict[str, Any] = {
+        "accept_new_hosts": bool(getattr(args, "accept_new_hosts", False)),
+        "connect_timeout": float(getattr(args, "connect_timeout", None) or 10.0),
+    }
+    if getattr(args, "ssh_config", None):
+        options["ssh_config"] = args.ssh_config
+    return options

@@ -1,0 +1,124 @@
+"""Faults on real nodes: sshd killed mid-session and restarted, the agent killed on a node."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from areal_console.core.client import AgentDisconnected
+from areal_console.core.fleet import Backoff, Fleet, NodeFailure, NodeSession
+
+from tests.cluster import TestCluster, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+FAST_BACKOFF = Backoff(initial=0.2, factor=2.0, maximum=1.0, jitter=0.0)
+
+
+class StateLog:
+    """Collects `state` events per node, thread-safely."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.states: dict[str, list[tuple[str, str | None]]] = {}
+
+    def __call__(self, session: NodeSession, message: dict[str, Any]) -> None:
+        if message.get("event") == "state":
+            with self.lock:
+                self.states.setdefault(session.name, []).append(
+                    (message["state"], message["error"])
+                )
+
+    def of(self, name: str) -> list[str]:
+        with self.lock:
+            return [s for s, _ in self.states.get(name, [])]
+
+
+def test_sshd_killed_then_back(live_cluster: TestCluster) -> None:
+    victim = live_cluster.nodes[3]
+    log = StateLog()
+    fleet = Fleet(
+        live_cluster.specs(),
+        on_event=log,
+        auto_reconnect=True,
+        backoff=FAST_BACKOFF,
+        **live_cluster.ssh_options(),
+    )
+    try:
+        hellos = fleet.connect_all()
+        assert not any(isinstance(h, NodeFailure) for h in hellos.values()), hellos
+        session = fleet.session(victim.name)
+        first_client = session.client
+
+        victim.stop()  # kills sshd and, with its namespace, the agent
+        wait_for(lambda: session.state == "down", 15, "the node to go down")
+        lost = next(e for s, e in log.states[victim.name] if s == "down")
+        assert lost == f"SSH connection to {victim.name} lost"
+        # While it is away: other nodes answer, and this one fails fast with a reason.
+        t0 = time.monotonic()
+        results = fleet.call_all("ping", timeout=5)
+        assert time.monotonic() - t0 < 3
+        assert isinstance(results[victim.name], NodeFailure)
+        assert all(not isinstance(results[n.name], NodeFailure) for n in live_cluster.nodes[:3])
+        wait_for(
+            lambda: (session.error or "").startswith("connection refused"),
+            15,
+            "a reconnect attempt to be refused",
+        )
+        status = session.status()
+        assert status.state == "down" and status.retry_in is not None
+
+        victim.start()
+        wait_for(lambda: session.state == "up", 20, "the node to come back by itself")
+        assert session.call("sample")["hostname"] == victim.name
+        assert session.client is not first_client and session.client is not None
+        states = log.of(victim.name)
+        assert states[:2] == ["connecting", "up"]
+        assert "down" in states[2:]
+        assert states[-1] == "up"
+        assert session.failures == 0 and session.latency is not None
+    finally:
+        fleet.close()
+        if not victim.running:
+            victim.start()
+
+
+def test_killed_agent_is_restarted_on_next_call(live_cluster: TestCluster) -> None:
+    node = live_cluster.nodes[2]
+    session = NodeSession(node.spec(), **live_cluster.ssh_options())
+    try:
+        pid = session.connect()["pid"]
+        killed = node.run(f"kill -9 {pid}")  # same PID namespace as the agent
+        assert killed.returncode == 0, killed.stderr
+        wait_for(lambda: session.state == "down", 10, "the agent's end to be noticed")
+        assert session.error == f"agent on {node.name} was killed"
+        assert session.client is not None
+        with pytest.raises(AgentDisconnected, match="was killed"):
+            session.client.request("ping")  # the old link is gone for good
+        assert session.call("sample")["hostname"] == node.name  # reconnects first
+        assert session.state == "up"
+        assert session.hello["pid"] != pid
+    finally:
+        session.close()
+
+
+def test_unreachable_node_does_not_hold_up_the_others(live_cluster: TestCluster) -> None:
+    specs = [*live_cluster.specs()[:2], live_cluster.nodes[0].spec(name="bad", port=1)]
+    fleet = Fleet(specs, **live_cluster.ssh_options())
+    try:
+        results = fleet.connect_all()
+        assert results["node1"]["hostname"] == "node1"
+        assert results["node2"]["hostname"] == "node2"
+        failure = results["bad"]
+        assert isinstance(failure, NodeFailure)
+        assert failure.error.startswith("connection refused by 127.0.0.2:1")
+        # In backoff: the next call fails at once with the same reason, no new attempt.
+        t0 = time.monotonic()
+        again = fleet.call_all("ping")["bad"]
+        assert time.monotonic() - t0 < 0.5
+        assert isinstance(again, NodeFailure) and "next retry in" in again.error
+        assert [s.state for s in fleet.statuses()] == ["up", "up", "down"]
+    finally:
+        fleet.close()

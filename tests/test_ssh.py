@@ -1,0 +1,270 @@
+"""The SSH transport against real sshd nodes: config, jump hosts, host keys, auth, errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from areal_console.core.client import AgentClient, AgentDisconnected
+from areal_console.core.fleet import NodeSession
+from areal_console.core.ssh import (
+    ChangedHostKey,
+    SshError,
+    UnknownHostKey,
+    describe_route,
+    open_ssh_channel,
+)
+from areal_console.core.targets import NodeSpec
+
+from tests.cluster import SSH_KEYGEN, TestCluster, free_port, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def hello_via(spec: NodeSpec, **options: object) -> dict[str, object]:
+    """Open a channel, handshake, close; the agent's `hello`."""
+    client = AgentClient(open_ssh_channel(spec, **options))  # type: ignore[arg-type]
+    try:
+        return client.start(timeout=30)
+    finally:
+        client.close()
+
+
+def host_block(cluster: TestCluster, alias: str, node_index: int, extra: str = "") -> str:
+    node = cluster.nodes[node_index]
+    return (
+        f"Host {alias}\n    HostName {node.address}\n    Port {node.port}\n    User root\n"
+        f"    IdentityFile {cluster.identity}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {cluster.known_hosts}\n{extra}"
+    )
+
+
+def ssh_keygen_fingerprint(pub: Path) -> str:
+    out = subprocess.run(
+        [SSH_KEYGEN, "-l", "-E", "sha256", "-f", str(pub)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()[1]
+
+
+def test_each_node_runs_its_own_agent_in_its_own_namespace(live_cluster: TestCluster) -> None:
+    hellos = [hello_via(n.spec(), **live_cluster.ssh_options()) for n in live_cluster.nodes[:2]]
+    assert [h["hostname"] for h in hellos] == ["node1", "node2"]
+    assert all(h["user"] == "root" and h["python"] for h in hellos)
+    # The agent was shipped once per node and cached there by content hash.
+    for node in live_cluster.nodes[:2]:
+        assert list((node.home / ".cache" / "areal-console").glob("agent-*.py"))
+
+
+def test_proxyjump_chain_reaches_target_through_jump_hosts(
+    live_cluster: TestCluster, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        live_cluster.ssh_config.read_text()
+        + host_block(live_cluster, "behind-one", 2, "    ProxyJump node1\n")
+        + host_block(live_cluster, "behind-two", 3, "    ProxyJump node1,node2\n")
+        + host_block(live_cluster, "behind-nested", 2, "    ProxyJump behind-one\n")
+    )
+    options = {"ssh_config": str(config), "allow_agent": False}
+    for alias, expected in (
+        ("behind-one", "node3"),
+        ("behind-two", "node4"),
+        ("behind-nested", "node3"),
+    ):
+        spec = NodeSpec(name=alias, transport="ssh", host=alias)
+        assert hello_via(spec, **options)["hostname"] == expected
+    two = describe_route(NodeSpec(name="b", transport="ssh", host="behind-two"), str(config))
+    n = live_cluster.nodes
+    assert two == (
+        f"root@{n[3].address}:{n[3].port} via root@{n[0].address}:{n[0].port}"
+        f" -> root@{n[1].address}:{n[1].port}"
+    )
+    nested = describe_route(NodeSpec(name="b", transport="ssh", host="behind-nested"), str(config))
+    assert nested.endswith(
+        f"via root@{n[0].address}:{n[0].port} -> root@{n[2].address}:{n[2].port}"
+    )
+
+
+def test_jump_host_that_refuses_is_named(live_cluster: TestCluster, tmp_path: Path) -> None:
+    dead_port = free_port("127.0.0.9")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        live_cluster.ssh_config.read_text()
+        + f"Host deadjump\n    HostName 127.0.0.9\n    Port {dead_port}\n"
+        + host_block(live_cluster, "target", 0, "    ProxyJump deadjump\n")
+    )
+    spec = NodeSpec(name="t", transport="ssh", host="target")
+    with pytest.raises(SshError, match=f"connection refused by 127.0.0.9:{dead_port}"):
+        open_ssh_channel(spec, ssh_config=str(config), allow_agent=False)
+
+
+def test_ssh_agent_keys(
+    live_cluster: TestCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = live_cluster.nodes[0]
+    # No IdentityFile anywhere: the key comes from a real ssh-agent.
+    spec = NodeSpec(name="n", transport="ssh", host=node.address, port=node.port, user="root")
+    known = tmp_path / "known_hosts"
+    known.write_text(node.host_key_line() + "\n")
+    options = {"ssh_config": os.devnull, "known_hosts_file": str(known), "look_for_keys": False}
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(sock.exists, 10, "ssh-agent socket")
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        subprocess.run(["ssh-add", str(live_cluster.identity)], check=True, capture_output=True)
+        assert hello_via(spec, **options)["hostname"] == "node1"
+        subprocess.run(["ssh-add", "-D"], check=True, capture_output=True)
+        no_key = r"authentication failed for root@127\.0\.0\.2:\d+: no key to offer"
+        with pytest.raises(SshError, match=no_key):
+            hello_via(spec, **options)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=10)
+
+
+def test_wrong_key_is_an_auth_failure(live_cluster: TestCluster, tmp_path: Path) -> None:
+    other = tmp_path / "other_key"
+    subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    spec = live_cluster.nodes[0].spec(identity_file=str(other))
+    with pytest.raises(SshError) as info:
+        open_ssh_channel(spec, **live_cluster.ssh_options())
+    message = str(info.value)
+    assert message.startswith(
+        f"authentication failed for root@127.0.0.2:{live_cluster.nodes[0].port}"
+    )
+    assert str(other) in message and "\n" not in message
+
+
+def test_refused_port(live_cluster: TestCluster) -> None:
+    port = free_port("127.0.0.9")
+    spec = NodeSpec(name="x", transport="ssh", host="127.0.0.9", port=port)
+    with pytest.raises(SshError, match=rf"^connection refused by 127.0.0.9:{port} \(is sshd"):
+        open_ssh_channel(spec, ssh_config=os.devnull)
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[int]:
+    """A TCP port that accepts connections but never speaks SSH."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield int(s.getsockname()[1])
+
+
+def test_no_ssh_answer_times_out(silent_listener: int) -> None:
+    spec = NodeSpec(name="x", transport="ssh", host="127.0.0.1", port=silent_listener)
+    t0 = time.monotonic()
+    with pytest.raises(SshError, match="no SSH answer within 1s"):
+        open_ssh_channel(spec, ssh_config=os.devnull, connect_timeout=1.0)
+    assert time.monotonic() - t0 < 5
+
+
+def test_missing_python_is_explained(live_cluster: TestCluster) -> None:
+    session = NodeSession(
+        live_cluster.nodes[0].spec(python="python3.99"), **live_cluster.ssh_options()
+    )
+    with pytest.raises(AgentDisconnected):
+        session.connect(timeout=15)
+    assert session.state == "down"
+    assert session.error is not None
+    assert session.error.startswith("python3.99 not found on node1")
+    assert "python3.99: command not found" in session.error
+
+
+def test_unknown_host_key_refused_then_trusted(live_cluster: TestCluster, tmp_path: Path) -> None:
+    node = live_cluster.nodes[1]
+    config = tmp_path / "ssh_config"
+    config.write_text(  # no UserKnownHostsFile: the node is unknown
+        f"Host {node.name}\n    HostName {node.address}\n    Port {node.port}\n    User root\n"
+        f"    IdentityFile {live_cluster.identity}\n"
+    )
+    console_known = Path(os.environ["AREAL_CONSOLE_DATA_DIR"]) / "known_hosts"
+    expected = ssh_keygen_fingerprint(node.host_key.with_suffix(".pub"))
+    session = NodeSession(node.spec(), ssh_config=str(config), allow_agent=False)
+    with pytest.raises(AgentDisconnected):
+        session.connect()
+    key = session.unknown_host_key
+    assert isinstance(key, UnknownHostKey)
+    assert (key.host, key.key_type, key.fingerprint) == (
+        f"[{node.address}]:{node.port}",
+        "ssh-ed25519",
+        expected,
+    )
+    assert session.error is not None and expected in session.error
+    assert "--accept-new-hosts" in session.error
+    assert session.status().unknown_host_key == expected
+    assert not console_known.exists()
+
+    session.trust_host_key()  # what the TUI does after the user confirms
+    assert session.connect()["hostname"] == node.name
+    assert console_known.read_text().startswith(f"[{node.address}]:{node.port} ssh-ed25519 ")
+    session.close()
+    # Remembered: a fresh session connects without being asked.
+    again = NodeSession(node.spec(), ssh_config=str(config), allow_agent=False)
+    assert again.connect()["hostname"] == node.name
+    again.close()
+
+
+def test_accept_new_hosts_remembers_key(live_cluster: TestCluster, tmp_path: Path) -> None:
+    node = live_cluster.nodes[2]
+    spec = NodeSpec(
+        name="n",
+        transport="ssh",
+        host=node.address,
+        port=node.port,
+        user="root",
+        identity_file=str(live_cluster.identity),
+    )
+    console_known = tmp_path / "console_known_hosts"
+    options = {
+        "ssh_config": os.devnull,
+        "allow_agent": False,
+        "known_hosts_file": str(console_known),
+    }
+    with pytest.raises(UnknownHostKey):
+        open_ssh_channel(spec, **options)
+    assert hello_via(spec, accept_new_hosts=True, **options)["hostname"] == node.name
+    assert hello_via(spec, **options)["hostname"] == node.name
+    assert len(console_known.read_text().splitlines()) == 1
+
+
+def test_changed_host_key_is_always_refused(live_cluster: TestCluster, tmp_path: Path) -> None:
+    node = live_cluster.nodes[0]
+    impostor = tmp_path / "impostor"
+    subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(impostor)], check=True)
+    key_type, key = impostor.with_suffix(".pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[{node.address}]:{node.port} {key_type} {key}\n")
+    spec = NodeSpec(
+        name="n",
+        transport="ssh",
+        host=node.address,
+        port=node.port,
+        user="root",
+        identity_file=str(live_cluster.identity),
+    )
+    offered = ssh_keygen_fingerprint(node.host_key.with_suffix(".pub"))
+    for accept in (False, True):
+        with pytest.raises(ChangedHostKey) as info:
+            open_ssh_channel(
+                spec,
+                ssh_config=os.devnull,
+                allow_agent=False,
+                known_hosts_file=str(known),
+                accept_new_hosts=accept,
+            )
+        message = str(info.value)
+        assert "has CHANGED" in message and offered in message
+        assert ssh_keygen_fingerprint(impostor.with_suffix(".pub")) in message
+        assert "\n" not in message
+    assert known.read_text().count("\n") == 1  # nothing was added

@@ -1,0 +1,590 @@
+"""The SSH transport: the node agent over a paramiko exec channel.
+
+`open_ssh_channel(spec)` resolves the node through the user's ssh config (HostName, User,
+Port, IdentityFile, ProxyJump with chained jump hosts, UserKnownHostsFile), connects with a
+timeout, verifies the host key, authenticates with ssh-agent keys and key files, and runs
+the agent bootstrap with the node's `python3`.
+
+Host keys are checked against `~/.ssh/known_hosts`, any `UserKnownHostsFile` of the ssh
+config, and the console's own file (`locations.known_hosts_file()`). An unknown key is
+refused with `UnknownHostKey` (which carries the fingerprint and can `trust()` it) unless
+`accept_new_hosts` is set; a changed key is always refused with `ChangedHostKey`.
+Every failure is an `SshError` whose message is one line a user can act on.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import logging
+import os
+import shlex
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from areal_console.core import locations
+from areal_console.core.targets import NodeSpec
+from areal_console.core.transport import ChannelClosed, bootstrap_argv
+
+# paramiko logs transport errors itself; with no handler Python would print them on
+# stderr, over the TUI. Every failure reaches the user through SshError instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+SSH_CONFIG_ENV = "AREAL_CONSOLE_SSH_CONFIG"
+DEFAULT_CONNECT_TIMEOUT = 10.0
+KEEPALIVE_SECONDS = 15
+MAX_JUMPS = 8
+
+
+class SshError(ConnectionError):
+    """Reaching a node over SSH failed; the message is one line for the user."""
+
+
+class HostKeyError(SshError):
+    """The node's host key could not be verified."""
+
+    def __init__(self, message: str, host: str, key: paramiko.PKey) -> None:
+        super().__init__(message)
+        self.host = host  # as written in known_hosts: `name` or `[name]:port`
+        self.key = key
+
+    @property
+    def key_type(self) -> str:
+        return self.key.get_name()
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.key)
+
+
+class UnknownHostKey(HostKeyError):
+    """The host offered a key not found in any known-hosts file.
+
+    A UI shows `host`, `key_type` and `fingerprint`, asks the user, then calls `trust()`.
+    """
+
+    def __init__(self, host: str, key: paramiko.PKey, known_hosts: Path | None = None) -> None:
+        super().__init__(
+            f"host key for {host} is unknown ({key.get_name()} {fingerprint(key)}); "
+            "verify it and use --accept-new-hosts to trust it",
+            host,
+            key,
+        )
+        self.known_hosts = known_hosts or locations.known_hosts_file()
+
+    def trust(self) -> None:
+        """Remember this key in the console's known-hosts file."""
+        remember_host_key(self.host, self.key, self.known_hosts)
+
+
+class ChangedHostKey(HostKeyError):
+    """The host offered a key different from the one on record: refused, always."""
+
+    def __init__(self, host: str, key: paramiko.PKey, expected: paramiko.PKey) -> None:
+        super().__init__(
+            f"WARNING: host key for {host} has CHANGED: it now offers {key.get_name()} "
+            f"{fingerprint(key)}, known_hosts has {expected.get_name()} {fingerprint(expected)}; "
+            "this could be an attack. Refusing to connect; if the change is expected, "
+            "remove the old entry from your known_hosts",
+            host,
+            key,
+        )
+        self.expected = expected
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style SHA256 fingerprint (`SHA256:...`, base64 without padding)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_name(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+def remember_host_key(host: str, key: paramiko.PKey, path: Path | None = None) -> None:
+    """Append `host key` to a known-hosts file (the console's by default)."""
+    path = path or locations.known_hosts_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = f"{host} {key.get_name()} {key.get_base64()}\n"
+    with _KNOWN_HOSTS_LOCK, open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
+_KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+# --------------------------------------------------------------------------------------
+# resolving a node through the ssh config
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One SSH connection to make: the target, or a jump host on the way."""
+
+    alias: str
+    hostname: str
+    port: int = 22
+    user: str | None = None
+    identity_files: tuple[str, ...] = ()
+    identities_only: bool = False
+    known_hosts_files: tuple[str, ...] = ()
+    connect_timeout: float | None = None
+
+    @property
+    def label(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        return f"{user}{self.hostname}:{self.port}"
+
+
+@dataclass
+class ResolvedRoute:
+    """The jump hosts (in order) and then the target."""
+
+    jumps: list[Hop] = field(default_factory=list)
+    target: Hop | None = None
+
+
+def ssh_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get(SSH_CONFIG_ENV)
+    if env:
+        return Path(env).expanduser()
+    default = Path("~/.ssh/config").expanduser()
+    return default if default.exists() else None
+
+
+def load_ssh_config(path: Path | None) -> paramiko.SSHConfig:
+    if path is None:
+        return paramiko.SSHConfig()
+    try:
+        return paramiko.SSHConfig.from_path(str(path))
+    except FileNotFoundError:
+        raise SshError(f"ssh config {path} does not exist") from None
+    except (OSError, paramiko.ConfigParseError) as exc:
+        raise SshError(f"cannot read ssh config {path}: {exc}") from None
+
+
+def parse_destination(text: str) -> tuple[str | None, str, int | None]:
+    """`[user@]host[:port]` (also `ssh://` form and `[v6]:port`) -> (user, host, port)."""
+    text = text.strip()
+    if text.startswith("ssh://"):
+        text = text[len("ssh://") :]
+    user = None
+    if "@" in text:
+        user, text = text.rsplit("@", 1)
+    port = None
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest.startswith(":") and rest[1:]:
+            port = int(rest[1:])
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+        port = int(port_text) if port_text else None
+    else:
+        host = text
+    if not host:
+        raise ValueError(f"no host in {text!r}")
+    return user or None, host, port
+
+
+def _hop(
+    config: paramiko.SSHConfig,
+    alias: str,
+    user: str | None = None,
+    port: int | None = None,
+    identity_file: str | None = None,
+) -> tuple[Hop, str | None]:
+    """One host resolved through the config: (hop, its ProxyJump or None)."""
+    entry = config.lookup(alias)
+    files = [str(Path(p).expanduser()) for p in entry.get("identityfile", [])]
+    if identity_file:  # an inventory's key replaces the config's, it does not add to them
+        files = [str(Path(identity_file).expanduser())]
+    known_text = entry.get("userknownhostsfile")
+    known = tuple(
+        str(Path(p).expanduser())
+        for p in (known_text.split() if isinstance(known_text, str) else [])
+        if p != "/dev/null"
+    )
+    timeout = entry.get("connecttimeout")
+    hop = Hop(
+        alias=alias,
+        hostname=entry.get("hostname", alias),
+        port=port or int(entry.get("port", 22)),
+        user=user or entry.get("user"),
+        identity_files=tuple(dict.fromkeys(files)),
+        identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
+        known_hosts_files=known,
+        connect_timeout=float(timeout) if timeout else None,
+    )
+    jump = entry.get("proxyjump")
+    return hop, (None if not jump or jump.lower() == "none" else jump)
+
+
+def resolve_route(spec: NodeSpec, config: paramiko.SSHConfig) -> ResolvedRoute:
+    """The jump chain and target for `spec`; explicit spec fields win over the config."""
+    if not spec.host:
+        raise SshError(f"node {spec.name} has no host")
+    target, config_jump = _hop(config, spec.host, spec.user, spec.port, spec.identity_file)
+    jump_text = spec.proxy_jump if spec.proxy_jump is not None else config_jump
+    if jump_text is not None and jump_text.lower() == "none":
+        jump_text = None
+    jumps: list[Hop] = []
+    pending = jump_text
+    while pending:
+        # A jump host may itself sit behind another: its own ProxyJump comes first.
+        chain: list[Hop] = []
+        next_pending: str | None = None
+        for i, part in enumerate(p for p in pending.split(",") if p.strip()):
+            try:
+                user, host, port = parse_destination(part)
+            except ValueError as exc:
+                raise SshError(f"bad ProxyJump {pending!r}: {exc}") from None
+            hop, own_jump = _hop(config, host, user, port)
+            if i == 0:
+                next_pending = own_jump
+            chain.append(hop)
+        jumps[:0] = chain
+        if len(jumps) > MAX_JUMPS:
+            raise SshError(f"ProxyJump chain for {spec.host} is longer than {MAX_JUMPS} (a loop?)")
+        pending = next_pending
+    return ResolvedRoute(jumps=jumps, target=target)
+
+
+# --------------------------------------------------------------------------------------
+# host key verification
+
+
+class _VerifyingPolicy(paramiko.MissingHostKeyPolicy):
+    """Called by paramiko when no known-hosts file has the host: refuse or remember."""
+
+    def __init__(self, accept_new: bool, console_file: Path, port: int) -> None:
+        self.accept_new = accept_new
+        self.console_file = console_file
+        self.port = port
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        # paramiko passes `[host]:port` already for non-default ports.
+        if self.accept_new:
+            remember_host_key(hostname, key, self.console_file)
+            return
+        raise UnknownHostKey(hostname, key, self.console_file)
+
+
+def _known_host_files(hop: Hop) -> list[Path]:
+    files = [Path("~/.ssh/known_hosts").expanduser()]
+    files += [Path(p) for p in hop.known_hosts_files]
+    return list(dict.fromkeys(files))
+
+
+# --------------------------------------------------------------------------------------
+# connecting
+
+
+def _open_socket(hop: Hop, timeout: float) -> socket.socket:
+    try:
+        return socket.create_connection((hop.hostname, hop.port), timeout=timeout)
+    except socket.gaierror as exc:
+        raise SshError(f"cannot resolve host name {hop.hostname!r}: {exc.strerror}") from None
+    except ConnectionRefusedError:
+        raise SshError(
+            f"connection refused by {hop.hostname}:{hop.port} (is sshd running there?)"
+        ) from None
+    except TimeoutError:
+        raise SshError(
+            f"connection to {hop.hostname}:{hop.port} timed out after {timeout:g}s"
+        ) from None
+    except OSError as exc:
+        raise SshError(f"cannot reach {hop.hostname}:{hop.port}: {exc.strerror or exc}") from None
+
+
+def _connect_hop(
+    hop: Hop,
+    sock: Any,
+    *,
+    timeout: float,
+    accept_new_hosts: bool,
+    allow_agent: bool,
+    look_for_keys: bool,
+    console_known_hosts: Path,
+) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    for path in [*_known_host_files(hop), console_known_hosts]:
+        if path.exists():
+            try:
+                client.load_system_host_keys(str(path))
+            except (OSError, paramiko.SSHException) as exc:
+                raise SshError(f"cannot read known hosts file {path}: {exc}") from None
+    client.set_missing_host_key_policy(
+        _VerifyingPolicy(accept_new_hosts, console_known_hosts, hop.port)
+    )
+    user = hop.user or _local_user()
+    keys = [p for p in hop.identity_files if os.path.exists(p)]
+    if hop.identity_files and not keys and hop.identities_only:
+        raise SshError(f"identity file {hop.identity_files[0]} does not exist")
+    try:
+        client.connect(
+            hop.hostname,
+            port=hop.port,
+            username=user,
+            key_filename=keys or None,  # type: ignore[arg-type]  # a list is accepted
+            sock=sock,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            channel_timeout=timeout,
+            allow_agent=allow_agent and not hop.identities_only,
+            look_for_keys=look_for_keys and not (hop.identities_only and keys),
+        )
+    except HostKeyError:
+        client.close()
+        raise
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        name = known_hosts_name(hop.hostname, hop.port)
+        raise ChangedHostKey(name, exc.key, exc.expected_key) from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        tried = ", ".join(keys) if keys else "ssh-agent and default keys"
+        raise SshError(
+            f"authentication failed for {user}@{hop.hostname}:{hop.port} (tried {tried}): {exc}"
+        ) from None
+    except paramiko.PasswordRequiredException:
+        client.close()
+        raise SshError(
+            f"key for {user}@{hop.hostname} is encrypted: add it to ssh-agent (ssh-add)"
+        ) from None
+    except (paramiko.SSHException, EOFError) as exc:
+        # The transport thread's own error (e.g. no banner) says more than the symptom.
+        saved = getattr(client.get_transport(), "saved_exception", None)
+        client.close()
+        detail = str(saved or exc) or exc.__class__.__name__
+        if "no authentication methods" in detail.lower():
+            raise SshError(
+                f"authentication failed for {user}@{hop.hostname}:{hop.port}: no key to offer "
+                "(no IdentityFile, no default key, ssh-agent empty or not running)"
+            ) from None
+        lowered = detail.lower()
+        if "banner" in lowered or "timed out" in lowered:
+            detail = f"no SSH answer within {timeout:g}s ({detail})"
+        elif "no existing session" in lowered:
+            # paramiko gives up negotiating at the timeout without saying so
+            detail = f"no SSH answer within {timeout:g}s (handshake did not finish)"
+        raise SshError(f"ssh to {hop.label} failed: {detail}") from None
+    except TimeoutError:
+        client.close()
+        raise SshError(f"ssh to {hop.label} timed out after {timeout:g}s") from None
+    except OSError as exc:
+        client.close()
+        raise SshError(f"ssh to {hop.label} failed: {exc.strerror or exc}") from None
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(KEEPALIVE_SECONDS)
+    return client
+
+
+def _local_user() -> str:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "root"
+
+
+def connect_route(
+    route: ResolvedRoute,
+    *,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    accept_new_hosts: bool = False,
+    allow_agent: bool = True,
+    look_for_keys: bool = True,
+    known_hosts_file: Path | None = None,
+) -> list[paramiko.SSHClient]:
+    """Connect through every jump host to the target; the last client is the target's."""
+    assert route.target is not None
+    console_file = known_hosts_file or locations.known_hosts_file()
+    clients: list[paramiko.SSHClient] = []
+    try:
+        for hop in [*route.jumps, route.target]:
+            hop_timeout = hop.connect_timeout or timeout
+            if not clients:
+                sock: Any = _open_socket(hop, hop_timeout)
+            else:
+                via = clients[-1].get_transport()
+                assert via is not None
+                try:
+                    sock = via.open_channel(
+                        "direct-tcpip",
+                        (hop.hostname, hop.port),
+                        ("127.0.0.1", 0),
+                        timeout=hop_timeout,
+                    )
+                except paramiko.ChannelException as exc:
+                    raise SshError(
+                        f"jump host cannot reach {hop.hostname}:{hop.port}: {exc.text}"
+                    ) from None
+                except (paramiko.SSHException, EOFError, OSError) as exc:
+                    raise SshError(
+                        f"jump host could not open a tunnel to {hop.hostname}:{hop.port}: {exc}"
+                    ) from None
+            clients.append(
+                _connect_hop(
+                    hop,
+                    sock,
+                    timeout=hop_timeout,
+                    accept_new_hosts=accept_new_hosts,
+                    allow_agent=allow_agent,
+                    look_for_keys=look_for_keys,
+                    console_known_hosts=console_file,
+                )
+            )
+    except BaseException:
+        for client in reversed(clients):
+            client.close()
+        raise
+    return clients
+
+
+# --------------------------------------------------------------------------------------
+# the channel
+
+
+class SshChannel:
+    """The agent's stdio over one SSH exec channel (a `transport.Channel`)."""
+
+    def __init__(
+        self, clients: list[paramiko.SSHClient], command: str, node: str, python: str
+    ) -> None:
+        self.clients = clients
+        self.node = node
+        self.python = python
+        transport = clients[-1].get_transport()
+        assert transport is not None
+        self.transport = transport
+        try:
+            self.chan = transport.open_session()
+            self.chan.exec_command(command)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._close_clients()
+            raise SshError(f"{node}: cannot start the agent: {exc}") from None
+        self._stdout = self.chan.makefile("rb")
+        self._stderr: list[bytes] = []
+        self._send_lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._drain_stderr, name=f"ssh-stderr-{node}", daemon=True).start()
+
+    def _drain_stderr(self) -> None:
+        try:
+            for line in self.chan.makefile_stderr("rb"):
+                self._stderr.append(line)
+                del self._stderr[:-20]
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def send(self, data: bytes) -> None:
+        with self._send_lock:
+            try:
+                self.chan.sendall(data)
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                raise ChannelClosed(self.exit_reason()) from exc
+
+    def recv_line(self) -> bytes:
+        try:
+            return bytes(self._stdout.readline())
+        except (OSError, EOFError, paramiko.SSHException, ValueError):
+            return b""
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self.chan.close()
+        self._close_clients()
+
+    def _close_clients(self) -> None:
+        for client in reversed(self.clients):
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                client.close()
+
+    def exit_reason(self) -> str:
+        """Why the agent's channel ended, in one line."""
+        if self._closed:
+            return "connection closed by the console"
+        status: int | None = None
+        if self.chan.status_event.wait(1.0):
+            status = self.chan.exit_status
+        tail_lines = b"".join(self._stderr).decode(errors="replace").strip().splitlines()
+        tail = tail_lines[-1] if tail_lines else ""
+        if status == 127 or "command not found" in tail or "No such file" in tail:
+            return (
+                f"{self.python} not found on {self.node}: install Python 3 there "
+                f"or set the node's python in the inventory ({tail or 'exit 127'})"
+            )
+        if status is not None and status >= 0:
+            return f"agent on {self.node} exited with status {status}" + (
+                f": {tail}" if tail else ""
+            )
+        if not self.transport.is_active():
+            return f"SSH connection to {self.node} lost"
+        if self.chan.exit_status == -1 and self.chan.closed:
+            return f"agent on {self.node} was killed" + (f": {tail}" if tail else "")
+        return f"agent on {self.node} stopped" + (f": {tail}" if tail else "")
+
+
+def open_ssh_channel(
+    spec: NodeSpec,
+    *,
+    accept_new_hosts: bool = False,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ssh_config: str | os.PathLike[str] | None = None,
+    allow_agent: bool = True,
+    look_for_keys: bool = True,
+    known_hosts_file: str | os.PathLike[str] | None = None,
+    **_ignored: Any,
+) -> SshChannel:
+    """Connect to `spec`'s node and start its agent; raises `SshError` with a clear reason."""
+    config = load_ssh_config(ssh_config_path(ssh_config))
+    route = resolve_route(spec, config)
+    clients = connect_route(
+        route,
+        timeout=connect_timeout,
+        accept_new_hosts=accept_new_hosts,
+        allow_agent=allow_agent,
+        look_for_keys=look_for_keys,
+        known_hosts_file=Path(known_hosts_file) if known_hosts_file else None,
+    )
+    command = shlex.join(bootstrap_argv(spec.python))
+    return SshChannel(clients, command, spec.name, spec.python)
+
+
+def describe_route(spec: NodeSpec, ssh_config: str | None = None) -> str:
+    """`user@host:port via jump1 -> jump2`, for display."""
+    route = resolve_route(spec, load_ssh_config(ssh_config_path(ssh_config)))
+    assert route.target is not None
+    via = " -> ".join(h.label for h in route.jumps)
+    return route.target.label + (f" via {via}" if via else "")
+
+
+__all__ = [
+    "ChangedHostKey",
+    "HostKeyError",
+    "SshChannel",
+    "SshError",
+    "UnknownHostKey",
+    "describe_route",
+    "fingerprint",
+    "open_ssh_channel",
+    "remember_host_key",
+    "resolve_route",
+]
