@@ -144,3 +144,69 @@ def test_nodes_unknown_host_needs_accept_new_hosts(cluster: TestCluster, tmp_pat
     assert accepted.returncode == 0, accepted.stderr
     assert (data / "known_hosts").read_text().startswith(f"[{node.address}]:{node.port} ")
     assert run_cli(cluster, *base).returncode == 0  # remembered
+
+
+async def _until(condition: Any, timeout: float = 60.0, what: str = "") -> None:
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_cluster_screen_over_ssh_confirms_an_unknown_host_key(
+    cluster: TestCluster, job: GlooJob, tmp_path: Path
+) -> None:
+    """The Cluster screen on real nodes: node2 is known; node3's key is new, so its
+    fingerprint is shown and trusting it brings the node and its ranks up."""
+    from areal_console.app import ConsoleApp
+    from areal_console.core.targets import NodeSpec
+    from areal_console.screens.cluster import ClusterScreen
+    from areal_console.screens.host_key import HostKeyScreen
+    from areal_console.widgets.node_table import NodeTable
+    from areal_console.widgets.process_table import ProcessTable
+
+    known, fresh = cluster.nodes[1], cluster.nodes[2]
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        cluster.ssh_config.read_text()
+        + f"\nHost fresh\n    HostName {fresh.address}\n    Port {fresh.port}\n    User root\n"
+        f"    IdentityFile {cluster.identity}\n"
+    )
+    specs = [known.spec(), NodeSpec(name="fresh", transport="ssh", host="fresh")]
+    fleet = Fleet(specs, ssh_config=str(config), allow_agent=False)
+    app = ConsoleApp(fleet, refresh_interval=0.3)
+    async with app.run_test(size=(150, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ClusterScreen)
+        nodes = screen.query_one(NodeTable)
+        await _until(lambda: isinstance(app.screen, HostKeyScreen), what="the host key question")
+        question = app.screen
+        assert isinstance(question, HostKeyScreen)
+        assert question.node == "fresh" and question.key.startswith("ssh-ed25519 SHA256:")
+        assert str(nodes.get_cell("fresh", "state")) == "down"
+        await pilot.press("y")
+        await _until(lambda: str(nodes.get_cell("fresh", "state")) == "up", what="fresh up")
+        await _until(lambda: str(nodes.get_cell(known.name, "state")) == "up", what="node2 up")
+        table = screen.query_one(ProcessTable)
+
+        def ranks_on(node: str) -> list[int]:
+            return sorted(
+                int(str(table.get_cell(k, "rank")).split("/")[0])
+                for k in table.rows
+                if (k.value or "").startswith(node + ":") and str(table.get_cell(k, "rank")) != "-"
+            )
+
+        await _until(lambda: ranks_on("fresh") == job.ranks_on(fresh), what="ranks on fresh")
+        assert ranks_on(known.name) == job.ranks_on(known)
+        assert str(nodes.get_cell("fresh", "ranks")) == str(RANKS_PER_NODE)
+        assert str(nodes.get_cell("fresh", "latency")).endswith(" ms")
+        # Enter drills into the highlighted node: only its processes remain.
+        nodes.focus()
+        await pilot.press("enter")
+        drilled = screen.drilled
+        assert drilled in ("fresh", known.name)
+        await _until(lambda: all((k.value or "").startswith(drilled + ":") for k in table.rows),
+                     what="drill-in")  # fmt: skip

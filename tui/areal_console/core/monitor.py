@@ -34,6 +34,7 @@ class NodeView:
     received_at: float | None = None
     gpu_history: dict[int, deque[float]] = field(default_factory=dict)
     hello: dict[str, Any] = field(default_factory=dict)
+    host_key: str | None = None  # "type fingerprint" of an unknown host key awaiting the user
 
     @property
     def processes(self) -> list[dict[str, Any]]:
@@ -97,9 +98,17 @@ class FleetMonitor:
                     v.received_at,
                     {i: deque(h, maxlen=HISTORY) for i, h in v.gpu_history.items()},
                     v.hello,
+                    v.host_key,
                 )
                 out.append(copy)
             return out
+
+    def trust_host_key(self, name: str) -> None:
+        """The user accepted the node's unknown host key: remember it and connect now."""
+        session = self.fleet.session(name)
+        session.trust_host_key()
+        self._update(name, host_key=None, state="connecting", error=None)
+        self._wake[name].set()
 
     def set_include_all(self, include_all: bool) -> None:
         """Switch between ranks only and every Python process (restarts the streams)."""
@@ -156,8 +165,15 @@ class FleetMonitor:
                 session.call("stream", {"interval": self.interval, "all": self.include_all})
                 backoff = 1.0
             except (AgentDisconnected, AgentError, OSError, ValueError) as exc:
-                session.close()
+                key = session.unknown_host_key
                 self._update(name, state="down", error=str(exc) or exc.__class__.__name__)
+                if key is not None:
+                    # Retrying cannot help: wait for the user to trust (or not) the key.
+                    self._update(name, host_key=f"{key.key_type} {key.fingerprint}")
+                    self._wake[name].wait()
+                    self._wake[name].clear()
+                    continue
+                session.close()
                 self._wake[name].wait(backoff)
                 self._wake[name].clear()
                 backoff = min(self.max_backoff, backoff * 2)
@@ -198,3 +214,8 @@ class RecordedMonitor:
 
     def set_include_all(self, include_all: bool) -> None:
         self.include_all = include_all
+
+    def trust_host_key(self, name: str) -> None:
+        for view in self.views:
+            if view.name == name:
+                view.host_key = None

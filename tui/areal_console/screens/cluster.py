@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label
 
 from areal_console.core.monitor import NodeView
+from areal_console.screens.host_key import HostKeyScreen
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
@@ -114,6 +115,7 @@ class ClusterScreen(Screen[None]):
         self.show_all = False
         self.node_order = "name"
         self._views: list[NodeView] = []
+        self._asked_host_keys: set[tuple[str, str]] = set()
 
     @property
     def console(self) -> ConsoleApp:
@@ -161,6 +163,31 @@ class ClusterScreen(Screen[None]):
         self.query_one(StatusLine).say(
             status_text(views, self.drilled, self.text_filter, self.show_all)
         )
+        self._ask_about_host_keys(views)
+
+    def _ask_about_host_keys(self, views: list[NodeView]) -> None:
+        """Show each unknown host key once, and let the user trust it."""
+        for view in views:
+            if not view.host_key or (view.name, view.host_key) in self._asked_host_keys:
+                continue
+            self._asked_host_keys.add((view.name, view.host_key))
+            name = view.name
+
+            def answered(trust: bool | None, name: str = name) -> None:
+                if trust:
+                    self._trust_host_key(name)
+                else:
+                    self.notify(
+                        f"{name}: host key refused; the node stays down", severity="warning"
+                    )
+
+            self.app.push_screen(HostKeyScreen(view.name, view.address, view.host_key), answered)
+            return  # one question at a time
+
+    @work(thread=True, group="host-keys", exit_on_error=False)
+    def _trust_host_key(self, name: str) -> None:
+        self.console.monitor.trust_host_key(name)
+        self.app.call_from_thread(self.notify, f"{name}: host key trusted; connecting")
 
     def _sorted(self, views: list[NodeView]) -> list[NodeView]:
         if self.node_order == "state":

@@ -30,7 +30,9 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     used = sum(g.get("mem_used") or 0 for g in gpus)
     total = sum(g.get("mem_total") or 0 for g in gpus)
     ranks = [p for p in view.processes if p.get("rank") is not None]
-    if view.state == "down":
+    if view.host_key:
+        detail = f"unknown host key {view.host_key}: trust it? (y/n)"
+    elif view.state == "down":
         detail = view.error or "down"
     elif view.state == "connecting":
         detail = "connecting…"
