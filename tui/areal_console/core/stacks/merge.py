@@ -174,9 +174,19 @@ class StackAnalysis:
 
     @property
     def divergence(self) -> Frame | None:
-        """The deepest frame shared by all ranks (None when they share nothing)."""
+        """Where the ranks part ways: the deepest function every rank is in.
+
+        That is the frame after the shared prefix when all ranks are in the same function
+        there on different lines (a loop body vs. its `finally`), else the last shared one.
+        """
         if len(self.groups) < 2:
             return None
+        depth = len(self.shared)
+        nxt = [g.frames[-1 - depth] for g in self.groups if len(g.frames) > depth]
+        if len(nxt) == len(self.groups) and all(
+            (f.function, f.file) == (nxt[0].function, nxt[0].file) for f in nxt
+        ):
+            return nxt[0]
         return self.shared[-1] if self.shared else None
 
     @property
