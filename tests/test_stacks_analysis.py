@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from areal_console.core.stacks import (
     analyse,
     build_capture,
@@ -240,7 +239,9 @@ def test_failed_dumps_are_data() -> None:
     raw["nodes"].append({"node": "node9", "error": "connection refused"})
     capture = build_capture(raw)
     bad = [r for r in capture.ranks if r.state != "ok"]
-    assert [(r.rank, r.state, r.error) for r in bad] == [(0, "error", "permission denied attaching")]
+    assert [(r.rank, r.state, r.error) for r in bad] == [
+        (0, "error", "permission denied attaching")
+    ]
     assert [(e.node, e.error) for e in capture.errors] == [("node9", "connection refused")]
     report = text_report(capture)
     assert "node node9: connection refused" in report

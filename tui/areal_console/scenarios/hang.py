@@ -125,18 +125,13 @@ class Trainer:
         self.grads.add_(1.0)
 
     def all_reduce_grads(self) -> None:
-        dist = self.dist
-        if self.pattern == "same_collective" and self.step == FAIL_AT_STEP:
+        group = None
+        if self.step == FAIL_AT_STEP and self.pattern != "slow":
+            # Every rank that gets here at the failing step stays here.
             _mark(self.state_dir, f"rank{self.rank}.ready")
-            group = self.ring_groups[self.rank]
-            dist.all_reduce(self.grads, group=group)
-            return
-        if self.step == FAIL_AT_STEP and self.pattern in ("cleanup_deadlock", "missing_rank"):
-            if self.rank != self.world_size - 1:
-                _mark(self.state_dir, f"rank{self.rank}.ready")
-        if self.step == FAIL_AT_STEP and self.pattern == "collective_mismatch":
-            _mark(self.state_dir, f"rank{self.rank}.ready")
-        dist.all_reduce(self.grads)
+            if self.pattern == "same_collective":
+                group = self.ring_groups[self.rank]
+        self.dist.all_reduce(self.grads, group=group)
 
     def broadcast_params(self) -> None:
         self.dist.broadcast(self.params, src=0, group=self.param_group)

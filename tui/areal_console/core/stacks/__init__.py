@@ -18,8 +18,8 @@ from areal_console.core.stacks.merge import (
 from areal_console.core.stacks.model import Frame, RankStack, StackCapture, Thread, build_capture
 
 __all__ = [
-    "DiffRow",
     "Diagnosis",
+    "DiffRow",
     "Frame",
     "RankGroup",
     "RankStack",

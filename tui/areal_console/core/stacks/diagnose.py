@@ -193,8 +193,8 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
             f"{_ranks_word(analysis.missing).capitalize()} missing: the process died",
             f"WORLD_SIZE is {analysis.world_size} but no node shows "
             f"{_ranks_word(analysis.missing)}; the surviving ranks wait for it.",
-            [f"missing: {_ranks_word(analysis.missing)} of {analysis.world_size}", *where]
-            + failed_note,
+            [f"missing: {_ranks_word(analysis.missing)} of {analysis.world_size}",
+             *where, *failed_note],
             [
                 "Read the missing rank's log and exit status; check `dmesg` for the OOM "
                 "killer and the node for GPU Xid errors",
@@ -246,11 +246,11 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
         kinds = {_short(f.function) for g in groups if (f := collective_frame(g.frames))}
         sites = {call_site(g.frames, collective_frame(g.frames)) for g in groups}
         what = "different collectives" if len(kinds) > 1 else "the same collective"
-        where = "different call sites" if len(sites) > 1 else "one call site"
+        site_word = "different call sites" if len(sites) > 1 else "one call site"
         return Diagnosis(
             "collective_mismatch",
             "Collective mismatch: ranks wait in different collectives",
-            f"All {sum(g.size for g in groups)} ranks are blocked in {what} at {where} "
+            f"All {sum(g.size for g in groups)} ranks are blocked in {what} at {site_word} "
             f"({', '.join(sorted(kinds))}); each waits for peers that called something else. "
             "Look for rank-dependent control flow before the divergence point.",
             _group_evidence(groups)

@@ -73,3 +73,29 @@ def diff_stacks(left: Stack, right: Stack) -> StackDiff:
             first = i
         rows.append(DiffRow(fa, fb, kind))
     return StackDiff(rows, first)
+
+
+@dataclass
+class RankChange:
+    """How one rank's main-thread stack differs between two captures."""
+
+    rank: int
+    status: str  # changed | same | appeared | vanished
+    diff: StackDiff | None
+
+
+def compare_captures(before: Any, after: Any) -> list[RankChange]:
+    """Rank by rank, main-thread stacks of two `StackCapture`s (before/after a change)."""
+    left = {r.rank: r for r in before.rank_stacks if r.state == "ok"}
+    right = {r.rank: r for r in after.rank_stacks if r.state == "ok"}
+    out: list[RankChange] = []
+    for rank in sorted(set(left) | set(right)):
+        a, b = left.get(rank), right.get(rank)
+        if a is None:
+            out.append(RankChange(rank, "appeared", None))
+        elif b is None:
+            out.append(RankChange(rank, "vanished", None))
+        else:
+            d = diff_stacks(a.main_frames, b.main_frames)
+            out.append(RankChange(rank, "same" if d.equal else "changed", d))
+    return out
