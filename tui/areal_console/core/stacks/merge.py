@@ -145,6 +145,31 @@ def build_tree(groups: list[RankGroup]) -> TreeNode:
     return root
 
 
+def thread_trees(capture: StackCapture, include_idle: bool) -> dict[str, TreeNode]:
+    """Every thread of every rank, one merged tree per thread name (main thread first)."""
+    by_name: dict[str, dict[Stack, RankGroup]] = {}
+    main_names: set[str] = set()
+    for r in capture.ranks:
+        if r.rank is None or r.state != "ok":
+            continue
+        for t in r.threads:
+            if t.idle and not include_idle:
+                continue
+            if t.is_main:
+                main_names.add(t.name)
+            groups = by_name.setdefault(t.name, {})
+            group = groups.get(t.frames)
+            if group is None:
+                group = groups[t.frames] = RankGroup([], t.frames)
+            group.ranks.append(r.rank)
+    order = sorted(by_name, key=lambda n: (n not in main_names, n))
+    out: dict[str, TreeNode] = {}
+    for name in order:
+        groups = sorted(by_name[name].values(), key=lambda g: (-g.size, min(g.ranks)))
+        out[name] = build_tree(groups)
+    return out
+
+
 def common_prefix(groups: list[RankGroup]) -> Stack:
     """Frames shared from the root by every group (root first)."""
     if not groups:
