@@ -16,7 +16,7 @@ from areal_console.core.stacks import (
     parse_ranks,
 )
 from areal_console.core.stacks.diagnose import collective_frame
-from areal_console.core.stacks.merge import group_ranks
+from areal_console.core.stacks.merge import group_ranks, thread_trees
 from areal_console.core.stacks.model import Frame, capture_from_json, parse_pyspy_threads
 from areal_console.core.stacks.report import capture_json, text_report
 
@@ -90,6 +90,22 @@ def test_idle_threads_are_detected() -> None:
     assert [(t.name, t.is_main, t.idle) for t in threads] == [
         ("MainThread", True, False), ("loader", False, False), ("pool-0", False, True)
     ]
+
+
+def test_recorded_heartbeat_threads_are_idle(fixtures: dict[str, Any]) -> None:
+    for r in fixtures["same_collective"].capture.rank_stacks:
+        assert [(t.name, t.is_main, t.idle) for t in r.threads] == [
+            ("MainThread", True, False), ("heartbeat", False, True)
+        ]
+
+
+def test_thread_trees_hide_idle_threads(fixtures: dict[str, Any]) -> None:
+    capture = fixtures["cleanup_deadlock"].capture
+    assert list(thread_trees(capture, include_idle=False)) == ["MainThread"]
+    trees = thread_trees(capture, include_idle=True)
+    assert list(trees) == ["MainThread", "heartbeat"]
+    assert trees["heartbeat"].label == "0-3"
+    assert [c.label for c in trees["MainThread"].children.values()] == ["0-3"]
 
 
 def test_frames_are_interned_across_ranks(fixtures: dict[str, Any]) -> None:

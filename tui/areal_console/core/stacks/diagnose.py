@@ -146,6 +146,18 @@ def describe(frames: Stack) -> str:
     return where
 
 
+def short_where(frames: Stack) -> str:
+    """`all_reduce_grads > all_reduce`: the call site and the collective (or the leaf)."""
+    coll = collective_frame(frames)
+    leaf = coll or (frames[0] if frames else None)
+    if leaf is None:
+        return "(no frames)"
+    site = call_site(frames, coll)
+    if site is not None and site != leaf:
+        return f"{_short(site.function)} > {_short(leaf.function)}"
+    return _short(leaf.function)
+
+
 def _ranks_word(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 

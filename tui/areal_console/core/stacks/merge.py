@@ -165,8 +165,8 @@ def thread_trees(capture: StackCapture, include_idle: bool) -> dict[str, TreeNod
     order = sorted(by_name, key=lambda n: (n not in main_names, n))
     out: dict[str, TreeNode] = {}
     for name in order:
-        groups = sorted(by_name[name].values(), key=lambda g: (-g.size, min(g.ranks)))
-        out[name] = build_tree(groups)
+        ordered = sorted(by_name[name].values(), key=lambda g: (-g.size, min(g.ranks)))
+        out[name] = build_tree(ordered)
     return out
 
 
