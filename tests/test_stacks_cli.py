@@ -202,3 +202,33 @@ def test_capture_is_parallel_and_saved(jobs: dict[str, ScenarioJob]) -> None:
     # all dumps overlap in time: the whole round costs about one dump, not five
     assert elapsed < sum(d["seconds"] for d in dumps) + 1.0
     assert any(c.capture_id == capture.capture_id for c in list_captures())
+
+
+async def test_screen_captures_a_live_job(jobs: dict[str, ScenarioJob]) -> None:
+    """The Stacks screen taking a real capture through the local agent, end to end."""
+    from textual.app import App
+
+    from areal_console.screens.stacks import StacksScreen
+    from areal_console.widgets.rank_group_table import RankGroupTable
+
+    fleet = Fleet([NodeSpec(name="node0")])
+    options = CaptureOptions(match=str(jobs["cleanup_deadlock"].state_dir))
+    screen = StacksScreen(recapture=lambda: take_capture(fleet, options))
+
+    class StacksApp(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    try:
+        async with StacksApp().run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 60
+            while screen.analysis is None and time.monotonic() < deadline:
+                await pilot.pause(0.05)
+            assert screen.diagnosis is not None
+            assert screen.diagnosis.pattern == "cleanup_deadlock"
+            assert [g.label for g in screen.query_one(RankGroupTable).groups] == ["0-2", "3"]
+            assert screen.capture is not None and screen.capture.capture_id
+            saved = [c.capture_id for c in list_captures()]
+            assert screen.capture.capture_id in saved  # saved before it was shown
+    finally:
+        fleet.close()

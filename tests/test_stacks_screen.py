@@ -7,11 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-from textual.app import App
-from textual.widgets import Input, Static
-
 import areal_console.scenarios.hang as hang_module
+import pytest
 from areal_console.core.stacks.model import StackCapture, build_capture
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.screens.stacks import StacksScreen
@@ -19,6 +16,8 @@ from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
+from textual.app import App
+from textual.widgets import Input, Static
 
 DATA = Path(__file__).parent / "data" / "pyspy"
 HANG_PY = str(Path(hang_module.__file__).resolve())

@@ -410,7 +410,8 @@ def explain_pyspy_failure(pid: int, text: str, returncode: int | None) -> tuple[
 def _is_wrapper(pid: int) -> bool:
     """A live process that is not Python itself (a shell, a launcher binary)."""
     try:
-        cmdline = [a.decode(errors="replace") for a in _read(f"/proc/{pid}/cmdline").split(b"\0") if a]
+        raw = _read(f"/proc/{pid}/cmdline").split(b"\0")
+        cmdline = [a.decode(errors="replace") for a in raw if a]
         comm = _read(f"/proc/{pid}/comm").decode(errors="replace").strip()
     except OSError:
         return False  # gone: py-spy will say so
