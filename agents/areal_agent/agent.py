@@ -437,6 +437,17 @@ def explain_pyspy_failure(pid: int, text: str, returncode: int | None) -> tuple[
     return "error", f"py-spy failed on {pid}: {first}"
 
 
+def _is_wrapper(pid: int) -> bool:
+    """A live process that is not Python itself (a shell, a launcher binary)."""
+    try:
+        raw = _read(f"/proc/{pid}/cmdline").split(b"\0")
+        cmdline = [a.decode(errors="replace") for a in raw if a]
+        comm = _read(f"/proc/{pid}/comm").decode(errors="replace").strip()
+    except OSError:
+        return False  # gone: py-spy will say so
+    return not is_python(cmdline, comm)
+
+
 def python_descendants(pid: int, procs: dict[int, dict[str, Any]]) -> list[int]:
     """The nearest Python processes at or below `pid` (walks shells and launchers' children)."""
     children: dict[int, list[int]] = {}
@@ -673,11 +684,12 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
                 for pid in pids
             ]
         }
-    procs = agent.processes.snapshot()
     targets: list[tuple[int, int]] = []  # (requested pid, dumped pid)
+    wrappers = [pid for pid in pids if _is_wrapper(pid)]
+    # Only wrappers need the whole process table (to find their Python children).
+    procs = agent.processes.snapshot() if wrappers else {}
     for pid in pids:
-        p = procs.get(pid)
-        if p is not None and not is_python(p["cmdline"], p["comm"]):
+        if pid in wrappers:
             kids = python_descendants(pid, procs)
             targets.extend((pid, kid) for kid in kids) if kids else targets.append((pid, pid))
         else:

@@ -1,0 +1,156 @@
+"""Benchmarks for stack capture and analysis.
+
+    PYTHONPATH=tui:agents python bench/bench_stacks.py [--ranks 8] [--sizes 1024,4096,16384]
+
+1. Analysis: synthetic jobs of 1k/4k/16k ranks built from the real py-spy dumps recorded
+   in tests/data/pyspy (a cleanup deadlock: most ranks in the training loop's all_reduce,
+   a few in a cleanup barrier, a few in a mismatched broadcast). Timed: building the
+   capture from the agents' replies, merging and diagnosing, and the JSON export.
+2. Capture: a real hung gloo job with --ranks ranks on this machine; `areal-console
+   stacks`' capture (one agent, one py-spy per rank, in parallel) against the loop from
+   AReaL's guide, `for pid in ...; do py-spy dump --pid $pid; done`, in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+
+from areal_console.core.fleet import Fleet  # noqa: E402
+from areal_console.core.stacks.capture import CaptureOptions, capture_raw  # noqa: E402
+from areal_console.core.stacks.diagnose import diagnose  # noqa: E402
+from areal_console.core.stacks.merge import analyse  # noqa: E402
+from areal_console.core.stacks.model import build_capture  # noqa: E402
+from areal_console.core.stacks.report import capture_json  # noqa: E402
+from areal_console.core.targets import NodeSpec  # noqa: E402
+from areal_console.scenarios import start_scenario  # noqa: E402
+
+DATA = ROOT / "tests" / "data" / "pyspy"
+RANKS_PER_NODE = 8
+
+
+def _rank_dumps(name: str) -> list[dict[str, Any]]:
+    """The recorded dumps of rank processes in fixture `name`, ordered by rank."""
+    raw = json.loads((DATA / f"{name}.json").read_text())
+    node = raw["nodes"][0]
+    rank_of = {p["pid"]: p["rank"] for p in node["processes"]}
+    dumps = [d for d in node["samples"][0] if rank_of.get(d["pid"]) is not None]
+    return sorted(dumps, key=lambda d: rank_of[d["pid"]])
+
+
+def synthetic_raw(world: int) -> dict[str, Any]:
+    """A raw capture of `world` ranks, 8 per node, from real recorded dumps."""
+    deadlock = _rank_dumps("cleanup_deadlock")
+    mismatch = _rank_dumps("collective_mismatch")
+    training, cleanup = deadlock[0], deadlock[-1]
+    broadcast = mismatch[1]
+    nodes = []
+    for n in range(world // RANKS_PER_NODE):
+        procs, dumps = [], []
+        for local in range(RANKS_PER_NODE):
+            rank = n * RANKS_PER_NODE + local
+            pid = 10_000 + rank
+            source = training
+            if rank % 997 == 5:
+                source = cleanup
+            elif rank % 1021 == 9:
+                source = broadcast
+            procs.append({"pid": pid, "ppid": 1, "rank": rank, "local_rank": local,
+                          "world_size": world, "role": "trainer",
+                          "cmdline": "python train.py"})
+            dumps.append({"pid": pid, "requested_pid": pid, "ok": True,
+                          "threads": source["threads"]})
+        nodes.append({"node": f"node{n:04d}", "error": None, "processes": procs,
+                      "samples": [dumps]})
+    return {"captured_at": "2026-01-01T00:00:00+00:00", "interval": 0.0, "nodes": nodes}
+
+
+def best_of(fn: Any, repeat: int = 3) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
+
+
+def bench_analysis(sizes: list[int]) -> None:
+    print("analysis (best of 3)")
+    print(f"{'ranks':>6} {'build':>8} {'merge+diagnose':>15} {'json':>8} {'total':>8}  result")
+    for world in sizes:
+        raw = synthetic_raw(world)
+        t_build, capture = best_of(lambda raw=raw: build_capture(raw))
+
+        def merge(capture: Any = capture) -> Any:
+            analysis = analyse(capture)
+            return analysis, diagnose(analysis)
+
+        t_merge, (analysis, diagnosis) = best_of(merge)
+        t_json, _ = best_of(lambda c=capture, a=analysis, d=diagnosis: capture_json(c, a, d))
+        labels = ", ".join(f"{g.label[:24]}({g.size})" for g in analysis.groups)
+        print(f"{world:>6} {t_build:>7.3f}s {t_merge:>14.3f}s {t_json:>7.3f}s "
+              f"{t_build + t_merge + t_json:>7.3f}s  {diagnosis.pattern}: {labels}")
+
+
+def bench_capture(nproc: int, repeat: int) -> None:
+    print(f"\ncapture of a hung {nproc}-rank gloo job on this machine (median of {repeat}; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+    with start_scenario("collective_mismatch", nproc=nproc) as job:
+        job.wait_ready(300)
+        pids = job.rank_pids()
+        loop = "for pid in " + " ".join(map(str, pids)) + "; do py-spy dump --pid $pid; done"
+        fleet = Fleet([NodeSpec(name="node0")])
+        try:
+            session = fleet.sessions[0]
+            session.connect()  # agent up: measure the capture, not the agent start
+            options = CaptureOptions(match=str(job.state_dir))
+            seq, dumps_only, full, cpu = [], [], [], []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                out = subprocess.run(["bash", "-c", loop], capture_output=True, text=True)
+                seq.append(time.perf_counter() - t0)
+                assert out.stdout.count("Thread ") >= nproc, out.stderr
+                t0 = time.perf_counter()
+                reply = session.call("pyspy", {"pids": pids})
+                dumps_only.append(time.perf_counter() - t0)
+                assert all(d["ok"] for d in reply["dumps"])
+                cpu.append(sum(d["seconds"] for d in reply["dumps"]))
+                t0 = time.perf_counter()
+                raw = capture_raw(fleet, options)
+                full.append(time.perf_counter() - t0)
+                dumps = raw["nodes"][0]["samples"][0]
+                assert sum(1 for d in dumps if d["ok"]) == nproc + 1  # ranks + launcher
+        finally:
+            fleet.close()
+    s, d, f = statistics.median(seq), statistics.median(dumps_only), statistics.median(full)
+    print(f"  sequential loop, {nproc} x py-spy dump:              {s:.3f}s")
+    print(f"  agent pyspy op, {nproc} dumps in parallel:           {d:.3f}s  "
+          f"({s / d:.1f}x; sum of per-dump wall times {statistics.median(cpu):.3f}s)")
+    print(f"  full capture (find ranks + launcher, dump, build): {f:.3f}s  ({s / f:.1f}x)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1024,4096,16384")
+    parser.add_argument("--ranks", type=int, default=8, help="ranks of the live job")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--skip-capture", action="store_true")
+    args = parser.parse_args()
+    bench_analysis([int(s) for s in args.sizes.split(",")])
+    if not args.skip_capture:
+        bench_capture(args.ranks, args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""The Stacks screen driven with Pilot on real recorded captures."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import areal_console.scenarios.hang as hang_module
+import pytest
+from areal_console.core.stacks.model import StackCapture, build_capture
+from areal_console.screens.source_view import SourceViewScreen
+from areal_console.screens.stacks import StacksScreen
+from areal_console.widgets.diagnosis_banner import DiagnosisBanner
+from areal_console.widgets.rank_group_table import RankGroupTable
+from areal_console.widgets.stack_diff import StackDiffView
+from areal_console.widgets.stack_tree import StackTree
+from textual.app import App
+from textual.widgets import Input, Static
+
+DATA = Path(__file__).parent / "data" / "pyspy"
+HANG_PY = str(Path(hang_module.__file__).resolve())
+
+
+def load_raw(name: str) -> dict[str, Any]:
+    raw = json.loads((DATA / f"{name}.json").read_text())
+    # The recording names the scenario file where it was recorded; point at this checkout.
+    for node in raw["nodes"]:
+        for sample in node["samples"]:
+            for dump in sample:
+                for thread in dump.get("threads") or []:
+                    for frame in thread["frames"]:
+                        if frame["filename"].endswith("areal_console/scenarios/hang.py"):
+                            frame["filename"] = HANG_PY
+    return raw
+
+
+def capture_of(name: str) -> StackCapture:
+    return build_capture(load_raw(name))
+
+
+def big_capture(world: int) -> StackCapture:
+    """`world` ranks from the cleanup-deadlock recording: a few in cleanup, the rest training."""
+    node = load_raw("cleanup_deadlock")["nodes"][0]
+    rank_of = {p["pid"]: p["rank"] for p in node["processes"]}
+    dumps = sorted((d for d in node["samples"][0] if rank_of.get(d["pid"]) is not None),
+                   key=lambda d: rank_of[d["pid"]])
+    nodes = []
+    for n in range(world // 8):
+        procs, out = [], []
+        for local in range(8):
+            rank = n * 8 + local
+            src = dumps[-1] if rank % 997 == 5 else dumps[0]
+            procs.append({"pid": 1000 + rank, "ppid": 1, "rank": rank, "local_rank": local,
+                          "world_size": world, "role": "trainer", "cmdline": "python train.py"})
+            out.append({"pid": 1000 + rank, "ok": True, "threads": src["threads"]})
+        nodes.append({"node": f"node{n}", "processes": procs, "samples": [out]})
+    return build_capture({"captured_at": "2026-01-01T00:00:00+00:00", "nodes": nodes})
+
+
+class StacksApp(App[None]):
+    def __init__(self, screen: StacksScreen) -> None:
+        super().__init__()
+        self.stacks_screen = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self.stacks_screen)
+
+
+async def wait_until(pilot: Any, predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        await pilot.pause(0.02)
+
+
+def group_labels(table: RankGroupTable) -> list[str]:
+    return [str(table.get_row(str(i))[1]) for i in table.shown]
+
+
+def status(screen: StacksScreen) -> str:
+    return str(screen.query_one("#status", Static).render())
+
+
+def tree_labels(tree: StackTree) -> list[str]:
+    out = []
+    stack = list(tree.root.children)
+    while stack:
+        node = stack.pop(0)
+        out.append(str(node.label))
+        stack[:0] = list(node.children)
+    return out
+
+
+async def open_screen(pilot: Any, screen: StacksScreen) -> None:
+    await wait_until(pilot, lambda: screen.analysis is not None
+                     and bool(screen.query_one(RankGroupTable).shown))
+
+
+async def test_banner_groups_and_tree() -> None:
+    screen = StacksScreen(capture_of("cleanup_deadlock"))
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        banner = str(screen.query_one(DiagnosisBanner).render())
+        assert "cleanup_deadlock" in banner and "Cleanup deadlock" in banner
+        assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in banner
+        table = screen.query_one(RankGroupTable)
+        assert group_labels(table) == ["0-2", "3"]
+        assert "outlier" in str(table.get_row("1")[3])
+        labels = tree_labels(screen.query_one(StackTree))
+        assert labels[0].startswith("_run_module_as_main") and "[0-3] (4)" in labels[0]
+        assert any(label.startswith("Trainer.cleanup_distributed") and "[3] (1)" in label
+                   for label in labels)
+        assert "4 ranks of 4 · 2 groups" in status(screen)
+
+
+async def test_mark_diff_and_jump_between_differences() -> None:
+    screen = StacksScreen(capture_of("collective_mismatch"))
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        screen.query_one(RankGroupTable).focus()
+        await pilot.press("space", "j", "space")
+        assert screen.marked == [0, 1]
+        await pilot.press("d")
+        view = screen.query_one(StackDiffView)
+        assert view.display and not screen.query_one(StackTree).display
+        assert view.diff is not None
+        first = view.diff.first_difference
+        assert view.cursor_row == first
+        assert str(view.get_row(str(first))[2]) == "~"  # train_step: same function, other line
+        await pilot.press("right_square_bracket")
+        row = view.get_row(str(view.cursor_row))
+        assert str(row[2]) == "≠"
+        assert str(row[1]).startswith("Trainer.all_reduce_grads")
+        assert str(row[3]).startswith("Trainer.broadcast_params")
+        await pilot.press("left_square_bracket")
+        assert view.cursor_row == first
+        await pilot.press("left_square_bracket")
+        assert "no more differences above" in status(screen)
+        await pilot.press("escape")
+        assert not view.display and screen.query_one(StackTree).display
+
+
+async def test_goto_rank_filter_and_missing_rank() -> None:
+    screen = StacksScreen(capture_of("missing_rank"))
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        assert "missing_ranks" in str(screen.query_one(DiagnosisBanner).render())
+        await pilot.press("g")
+        prompt = screen.query_one("#prompt", Input)
+        assert prompt.display and prompt.has_focus
+        await pilot.press("3", "enter")
+        assert "rank 3 is missing" in status(screen)
+        await pilot.press("g", "1", "enter")
+        assert "rank 1 is in group 1: ranks 0-2 (3)" in status(screen)
+        await pilot.press("slash")
+        await pilot.press(*"broadcast")
+        assert screen.query_one(RankGroupTable).shown == []
+        await pilot.press("escape")
+        assert group_labels(screen.query_one(RankGroupTable)) == ["0-2"]
+
+
+async def test_thread_views_and_source() -> None:
+    screen = StacksScreen(capture_of("cleanup_deadlock"))
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        tree = screen.query_one(StackTree)
+        def headings() -> list[str]:
+            return [str(n.label).split()[0] for n in tree.root.children]
+
+        await pilot.press("t")
+        await wait_until(pilot, lambda: headings() == ["MainThread"])  # heartbeat is idle
+        title = str(screen.query_one("#detail-title").render())
+        assert "all threads, without idle threads" in title
+        await pilot.press("i")
+        await wait_until(pilot, lambda: headings() == ["MainThread", "heartbeat"])
+        assert "[0-3] (4)" in str(tree.root.children[1].label)
+        await pilot.press("t")
+        await wait_until(pilot, lambda: "main thread" in str(
+            screen.query_one("#detail-title").render()))
+        # the groups table has focus: `o` opens the group's call site in the scenario file
+        screen.query_one(RankGroupTable).focus()
+        await pilot.press("o")
+        await wait_until(pilot, lambda: isinstance(app.screen, SourceViewScreen))
+        source = app.screen
+        assert isinstance(source, SourceViewScreen)
+        assert source.frame.file == HANG_PY
+        assert source.frame.function == "Trainer.all_reduce_grads"
+        body = source.query_one("#source-body", Static)
+        await wait_until(pilot, lambda: "reading" not in str(body.render()))
+        assert "not on this machine" not in str(body.render())
+        await pilot.press("escape")
+        assert app.screen is screen
+
+
+async def test_four_thousand_ranks_stay_responsive() -> None:
+    capture = big_capture(4096)
+    screen = StacksScreen(capture)
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        t0 = time.perf_counter()
+        await open_screen(pilot, screen)
+        opened = time.perf_counter() - t0
+        table = screen.query_one(RankGroupTable)
+        assert len(table.shown) == 2 and table.groups[0].size == 4096 - 5
+        await pilot.press("g", *"3993", "enter")
+        assert "rank 3993 is in group 2" in status(screen)
+        await pilot.press("d")
+        assert screen.query_one(StackDiffView).display
+    assert opened < 10.0, f"the screen took {opened:.1f}s to show 4096 ranks"
+
+
+async def test_recapture_through_a_callable() -> None:
+    calls: list[int] = []
+
+    def recapture() -> StackCapture:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("node0: connection reset")
+        return capture_of("same_collective" if len(calls) == 1 else "collective_mismatch")
+
+    screen = StacksScreen(recapture=recapture)
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        assert group_labels(screen.query_one(RankGroupTable)) == ["0-3"]
+        await pilot.press("r")
+        await wait_until(pilot, lambda: "capture failed" in status(screen))
+        assert "connection reset" in status(screen)
+        assert group_labels(screen.query_one(RankGroupTable)) == ["0-3"]  # kept
+        await pilot.press("r")
+        await wait_until(pilot, lambda: screen.query_one(RankGroupTable).shown == [0, 1])
+        assert "collective_mismatch" in str(screen.query_one(DiagnosisBanner).render())
+
+
+def test_screen_needs_something_to_show() -> None:
+    with pytest.raises(ValueError, match="needs a capture"):
+        StacksScreen()

@@ -1,0 +1,141 @@
+"""`areal-console stacks`: capture every rank's stack, merge, diagnose; list/reopen saves."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UserError
+from areal_console.core.targets import add_target_arguments, resolve_targets
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "stacks",
+        help="capture py-spy stacks of every rank, merged and diagnosed",
+        description=(
+            "Dump the stack of every rank on every node at once (one py-spy per process, "
+            "in parallel), group ranks with identical stacks and name the hang pattern. "
+            "Every capture is saved to the data directory before it is printed."
+        ),
+    )
+    add_target_arguments(parser)
+    parser.add_argument("--samples", type=int, default=1, metavar="N",
+                        help="dumps per rank; with 2+ a rank whose stack changes is progressing")
+    parser.add_argument("--interval", type=float, default=1.0, metavar="S",
+                        help="seconds between samples (default 1)")
+    parser.add_argument("--match", metavar="REGEX",
+                        help="only processes whose command line matches")
+    parser.add_argument("--timeout", type=float, default=15.0, metavar="S",
+                        help="per py-spy dump (default 15)")
+    parser.add_argument("--nonblocking", action="store_true",
+                        help="do not pause the ranks while dumping (less accurate)")
+    parser.add_argument("--json", action="store_true", help="the capture as JSON")
+    parser.add_argument("--save", metavar="DIR",
+                        help="also write <id>.json and <id>.txt (report) into DIR")
+    saved = parser.add_argument_group("saved captures")
+    saved.add_argument("--list", action="store_true", help="list saved captures")
+    saved.add_argument("--open", metavar="ID",
+                       help="show a saved capture (id, id prefix, path or 'latest')")
+    saved.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                       help="rank-by-rank changes between two saved captures")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from areal_console.core.stacks.report import capture_json, text_report
+    from areal_console.core.stacks.store import list_captures, load_capture
+
+    if args.list:
+        return _list(list_captures(), args.json)
+    if args.compare:
+        return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
+    capture = load_capture(args.open) if args.open else _capture(args)
+    if args.save:
+        _export(capture, Path(args.save))
+    if args.json:
+        json.dump(capture_json(capture), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(text_report(capture))
+    if capture.errors and not args.open:
+        for e in capture.errors:
+            print(f"warning: {e.node}: {e.error}", file=sys.stderr)
+        return EXIT_PARTIAL
+    return EXIT_OK
+
+
+def _capture(args: argparse.Namespace) -> Any:
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.stacks.capture import CaptureOptions, take_capture
+
+    try:
+        options = CaptureOptions(
+            samples=args.samples, interval=args.interval, match=args.match,
+            timeout=args.timeout, nonblocking=args.nonblocking,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    fleet = Fleet(resolve_targets(args), accept_new_hosts=getattr(args, "accept_new_hosts", False))
+    try:
+        capture = take_capture(fleet, options, save=True)  # saved before it is shown
+    finally:
+        fleet.close()
+    return capture
+
+
+def _export(capture: Any, directory: Path) -> None:
+    from areal_console.core.stacks.report import capture_json, text_report
+    from areal_console.core.stacks.store import write_atomic
+
+    try:
+        write_atomic(directory / f"{capture.capture_id}.json",
+                     json.dumps(capture_json(capture), indent=1))
+        write_atomic(directory / f"{capture.capture_id}.txt", text_report(capture))
+    except OSError as exc:
+        raise UserError(f"cannot save to {directory}: {exc}") from None
+
+
+def _list(saved: list[Any], as_json: bool) -> int:
+    if as_json:
+        rows = [{"id": c.capture_id, "path": str(c.path), "captured_at": c.captured_at,
+                 "ranks": c.ranks, "pattern": c.pattern, "title": c.title} for c in saved]
+        json.dump({"captures": rows}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    if not saved:
+        print("no saved captures")
+        return EXIT_OK
+    print(f"{'ID':<22} {'CAPTURED':<26} {'RANKS':>5}  DIAGNOSIS")
+    for c in saved:
+        print(f"{c.capture_id:<22} {c.captured_at:<26} {c.ranks:>5}  {c.pattern}: {c.title}")
+    return EXIT_OK
+
+
+def _compare(before: Any, after: Any, as_json: bool) -> int:
+    from areal_console.core.stacks.diff import compare_captures
+    from areal_console.core.stacks.merge import format_ranks
+
+    changes = compare_captures(before, after)
+    if as_json:
+        rows = [{"rank": c.rank, "status": c.status,
+                 "diff": c.diff.to_json() if c.diff else None} for c in changes]
+        json.dump({"before": before.capture_id, "after": after.capture_id, "ranks": rows},
+                  sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    print(f"{before.capture_id} -> {after.capture_id}")
+    for status in ("changed", "same", "appeared", "vanished"):
+        ranks = [c.rank for c in changes if c.status == status]
+        if ranks:
+            print(f"  {status}: ranks {format_ranks(ranks)}")
+    for c in changes:
+        if c.status == "changed" and c.diff and c.diff.first_difference is not None:
+            row = c.diff.rows[c.diff.first_difference]
+            left = f"{row.left.function}:{row.left.line}" if row.left else "-"
+            right = f"{row.right.function}:{row.right.line}" if row.right else "-"
+            print(f"  rank {c.rank}: {left}  ->  {right}")
+    return EXIT_OK

@@ -1,0 +1,372 @@
+"""Typed records for one stack capture, built from the agent's raw py-spy output.
+
+Raw capture (what `capture.py` collects and what the test fixtures hold):
+
+    {"captured_at": iso8601, "interval": float,
+     "nodes": [{"node": str, "error": str | None,
+                "processes": [<agent `sample` process records>],
+                "samples": [[<agent `pyspy` dump records>], ...]}]}   # one list per sample
+
+Frames are kept leaf first, as py-spy gives them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+MAIN_THREAD = "MainThread"
+
+# Leaf functions of threads that are parked waiting for work: hidden unless asked for.
+IDLE_LEAVES = frozenset(
+    {
+        "wait",
+        "_wait_for_tstate_lock",
+        "join",
+        "select",
+        "poll",
+        "epoll",
+        "sleep",
+        "get",
+        "_worker",
+        "accept",
+        "recv",
+        "recv_into",
+        "readline",
+        "read",
+        "_recv",
+        "_poll",
+        "_wait",
+        "run_forever",
+        "_run_once",
+        "serve_forever",
+        "do_wait",
+        "wait_for",
+    }
+)
+
+
+class Frame(NamedTuple):
+    """One stack frame. A tuple on purpose: hashing and comparing millions is cheap."""
+
+    function: str
+    file: str
+    line: int
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"function": self.function, "file": self.file, "line": self.line}
+
+
+Stack = tuple[Frame, ...]  # leaf first
+
+
+@dataclass
+class Thread:
+    name: str
+    tid: int
+    frames: Stack
+    idle: bool = False
+    active: bool | None = None
+    owns_gil: bool | None = None
+    is_main: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tid": self.tid,
+            "idle": self.idle,
+            "frames": [f.to_json() for f in self.frames],
+        }
+
+
+@dataclass
+class RankStack:
+    """One process of the job (a rank, or a launcher/server with `rank` None)."""
+
+    node: str
+    pid: int
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    role: str | None = None
+    cmdline: str = ""
+    state: str = "ok"  # ok | error | gone
+    error: str | None = None
+    progressing: bool | None = None
+    threads: list[Thread] = field(default_factory=list)
+
+    @property
+    def main_thread(self) -> Thread | None:
+        for t in self.threads:
+            if t.is_main:
+                return t
+        return self.threads[0] if self.threads else None
+
+    @property
+    def main_frames(self) -> Stack:
+        main = self.main_thread
+        return main.frames if main is not None else ()
+
+    @property
+    def label(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"{self.role or 'process'} {self.pid}@{self.node}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "pid": self.pid,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "world_size": self.world_size,
+            "role": self.role,
+            "cmdline": self.cmdline,
+            "state": self.state,
+            "error": self.error,
+            "progressing": self.progressing,
+            "threads": [t.to_json() for t in self.threads],
+        }
+
+
+@dataclass
+class NodeError:
+    node: str
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "error": self.error}
+
+
+@dataclass
+class StackCapture:
+    captured_at: str
+    samples: int
+    ranks: list[RankStack]
+    errors: list[NodeError] = field(default_factory=list)
+    interval: float = 0.0
+    capture_id: str | None = None
+
+    @property
+    def rank_stacks(self) -> list[RankStack]:
+        """Processes that are ranks, sorted by rank."""
+        ranked = [r for r in self.ranks if r.rank is not None]
+        ranked.sort(key=lambda r: (r.rank, r.node, r.pid))
+        return ranked
+
+    def find_rank(self, rank: int) -> RankStack | None:
+        for r in self.ranks:
+            if r.rank == rank:
+                return r
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Parsing
+
+
+class FrameTable:
+    """Interns frames, so equal frames across ranks are one object (less memory, fast ==)."""
+
+    def __init__(self) -> None:
+        self._frames: dict[tuple[str, str, int], Frame] = {}
+
+    def frame(self, function: str, file: str, line: int) -> Frame:
+        key = (function, file, line)
+        found = self._frames.get(key)
+        if found is None:
+            found = self._frames[key] = Frame(function, file, line)
+        return found
+
+
+def _frame_function(raw: dict[str, Any]) -> str:
+    return str(raw.get("name") or "<unknown>")
+
+
+def parse_pyspy_threads(
+    raw_threads: list[dict[str, Any]], pid: int | None = None, table: FrameTable | None = None
+) -> list[Thread]:
+    """py-spy `dump --json` threads -> `Thread`s (frames leaf first, idle marked)."""
+    table = table or FrameTable()
+    threads: list[Thread] = []
+    for raw in raw_threads:
+        frames = tuple(
+            table.frame(
+                _frame_function(f),
+                str(f.get("filename") or f.get("short_filename") or "?"),
+                int(f.get("line") or 0),
+            )
+            for f in raw.get("frames") or ()
+        )
+        name = str(raw.get("thread_name") or "")
+        tid = int(raw.get("os_thread_id") or raw.get("thread_id") or 0)
+        is_main = name == MAIN_THREAD or (pid is not None and tid == pid)
+        threads.append(
+            Thread(
+                name=name or f"thread {tid}",
+                tid=tid,
+                frames=frames,
+                active=raw.get("active"),
+                owns_gil=raw.get("owns_gil"),
+                is_main=is_main,
+                idle=(not is_main) and is_idle_stack(frames),
+            )
+        )
+    if threads and not any(t.is_main for t in threads):
+        threads[0].is_main = True
+        threads[0].idle = False
+    threads.sort(key=lambda t: (not t.is_main, t.idle, t.name))
+    return threads
+
+
+def is_idle_stack(frames: Stack) -> bool:
+    """A thread parked in a wait (pool workers, queues, selectors) and not doing work."""
+    if not frames:
+        return True
+    return frames[0].function.rsplit(".", 1)[-1] in IDLE_LEAVES
+
+
+def _stack_signature(threads: list[Thread]) -> tuple[Stack, ...]:
+    return tuple(t.frames for t in threads if not t.idle)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> StackCapture:
+    """A `StackCapture` from a raw capture (see the module docstring)."""
+    table = table or FrameTable()
+    ranks: list[RankStack] = []
+    errors: list[NodeError] = []
+    n_samples = 0
+    for node_raw in raw.get("nodes", []):
+        node = str(node_raw.get("node"))
+        if node_raw.get("error"):
+            errors.append(NodeError(node, str(node_raw["error"])))
+            continue
+        samples: list[list[dict[str, Any]]] = node_raw.get("samples") or []
+        n_samples = max(n_samples, len(samples))
+        procs = {p["pid"]: p for p in node_raw.get("processes", [])}
+        # requested pid -> dumps of each sample (a wrapper PID may have several children)
+        per_pid: dict[int, list[list[dict[str, Any]]]] = {}
+        for i, dumps in enumerate(samples):
+            for d in dumps:
+                slots = per_pid.setdefault(int(d.get("requested_pid", d["pid"])), [])
+                while len(slots) <= i:
+                    slots.append([])
+                slots[i].append(d)
+        for pid, proc in procs.items():
+            slots = per_pid.get(pid, [])
+            first = slots[0] if slots else []
+            if not first:
+                ranks.append(_rank_from_process(node, proc, state="error",
+                                                error="no stack dump for this process"))
+                continue
+            for d in first:
+                ranks.append(_rank_from_dump(node, proc, d, slots, table))
+    ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.node, r.pid))
+    return StackCapture(
+        captured_at=str(raw.get("captured_at") or now_iso()),
+        samples=max(1, n_samples),
+        ranks=ranks,
+        errors=errors,
+        interval=float(raw.get("interval") or 0.0),
+        capture_id=raw.get("id"),
+    )
+
+
+def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankStack:
+    return RankStack(
+        node=node,
+        pid=int(proc["pid"]),
+        rank=proc.get("rank"),
+        local_rank=proc.get("local_rank"),
+        world_size=proc.get("world_size"),
+        role=proc.get("role"),
+        cmdline=str(proc.get("cmdline") or ""),
+        **extra,
+    )
+
+
+def _rank_from_dump(
+    node: str,
+    proc: dict[str, Any],
+    dump: dict[str, Any],
+    slots: list[list[dict[str, Any]]],
+    table: FrameTable,
+) -> RankStack:
+    pid = int(dump["pid"])
+    if not dump.get("ok"):
+        state = "gone" if dump.get("reason") == "gone" else "error"
+        rank = _rank_from_process(node, proc, state=state, error=dump.get("error"))
+        rank.pid = pid
+        return rank
+    threads = parse_pyspy_threads(dump.get("threads") or [], pid, table)
+    rank = _rank_from_process(node, proc, threads=threads)
+    rank.pid = pid
+    if len(slots) > 1:
+        first = _stack_signature(threads)
+        later = []
+        for dumps in slots[1:]:
+            mine = [d for d in dumps if int(d["pid"]) == pid and d.get("ok")]
+            if mine:
+                later.append(_stack_signature(parse_pyspy_threads(mine[0]["threads"], pid, table)))
+        rank.progressing = any(sig != first for sig in later) if later else None
+    return rank
+
+
+# --------------------------------------------------------------------------------------
+# The saved / exported JSON (DESIGN.md `stacks --json`) back into records
+
+
+def capture_from_json(data: dict[str, Any]) -> StackCapture:
+    table = FrameTable()
+    ranks = []
+    for r in data.get("ranks", []):
+        threads = [
+            Thread(
+                name=str(t.get("name", "")),
+                tid=int(t.get("tid") or 0),
+                frames=tuple(
+                    table.frame(str(f["function"]), str(f["file"]), int(f["line"]))
+                    for f in t.get("frames", [])
+                ),
+                idle=bool(t.get("idle")),
+                is_main=False,
+            )
+            for t in r.get("threads", [])
+        ]
+        main = next((t for t in threads if t.name == MAIN_THREAD or t.tid == r.get("pid")), None)
+        if main is None and threads:
+            main = threads[0]
+        if main is not None:
+            main.is_main = True
+        ranks.append(
+            RankStack(
+                node=str(r.get("node")),
+                pid=int(r.get("pid") or 0),
+                rank=r.get("rank"),
+                local_rank=r.get("local_rank"),
+                world_size=r.get("world_size"),
+                role=r.get("role"),
+                cmdline=str(r.get("cmdline") or ""),
+                state=str(r.get("state") or "ok"),
+                error=r.get("error"),
+                progressing=r.get("progressing"),
+                threads=threads,
+            )
+        )
+    return StackCapture(
+        captured_at=str(data.get("captured_at") or ""),
+        samples=int(data.get("samples") or 1),
+        ranks=ranks,
+        errors=[NodeError(str(e.get("node")), str(e.get("error"))) for e in data.get("errors", [])],
+        interval=float(data.get("interval") or 0.0),
+        capture_id=data.get("id"),
+    )

@@ -1,0 +1,85 @@
+"""Exports of a capture: the `stacks --json` document and a plain-text report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from areal_console.core.stacks.diagnose import Diagnosis, diagnose
+from areal_console.core.stacks.merge import StackAnalysis, analyse
+from areal_console.core.stacks.model import Frame, StackCapture
+
+
+def capture_json(
+    capture: StackCapture,
+    analysis: StackAnalysis | None = None,
+    diagnosis: Diagnosis | None = None,
+) -> dict[str, Any]:
+    """The DESIGN.md `stacks --json` document (plus `id` and `interval` when known)."""
+    analysis = analysis or analyse(capture)
+    diagnosis = diagnosis or diagnose(analysis)
+    doc: dict[str, Any] = {
+        "captured_at": capture.captured_at,
+        "samples": capture.samples,
+        "ranks": [r.to_json() for r in capture.ranks],
+        "groups": [g.to_json() for g in analysis.groups],
+        "diagnosis": diagnosis.to_json(),
+        "errors": [e.to_json() for e in capture.errors],
+    }
+    if capture.capture_id:
+        doc["id"] = capture.capture_id
+    doc["interval"] = capture.interval
+    return doc
+
+
+def _frame_line(frame: Frame) -> str:
+    return f"{frame.function} ({frame.file}:{frame.line})"
+
+
+def text_report(
+    capture: StackCapture,
+    analysis: StackAnalysis | None = None,
+    diagnosis: Diagnosis | None = None,
+    max_frames: int = 40,
+) -> str:
+    """A report to read in a terminal or paste into an issue."""
+    analysis = analysis or analyse(capture)
+    diagnosis = diagnosis or diagnose(analysis)
+    ranks = capture.rank_stacks
+    ok = sum(1 for r in ranks if r.state == "ok")
+    lines = [
+        f"Stack capture {capture.capture_id or ''} at {capture.captured_at}".replace("  ", " "),
+        f"{len(ranks)} ranks ({ok} captured)"
+        + (f", world size {analysis.world_size}" if analysis.world_size else "")
+        + f", {len(analysis.groups)} group(s), {capture.samples} sample(s)",
+        "",
+        f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
+        f"  {diagnosis.detail}",
+    ]
+    if diagnosis.evidence:
+        lines.append("  Evidence:")
+        lines += [f"    - {e}" for e in diagnosis.evidence]
+    if diagnosis.suggestions:
+        lines.append("  Next steps:")
+        lines += [f"    - {s}" for s in diagnosis.suggestions]
+    if analysis.divergence is not None:
+        lines += ["", f"Divergence point: {_frame_line(analysis.divergence)}"]
+    for i, g in enumerate(analysis.groups, start=1):
+        flag = "  (outlier)" if g.outlier else ""
+        lines += ["", f"Group {i}: ranks {g.label} ({g.size}){flag}"]
+        frames = g.frames[:max_frames]
+        lines += [f"    {_frame_line(f)}" for f in frames]
+        if len(g.frames) > max_frames:
+            lines.append(f"    ... {len(g.frames) - max_frames} more frames")
+    others = [r for r in capture.ranks if r.rank is None and r.state == "ok"]
+    if others:
+        lines += ["", "Other job processes:"]
+        for r in others:
+            leaf = r.main_frames[0] if r.main_frames else None
+            where = _frame_line(leaf) if leaf else "no frames"
+            lines.append(f"  {r.role or 'process'} pid {r.pid} on {r.node}: {where}")
+    failed = [r for r in capture.ranks if r.state != "ok"]
+    if failed or capture.errors:
+        lines += ["", "Errors:"]
+        lines += [f"  {r.label} (pid {r.pid} on {r.node}): {r.state}: {r.error}" for r in failed]
+        lines += [f"  node {e.node}: {e.error}" for e in capture.errors]
+    return "\n".join(lines) + "\n"

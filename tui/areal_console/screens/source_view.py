@@ -1,0 +1,71 @@
+"""`o` on a frame: the source lines around it, when the file is on this machine."""
+
+from __future__ import annotations
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+from areal_console.core.stacks.model import Frame
+from areal_console.core.stacks.source import SourceSnippet, read_snippet
+
+
+class SourceViewScreen(ModalScreen[None]):
+    """A snippet around `frame.line`, read in a worker; esc, q or o closes it."""
+
+    DEFAULT_CSS = """
+    SourceViewScreen { align: center middle; }
+    SourceViewScreen > VerticalScroll {
+        width: 90%; max-width: 130; height: auto; max-height: 90%;
+        border: thick $accent; background: $surface; padding: 0 1;
+    }
+    SourceViewScreen #source-title { text-style: bold; padding: 0 0 1 0; }
+    """
+    BINDINGS = [
+        Binding("escape,q,o", "dismiss", "Close", id="source.close",
+                tooltip="Close the source view"),
+    ]
+
+    class Loaded(Message):
+        def __init__(self, snippet: SourceSnippet) -> None:
+            super().__init__()
+            self.snippet = snippet
+
+    def __init__(self, frame: Frame, context: int = 8) -> None:
+        super().__init__()
+        self.frame = frame
+        self.context = context
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Label(Text(f"{self.frame.function} — {self.frame.location}"), id="source-title")
+            yield Static("reading…", id="source-body")
+
+    def on_mount(self) -> None:
+        self._read()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="source-read")
+    def _read(self) -> None:
+        self.post_message(self.Loaded(read_snippet(self.frame.file, self.frame.line, self.context)))
+
+    def on_source_view_screen_loaded(self, message: Loaded) -> None:
+        body = self.query_one("#source-body", Static)
+        snippet = message.snippet
+        if snippet.error:
+            body.update(Text(snippet.error, style="yellow"))
+            return
+        body.update(
+            Syntax(
+                "\n".join(snippet.lines), "python", line_numbers=True,
+                start_line=snippet.first, highlight_lines={snippet.line}, theme="ansi_dark",
+            )
+        )
+
+    async def action_dismiss(self, result: None = None) -> None:
+        self.dismiss(result)

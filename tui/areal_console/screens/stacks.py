@@ -1,0 +1,446 @@
+"""The Stacks screen: diagnosis, rank groups, the merged tree and side-by-side diffs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Label, Static
+
+from areal_console.core.stacks.diagnose import Diagnosis, diagnose
+from areal_console.core.stacks.diff import diff_stacks
+from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, thread_trees
+from areal_console.core.stacks.model import Frame, StackCapture
+from areal_console.screens.source_view import SourceViewScreen
+from areal_console.widgets.diagnosis_banner import DiagnosisBanner
+from areal_console.widgets.rank_group_table import RankGroupTable
+from areal_console.widgets.stack_diff import StackDiffView
+from areal_console.widgets.stack_tree import StackTree
+
+CaptureFn = Callable[[], StackCapture]
+
+
+class StacksScreen(Screen[None]):
+    """One capture, analysed. Give it a `StackCapture`, or a `recapture` callable that
+    takes (and saves) a new one; `r` calls it again. All analysis runs in workers."""
+
+    CSS_PATH = "../styles/stacks.tcss"
+    BINDINGS = [
+        Binding("space", "mark", "Mark", id="stacks.mark",
+                tooltip="Mark the highlighted group for a diff (two at most)"),
+        Binding("d", "diff", "Diff", id="stacks.diff",
+                tooltip="Side-by-side diff of the two marked groups (or marked vs highlighted)"),
+        Binding("right_square_bracket", "next_difference", "Next diff", id="stacks.next_diff",
+                tooltip="Jump to the next differing frame in the diff"),
+        Binding("left_square_bracket", "prev_difference", "Prev diff", id="stacks.prev_diff",
+                tooltip="Jump to the previous differing frame in the diff"),
+        Binding("g", "goto_rank", "Go to rank", id="stacks.goto",
+                tooltip="Jump to the group holding a rank number"),
+        Binding("j", "next_group", "Next group", id="stacks.next_group", show=False,
+                tooltip="Highlight the next group"),
+        Binding("k", "prev_group", "Prev group", id="stacks.prev_group", show=False,
+                tooltip="Highlight the previous group"),
+        Binding("enter", "drill", "Show in tree", id="stacks.drill", show=False,
+                tooltip="Show the highlighted group's stack in the merged tree"),
+        Binding("t", "toggle_threads", "All threads", id="stacks.threads",
+                tooltip="Merged tree of the main thread only, or of every thread"),
+        Binding("i", "toggle_idle", "Idle threads", id="stacks.idle",
+                tooltip="Show or hide idle threads (waiting pool workers, queues)"),
+        Binding("o", "open_source", "Source", id="stacks.source",
+                tooltip="Show the source lines around the highlighted frame"),
+        Binding("slash", "filter", "Filter", id="stacks.filter",
+                tooltip="Filter groups by rank range, function or file"),
+        Binding("r", "recapture", "Recapture", id="stacks.recapture",
+                tooltip="Take (and save) a new capture of every rank"),
+        Binding("escape", "back", "Back", id="stacks.back",
+                tooltip="Close the prompt or the diff, clear the filter, or go back"),
+    ]
+
+    class Analysed(Message):
+        def __init__(self, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
+            super().__init__()
+            self.analysis = analysis
+            self.diagnosis = diagnosis
+
+    class TreesReady(Message):
+        def __init__(self, trees: dict[str, TreeNode], all_threads: bool) -> None:
+            super().__init__()
+            self.trees = trees
+            self.all_threads = all_threads
+
+    class CaptureFailed(Message):
+        def __init__(self, error: str) -> None:
+            super().__init__()
+            self.error = error
+
+    def __init__(
+        self,
+        capture: StackCapture | None = None,
+        *,
+        recapture: CaptureFn | None = None,
+        name: str | None = None,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id)
+        if capture is None and recapture is None:
+            raise ValueError("StacksScreen needs a capture or a recapture callable")
+        self.capture = capture
+        self.recapture = recapture
+        self.analysis: StackAnalysis | None = None
+        self.diagnosis: Diagnosis | None = None
+        self.marked: list[int] = []
+        self.text_filter = ""
+        self.all_threads = False
+        self.show_idle = False
+        self.diffing: tuple[int, int] | None = None
+        self._prompt_mode = "filter"
+
+    # layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield DiagnosisBanner("analysing…", id="diagnosis")
+        with Horizontal(id="stacks-body"):
+            with Vertical(id="groups-box"):
+                yield Label("Groups", classes="pane-title", id="groups-title")
+                yield RankGroupTable(id="groups")
+            with Vertical(id="detail-box"):
+                yield Label("Merged stacks (main thread)", classes="pane-title", id="detail-title")
+                yield StackTree(id="tree")
+                yield StackDiffView(id="diff")
+        yield Input(id="prompt")
+        yield Static("", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#prompt", Input).display = False
+        self.query_one(StackDiffView).display = False
+        if self.capture is not None:
+            self._analyse(self.capture)
+        else:
+            self.action_recapture()
+
+    def say(self, text: str) -> None:
+        self.query_one("#status", Static).update(text)
+
+    # workers: never touch widgets, only post messages --------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-analyse")
+    def _analyse(self, capture: StackCapture) -> None:
+        analysis = analyse(capture)
+        self.post_message(self.Analysed(analysis, diagnose(analysis)))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-capture")
+    def _capture(self) -> None:
+        assert self.recapture is not None
+        try:
+            capture = self.recapture()
+        except Exception as exc:  # shown to the user; the screen keeps working
+            self.post_message(self.CaptureFailed(str(exc) or exc.__class__.__name__))
+            return
+        analysis = analyse(capture)
+        self.post_message(self.Analysed(analysis, diagnose(analysis)))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-trees")
+    def _build_threads(self, capture: StackCapture, include_idle: bool) -> None:
+        self.post_message(self.TreesReady(thread_trees(capture, include_idle), True))
+
+    # results --------------------------------------------------------------------------
+    def on_stacks_screen_analysed(self, message: Analysed) -> None:
+        self.analysis, self.diagnosis = message.analysis, message.diagnosis
+        self.capture = message.analysis.capture
+        self.marked, self.diffing = [], None
+        self.query_one(DiagnosisBanner).show(message.diagnosis)
+        self._show_groups()
+        self._show_trees()
+        self._close_diff()
+        self._say_summary()
+
+    def on_stacks_screen_trees_ready(self, message: TreesReady) -> None:
+        if message.all_threads != self.all_threads or self.analysis is None:
+            return  # the user toggled back meanwhile
+        self.query_one(StackTree).show_tree(
+            message.trees, len(self.analysis.tree.ranks), by_thread=True
+        )
+        self._set_detail_title()
+
+    def on_stacks_screen_capture_failed(self, message: CaptureFailed) -> None:
+        if self.analysis is None:
+            self.query_one(DiagnosisBanner).update(f"capture failed: {message.error}")
+        self.say(f"capture failed: {message.error}")
+
+    def _say_summary(self) -> None:
+        analysis, capture = self.analysis, self.capture
+        if analysis is None or capture is None:
+            return
+        ranks = capture.rank_stacks
+        others = sum(1 for r in capture.ranks if r.rank is None)
+        failed = sum(1 for r in ranks if r.state != "ok")
+        parts = [f"{len(ranks)} ranks", f"{len(analysis.groups)} groups"]
+        if analysis.world_size:
+            parts[0] += f" of {analysis.world_size}"
+        if analysis.missing:
+            parts.append(f"{len(analysis.missing)} missing")
+        if failed:
+            parts.append(f"{failed} not captured")
+        if others:
+            parts.append(f"{others} other job processes")
+        if capture.errors:
+            parts.append(f"{len(capture.errors)} node errors")
+        parts.append(f"capture {capture.capture_id or 'unsaved'}")
+        if self.text_filter:
+            parts.append(f"filter: {self.text_filter!r}")
+        self.say(" · ".join(parts))
+
+    def _show_groups(self) -> None:
+        if self.analysis is None:
+            return
+        table = self.query_one(RankGroupTable)
+        table.show_groups(self.analysis.groups, self.marked, self.text_filter)
+        self.query_one("#groups-title", Label).update(
+            f"Groups ({len(table.shown)} of {len(self.analysis.groups)})"
+        )
+
+    def _show_trees(self) -> None:
+        if self.analysis is None or self.capture is None:
+            return
+        if self.all_threads:
+            self._build_threads(self.capture, self.show_idle)
+            return
+        self.query_one(StackTree).show_tree({"main": self.analysis.tree},
+                                            len(self.analysis.tree.ranks))
+        self._set_detail_title()
+
+    def _set_detail_title(self) -> None:
+        title = self.query_one("#detail-title", Label)
+        if self.diffing is not None and self.analysis is not None:
+            a, b = (self.analysis.groups[i].label for i in self.diffing)
+            title.update(f"Diff: ranks {a}  vs  ranks {b}   (] / [ next / previous difference)")
+        elif self.all_threads:
+            idle = "with" if self.show_idle else "without"
+            title.update(f"Merged stacks (all threads, {idle} idle threads)")
+        else:
+            title.update("Merged stacks (main thread)")
+
+    # actions --------------------------------------------------------------------------
+    def _current_group(self) -> int | None:
+        return self.query_one(RankGroupTable).current_group
+
+    def action_next_group(self) -> None:
+        self.query_one(RankGroupTable).action_cursor_down()
+
+    def action_prev_group(self) -> None:
+        self.query_one(RankGroupTable).action_cursor_up()
+
+    def action_mark(self) -> None:
+        index = self._current_group()
+        if index is None or self.analysis is None:
+            return
+        if index in self.marked:
+            self.marked.remove(index)
+        else:
+            self.marked.append(index)
+            del self.marked[:-2]  # a diff has two sides: the oldest mark goes
+        self.query_one(RankGroupTable).set_marks(self.marked)
+        labels = [self.analysis.groups[i].label for i in self.marked]
+        self.say("marked: " + (" and ".join(labels) if labels else "nothing"))
+
+    def action_diff(self) -> None:
+        if self.analysis is None:
+            return
+        pair = self._diff_pair()
+        if pair is None:
+            self.say("mark two groups with space (or one, and highlight another), then d")
+            return
+        a, b = (self.analysis.groups[i] for i in pair)
+        diff = diff_stacks(a.frames, b.frames)
+        self.diffing = pair
+        view = self.query_one(StackDiffView)
+        view.show_diff(diff, f"ranks {a.label} ({a.size})", f"ranks {b.label} ({b.size})")
+        self.query_one(StackTree).display = False
+        view.display = True
+        view.focus()
+        self._set_detail_title()
+        if diff.first_difference is None:
+            self.say(f"ranks {a.label} and {b.label} have identical stacks")
+        else:
+            row = diff.rows[diff.first_difference]
+            frame = row.left or row.right
+            where = frame.function if frame else "?"
+            self.say(f"{len(diff.differences)} differing frames; first at depth "
+                     f"{diff.first_difference}: {where}")
+
+    def _diff_pair(self) -> tuple[int, int] | None:
+        current = self._current_group()
+        if len(self.marked) == 2:
+            return self.marked[0], self.marked[1]
+        if len(self.marked) == 1 and current is not None and current != self.marked[0]:
+            return self.marked[0], current
+        if not self.marked and current is not None and self.analysis is not None:
+            other = 0 if current != 0 else 1  # against the largest group
+            if other < len(self.analysis.groups) and other != current:
+                return other, current
+        return None
+
+    def _close_diff(self) -> None:
+        self.diffing = None
+        self.query_one(StackDiffView).display = False
+        self.query_one(StackTree).display = True
+        self._set_detail_title()
+
+    def action_next_difference(self) -> None:
+        self._jump(1)
+
+    def action_prev_difference(self) -> None:
+        self._jump(-1)
+
+    def _jump(self, step: int) -> None:
+        if self.diffing is None:
+            self.say("no diff open: mark groups with space, then d")
+            return
+        row = self.query_one(StackDiffView).jump(step)
+        if row is None:
+            self.say("no more differences " + ("below" if step > 0 else "above"))
+
+    def action_drill(self) -> None:
+        index = self._current_group()
+        if index is None:
+            return
+        if self.diffing is not None:
+            self._close_diff()
+        if self.all_threads:
+            self.all_threads = False
+            self._show_trees()
+        tree = self.query_one(StackTree)
+        if tree.reveal_group(index):
+            tree.focus()
+
+    def action_toggle_threads(self) -> None:
+        self.all_threads = not self.all_threads
+        if self.diffing is not None:
+            self._close_diff()
+        self._show_trees()
+        self.say("all threads" if self.all_threads else "main thread only")
+
+    def action_toggle_idle(self) -> None:
+        self.show_idle = not self.show_idle
+        if not self.all_threads:
+            self.all_threads = True
+            if self.diffing is not None:
+                self._close_diff()
+        self._show_trees()
+        self.say(("showing" if self.show_idle else "hiding") + " idle threads")
+
+    def _focused_frame(self) -> Frame | None:
+        focused = self.focused
+        if isinstance(focused, StackDiffView):
+            return focused.current_frame
+        if isinstance(focused, StackTree):
+            return focused.current_frame
+        index = self._current_group()
+        if index is not None and self.analysis is not None:
+            frames = self.analysis.groups[index].frames
+            from areal_console.core.stacks.diagnose import call_site, collective_frame
+
+            return call_site(frames, collective_frame(frames)) or (frames[0] if frames else None)
+        return None
+
+    def action_open_source(self) -> None:
+        frame = self._focused_frame()
+        if frame is None:
+            self.say("no frame highlighted")
+            return
+        self.app.push_screen(SourceViewScreen(frame))
+
+    def action_filter(self) -> None:
+        self._open_prompt("filter", "filter groups: rank range, function or file",
+                          self.text_filter)
+
+    def action_goto_rank(self) -> None:
+        self._open_prompt("rank", "go to rank: a number, e.g. 17", "")
+
+    def _open_prompt(self, mode: str, placeholder: str, value: str) -> None:
+        self._prompt_mode = mode
+        prompt = self.query_one("#prompt", Input)
+        prompt.placeholder = placeholder
+        prompt.value = value
+        prompt.display = True
+        prompt.focus()
+
+    @on(Input.Changed, "#prompt")
+    def _prompt_changed(self, event: Input.Changed) -> None:
+        if self._prompt_mode == "filter":
+            self.text_filter = event.value.strip()
+            self._show_groups()
+
+    @on(Input.Submitted, "#prompt")
+    def _prompt_submitted(self, event: Input.Submitted) -> None:
+        prompt = self.query_one("#prompt", Input)
+        prompt.display = False
+        self.query_one(RankGroupTable).focus()
+        if self._prompt_mode == "rank":
+            self._goto_rank(event.value.strip())
+        else:
+            self._say_summary()
+
+    def _goto_rank(self, text: str) -> None:
+        if self.analysis is None:
+            return
+        if not text.isdigit():
+            self.say(f"not a rank number: {text!r}")
+            return
+        rank = int(text)
+        if rank in self.analysis.missing:
+            self.say(f"rank {rank} is missing: WORLD_SIZE promises it but no node shows it")
+            return
+        index = self.analysis.group_of(rank)
+        if index is None:
+            found = self.capture.find_rank(rank) if self.capture else None
+            why = f"{found.state}: {found.error}" if found else "not in this capture"
+            self.say(f"rank {rank}: {why}")
+            return
+        table = self.query_one(RankGroupTable)
+        if not table.select_group(index):
+            self.text_filter = ""
+            self._show_groups()
+            table.select_group(index)
+        group = self.analysis.groups[index]
+        self.say(f"rank {rank} is in group {index + 1}: ranks {group.label} ({group.size})")
+
+    def action_recapture(self) -> None:
+        if self.recapture is None:
+            self.say("this capture was opened from disk: no live job to capture again")
+            return
+        self.say("capturing every rank…")
+        self._capture()
+
+    def action_back(self) -> None:
+        prompt = self.query_one("#prompt", Input)
+        if prompt.display:
+            prompt.display = False
+            if self._prompt_mode == "filter":
+                self.text_filter = ""
+                self._show_groups()
+            self.query_one(RankGroupTable).focus()
+            self._say_summary()
+            return
+        if self.diffing is not None:
+            self._close_diff()
+            self.query_one(RankGroupTable).focus()
+            return
+        if self.text_filter:
+            self.text_filter = ""
+            self._show_groups()
+            self._say_summary()
+            return
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    @on(DataTable.RowHighlighted, "#groups")
+    def _group_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.diffing is None:
+            index = self._current_group()
+            if index is not None:
+                self.query_one(StackTree).reveal_group(index)

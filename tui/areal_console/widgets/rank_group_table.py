@@ -1,0 +1,64 @@
+"""Equivalence classes of ranks: one keyed row per group, marks updated in place."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from areal_console.core.stacks.diagnose import short_where
+from areal_console.core.stacks.merge import RankGroup
+
+MARK = "●"
+
+
+def group_matches(group: RankGroup, text: str) -> bool:
+    """`/` filter: rank ranges, function names or files on the group's stack."""
+    needle = text.lower()
+    if not needle:
+        return True
+    if needle in group.label:
+        return True
+    return any(needle in f.function.lower() or needle in f.file.lower() for f in group.frames)
+
+
+class RankGroupTable(DataTable[object]):
+    """Rows are keyed by the group's index, so marks and filters never rebuild cells."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        self.add_column(" ", key="mark", width=1)
+        self.add_column("RANKS", key="ranks", width=18)
+        self.add_column("N", key="size", width=6)
+        self.add_column("WHERE", key="where")
+        self.groups: list[RankGroup] = []
+        self.shown: list[int] = []
+
+    def show_groups(self, groups: list[RankGroup], marked: list[int], text_filter: str) -> None:
+        self.groups = groups
+        with self.app.batch_update():
+            self.clear()
+            self.shown = [i for i, g in enumerate(groups) if group_matches(g, text_filter)]
+            for i in self.shown:
+                g = groups[i]
+                ranks = Text(g.label, style="bold yellow" if g.outlier else "")
+                where = Text(short_where(g.frames))
+                if g.outlier:
+                    where.append("  outlier", style="yellow")
+                self.add_row(MARK if i in marked else "", ranks, str(g.size), where, key=str(i))
+
+    def set_marks(self, marked: list[int]) -> None:
+        for i in self.shown:
+            self.update_cell(str(i), "mark", MARK if i in marked else "")
+
+    @property
+    def current_group(self) -> int | None:
+        if not self.shown or self.cursor_row < 0 or self.cursor_row >= len(self.shown):
+            return None
+        return self.shown[self.cursor_row]
+
+    def select_group(self, index: int) -> bool:
+        if index not in self.shown:
+            return False
+        self.move_cursor(row=self.shown.index(index))
+        return True
