@@ -65,13 +65,23 @@ def synthetic_raw(world: int) -> dict[str, Any]:
                 source = cleanup
             elif rank % 1021 == 9:
                 source = broadcast
-            procs.append({"pid": pid, "ppid": 1, "rank": rank, "local_rank": local,
-                          "world_size": world, "role": "trainer",
-                          "cmdline": "python train.py"})
-            dumps.append({"pid": pid, "requested_pid": pid, "ok": True,
-                          "threads": source["threads"]})
-        nodes.append({"node": f"node{n:04d}", "error": None, "processes": procs,
-                      "samples": [dumps]})
+            procs.append(
+                {
+                    "pid": pid,
+                    "ppid": 1,
+                    "rank": rank,
+                    "local_rank": local,
+                    "world_size": world,
+                    "role": "trainer",
+                    "cmdline": "python train.py",
+                }
+            )
+            dumps.append(
+                {"pid": pid, "requested_pid": pid, "ok": True, "threads": source["threads"]}
+            )
+        nodes.append(
+            {"node": f"node{n:04d}", "error": None, "processes": procs, "samples": [dumps]}
+        )
     return {"captured_at": "2026-01-01T00:00:00+00:00", "interval": 0.0, "nodes": nodes}
 
 
@@ -98,13 +108,17 @@ def bench_analysis(sizes: list[int]) -> None:
         t_merge, (analysis, diagnosis) = best_of(merge)
         t_json, _ = best_of(lambda c=capture, a=analysis, d=diagnosis: capture_json(c, a, d))
         labels = ", ".join(f"{g.label[:24]}({g.size})" for g in analysis.groups)
-        print(f"{world:>6} {t_build:>7.3f}s {t_merge:>14.3f}s {t_json:>7.3f}s "
-              f"{t_build + t_merge + t_json:>7.3f}s  {diagnosis.pattern}: {labels}")
+        print(
+            f"{world:>6} {t_build:>7.3f}s {t_merge:>14.3f}s {t_json:>7.3f}s "
+            f"{t_build + t_merge + t_json:>7.3f}s  {diagnosis.pattern}: {labels}"
+        )
 
 
 def bench_capture(nproc: int, repeat: int) -> None:
-    print(f"\ncapture of a hung {nproc}-rank gloo job on this machine (median of {repeat}; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"\ncapture of a hung {nproc}-rank gloo job on this machine (median of {repeat}; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})"
+    )
     with start_scenario("collective_mismatch", nproc=nproc) as job:
         job.wait_ready(300)
         pids = job.rank_pids()
@@ -134,8 +148,10 @@ def bench_capture(nproc: int, repeat: int) -> None:
             fleet.close()
     s, d, f = statistics.median(seq), statistics.median(dumps_only), statistics.median(full)
     print(f"  sequential loop, {nproc} x py-spy dump:              {s:.3f}s")
-    print(f"  agent pyspy op, {nproc} dumps in parallel:           {d:.3f}s  "
-          f"({s / d:.1f}x; sum of per-dump wall times {statistics.median(cpu):.3f}s)")
+    print(
+        f"  agent pyspy op, {nproc} dumps in parallel:           {d:.3f}s  "
+        f"({s / d:.1f}x; sum of per-dump wall times {statistics.median(cpu):.3f}s)"
+    )
     print(f"  full capture (find ranks + launcher, dump, build): {f:.3f}s  ({s / f:.1f}x)")
 
 

@@ -197,16 +197,30 @@ def free_port() -> int:
 
 
 def worker_argv(pattern: str, steps: int, state_dir: str | None) -> list[str]:
-    argv = [sys.executable, "-m", "areal_console.scenarios.hang", "--worker",
-            "--pattern", pattern, "--steps", str(steps)]
+    argv = [
+        sys.executable,
+        "-m",
+        "areal_console.scenarios.hang",
+        "--worker",
+        "--pattern",
+        pattern,
+        "--steps",
+        str(steps),
+    ]
     if state_dir:
         argv += ["--state-dir", state_dir]
     return argv
 
 
 def run_launcher(
-    pattern: str, nproc: int, steps: int, state_dir: str | None, port: int | None,
-    rank_offset: int = 0, world_size: int | None = None, master_addr: str = "127.0.0.1",
+    pattern: str,
+    nproc: int,
+    steps: int,
+    state_dir: str | None,
+    port: int | None,
+    rank_offset: int = 0,
+    world_size: int | None = None,
+    master_addr: str = "127.0.0.1",
 ) -> int:
     world = world_size or nproc
     port = port or free_port()
@@ -324,8 +338,19 @@ def start_scenario(
     if state_dir is None:
         owned = tempfile.TemporaryDirectory(prefix=f"areal-hang-{pattern}-")
         state_dir = owned.name
-    argv = [sys.executable, "-m", "areal_console.scenarios.hang", "--pattern", pattern,
-            "--nproc", str(nproc), "--steps", str(steps), "--state-dir", str(state_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "areal_console.scenarios.hang",
+        "--pattern",
+        pattern,
+        "--nproc",
+        str(nproc),
+        "--steps",
+        str(steps),
+        "--state-dir",
+        str(state_dir),
+    ]
     child_env = dict(os.environ if env is None else env)
     # The worker imports this package: make sure it is importable from wherever we run.
     pkg_root = str(Path(__file__).resolve().parents[2])
@@ -333,8 +358,11 @@ def start_scenario(
     if pkg_root not in paths:
         child_env["PYTHONPATH"] = os.pathsep.join([pkg_root, *paths])
     process = subprocess.Popen(
-        argv, env=child_env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        argv,
+        env=child_env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return ScenarioJob(pattern, nproc, process, Path(state_dir), owned)
 

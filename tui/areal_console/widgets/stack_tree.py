@@ -53,8 +53,13 @@ class StackTree(Tree[Frame | None]):
         self.root.expand()
 
     def _add_frames(
-        self, parent: UiNode[Frame | None], node: TreeNode, total: int,
-        expand_all: bool, shared: bool, depth_below: int = 0,
+        self,
+        parent: UiNode[Frame | None],
+        node: TreeNode,
+        total: int,
+        expand_all: bool,
+        shared: bool,
+        depth_below: int = 0,
     ) -> None:
         # Iterative: stacks are deep, and a 30-frame recursion per branch adds up.
         work = [(parent, node, shared, depth_below)]
@@ -68,8 +73,9 @@ class StackTree(Tree[Frame | None]):
                 depth = 0 if trunk else below + 1
                 expand = expand_all or trunk or depth <= 3
                 leaf = not child.children
-                ui = ui_parent.add(node_label(child, total), data=child.frame, expand=expand,
-                                   allow_expand=not leaf)
+                ui = ui_parent.add(
+                    node_label(child, total), data=child.frame, expand=expand, allow_expand=not leaf
+                )
                 for g in child.groups:
                     self.group_nodes[g] = ui
                 work.append((ui, child, trunk, depth))
