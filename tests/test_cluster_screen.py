@@ -117,3 +117,35 @@ async def test_killed_agent_shows_the_node_down_then_reconnects(gloo_job: GlooJo
         assert session.client.channel.pid != old_pid  # type: ignore[attr-defined]
         table = screen.query_one(ProcessTable)
         await until(lambda: len(job_rows(table, node, gloo_job)) == 4, what="ranks again")
+
+
+async def test_s_captures_the_filtered_job_and_diagnoses_it() -> None:
+    """From the Cluster screen: filter to one hung job, press `s`, read the diagnosis."""
+    from areal_console.scenarios.hang import start_scenario
+    from areal_console.screens.stacks import StacksScreen
+
+    job = start_scenario("collective_mismatch", nproc=2)
+    try:
+        job.wait_ready(120)
+        app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+        async with app.run_test(size=(140, 40)) as pilot:
+            table = app.screen.query_one(ProcessTable)
+            await until(lambda: table.row_count > 0, what="processes")
+            await pilot.press("slash", *str(job.state_dir), "enter")
+            await pilot.press("s")
+            await until(lambda: isinstance(app.screen, StacksScreen), what="the Stacks screen")
+            stacks = app.screen
+            assert isinstance(stacks, StacksScreen)
+            await until(lambda: stacks.diagnosis is not None, timeout=60, what="a diagnosis")
+            assert stacks.diagnosis is not None
+            assert stacks.diagnosis.pattern == "collective_mismatch"
+            assert stacks.capture is not None
+            assert sorted(r.rank for r in stacks.capture.ranks if r.rank is not None) == [0, 1]
+            # The capture was saved before it was shown, and esc goes back to the Cluster screen.
+            from areal_console.core.stacks.store import list_captures
+
+            assert any(c.capture_id == stacks.capture.capture_id for c in list_captures())
+            await pilot.press("escape")
+            await until(lambda: isinstance(app.screen, ClusterScreen), what="back to Cluster")
+    finally:
+        job.stop()

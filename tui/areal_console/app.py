@@ -8,20 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
+from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import FleetMonitor, NodeView
 from areal_console.core.settings import Settings
+from areal_console.core.stacks.capture import CaptureOptions, take_capture
+from areal_console.core.stacks.model import StackCapture
+from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
 from areal_console.screens.help import HelpScreen
+from areal_console.screens.stacks import StacksScreen
 
 
 class Monitor(Protocol):
@@ -98,6 +104,10 @@ class ConsoleApp(App[None]):
         }
         # Extra command-palette entries: callables returning (label, help, action) triples.
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
+        self._stacks_screen: StacksScreen | None = None
+        self.capture_match: str | None = None
+        self.screen_factories["stacks"] = self._new_stacks_screen
+        self.palette_sources.append(self._saved_capture_entries)
 
     # lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -123,6 +133,52 @@ class ConsoleApp(App[None]):
         self.screen_factories[mode] = factory
         if self.is_running:
             self.add_mode(mode, factory)
+
+    # stacks ---------------------------------------------------------------------------
+    def capture_options(self) -> CaptureOptions:
+        return CaptureOptions(
+            samples=self.settings.capture_samples,
+            interval=self.settings.capture_interval,
+            timeout=self.settings.pyspy_timeout,
+            match=self.capture_match,
+        )
+
+    def take_capture(self) -> StackCapture:
+        """Capture every rank of every node (runs in the Stacks screen's worker thread)."""
+        if self.fleet is None:
+            raise UserError("no live nodes to capture (this console shows recorded data)")
+        return take_capture(self.fleet, self.capture_options())
+
+    def _new_stacks_screen(self) -> StacksScreen:
+        self._stacks_screen = StacksScreen(recapture=self.take_capture)
+        return self._stacks_screen
+
+    def action_capture_stacks(self, match: str | None = None) -> None:
+        """`s`: capture every rank now and show the Stacks screen.
+
+        `match` (a regex on command lines) narrows the capture to one job when a node runs
+        several; the Cluster screen passes its filter.
+        """
+        self.capture_match = match
+        if self.fleet is None:
+            self.notify("No live nodes to capture: this console shows recorded data.",
+                        severity="warning")  # fmt: skip
+            return
+        existing = self._stacks_screen
+        self.switch_mode("stacks")  # a new Stacks screen captures as it mounts
+        if existing is not None:
+            existing.action_recapture()
+
+    def open_saved_capture(self, capture_id: str) -> None:
+        self.push_screen(StacksScreen(recapture=lambda: load_capture(capture_id)))
+
+    def _saved_capture_entries(self) -> list[tuple[str, str, Callable[[], Any]]]:
+        entries: list[tuple[str, str, Callable[[], Any]]] = []
+        for saved in list_captures()[:20]:
+            entries.append((f"Capture {saved.capture_id}: {saved.title}",
+                            f"{saved.captured_at} · {saved.ranks} ranks · {saved.pattern}",
+                            partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
+        return entries
 
     # navigation -----------------------------------------------------------------------
     def action_goto(self, mode: str) -> None:

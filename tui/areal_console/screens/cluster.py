@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from textual import on, work
@@ -72,6 +73,14 @@ class ClusterScreen(Screen[None]):
             id="cluster.drill",
             show=False,
             tooltip="Show only the highlighted node's processes",
+        ),
+        Binding(
+            "s",
+            "capture",
+            "Capture stacks",
+            id="cluster.capture",
+            tooltip="py-spy every rank of every node at once (only the filtered job's "
+            "processes while a / filter is set), then diagnose the hang",
         ),
         Binding(
             "a",
@@ -254,6 +263,10 @@ class ClusterScreen(Screen[None]):
             self.drilled = name
             self.refresh_view()
             self.query_one(ProcessTable).focus()
+
+    def action_capture(self) -> None:
+        match = re.escape(self.text_filter) if self.text_filter else None
+        self.console.action_capture_stacks(match=match)
 
     def action_toggle_all(self) -> None:
         self.show_all = not self.show_all
