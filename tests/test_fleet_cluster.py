@@ -179,10 +179,10 @@ async def test_cluster_screen_over_ssh_confirms_an_unknown_host_key(
     fleet = Fleet(specs, ssh_config=str(config), allow_agent=False)
     app = ConsoleApp(fleet, refresh_interval=0.3)
     async with app.run_test(size=(150, 40)) as pilot:
-        screen = app.screen
+        await _until(lambda: isinstance(app.screen, HostKeyScreen), what="the host key question")
+        screen = app.screen_stack[-2]
         assert isinstance(screen, ClusterScreen)
         nodes = screen.query_one(NodeTable)
-        await _until(lambda: isinstance(app.screen, HostKeyScreen), what="the host key question")
         question = app.screen
         assert isinstance(question, HostKeyScreen)
         assert question.node == "fresh" and question.key.startswith("ssh-ed25519 SHA256:")
