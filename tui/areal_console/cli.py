@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "areal_console.commands.tui",
     "areal_console.commands.nodes",
     "areal_console.commands.stacks",
+    "areal_console.commands.batch",
 ]
 
 
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         except ModuleNotFoundError as exc:
             if exc.name != name:
                 raise
-            continue  # a subcommand not built into this copy
+            continue  # a subcommand not part of this build
         module.register(subparsers)
     return parser
 
