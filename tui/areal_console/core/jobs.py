@@ -148,9 +148,11 @@ def refresh(session: NodeSession, record: JobRecord) -> JobRecord:
         found = session.call("jobs", {"jobs": [record.job_id]}, timeout=15)["jobs"]
     except (AgentError, AgentDisconnected, OSError) as exc:
         record.state, record.error = "unknown", f"node {record.node} unreachable: {exc}"
+        save_job(record)  # the log path and plan stay listed while the node is away
         return record
     if not found:
         record.state, record.error = "unknown", f"node {record.node} has no record of the job"
+        save_job(record)
         return record
     record.update_from_node(found[0])
     save_job(record)
