@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet, NodeSession
 from areal_console.core.targets import NodeSpec, local_node
@@ -50,10 +49,18 @@ def wait_for(predicate: Any, timeout: float = 20.0) -> None:
 
 def test_job_runs_detached_logs_and_reports_exit(session: tuple[NodeSession, list]) -> None:
     s, events = session
-    job = s.call("job_launch", {
-        "job": "j1", "argv": [sys.executable, "-c", "import os,sys;print('hi', os.environ['X']);sys.exit(3)"],
-        "env": {"X": "from-env"},
-    })
+    job = s.call(
+        "job_launch",
+        {
+            "job": "j1",
+            "argv": [
+                sys.executable,
+                "-c",
+                "import os,sys;print('hi', os.environ['X']);sys.exit(3)",
+            ],
+            "env": {"X": "from-env"},
+        },
+    )
     assert job["state"] in ("running", "failed") and job["pid"] > 0
     wait_for(lambda: any(e.get("event") == "job_exit" and e["job"] == "j1" for e in events))
     exit_event = next(e for e in events if e.get("event") == "job_exit")
@@ -79,8 +86,12 @@ def test_stop_and_reconnect_find_the_record(session: tuple[NodeSession, list], e
         other.close()
     assert stopped["state"] == "stopped" and stopped["exit_code"] == -15
     child = stopped["child_pid"]
-    wait_for(lambda: not Path(f"/proc/{child}").exists() or
-             Path(f"/proc/{child}/stat").read_text().split()[2] == "Z")
+    wait_for(
+        lambda: (
+            not Path(f"/proc/{child}").exists()
+            or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+        )
+    )
 
 
 def test_unknown_job_and_bad_arguments(session: tuple[NodeSession, list]) -> None:
@@ -104,8 +115,13 @@ def test_trainer_is_staged_once_by_content_hash(session: tuple[NodeSession, list
 
 
 def test_dropped_node_shows_unknown_and_keeps_the_log(env: Path) -> None:
-    record = jobs.JobRecord(job_id="replay-x", node="gone", plan={"steps": [1, 2]},
-                            launched_at=time.time(), log="/scratch/replay-x/train.log")
+    record = jobs.JobRecord(
+        job_id="replay-x",
+        node="gone",
+        plan={"steps": [1, 2]},
+        launched_at=time.time(),
+        log="/scratch/replay-x/train.log",
+    )
     jobs.save_job(record)
     unreachable = NodeSession(NodeSpec(name="gone", transport="nowhere"))
     jobs.refresh(unreachable, record)

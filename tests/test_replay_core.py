@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from areal_console.core.errors import UserError
 from areal_console.core.replay import (
     METRIC_NAMES,
@@ -68,8 +67,12 @@ def test_gpu_lists() -> None:
 def test_plan_picks_free_gpus_and_keeps_file_names_as_single_arguments() -> None:
     templates = load_templates()
     plan = plan_replay(
-        index({1: [0, 1], 2: [0, 1]}), "node1", GPU_SAMPLE, templates["reference"],
-        script="/opt/t.py", overrides=["actor.eps_clip=0.1"],
+        index({1: [0, 1], 2: [0, 1]}),
+        "node1",
+        GPU_SAMPLE,
+        templates["reference"],
+        script="/opt/t.py",
+        overrides=["actor.eps_clip=0.1"],
     )
     assert plan.gpus == [0, 2]  # GPU 1 is busy
     assert plan.env == {"CUDA_VISIBLE_DEVICES": "0,2"}
@@ -80,12 +83,20 @@ def test_plan_picks_free_gpus_and_keeps_file_names_as_single_arguments() -> None
 
 def test_areal_template_from_the_guide() -> None:
     plan = plan_replay(
-        index({7: [None]}, areal=True), "n", NO_GPU_SAMPLE, load_templates()["areal"],
-        script="examples/math/gsm8k_rl.py", config="gsm8k.yaml",
+        index({7: [None]}, areal=True),
+        "n",
+        NO_GPU_SAMPLE,
+        load_templates()["areal"],
+        script="examples/math/gsm8k_rl.py",
+        config="gsm8k.yaml",
     )
     assert plan.argv == [
-        "python3", "examples/math/gsm8k_rl.py", "--config", "gsm8k.yaml",
-        "trajectory_debug.replay_rollout_data=true", "trajectory_debug.path=/data/dumps/run 1",
+        "python3",
+        "examples/math/gsm8k_rl.py",
+        "--config",
+        "gsm8k.yaml",
+        "trajectory_debug.replay_rollout_data=true",
+        "trajectory_debug.path=/data/dumps/run 1",
     ]
     assert plan.gpus == [] and plan.metrics is None
 
@@ -99,8 +110,15 @@ def test_templates_from_config_and_unknown_placeholders() -> None:
 
 def test_missing_step_lists_available_steps() -> None:
     with pytest.raises(UserError, match=r"no dump for step 4 .* available steps: 1-3,5"):
-        plan_replay(index({1: [None], 2: [None], 3: [None], 5: [None]}), "n", NO_GPU_SAMPLE,
-                    load_templates()["reference"], script="t.py", first=2, last=5)
+        plan_replay(
+            index({1: [None], 2: [None], 3: [None], 5: [None]}),
+            "n",
+            NO_GPU_SAMPLE,
+            load_templates()["reference"],
+            script="t.py",
+            first=2,
+            last=5,
+        )
 
 
 def test_later_start_needs_a_checkpoint() -> None:
@@ -113,23 +131,37 @@ def test_later_start_needs_a_checkpoint() -> None:
 
 def test_dp_size_must_match_the_chosen_gpus() -> None:
     with pytest.raises(UserError, match=r"made with 2 data-parallel rank\(s\), but 1 GPU"):
-        plan_replay(index({1: [0, 1]}), "n", GPU_SAMPLE, load_templates()["reference"],
-                    script="t", gpus=[0])
+        plan_replay(
+            index({1: [0, 1]}), "n", GPU_SAMPLE, load_templates()["reference"], script="t", gpus=[0]
+        )
 
 
 def test_gpu_indices_the_node_lacks() -> None:
     with pytest.raises(UserError, match=r"node n has no GPU 7 \(it has 0,1,2,3\)"):
-        plan_replay(index({1: [None]}), "n", GPU_SAMPLE, load_templates()["reference"],
-                    script="t", gpus=[7])
-    with pytest.raises(UserError, match="has no GPUs .*NVML unavailable.*--gpus cpu"):
-        plan_replay(index({1: [None]}), "n", NO_GPU_SAMPLE, load_templates()["reference"],
-                    script="t", gpus=[0])
+        plan_replay(
+            index({1: [None]}), "n", GPU_SAMPLE, load_templates()["reference"], script="t", gpus=[7]
+        )
+    with pytest.raises(UserError, match=r"has no GPUs .*NVML unavailable.*--gpus cpu"):
+        plan_replay(
+            index({1: [None]}),
+            "n",
+            NO_GPU_SAMPLE,
+            load_templates()["reference"],
+            script="t",
+            gpus=[0],
+        )
 
 
 def test_dump_flag_in_replay_overrides_is_refused() -> None:
     with pytest.raises(UserError, match="mutually exclusive"):
-        plan_replay(index({1: [None]}), "n", NO_GPU_SAMPLE, load_templates()["reference"],
-                    script="t", overrides=["trajectory_debug.dump_rollout_data=true"])
+        plan_replay(
+            index({1: [None]}),
+            "n",
+            NO_GPU_SAMPLE,
+            load_templates()["reference"],
+            script="t",
+            overrides=["trajectory_debug.dump_rollout_data=true"],
+        )
 
 
 def metrics_line(step: int, loss: float) -> str:
@@ -148,7 +180,9 @@ def test_verify_reports_first_differing_step_and_metric() -> None:
     result = verify(recorded, off, (2, 3))
     assert not result.matched and result.steps == [2]
     assert result.first_mismatch == {
-        "step": 3, "metric": "actor_loss", "recorded": 0.30000000000000004,
+        "step": 3,
+        "metric": "actor_loss",
+        "recorded": 0.30000000000000004,
         "replayed": 0.30000000000100005,
     }
     assert "step 3: actor_loss" in result.summary

@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.app import App
-from textual.widgets import DataTable, Input, Label, Static
-
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.replay import TRAINER_PATH
@@ -20,6 +17,8 @@ from areal_console.core.targets import local_node
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.screens.jobs import JobsScreen, merge_jobs
 from areal_console.screens.replay_dialog import ReplayDialog
+from textual.app import App
+from textual.widgets import DataTable, Input, Label, Static
 
 SLOW_JOB = "import time\nprint('working', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
 
@@ -38,9 +37,16 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def dump(home: Path) -> Path:
     path = home / "dump"
     subprocess.run(
-        [sys.executable, str(TRAINER_PATH), "steps=2", "trajectory_debug.dump_rollout_data=true",
-         f"trajectory_debug.path={path}", f"output_dir={home / 'run'}"],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            str(TRAINER_PATH),
+            "steps=2",
+            "trajectory_debug.dump_rollout_data=true",
+            f"trajectory_debug.path={path}",
+            f"output_dir={home / 'run'}",
+        ],
+        check=True,
+        capture_output=True,
     )
     return path
 
@@ -82,9 +88,7 @@ def text_of(screen: Any, selector: str) -> str:
 
 
 @pytest.mark.slow
-async def test_dialog_prefills_launches_and_jobs_screen_verifies(
-    fleet: Fleet, dump: Path
-) -> None:
+async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, dump: Path) -> None:
     node = fleet.sessions[0].name
     app = Host(lambda: ReplayDialog(fleet, str(dump), node))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -104,8 +108,13 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(
         screen = app2.screen
         table = screen.query_one("#jobs-table", DataTable)
         key = f"{node}/{record.job_id}"
-        await until(pilot, lambda: key in table.rows and
-                    table.get_cell(key, "verification") == "matches recording", timeout=60)
+        await until(
+            pilot,
+            lambda: (
+                key in table.rows and table.get_cell(key, "verification") == "matches recording"
+            ),
+            timeout=60,
+        )
         assert table.get_cell(key, "state") == "finished"
         assert table.get_cell(key, "exit") == "0"
         assert table.get_cell(key, "steps") == "1-2"
@@ -115,9 +124,7 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(
         assert "replay matches recording" in text_of(screen, "#jobs-detail")
 
 
-async def test_dialog_shows_bad_input_and_read_only_blocks_launch(
-    fleet: Fleet, dump: Path
-) -> None:
+async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, dump: Path) -> None:
     node = fleet.sessions[0].name
     app = Host(lambda: ReplayDialog(fleet, str(dump), node, read_only=True))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -141,7 +148,9 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(
 async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
     session = fleet.sessions[0]
     node = session.name
-    status = session.call("job_launch", {"job": "slow-ui", "argv": [sys.executable, "-c", SLOW_JOB]})
+    status = session.call(
+        "job_launch", {"job": "slow-ui", "argv": [sys.executable, "-c", SLOW_JOB]}
+    )
     jobs.save_job(jobs.JobRecord(job_id="slow-ui", node=node, plan={}, launched_at=time.time()))
     assert status["state"] == "running"
     key = f"{node}/slow-ui"
@@ -184,10 +193,21 @@ def test_merge_marks_jobs_of_lost_nodes_unknown() -> None:
         jobs.JobRecord("b", "n2", {}, 1.0, state="running"),
         jobs.JobRecord("c", "n3", {}, 0.5, state="finished", exit_code=0),
     ]
-    merged = merge_jobs(known, {"n1": "connection reset", "n3": [
-        {"job": "c", "state": "finished", "exit_code": 0},
-        {"job": "d", "state": "running", "started": 9.0, "meta": {"plan": {"steps": [1, 2]}}},
-    ]})
+    merged = merge_jobs(
+        known,
+        {
+            "n1": "connection reset",
+            "n3": [
+                {"job": "c", "state": "finished", "exit_code": 0},
+                {
+                    "job": "d",
+                    "state": "running",
+                    "started": 9.0,
+                    "meta": {"plan": {"steps": [1, 2]}},
+                },
+            ],
+        },
+    )
     states = {(r.job_id, r.state) for r in merged}
     assert states == {("a", "unknown"), ("b", "unknown"), ("c", "finished"), ("d", "running")}
     assert merged[0].job_id == "d" and merged[0].plan == {"steps": [1, 2]}

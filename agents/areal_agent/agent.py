@@ -704,8 +704,9 @@ def op_shutdown(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 # the agent (and the console) going away: a later agent reads the job directory and knows
 # whether the job is running, how it ended, or that it vanished without a word ("unknown").
 
-import re as _re
-import signal as _signal
+import contextlib  # noqa: E402
+import re as _re  # noqa: E402 (this section's own imports, kept with it)
+import signal as _signal  # noqa: E402
 
 JOB_WRAPPER = (
     "import json,os,signal,subprocess,sys,time\n"
@@ -825,7 +826,8 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         isinstance(k, str) and isinstance(v, str) for k, v in env_extra.items()
     ):
         raise OpError("argument 'env' must map names to strings")
-    job_id = _arg(args, "job", str, "") or time.strftime("job-%Y%m%d-%H%M%S-") + os.urandom(3).hex()
+    job_id = _arg(args, "job", str, "")
+    job_id = job_id or time.strftime("job-%Y%m%d-%H%M%S-") + os.urandom(3).hex()
     if not JOB_ID.match(job_id):
         raise OpError(f"bad job id {job_id!r}")
     root = jobs_root(args)
@@ -837,7 +839,8 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     except OSError as exc:
         raise OpError(f"cannot create job directory {path}: {exc.strerror}") from None
     argv = [a.replace("{job_dir}", path) for a in argv]
-    log = os.path.expanduser(_arg(args, "log", str, "") or "{job_dir}/output.log").replace("{job_dir}", path)
+    log = _arg(args, "log", str, "") or "{job_dir}/output.log"
+    log = os.path.expanduser(log).replace("{job_dir}", path)
     cwd = os.path.expanduser(_arg(args, "cwd", str, "") or path)
     if not os.path.isdir(cwd):
         raise OpError(f"working directory {cwd} does not exist on this node")
@@ -896,15 +899,13 @@ def op_jobs(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 @op("job_stop")
 def op_job_stop(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     """SIGTERM the job's process group; SIGKILL it after `grace` seconds."""
-    job_id, path = _job_dir(args)
+    _, path = _job_dir(args)
     grace = _arg(args, "grace", float, 10.0)
     status = job_status(path)
     if status["state"] != "running":
         return status
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(status["pid"], _signal.SIGTERM)  # the wrapper forwards it to the job's group
-    except ProcessLookupError:
-        pass
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if os.path.exists(os.path.join(path, "exit.json")):
@@ -912,10 +913,8 @@ def op_job_stop(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         time.sleep(0.05)
     for pid in (status.get("child_pid"), status["pid"]):
         if isinstance(pid, int):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(pid, _signal.SIGKILL)
-            except OSError:
-                pass
     if not os.path.exists(os.path.join(path, "exit.json")):
         _write_json(os.path.join(path, "exit.json"),
                     {"exit_code": -9, "ended": time.time(), "stopped": True})
@@ -1023,7 +1022,9 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         "steps": {str(k): v for k, v in sorted(steps.items())},
         "checkpoints": ckpts,
         "metrics": os.path.isfile(os.path.join(path, "metrics.jsonl")),
-        "meta": {k: meta.get(k) for k in ("trainer", "trainer_version", "world_size")} if meta else {},
+        "meta": {k: meta.get(k) for k in ("trainer", "trainer_version", "world_size")}
+        if meta
+        else {},
     }
 
 

@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.template not in templates:
         raise UserError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
     template = templates[args.template]
-    options = {"accept_new_hosts": True} if getattr(args, "accept_new_hosts", False) else {}
+    options: dict[str, Any] = (
+        {"accept_new_hosts": True} if getattr(args, "accept_new_hosts", False) else {}
+    )
     fleet = Fleet([spec], **options)
     session = fleet.session(spec.name)
     try:
@@ -137,7 +139,9 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(result, indent=1))
         else:
-            print(f"job {record.job_id} on {record.node} ({format_gpus(plan.gpus)}): {record.state}")
+            print(
+                f"job {record.job_id} on {record.node} ({format_gpus(plan.gpus)}): {record.state}"
+            )
             print(f"  command: {plan.command_line}")
             print(f"  log: {record.log}")
             if args.wait:

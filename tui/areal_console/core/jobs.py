@@ -65,7 +65,8 @@ class JobRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> JobRecord:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__ if k in data})
+        known: dict[str, Any] = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
 
     def update_from_node(self, status: dict[str, Any]) -> None:
         self.state = str(status.get("state") or "unknown")
@@ -159,9 +160,7 @@ def refresh(session: NodeSession, record: JobRecord) -> JobRecord:
     return record
 
 
-def wait(
-    session: NodeSession, record: JobRecord, timeout: float, poll: float = 0.25
-) -> JobRecord:
+def wait(session: NodeSession, record: JobRecord, timeout: float, poll: float = 0.25) -> JobRecord:
     """Poll until the job ends (or `timeout` seconds pass: the state stays "running")."""
     deadline = time.monotonic() + timeout
     while True:
@@ -190,8 +189,15 @@ def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
         replayed = read_metrics(session, plan["metrics"], record.job_dir)
     except (AgentError, AgentDisconnected, OSError) as exc:
         return Verification(
-            False, [], {"step": steps[0], "metric": None, "recorded": None, "replayed": None,
-                        "reason": f"metrics unreadable: {exc}"}
+            False,
+            [],
+            {
+                "step": steps[0],
+                "metric": None,
+                "recorded": None,
+                "replayed": None,
+                "reason": f"metrics unreadable: {exc}",
+            },
         )
     result = verify(recorded, replayed, steps)
     record.verification = result.to_json()

@@ -285,7 +285,8 @@ def parse_template(name: str, spec: dict[str, Any] | str) -> LaunchTemplate:
 
 
 def _placeholders(token: str) -> list[str]:
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while True:
         start = token.find("{", i)
         if start < 0:
@@ -468,16 +469,25 @@ def verify(
             return Verification(
                 False,
                 checked,
-                {"step": step, "metric": None, "recorded": None, "replayed": None,
-                 "reason": f"step {step} is missing from the {where} metrics"},
+                {
+                    "step": step,
+                    "metric": None,
+                    "recorded": None,
+                    "replayed": None,
+                    "reason": f"step {step} is missing from the {where} metrics",
+                },
             )
         for name in metrics:
             if not _same(rec.get(name), rep.get(name)):
                 return Verification(
                     False,
                     checked,
-                    {"step": step, "metric": name, "recorded": rec.get(name),
-                     "replayed": rep.get(name)},
+                    {
+                        "step": step,
+                        "metric": name,
+                        "recorded": rec.get(name),
+                        "replayed": rep.get(name),
+                    },
                 )
         checked.append(step)
     return Verification(True, checked)

@@ -84,7 +84,9 @@ def merge_jobs(
             if record is None:
                 meta = status.get("meta") or {}
                 record = jobs.JobRecord(
-                    job_id=key[1], node=node, plan=dict(meta.get("plan") or {}),
+                    job_id=key[1],
+                    node=node,
+                    plan=dict(meta.get("plan") or {}),
                     launched_at=float(status.get("started") or 0),
                 )
                 by_key[key] = record
@@ -100,18 +102,40 @@ class JobsScreen(Screen[None]):
 
     CSS_PATH = "../styles/jobs.tcss"
     BINDINGS = [
-        Binding("slash", "filter", "Filter", id="jobs.filter",
-                tooltip="Filter jobs by any text in their row"),
-        Binding("escape", "back", "Back", id="jobs.back",
-                tooltip="Clear the filter, or leave the Jobs screen"),
-        Binding("enter", "follow", "Follow log", id="jobs.follow",
-                tooltip="Tail the highlighted job's log"),
-        Binding("s", "stop", "Stop", id="jobs.stop",
-                tooltip="Stop the highlighted job (asks first)"),
-        Binding("v", "verify", "Verify", id="jobs.verify",
-                tooltip="Compare the highlighted replay's metrics with its recording again"),
-        Binding("r", "refresh", "Refresh", id="jobs.refresh",
-                tooltip="Ask every node for its jobs now"),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="jobs.filter",
+            tooltip="Filter jobs by any text in their row",
+        ),
+        Binding(
+            "escape",
+            "back",
+            "Back",
+            id="jobs.back",
+            tooltip="Clear the filter, or leave the Jobs screen",
+        ),
+        Binding(
+            "enter",
+            "follow",
+            "Follow log",
+            id="jobs.follow",
+            tooltip="Tail the highlighted job's log",
+        ),
+        Binding(
+            "s", "stop", "Stop", id="jobs.stop", tooltip="Stop the highlighted job (asks first)"
+        ),
+        Binding(
+            "v",
+            "verify",
+            "Verify",
+            id="jobs.verify",
+            tooltip="Compare the highlighted replay's metrics with its recording again",
+        ),
+        Binding(
+            "r", "refresh", "Refresh", id="jobs.refresh", tooltip="Ask every node for its jobs now"
+        ),
     ]
 
     class JobsRefreshed(Message):
@@ -194,8 +218,12 @@ class JobsScreen(Screen[None]):
         self._draw()
         for row in map(JobRow, message.records):
             r = row.record
-            if (r.state == "finished" and r.verification is None and (r.plan or {}).get("metrics")
-                    and row.key not in self._verifying):
+            if (
+                r.state == "finished"
+                and r.verification is None
+                and (r.plan or {}).get("metrics")
+                and row.key not in self._verifying
+            ):
                 self._verifying.add(row.key)
                 self.verify_job(row.key)
         if self._timer is not None:
@@ -236,8 +264,10 @@ class JobsScreen(Screen[None]):
         if record is None:
             detail.update("no jobs yet: press r in the batch browser to replay a dump")
             return
-        lines = [f"{record.job_id} on {record.node}: {record.state}"
-                 + ("" if record.exit_code is None else f" (exit {record.exit_code})")]
+        lines = [
+            f"{record.job_id} on {record.node}: {record.state}"
+            + ("" if record.exit_code is None else f" (exit {record.exit_code})")
+        ]
         argv = record.extra.get("argv") or (record.plan or {}).get("argv")
         if argv:
             lines.append("command: " + " ".join(argv))
@@ -320,9 +350,8 @@ class JobsScreen(Screen[None]):
             self.app.pop_screen()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "stop" and self.read_only:
-            return False  # shown disabled in the footer
-        return True
+        # In read-only mode stop is shown disabled in the footer.
+        return not (action == "stop" and self.read_only)
 
     def action_stop(self) -> None:
         record = self.records.get(self.selected or "")
@@ -332,13 +361,14 @@ class JobsScreen(Screen[None]):
             self.notify(f"{record.job_id} is not running ({record.state})")
             return
         key = self.selected
+        command = " ".join(record.extra.get("argv") or [])
 
         def answered(yes: bool | None) -> None:
             if yes and key is not None:
                 self.stop_job(key)
 
         self.app.push_screen(
-            ConfirmDialog(f"Stop {record.job_id} on {record.node}?\n{' '.join(record.extra.get('argv') or [])}"),
+            ConfirmDialog(f"Stop {record.job_id} on {record.node}?\n{command}"),
             answered,
         )
 
@@ -369,7 +399,11 @@ class JobsScreen(Screen[None]):
             self.post_message(self.Notice(f"verification failed: {exc}", "error"))
             return
         if result is None:
-            self.post_message(self.Notice(f"{record.job_id}: no metrics to verify for this template"))
+            self.post_message(
+                self.Notice(f"{record.job_id}: no metrics to verify for this template")
+            )
             return
-        self.post_message(self.Notice(result.summary, "information" if result.matched else "warning"))
+        self.post_message(
+            self.Notice(result.summary, "information" if result.matched else "warning")
+        )
         self.app.call_from_thread(self.refresh_jobs)

@@ -49,10 +49,21 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
 
     CSS_PATH = "../styles/replay_dialog.tcss"
     BINDINGS = [
-        Binding("enter", "launch", "Launch", id="replay.launch", priority=True,
-                tooltip="Launch the replay detached on the node with this command"),
-        Binding("escape", "cancel", "Cancel", id="replay.cancel",
-                tooltip="Close the dialog without launching anything"),
+        Binding(
+            "enter",
+            "launch",
+            "Launch",
+            id="replay.launch",
+            priority=True,
+            tooltip="Launch the replay detached on the node with this command",
+        ),
+        Binding(
+            "escape",
+            "cancel",
+            "Cancel",
+            id="replay.cancel",
+            tooltip="Close the dialog without launching anything",
+        ),
     ]
 
     class Loaded(Message):
@@ -103,7 +114,8 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
             yield Static("reading the dump on the node…", id="replay-command")
             yield Label("", id="replay-error")
             yield Label(
-                "read-only mode: launching is disabled" if self.read_only
+                "read-only mode: launching is disabled"
+                if self.read_only
                 else "enter: launch · esc: cancel",
                 id="replay-hint",
             )
@@ -155,9 +167,15 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
         except ValueError as exc:
             raise UserError(f"overrides: {exc}") from None
         return plan_replay(
-            self.facts.index, self.node, self.facts.sample, template,
-            gpus=parse_gpus(gpus_text or None), first=first, last=last,
-            script=self.facts.script, overrides=overrides,
+            self.facts.index,
+            self.node,
+            self.facts.sample,
+            template,
+            gpus=parse_gpus(gpus_text or None),
+            first=first,
+            last=last,
+            script=self.facts.script,
+            overrides=overrides,
         )
 
     @on(Input.Changed)

@@ -27,6 +27,7 @@ steps instead of sampling; on CPU the metrics then match the recording bit for b
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -210,9 +211,7 @@ def check_known_keys(config: dict[str, Any]) -> None:
     known = set(flatten(DEFAULTS))
     unknown = sorted(k for k in flatten(config) if k not in known)
     if unknown:
-        raise ConfigError(
-            f"unknown config key {unknown[0]!r} (known: {', '.join(sorted(known))})"
-        )
+        raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
 
 def _steps_list(value: Any, name: str) -> list[int] | None:
@@ -243,15 +242,20 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     td["dump_steps"] = _steps_list(td["dump_steps"], "trajectory_debug.dump_steps")
     td["pin_steps"] = _steps_list(td["pin_steps"], "trajectory_debug.pin_steps") or []
     if td["max_keep"] is not None and (not isinstance(td["max_keep"], int) or td["max_keep"] <= 0):
-        raise ConfigError(f"trajectory_debug.max_keep must be a positive integer, got {td['max_keep']!r}")
+        raise ConfigError(
+            f"trajectory_debug.max_keep must be a positive integer, got {td['max_keep']!r}"
+        )
     if td["dump_scope"] not in ("rollout", "full"):
-        raise ConfigError(f"trajectory_debug.dump_scope must be 'rollout' or 'full', got {td['dump_scope']!r}")
+        raise ConfigError(
+            f"trajectory_debug.dump_scope must be 'rollout' or 'full', got {td['dump_scope']!r}"
+        )
     for key in ("steps", "start_step", "seed", "threads"):
         if not isinstance(config[key], int) or isinstance(config[key], bool):
             raise ConfigError(f"{key} must be an integer, got {config[key]!r}")
     if config["steps"] < 1 or config["start_step"] < 1 or config["start_step"] > config["steps"]:
         raise ConfigError(
-            f"need 1 <= start_step <= steps, got start_step={config['start_step']} steps={config['steps']}"
+            "need 1 <= start_step <= steps, got "
+            f"start_step={config['start_step']} steps={config['steps']}"
         )
     if config["start_step"] > 1 and not td["replay_rollout_data"]:
         raise ConfigError("start_step > 1 needs trajectory_debug.replay_rollout_data=true")
@@ -349,7 +353,7 @@ def read_meta(directory: str) -> dict[str, Any]:
 
 
 def check_replay_input(directory: str, first: int, last: int, world_size: int) -> None:
-    """Every step in [first, last] is dumped for exactly this DP size, and we can start at `first`."""
+    """Every step in [first, last] is dumped for this DP size, and `first` can be started at."""
     if not os.path.isdir(directory):
         raise ConfigError(f"trajectory_debug.path {directory} is not a directory")
     dumps = scan_dumps(directory)
@@ -389,10 +393,8 @@ def rotate_dumps(directory: str, dp_rank: int | None, max_keep: int, pin: set[in
         if dp_rank in (None, 0):
             doomed.append(checkpoint_path(directory, step))  # rank 0 owns checkpoints
         for path in doomed:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # another rank rotated it first
                 os.remove(path)
-            except FileNotFoundError:
-                pass  # another rank rotated it first
 
 
 def atomic_save(obj: Any, path: str) -> None:
@@ -573,7 +575,7 @@ def train_step(
     advantages = group_advantages(groups)
     with torch.no_grad():
         prox = [model.token_logprobs(g["input_ids"].long().to(device)).cpu() for g in groups]
-    for g, adv, p in zip(groups, advantages, prox):
+    for g, adv, p in zip(groups, advantages, prox):  # noqa: B905 (nodes may run Python < 3.10)
         g["advantages"] = adv
         g["prox_logp"] = p * g["loss_mask"]
 
@@ -582,7 +584,7 @@ def train_step(
     no_eos = torch.tensor(
         [
             0.0 if EOS in row[: int(n)].tolist() else 1.0
-            for row, n in zip(full["input_ids"], lengths)
+            for row, n in zip(full["input_ids"], lengths)  # noqa: B905
         ]
     )
     summary = all_reduce_sum(
@@ -610,11 +612,16 @@ def train_step(
         width = mb["input_ids"].shape[1]
         adv = torch.cat(
             [
-                F.pad(a.unsqueeze(1).expand(-1, g["input_ids"].shape[1]), (0, width - g["input_ids"].shape[1]))
-                for a, g in zip(advantages[bounds[i] : bounds[i + 1]], mb_groups)
+                F.pad(
+                    a.unsqueeze(1).expand(-1, g["input_ids"].shape[1]),
+                    (0, width - g["input_ids"].shape[1]),
+                )
+                for a, g in zip(advantages[bounds[i] : bounds[i + 1]], mb_groups)  # noqa: B905
             ]
         )
-        prox_mb = torch.cat([F.pad(p, (0, width - p.shape[1])) for p in prox[bounds[i] : bounds[i + 1]]])
+        prox_mb = torch.cat(
+            [F.pad(p, (0, width - p.shape[1])) for p in prox[bounds[i] : bounds[i + 1]]]
+        )
         mask = mb["loss_mask"].float()
         behave_w = torch.exp(prox_mb - mb["logprobs"]) * mask
         if actor["use_decoupled_loss"]:
@@ -743,7 +750,11 @@ def run(config: dict[str, Any]) -> None:
         if dump_now:
             if rank == 0 and td["save_checkpoints"]:
                 atomic_save(
-                    {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                    {
+                        "step": step,
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                    },
                     checkpoint_path(dump_dir, step),
                 )
             if td["dump_scope"] == "rollout":
@@ -752,7 +763,7 @@ def run(config: dict[str, Any]) -> None:
         if dump_now and td["dump_scope"] == "full":
             advantages = group_advantages(groups)
             with torch.no_grad():
-                for g, adv in zip(groups, advantages):
+                for g, adv in zip(groups, advantages):  # noqa: B905 (nodes may run Python < 3.10)
                     g["advantages"] = adv
             atomic_save(groups, dump_path(dump_dir, step, dp_suffix))
         if dump_now and td["max_keep"] is not None:
