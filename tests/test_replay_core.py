@@ -188,3 +188,12 @@ def test_verify_reports_first_differing_step_and_metric() -> None:
     assert "step 3: actor_loss" in result.summary
     missing = verify(recorded, same, (2, 4))
     assert not missing.matched and "missing" in missing.summary
+
+
+def test_areal_template_may_use_more_gpus_than_dp_ranks() -> None:
+    dump = index({1: [0, 1]}, areal=True)
+    areal = load_templates()["areal"]
+    plan = plan_replay(dump, "n", GPU_SAMPLE, areal, script="s.py", config="c.yaml", gpus=[0, 2, 3])
+    assert plan.env == {"CUDA_VISIBLE_DEVICES": "0,2,3"}
+    with pytest.raises(UserError, match="pick 2 or more"):
+        plan_replay(dump, "n", GPU_SAMPLE, areal, script="s.py", config="c.yaml", gpus=[0])

@@ -206,8 +206,12 @@ def choose_steps(index: DumpIndex, first: int | None, last: int | None) -> tuple
     return first, last
 
 
-def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int) -> int:
-    """All replayed steps share one DP size, equal to `ranks` when given (>0)."""
+def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int, exact: bool = True) -> int:
+    """All replayed steps share one DP size, equal to `ranks` when given (>0).
+
+    With `exact=False` (trainers whose ranks are not all data parallel, e.g. AReaL with
+    tensor or pipeline parallelism) `ranks` only has to be at least the DP size.
+    """
     sizes = {index.dp_size(s) for s in range(first, last + 1)}
     if len(sizes) > 1:
         raise UserError(
@@ -215,10 +219,10 @@ def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int) -> int:
             f"sizes {sorted(sizes)}"
         )
     size = sizes.pop()
-    if ranks and ranks != size:
+    if ranks and (ranks != size if exact else ranks < size):
         raise UserError(
             f"the dump was made with {size} data-parallel rank(s), but {ranks} GPU(s) were "
-            f"chosen: pick {size}"
+            f"chosen: pick {size}" + ("" if exact else " or more")
         )
     return size
 
@@ -368,7 +372,7 @@ def plan_replay(
         gpus = free[:size] if len(free) >= size else []
     else:
         check_gpus(gpus, sample, node)
-    size = check_dp_size(index, first, last, len(gpus))
+    size = check_dp_size(index, first, last, len(gpus), exact=template.name == "reference")
     if template.name == "areal" and not config:
         raise UserError("the areal template needs the experiment's --config file")
     if "{script}" in " ".join(template.argv) and not script:
