@@ -197,3 +197,36 @@ def test_areal_template_may_use_more_gpus_than_dp_ranks() -> None:
     assert plan.env == {"CUDA_VISIBLE_DEVICES": "0,2,3"}
     with pytest.raises(UserError, match="pick 2 or more"):
         plan_replay(dump, "n", GPU_SAMPLE, areal, script="s.py", config="c.yaml", gpus=[0])
+
+
+def test_reference_trainer_imports_only_stdlib_and_torch() -> None:
+    import ast
+    import sys
+
+    from areal_console.core.replay import TRAINER_PATH
+
+    tree = ast.parse(TRAINER_PATH.read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    outside = {m for m in roots if m not in sys.stdlib_module_names and m != "torch"}
+    assert outside == set(), outside
+
+
+def test_replay_core_does_not_import_textual() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tui"), str(root / "agents")])}
+
+    code = (
+        "import sys, areal_console.core.replay, areal_console.core.jobs;"
+        "sys.exit('textual' in sys.modules or 'torch' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
