@@ -249,6 +249,7 @@ class JobsScreen(Screen[None]):
                     table.add_row(*cells, key=row.key)
         if self.selected is None and visible:
             self.selected = visible[0].key
+            self.action_follow()
         self._show_detail()
         running = sum(r.state == "running" for r in self.records.values())
         status = f"{len(self.records)} jobs, {running} running"
@@ -281,9 +282,10 @@ class JobsScreen(Screen[None]):
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value is not None:
+        if event.row_key.value is not None and event.row_key.value != self.selected:
             self.selected = event.row_key.value
             self._show_detail()
+            self.action_follow()  # the log pane always tails the highlighted job
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:

@@ -535,8 +535,14 @@ def generate_groups(
 
 
 def all_reduce_sum(t: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Sum over ranks in place; NCCL only reduces GPU tensors, so CPU ones make a round trip."""
     if world_size > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        if dist.get_backend() == "nccl" and t.device.type != "cuda":
+            on_gpu = t.to(torch.device("cuda", torch.cuda.current_device()))
+            dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
+            t.copy_(on_gpu.cpu())
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
 
 
