@@ -207,7 +207,12 @@ class JobsScreen(Screen[None]):
         if record is None:
             return
         try:
-            lines = jobs.tail(self.fleet.session(record.node), record.job_id, TAIL_LINES)
+            session = self.fleet.session(record.node)
+        except KeyError:
+            self.post_message(self.LogTail(key, [], f"node {record.node} is not connected"))
+            return
+        try:
+            lines = jobs.tail(session, record.job_id, TAIL_LINES)
             self.post_message(self.LogTail(key, lines, None))
         except Exception as exc:
             self.post_message(self.LogTail(key, [], str(exc) or exc.__class__.__name__))
