@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from areal_console.core.errors import UserError
 from areal_console.core.replay import (
@@ -230,3 +232,27 @@ def test_replay_core_does_not_import_textual() -> None:
         "sys.exit('textual' in sys.modules or 'torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
+
+
+def test_trainer_config_file_and_dotted_overrides(tmp_path: Path) -> None:
+    from areal_console.trainer import reference_trainer as rt
+
+    config_file = tmp_path / "exp.yaml"
+    config_file.write_text(
+        "steps: 6  # short run\n"
+        "actor:\n"
+        "  eps_clip: 0.1\n"
+        "trajectory_debug:\n"
+        "  dump_rollout_data: true\n"
+        "  path: /tmp/d\n"
+        "  dump_steps: [2, 4]\n"
+    )
+    config = rt.load_config(str(config_file), ["steps=8", "actor.lr=0.001"])
+    assert config["steps"] == 8 and config["actor"]["eps_clip"] == 0.1
+    assert config["actor"]["lr"] == 0.001 and config["trajectory_debug"]["dump_steps"] == [2, 4]
+    with pytest.raises(rt.ConfigError, match=r"unknown config key 'actor\.epsilon'"):
+        rt.load_config(None, ["actor.epsilon=0.3"])
+    with pytest.raises(rt.ConfigError, match="max_keep must be a positive integer"):
+        rt.load_config(None, ["trajectory_debug.max_keep=0"])
+    with pytest.raises(rt.ConfigError, match="start_step > 1 needs"):
+        rt.load_config(None, ["start_step=3", "steps=5"])
