@@ -689,8 +689,10 @@ def run(config: dict[str, Any]) -> None:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.set_num_threads(config["threads"])
-    torch.use_deterministic_algorithms(True, warn_only=True)
     if torch.cuda.is_available():
+        # On CPU every op used here is deterministic already; this switch also imports
+        # torch's compiler stack (seconds), so it is only worth it on GPUs.
+        torch.use_deterministic_algorithms(True, warn_only=True)
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
