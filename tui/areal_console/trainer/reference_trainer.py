@@ -572,8 +572,13 @@ def train_step(
     config: dict[str, Any],
     world_size: int,
     device: torch.device,
+    trainer_view: list[dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, float]:
-    """Decoupled PPO on one rollout batch; returns the step's global metrics."""
+    """Decoupled PPO on one rollout batch; returns the step's global metrics.
+
+    `trainer_view`, when given, receives the groups with the keys the trainer added
+    (`prox_logp`, `advantages`), as AReaL's full-scope dumps hold them.
+    """
     actor = config["actor"]
     eps = float(actor["eps_clip"])
     cap = actor["behav_imp_weight_cap"]
@@ -584,6 +589,8 @@ def train_step(
     for g, adv, p in zip(groups, advantages, prox):  # noqa: B905 (nodes may run Python < 3.10)
         g["advantages"] = adv
         g["prox_logp"] = p * g["loss_mask"]
+    if trainer_view is not None:
+        trainer_view.extend(groups)
 
     full = stack_groups(groups)
     lengths = full["attention_mask"].sum(-1)
@@ -767,13 +774,10 @@ def run(config: dict[str, Any]) -> None:
                 )
             if td["dump_scope"] == "rollout":
                 atomic_save(groups, dump_path(dump_dir, step, dp_suffix))
-        metrics = train_step(model, optimizer, groups, config, world_size, device)
+        full_view: list[dict[str, torch.Tensor]] = []
+        metrics = train_step(model, optimizer, groups, config, world_size, device, full_view)
         if dump_now and td["dump_scope"] == "full":
-            advantages = group_advantages(groups)
-            with torch.no_grad():
-                for g, adv in zip(groups, advantages):  # noqa: B905 (nodes may run Python < 3.10)
-                    g["advantages"] = adv
-            atomic_save(groups, dump_path(dump_dir, step, dp_suffix))
+            atomic_save(full_view, dump_path(dump_dir, step, dp_suffix))
         if dump_now and td["max_keep"] is not None:
             rotate_dumps(dump_dir, dp_suffix, int(td["max_keep"]), set(td["pin_steps"]))
         if rank == 0:
