@@ -458,6 +458,52 @@ class TinyCausalLM(nn.Module):
         return F.pad(picked, (1, 0))
 
 
+class Adam:
+    """Plain Adam, the textbook update rule.
+
+    torch.optim imports torch's compiler stack on first use (seconds per process start);
+    this one does not, and its state dict loads with `weights_only=True`.
+    """
+
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.params = list(params)
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.t = 0
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):  # noqa: B905
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (v / (1 - b2**self.t)).sqrt_().add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - b1**self.t))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.t = int(state["t"])
+        saved = list(state["exp_avg"]) + list(state["exp_avg_sq"])
+        for k, mine in enumerate(self.exp_avg + self.exp_avg_sq):
+            mine.copy_(saved[k])
+
+
 # --------------------------------------------------------------------------------------
 # Rollouts: sampling and a rule-based reward
 
@@ -567,7 +613,7 @@ def group_advantages(groups: list[dict[str, torch.Tensor]]) -> list[torch.Tensor
 
 def train_step(
     model: TinyCausalLM,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Adam,
     groups: list[dict[str, torch.Tensor]],
     config: dict[str, Any],
     world_size: int,
@@ -740,7 +786,7 @@ def run(config: dict[str, Any]) -> None:
     torch.manual_seed(config["seed"])
     m = config["model"]
     model = TinyCausalLM(m["d_model"], m["n_layers"], m["n_heads"]).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=float(config["actor"]["lr"]))
+    optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["lr"]))
     first, last = config["start_step"], config["steps"]
     if replaying and first > 1:
         state = torch.load(checkpoint_path(dump_dir, first), map_location=device, weights_only=True)
