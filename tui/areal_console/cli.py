@@ -28,6 +28,8 @@ COMMAND_MODULES = [
     "areal_console.commands.nodes",
     "areal_console.commands.stacks",
     "areal_console.commands.batch",
+    "areal_console.commands.trainer",
+    "areal_console.commands.replay",
 ]
 
 
@@ -44,13 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"areal-console {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue  # a subcommand not part of this build
-        module.register(subparsers)
+        importlib.import_module(name).register(subparsers)
     return parser
 
 

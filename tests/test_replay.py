@@ -1,0 +1,248 @@
+"""Record with the reference trainer, replay through the CLI, verify bit for bit (all real)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def console_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env["AREAL_CONSOLE_DATA_DIR"] = str(home / "data")
+    env["AREAL_CONSOLE_CONFIG_DIR"] = str(home / "config")
+    for var, sub in (
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_DATA_HOME", "share"),
+        ("XDG_CONFIG_HOME", "xconfig"),
+    ):
+        env[var] = str(home / sub)
+    return env
+
+
+def console(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "areal_console", *args],
+        env=console_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("console-home")
+
+
+@pytest.fixture(scope="module")
+def recording(home: Path) -> Iterator[Path]:
+    """Four steps recorded with dumps, checkpoints and metrics."""
+    dump = home / "dumps"
+    proc = console(
+        home,
+        "trainer",
+        "steps=4",
+        "seed=3",
+        "trajectory_debug.dump_rollout_data=true",
+        f"trajectory_debug.path={dump}",
+        f"output_dir={home / 'run'}",
+    )
+    assert proc.returncode == 0, proc.stderr
+    yield dump
+
+
+def replay_json(home: Path, *args: str) -> tuple[int, dict, str]:
+    proc = console(home, "replay", *args, "--wait", "--json")
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip() else {}), proc.stderr
+
+
+@pytest.mark.slow
+def test_dumps_use_areal_layout(recording: Path) -> None:
+    names = sorted(p.name for p in recording.glob("step_*.pt"))
+    assert names == [f"step_{s:06d}.pt" for s in range(1, 5)]
+    groups = torch.load(recording / "step_000002.pt", weights_only=True)
+    assert isinstance(groups, list) and len(groups) == 4  # one dict per prompt group
+    g = groups[0]
+    dtypes = {k: v.dtype for k, v in g.items()}
+    assert dtypes == {
+        "input_ids": torch.int32,
+        "loss_mask": torch.int32,
+        "logprobs": torch.float32,
+        "versions": torch.int32,
+        "turn_ids": torch.int32,
+        "attention_mask": torch.bool,
+        "rewards": torch.float32,
+    }
+    n, t = g["input_ids"].shape
+    assert g["rewards"].shape == (n,) and all(
+        v.shape == (n, t) for k, v in g.items() if k != "rewards"
+    )
+    prompt = g["loss_mask"] == 0
+    assert (g["versions"][prompt & g["attention_mask"]] == -1).all()
+    assert (g["versions"][g["loss_mask"].bool()] == 0).all()  # step 2 sampled by version 0 (lag 1)
+    assert (g["logprobs"][g["loss_mask"].bool()] < 0).all()
+    recorded = [json.loads(x) for x in (recording / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recorded] == [1, 2, 3, 4]
+    assert {
+        "task_reward",
+        "seq_len",
+        "no_eos_ratio",
+        "importance_weight",
+        "behave_imp_weight",
+        "actor_loss",
+        "grad_norm",
+    } <= set(recorded[0])
+    assert sorted(p.name for p in (recording / "checkpoints").iterdir()) == [
+        f"ckpt_{s:06d}.pt" for s in range(1, 5)
+    ]
+
+
+@pytest.mark.slow
+def test_replay_reproduces_every_step_bit_for_bit(home: Path, recording: Path) -> None:
+    code, out, err = replay_json(home, str(recording))
+    assert code == 0, err
+    assert out["state"] == "finished" and out["exit_code"] == 0 and out["gpus"] == "cpu"
+    assert out["verification"]["matched"] is True
+    assert out["verification"]["steps"] == [1, 2, 3, 4]
+    assert out["verification"]["first_mismatch"] is None
+    assert (
+        isinstance(out["command"], list)
+        and "trajectory_debug.replay_rollout_data=true" in out["command"]
+    )
+    assert Path(out["log"]).read_text().count("(replayed)") == 4
+
+
+@pytest.mark.slow
+def test_replay_from_a_checkpointed_later_step(home: Path, recording: Path) -> None:
+    code, out, err = replay_json(home, str(recording / "step_000003.pt"), "--steps", "3:4")
+    assert code == 0, err
+    assert out["verification"]["matched"] is True and out["verification"]["steps"] == [3, 4]
+
+
+@pytest.mark.slow
+def test_tampered_dump_is_reported_as_differing(home: Path, recording: Path) -> None:
+    tampered = home / "tampered"
+    shutil.copytree(recording, tampered)
+    groups = torch.load(tampered / "step_000002.pt", weights_only=True)
+    groups[0]["rewards"] = 1.0 - groups[0]["rewards"]
+    torch.save(groups, tampered / "step_000002.pt")
+    code, out, err = replay_json(home, str(tampered), "--steps", "1:3")
+    assert code == 1
+    assert out["state"] == "finished"
+    mismatch = out["verification"]["first_mismatch"]
+    assert out["verification"]["matched"] is False and mismatch["step"] == 2
+    assert mismatch["recorded"] != mismatch["replayed"]
+    assert out["verification"]["steps"] == [1]
+    assert "replay differs from recording at step 2" in err
+
+
+def test_missing_step_lists_available_steps(home: Path, recording: Path) -> None:
+    proc = console(home, "replay", str(recording), "--steps", "2:9", "--wait")
+    assert proc.returncode == 1
+    assert "no dump for step 5" in proc.stderr and "available steps: 1-4" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_gpu_index_the_node_does_not_have(home: Path, recording: Path) -> None:
+    proc = console(home, "replay", str(recording), "--gpus", "3", "--wait")
+    assert proc.returncode == 1
+    assert "has no GPU" in proc.stderr and "--gpus cpu" in proc.stderr
+
+
+def test_replay_that_also_dumps_is_refused(home: Path, recording: Path) -> None:
+    proc = console(home, "replay", str(recording), "trajectory_debug.dump_rollout_data=true")
+    assert proc.returncode == 1 and "mutually exclusive" in proc.stderr
+
+
+def test_trainer_refuses_both_flags(home: Path) -> None:
+    proc = console(
+        home,
+        "trainer",
+        "trajectory_debug.dump_rollout_data=true",
+        "trajectory_debug.replay_rollout_data=true",
+        f"trajectory_debug.path={home}/x",
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "error: trajectory_debug.dump_rollout_data and trajectory_debug.replay_rollout_data "
+        "are mutually exclusive: set only one"
+    )
+
+
+@pytest.mark.slow
+def test_dump_rotation_keeps_pinned_steps(home: Path) -> None:
+    dump = home / "rotated"
+    proc = console(
+        home,
+        "trainer",
+        "steps=5",
+        "trajectory_debug.dump_rollout_data=true",
+        f"trajectory_debug.path={dump}",
+        "trajectory_debug.dump_steps=[1,2,4,5]",
+        "trajectory_debug.max_keep=2",
+        "trajectory_debug.pin_steps=[1]",
+        f"output_dir={home / 'rotated-run'}",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in dump.glob("step_*.pt")) == [
+        "step_000001.pt",
+        "step_000004.pt",
+        "step_000005.pt",
+    ]
+    assert sorted(p.name for p in (dump / "checkpoints").iterdir()) == [
+        "ckpt_000001.pt",
+        "ckpt_000004.pt",
+        "ckpt_000005.pt",
+    ]
+
+
+@pytest.mark.slow
+def test_two_rank_recording_replays_and_rejects_other_dp_sizes(home: Path) -> None:
+    dump = home / "dp2"
+    proc = console(
+        home,
+        "trainer",
+        "--nproc",
+        "2",
+        "steps=2",
+        "trajectory_debug.dump_rollout_data=true",
+        f"trajectory_debug.path={dump}",
+        f"output_dir={home / 'dp2-run'}",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in dump.glob("step_*.pt")) == [
+        "step_000001_dp_0.pt",
+        "step_000001_dp_1.pt",
+        "step_000002_dp_0.pt",
+        "step_000002_dp_1.pt",
+    ]
+    wrong = console(
+        home,
+        "trainer",
+        "trajectory_debug.replay_rollout_data=true",
+        f"trajectory_debug.path={dump}",
+        "steps=2",
+    )
+    assert wrong.returncode == 1
+    assert (
+        "dumped with 2 data-parallel rank(s) but this run has 1: replay with --nproc 2"
+        in wrong.stderr
+    )
+    code, out, err = replay_json(home, str(dump))
+    assert code == 0, err
+    assert (
+        "--nproc" in out["command"] and out["command"][out["command"].index("--nproc") + 1] == "2"
+    )
+    assert out["verification"]["matched"] is True and out["verification"]["steps"] == [1, 2]

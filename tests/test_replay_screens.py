@@ -1,0 +1,214 @@
+"""Pilot tests of the replay dialog and the Jobs screen against a real local agent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from areal_console.core import jobs
+from areal_console.core.fleet import Fleet
+from areal_console.core.replay import TRAINER_PATH
+from areal_console.core.targets import local_node
+from areal_console.screens.confirm_dialog import ConfirmDialog
+from areal_console.screens.jobs import JobsScreen, merge_jobs
+from areal_console.screens.replay_dialog import ReplayDialog
+from textual.app import App
+from textual.widgets import DataTable, Input, Label, Static
+
+SLOW_JOB = "import time\nprint('working', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("screens")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+        mp.setenv("AREAL_CONSOLE_DATA_DIR", str(root / "data"))
+        mp.setenv("AREAL_CONSOLE_CONFIG_DIR", str(root / "config"))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def dump(home: Path) -> Path:
+    path = home / "dump"
+    subprocess.run(
+        [
+            sys.executable,
+            str(TRAINER_PATH),
+            "steps=2",
+            "trajectory_debug.dump_rollout_data=true",
+            f"trajectory_debug.path={path}",
+            f"output_dir={home / 'run'}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+@pytest.fixture()
+def fleet(home: Path) -> Iterator[Fleet]:
+    f = Fleet([local_node()])
+    yield f
+    for job in f.sessions[0].call("jobs")["jobs"]:
+        if job["state"] == "running":
+            f.sessions[0].call("job_stop", {"job": job["job"], "grace": 2}, timeout=20)
+    f.close()
+
+
+class Host(App[None]):
+    def __init__(self, screen_factory: Callable[[], Any]) -> None:
+        super().__init__()
+        self.screen_factory = screen_factory
+        self.result: Any = "pending"
+
+    def on_mount(self) -> None:
+        def done(value: Any) -> None:
+            self.result = value
+
+        self.push_screen(self.screen_factory(), done)
+
+
+async def until(pilot: Any, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+def text_of(screen: Any, selector: str) -> str:
+    widget = screen.query_one(selector)
+    return str(widget.render() if isinstance(widget, (Label, Static)) else widget.value)
+
+
+@pytest.mark.slow
+async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, dump: Path) -> None:
+    node = fleet.sessions[0].name
+    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    async with app.run_test(size=(120, 40)) as pilot:
+        dialog = app.screen
+        await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
+        assert dialog.query_one("#replay-gpus", Input).value == "cpu"  # no GPUs here
+        assert dialog.query_one("#replay-steps", Input).value == "1:2"
+        command = text_of(dialog, "#replay-command")
+        assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=1 steps=2" in command
+        await pilot.press("enter")
+        await until(pilot, lambda: app.result != "pending")
+    record = app.result
+    assert isinstance(record, jobs.JobRecord) and record.node == node
+
+    app2 = Host(lambda: JobsScreen(fleet, poll=0.2))
+    async with app2.run_test(size=(120, 40)) as pilot:
+        screen = app2.screen
+        table = screen.query_one("#jobs-table", DataTable)
+        key = f"{node}/{record.job_id}"
+        await until(
+            pilot,
+            lambda: (
+                key in table.rows and table.get_cell(key, "verification") == "matches recording"
+            ),
+            timeout=60,
+        )
+        assert table.get_cell(key, "state") == "finished"
+        assert table.get_cell(key, "exit") == "0"
+        assert table.get_cell(key, "steps") == "1-2"
+        await pilot.press("enter")
+        log = screen.query_one("#jobs-log")
+        await until(pilot, lambda: any("(replayed)" in line for line in log.lines))
+        assert "replay matches recording" in text_of(screen, "#jobs-detail")
+
+
+async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, dump: Path) -> None:
+    node = fleet.sessions[0].name
+    app = Host(lambda: ReplayDialog(fleet, str(dump), node, read_only=True))
+    async with app.run_test(size=(120, 40)) as pilot:
+        dialog = app.screen
+        await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
+        dialog.query_one("#replay-gpus", Input).value = "5"
+        await until(pilot, lambda: "has no GPUs" in text_of(dialog, "#replay-error"))
+        dialog.query_one("#replay-gpus", Input).value = "cpu"
+        dialog.query_one("#replay-steps", Input).value = "1:7"
+        await until(pilot, lambda: "available steps: 1-2" in text_of(dialog, "#replay-error"))
+        dialog.query_one("#replay-steps", Input).value = "1:2"
+        await until(pilot, lambda: text_of(dialog, "#replay-error") == "")
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert "read-only" in text_of(dialog, "#replay-error")
+        assert app.result == "pending"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.result is None)
+
+
+async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
+    session = fleet.sessions[0]
+    node = session.name
+    status = session.call(
+        "job_launch", {"job": "slow-ui", "argv": [sys.executable, "-c", SLOW_JOB]}
+    )
+    jobs.save_job(jobs.JobRecord(job_id="slow-ui", node=node, plan={}, launched_at=time.time()))
+    assert status["state"] == "running"
+    key = f"{node}/slow-ui"
+
+    ro = Host(lambda: JobsScreen(fleet, read_only=True, poll=0.2))
+    async with ro.run_test(size=(120, 40)) as pilot:
+        table = ro.screen.query_one("#jobs-table", DataTable)
+        await until(pilot, lambda: key in table.rows)
+        await pilot.press("s")
+        await pilot.pause(0.1)
+        assert not isinstance(ro.screen, ConfirmDialog)
+        assert "read-only" in text_of(ro.screen, "#jobs-status")
+
+    app = Host(lambda: JobsScreen(fleet, poll=0.2))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        table = screen.query_one("#jobs-table", DataTable)
+        await until(pilot, lambda: key in table.rows and table.get_cell(key, "state") == "running")
+        table.move_cursor(row=table.get_row_index(key))
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("n")
+        await until(pilot, lambda: app.screen is screen)
+        assert table.get_cell(key, "state") == "running"
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await until(pilot, lambda: table.get_cell(key, "state") == "stopped", timeout=30)
+        assert table.get_cell(key, "exit") == "-15"
+        await pilot.press("slash")
+        await pilot.press(*"no-such-job")
+        await until(pilot, lambda: key not in table.rows)
+        await pilot.press("escape")
+        await until(pilot, lambda: key in table.rows)
+
+
+def test_merge_marks_jobs_of_lost_nodes_unknown() -> None:
+    known = [
+        jobs.JobRecord("a", "n1", {}, 2.0, state="running", log="/x/a.log"),
+        jobs.JobRecord("b", "n2", {}, 1.0, state="running"),
+        jobs.JobRecord("c", "n3", {}, 0.5, state="finished", exit_code=0),
+    ]
+    merged = merge_jobs(
+        known,
+        {
+            "n1": "connection reset",
+            "n3": [
+                {"job": "c", "state": "finished", "exit_code": 0},
+                {
+                    "job": "d",
+                    "state": "running",
+                    "started": 9.0,
+                    "meta": {"plan": {"steps": [1, 2]}},
+                },
+            ],
+        },
+    )
+    states = {(r.job_id, r.state) for r in merged}
+    assert states == {("a", "unknown"), ("b", "unknown"), ("c", "finished"), ("d", "running")}
+    assert merged[0].job_id == "d" and merged[0].plan == {"steps": [1, 2]}
+    assert next(r for r in merged if r.job_id == "a").log == "/x/a.log"  # the log path is kept

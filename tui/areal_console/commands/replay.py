@@ -1,0 +1,162 @@
+"""`areal-console replay PATH`: replay a recorded trajectory dump on a node's GPUs (or CPU)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from areal_console.core import jobs
+from areal_console.core.client import AgentDisconnected, AgentError
+from areal_console.core.errors import EXIT_ERROR, EXIT_OK, UserError
+from areal_console.core.fleet import Fleet
+from areal_console.core.replay import (
+    format_gpus,
+    load_templates,
+    parse_gpus,
+    parse_step_range,
+    plan_replay,
+)
+from areal_console.core.targets import NodeSpec, add_target_arguments, resolve_targets
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "replay",
+        help="replay a trajectory dump detached on a node, and verify it against the recording",
+        description=(
+            "Launch a replay of the dump directory (or one step_*.pt in it) on the node that "
+            "holds it. Extra key=value arguments go to the trainer (e.g. a changed loss)."
+        ),
+    )
+    parser.add_argument("path", help="dump directory or a step_NNNNNN[_dp_K].pt file in it")
+    add_target_arguments(parser)
+    parser.add_argument("--node", help="node holding the dump (default: the only target)")
+    parser.add_argument("--gpus", help="GPU indices like 0,1, or cpu (default: free GPUs)")
+    parser.add_argument("--steps", metavar="A:B", help="step range (default: all dumped steps)")
+    parser.add_argument(
+        "--template", default="reference", help="launch template (reference, areal, or config)"
+    )
+    parser.add_argument("--script", help="trainer script on the node (areal template)")
+    parser.add_argument("--config", dest="trainer_config", help="trainer config on the node")
+    parser.add_argument("--python", default="python3", help="python on the node")
+    parser.add_argument("--wait", action="store_true", help="wait for the end and verify")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, launch nothing")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="trainer overrides")
+    parser.set_defaults(handler=run)
+
+
+def pick_node(specs: list[NodeSpec], name: str | None) -> NodeSpec:
+    if name is None:
+        if len(specs) > 1:
+            names = ", ".join(s.name for s in specs)
+            raise UserError(f"several targets ({names}): choose one with --node")
+        return specs[0]
+    for spec in specs:
+        if spec.name == name or spec.host == name:
+            return spec
+    names = ", ".join(s.name for s in specs)
+    raise UserError(f"no node {name!r} among the targets ({names})")
+
+
+def load_settings() -> dict[str, Any]:
+    from areal_console.core.locations import config_file
+
+    path = config_file()
+    if not path.is_file():
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read {path}: {exc}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = pick_node(resolve_targets(args), args.node)
+    first, last = parse_step_range(args.steps)
+    gpus = parse_gpus(args.gpus)
+    templates = load_templates(load_settings())
+    if args.template not in templates:
+        raise UserError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
+    template = templates[args.template]
+    options: dict[str, Any] = (
+        {"accept_new_hosts": True} if getattr(args, "accept_new_hosts", False) else {}
+    )
+    fleet = Fleet([spec], **options)
+    session = fleet.session(spec.name)
+    try:
+        try:
+            session.connect()
+            index = jobs.dump_index(session, args.path)
+            sample = session.call("sample")
+            script = args.script or ""
+            if template.name == "reference" and not script:
+                script = jobs.stage_trainer(session)
+        except (AgentError, AgentDisconnected, OSError) as exc:
+            raise UserError(f"{spec.name}: {exc}") from None
+        plan = plan_replay(
+            index,
+            spec.name,
+            sample,
+            template,
+            gpus=gpus,
+            first=first,
+            last=last,
+            script=script,
+            python=args.python,
+            config=args.trainer_config or "",
+            overrides=args.overrides,
+        )
+        if args.dry_run:
+            print(json.dumps(plan.to_json(), indent=1) if args.json else plan.command_line)
+            return EXIT_OK
+        try:
+            record = jobs.launch(session, plan)
+        except (AgentError, AgentDisconnected, OSError) as exc:
+            raise UserError(f"{spec.name}: launch failed: {exc}") from None
+        verification = None
+        if args.wait:
+            jobs.wait(session, record, args.timeout)
+            if record.state == "finished":
+                verification = jobs.verify_job(session, record)
+        result = {
+            "job_id": record.job_id,
+            "node": record.node,
+            "gpus": plan.gpus or "cpu",
+            "command": record.extra.get("argv", plan.argv),
+            "env": plan.env,
+            "log": record.log,
+            "state": record.state,
+            "exit_code": record.exit_code,
+            "verification": verification.to_json() if verification else None,
+        }
+        if args.json:
+            print(json.dumps(result, indent=1))
+        else:
+            print(
+                f"job {record.job_id} on {record.node} ({format_gpus(plan.gpus)}): {record.state}"
+            )
+            print(f"  command: {plan.command_line}")
+            print(f"  log: {record.log}")
+            if args.wait:
+                print(f"  exit code: {record.exit_code}")
+            if verification is not None:
+                print(f"  {verification.summary}")
+        if not args.wait:
+            return EXIT_OK
+        if record.state != "finished":
+            why = record.error or f"exit code {record.exit_code}"
+            print(f"error: replay {record.state}: {why} (log: {record.log})", file=sys.stderr)
+            return EXIT_ERROR
+        if verification is not None and not verification.matched:
+            print(f"error: {verification.summary}", file=sys.stderr)
+            return EXIT_ERROR
+        return EXIT_OK
+    finally:
+        fleet.close()

@@ -1,0 +1,33 @@
+"""`areal-console trainer`: run the reference trainer on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from areal_console.core.replay import TRAINER_PATH
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "trainer",
+        help="run the reference RL trainer (tiny LM, GRPO, AReaL dump/replay flags)",
+        description=(
+            "Run the torch-only reference trainer here (torchrun underneath when --nproc > 1). "
+            "Overrides use AReaL's dotted style, e.g. steps=8 "
+            "trajectory_debug.dump_rollout_data=true trajectory_debug.path=/tmp/dumps"
+        ),
+    )
+    parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks (default 1)")
+    parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = [sys.executable, str(TRAINER_PATH), "--nproc", str(args.nproc)]
+    if args.config:
+        argv += ["--config", args.config]
+    # The trainer validates its own configuration and prints "error: ..." itself.
+    return subprocess.call([*argv, *args.overrides])

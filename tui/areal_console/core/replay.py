@@ -1,0 +1,497 @@
+"""Replay launch plans and verification of a replay against its recording.
+
+Pure functions over data: a dump directory's index (from the node agent's `replay_index`
+op), the node's GPU sample, and metrics JSONL text. Nothing here talks to a node; the
+`replay` command and the Jobs screen do that with what these functions return.
+
+Launch commands are argv lists built token by token from a template: a file name or a
+field typed into the UI is only ever one argv element, never parsed by a shell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from areal_console.core.errors import UserError
+
+# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
+METRIC_NAMES = (
+    "task_reward",
+    "seq_len",
+    "no_eos_ratio",
+    "importance_weight",
+    "behave_imp_weight",
+    "actor_loss",
+    "grad_norm",
+)
+
+TRAINER_PATH = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
+TRAINER_FILE_NAME = "reference_trainer.py"
+
+# Placeholders a template may use; each is substituted inside one argv element.
+PLACEHOLDERS = ("python", "script", "config", "dir", "nproc", "start", "end", "job_dir")
+
+DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
+    "reference": {
+        "argv": (
+            "{python} {script} --nproc {nproc} "
+            "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir} "
+            "start_step={start} steps={end} output_dir={job_dir}/out"
+        ),
+        "metrics": "{job_dir}/out/metrics.jsonl",
+        "recorded_metrics": "{dir}/metrics.jsonl",
+    },
+    "areal": {
+        "argv": (
+            "{python} {script} --config {config} "
+            "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir}"
+        ),
+    },
+}
+
+
+def trainer_source() -> bytes:
+    """The reference trainer exactly as it is shipped to a node."""
+    return TRAINER_PATH.read_bytes()
+
+
+def trainer_hash() -> str:
+    return hashlib.sha256(trainer_source()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# Parsing user input
+
+
+def parse_step_range(text: str | None) -> tuple[int | None, int | None]:
+    """`A:B`, `A:`, `:B` or `N` -> (first, last); None means "from the dump"."""
+    if text is None or not text.strip():
+        return None, None
+    value = text.strip()
+    try:
+        if ":" not in value:
+            step = int(value)
+            return step, step
+        a, b = value.split(":", 1)
+        first = int(a) if a.strip() else None
+        last = int(b) if b.strip() else None
+    except ValueError:
+        raise UserError(f"bad step range {text!r}: use A:B, A:, :B or N") from None
+    if (first is not None and first < 1) or (
+        first is not None and last is not None and last < first
+    ):
+        raise UserError(f"bad step range {text!r}: need 1 <= A <= B")
+    return first, last
+
+
+def parse_gpus(text: str | None) -> list[int] | None:
+    """`0,1` -> [0, 1]; `cpu` -> []; None/empty -> None (choose free GPUs)."""
+    if text is None or not text.strip():
+        return None
+    if text.strip().lower() == "cpu":
+        return []
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise UserError(f"bad GPU list {text!r}: use indices like 0,1 or 'cpu'")
+        if int(part) in out:
+            raise UserError(f"GPU {part} is listed twice in {text!r}")
+        out.append(int(part))
+    return out
+
+
+def format_gpus(gpus: list[int]) -> str:
+    return ",".join(map(str, gpus)) if gpus else "cpu"
+
+
+def format_steps(steps: list[int]) -> str:
+    """Compact ranges: [1, 2, 3, 5] -> "1-3,5"."""
+    ordered = sorted(set(steps))
+    if not ordered:
+        return "none"
+    runs: list[list[int]] = [[ordered[0], ordered[0]]]
+    for s in ordered[1:]:
+        if s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Extra `key=value` for a replay: well formed, and never the dump flag as well."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"expected key=value, got {item!r}")
+        if key.strip().endswith("dump_rollout_data") and value.strip().lower() in (
+            "true",
+            "1",
+            "yes",
+            "on",
+        ):
+            raise UserError(
+                "trajectory_debug.dump_rollout_data and trajectory_debug.replay_rollout_data "
+                "are mutually exclusive: a replay cannot also dump"
+            )
+
+
+# --------------------------------------------------------------------------------------
+# What a dump directory holds
+
+
+@dataclass
+class DumpIndex:
+    """A trajectory dump directory on a node, as its agent listed it."""
+
+    path: str
+    steps: dict[int, list[int | None]]  # step -> dp ranks present (None: no `_dp_` suffix)
+    checkpoints: list[int] = field(default_factory=list)
+    has_metrics: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_agent(cls, data: dict[str, Any]) -> DumpIndex:
+        steps = {int(k): list(v) for k, v in (data.get("steps") or {}).items()}
+        return cls(
+            path=str(data["dir"]),
+            steps=steps,
+            checkpoints=sorted(int(s) for s in data.get("checkpoints") or []),
+            has_metrics=bool(data.get("metrics")),
+            meta=dict(data.get("meta") or {}),
+        )
+
+    @property
+    def step_numbers(self) -> list[int]:
+        return sorted(self.steps)
+
+    def dp_size(self, step: int) -> int:
+        ranks = self.steps[step]
+        return 1 if ranks == [None] else len(ranks)
+
+    @property
+    def is_reference(self) -> bool:
+        return str(self.meta.get("trainer", "")).startswith("areal-console")
+
+
+def choose_steps(index: DumpIndex, first: int | None, last: int | None) -> tuple[int, int]:
+    """The replayed range: every step dumped, with a checkpoint to start from."""
+    available = index.step_numbers
+    if not available:
+        raise UserError(f"no step_*.pt dumps in {index.path}")
+    listing = format_steps(available)
+    if first is None:
+        # Earliest step we can start at: step 1 or a checkpointed step.
+        starts = [s for s in available if s == 1 or s in index.checkpoints]
+        first = starts[0] if starts else available[0]
+    if last is None:
+        last = first
+        while last + 1 in index.steps:
+            last += 1
+    for step in range(first, last + 1):
+        if step not in index.steps:
+            raise UserError(f"no dump for step {step} in {index.path}; available steps: {listing}")
+    if first > 1 and index.is_reference and first not in index.checkpoints:
+        raise UserError(
+            f"cannot start at step {first}: no checkpoint was saved with that dump "
+            f"(checkpoints: {format_steps(index.checkpoints)})"
+        )
+    return first, last
+
+
+def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int, exact: bool = True) -> int:
+    """All replayed steps share one DP size, equal to `ranks` when given (>0).
+
+    With `exact=False` (trainers whose ranks are not all data parallel, e.g. AReaL with
+    tensor or pipeline parallelism) `ranks` only has to be at least the DP size.
+    """
+    sizes = {index.dp_size(s) for s in range(first, last + 1)}
+    if len(sizes) > 1:
+        raise UserError(
+            f"steps {first}-{last} in {index.path} were dumped with different data-parallel "
+            f"sizes {sorted(sizes)}"
+        )
+    size = sizes.pop()
+    if ranks and (ranks != size if exact else ranks < size):
+        raise UserError(
+            f"the dump was made with {size} data-parallel rank(s), but {ranks} GPU(s) were "
+            f"chosen: pick {size}" + ("" if exact else " or more")
+        )
+    return size
+
+
+# --------------------------------------------------------------------------------------
+# GPUs on the node
+
+
+def free_gpus(sample: dict[str, Any]) -> list[int]:
+    """GPUs of a node sample with no process on them."""
+    busy: set[int] = set()
+    for proc in sample.get("processes") or []:
+        busy.update(int(g) for g in proc.get("gpus") or [])
+    return [int(g["index"]) for g in sample.get("gpus") or [] if int(g["index"]) not in busy]
+
+
+def check_gpus(requested: list[int], sample: dict[str, Any], node: str) -> None:
+    have = sorted(int(g["index"]) for g in sample.get("gpus") or [])
+    missing = [g for g in requested if g not in have]
+    if not missing:
+        return
+    if not have:
+        why = sample.get("gpu_error") or "no GPUs found"
+        raise UserError(f"node {node} has no GPUs ({why}); use --gpus cpu")
+    raise UserError(
+        f"node {node} has no GPU {','.join(map(str, missing))} (it has {format_gpus(have)})"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Templates and plans
+
+
+@dataclass(frozen=True)
+class LaunchTemplate:
+    """How to start one kind of trainer in replay mode, with `{placeholder}` tokens."""
+
+    name: str
+    argv: tuple[str, ...]
+    metrics: str | None = None
+    recorded_metrics: str | None = None
+
+
+def parse_template(name: str, spec: dict[str, Any] | str) -> LaunchTemplate:
+    if isinstance(spec, str):
+        spec = {"argv": spec}
+    raw = spec.get("argv")
+    tokens = shlex.split(raw) if isinstance(raw, str) else list(raw or [])
+    if not tokens or not all(isinstance(t, str) for t in tokens):
+        raise UserError(f"launch template {name!r} has no command")
+    for token in tokens:
+        for part in _placeholders(token):
+            if part not in PLACEHOLDERS:
+                raise UserError(
+                    f"launch template {name!r} uses unknown placeholder {{{part}}} "
+                    f"(known: {', '.join(PLACEHOLDERS)})"
+                )
+    return LaunchTemplate(
+        name=name,
+        argv=tuple(tokens),
+        metrics=spec.get("metrics"),
+        recorded_metrics=spec.get("recorded_metrics"),
+    )
+
+
+def _placeholders(token: str) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while True:
+        start = token.find("{", i)
+        if start < 0:
+            return out
+        end = token.find("}", start)
+        if end < 0:
+            return out
+        out.append(token[start + 1 : end])
+        i = end + 1
+
+
+def load_templates(settings: dict[str, Any] | None = None) -> dict[str, LaunchTemplate]:
+    """Built-in templates, overridden or extended by `replay.templates` in the config."""
+    specs: dict[str, Any] = dict(DEFAULT_TEMPLATES)
+    extra = ((settings or {}).get("replay") or {}).get("templates") or {}
+    if not isinstance(extra, dict):
+        raise UserError("config: replay.templates must be a mapping of name -> command")
+    specs.update(extra)
+    return {name: parse_template(name, spec) for name, spec in specs.items()}
+
+
+def substitute(token: str, values: dict[str, str]) -> str:
+    """Replace known `{placeholders}` in one argv element (plain text replace, no format())."""
+    for key, value in values.items():
+        token = token.replace("{" + key + "}", value)
+    return token
+
+
+@dataclass
+class ReplayPlan:
+    """Everything needed to start one replay on one node, shown before it runs."""
+
+    node: str
+    gpus: list[int]  # [] means CPU
+    steps: tuple[int, int]
+    argv: list[str]
+    env: dict[str, str]
+    dump_dir: str
+    template: str
+    nproc: int
+    log: str = "{job_dir}/train.log"
+    metrics: str | None = None
+    recorded_metrics: str | None = None
+
+    @property
+    def command_line(self) -> str:
+        """For display only: a shell-quoted rendering of the argv."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["steps"] = list(self.steps)
+        data["gpus"] = self.gpus or "cpu"
+        return data
+
+
+def plan_replay(
+    index: DumpIndex,
+    node: str,
+    sample: dict[str, Any],
+    template: LaunchTemplate,
+    *,
+    gpus: list[int] | None = None,
+    first: int | None = None,
+    last: int | None = None,
+    script: str = "",
+    python: str = "python3",
+    config: str = "",
+    overrides: list[str] | None = None,
+) -> ReplayPlan:
+    """Check the request against the dump and the node, and build the launch plan."""
+    overrides = list(overrides or [])
+    check_overrides(overrides)
+    first, last = choose_steps(index, first, last)
+    if gpus is None:
+        size = check_dp_size(index, first, last, 0)
+        free = free_gpus(sample)
+        gpus = free[:size] if len(free) >= size else []
+    else:
+        check_gpus(gpus, sample, node)
+    size = check_dp_size(index, first, last, len(gpus), exact=template.name == "reference")
+    if template.name == "areal" and not config:
+        raise UserError("the areal template needs the experiment's --config file")
+    if "{script}" in " ".join(template.argv) and not script:
+        raise UserError(f"the {template.name} template needs a --script")
+    values = {
+        "python": python,
+        "script": script,
+        "config": config,
+        "dir": index.path,
+        "nproc": str(size),
+        "start": str(first),
+        "end": str(last),
+    }
+    argv = [substitute(t, values) for t in template.argv] + overrides
+    env = {"CUDA_VISIBLE_DEVICES": format_gpus(gpus) if gpus else ""}
+    return ReplayPlan(
+        node=node,
+        gpus=list(gpus),
+        steps=(first, last),
+        argv=argv,
+        env=env,
+        dump_dir=index.path,
+        template=template.name,
+        nproc=size,
+        metrics=substitute(template.metrics, values) if template.metrics else None,
+        recorded_metrics=(
+            substitute(template.recorded_metrics, values) if template.recorded_metrics else None
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Verification
+
+
+@dataclass
+class Verification:
+    """Replay metrics against the recording, step by step."""
+
+    matched: bool
+    steps: list[int]
+    first_mismatch: dict[str, Any] | None = None
+
+    @property
+    def summary(self) -> str:
+        if self.matched:
+            return f"replay matches recording (steps {format_steps(self.steps)}, bit for bit)"
+        m = self.first_mismatch or {}
+        if m.get("metric") is None:
+            return f"replay differs from recording at step {m.get('step')}: {m.get('reason')}"
+        return (
+            f"replay differs from recording at step {m['step']}: {m['metric']} "
+            f"recorded {m['recorded']!r}, replayed {m['replayed']!r}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "matched": self.matched,
+            "steps": self.steps,
+            "first_mismatch": self.first_mismatch,
+            "summary": self.summary,
+        }
+
+
+def parse_metrics(text: str) -> dict[int, dict[str, Any]]:
+    """Metrics JSONL -> step -> record (a torn last line is skipped)."""
+    out: dict[int, dict[str, Any]] = {}
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int):
+            out[record["step"]] = record
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Bit-for-bit equality of two JSON values (NaN equals NaN: both runs produced it)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
+def verify(
+    recorded: dict[int, dict[str, Any]],
+    replayed: dict[int, dict[str, Any]],
+    steps: tuple[int, int],
+    metrics: tuple[str, ...] = METRIC_NAMES,
+) -> Verification:
+    """Exact comparison of every metric of every replayed step, in step order."""
+    first, last = steps
+    checked: list[int] = []
+    for step in range(first, last + 1):
+        rec, rep = recorded.get(step), replayed.get(step)
+        if rec is None or rep is None:
+            where = "recording" if rec is None else "replay"
+            return Verification(
+                False,
+                checked,
+                {
+                    "step": step,
+                    "metric": None,
+                    "recorded": None,
+                    "replayed": None,
+                    "reason": f"step {step} is missing from the {where} metrics",
+                },
+            )
+        for name in metrics:
+            if not _same(rec.get(name), rep.get(name)):
+                return Verification(
+                    False,
+                    checked,
+                    {
+                        "step": step,
+                        "metric": name,
+                        "recorded": rec.get(name),
+                        "replayed": rep.get(name),
+                    },
+                )
+        checked.append(step)
+    return Verification(True, checked)

@@ -1,0 +1,416 @@
+"""The Jobs screen: running and finished replays on every node, with a live log tail.
+
+Rows come from two places merged by job id: each node's own job records (its agent's
+`jobs` op) and the console's copies of what it launched, so a job on a node that dropped
+stays listed as "unknown" with its log path. A finished replay is verified against its
+recording once, in the background, and the result is shown in its row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Input, Label, Log, Static
+
+from areal_console.core import jobs
+from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.screens.confirm_dialog import ConfirmDialog
+
+COLUMNS = ("job", "node", "state", "exit", "steps", "gpus", "verification")
+POLL_SECONDS = 1.0
+TAIL_LINES = 200
+
+
+@dataclass
+class JobRow:
+    """One job as shown: the console's record plus what its node said last."""
+
+    record: jobs.JobRecord
+
+    @property
+    def key(self) -> str:
+        return f"{self.record.node}/{self.record.job_id}"
+
+    def cells(self) -> tuple[str, ...]:
+        r = self.record
+        steps = r.plan.get("steps") if r.plan else None
+        gpus = r.plan.get("gpus") if r.plan else None
+        v = r.verification
+        if v is None:
+            verdict = "—" if r.state != "finished" or not (r.plan or {}).get("metrics") else "…"
+        elif v.get("matched"):
+            verdict = "matches recording"
+        else:
+            m = v.get("first_mismatch") or {}
+            verdict = f"differs at step {m.get('step')}" + (
+                f": {m['metric']}" if m.get("metric") else ""
+            )
+        return (
+            r.job_id,
+            r.node,
+            r.state,
+            "" if r.exit_code is None else str(r.exit_code),
+            f"{steps[0]}-{steps[1]}" if steps else "",
+            ",".join(map(str, gpus)) if isinstance(gpus, list) else str(gpus or ""),
+            verdict,
+        )
+
+    def matches(self, text: str) -> bool:
+        return not text or text.lower() in " ".join(self.cells()).lower()
+
+
+def merge_jobs(
+    known: list[jobs.JobRecord], node_jobs: dict[str, list[dict[str, Any]] | str]
+) -> list[jobs.JobRecord]:
+    """The console's records updated from each node's answer (a string: the node's error)."""
+    by_key = {(r.node, r.job_id): r for r in known}
+    for node, answer in node_jobs.items():
+        if isinstance(answer, str):
+            for r in by_key.values():
+                if r.node == node and r.state == "running":
+                    r.state, r.error = "unknown", f"node {node} unreachable: {answer}"
+            continue
+        for status in answer:
+            key = (node, str(status.get("job")))
+            record = by_key.get(key)
+            if record is None:
+                meta = status.get("meta") or {}
+                record = jobs.JobRecord(
+                    job_id=key[1],
+                    node=node,
+                    plan=dict(meta.get("plan") or {}),
+                    launched_at=float(status.get("started") or 0),
+                )
+                by_key[key] = record
+            record.update_from_node(status)
+    for r in by_key.values():
+        if r.node not in node_jobs and r.state == "running":
+            r.state, r.error = "unknown", f"node {r.node} is not connected"
+    return sorted(by_key.values(), key=lambda r: r.launched_at or 0, reverse=True)
+
+
+class JobsScreen(Screen[None]):
+    """Replays and other jobs on every node: state, exit code, verification, live log."""
+
+    CSS_PATH = "../styles/jobs.tcss"
+    BINDINGS = [
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="jobs.filter",
+            tooltip="Filter jobs by any text in their row",
+        ),
+        Binding(
+            "escape",
+            "back",
+            "Back",
+            id="jobs.back",
+            tooltip="Clear the filter, or leave the Jobs screen",
+        ),
+        Binding(
+            "enter",
+            "follow",
+            "Follow log",
+            id="jobs.follow",
+            tooltip="Tail the highlighted job's log",
+        ),
+        Binding(
+            "s", "stop", "Stop", id="jobs.stop", tooltip="Stop the highlighted job (asks first)"
+        ),
+        Binding(
+            "v",
+            "verify",
+            "Verify",
+            id="jobs.verify",
+            tooltip="Compare the highlighted replay's metrics with its recording again",
+        ),
+        Binding(
+            "r", "refresh", "Refresh", id="jobs.refresh", tooltip="Ask every node for its jobs now"
+        ),
+    ]
+
+    class JobsRefreshed(Message):
+        def __init__(self, records: list[jobs.JobRecord]) -> None:
+            super().__init__()
+            self.records = records
+
+    class LogTail(Message):
+        def __init__(self, key: str, lines: list[str], error: str | None) -> None:
+            super().__init__()
+            self.key = key
+            self.lines = lines
+            self.error = error
+
+    class Notice(Message):
+        def __init__(self, text: str, severity: str = "information") -> None:
+            super().__init__()
+            self.text = text
+            self.severity = severity
+
+    def __init__(self, fleet: Fleet, *, read_only: bool = False, poll: float = POLL_SECONDS):
+        super().__init__()
+        self.fleet = fleet
+        self.read_only = read_only
+        self.poll = poll
+        self.records: dict[str, jobs.JobRecord] = {}
+        self.selected: str | None = None
+        self.text_filter = ""
+        self._verifying: set[str] = set()
+        self._log_key: str | None = None
+        self._timer: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Input(placeholder="filter jobs…", id="jobs-filter")
+            table: DataTable[str] = DataTable(id="jobs-table", cursor_type="row")
+            yield table
+            yield Static("", id="jobs-detail")
+            yield Log(id="jobs-log", max_lines=2000)
+            yield Label("", id="jobs-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#jobs-table", DataTable)
+        for name in COLUMNS:
+            table.add_column(name, key=name)
+        table.focus()
+        self.refresh_jobs()
+
+    # polling: one refresh at a time, the next scheduled when the last one landed ----------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="jobs-poll")
+    def refresh_jobs(self) -> None:
+        answers: dict[str, list[dict[str, Any]] | str] = {}
+        for node, result in self.fleet.call_all("jobs", timeout=15).items():
+            answers[node] = result.error if isinstance(result, NodeFailure) else result["jobs"]
+        known = jobs.load_jobs()
+        launched_here = {(r.node, r.job_id) for r in known}
+        records = merge_jobs(known, answers)
+        for r in records:
+            if (r.node, r.job_id) in launched_here:
+                jobs.save_job(r)  # the console's copy follows the node's state
+        self.post_message(self.JobsRefreshed(records))
+        key = self._log_key
+        if key is not None:
+            self._tail(key)
+
+    def _tail(self, key: str) -> None:
+        record = self.records.get(key)
+        if record is None:
+            return
+        try:
+            session = self.fleet.session(record.node)
+        except KeyError:
+            self.post_message(self.LogTail(key, [], f"node {record.node} is not connected"))
+            return
+        try:
+            lines = jobs.tail(session, record.job_id, TAIL_LINES)
+            self.post_message(self.LogTail(key, lines, None))
+        except Exception as exc:
+            self.post_message(self.LogTail(key, [], str(exc) or exc.__class__.__name__))
+
+    @on(JobsRefreshed)
+    def _refreshed(self, message: JobsRefreshed) -> None:
+        self.records = {jobs_row.key: jobs_row.record for jobs_row in map(JobRow, message.records)}
+        self._draw()
+        for row in map(JobRow, message.records):
+            r = row.record
+            if (
+                r.state == "finished"
+                and r.verification is None
+                and (r.plan or {}).get("metrics")
+                and row.key not in self._verifying
+            ):
+                self._verifying.add(row.key)
+                self.verify_job(row.key)
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(self.poll, self.refresh_jobs)
+
+    def _draw(self) -> None:
+        table = self.query_one("#jobs-table", DataTable)
+        rows = [JobRow(r) for r in self.records.values()]
+        visible = [row for row in rows if row.matches(self.text_filter)]
+        keys = [row.key for row in visible]
+        with self.app.batch_update():
+            for key in list(table.rows):
+                if key.value not in keys:
+                    table.remove_row(key)
+            for row in visible:
+                cells = row.cells()
+                if row.key in table.rows:
+                    for name, value in zip(COLUMNS, cells, strict=True):
+                        if table.get_cell(row.key, name) != value:
+                            table.update_cell(row.key, name, value)
+                else:
+                    table.add_row(*cells, key=row.key)
+        if self.selected is None and visible:
+            self.selected = visible[0].key
+            self.action_follow()
+        self._show_detail()
+        running = sum(r.state == "running" for r in self.records.values())
+        status = f"{len(self.records)} jobs, {running} running"
+        if self.text_filter:
+            status += f" · filter: {self.text_filter!r}"
+        if self.read_only:
+            status += " · read-only"
+        self.query_one("#jobs-status", Label).update(status)
+
+    def _show_detail(self) -> None:
+        record = self.records.get(self.selected or "")
+        detail = self.query_one("#jobs-detail", Static)
+        if record is None:
+            detail.update("no jobs yet: press r in the batch browser to replay a dump")
+            return
+        lines = [
+            f"{record.job_id} on {record.node}: {record.state}"
+            + ("" if record.exit_code is None else f" (exit {record.exit_code})")
+        ]
+        argv = record.extra.get("argv") or (record.plan or {}).get("argv")
+        if argv:
+            lines.append("command: " + " ".join(argv))
+        if record.log:
+            lines.append(f"log: {record.log}")
+        if record.verification:
+            lines.append(str(record.verification.get("summary", "")))
+        if record.error and record.state in ("unknown", "failed"):
+            lines.append(record.error)
+        detail.update("\n".join(lines))
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value is not None and event.row_key.value != self.selected:
+            self.selected = event.row_key.value
+            self._show_detail()
+            self.action_follow()  # the log pane always tails the highlighted job
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        # The table takes enter for itself; a selected row means "follow its log".
+        if event.row_key.value is not None:
+            self.selected = event.row_key.value
+            self.action_follow()
+
+    @on(LogTail)
+    def _log_tail(self, message: LogTail) -> None:
+        if message.key != self._log_key:
+            return
+        log = self.query_one("#jobs-log", Log)
+        log.clear()
+        if message.error:
+            record = self.records.get(message.key)
+            where = record.log if record else "?"
+            log.write_line(f"log unavailable ({message.error}); it is kept on the node at {where}")
+        else:
+            log.write_lines(message.lines)
+
+    @on(Notice)
+    def _notice(self, message: Notice) -> None:
+        self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+
+    # actions ---------------------------------------------------------------------------
+    def action_follow(self) -> None:
+        if self.selected is None:
+            return
+        self._log_key = self.selected
+        self.follow_log(self.selected)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="jobs-tail")
+    def follow_log(self, key: str) -> None:
+        self._tail(key)
+
+    def action_refresh(self) -> None:
+        self.refresh_jobs()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#jobs-filter", Input)
+        box.add_class("-visible")
+        box.focus()
+
+    @on(Input.Changed, "#jobs-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.text_filter = event.value.strip()
+        self._draw()
+
+    @on(Input.Submitted, "#jobs-filter")
+    def _filter_done(self) -> None:
+        self.query_one("#jobs-table", DataTable).focus()
+
+    def action_back(self) -> None:
+        box = self.query_one("#jobs-filter", Input)
+        if self.text_filter or box.has_class("-visible"):
+            box.value = ""
+            box.remove_class("-visible")
+            self.text_filter = ""
+            self._draw()
+            self.query_one("#jobs-table", DataTable).focus()
+            return
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # In read-only mode stop is shown disabled in the footer.
+        return not (action == "stop" and self.read_only)
+
+    def action_stop(self) -> None:
+        record = self.records.get(self.selected or "")
+        if record is None or self.read_only:
+            return
+        if record.state != "running":
+            self.notify(f"{record.job_id} is not running ({record.state})")
+            return
+        key = self.selected
+        command = " ".join(record.extra.get("argv") or [])
+
+        def answered(yes: bool | None) -> None:
+            if yes and key is not None:
+                self.stop_job(key)
+
+        self.app.push_screen(
+            ConfirmDialog(f"Stop {record.job_id} on {record.node}?\n{command}"),
+            answered,
+        )
+
+    @work(thread=True, exclusive=False, exit_on_error=False, group="jobs-stop")
+    def stop_job(self, key: str) -> None:
+        record = self.records.get(key)
+        if record is None:
+            return
+        try:
+            jobs.stop(self.fleet.session(record.node), record)
+            self.post_message(self.Notice(f"{record.job_id}: {record.state}"))
+        except Exception as exc:
+            self.post_message(self.Notice(f"stop failed: {exc}", "error"))
+        self.app.call_from_thread(self.refresh_jobs)
+
+    def action_verify(self) -> None:
+        if self.selected is not None:
+            self.verify_job(self.selected)
+
+    @work(thread=True, exclusive=False, exit_on_error=False, group="jobs-verify")
+    def verify_job(self, key: str) -> None:
+        record = self.records.get(key)
+        if record is None:
+            return
+        try:
+            result = jobs.verify_job(self.fleet.session(record.node), record)
+        except Exception as exc:
+            self.post_message(self.Notice(f"verification failed: {exc}", "error"))
+            return
+        if result is None:
+            self.post_message(
+                self.Notice(f"{record.job_id}: no metrics to verify for this template")
+            )
+            return
+        self.post_message(
+            self.Notice(result.summary, "information" if result.matched else "warning")
+        )
+        self.app.call_from_thread(self.refresh_jobs)

@@ -1,0 +1,230 @@
+"""A small dialog to launch a replay of a trajectory dump on the node that holds it.
+
+Prefilled from the node: the dump's step range, the node's free GPUs (GPUs with no
+process; "cpu" when there are none) and the exact command. Editing a field re-plans at
+once (planning is pure); enter launches the job detached and dismisses with its record.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Static
+
+from areal_console.core import jobs
+from areal_console.core.errors import UserError
+from areal_console.core.fleet import Fleet
+from areal_console.core.replay import (
+    DumpIndex,
+    LaunchTemplate,
+    ReplayPlan,
+    format_gpus,
+    free_gpus,
+    load_templates,
+    parse_gpus,
+    parse_step_range,
+    plan_replay,
+)
+
+
+@dataclass
+class NodeFacts:
+    """What the dialog learned from the node before it can plan."""
+
+    index: DumpIndex
+    sample: dict[str, Any]
+    script: str
+
+
+class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
+    """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
+
+    CSS_PATH = "../styles/replay_dialog.tcss"
+    BINDINGS = [
+        Binding(
+            "enter",
+            "launch",
+            "Launch",
+            id="replay.launch",
+            priority=True,
+            tooltip="Launch the replay detached on the node with this command",
+        ),
+        Binding(
+            "escape",
+            "cancel",
+            "Cancel",
+            id="replay.cancel",
+            tooltip="Close the dialog without launching anything",
+        ),
+    ]
+
+    class Loaded(Message):
+        def __init__(self, facts: NodeFacts | None, error: str | None) -> None:
+            super().__init__()
+            self.facts = facts
+            self.error = error
+
+    class Launched(Message):
+        def __init__(self, record: jobs.JobRecord | None, error: str | None) -> None:
+            super().__init__()
+            self.record = record
+            self.error = error
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        path: str,
+        node: str,
+        *,
+        template: str = "reference",
+        templates: dict[str, LaunchTemplate] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        super().__init__()
+        self.fleet = fleet
+        self.path = path
+        self.node = node
+        self.templates = templates or load_templates()
+        self.template_name = template
+        self.read_only = read_only
+        self.facts: NodeFacts | None = None
+        self.plan: ReplayPlan | None = None
+        self.launching = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="replay-box"):
+            yield Label(f"Replay {self.path}", id="replay-title")
+            with Grid(id="replay-fields"):
+                yield Label("node")
+                yield Label(self.node, id="replay-node")
+                yield Label("GPUs")
+                yield Input(placeholder="0,1 or cpu", id="replay-gpus")
+                yield Label("steps")
+                yield Input(placeholder="A:B", id="replay-steps")
+                yield Label("overrides")
+                yield Input(placeholder="actor.eps_clip=0.1 ...", id="replay-overrides")
+            yield Static("reading the dump on the node…", id="replay-command")
+            yield Label("", id="replay-error")
+            yield Label(
+                "read-only mode: launching is disabled"
+                if self.read_only
+                else "enter: launch · esc: cancel",
+                id="replay-hint",
+            )
+
+    def on_mount(self) -> None:
+        self.query_one("#replay-gpus", Input).focus()
+        self.load_node_facts()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-load")
+    def load_node_facts(self) -> None:
+        try:
+            session = self.fleet.session(self.node)
+            index = jobs.dump_index(session, self.path)
+            sample = session.call("sample")
+            script = jobs.stage_trainer(session) if self.template_name == "reference" else ""
+            self.post_message(self.Loaded(NodeFacts(index, sample, script), None))
+        except Exception as exc:  # any failure is shown in the dialog, never raised
+            self.post_message(self.Loaded(None, str(exc) or exc.__class__.__name__))
+
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
+        if message.error is not None or message.facts is None:
+            self._show_error(f"{self.node}: {message.error}")
+            self.query_one("#replay-command", Static).update("")
+            return
+        self.facts = message.facts
+        index = message.facts.index
+        try:
+            plan = self._make_plan(gpus_text="", steps_text="", overrides_text="")
+        except UserError:
+            plan = None
+        free = free_gpus(message.facts.sample)
+        gpus_text = format_gpus(plan.gpus) if plan else (format_gpus(free[:1]) if free else "cpu")
+        steps_text = f"{plan.steps[0]}:{plan.steps[1]}" if plan else ""
+        if not steps_text and index.step_numbers:
+            steps_text = f"{index.step_numbers[0]}:{index.step_numbers[-1]}"
+        self.query_one("#replay-gpus", Input).value = gpus_text
+        self.query_one("#replay-steps", Input).value = steps_text
+        self.replan()
+
+    def _make_plan(self, gpus_text: str, steps_text: str, overrides_text: str) -> ReplayPlan:
+        assert self.facts is not None
+        template = self.templates.get(self.template_name)
+        if template is None:
+            raise UserError(f"no launch template {self.template_name!r}")
+        first, last = parse_step_range(steps_text or None)
+        try:
+            overrides = shlex.split(overrides_text)
+        except ValueError as exc:
+            raise UserError(f"overrides: {exc}") from None
+        return plan_replay(
+            self.facts.index,
+            self.node,
+            self.facts.sample,
+            template,
+            gpus=parse_gpus(gpus_text or None),
+            first=first,
+            last=last,
+            script=self.facts.script,
+            overrides=overrides,
+        )
+
+    @on(Input.Changed)
+    def replan(self) -> None:
+        if self.facts is None:
+            return
+        try:
+            self.plan = self._make_plan(
+                self.query_one("#replay-gpus", Input).value,
+                self.query_one("#replay-steps", Input).value,
+                self.query_one("#replay-overrides", Input).value,
+            )
+        except UserError as exc:
+            self.plan = None
+            self._show_error(str(exc))
+            return
+        self._show_error("")
+        self.query_one("#replay-command", Static).update(self.plan.command_line)
+
+    def _show_error(self, text: str) -> None:
+        self.query_one("#replay-error", Label).update(text)
+        self.set_class(bool(text), "-error")
+
+    def action_launch(self) -> None:
+        if self.read_only:
+            self._show_error("read-only mode: launching is disabled")
+            return
+        if self.plan is None or self.launching:
+            return
+        self.launching = True
+        self.query_one("#replay-hint", Label).update("launching…")
+        self.launch_plan(self.plan)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-launch")
+    def launch_plan(self, plan: ReplayPlan) -> None:
+        try:
+            record = jobs.launch(self.fleet.session(plan.node), plan)
+            self.post_message(self.Launched(record, None))
+        except Exception as exc:
+            self.post_message(self.Launched(None, str(exc) or exc.__class__.__name__))
+
+    @on(Launched)
+    def _launched(self, message: Launched) -> None:
+        self.launching = False
+        if message.record is None:
+            self._show_error(f"launch failed: {message.error}")
+            self.query_one("#replay-hint", Label).update("enter: retry · esc: cancel")
+            return
+        self.dismiss(message.record)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,909 @@
+"""A small but real RL trainer with AReaL's trajectory dump/replay flags.
+
+Standard library and torch only: this file is shipped to cluster nodes and run there as a
+plain script:
+
+    python3 reference_trainer.py [--nproc N] [--config FILE] [key=value ...]
+
+A tiny causal language model (built in code, no downloads) learns single-digit addition
+("a+b=" -> digits, EOS) from a rule-based reward. Each step it samples a group of
+completions per prompt with a one-version-stale policy (as an asynchronous rollout
+engine would), computes GRPO group-normalised advantages and optimises AReaL's decoupled
+PPO objective
+
+    L = -E[ (pi_prox / pi_behave) * min(r * A, clip(r, 1 - eps, 1 + eps) * A) ],
+    r = pi_theta / pi_prox,
+
+with tokens whose behaviour importance weight exceeds `actor.behav_imp_weight_cap` masked
+out. Ranks are data parallel (gloo on CPU, NCCL on GPUs; torchrun when N > 1).
+
+With `trajectory_debug.dump_rollout_data=true` every chosen step's rollout batch is saved
+in AReaL's layout (`step_{step:06d}.pt`, or `step_{step:06d}_dp_{rank}.pt` with several
+ranks: a list with one dict of right-padded [G, T] tensors per prompt group), together
+with a checkpoint taken just before that step and the per-step metrics. With
+`trajectory_debug.replay_rollout_data=true` the recorded batches feed the same training
+steps instead of sampling; on CPU the metrics then match the recording bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import re
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+TRAINER_NAME = "areal-console reference trainer"
+TRAINER_VERSION = 1
+
+# Metric names as AReaL's trainer logs them; replay verification compares these.
+METRIC_NAMES = (
+    "task_reward",
+    "seq_len",
+    "no_eos_ratio",
+    "importance_weight",
+    "behave_imp_weight",
+    "actor_loss",
+    "grad_norm",
+)
+
+METRICS_FILE = "metrics.jsonl"
+META_FILE = "trajectory_meta.json"
+CHECKPOINT_DIR = "checkpoints"
+DUMP_NAME = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
+
+# Keys the rollout writes; everything else in a dump was added by the trainer.
+ROLLOUT_KEYS = (
+    "input_ids",
+    "loss_mask",
+    "logprobs",
+    "versions",
+    "turn_ids",
+    "attention_mask",
+    "rewards",
+)
+
+# Vocabulary: digits 0-9, then the symbols.
+PLUS, EQUALS, EOS, BOS = 10, 11, 12, 13
+VOCAB_SIZE = 14
+PROMPT_LEN = 5  # BOS a + b =
+
+DEFAULTS: dict[str, Any] = {
+    "steps": 4,
+    "start_step": 1,
+    "seed": 1,
+    "threads": 1,
+    "output_dir": "",
+    "train_dataset": {"batch_size": 4},
+    "gconfig": {"n_samples": 4, "max_new_tokens": 3, "temperature": 1.0},
+    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
+    "actor": {
+        "lr": 0.01,
+        "eps_clip": 0.2,
+        "behav_imp_weight_cap": 5.0,
+        "use_decoupled_loss": True,
+        "ppo_n_minibatches": 2,
+        "gradient_clipping": 1.0,
+        "max_head_offpolicyness": 1,
+    },
+    "trajectory_debug": {
+        "dump_rollout_data": False,
+        "replay_rollout_data": False,
+        "path": "",
+        "dump_steps": None,
+        "max_keep": None,
+        "pin_steps": [],
+        "dump_scope": "rollout",
+        "save_checkpoints": True,
+    },
+}
+
+# Keys a replay does not inherit from the recording's configuration.
+NOT_INHERITED = ("steps", "start_step", "output_dir", "threads", "trajectory_debug")
+
+
+class ConfigError(Exception):
+    """A configuration or input problem the user can fix (printed as one line)."""
+
+
+# --------------------------------------------------------------------------------------
+# Configuration: defaults < recording (replay only) < --config file < key=value
+
+
+def parse_scalar(text: str) -> Any:
+    """A YAML-ish scalar or inline list: true/false/null, numbers, [a, b], or a string."""
+    value = text.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    low = value.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("null", "none", "~", ""):
+        return None
+    if value.startswith("[") and value.endswith("]"):
+        inner = value[1:-1].strip()
+        return [parse_scalar(part) for part in inner.split(",")] if inner else []
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def parse_config_text(text: str) -> dict[str, Any]:
+    """JSON, or the YAML subset configs use: nested `key: value` mappings by indentation."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ConfigError("config file must hold a mapping")
+        return data
+    root: dict[str, Any] = {}
+    stack: list[tuple[int, dict[str, Any]]] = [(-1, root)]
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split(" #", 1)[0].rstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, sep, rest = line.strip().partition(":")
+        if not sep or not key:
+            raise ConfigError(f"config line {lineno}: expected 'key: value', got {raw.strip()!r}")
+        while stack and indent <= stack[-1][0]:
+            stack.pop()
+        if not stack:
+            raise ConfigError(f"config line {lineno}: bad indentation")
+        parent = stack[-1][1]
+        if rest.strip():
+            parent[key.strip()] = parse_scalar(rest)
+        else:
+            child: dict[str, Any] = {}
+            parent[key.strip()] = child
+            stack.append((indent, child))
+    return root
+
+
+def set_dotted(config: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = config
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[part] = nxt
+        node = nxt
+    node[parts[-1]] = value
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def check_known_keys(config: dict[str, Any]) -> None:
+    known = set(flatten(DEFAULTS))
+    unknown = sorted(k for k in flatten(config) if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+
+
+def _steps_list(value: Any, name: str) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ConfigError(f"{name} must be a list of step numbers, got {value!r}")
+    if any(v < 0 for v in value):
+        raise ConfigError(f"{name} must be non-negative, got {value!r}")
+    return sorted(set(value))
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    """Check the whole configuration; raise ConfigError with one clear line."""
+    check_known_keys(config)
+    td = config["trajectory_debug"]
+    if td["dump_rollout_data"] and td["replay_rollout_data"]:
+        raise ConfigError(
+            "trajectory_debug.dump_rollout_data and trajectory_debug.replay_rollout_data "
+            "are mutually exclusive: set only one"
+        )
+    if (td["dump_rollout_data"] or td["replay_rollout_data"]) and not td["path"]:
+        raise ConfigError("trajectory_debug.path is required to dump or replay rollout data")
+    td["dump_steps"] = _steps_list(td["dump_steps"], "trajectory_debug.dump_steps")
+    td["pin_steps"] = _steps_list(td["pin_steps"], "trajectory_debug.pin_steps") or []
+    if td["max_keep"] is not None and (not isinstance(td["max_keep"], int) or td["max_keep"] <= 0):
+        raise ConfigError(
+            f"trajectory_debug.max_keep must be a positive integer, got {td['max_keep']!r}"
+        )
+    if td["dump_scope"] not in ("rollout", "full"):
+        raise ConfigError(
+            f"trajectory_debug.dump_scope must be 'rollout' or 'full', got {td['dump_scope']!r}"
+        )
+    for key in ("steps", "start_step", "seed", "threads"):
+        if not isinstance(config[key], int) or isinstance(config[key], bool):
+            raise ConfigError(f"{key} must be an integer, got {config[key]!r}")
+    if config["steps"] < 1 or config["start_step"] < 1 or config["start_step"] > config["steps"]:
+        raise ConfigError(
+            "need 1 <= start_step <= steps, got "
+            f"start_step={config['start_step']} steps={config['steps']}"
+        )
+    if config["start_step"] > 1 and not td["replay_rollout_data"]:
+        raise ConfigError("start_step > 1 needs trajectory_debug.replay_rollout_data=true")
+    return config
+
+
+def load_config(config_file: str | None, overrides: list[str]) -> dict[str, Any]:
+    """Defaults, then (in replay) the recording's model/actor settings, the file, the overrides."""
+    layers: list[dict[str, Any]] = []
+    if config_file:
+        try:
+            with open(config_file, encoding="utf-8") as fh:
+                layers.append(parse_config_text(fh.read()))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ConfigError(f"config file {config_file}: {exc}") from None
+    dotted: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected key=value, got {item!r}")
+        set_dotted(dotted, key.strip(), parse_scalar(value))
+    layers.append(dotted)
+    config = copy.deepcopy(DEFAULTS)
+    for layer in layers:
+        config = merge(config, layer)
+    td = config["trajectory_debug"]
+    if td.get("replay_rollout_data") and not td.get("dump_rollout_data") and td.get("path"):
+        recorded = read_meta(str(td["path"])).get("config", {})
+        inherited = {k: v for k, v in recorded.items() if k not in NOT_INHERITED}
+        config = merge(DEFAULTS, inherited)
+        for layer in layers:
+            config = merge(config, layer)
+    return validate(config)
+
+
+# --------------------------------------------------------------------------------------
+# Dump directory layout
+
+
+def dump_path(directory: str, step: int, dp_rank: int | None) -> str:
+    suffix = f"_dp_{dp_rank}" if dp_rank is not None else ""
+    return os.path.join(directory, f"step_{step:06d}{suffix}.pt")
+
+
+def checkpoint_path(directory: str, step: int) -> str:
+    return os.path.join(directory, CHECKPOINT_DIR, f"ckpt_{step:06d}.pt")
+
+
+def scan_dumps(directory: str) -> dict[int, set[int | None]]:
+    """step -> the dp ranks present (None for a file without a `_dp_` suffix)."""
+    found: dict[int, set[int | None]] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
+        m = DUMP_NAME.match(name)
+        if m:
+            found.setdefault(int(m.group(1)), set()).add(
+                int(m.group(2)) if m.group(2) is not None else None
+            )
+    return found
+
+
+def scan_checkpoints(directory: str) -> list[int]:
+    try:
+        names = os.listdir(os.path.join(directory, CHECKPOINT_DIR))
+    except OSError:
+        return []
+    return sorted(int(n[5:-3]) for n in names if re.fullmatch(r"ckpt_\d+\.pt", n))
+
+
+def format_steps(steps: list[int]) -> str:
+    """Compact ranges: [1, 2, 3, 5] -> "1-3,5"."""
+    parts: list[str] = []
+    for s in sorted(steps):
+        if parts and "-" not in parts[-1].split(",")[-1] and int(parts[-1]) == s - 1:
+            parts[-1] = f"{parts[-1]}-{s}"
+        elif parts and "-" in parts[-1] and int(parts[-1].split("-")[1]) == s - 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{s}"
+        else:
+            parts.append(str(s))
+    return ",".join(parts) or "none"
+
+
+def read_meta(directory: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(directory, META_FILE), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def check_replay_input(directory: str, first: int, last: int, world_size: int) -> None:
+    """Every step in [first, last] is dumped for this DP size, and `first` can be started at."""
+    if not os.path.isdir(directory):
+        raise ConfigError(f"trajectory_debug.path {directory} is not a directory")
+    dumps = scan_dumps(directory)
+    if not dumps:
+        raise ConfigError(f"no step_*.pt dumps in {directory}")
+    available = format_steps(list(dumps))
+    for step in range(first, last + 1):
+        if step not in dumps:
+            raise ConfigError(
+                f"no dump for step {step} in {directory}; available steps: {available}"
+            )
+        ranks = dumps[step]
+        expected: set[int | None] = {None} if world_size == 1 else set(range(world_size))
+        if ranks != expected:
+            dp = 1 if ranks == {None} else len(ranks)
+            raise ConfigError(
+                f"step {step} was dumped with {dp} data-parallel rank(s) but this run has "
+                f"{world_size}: replay with --nproc {dp}"
+            )
+    if first > 1 and first not in scan_checkpoints(directory):
+        ckpts = format_steps(scan_checkpoints(directory))
+        raise ConfigError(
+            f"cannot start replay at step {first}: no checkpoint saved with the dump at that "
+            f"step (checkpoints: {ckpts}); start at step 1 or at a checkpointed step"
+        )
+
+
+def rotate_dumps(directory: str, dp_rank: int | None, max_keep: int, pin: set[int]) -> None:
+    """Keep the newest `max_keep` unpinned dumps of this rank (AReaL's rotation rule)."""
+    mine = sorted(
+        step
+        for step, ranks in scan_dumps(directory).items()
+        if dp_rank in ranks and step not in pin
+    )
+    for step in mine[: max(0, len(mine) - max_keep)]:
+        doomed = [dump_path(directory, step, dp_rank)]
+        if dp_rank in (None, 0):
+            doomed.append(checkpoint_path(directory, step))  # rank 0 owns checkpoints
+        for path in doomed:
+            with contextlib.suppress(FileNotFoundError):  # another rank rotated it first
+                os.remove(path)
+
+
+def atomic_save(obj: Any, path: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------
+# The model
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.n_heads
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q = q.view(b, t, h, d // h).transpose(1, 2)
+        k = k.view(b, t, h, d // h).transpose(1, 2)
+        v = v.view(b, t, h, d // h).transpose(1, 2)
+        # Plain math attention: the same kernels with and without grad, on every device.
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // h)
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(causal, float("-inf"))
+        att = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(att)
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyCausalLM(nn.Module):
+    def __init__(self, d_model: int, n_layers: int, n_heads: int, max_len: int = 32) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB_SIZE, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, VOCAB_SIZE)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tok(ids) + self.pos(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+    def token_logprobs(self, ids: torch.Tensor) -> torch.Tensor:
+        """log p(ids[:, t] | ids[:, :t]) at position t (0 at position 0)."""
+        logp = self.forward(ids[:, :-1]).log_softmax(-1)
+        picked = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        return F.pad(picked, (1, 0))
+
+
+class Adam:
+    """Plain Adam, the textbook update rule.
+
+    torch.optim imports torch's compiler stack on first use (seconds per process start);
+    this one does not, and its state dict loads with `weights_only=True`.
+    """
+
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.params = list(params)
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.t = 0
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):  # noqa: B905
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            denom = (v / (1 - b2**self.t)).sqrt_().add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - b1**self.t))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.t = int(state["t"])
+        saved = list(state["exp_avg"]) + list(state["exp_avg_sq"])
+        for k, mine in enumerate(self.exp_avg + self.exp_avg_sq):
+            mine.copy_(saved[k])
+
+
+# --------------------------------------------------------------------------------------
+# Rollouts: sampling and a rule-based reward
+
+
+def answer_reward(prompt: list[int], completion: list[int]) -> float:
+    """1.0 when the digits before EOS spell a + b; 0.25 for a well-formed wrong number; else 0."""
+    a, b = prompt[1], prompt[3]
+    if EOS not in completion:
+        return 0.0
+    digits = completion[: completion.index(EOS)]
+    if not digits or any(d > 9 for d in digits):
+        return 0.0
+    return 1.0 if int("".join(map(str, digits))) == a + b else 0.25
+
+
+@torch.no_grad()
+def generate_groups(
+    model: TinyCausalLM,
+    config: dict[str, Any],
+    step: int,
+    rank: int,
+    version: int,
+    device: torch.device,
+) -> list[dict[str, torch.Tensor]]:
+    """Sample `n_samples` completions for each prompt; one AReaL-layout dict per group."""
+    g = torch.Generator().manual_seed(config["seed"] * 1_000_003 + step * 1009 + rank)
+    n_prompts = config["train_dataset"]["batch_size"]
+    group = config["gconfig"]["n_samples"]
+    max_new = config["gconfig"]["max_new_tokens"]
+    temperature = float(config["gconfig"]["temperature"])
+    operands = torch.randint(0, 10, (n_prompts, 2), generator=g)
+    prompts = [[BOS, int(a), PLUS, int(b), EQUALS] for a, b in operands.tolist()]
+    ids = torch.tensor([p for p in prompts for _ in range(group)], dtype=torch.long)
+    logps = torch.zeros(ids.shape[0], 0)
+    for _ in range(max_new):
+        logits = model(ids.to(device))[:, -1].float().cpu() / temperature
+        logp = logits.log_softmax(-1)
+        nxt = torch.multinomial(logp.exp(), 1, generator=g)
+        ids = torch.cat([ids, nxt], dim=1)
+        logps = torch.cat([logps, logp.gather(-1, nxt)], dim=1)
+    groups = []
+    for p_idx, prompt in enumerate(prompts):
+        rows = range(p_idx * group, (p_idx + 1) * group)
+        completions, lengths, rewards = [], [], []
+        for r in rows:
+            gen = ids[r, PROMPT_LEN:].tolist()
+            # Everything after the first EOS was never generated by a real engine.
+            n = gen.index(EOS) + 1 if EOS in gen else len(gen)
+            completions.append(gen[:n])
+            lengths.append(PROMPT_LEN + n)
+            rewards.append(answer_reward(prompt, gen[:n]))
+        t = max(lengths)
+        batch = {
+            "input_ids": torch.zeros(group, t, dtype=torch.int32),
+            "loss_mask": torch.zeros(group, t, dtype=torch.int32),
+            "logprobs": torch.zeros(group, t, dtype=torch.float32),
+            "versions": torch.full((group, t), -1, dtype=torch.int32),
+            "turn_ids": torch.zeros(group, t, dtype=torch.int32),
+            "attention_mask": torch.zeros(group, t, dtype=torch.bool),
+            "rewards": torch.tensor(rewards, dtype=torch.float32),
+        }
+        for i, r in enumerate(rows):
+            n = lengths[i]
+            batch["input_ids"][i, :n] = torch.tensor(prompt + completions[i], dtype=torch.int32)
+            batch["loss_mask"][i, PROMPT_LEN:n] = 1
+            batch["logprobs"][i, PROMPT_LEN:n] = logps[r, : n - PROMPT_LEN]
+            batch["versions"][i, PROMPT_LEN:n] = version
+            batch["attention_mask"][i, :n] = True
+        groups.append(batch)
+    return groups
+
+
+# --------------------------------------------------------------------------------------
+# One training step on a batch (identical code for live and replayed batches)
+
+
+def all_reduce_sum(t: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Sum over ranks in place; NCCL only reduces GPU tensors, so CPU ones make a round trip."""
+    if world_size > 1:
+        if dist.get_backend() == "nccl" and t.device.type != "cuda":
+            on_gpu = t.to(torch.device("cuda", torch.cuda.current_device()))
+            dist.all_reduce(on_gpu, op=dist.ReduceOp.SUM)
+            t.copy_(on_gpu.cpu())
+        else:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def stack_groups(groups: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Concatenate group dicts into one right-padded batch."""
+    t = max(g["input_ids"].shape[1] for g in groups)
+    out: dict[str, torch.Tensor] = {}
+    for key in ("input_ids", "loss_mask", "logprobs", "attention_mask"):
+        out[key] = torch.cat([F.pad(g[key], (0, t - g[key].shape[1])) for g in groups])
+    out["rewards"] = torch.cat([g["rewards"] for g in groups])
+    return out
+
+
+def group_advantages(groups: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+    """GRPO: each sample's reward normalised by its group's mean and std."""
+    out = []
+    for g in groups:
+        r = g["rewards"].float()
+        out.append((r - r.mean()) / (r.std(unbiased=False) + 1e-6))
+    return out
+
+
+def train_step(
+    model: TinyCausalLM,
+    optimizer: Adam,
+    groups: list[dict[str, torch.Tensor]],
+    config: dict[str, Any],
+    world_size: int,
+    device: torch.device,
+    trainer_view: list[dict[str, torch.Tensor]] | None = None,
+) -> dict[str, float]:
+    """Decoupled PPO on one rollout batch; returns the step's global metrics.
+
+    `trainer_view`, when given, receives the groups with the keys the trainer added
+    (`prox_logp`, `advantages`), as AReaL's full-scope dumps hold them.
+    """
+    actor = config["actor"]
+    eps = float(actor["eps_clip"])
+    cap = actor["behav_imp_weight_cap"]
+    groups = [{k: g[k] for k in ROLLOUT_KEYS} for g in groups]  # ignore trainer-added keys
+    advantages = group_advantages(groups)
+    with torch.no_grad():
+        prox = [model.token_logprobs(g["input_ids"].long().to(device)).cpu() for g in groups]
+    for g, adv, p in zip(groups, advantages, prox):  # noqa: B905 (nodes may run Python < 3.10)
+        g["advantages"] = adv
+        g["prox_logp"] = p * g["loss_mask"]
+    if trainer_view is not None:
+        trainer_view.extend(groups)
+
+    full = stack_groups(groups)
+    lengths = full["attention_mask"].sum(-1)
+    no_eos = torch.tensor(
+        [
+            0.0 if EOS in row[: int(n)].tolist() else 1.0
+            for row, n in zip(full["input_ids"], lengths)  # noqa: B905
+        ]
+    )
+    summary = all_reduce_sum(
+        torch.tensor(
+            [
+                float(full["rewards"].sum()),
+                float(lengths.sum()),
+                float(no_eos.sum()),
+                float(full["rewards"].numel()),
+            ],
+            dtype=torch.float64,
+        ),
+        world_size,
+    )
+
+    n_mb = max(1, min(int(actor["ppo_n_minibatches"]), len(groups)))
+    bounds = [round(i * len(groups) / n_mb) for i in range(n_mb + 1)]
+    loss_total, norm_total = 0.0, 0.0
+    ratio_sum = torch.zeros((), dtype=torch.float64)
+    behave_sum = torch.zeros((), dtype=torch.float64)
+    tokens = torch.zeros((), dtype=torch.float64)
+    for i in range(n_mb):
+        mb_groups = groups[bounds[i] : bounds[i + 1]]
+        mb = stack_groups(mb_groups)
+        width = mb["input_ids"].shape[1]
+        adv = torch.cat(
+            [
+                F.pad(
+                    a.unsqueeze(1).expand(-1, g["input_ids"].shape[1]),
+                    (0, width - g["input_ids"].shape[1]),
+                )
+                for a, g in zip(advantages[bounds[i] : bounds[i + 1]], mb_groups)  # noqa: B905
+            ]
+        )
+        prox_mb = torch.cat(
+            [F.pad(p, (0, width - p.shape[1])) for p in prox[bounds[i] : bounds[i + 1]]]
+        )
+        mask = mb["loss_mask"].float()
+        behave_w = torch.exp(prox_mb - mb["logprobs"]) * mask
+        if actor["use_decoupled_loss"]:
+            # AReaL drops tokens whose behaviour weight is above the cap instead of clipping.
+            if cap is not None:
+                mask = mask * (behave_w <= float(cap)).float()
+            anchor = prox_mb
+        else:
+            anchor = mb["logprobs"]  # standard PPO: the behaviour policy is the anchor
+        n_tokens = all_reduce_sum(mask.sum().to(torch.float64), world_size).item()
+
+        optimizer.zero_grad(set_to_none=True)
+        logp = model.token_logprobs(mb["input_ids"].long().to(device)).cpu()
+        ratio = torch.exp(logp - anchor) * mask
+        clipped = ratio.clamp(1.0 - eps, 1.0 + eps)
+        pg = -torch.min(ratio * adv, clipped * adv)
+        if actor["use_decoupled_loss"]:
+            pg = pg * behave_w.detach()
+        loss = (pg * mask).sum() / max(n_tokens, 1.0)
+        loss.backward()
+        if world_size > 1:
+            for p in model.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(actor["gradient_clipping"]))
+        optimizer.step()
+
+        loss_total += all_reduce_sum(loss.detach().to(torch.float64), world_size).item()
+        norm_total += float(norm)
+        ratio_sum += (ratio.detach() * mask).sum().to(torch.float64)
+        behave_sum += (behave_w * mask).sum().to(torch.float64)
+        tokens += mask.sum().to(torch.float64)
+
+    weights = all_reduce_sum(torch.stack([ratio_sum, behave_sum, tokens]), world_size)
+    n_tok = max(float(weights[2]), 1.0)
+    n_samples = float(summary[3])
+    return {
+        "task_reward": float(summary[0]) / n_samples,
+        "seq_len": float(summary[1]) / n_samples,
+        "no_eos_ratio": float(summary[2]) / n_samples,
+        "importance_weight": float(weights[0]) / n_tok,
+        "behave_imp_weight": float(weights[1]) / n_tok,
+        "actor_loss": loss_total / n_mb,
+        "grad_norm": norm_total / n_mb,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# The run
+
+
+def write_jsonl(path: str, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def run(config: dict[str, Any]) -> None:
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.set_num_threads(config["threads"])
+    if torch.cuda.is_available():
+        # On CPU every op used here is deterministic already; this switch also imports
+        # torch's compiler stack (seconds), so it is only worth it on GPUs.
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if world_size > 1:
+        dist.init_process_group(backend)
+
+    td = config["trajectory_debug"]
+    dump_dir = str(td["path"])
+    dumping, replaying = bool(td["dump_rollout_data"]), bool(td["replay_rollout_data"])
+    out_dir = config["output_dir"] or (
+        os.path.join(dump_dir, "replay") if replaying else "reference-trainer-out"
+    )
+    dp_suffix = rank if world_size > 1 else None
+    if rank == 0:
+        os.makedirs(out_dir, exist_ok=True)
+        open(os.path.join(out_dir, METRICS_FILE), "w").close()
+        if dumping:
+            os.makedirs(os.path.join(dump_dir, CHECKPOINT_DIR), exist_ok=True)
+            open(os.path.join(dump_dir, METRICS_FILE), "w").close()
+            with open(os.path.join(dump_dir, META_FILE), "w", encoding="utf-8") as fh:
+                json.dump(
+                    {
+                        "trainer": TRAINER_NAME,
+                        "trainer_version": TRAINER_VERSION,
+                        "world_size": world_size,
+                        "config": config,
+                        "metric_names": list(METRIC_NAMES),
+                    },
+                    fh,
+                    indent=1,
+                )
+    if world_size > 1:
+        dist.barrier()
+
+    torch.manual_seed(config["seed"])
+    m = config["model"]
+    model = TinyCausalLM(m["d_model"], m["n_layers"], m["n_heads"]).to(device)
+    optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["lr"]))
+    first, last = config["start_step"], config["steps"]
+    if replaying and first > 1:
+        state = torch.load(checkpoint_path(dump_dir, first), map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    lag = int(config["actor"]["max_head_offpolicyness"])
+    history: list[dict[str, torch.Tensor]] = []  # recent weights, for a stale rollout policy
+    rollout_model = copy.deepcopy(model)
+
+    for step in range(first, last + 1):
+        t0 = time.perf_counter()
+        version = step - 1  # optimizer updates applied so far
+        if replaying:
+            groups = torch.load(dump_path(dump_dir, step, dp_suffix), weights_only=True)
+        else:
+            history.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+            del history[: max(0, len(history) - lag - 1)]
+            rollout_model.load_state_dict(history[0])
+            behaviour_version = max(0, version - lag)
+            groups = generate_groups(rollout_model, config, step, rank, behaviour_version, device)
+        dump_now = dumping and (td["dump_steps"] is None or step in td["dump_steps"])
+        if dump_now:
+            if rank == 0 and td["save_checkpoints"]:
+                atomic_save(
+                    {
+                        "step": step,
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                    },
+                    checkpoint_path(dump_dir, step),
+                )
+            if td["dump_scope"] == "rollout":
+                atomic_save(groups, dump_path(dump_dir, step, dp_suffix))
+        full_view: list[dict[str, torch.Tensor]] = []
+        metrics = train_step(model, optimizer, groups, config, world_size, device, full_view)
+        if dump_now and td["dump_scope"] == "full":
+            atomic_save(full_view, dump_path(dump_dir, step, dp_suffix))
+        if dump_now and td["max_keep"] is not None:
+            rotate_dumps(dump_dir, dp_suffix, int(td["max_keep"]), set(td["pin_steps"]))
+        if rank == 0:
+            record = {"step": step, **metrics, "time_s": round(time.perf_counter() - t0, 6)}
+            write_jsonl(os.path.join(out_dir, METRICS_FILE), record)
+            if dumping:
+                write_jsonl(os.path.join(dump_dir, METRICS_FILE), record)
+            print(
+                f"step {step}: "
+                + " ".join(f"{k}={metrics[k]:.6g}" for k in METRIC_NAMES)
+                + (" (replayed)" if replaying else ""),
+                flush=True,
+            )
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
+    """Run this script under torchrun with `nproc` ranks on this node."""
+    import subprocess
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        os.path.abspath(__file__),
+        *argv,
+    ]
+    return subprocess.call(cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    nproc, config_file, overrides = 1, None, []
+    passed_on: list[str] = []  # everything but --nproc, for the torchrun relaunch
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-h", "--help"):
+            print(__doc__)
+            print("config keys and defaults:")
+            for key, value in flatten(DEFAULTS).items():
+                print(f"  {key}={json.dumps(value)}")
+            return 0
+        if arg in ("--nproc", "--config") and i + 1 < len(args):
+            if arg == "--nproc":
+                try:
+                    nproc = int(args[i + 1])
+                except ValueError:
+                    print(f"error: --nproc needs an integer, got {args[i + 1]!r}", file=sys.stderr)
+                    return 2
+            else:
+                config_file = args[i + 1]
+                passed_on += args[i : i + 2]
+            i += 2
+            continue
+        if arg.startswith("-"):
+            print(f"error: unknown option {arg}", file=sys.stderr)
+            return 2
+        overrides.append(arg)
+        passed_on.append(arg)
+        i += 1
+    under_torchrun = "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+    try:
+        config = load_config(config_file, overrides)
+        world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
+        td = config["trajectory_debug"]
+        if td["replay_rollout_data"]:
+            check_replay_input(str(td["path"]), config["start_step"], config["steps"], world)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if nproc > 1 and not under_torchrun:
+        return relaunch_with_torchrun(nproc, passed_on)
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
