@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from areal_console.core.client import AgentClient, AgentDisconnected
-from areal_console.core.fleet import NodeSession
+from areal_console.core.fleet import Fleet, NodeSession
 from areal_console.core.ssh import (
+    JUMPS,
     ChangedHostKey,
     SshError,
     UnknownHostKey,
@@ -94,6 +95,44 @@ def test_proxyjump_chain_reaches_target_through_jump_hosts(
     )
 
 
+def established_to(address: str, port: int) -> int:
+    """Open TCP connections accepted by the listener at address:port (/proc/net/tcp)."""
+    a, b, c, d = (int(x) for x in address.split("."))
+    local = f"{d:02X}{c:02X}{b:02X}{a:02X}:{port:04X}"
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return sum(1 for line in lines if line.split()[1] == local and line.split()[3] == "01")
+
+
+def test_nodes_behind_one_jump_host_share_its_connection(
+    live_cluster: TestCluster, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    behind = [2, 3, 4]
+    config.write_text(
+        live_cluster.ssh_config.read_text()
+        + "".join(
+            host_block(live_cluster, f"behind{i}", i - 1, "    ProxyJump node1\n") for i in behind
+        )
+    )
+    jump = live_cluster.nodes[0]
+    before = established_to(jump.address, jump.port)
+    specs = [NodeSpec(name=f"b{i}", transport="ssh", host=f"behind{i}") for i in behind]
+    fleet = Fleet(specs, ssh_config=str(config), allow_agent=False)
+    try:
+        hellos = fleet.connect_all()
+        assert [h["hostname"] for h in hellos.values()] == [f"node{i}" for i in behind]
+        assert JUMPS.connections() == 1
+        assert established_to(jump.address, jump.port) - before == 1
+        fleet.session("b2").close()  # the others still ride on the jump connection
+        assert fleet.session("b3").call("ping")["time"] > 0
+    finally:
+        fleet.close()
+    assert JUMPS.connections() == 0
+    wait_for(
+        lambda: established_to(jump.address, jump.port) == before, 10, "jump connection to close"
+    )
+
+
 def test_jump_host_that_refuses_is_named(live_cluster: TestCluster, tmp_path: Path) -> None:
     dead_port = free_port("127.0.0.9")
     config = tmp_path / "ssh_config"
@@ -167,6 +206,26 @@ def test_no_ssh_answer_times_out(silent_listener: int) -> None:
     with pytest.raises(SshError, match="no SSH answer within 1s"):
         open_ssh_channel(spec, ssh_config=os.devnull, connect_timeout=1.0)
     assert time.monotonic() - t0 < 5
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A port whose accept queue is full: the kernel drops new SYNs, so connects hang."""
+    with socket.socket() as server, socket.socket() as filler:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = int(server.getsockname()[1])
+        filler.connect(("127.0.0.1", port))
+        yield port
+
+
+def test_tcp_connect_times_out(unanswered_port: int) -> None:
+    spec = NodeSpec(name="x", transport="ssh", host="127.0.0.1", port=unanswered_port)
+    t0 = time.monotonic()
+    with pytest.raises(SshError) as info:
+        open_ssh_channel(spec, ssh_config=os.devnull, connect_timeout=1.0)
+    assert str(info.value) == f"connection to 127.0.0.1:{unanswered_port} timed out after 1s"
+    assert 0.9 < time.monotonic() - t0 < 5
 
 
 def test_missing_python_is_explained(live_cluster: TestCluster) -> None:
