@@ -354,11 +354,11 @@ def _connect_hop(
         client.close()
         name = known_hosts_name(hop.hostname, hop.port)
         raise ChangedHostKey(name, exc.key, exc.expected_key) from None
-    except paramiko.AuthenticationException as exc:
+    except paramiko.AuthenticationException:
         client.close()
         tried = ", ".join(keys) if keys else "ssh-agent and default keys"
         raise SshError(
-            f"authentication failed for {user}@{hop.hostname}:{hop.port} (tried {tried}): {exc}"
+            f"authentication failed for {user}@{hop.hostname}:{hop.port} (tried {tried})"
         ) from None
     except paramiko.PasswordRequiredException:
         client.close()
