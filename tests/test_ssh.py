@@ -297,6 +297,20 @@ def test_accept_new_hosts_remembers_key(live_cluster: TestCluster, tmp_path: Pat
     assert len(console_known.read_text().splitlines()) == 1
 
 
+def test_ssh_config_accept_new_is_honoured(live_cluster: TestCluster, tmp_path: Path) -> None:
+    node = live_cluster.nodes[3]
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host {node.name}\n    HostName {node.address}\n    Port {node.port}\n    User root\n"
+        f"    IdentityFile {live_cluster.identity}\n    StrictHostKeyChecking accept-new\n"
+    )
+    console_known = tmp_path / "console_known_hosts"
+    spec = node.spec()
+    options = {"ssh_config": str(config), "allow_agent": False}
+    assert hello_via(spec, known_hosts_file=str(console_known), **options)["hostname"] == node.name
+    assert console_known.read_text().startswith(f"[{node.address}]:{node.port} ssh-ed25519 ")
+
+
 def test_changed_host_key_is_always_refused(live_cluster: TestCluster, tmp_path: Path) -> None:
     node = live_cluster.nodes[0]
     impostor = tmp_path / "impostor"

@@ -138,6 +138,7 @@ class Hop:
     identities_only: bool = False
     known_hosts_files: tuple[str, ...] = ()
     connect_timeout: float | None = None
+    accept_new_key: bool = False  # `StrictHostKeyChecking accept-new` (or `no`) in the config
 
     @property
     def label(self) -> str:
@@ -225,6 +226,8 @@ def _hop(
         identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
         known_hosts_files=known,
         connect_timeout=float(timeout) if timeout else None,
+        # "no" is taken as "accept-new": a changed key is refused whatever the config says.
+        accept_new_key=str(entry.get("stricthostkeychecking", "")).lower() in ("accept-new", "no"),
     )
     jump = entry.get("proxyjump")
     return hop, (None if not jump or jump.lower() == "none" else jump)
@@ -327,7 +330,7 @@ def _connect_hop(
             except (OSError, paramiko.SSHException) as exc:
                 raise SshError(f"cannot read known hosts file {path}: {exc}") from None
     client.set_missing_host_key_policy(
-        _VerifyingPolicy(accept_new_hosts, console_known_hosts, hop.port)
+        _VerifyingPolicy(accept_new_hosts or hop.accept_new_key, console_known_hosts, hop.port)
     )
     user = hop.user or _local_user()
     keys = [p for p in hop.identity_files if os.path.exists(p)]
