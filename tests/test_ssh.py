@@ -23,7 +23,7 @@ from areal_console.core.ssh import (
 )
 from areal_console.core.targets import NodeSpec
 
-from tests.cluster import SSH_KEYGEN, TestCluster, free_port, wait_for
+from tests.cluster import SSH, SSH_KEYGEN, TestCluster, free_port, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -131,6 +131,19 @@ def test_nodes_behind_one_jump_host_share_its_connection(
     wait_for(
         lambda: established_to(jump.address, jump.port) == before, 10, "jump connection to close"
     )
+
+
+def test_proxycommand_through_openssh(live_cluster: TestCluster, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    marker = tmp_path / "relay-used"
+    relay = f"sh -c 'touch {marker}; exec {SSH} -F {live_cluster.ssh_config} -W %h:%p node1'"
+    config.write_text(
+        live_cluster.ssh_config.read_text()
+        + host_block(live_cluster, "via-command", 1, f"    ProxyCommand {relay}\n")
+    )
+    spec = NodeSpec(name="v", transport="ssh", host="via-command")
+    assert hello_via(spec, ssh_config=str(config), allow_agent=False)["hostname"] == "node2"
+    assert marker.exists()
 
 
 def test_jump_host_that_refuses_is_named(live_cluster: TestCluster, tmp_path: Path) -> None:

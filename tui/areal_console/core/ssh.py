@@ -139,6 +139,7 @@ class Hop:
     known_hosts_files: tuple[str, ...] = ()
     connect_timeout: float | None = None
     accept_new_key: bool = False  # `StrictHostKeyChecking accept-new` (or `no`) in the config
+    proxy_command: str | None = None  # used when this hop is the first of the route
 
     @property
     def label(self) -> str:
@@ -217,6 +218,7 @@ def _hop(
         if p != "/dev/null"
     )
     timeout = entry.get("connecttimeout")
+    proxy_command = entry.get("proxycommand")  # paramiko has expanded %h, %p, %r
     hop = Hop(
         alias=alias,
         hostname=entry.get("hostname", alias),
@@ -228,6 +230,7 @@ def _hop(
         connect_timeout=float(timeout) if timeout else None,
         # "no" is taken as "accept-new": a changed key is refused whatever the config says.
         accept_new_key=str(entry.get("stricthostkeychecking", "")).lower() in ("accept-new", "no"),
+        proxy_command=proxy_command if proxy_command and proxy_command != "none" else None,
     )
     jump = entry.get("proxyjump")
     return hop, (None if not jump or jump.lower() == "none" else jump)
@@ -410,8 +413,13 @@ def _hop_through(
     via: paramiko.SSHClient | None, hop: Hop, timeout: float, **auth: Any
 ) -> paramiko.SSHClient:
     """Connect to `hop`, directly or tunnelled through the `via` connection."""
-    if via is None:
-        sock: Any = _open_socket(hop, timeout)
+    if via is None and hop.proxy_command:
+        try:
+            sock: Any = paramiko.ProxyCommand(hop.proxy_command)
+        except (OSError, paramiko.SSHException) as exc:
+            raise SshError(f"ProxyCommand for {hop.alias} did not start: {exc}") from None
+    elif via is None:
+        sock = _open_socket(hop, timeout)
     else:
         transport = via.get_transport()
         if transport is None or not transport.is_active():
