@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -95,12 +96,18 @@ def test_proxyjump_chain_reaches_target_through_jump_hosts(
     )
 
 
-def established_to(address: str, port: int) -> int:
-    """Open TCP connections accepted by the listener at address:port (/proc/net/tcp)."""
+def our_connections_to(address: str, port: int) -> int:
+    """TCP connections this process holds open to address:port (/proc/net/tcp + our fds)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
     a, b, c, d = (int(x) for x in address.split("."))
-    local = f"{d:02X}{c:02X}{b:02X}{a:02X}:{port:04X}"
-    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    return sum(1 for line in lines if line.split()[1] == local and line.split()[3] == "01")
+    remote = f"{d:02X}{c:02X}{b:02X}{a:02X}:{port:04X}"
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return sum(1 for r in rows if r[2] == remote and r[3] == "01" and r[9] in inodes)
 
 
 def test_nodes_behind_one_jump_host_share_its_connection(
@@ -115,22 +122,20 @@ def test_nodes_behind_one_jump_host_share_its_connection(
         )
     )
     jump = live_cluster.nodes[0]
-    before = established_to(jump.address, jump.port)
+    before = our_connections_to(jump.address, jump.port)
     specs = [NodeSpec(name=f"b{i}", transport="ssh", host=f"behind{i}") for i in behind]
     fleet = Fleet(specs, ssh_config=str(config), allow_agent=False)
     try:
         hellos = fleet.connect_all()
         assert [h["hostname"] for h in hellos.values()] == [f"node{i}" for i in behind]
         assert JUMPS.connections() == 1
-        assert established_to(jump.address, jump.port) - before == 1
+        assert our_connections_to(jump.address, jump.port) - before == 1
         fleet.session("b2").close()  # the others still ride on the jump connection
         assert fleet.session("b3").call("ping")["time"] > 0
     finally:
         fleet.close()
     assert JUMPS.connections() == 0
-    wait_for(
-        lambda: established_to(jump.address, jump.port) == before, 10, "jump connection to close"
-    )
+    assert our_connections_to(jump.address, jump.port) == before
 
 
 def test_proxycommand_through_openssh(live_cluster: TestCluster, tmp_path: Path) -> None:

@@ -31,6 +31,8 @@ from typing import Any
 import paramiko
 
 from areal_console.core import locations
+from areal_console.core.errors import UserError
+from areal_console.core.inventory import parse_destination
 from areal_console.core.targets import NodeSpec
 from areal_console.core.transport import ChannelClosed, bootstrap_argv
 
@@ -176,29 +178,6 @@ def load_ssh_config(path: Path | None) -> paramiko.SSHConfig:
         raise SshError(f"cannot read ssh config {path}: {exc}") from None
 
 
-def parse_destination(text: str) -> tuple[str | None, str, int | None]:
-    """`[user@]host[:port]` (also `ssh://` form and `[v6]:port`) -> (user, host, port)."""
-    text = text.strip()
-    if text.startswith("ssh://"):
-        text = text[len("ssh://") :]
-    user = None
-    if "@" in text:
-        user, text = text.rsplit("@", 1)
-    port = None
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        if rest.startswith(":") and rest[1:]:
-            port = int(rest[1:])
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-        port = int(port_text) if port_text else None
-    else:
-        host = text
-    if not host:
-        raise ValueError(f"no host in {text!r}")
-    return user or None, host, port
-
-
 def _hop(
     config: paramiko.SSHConfig,
     alias: str,
@@ -252,8 +231,8 @@ def resolve_route(spec: NodeSpec, config: paramiko.SSHConfig) -> ResolvedRoute:
         next_pending: str | None = None
         for i, part in enumerate(p for p in pending.split(",") if p.strip()):
             try:
-                user, host, port = parse_destination(part)
-            except ValueError as exc:
+                user, host, port = parse_destination(part.strip().removeprefix("ssh://"))
+            except UserError as exc:
                 raise SshError(f"bad ProxyJump {pending!r}: {exc}") from None
             hop, own_jump = _hop(config, host, user, port)
             if i == 0:
