@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
 
 from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
+from areal_console.core.targets import NodeSpec  # noqa: E402
 
 from tests.cluster import TestCluster, skip_reason  # noqa: E402
 
@@ -74,6 +75,34 @@ def sequential_first_sample(cluster: TestCluster, n: int, python: str | None) ->
         if isinstance(result, NodeFailure):
             raise RuntimeError(str(result))
     return time.perf_counter() - t0
+
+
+def behind_jump(cluster: TestCluster, share: bool) -> float:
+    """Seconds to a first sample from every other node, all reached through node1."""
+    jump = cluster.nodes[0]
+    config = Path(str(cluster.ssh_config) + ".jump")
+    blocks = [cluster.ssh_config.read_text()]
+    for node in cluster.nodes[1:]:
+        blocks.append(
+            f"Host via-{node.name}\n    HostName {node.address}\n    Port {node.port}\n"
+            f"    User root\n    IdentityFile {cluster.identity}\n    IdentitiesOnly yes\n"
+            f"    UserKnownHostsFile {cluster.known_hosts}\n    ProxyJump {jump.name}\n"
+        )
+    config.write_text("\n".join(blocks))
+    specs = [
+        NodeSpec(name=n.name, transport="ssh", host=f"via-{n.name}") for n in cluster.nodes[1:]
+    ]
+    t0 = time.perf_counter()
+    fleet = Fleet(specs, ssh_config=str(config), allow_agent=False, share_jumps=share)
+    try:
+        results = fleet.call_all("sample")
+        elapsed = time.perf_counter() - t0
+    finally:
+        fleet.close()
+    failed = [r for r in results.values() if isinstance(r, NodeFailure)]
+    if failed:
+        raise RuntimeError(f"nodes failed: {failed}")
+    return elapsed
 
 
 def steady_cpu(
@@ -150,6 +179,17 @@ def main() -> int:
                 print(
                     f"{n:<3} {medians[n]:.3f}s  (runs {', '.join(f'{r:.3f}' for r in runs)})"
                     f"   {ratio:.2f}x   machine CPU per node {per_node * 1000:.0f} ms"
+                )
+            behind = len(cluster.nodes) - 1
+            if behind >= 2:
+                shared = statistics.median(behind_jump(cluster, True) for _ in range(args.repeats))
+                separate = statistics.median(
+                    behind_jump(cluster, False) for _ in range(args.repeats)
+                )
+                print(
+                    f"\n{behind} nodes behind one jump host: shared jump connection "
+                    f"{shared:.3f}s, one jump connection per node {separate:.3f}s "
+                    f"({separate / shared:.2f}x)"
                 )
             print(f"\nconsole CPU, {args.nodes} nodes, {args.steady_seconds:g}s each:")
             base = steady_cpu(cluster, args.steady_seconds, "idle", py)

@@ -655,7 +655,7 @@ def open_ssh_channel(
     allow_agent: bool = True,
     look_for_keys: bool = True,
     known_hosts_file: str | os.PathLike[str] | None = None,
-    **_ignored: Any,
+    share_jumps: bool = True,
 ) -> SshChannel:
     """Connect to `spec`'s node and start its agent; raises `SshError` with a clear reason."""
     config = load_ssh_config(ssh_config_path(ssh_config))
@@ -667,6 +667,7 @@ def open_ssh_channel(
         allow_agent=allow_agent,
         look_for_keys=look_for_keys,
         known_hosts_file=Path(known_hosts_file) if known_hosts_file else None,
+        share_jumps=share_jumps,
     )
     command = shlex.join(bootstrap_argv(spec.python))
     return SshChannel(connection, command, spec.name, spec.python)
