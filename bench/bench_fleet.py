@@ -147,7 +147,7 @@ def steady_cpu(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steady-seconds", type=float, default=20.0)
     parser.add_argument(
         "--python",
@@ -168,17 +168,23 @@ def main() -> int:
             print(f"node python: {py or 'python3 (PATH: ' + os.path.dirname(sys.executable) + ')'}")
             cold = first_sample(cluster, args.nodes, py)  # ships the agent to every node once
             print(f"cold start, {args.nodes} nodes (agent shipped): {cold:.3f}s")
-            print("\nN   first sample (median of warm runs)   ratio to N=1")
-            medians: dict[int, float] = {}
+            # Rounds go over every N in turn, so load from elsewhere hits all N alike.
+            runs: dict[int, list[float]] = {n: [] for n in sizes}
+            busy: dict[int, float] = dict.fromkeys(sizes, 0.0)
+            for _ in range(args.repeats):
+                for n in sizes:
+                    busy0 = busy_cpu_seconds()
+                    runs[n].append(first_sample(cluster, n, py))
+                    busy[n] += busy_cpu_seconds() - busy0
+            medians = {n: statistics.median(r) for n, r in runs.items()}
+            best = {n: min(r) for n, r in runs.items()}
+            print(f"\nwarm runs: {args.repeats} rounds over N")
+            print("N    median   ratio    best    ratio   machine CPU per node")
             for n in sizes:
-                busy0 = busy_cpu_seconds()
-                runs = [first_sample(cluster, n, py) for _ in range(args.repeats)]
-                per_node = (busy_cpu_seconds() - busy0) / args.repeats / n
-                medians[n] = statistics.median(runs)
-                ratio = medians[n] / medians[sizes[0]]
                 print(
-                    f"{n:<3} {medians[n]:.3f}s  (runs {', '.join(f'{r:.3f}' for r in runs)})"
-                    f"   {ratio:.2f}x   machine CPU per node {per_node * 1000:.0f} ms"
+                    f"{n:<4} {medians[n]:.3f}s  {medians[n] / medians[sizes[0]]:4.2f}x  "
+                    f"{best[n]:.3f}s  {best[n] / best[sizes[0]]:4.2f}x   "
+                    f"{busy[n] / args.repeats / n * 1000:.0f} ms"
                 )
             behind = len(cluster.nodes) - 1
             if behind >= 2:
