@@ -21,6 +21,7 @@ cluster. Stopping a node kills its namespace init, which takes down everything i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import selectors
@@ -280,13 +281,19 @@ class TestCluster:
             node.write_config()
         self.write_known_hosts()
         self.write_ssh_config()
-        for node in self.nodes:  # Popen returns at once; the waits below overlap
-            node.start(timeout)
+        atexit.register(self.stop)  # also on an interrupted run: no orphaned sshd nodes
+        try:
+            for node in self.nodes:
+                node.start(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+        atexit.unregister(self.stop)
 
     def __enter__(self) -> TestCluster:
         return self.start()
