@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
 
 from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
+from areal_console.core.targets import NodeSpec  # noqa: E402
 
 from tests.cluster import TestCluster, skip_reason  # noqa: E402
 
@@ -76,6 +77,34 @@ def sequential_first_sample(cluster: TestCluster, n: int, python: str | None) ->
     return time.perf_counter() - t0
 
 
+def behind_jump(cluster: TestCluster, share: bool) -> float:
+    """Seconds to a first sample from every other node, all reached through node1."""
+    jump = cluster.nodes[0]
+    config = Path(str(cluster.ssh_config) + ".jump")
+    blocks = [cluster.ssh_config.read_text()]
+    for node in cluster.nodes[1:]:
+        blocks.append(
+            f"Host via-{node.name}\n    HostName {node.address}\n    Port {node.port}\n"
+            f"    User root\n    IdentityFile {cluster.identity}\n    IdentitiesOnly yes\n"
+            f"    UserKnownHostsFile {cluster.known_hosts}\n    ProxyJump {jump.name}\n"
+        )
+    config.write_text("\n".join(blocks))
+    specs = [
+        NodeSpec(name=n.name, transport="ssh", host=f"via-{n.name}") for n in cluster.nodes[1:]
+    ]
+    t0 = time.perf_counter()
+    fleet = Fleet(specs, ssh_config=str(config), allow_agent=False, share_jumps=share)
+    try:
+        results = fleet.call_all("sample")
+        elapsed = time.perf_counter() - t0
+    finally:
+        fleet.close()
+    failed = [r for r in results.values() if isinstance(r, NodeFailure)]
+    if failed:
+        raise RuntimeError(f"nodes failed: {failed}")
+    return elapsed
+
+
 def steady_cpu(
     cluster: TestCluster, seconds: float, mode: str, python: str | None
 ) -> dict[str, Any]:
@@ -118,7 +147,7 @@ def steady_cpu(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steady-seconds", type=float, default=20.0)
     parser.add_argument(
         "--python",
@@ -139,17 +168,34 @@ def main() -> int:
             print(f"node python: {py or 'python3 (PATH: ' + os.path.dirname(sys.executable) + ')'}")
             cold = first_sample(cluster, args.nodes, py)  # ships the agent to every node once
             print(f"cold start, {args.nodes} nodes (agent shipped): {cold:.3f}s")
-            print("\nN   first sample (median of warm runs)   ratio to N=1")
-            medians: dict[int, float] = {}
+            # Rounds go over every N in turn, so load from elsewhere hits all N alike.
+            runs: dict[int, list[float]] = {n: [] for n in sizes}
+            busy: dict[int, float] = dict.fromkeys(sizes, 0.0)
+            for _ in range(args.repeats):
+                for n in sizes:
+                    busy0 = busy_cpu_seconds()
+                    runs[n].append(first_sample(cluster, n, py))
+                    busy[n] += busy_cpu_seconds() - busy0
+            medians = {n: statistics.median(r) for n, r in runs.items()}
+            best = {n: min(r) for n, r in runs.items()}
+            print(f"\nwarm runs: {args.repeats} rounds over N")
+            print("N    median   ratio    best    ratio   machine CPU per node")
             for n in sizes:
-                busy0 = busy_cpu_seconds()
-                runs = [first_sample(cluster, n, py) for _ in range(args.repeats)]
-                per_node = (busy_cpu_seconds() - busy0) / args.repeats / n
-                medians[n] = statistics.median(runs)
-                ratio = medians[n] / medians[sizes[0]]
                 print(
-                    f"{n:<3} {medians[n]:.3f}s  (runs {', '.join(f'{r:.3f}' for r in runs)})"
-                    f"   {ratio:.2f}x   machine CPU per node {per_node * 1000:.0f} ms"
+                    f"{n:<4} {medians[n]:.3f}s  {medians[n] / medians[sizes[0]]:4.2f}x  "
+                    f"{best[n]:.3f}s  {best[n] / best[sizes[0]]:4.2f}x   "
+                    f"{busy[n] / args.repeats / n * 1000:.0f} ms"
+                )
+            behind = len(cluster.nodes) - 1
+            if behind >= 2:
+                shared = statistics.median(behind_jump(cluster, True) for _ in range(args.repeats))
+                separate = statistics.median(
+                    behind_jump(cluster, False) for _ in range(args.repeats)
+                )
+                print(
+                    f"\n{behind} nodes behind one jump host: shared jump connection "
+                    f"{shared:.3f}s, one jump connection per node {separate:.3f}s "
+                    f"({separate / shared:.2f}x)"
                 )
             print(f"\nconsole CPU, {args.nodes} nodes, {args.steady_seconds:g}s each:")
             base = steady_cpu(cluster, args.steady_seconds, "idle", py)

@@ -4,10 +4,13 @@ PID + UTS + mount namespace, listening on 127.0.0.2, 127.0.0.3, ...
 Plain classes and functions, so pytest fixtures and bench scripts use them alike:
 
     with TestCluster(tmp_dir, nodes=4) as cluster:
-        fleet = Fleet(cluster.specs(), **cluster.ssh_options())
-        job = cluster.start_gloo_job(ranks_per_node=2)
-        ...
+        job = cluster.start_gloo_job(ranks_per_node=2)   # script=GLOO_RECV_SCRIPT, ...
+        samples = cluster.fleet().call_all("sample")       # each node: its own ranks
         job.stop()
+
+`GLOO_HANG_SCRIPT` (default) leaves rank 0 in plain Python while the others wait in
+`dist.barrier()`; `GLOO_RECV_SCRIPT` leaves every rank in `dist.recv`. Pass any script
+that prints `ready <rank>` once it has joined the process group.
 
 Every process started over SSH on a node lives in that node's PID namespace, so each node
 sees only its own ranks. The cluster writes its own ssh config, known_hosts and identity
@@ -18,6 +21,7 @@ cluster. Stopping a node kills its namespace init, which takes down everything i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import selectors
@@ -34,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from areal_console.core.fleet import Fleet
 from areal_console.core.targets import NodeSpec
 
 SSHD = "/usr/sbin/sshd"
@@ -276,13 +281,19 @@ class TestCluster:
             node.write_config()
         self.write_known_hosts()
         self.write_ssh_config()
-        for node in self.nodes:  # Popen returns at once; the waits below overlap
-            node.start(timeout)
+        atexit.register(self.stop)  # also on an interrupted run: no orphaned sshd nodes
+        try:
+            for node in self.nodes:
+                node.start(timeout)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+        atexit.unregister(self.stop)
 
     def __enter__(self) -> TestCluster:
         return self.start()
@@ -331,6 +342,10 @@ class TestCluster:
     def ssh_options(self) -> dict[str, Any]:
         """Options for `Fleet`/`open_ssh_channel` that use this cluster's ssh config."""
         return {"ssh_config": str(self.ssh_config), "allow_agent": False}
+
+    def fleet(self, python: str | None = None, **options: Any) -> Fleet:
+        """A console `Fleet` over every node, using this cluster's ssh config."""
+        return Fleet(self.specs(python), **{**self.ssh_options(), **options})
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """Environment for a console subprocess (CLI) aimed at this cluster."""
@@ -383,6 +398,30 @@ if dist.get_rank() == 0:
     wait_for_operator()
 else:
     dist.barrier()
+"""
+
+
+# Every rank waits in `dist.recv` from its right neighbour, which never sends: all ranks
+# sit in the same call (the "same collective everywhere" hang), blocked in C.
+GLOO_RECV_SCRIPT = r"""
+import datetime, os, sys, threading
+
+def _exit_on_eof():
+    sys.stdin.buffer.read()
+    os._exit(0)
+
+threading.Thread(target=_exit_on_eof, daemon=True).start()
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(hours=1))
+print("ready", dist.get_rank(), flush=True)
+
+def wait_for_neighbour():
+    buf = torch.zeros(1)
+    dist.recv(buf, src=(dist.get_rank() + 1) % dist.get_world_size())
+
+wait_for_neighbour()
 """
 
 

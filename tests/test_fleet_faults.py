@@ -122,3 +122,28 @@ def test_unreachable_node_does_not_hold_up_the_others(live_cluster: TestCluster)
         assert [s.state for s in fleet.statuses()] == ["up", "up", "down"]
     finally:
         fleet.close()
+
+
+def test_hung_agent_costs_only_its_own_timeout(live_cluster: TestCluster) -> None:
+    fleet = Fleet(live_cluster.specs(), **live_cluster.ssh_options())
+    node = live_cluster.nodes[1]
+    try:
+        fleet.connect_all()
+        pid = fleet.session(node.name).hello["pid"]
+        assert node.run(f"kill -STOP {pid}").returncode == 0
+        try:
+            t0 = time.monotonic()
+            results = fleet.call_all("sample", timeout=1.0)
+            elapsed = time.monotonic() - t0
+        finally:
+            node.run(f"kill -CONT {pid}")
+        assert elapsed < 3
+        hung = results[node.name]
+        assert isinstance(hung, NodeFailure)
+        assert hung.error == "sample: no answer from the agent within 1s"
+        others = [n.name for n in live_cluster.nodes if n is not node]
+        assert all(results[name]["hostname"] == name for name in others)
+        # Resumed, it answers again on the same session: a slow node is not a dead one.
+        assert fleet.session(node.name).call("ping", timeout=10)["time"] > 0
+    finally:
+        fleet.close()

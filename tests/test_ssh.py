@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from areal_console.core.client import AgentClient, AgentDisconnected
-from areal_console.core.fleet import NodeSession
+from areal_console.core.fleet import Fleet, NodeSession
 from areal_console.core.ssh import (
+    JUMPS,
     ChangedHostKey,
     SshError,
     UnknownHostKey,
@@ -22,7 +24,7 @@ from areal_console.core.ssh import (
 )
 from areal_console.core.targets import NodeSpec
 
-from tests.cluster import SSH_KEYGEN, TestCluster, free_port, wait_for
+from tests.cluster import SSH, SSH_KEYGEN, TestCluster, free_port, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -92,6 +94,61 @@ def test_proxyjump_chain_reaches_target_through_jump_hosts(
     assert nested.endswith(
         f"via root@{n[0].address}:{n[0].port} -> root@{n[2].address}:{n[2].port}"
     )
+
+
+def our_connections_to(address: str, port: int) -> int:
+    """TCP connections this process holds open to address:port (/proc/net/tcp + our fds)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    a, b, c, d = (int(x) for x in address.split("."))
+    remote = f"{d:02X}{c:02X}{b:02X}{a:02X}:{port:04X}"
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return sum(1 for r in rows if r[2] == remote and r[3] == "01" and r[9] in inodes)
+
+
+def test_nodes_behind_one_jump_host_share_its_connection(
+    live_cluster: TestCluster, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    behind = [2, 3, 4]
+    config.write_text(
+        live_cluster.ssh_config.read_text()
+        + "".join(
+            host_block(live_cluster, f"behind{i}", i - 1, "    ProxyJump node1\n") for i in behind
+        )
+    )
+    jump = live_cluster.nodes[0]
+    before = our_connections_to(jump.address, jump.port)
+    specs = [NodeSpec(name=f"b{i}", transport="ssh", host=f"behind{i}") for i in behind]
+    fleet = Fleet(specs, ssh_config=str(config), allow_agent=False)
+    try:
+        hellos = fleet.connect_all()
+        assert [h["hostname"] for h in hellos.values()] == [f"node{i}" for i in behind]
+        assert JUMPS.connections() == 1
+        assert our_connections_to(jump.address, jump.port) - before == 1
+        fleet.session("b2").close()  # the others still ride on the jump connection
+        assert fleet.session("b3").call("ping")["time"] > 0
+    finally:
+        fleet.close()
+    assert JUMPS.connections() == 0
+    assert our_connections_to(jump.address, jump.port) == before
+
+
+def test_proxycommand_through_openssh(live_cluster: TestCluster, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    marker = tmp_path / "relay-used"
+    relay = f"sh -c 'touch {marker}; exec {SSH} -F {live_cluster.ssh_config} -W %h:%p node1'"
+    config.write_text(
+        live_cluster.ssh_config.read_text()
+        + host_block(live_cluster, "via-command", 1, f"    ProxyCommand {relay}\n")
+    )
+    spec = NodeSpec(name="v", transport="ssh", host="via-command")
+    assert hello_via(spec, ssh_config=str(config), allow_agent=False)["hostname"] == "node2"
+    assert marker.exists()
 
 
 def test_jump_host_that_refuses_is_named(live_cluster: TestCluster, tmp_path: Path) -> None:
@@ -169,6 +226,26 @@ def test_no_ssh_answer_times_out(silent_listener: int) -> None:
     assert time.monotonic() - t0 < 5
 
 
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A port whose accept queue is full: the kernel drops new SYNs, so connects hang."""
+    with socket.socket() as server, socket.socket() as filler:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = int(server.getsockname()[1])
+        filler.connect(("127.0.0.1", port))
+        yield port
+
+
+def test_tcp_connect_times_out(unanswered_port: int) -> None:
+    spec = NodeSpec(name="x", transport="ssh", host="127.0.0.1", port=unanswered_port)
+    t0 = time.monotonic()
+    with pytest.raises(SshError) as info:
+        open_ssh_channel(spec, ssh_config=os.devnull, connect_timeout=1.0)
+    assert str(info.value) == f"connection to 127.0.0.1:{unanswered_port} timed out after 1s"
+    assert 0.9 < time.monotonic() - t0 < 5
+
+
 def test_missing_python_is_explained(live_cluster: TestCluster) -> None:
     session = NodeSession(
         live_cluster.nodes[0].spec(python="python3.99"), **live_cluster.ssh_options()
@@ -236,6 +313,20 @@ def test_accept_new_hosts_remembers_key(live_cluster: TestCluster, tmp_path: Pat
     assert hello_via(spec, accept_new_hosts=True, **options)["hostname"] == node.name
     assert hello_via(spec, **options)["hostname"] == node.name
     assert len(console_known.read_text().splitlines()) == 1
+
+
+def test_ssh_config_accept_new_is_honoured(live_cluster: TestCluster, tmp_path: Path) -> None:
+    node = live_cluster.nodes[3]
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host {node.name}\n    HostName {node.address}\n    Port {node.port}\n    User root\n"
+        f"    IdentityFile {live_cluster.identity}\n    StrictHostKeyChecking accept-new\n"
+    )
+    console_known = tmp_path / "console_known_hosts"
+    spec = node.spec()
+    options = {"ssh_config": str(config), "allow_agent": False}
+    assert hello_via(spec, known_hosts_file=str(console_known), **options)["hostname"] == node.name
+    assert console_known.read_text().startswith(f"[{node.address}]:{node.port} ssh-ed25519 ")
 
 
 def test_changed_host_key_is_always_refused(live_cluster: TestCluster, tmp_path: Path) -> None:

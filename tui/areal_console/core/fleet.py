@@ -155,10 +155,15 @@ class NodeSession:
         While in backoff after a failed attempt, fails fast with the last reason unless
         `force` is given (a user pressing "retry").
         """
+        return self._connect(timeout, force, reopen=True)
+
+    def _connect(self, timeout: float, force: bool, reopen: bool) -> dict[str, Any]:
         with self._lock:
             if self.client is not None and self.client.alive:
                 return self.hello
             if self._closed.is_set():
+                if not reopen:  # the background reconnector never revives a closed session
+                    raise AgentDisconnected("session closed")
                 self._closed.clear()  # an explicit connect reopens a closed session
             now = time.monotonic()
             if not force and self.retry_at is not None and now < self.retry_at:
@@ -184,6 +189,10 @@ class NodeSession:
                     client.close()
                 self._failed(exc)
                 raise AgentDisconnected(self.error or "connect failed") from exc
+            if self._closed.is_set():  # closed while we were connecting: do not linger
+                self.client = None
+                client.close()
+                raise AgentDisconnected("session closed")
             self.connect_seconds = time.perf_counter() - t0
             self.hello = hello
             self.failures, self.retry_at, self.unknown_host_key = 0, None, None
@@ -229,7 +238,7 @@ class NodeSession:
             if wait > 0 and self._closed.wait(wait):
                 return
             try:
-                self.connect()
+                self._connect(30.0, force=False, reopen=False)
                 return
             except AgentDisconnected:
                 continue

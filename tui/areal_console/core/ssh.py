@@ -22,6 +22,8 @@ import os
 import shlex
 import socket
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from typing import Any
 import paramiko
 
 from areal_console.core import locations
+from areal_console.core.errors import UserError
+from areal_console.core.inventory import parse_destination
 from areal_console.core.targets import NodeSpec
 from areal_console.core.transport import ChannelClosed, bootstrap_argv
 
@@ -136,6 +140,8 @@ class Hop:
     identities_only: bool = False
     known_hosts_files: tuple[str, ...] = ()
     connect_timeout: float | None = None
+    accept_new_key: bool = False  # `StrictHostKeyChecking accept-new` (or `no`) in the config
+    proxy_command: str | None = None  # used when this hop is the first of the route
 
     @property
     def label(self) -> str:
@@ -172,29 +178,6 @@ def load_ssh_config(path: Path | None) -> paramiko.SSHConfig:
         raise SshError(f"cannot read ssh config {path}: {exc}") from None
 
 
-def parse_destination(text: str) -> tuple[str | None, str, int | None]:
-    """`[user@]host[:port]` (also `ssh://` form and `[v6]:port`) -> (user, host, port)."""
-    text = text.strip()
-    if text.startswith("ssh://"):
-        text = text[len("ssh://") :]
-    user = None
-    if "@" in text:
-        user, text = text.rsplit("@", 1)
-    port = None
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        if rest.startswith(":") and rest[1:]:
-            port = int(rest[1:])
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-        port = int(port_text) if port_text else None
-    else:
-        host = text
-    if not host:
-        raise ValueError(f"no host in {text!r}")
-    return user or None, host, port
-
-
 def _hop(
     config: paramiko.SSHConfig,
     alias: str,
@@ -214,6 +197,7 @@ def _hop(
         if p != "/dev/null"
     )
     timeout = entry.get("connecttimeout")
+    proxy_command = entry.get("proxycommand")  # paramiko has expanded %h, %p, %r
     hop = Hop(
         alias=alias,
         hostname=entry.get("hostname", alias),
@@ -223,6 +207,9 @@ def _hop(
         identities_only=str(entry.get("identitiesonly", "no")).lower() == "yes",
         known_hosts_files=known,
         connect_timeout=float(timeout) if timeout else None,
+        # "no" is taken as "accept-new": a changed key is refused whatever the config says.
+        accept_new_key=str(entry.get("stricthostkeychecking", "")).lower() in ("accept-new", "no"),
+        proxy_command=proxy_command if proxy_command and proxy_command != "none" else None,
     )
     jump = entry.get("proxyjump")
     return hop, (None if not jump or jump.lower() == "none" else jump)
@@ -244,8 +231,8 @@ def resolve_route(spec: NodeSpec, config: paramiko.SSHConfig) -> ResolvedRoute:
         next_pending: str | None = None
         for i, part in enumerate(p for p in pending.split(",") if p.strip()):
             try:
-                user, host, port = parse_destination(part)
-            except ValueError as exc:
+                user, host, port = parse_destination(part.strip().removeprefix("ssh://"))
+            except UserError as exc:
                 raise SshError(f"bad ProxyJump {pending!r}: {exc}") from None
             hop, own_jump = _hop(config, host, user, port)
             if i == 0:
@@ -325,7 +312,7 @@ def _connect_hop(
             except (OSError, paramiko.SSHException) as exc:
                 raise SshError(f"cannot read known hosts file {path}: {exc}") from None
     client.set_missing_host_key_policy(
-        _VerifyingPolicy(accept_new_hosts, console_known_hosts, hop.port)
+        _VerifyingPolicy(accept_new_hosts or hop.accept_new_key, console_known_hosts, hop.port)
     )
     user = hop.user or _local_user()
     keys = [p for p in hop.identity_files if os.path.exists(p)]
@@ -352,11 +339,11 @@ def _connect_hop(
         client.close()
         name = known_hosts_name(hop.hostname, hop.port)
         raise ChangedHostKey(name, exc.key, exc.expected_key) from None
-    except paramiko.AuthenticationException as exc:
+    except paramiko.AuthenticationException:
         client.close()
         tried = ", ".join(keys) if keys else "ssh-agent and default keys"
         raise SshError(
-            f"authentication failed for {user}@{hop.hostname}:{hop.port} (tried {tried}): {exc}"
+            f"authentication failed for {user}@{hop.hostname}:{hop.port} (tried {tried})"
         ) from None
     except paramiko.PasswordRequiredException:
         client.close()
@@ -401,6 +388,133 @@ def _local_user() -> str:
         return "root"
 
 
+def _hop_through(
+    via: paramiko.SSHClient | None, hop: Hop, timeout: float, **auth: Any
+) -> paramiko.SSHClient:
+    """Connect to `hop`, directly or tunnelled through the `via` connection."""
+    if via is None and hop.proxy_command:
+        try:
+            sock: Any = paramiko.ProxyCommand(hop.proxy_command)
+        except (OSError, paramiko.SSHException) as exc:
+            raise SshError(f"ProxyCommand for {hop.alias} did not start: {exc}") from None
+    elif via is None:
+        sock = _open_socket(hop, timeout)
+    else:
+        transport = via.get_transport()
+        if transport is None or not transport.is_active():
+            raise SshError(f"the jump host's connection dropped before reaching {hop.hostname}")
+        try:
+            sock = transport.open_channel(
+                "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as exc:
+            raise SshError(
+                f"jump host cannot reach {hop.hostname}:{hop.port}: {exc.text}"
+            ) from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise SshError(
+                f"jump host could not open a tunnel to {hop.hostname}:{hop.port}: {exc}"
+            ) from None
+    return _connect_hop(hop, sock, timeout=timeout, **auth)
+
+
+def _active(clients: list[paramiko.SSHClient]) -> bool:
+    transports = [c.get_transport() for c in clients]
+    return all(t is not None and t.is_active() for t in transports)
+
+
+def _close_all(clients: list[paramiko.SSHClient]) -> None:
+    for client in reversed(clients):
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            client.close()
+
+
+@dataclass
+class _JumpEntry:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    clients: list[paramiko.SSHClient] | None = None
+    users: int = 0
+    error: BaseException | None = None
+    failed_at: float = 0.0
+
+
+class JumpPool:
+    """Jump-host connections shared by every node behind them (as ssh's ControlMaster).
+
+    Sixty-four nodes behind one login node make one SSH connection to it, not sixty-four
+    (which its sshd's `MaxStartups` would start dropping), and one key exchange.
+    """
+
+    FAILURE_MEMORY = 2.0  # seconds a failed jump is reported to waiters without retrying
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[Any, ...], _JumpEntry] = {}
+
+    def acquire(
+        self, key: tuple[Any, ...], connect: Callable[[], list[paramiko.SSHClient]]
+    ) -> list[paramiko.SSHClient]:
+        """The live connection chain for `key`, connecting it once if needed."""
+        with self._lock:
+            entry = self._entries.setdefault(key, _JumpEntry())
+            entry.users += 1
+        try:
+            with entry.lock:  # one handshake; the other nodes wait for it
+                if entry.clients is not None and _active(entry.clients):
+                    return entry.clients
+                if entry.error and time.monotonic() - entry.failed_at < self.FAILURE_MEMORY:
+                    raise entry.error
+                stale, entry.clients = entry.clients, None
+                if stale:
+                    _close_all(stale)
+                try:
+                    entry.clients = connect()
+                except BaseException as exc:
+                    entry.error, entry.failed_at = exc, time.monotonic()
+                    raise
+                entry.error = None
+                return entry.clients
+        except BaseException:
+            self.release(key)
+            raise
+
+    def release(self, key: tuple[Any, ...]) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            entry.users -= 1
+            if entry.users > 0:
+                return
+            del self._entries[key]
+            clients, entry.clients = entry.clients, None
+        if clients:
+            _close_all(clients)
+
+    def connections(self) -> int:
+        """How many jump chains are open (for tests and status lines)."""
+        with self._lock:
+            return sum(1 for e in self._entries.values() if e.clients)
+
+
+JUMPS = JumpPool()
+
+
+@dataclass
+class RouteConnection:
+    """An authenticated connection to a node, and the shared jump chain it rides on."""
+
+    target: paramiko.SSHClient
+    jumps: list[paramiko.SSHClient]
+    _release: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        _close_all([self.target])
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
 def connect_route(
     route: ResolvedRoute,
     *,
@@ -409,50 +523,47 @@ def connect_route(
     allow_agent: bool = True,
     look_for_keys: bool = True,
     known_hosts_file: Path | None = None,
-) -> list[paramiko.SSHClient]:
-    """Connect through every jump host to the target; the last client is the target's."""
+    share_jumps: bool = True,
+) -> RouteConnection:
+    """Connect through the jump hosts (shared with other nodes) to the target."""
     assert route.target is not None
-    console_file = known_hosts_file or locations.known_hosts_file()
-    clients: list[paramiko.SSHClient] = []
+    auth: dict[str, Any] = {
+        "accept_new_hosts": accept_new_hosts,
+        "allow_agent": allow_agent,
+        "look_for_keys": look_for_keys,
+        "console_known_hosts": known_hosts_file or locations.known_hosts_file(),
+    }
+
+    def connect_jumps() -> list[paramiko.SSHClient]:
+        clients: list[paramiko.SSHClient] = []
+        try:
+            for hop in route.jumps:
+                via = clients[-1] if clients else None
+                clients.append(_hop_through(via, hop, hop.connect_timeout or timeout, **auth))
+        except BaseException:
+            _close_all(clients)
+            raise
+        return clients
+
+    jumps: list[paramiko.SSHClient] = []
+    release: Callable[[], None] | None = None
+    if route.jumps:
+        if share_jumps:
+            key = (tuple(route.jumps), str(auth["console_known_hosts"]))
+            jumps = JUMPS.acquire(key, connect_jumps)
+            release = lambda: JUMPS.release(key)  # noqa: E731
+        else:
+            jumps = connect_jumps()
+            release = lambda: _close_all(jumps)  # noqa: E731
+    hop = route.target
     try:
-        for hop in [*route.jumps, route.target]:
-            hop_timeout = hop.connect_timeout or timeout
-            if not clients:
-                sock: Any = _open_socket(hop, hop_timeout)
-            else:
-                via = clients[-1].get_transport()
-                assert via is not None
-                try:
-                    sock = via.open_channel(
-                        "direct-tcpip",
-                        (hop.hostname, hop.port),
-                        ("127.0.0.1", 0),
-                        timeout=hop_timeout,
-                    )
-                except paramiko.ChannelException as exc:
-                    raise SshError(
-                        f"jump host cannot reach {hop.hostname}:{hop.port}: {exc.text}"
-                    ) from None
-                except (paramiko.SSHException, EOFError, OSError) as exc:
-                    raise SshError(
-                        f"jump host could not open a tunnel to {hop.hostname}:{hop.port}: {exc}"
-                    ) from None
-            clients.append(
-                _connect_hop(
-                    hop,
-                    sock,
-                    timeout=hop_timeout,
-                    accept_new_hosts=accept_new_hosts,
-                    allow_agent=allow_agent,
-                    look_for_keys=look_for_keys,
-                    console_known_hosts=console_file,
-                )
-            )
+        via = jumps[-1] if jumps else None
+        target = _hop_through(via, hop, hop.connect_timeout or timeout, **auth)
     except BaseException:
-        for client in reversed(clients):
-            client.close()
+        if release is not None:
+            release()
         raise
-    return clients
+    return RouteConnection(target, jumps, release)
 
 
 # --------------------------------------------------------------------------------------
@@ -462,20 +573,18 @@ def connect_route(
 class SshChannel:
     """The agent's stdio over one SSH exec channel (a `transport.Channel`)."""
 
-    def __init__(
-        self, clients: list[paramiko.SSHClient], command: str, node: str, python: str
-    ) -> None:
-        self.clients = clients
+    def __init__(self, route: RouteConnection, command: str, node: str, python: str) -> None:
+        self.route = route
         self.node = node
         self.python = python
-        transport = clients[-1].get_transport()
+        transport = route.target.get_transport()
         assert transport is not None
         self.transport = transport
         try:
             self.chan = transport.open_session()
             self.chan.exec_command(command)
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            self._close_clients()
+            route.close()
             raise SshError(f"{node}: cannot start the agent: {exc}") from None
         self._stdout = self.chan.makefile("rb")
         self._stderr: list[bytes] = []
@@ -510,12 +619,7 @@ class SshChannel:
         self._closed = True
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             self.chan.close()
-        self._close_clients()
-
-    def _close_clients(self) -> None:
-        for client in reversed(self.clients):
-            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-                client.close()
+        self.route.close()
 
     def exit_reason(self) -> str:
         """Why the agent's channel ended, in one line."""
@@ -551,21 +655,22 @@ def open_ssh_channel(
     allow_agent: bool = True,
     look_for_keys: bool = True,
     known_hosts_file: str | os.PathLike[str] | None = None,
-    **_ignored: Any,
+    share_jumps: bool = True,
 ) -> SshChannel:
     """Connect to `spec`'s node and start its agent; raises `SshError` with a clear reason."""
     config = load_ssh_config(ssh_config_path(ssh_config))
     route = resolve_route(spec, config)
-    clients = connect_route(
+    connection = connect_route(
         route,
         timeout=connect_timeout,
         accept_new_hosts=accept_new_hosts,
         allow_agent=allow_agent,
         look_for_keys=look_for_keys,
         known_hosts_file=Path(known_hosts_file) if known_hosts_file else None,
+        share_jumps=share_jumps,
     )
     command = shlex.join(bootstrap_argv(spec.python))
-    return SshChannel(clients, command, spec.name, spec.python)
+    return SshChannel(connection, command, spec.name, spec.python)
 
 
 def describe_route(spec: NodeSpec, ssh_config: str | None = None) -> str:
