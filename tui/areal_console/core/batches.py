@@ -1,0 +1,1137 @@
+"""Rollout batches: a safe reader, statistics and AReaL's health checks.
+
+This module imports only the standard library and torch: the console ships its source to a
+node's agent (the agent's `load` op) so that summaries and sample slices are computed next
+to the file and only small JSON results travel. `OPS` holds those agent handlers.
+
+Safety: files load with `torch.load(weights_only=True, mmap=True, map_location="cpu")`.
+A pickle that would run code is refused before anything in it runs; `trust_pickle=True`
+opts in. Speed: tensors are memory-mapped, and a summary touches only what it needs
+(the masks, a few gathered token ids and versions per sample, and a bounded sample of
+per-token log-probabilities), so a multi-GB dump summarizes in about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import zipfile
+from collections import OrderedDict
+from typing import Any
+
+# Formats a path can hold.
+TRAJECTORY = "trajectory_dump"  # list[dict[str, Tensor]], one dict per prompt group
+TRAJECTORY_DIR = "trajectory_dir"  # a directory of step_NNNNNN[_dp_K].pt files
+DICT_BATCH = "dict_batch"  # one dict of [B, T] tensors
+TEXT_ROLLOUT = "text_rollout"  # rollout/<version>/<task_id>.jsonl
+CHECKPOINT = "checkpoint"  # a model or optimizer state_dict
+UNKNOWN = "unknown"
+BATCH_FORMATS = (TRAJECTORY, TRAJECTORY_DIR, DICT_BATCH, TEXT_ROLLOUT)
+
+# AReaL's thresholds (performance and debugging guides).
+NO_EOS_WARN = 0.05
+IMPORTANCE_WEIGHT_CAP = 5.0  # behav_imp_weight_cap recommended value
+IMPORTANCE_WEIGHT_DRIFT = 0.1  # mean further than this from 1.0 warns
+EQUAL_REWARD_GROUPS_WARN = 0.5
+LENGTH_GROWTH_WARN = 0.2  # growth of mean response length over the steps shown
+
+# Per-token statistics (importance weights) read at most this many tokens per file.
+TOKEN_BUDGET = 1 << 21
+
+STEP_FILE = re.compile(r"^step_(\d+)(?:_dp_(\d+))?\.pt$")
+EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
+
+
+class BatchError(Exception):
+    """A file or directory that cannot be shown, with a one-line reason."""
+
+
+class UnsafePickleError(BatchError):
+    """The file holds pickled objects that could run code when loaded."""
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+
+
+_cache_lock = threading.Lock()
+_cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_CACHE_SIZE = 8
+
+
+def _cached(key: tuple[Any, ...], make: Any) -> Any:
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    value = make()
+    with _cache_lock:
+        _cache[key] = value
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return value
+
+
+def _file_key(path: str) -> tuple[str, int, int]:
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_mtime_ns, st.st_size)
+
+
+def load_pt(path: str, trust_pickle: bool = False) -> Any:
+    """The object in a `torch.save` file, memory-mapped, loaded without running code.
+
+    Raises `UnsafePickleError` for pickles that need arbitrary globals (unless
+    `trust_pickle`), `BatchError` for missing, empty, truncated or corrupt files.
+    """
+    if not os.path.exists(path):
+        raise BatchError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise BatchError(f"{path}: not a regular file")
+    key = ("pt", *_file_key(path), trust_pickle)
+    return _cached(key, lambda: _load_pt_uncached(path, trust_pickle))
+
+
+def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
+    import pickle
+
+    import torch
+
+    size = os.path.getsize(path)
+    if size == 0:
+        raise BatchError(f"{path}: empty file")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    is_zip = head == b"PK\x03\x04"
+    if is_zip and not zipfile.is_zipfile(path):
+        raise BatchError(
+            f"{path}: truncated or corrupt torch.save archive (no zip central directory; "
+            "was the copy or the dump interrupted?)"
+        )
+    if not is_zip and head[:1] != b"\x80":
+        raise BatchError(f"{path}: not a torch.save file (neither a zip archive nor a pickle)")
+    try:
+        # mmap needs the zip format; legacy torch.save and plain pickles are read normally.
+        return torch.load(
+            path, weights_only=not trust_pickle, mmap=is_zip, map_location="cpu"
+        )
+    except pickle.UnpicklingError as exc:
+        text = str(exc)
+        if "Weights only load failed" in text or "Unsupported global" in text:
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+            what = f" ({found.group(1)})" if found else ""
+            raise UnsafePickleError(
+                f"{path}: refused to load: it holds pickled objects that could run code when "
+                f"loaded{what}; open it with --trust-pickle only if you trust who wrote it"
+            ) from None
+        raise BatchError(f"{path}: corrupt pickle data: {_one_line(text)}") from None
+    except RuntimeError as exc:
+        text = str(exc)
+        if "central directory" in text or "zip archive" in text:
+            raise BatchError(f"{path}: truncated or corrupt torch.save archive") from None
+        raise BatchError(f"{path}: cannot load: {_one_line(text)}") from None
+    except (EOFError, UnicodeDecodeError, ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
+        raise BatchError(
+            f"{path}: truncated or corrupt torch.save archive ({exc.__class__.__name__}: "
+            f"{_one_line(str(exc))})"
+        ) from None
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------------------
+# Format detection
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _dtype_name(t: Any) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def detect_format(obj: Any) -> tuple[str, str]:
+    """(format, a short description of what the object holds)."""
+    if isinstance(obj, list):
+        if obj and all(isinstance(g, dict) for g in obj):
+            tensor_dicts = [g for g in obj if g and all(_is_tensor(v) for v in g.values())]
+            if len(tensor_dicts) == len(obj) and any(
+                "input_ids" in g or "attention_mask" in g for g in obj
+            ):
+                return TRAJECTORY, f"AReaL trajectory dump: {len(obj)} prompt groups"
+        kinds = sorted({type(x).__name__ for x in obj})
+        return UNKNOWN, f"a list of {len(obj)} items ({', '.join(kinds) or 'empty'})"
+    if isinstance(obj, dict):
+        tensors = {k: v for k, v in obj.items() if _is_tensor(v)}
+        if (
+            "input_ids" in tensors
+            and tensors["input_ids"].dim() == 2
+            and len(tensors) == len(obj)
+        ):
+            rows = tensors["input_ids"].shape[0]
+            return DICT_BATCH, f"a batch dict of {len(tensors)} tensors, {rows} samples"
+        nested = [k for k in ("state_dict", "model", "module", "model_state_dict") if k in obj]
+        if nested and isinstance(obj[nested[0]], dict):
+            inner = obj[nested[0]]
+            extra = sorted(k for k in obj if k != nested[0])
+            more = f"; also {', '.join(map(str, extra[:5]))}" if extra else ""
+            text = _state_dict_text(inner)
+            return CHECKPOINT, f"a training checkpoint ({nested[0]}: {text}{more})"
+        if "optimizer" in obj or "optimizer_state_dict" in obj:
+            names = ", ".join(map(str, list(obj)[:6]))
+            return CHECKPOINT, f"an optimizer checkpoint (keys {names})"
+        if tensors and len(tensors) == len(obj) and _looks_like_weights(tensors):
+            return CHECKPOINT, f"a model checkpoint ({_state_dict_text(tensors)})"
+        keys = list(obj)[:6]
+        more = ", ..." if len(obj) > 6 else ""
+        return UNKNOWN, f"a dict of {len(obj)} entries (keys {', '.join(map(str, keys))}{more})"
+    if _is_tensor(obj):
+        return UNKNOWN, f"a single tensor {list(obj.shape)} {_dtype_name(obj)}"
+    return UNKNOWN, f"a {type(obj).__name__}"
+
+
+def _looks_like_weights(tensors: dict[str, Any]) -> bool:
+    names = list(tensors)
+    return sum(1 for n in names if n.endswith((".weight", ".bias"))) >= max(1, len(names) // 2)
+
+
+def _state_dict_text(sd: dict[str, Any]) -> str:
+    tensors = [(k, v) for k, v in sd.items() if _is_tensor(v)]
+    params = sum(v.numel() for _, v in tensors)
+    dtypes = sorted({_dtype_name(v) for _, v in tensors})
+    example = ""
+    if tensors:
+        name, t = tensors[0]
+        example = f"; e.g. {name} {list(t.shape)}"
+    return f"{len(tensors)} tensors, {_count_text(params)} parameters, {'/'.join(dtypes)}{example}"
+
+
+def _count_text(n: float) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(int(n))
+
+
+# --------------------------------------------------------------------------------------
+# EOS ids and tokenizers next to the dump
+
+
+def find_eos_token_ids(path: str) -> tuple[list[int] | None, str | None]:
+    """EOS ids from config files in the dump's directory or its parent: (ids, source file)."""
+    start = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    for directory in (start, os.path.dirname(start)):
+        for name in EOS_CONFIG_FILES:
+            candidate = os.path.join(directory, name)
+            ids = _eos_from_config(candidate)
+            if ids:
+                return ids, candidate
+    return None, None
+
+
+def _eos_from_config(path: str) -> list[int] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    value = config.get("eos_token_id")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return list(value)
+    # tokenizer_config.json names the token; its id is in added_tokens_decoder.
+    token = config.get("eos_token")
+    if isinstance(token, dict):
+        token = token.get("content")
+    decoder = config.get("added_tokens_decoder")
+    if isinstance(token, str) and isinstance(decoder, dict):
+        for tid, entry in decoder.items():
+            if isinstance(entry, dict) and entry.get("content") == token and str(tid).isdigit():
+                return [int(tid)]
+    return None
+
+
+def _decoder_for(path: str) -> Any:
+    """A local `tokenizers` tokenizer next to the dump, or None (token ids are shown then)."""
+    start = os.path.dirname(os.path.abspath(path))
+    for directory in (start, os.path.dirname(start)):
+        candidate = os.path.join(directory, "tokenizer.json")
+        if os.path.exists(candidate):
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                return None
+            try:
+                return Tokenizer.from_file(candidate)
+            except Exception:  # a broken tokenizer file must not break the view
+                return None
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Per-sample facts of a tensor batch
+
+
+def _groups_of(obj: Any, fmt: str) -> list[dict[str, Any]]:
+    """Prompt groups: the dump's own, or for a dict batch rows sharing a prompt."""
+    if fmt == TRAJECTORY:
+        return list(obj)
+    return [_split_rows(obj, rows) for rows in _prompt_groups(obj)]
+
+
+def _split_rows(batch: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    lo, hi = rows[0], rows[-1] + 1
+    return {k: v[lo:hi] for k, v in batch.items() if v.dim() >= 1 and v.shape[0] >= hi}
+
+
+def _prompt_groups(batch: dict[str, Any]) -> list[list[int]]:
+    """Consecutive rows with the same prompt tokens form one GRPO group."""
+    import torch
+
+    ids = batch["input_ids"]
+    n = ids.shape[0]
+    lm = batch.get("loss_mask")
+    groups: list[list[int]] = []
+    last: tuple[int, ...] | None = None
+    for i in range(n):
+        if lm is not None:
+            plen = int(torch.argmax(lm[i].ne(0).to(torch.uint8)).item()) if lm[i].any() else 0
+        else:
+            plen = 0
+        key = tuple(ids[i, :plen].tolist()) if plen else (i,)
+        if groups and key == last:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        last = key
+    return groups
+
+
+def analyze_groups(
+    groups: list[dict[str, Any]],
+    eos_ids: list[int] | None,
+    token_budget: int = TOKEN_BUDGET,
+) -> dict[str, Any]:
+    """Per-sample rows and per-token aggregates, reading as little tensor data as it can."""
+    import torch
+
+    rows: list[dict[str, Any]] = []
+    group_rewards: list[list[float]] = []
+    key_counts: dict[str, int] = {}
+    key_meta: dict[str, dict[str, Any]] = {}
+    iw_groups = _budgeted_groups(groups, token_budget)
+    iw_sum = 0.0
+    iw_n = 0
+    iw_min = math.inf
+    iw_max = -math.inf
+    iw_over = 0
+    version_span: list[int] = []
+    for gi, g in enumerate(groups):
+        for k, v in g.items():
+            key_counts[k] = key_counts.get(k, 0) + 1
+            meta = key_meta.setdefault(k, {"rows": 0, "width": 0, "dtypes": set(), "dim": v.dim()})
+            meta["rows"] += v.shape[0] if v.dim() else 1
+            if v.dim() >= 2:
+                meta["width"] = max(meta["width"], v.shape[1])
+            meta["dtypes"].add(_dtype_name(v))
+        ids = g.get("input_ids")
+        am = g.get("attention_mask")
+        lm = g.get("loss_mask")
+        ref = ids if ids is not None else am if am is not None else lm
+        if ref is None or ref.dim() != 2:
+            continue
+        n, width = ref.shape[0], ref.shape[1]
+        seq = am.sum(-1) if am is not None else torch.full((n,), width, dtype=torch.int64)
+        if lm is not None:
+            active = lm.ne(0) if am is None else lm.ne(0) & am.to(torch.bool)
+            resp = active.sum(-1)
+            first = torch.argmax(lm.ne(0).to(torch.uint8), dim=-1)
+        else:
+            resp = torch.zeros(n, dtype=torch.int64)
+            first = torch.zeros(n, dtype=torch.int64)
+        last = (seq - 1).clamp(min=0)
+        idx = torch.arange(n)
+        last_tok: list[Any] = ids[idx, last].tolist() if ids is not None else [None] * n
+        vers = g.get("versions")
+        head: list[Any] = [None] * n
+        tail: list[Any] = [None] * n
+        if vers is not None and vers.dim() == 2:
+            # Two gathered values per sample, not the whole versions tensor.
+            head, tail = vers[idx, first].tolist(), vers[idx, last].tolist()
+        rew = g.get("rewards")
+        rewards: list[Any] = [None] * n
+        if rew is not None and rew.numel() == n:
+            rewards = rew.reshape(-1).tolist()
+            group_rewards.append([float(r) for r in rewards])
+        seq_l, resp_l = seq.tolist(), resp.tolist()
+        for r in range(n):
+            eos = None
+            if eos_ids is not None and last_tok[r] is not None and resp_l[r] > 0:
+                eos = int(last_tok[r]) in eos_ids
+            has_resp = resp_l[r] > 0
+            h = head[r] if has_resp else None
+            t = tail[r] if has_resp else None
+            if h is not None and t is not None and h >= 0 and t >= 0:
+                version_span.append(int(t) - int(h))
+            rows.append({
+                "index": len(rows),
+                "group": gi,
+                "row": r,
+                "seq_len": int(seq_l[r]),
+                "prompt_len": int(seq_l[r]) - int(resp_l[r]),
+                "response_len": int(resp_l[r]),
+                "reward": None if rewards[r] is None else float(rewards[r]),
+                "eos": eos,
+                "head_version": None if h is None else int(h),
+                "tail_version": None if t is None else int(t),
+            })
+        if gi in iw_groups and "prox_logp" in g and "logprobs" in g and lm is not None:
+            mask = lm.ne(0)
+            if mask.any():
+                w = torch.exp(g["prox_logp"][mask].double() - g["logprobs"][mask].double())
+                iw_sum += float(w.sum())
+                iw_n += int(w.numel())
+                iw_min = min(iw_min, float(w.min()))
+                iw_max = max(iw_max, float(w.max()))
+                iw_over += int((w > IMPORTANCE_WEIGHT_CAP).sum())
+    keys = {
+        k: {
+            "shape": [m["rows"], m["width"]] if m["dim"] >= 2 else [m["rows"]],
+            "dtype": "|".join(sorted(m["dtypes"])),
+            **({"missing_in_groups": len(groups) - key_counts[k]}
+               if key_counts[k] != len(groups) else {}),
+        }
+        for k, m in key_meta.items()
+    }
+    iw = None
+    if iw_n:
+        iw = {
+            "mean": iw_sum / iw_n,
+            "min": iw_min,
+            "max": iw_max,
+            "over_cap_ratio": iw_over / iw_n,
+            "tokens": iw_n,
+            "sampled": len(iw_groups) < sum(1 for g in groups if "prox_logp" in g),
+        }
+    return {
+        "rows": rows,
+        "group_rewards": group_rewards,
+        "keys": keys,
+        "importance_weight": iw,
+        "version_span": version_span,
+    }
+
+
+def _budgeted_groups(groups: list[dict[str, Any]], budget: int) -> set[int]:
+    """Evenly spread groups whose tokens fit the per-token budget (all when they fit)."""
+    sizes = []
+    for g in groups:
+        lp = g.get("logprobs")
+        sizes.append(int(lp.numel()) if lp is not None else 0)
+    total = sum(sizes)
+    if total <= budget:
+        return set(range(len(groups)))
+    stride = total / budget
+    chosen: set[int] = set()
+    used = 0
+    for i in range(0, len(groups), max(1, int(stride))):
+        if used >= budget:
+            break
+        chosen.add(i)
+        used += sizes[i]
+    return chosen
+
+
+# --------------------------------------------------------------------------------------
+# Statistics and warnings (pure: rows in, numbers out)
+
+
+def describe(values: list[float]) -> dict[str, float | None]:
+    """mean, std (population), min and max; None for an empty list."""
+    if not values:
+        return {"mean": None, "std": None, "min": None, "max": None}
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / n
+    return {"mean": mean, "std": math.sqrt(var), "min": min(values), "max": max(values)}
+
+
+def histogram(values: list[float], bins: int = 10) -> dict[str, list[float]]:
+    """Counts of `values` in `bins` equal-width bins: {"edges": [bins+1], "counts": [bins]}."""
+    if not values:
+        return {"edges": [], "counts": []}
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return {"edges": [lo, hi], "counts": [float(len(values))]}
+    width = (hi - lo) / bins
+    counts = [0.0] * bins
+    for v in values:
+        counts[min(bins - 1, int((v - lo) / width))] += 1
+    return {"edges": [lo + i * width for i in range(bins + 1)], "counts": counts}
+
+
+def batch_stats(
+    rows: list[dict[str, Any]],
+    group_rewards: list[list[float]],
+    importance_weight: dict[str, Any] | None = None,
+    version_span: list[int] | None = None,
+) -> dict[str, Any]:
+    """The `stats` of `batch --json` from per-sample rows."""
+    seq = [float(r["seq_len"]) for r in rows]
+    prompt = [float(r["prompt_len"]) for r in rows]
+    resp = [float(r["response_len"]) for r in rows]
+    rewards = [float(r["reward"]) for r in rows if r["reward"] is not None]
+    judged = [r["eos"] for r in rows if r["eos"] is not None]
+    multi = [g for g in group_rewards if len(g) > 1]
+    equal = [g for g in multi if max(g) - min(g) == 0]
+    heads = [r["head_version"] for r in rows if r["head_version"] is not None
+             and r["head_version"] >= 0]
+    tails = [r["tail_version"] for r in rows if r["tail_version"] is not None
+             and r["tail_version"] >= 0]
+    version = None
+    if heads:
+        newest = max(tails or heads)
+        stale = [newest - h for h in heads]
+        version = {
+            "min": min(heads),
+            "max": newest,
+            "staleness_mean": sum(stale) / len(stale),
+            "staleness_max": max(stale),
+            "mixed_version_ratio": (
+                sum(1 for s in version_span if s > 0) / len(version_span) if version_span else 0.0
+            ),
+        }
+    return {
+        "seq_len": describe(seq),
+        "prompt_len": describe(prompt),
+        "response_len": describe(resp),
+        "reward": describe(rewards),
+        "no_eos_ratio": (sum(1 for e in judged if not e) / len(judged)) if judged else None,
+        "equal_reward_group_ratio": (len(equal) / len(multi)) if multi else None,
+        "equal_reward_groups": len(equal),
+        "version": version,
+        "importance_weight": importance_weight,
+    }
+
+
+def batch_warnings(stats: dict[str, Any], keys: dict[str, Any] | None = None,
+                   eos_known: bool = True) -> list[str]:
+    """Health checks with AReaL's thresholds, as sentences a user can act on."""
+    out: list[str] = []
+    ratio = stats.get("no_eos_ratio")
+    if ratio is not None and ratio > NO_EOS_WARN:
+        out.append(
+            f"no_eos_ratio {ratio:.3f} > {NO_EOS_WARN}: {ratio:.0%} of responses hit the length "
+            "limit without EOS; raise max_new_tokens or filter truncated samples"
+        )
+    if not eos_known:
+        out.append("EOS id unknown: pass --eos-token-id N (or put generation_config.json next "
+                   "to the dump) to get no_eos_ratio")
+    iw = stats.get("importance_weight")
+    if iw:
+        if abs(iw["mean"] - 1.0) > IMPORTANCE_WEIGHT_DRIFT:
+            out.append(
+                f"importance weight mean {iw['mean']:.3f} is far from 1.0: behaviour and proximal "
+                "policies diverge (stale rollouts or an inference/training mismatch)"
+            )
+        if iw["max"] > IMPORTANCE_WEIGHT_CAP:
+            out.append(
+                f"importance weights up to {iw['max']:.2f} exceed {IMPORTANCE_WEIGHT_CAP:g} on "
+                f"{iw['over_cap_ratio']:.2%} of tokens: set behav_imp_weight_cap "
+                f"{IMPORTANCE_WEIGHT_CAP:g}"
+            )
+    eq = stats.get("equal_reward_group_ratio")
+    if eq is not None and eq >= EQUAL_REWARD_GROUPS_WARN:
+        out.append(
+            f"{eq:.0%} of groups have all-equal rewards (zero GRPO advantage, no learning signal "
+            "from them): filter them (dynamic sampling) or adjust task difficulty"
+        )
+    elif eq:
+        out.append(f"{stats.get('equal_reward_groups', 0)} group(s) ({eq:.0%}) have all-equal "
+                   "rewards: zero advantage, no gradient from them")
+    reward = stats.get("reward") or {}
+    if reward.get("std") is not None and reward.get("mean") and reward["std"] > 2 * abs(
+        reward["mean"]
+    ) and reward["std"] > 1.0:
+        out.append("high reward variance: a larger batch would steady the gradient")
+    for name, meta in (keys or {}).items():
+        missing = meta.get("missing_in_groups")
+        if missing:
+            out.append(f"keys differ between groups: '{name}' is missing in {missing} group(s)")
+    return out
+
+
+def length_trend_warnings(per_step: list[dict[str, Any]]) -> list[str]:
+    """Growing response lengths between steps (worse when no_eos_ratio grows too)."""
+    points = [p for p in per_step if p.get("response_len_mean") is not None]
+    if len(points) < 3:
+        return []
+    lens = [p["response_len_mean"] for p in points]
+    rising = all(b > a for a, b in zip(lens[-3:], lens[-2:], strict=False))
+    growth = lens[-1] / lens[0] - 1 if lens[0] else 0.0
+    if not rising or growth < LENGTH_GROWTH_WARN:
+        return []
+    eos = [p.get("no_eos_ratio") for p in points]
+    first, step_a, step_b = eos[0], points[0]["step"], points[-1]["step"]
+    msg = (f"response length grows between steps: mean {lens[0]:.0f} -> {lens[-1]:.0f} tokens "
+           f"(+{growth:.0%}) from step {step_a} to {step_b}")
+    if first is not None and eos[-1] is not None and eos[-1] > first:
+        msg += (f", with no_eos_ratio {first:.3f} -> {eos[-1]:.3f}: generations are running "
+                "into max_new_tokens")
+    return [msg]
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Side-by-side numbers of two summaries: rows of (stat, a, b, delta)."""
+    rows = []
+    for top in ("groups", "samples", "tokens"):
+        rows.append(_compare_row(top, a.get(top), b.get(top)))
+    sa, sb = a.get("stats") or {}, b.get("stats") or {}
+    for name in ("seq_len", "prompt_len", "response_len", "reward"):
+        for part in ("mean", "std", "min", "max"):
+            rows.append(_compare_row(f"{name}.{part}", (sa.get(name) or {}).get(part),
+                                     (sb.get(name) or {}).get(part)))
+    for name in ("no_eos_ratio", "equal_reward_group_ratio"):
+        rows.append(_compare_row(name, sa.get(name), sb.get(name)))
+    for part in ("staleness_mean", "staleness_max"):
+        rows.append(_compare_row(f"version.{part}", (sa.get("version") or {}).get(part),
+                                 (sb.get("version") or {}).get(part)))
+    rows.append(_compare_row("importance_weight.mean",
+                             (sa.get("importance_weight") or {}).get("mean"),
+                             (sb.get("importance_weight") or {}).get("mean")))
+    return {"a": a.get("path"), "b": b.get("path"), "rows": rows}
+
+
+def _compare_row(stat: str, x: Any, y: Any) -> dict[str, Any]:
+    delta = y - x if isinstance(x, (int, float)) and isinstance(y, (int, float)) else None
+    return {"stat": stat, "a": x, "b": y, "delta": delta}
+
+
+# --------------------------------------------------------------------------------------
+# Files, directories, text rollouts
+
+
+def parse_step_name(name: str) -> tuple[int, int | None] | None:
+    """(step, dp_rank) from `step_000003.pt` / `step_000003_dp_1.pt`, else None."""
+    m = STEP_FILE.match(name)
+    if not m:
+        return None
+    return int(m.group(1)), (int(m.group(2)) if m.group(2) is not None else None)
+
+
+def list_dump_dir(path: str) -> list[dict[str, Any]]:
+    """The step files of a dump directory, sorted by (step, dp_rank); reads no file."""
+    entries = []
+    with os.scandir(path) as it:
+        for e in it:
+            parsed = parse_step_name(e.name)
+            if parsed is None or not e.is_file():
+                continue
+            entries.append({
+                "step": parsed[0],
+                "dp_rank": parsed[1],
+                "file": e.name,
+                "path": e.path,
+                "bytes": e.stat().st_size,
+            })
+    entries.sort(key=lambda x: (x["step"], -1 if x["dp_rank"] is None else x["dp_rank"]))
+    return entries
+
+
+def _resolve_eos(
+    path: str, eos_token_id: int | list[int] | None
+) -> tuple[list[int] | None, str | None]:
+    if eos_token_id is not None:
+        ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        return ids, "option"
+    return find_eos_token_ids(path)
+
+
+def _analysis(path: str, eos_ids: list[int] | None, trust_pickle: bool,
+              token_budget: int) -> tuple[str, str, dict[str, Any] | None]:
+    key = ("analysis", *_file_key(path), trust_pickle, tuple(eos_ids or ()), token_budget)
+
+    def make() -> tuple[str, str, dict[str, Any] | None]:
+        obj = load_pt(path, trust_pickle)
+        fmt, description = detect_format(obj)
+        if fmt not in (TRAJECTORY, DICT_BATCH):
+            return fmt, description, None
+        groups = _groups_of(obj, fmt)
+        result = analyze_groups(groups, eos_ids, token_budget)
+        result["n_groups"] = len(groups)
+        return fmt, description, result
+
+    return _cached(key, make)
+
+
+def summarize_file(
+    path: str,
+    eos_token_id: int | list[int] | None = None,
+    trust_pickle: bool = False,
+    token_budget: int = TOKEN_BUDGET,
+    bins: int = 10,
+) -> dict[str, Any]:
+    """`batch --json` for one `.pt` file (any format; non-batches are described)."""
+    eos_ids, eos_source = _resolve_eos(path, eos_token_id)
+    fmt, description, result = _analysis(path, eos_ids, trust_pickle, token_budget)
+    parsed = parse_step_name(os.path.basename(path))
+    summary: dict[str, Any] = {
+        "path": path,
+        "format": fmt,
+        "description": description,
+        "step": parsed[0] if parsed else None,
+        "dp_rank": parsed[1] if parsed else None,
+        "bytes": os.path.getsize(path),
+        "eos_token_ids": eos_ids,
+        "eos_source": eos_source,
+    }
+    if result is None:
+        summary.update(groups=0, samples=0, tokens=0, keys={}, stats={}, warnings=[])
+        return summary
+    rows = result["rows"]
+    stats = batch_stats(rows, result["group_rewards"], result["importance_weight"],
+                        result["version_span"])
+    summary.update(
+        groups=result["n_groups"],
+        samples=len(rows),
+        tokens=sum(r["seq_len"] for r in rows),
+        keys=result["keys"],
+        stats=stats,
+        warnings=batch_warnings(stats, result["keys"], eos_known=eos_ids is not None),
+        distributions=_distributions(rows, bins),
+    )
+    return summary
+
+
+def _distributions(rows: list[dict[str, Any]], bins: int) -> dict[str, Any]:
+    return {
+        "reward": histogram([r["reward"] for r in rows if r["reward"] is not None], bins),
+        "seq_len": histogram([float(r["seq_len"]) for r in rows], bins),
+        "response_len": histogram([float(r["response_len"]) for r in rows], bins),
+    }
+
+
+def summarize_dir(
+    path: str,
+    eos_token_id: int | list[int] | None = None,
+    trust_pickle: bool = False,
+    token_budget: int = TOKEN_BUDGET,
+    bins: int = 10,
+) -> dict[str, Any]:
+    """A dump directory: the steps x dp-ranks timeline, pooled stats, trend warnings."""
+    entries = list_dump_dir(path)
+    if not entries:
+        if _text_rollout_root(path):
+            return summarize_text_rollout(path, bins=bins)
+        others = [n for n in os.listdir(path) if n.endswith(".pt")]
+        if others:
+            raise BatchError(
+                f"{path}: no step_NNNNNN.pt dump files here ({len(others)} other .pt files, "
+                f"e.g. {sorted(others)[0]}: open one directly)"
+            )
+        raise BatchError(
+            f"{path}: no rollout dumps here (expected step_NNNNNN.pt files or "
+            "rollout/<version>/<task_id>.jsonl)"
+        )
+    eos_ids, eos_source = _resolve_eos(path, eos_token_id)
+    rows: list[dict[str, Any]] = []
+    group_rewards: list[list[float]] = []
+    spans: list[int] = []
+    warnings: list[str] = []
+    keys: dict[str, Any] = {}
+    n_groups = 0
+    for e in entries:
+        try:
+            fmt, description, result = _analysis(e["path"], eos_ids, trust_pickle, token_budget)
+        except BatchError as exc:
+            e["error"] = str(exc)
+            warnings.append(f"unreadable: {exc}")
+            continue
+        if result is None:
+            e["error"] = f"not a rollout batch: {description}"
+            warnings.append(f"{e['file']}: not a rollout batch: {description}")
+            continue
+        file_rows = result["rows"]
+        file_stats = batch_stats(file_rows, result["group_rewards"], None, None)
+        e.update(
+            format=fmt,
+            groups=result["n_groups"],
+            samples=len(file_rows),
+            tokens=sum(r["seq_len"] for r in file_rows),
+            seq_len_mean=file_stats["seq_len"]["mean"],
+            response_len_mean=file_stats["response_len"]["mean"],
+            reward_mean=file_stats["reward"]["mean"],
+            no_eos_ratio=file_stats["no_eos_ratio"],
+            equal_reward_group_ratio=file_stats["equal_reward_group_ratio"],
+        )
+        rows.extend(file_rows)
+        group_rewards.extend(result["group_rewards"])
+        spans.extend(result["version_span"])
+        n_groups += result["n_groups"]
+        for k, meta in result["keys"].items():
+            if k not in keys:
+                keys[k] = dict(meta)
+            else:
+                keys[k]["shape"] = [keys[k]["shape"][0] + meta["shape"][0], *(
+                    [max(keys[k]["shape"][1], meta["shape"][1])] if len(meta["shape"]) > 1
+                    and len(keys[k]["shape"]) > 1 else [])]
+    per_step = _per_step(entries)
+    stats = batch_stats(rows, group_rewards, None, spans)
+    warnings = batch_warnings(stats, keys, eos_known=eos_ids is not None) + warnings
+    warnings += length_trend_warnings(per_step)
+    return {
+        "path": path,
+        "format": TRAJECTORY_DIR,
+        "description": f"AReaL trajectory dump directory: {len(per_step)} steps, "
+                       f"{len(entries)} files",
+        "step": None,
+        "dp_rank": None,
+        "bytes": sum(e["bytes"] for e in entries),
+        "eos_token_ids": eos_ids,
+        "eos_source": eos_source,
+        "groups": n_groups,
+        "samples": len(rows),
+        "tokens": sum(r["seq_len"] for r in rows),
+        "keys": keys,
+        "stats": stats,
+        "warnings": warnings,
+        "distributions": _distributions(rows, bins),
+        "steps": [p["step"] for p in per_step],
+        "dp_ranks": sorted({e["dp_rank"] for e in entries if e["dp_rank"] is not None}),
+        "per_step": per_step,
+        "timeline": [{k: v for k, v in e.items() if k != "path"} for e in entries],
+    }
+
+
+def _per_step(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sample-weighted means per step across its dp-rank files."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for e in entries:
+        by_step.setdefault(e["step"], []).append(e)
+    out = []
+    for step in sorted(by_step):
+        files = [e for e in by_step[step] if e.get("samples")]
+        n = sum(e["samples"] for e in files)
+
+        def mean(field: str, files: list[dict[str, Any]] = files, n: int = n) -> float | None:
+            vals = [(e[field], e["samples"]) for e in files if e.get(field) is not None]
+            total = sum(w for _, w in vals)
+            return sum(v * w for v, w in vals) / total if total else None
+
+        out.append({
+            "step": step,
+            "files": len(by_step[step]),
+            "samples": n,
+            "seq_len_mean": mean("seq_len_mean"),
+            "response_len_mean": mean("response_len_mean"),
+            "reward_mean": mean("reward_mean"),
+            "no_eos_ratio": mean("no_eos_ratio"),
+        })
+    return out
+
+
+def _text_rollout_root(path: str) -> str | None:
+    """The `rollout` directory (holding `<version>/*.jsonl`) at or under `path`, if any."""
+    candidates = [path, os.path.join(path, "rollout")]
+    for c in candidates:
+        if not os.path.isdir(c):
+            continue
+        try:
+            subdirs = [d for d in os.listdir(c)
+                       if d.isdigit() and os.path.isdir(os.path.join(c, d))]
+        except OSError:
+            continue
+        if any(n.endswith(".jsonl") for d in subdirs for n in os.listdir(os.path.join(c, d))):
+            return c
+    # A single version directory.
+    if os.path.isdir(path) and any(n.endswith(".jsonl") for n in os.listdir(path)):
+        return path
+    return None
+
+
+def read_text_rollout(path: str) -> list[dict[str, Any]]:
+    """All records of a text rollout dump, each with its `version` and `file`, in order."""
+    root = _text_rollout_root(path)
+    if root is None:
+        raise BatchError(f"{path}: no rollout/<version>/<task_id>.jsonl files here")
+    files: list[tuple[int | None, str]] = []
+    names = os.listdir(root)
+    version_dirs = sorted(int(d) for d in names
+                          if d.isdigit() and os.path.isdir(os.path.join(root, d)))
+    for v in version_dirs:
+        vdir = os.path.join(root, str(v))
+        files += [(v, os.path.join(vdir, n))
+                  for n in sorted(os.listdir(vdir)) if n.endswith(".jsonl")]
+    if not version_dirs:
+        base = os.path.basename(os.path.normpath(root))
+        files = [(int(base) if base.isdigit() else None, os.path.join(root, n))
+                 for n in sorted(names) if n.endswith(".jsonl")]
+    records = []
+    for version, file in files:
+        with open(file, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError as exc:
+                    raise BatchError(f"{file}:{lineno}: not a JSON line ({exc})") from None
+                if not isinstance(rec, dict):
+                    raise BatchError(f"{file}:{lineno}: not a JSON object")
+                rec["version"] = version
+                rec["file"] = os.path.relpath(file, root)
+                records.append(rec)
+    return records
+
+
+def _text_rows(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[list[float]]]:
+    rows = []
+    by_task: dict[Any, list[float]] = {}
+    tasks: dict[Any, int] = {}
+    for i, rec in enumerate(records):
+        seq = int(rec.get("seqlen") or 0)
+        plen = int(rec.get("prompt_len") or 0)
+        reward = rec.get("reward")
+        task = (rec.get("version"), rec.get("task_id"))
+        group = tasks.setdefault(task, len(tasks))
+        if isinstance(reward, (int, float)):
+            by_task.setdefault(task, []).append(float(reward))
+        rows.append({
+            "index": i,
+            "group": group,
+            "row": rec.get("sample_idx"),
+            "task_id": rec.get("task_id"),
+            "seq_len": seq,
+            "prompt_len": plen,
+            "response_len": max(0, seq - plen),
+            "reward": float(reward) if isinstance(reward, (int, float)) else None,
+            "eos": None,
+            "head_version": rec.get("head_version"),
+            "tail_version": rec.get("tail_version"),
+        })
+    return rows, list(by_task.values())
+
+
+def summarize_text_rollout(path: str, bins: int = 10) -> dict[str, Any]:
+    records = read_text_rollout(path)
+    rows, group_rewards = _text_rows(records)
+    spans = [r["tail_version"] - r["head_version"] for r in rows
+             if isinstance(r["head_version"], int) and isinstance(r["tail_version"], int)]
+    stats = batch_stats(rows, group_rewards, None, spans)
+    fields: dict[str, Any] = {}
+    for rec in records:
+        for k, v in rec.items():
+            if k in ("version", "file"):
+                continue
+            fields.setdefault(k, {"shape": [0], "dtype": type(v).__name__})
+            fields[k]["shape"][0] += 1
+    versions = sorted({r["version"] for r in records if r["version"] is not None})
+    return {
+        "path": path,
+        "format": TEXT_ROLLOUT,
+        "description": f"AReaL text rollout dump: {len(records)} samples, "
+                       f"{len(group_rewards)} tasks, versions {versions}",
+        "step": None,
+        "dp_rank": None,
+        "groups": len(group_rewards),
+        "samples": len(rows),
+        "tokens": sum(r["seq_len"] for r in rows),
+        "keys": fields,
+        "stats": stats,
+        "warnings": batch_warnings(stats, None, eos_known=True),
+        "distributions": _distributions(rows, bins),
+        "versions": versions,
+    }
+
+
+def summarize(
+    path: str,
+    eos_token_id: int | list[int] | None = None,
+    trust_pickle: bool = False,
+    token_budget: int = TOKEN_BUDGET,
+    bins: int = 10,
+) -> dict[str, Any]:
+    """`batch --json` for a file or a directory."""
+    if os.path.isdir(path):
+        return summarize_dir(path, eos_token_id, trust_pickle, token_budget, bins)
+    if not os.path.exists(path):
+        raise BatchError(f"{path}: no such file or directory")
+    if path.endswith(".jsonl"):
+        return summarize_text_rollout(os.path.dirname(path) or ".", bins=bins)
+    return summarize_file(path, eos_token_id, trust_pickle, token_budget, bins)
+
+
+def resolve_step_file(path: str, step: int | None = None, dp_rank: int | None = None) -> str:
+    """The file of `step` (default: the newest) and `dp_rank` (default: the lowest) in a dir."""
+    if not os.path.isdir(path):
+        return path
+    entries = list_dump_dir(path)
+    if not entries:
+        raise BatchError(f"{path}: no step_NNNNNN.pt dump files here")
+    if step is None:
+        step = entries[-1]["step"]
+    chosen = [e for e in entries if e["step"] == step]
+    if dp_rank is not None:
+        chosen = [e for e in chosen if e["dp_rank"] == dp_rank]
+    if not chosen:
+        have = sorted({(e["step"], e["dp_rank"]) for e in entries})
+        raise BatchError(f"{path}: no file for step {step}"
+                         f"{'' if dp_rank is None else f' dp rank {dp_rank}'} (have {have[:8]})")
+    return str(chosen[0]["path"])
+
+
+def sample_table(
+    path: str, eos_token_id: int | list[int] | None = None, trust_pickle: bool = False,
+    offset: int = 0, limit: int | None = None,
+) -> dict[str, Any]:
+    """Per-sample rows (group, lengths, reward, EOS, versions) of one file or text dump."""
+    if os.path.isdir(path) and _text_rollout_root(path) and not list_dump_dir(path):
+        rows, _ = _text_rows(read_text_rollout(path))
+    else:
+        eos_ids, _ = _resolve_eos(path, eos_token_id)
+        _, description, result = _analysis(path, eos_ids, trust_pickle, TOKEN_BUDGET)
+        if result is None:
+            raise BatchError(f"{path}: not a rollout batch: {description}")
+        rows = result["rows"]
+    end = len(rows) if limit is None else offset + limit
+    return {"path": path, "total": len(rows), "offset": offset, "rows": rows[offset:end]}
+
+
+def sample_view(
+    path: str, index: int, eos_token_id: int | list[int] | None = None,
+    trust_pickle: bool = False,
+) -> dict[str, Any]:
+    """One sample, unpadded: tokens, loss mask, logprobs, versions, reward, lengths, text."""
+    if os.path.isdir(path) and _text_rollout_root(path) and not list_dump_dir(path):
+        records = read_text_rollout(path)
+        rows, _ = _text_rows(records)
+        _check_index(index, len(rows))
+        rec = records[index]
+        return {**rows[index], "path": path, "prompt": rec.get("prompt"),
+                "completion": rec.get("completion"), "tokens": None, "text": None}
+    eos_ids, _ = _resolve_eos(path, eos_token_id)
+    fmt, description, result = _analysis(path, eos_ids, trust_pickle, TOKEN_BUDGET)
+    if result is None:
+        raise BatchError(f"{path}: not a rollout batch: {description}")
+    rows = result["rows"]
+    _check_index(index, len(rows))
+    row = rows[index]
+    obj = load_pt(path, trust_pickle)
+    group = _groups_of(obj, fmt)[row["group"]]
+    n = row["seq_len"]
+    per_token: dict[str, Any] = {}
+    for key in ("input_ids", "loss_mask", "logprobs", "versions", "turn_ids", "prox_logp",
+                "ref_logp", "advantages"):
+        t = group.get(key)
+        if t is not None and t.dim() == 2:
+            per_token[key] = t[row["row"], :n].tolist()
+    scalars = {k: float(v.reshape(-1)[row["row"]]) for k, v in group.items()
+               if v.dim() == 1 and v.numel() > row["row"] and v.is_floating_point()}
+    tokens = per_token.get("input_ids")
+    text = None
+    if tokens is not None:
+        tok = _decoder_for(path)
+        if tok is not None:
+            try:
+                text = tok.decode(tokens, skip_special_tokens=False)
+            except Exception:  # a tokenizer that rejects the ids: fall back to ids
+                text = None
+    return {
+        **row,
+        "path": path,
+        "tokens": tokens,
+        "loss_mask": per_token.get("loss_mask"),
+        "logprobs": per_token.get("logprobs"),
+        "versions": per_token.get("versions"),
+        "turn_ids": per_token.get("turn_ids"),
+        "prox_logp": per_token.get("prox_logp"),
+        "scalars": scalars,
+        "text": text,
+    }
+
+
+def _check_index(index: int, total: int) -> None:
+    if not 0 <= index < total:
+        raise BatchError(f"sample {index} out of range: the batch has {total} samples "
+                         f"(0..{total - 1})")
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities become None, so the result is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------------------
+# Agent ops (this module is shipped to nodes and loaded by the agent's `load` op)
+
+
+def _agent_error(agent: Any, exc: Exception) -> Exception:
+    """The agent's own `OpError`, so the console sees a clean error reply."""
+    send = getattr(type(agent), "send", None)
+    cls = getattr(send, "__globals__", {}).get("OpError") if send is not None else None
+    return cls(str(exc)) if isinstance(cls, type) else exc
+
+
+def _common_args(args: dict[str, Any]) -> dict[str, Any]:
+    eos = args.get("eos_token_id")
+    return {"eos_token_id": eos, "trust_pickle": bool(args.get("trust_pickle", False))}
+
+
+def _op_summary(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return json_safe(summarize(str(args["path"]), **_common_args(args)))
+    except BatchError as exc:
+        raise _agent_error(agent, exc) from None
+
+
+def _op_sample(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        path = resolve_step_file(str(args["path"]), args.get("step"), args.get("dp_rank"))
+        return json_safe(sample_view(path, int(args["index"]), **_common_args(args)))
+    except BatchError as exc:
+        raise _agent_error(agent, exc) from None
+
+
+def _op_samples(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        path = resolve_step_file(str(args["path"]), args.get("step"), args.get("dp_rank"))
+        return json_safe(sample_table(path, **_common_args(args),
+                                      offset=int(args.get("offset", 0)), limit=args.get("limit")))
+    except BatchError as exc:
+        raise _agent_error(agent, exc) from None
+
+
+def _op_list(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
+    path = str(args["path"])
+    try:
+        if not os.path.isdir(path):
+            raise BatchError(f"{path}: not a directory")
+        return {"path": path, "files": [{k: v for k, v in e.items() if k != "path"}
+                                        for e in list_dump_dir(path)]}
+    except (BatchError, OSError) as exc:
+        raise _agent_error(agent, exc) from None
+
+
+OPS = {
+    "batch_summary": _op_summary,
+    "batch_sample": _op_sample,
+    "batch_samples": _op_samples,
+    "batch_list": _op_list,
+}
