@@ -26,6 +26,7 @@ from areal_console.core.errors import (
 COMMAND_MODULES = [
     "areal_console.commands.tui",
     "areal_console.commands.nodes",
+    "areal_console.commands.batch",
 ]
 
 
@@ -42,7 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"areal-console {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a subcommand not part of this build
+        module.register(subparsers)
     return parser
 
 

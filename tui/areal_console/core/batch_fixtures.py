@@ -77,7 +77,8 @@ def make_group(
         logprobs[i, prompt_len:end] = -torch.rand(n, generator=gen) ** 2 * 3.0
         # Asynchronous RL: a completion may start under an older policy and, with
         # interruptible generation, finish under a newer one.
-        head = version - int(torch.randint(0, max_staleness + 1, (), generator=gen).item())
+        lag = int(torch.randint(0, max_staleness + 1, (), generator=gen).item())
+        head = max(0, version - lag)
         switch = int(torch.randint(0, n, (), generator=gen).item())
         versions[i, prompt_len:end] = head
         versions[i, prompt_len + switch : end] = min(version, head + 1)

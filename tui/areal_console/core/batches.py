@@ -750,6 +750,7 @@ def summarize_dir(
     spans: list[int] = []
     warnings: list[str] = []
     keys: dict[str, Any] = {}
+    file_versions: list[tuple[int, dict[str, Any]]] = []
     n_groups = 0
     for e in entries:
         try:
@@ -775,6 +776,8 @@ def summarize_dir(
             no_eos_ratio=file_stats["no_eos_ratio"],
             equal_reward_group_ratio=file_stats["equal_reward_group_ratio"],
         )
+        if file_stats["version"]:
+            file_versions.append((len(file_rows), file_stats["version"]))
         rows.extend(file_rows)
         group_rewards.extend(result["group_rewards"])
         spans.extend(result["version_span"])
@@ -788,6 +791,7 @@ def summarize_dir(
                     and len(keys[k]["shape"]) > 1 else [])]
     per_step = _per_step(entries)
     stats = batch_stats(rows, group_rewards, None, spans)
+    stats["version"] = _pooled_versions(file_versions, stats["version"])
     warnings = batch_warnings(stats, keys, eos_known=eos_ids is not None) + warnings
     warnings += length_trend_warnings(per_step)
     return {
@@ -811,6 +815,19 @@ def summarize_dir(
         "dp_ranks": sorted({e["dp_rank"] for e in entries if e["dp_rank"] is not None}),
         "per_step": per_step,
         "timeline": [{k: v for k, v in e.items() if k != "path"} for e in entries],
+    }
+
+
+def _pooled_versions(per_file: list[tuple[int, dict[str, Any]]],
+                     pooled: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Staleness is relative to each file's newest policy, not to the newest step shown."""
+    if not per_file or pooled is None:
+        return pooled
+    n = sum(w for w, _ in per_file)
+    return {
+        **pooled,
+        "staleness_mean": sum(w * v["staleness_mean"] for w, v in per_file) / n,
+        "staleness_max": max(v["staleness_max"] for _, v in per_file),
     }
 
 
