@@ -39,7 +39,7 @@ EQUAL_REWARD_GROUPS_WARN = 0.5
 LENGTH_GROWTH_WARN = 0.2  # growth of mean response length over the steps shown
 
 # Per-token statistics (importance weights) read at most this many tokens per file.
-TOKEN_BUDGET = 1 << 21
+TOKEN_BUDGET = 1 << 20
 
 STEP_FILE = re.compile(r"^step_(\d+)(?:_dp_(\d+))?\.pt$")
 EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
@@ -318,12 +318,92 @@ def _prompt_groups(batch: dict[str, Any]) -> list[list[int]]:
     return groups
 
 
+_STRUCT_CODES = {"int32": "i", "int64": "q", "float32": "f", "float64": "d", "int16": "h",
+                 "uint8": "B", "int8": "b", "bool": "?"}
+
+
+class ElementReader:
+    """Single elements of memory-mapped tensors, read with `pread` from the file.
+
+    Indexing a mapped tensor at one token per row faults in (and reads around) pages of
+    every row; reading the few bytes at the element's file offset does not. Falls back to
+    plain indexing when the tensor is not backed by a mapping of `path` (legacy files).
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self.fd: int | None = None
+        self.ranges: list[tuple[int, int, int]] = []  # (start, end, file offset at start)
+        if path is None:
+            return
+        real = os.path.realpath(path)
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6 and parts[5].rstrip("\n") == real:
+                        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                        self.ranges.append((lo, hi, int(parts[2], 16)))
+            if self.ranges:
+                self.fd = os.open(real, os.O_RDONLY)
+        except OSError:
+            self.ranges, self.fd = [], None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def _offset(self, t: Any) -> int | None:
+        if self.fd is None or t.dim() != 2:
+            return None
+        ptr = t.data_ptr()
+        for lo, hi, off in self.ranges:
+            if lo <= ptr < hi:
+                return ptr - lo + off
+        return None
+
+    def gather(self, t: Any, cols: list[int]) -> list[Any]:
+        """`t[r, cols[r]]` for every row r, as Python numbers."""
+        import struct
+
+        base = self._offset(t)
+        code = _STRUCT_CODES.get(_dtype_name(t))
+        if base is None or code is None or self.fd is None:
+            import torch
+
+            return t[torch.arange(len(cols)), torch.tensor(cols)].tolist()  # type: ignore[no-any-return]
+        size = t.element_size()
+        s0, s1 = t.stride()
+        out = []
+        for r, c in enumerate(cols):
+            raw = os.pread(self.fd, size, base + (r * s0 + c * s1) * size)
+            out.append(struct.unpack("<" + code, raw)[0])
+        return out
+
+
 def analyze_groups(
     groups: list[dict[str, Any]],
     eos_ids: list[int] | None,
     token_budget: int = TOKEN_BUDGET,
+    path: str | None = None,
 ) -> dict[str, Any]:
-    """Per-sample rows and per-token aggregates, reading as little tensor data as it can."""
+    """Per-sample rows and per-token aggregates, reading as little tensor data as it can.
+
+    `path` is the file the groups are mapped from, for reading single elements directly.
+    """
+    reader = ElementReader(path)
+    try:
+        return _analyze_groups(groups, eos_ids, token_budget, reader)
+    finally:
+        reader.close()
+
+
+def _analyze_groups(
+    groups: list[dict[str, Any]],
+    eos_ids: list[int] | None,
+    token_budget: int,
+    reader: ElementReader,
+) -> dict[str, Any]:
     import torch
 
     rows: list[dict[str, Any]] = []
@@ -352,23 +432,26 @@ def analyze_groups(
         if ref is None or ref.dim() != 2:
             continue
         n, width = ref.shape[0], ref.shape[1]
-        seq = am.sum(-1) if am is not None else torch.full((n,), width, dtype=torch.int64)
+        # One pass over each mask and no temporaries: count_nonzero, not .ne().sum().
+        if am is not None:
+            seq = torch.count_nonzero(am, dim=-1)
+        else:
+            seq = torch.full((n,), width, dtype=torch.int64)
         if lm is not None:
-            active = lm.ne(0) if am is None else lm.ne(0) & am.to(torch.bool)
-            resp = active.sum(-1)
-            first = torch.argmax(lm.ne(0).to(torch.uint8), dim=-1)
+            # loss_mask is 0 on padding, so it needs no AND with the attention mask.
+            resp = torch.count_nonzero(lm, dim=-1)
+            first = torch.argmax(lm if lm.dtype != torch.bool else lm.to(torch.uint8), dim=-1)
         else:
             resp = torch.zeros(n, dtype=torch.int64)
             first = torch.zeros(n, dtype=torch.int64)
-        last = (seq - 1).clamp(min=0)
-        idx = torch.arange(n)
-        last_tok: list[Any] = ids[idx, last].tolist() if ids is not None else [None] * n
+        last = (seq - 1).clamp(min=0).tolist()
+        last_tok: list[Any] = reader.gather(ids, last) if ids is not None else [None] * n
         vers = g.get("versions")
         head: list[Any] = [None] * n
         tail: list[Any] = [None] * n
         if vers is not None and vers.dim() == 2:
-            # Two gathered values per sample, not the whole versions tensor.
-            head, tail = vers[idx, first].tolist(), vers[idx, last].tolist()
+            # Two values per sample, not the whole versions tensor.
+            head, tail = reader.gather(vers, first.tolist()), reader.gather(vers, last)
         rew = g.get("rewards")
         rewards: list[Any] = [None] * n
         if rew is not None and rew.numel() == n:
@@ -440,6 +523,8 @@ def _budgeted_groups(groups: list[dict[str, Any]], budget: int) -> set[int]:
         lp = g.get("logprobs")
         sizes.append(int(lp.numel()) if lp is not None else 0)
     total = sum(sizes)
+    if budget <= 0:
+        return set()
     if total <= budget:
         return set(range(len(groups)))
     stride = total / budget
@@ -668,7 +753,7 @@ def _analysis(path: str, eos_ids: list[int] | None, trust_pickle: bool,
         if fmt not in (TRAJECTORY, DICT_BATCH):
             return fmt, description, None
         groups = _groups_of(obj, fmt)
-        result = analyze_groups(groups, eos_ids, token_budget)
+        result = analyze_groups(groups, eos_ids, token_budget, path)
         result["n_groups"] = len(groups)
         return fmt, description, result
 

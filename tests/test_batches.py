@@ -1,0 +1,343 @@
+"""Batch reader, stats and health checks on real `torch.save` files in AReaL's layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from areal_console.core import batch_fixtures as bf
+from areal_console.core import batches as b
+from areal_console.core.batches import BatchError, UnsafePickleError
+
+
+@pytest.fixture(scope="module")
+def dump_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four steps x two dp ranks, completions growing step by step, EOS id in a config file."""
+    d = tmp_path_factory.mktemp("dump")
+    bf.write_trajectory_dump(d, steps=[0, 1, 2, 3], dp_size=2, with_prox_logp=True,
+                             length_growth=0.3, no_eos_fraction=0.15)
+    bf.write_model_config(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def step_file(dump_dir: Path) -> Path:
+    return dump_dir / "step_000001_dp_0.pt"
+
+
+class Payload:
+    """Unpickling this would create a marker file: the proof that code ran."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.marker, "w"))
+
+
+# --------------------------------------------------------------------------------------
+# Fixtures match AReaL's layout
+
+
+def test_fixture_files_have_areal_layout(dump_dir: Path) -> None:
+    names = sorted(p.name for p in dump_dir.glob("*.pt"))
+    assert names[:2] == ["step_000000_dp_0.pt", "step_000000_dp_1.pt"]
+    assert len(names) == 8
+    groups = torch.load(dump_dir / names[0], weights_only=True)
+    assert isinstance(groups, list) and all(isinstance(g, dict) for g in groups)
+    g = groups[1]
+    n, width = g["input_ids"].shape
+    assert g["input_ids"].dtype == torch.int32 and g["loss_mask"].dtype == torch.int32
+    assert g["logprobs"].dtype == torch.float32 and g["attention_mask"].dtype == torch.bool
+    assert g["rewards"].shape == (n,) and g["rewards"].dtype == torch.float32
+    seq = g["attention_mask"].sum(-1)
+    assert int(seq.max()) == width  # the group's longest sample sets its width
+    for r in range(n):
+        s = int(seq[r])
+        assert not g["attention_mask"][r, s:].any()  # right padding
+        prompt = g["loss_mask"][r] == 0
+        assert (g["versions"][r][prompt & g["attention_mask"][r]] == -1).all()
+        assert (g["versions"][r][g["loss_mask"][r] == 1] >= 0).all()
+    # One shared prompt per group (GRPO).
+    plen = int((g["loss_mask"][0] == 0).sum() - (~g["attention_mask"][0]).sum())
+    assert torch.equal(g["input_ids"][0, :plen], g["input_ids"][1, :plen])
+
+
+# --------------------------------------------------------------------------------------
+# Summaries
+
+
+def test_summary_of_a_step_file(step_file: Path) -> None:
+    s = b.json_safe(b.summarize(str(step_file)))
+    assert s["format"] == b.TRAJECTORY and s["step"] == 1 and s["dp_rank"] == 0
+    assert s["groups"] == 8 and s["samples"] == 64
+    assert s["keys"]["input_ids"]["dtype"] == "int32" and s["keys"]["rewards"]["shape"] == [64]
+    st = s["stats"]
+    groups = torch.load(step_file, weights_only=True)
+    seq = torch.cat([g["attention_mask"].sum(-1) for g in groups]).double()
+    resp = torch.cat([g["loss_mask"].sum(-1) for g in groups]).double()
+    rewards = torch.cat([g["rewards"] for g in groups]).double()
+    assert s["tokens"] == int(seq.sum())
+    assert st["seq_len"]["mean"] == pytest.approx(float(seq.mean()))
+    assert st["response_len"]["max"] == float(resp.max())
+    assert st["prompt_len"]["mean"] == pytest.approx(float((seq - resp).mean()))
+    assert st["reward"]["std"] == pytest.approx(float(rewards.std(unbiased=False)))
+    # EOS id 2 from generation_config.json next to the dump.
+    assert s["eos_token_ids"] == [2] and s["eos_source"].endswith("generation_config.json")
+    last = [int(g["input_ids"][r, int(g["attention_mask"][r].sum()) - 1])
+            for g in groups for r in range(g["input_ids"].shape[0])]
+    assert st["no_eos_ratio"] == pytest.approx(sum(t != 2 for t in last) / len(last))
+    equal = sum(int(g["rewards"].max() == g["rewards"].min()) for g in groups)
+    assert st["equal_reward_groups"] == equal == 2
+    iw = st["importance_weight"]
+    assert iw["mean"] == pytest.approx(1.0, abs=0.01) and iw["sampled"] is False
+    assert st["version"]["max"] == 1 and st["version"]["staleness_max"] <= 2
+    json.dumps(s, allow_nan=False)
+
+
+def test_eos_flag_overrides_config_and_warns(step_file: Path) -> None:
+    s = b.summarize(str(step_file), eos_token_id=31999)  # never generated: all "truncated"
+    assert s["stats"]["no_eos_ratio"] == 1.0
+    assert any(w.startswith("no_eos_ratio 1.000 > 0.05") for w in s["warnings"])
+
+
+def test_directory_timeline_and_length_growth(dump_dir: Path) -> None:
+    s = b.summarize(str(dump_dir))
+    assert s["format"] == b.TRAJECTORY_DIR
+    assert s["steps"] == [0, 1, 2, 3] and s["dp_ranks"] == [0, 1]
+    assert [(e["step"], e["dp_rank"]) for e in s["timeline"]][:3] == [(0, 0), (0, 1), (1, 0)]
+    assert s["samples"] == 8 * 64
+    lens = [p["response_len_mean"] for p in s["per_step"]]
+    assert lens == sorted(lens)
+    assert any(w.startswith("response length grows between steps") for w in s["warnings"])
+
+
+def test_dict_batch_groups_rows_by_prompt(tmp_path: Path) -> None:
+    path = bf.write_dict_batch(tmp_path / "batch.pt", n_groups=4, group_size=4)
+    s = b.summarize(str(path), eos_token_id=2)
+    assert s["format"] == b.DICT_BATCH and s["samples"] == 16 and s["groups"] == 4
+    assert s["stats"]["equal_reward_groups"] == 1
+
+
+def test_text_rollout_dump(tmp_path: Path) -> None:
+    bf.write_text_rollout_dump(tmp_path, versions=(1, 2), tasks=3, samples_per_task=4)
+    s = b.summarize(str(tmp_path))
+    assert s["format"] == b.TEXT_ROLLOUT and s["samples"] == 24 and s["groups"] == 6
+    assert s["versions"] == [1, 2]
+    view = b.sample_view(str(tmp_path), 5)
+    assert view["prompt"].startswith("Question 1 at version 1")
+    assert view["response_len"] == view["seq_len"] - view["prompt_len"]
+
+
+def test_sample_view_unpads_one_sample(step_file: Path) -> None:
+    table = b.sample_table(str(step_file))
+    row = table["rows"][10]
+    v = b.sample_view(str(step_file), 10)
+    groups = torch.load(step_file, weights_only=True)
+    g = groups[row["group"]]
+    n = row["seq_len"]
+    assert v["tokens"] == g["input_ids"][row["row"], :n].tolist()
+    assert len(v["loss_mask"]) == len(v["logprobs"]) == len(v["versions"]) == n
+    assert sum(v["loss_mask"]) == v["response_len"]
+    assert v["reward"] == float(g["rewards"][row["row"]])
+    assert all(x == -1 for x, m in zip(v["versions"], v["loss_mask"], strict=True) if not m)
+    with pytest.raises(BatchError, match="out of range"):
+        b.sample_view(str(step_file), 64)
+
+
+def test_compare_two_steps(dump_dir: Path) -> None:
+    a = b.summarize(str(dump_dir / "step_000000_dp_0.pt"))
+    c = b.summarize(str(dump_dir / "step_000003_dp_0.pt"))
+    rows = {r["stat"]: r for r in b.compare(a, c)["rows"]}
+    r = rows["response_len.mean"]
+    assert r["delta"] == pytest.approx(r["b"] - r["a"]) and r["delta"] > 0
+
+
+# --------------------------------------------------------------------------------------
+# Pure stats and warnings
+
+
+def _row(seq: int, resp: int, reward: float, eos: bool | None, head: int = 3) -> dict[str, Any]:
+    return {"seq_len": seq, "prompt_len": seq - resp, "response_len": resp, "reward": reward,
+            "eos": eos, "head_version": head, "tail_version": head}
+
+
+def test_batch_stats_and_thresholds() -> None:
+    rows = [_row(10, 6, 1.0, True), _row(12, 8, 0.0, False, head=1), _row(8, 4, 1.0, True),
+            _row(9, 5, 1.0, True)]
+    st = b.batch_stats(rows, [[1.0, 0.0], [1.0, 1.0]], None, [0, 0, 0, 1])
+    assert st["no_eos_ratio"] == 0.25
+    assert st["equal_reward_group_ratio"] == 0.5
+    assert st["reward"] == {"mean": 0.75, "std": pytest.approx(0.4330127), "min": 0.0,
+                            "max": 1.0}
+    assert st["version"]["staleness_max"] == 2 and st["version"]["mixed_version_ratio"] == 0.25
+    warnings = b.batch_warnings(st)
+    assert any("no_eos_ratio 0.250 > 0.05" in w for w in warnings)
+    assert any(w.startswith("50% of groups have all-equal rewards") for w in warnings)
+    # At the threshold no_eos does not warn (AReaL: above 0.05).
+    assert not any("no_eos" in w for w in b.batch_warnings({"no_eos_ratio": 0.05}))
+    far = {"importance_weight": {"mean": 1.4, "min": 0.1, "max": 9.0, "over_cap_ratio": 0.01}}
+    text = " ".join(b.batch_warnings(far))
+    assert "far from 1.0" in text and "behav_imp_weight_cap 5" in text
+
+
+def test_length_trend_needs_steady_growth() -> None:
+    flat = [{"step": i, "response_len_mean": 100.0 + (i % 2), "no_eos_ratio": 0.01}
+            for i in range(5)]
+    assert b.length_trend_warnings(flat) == []
+    growing = [{"step": i, "response_len_mean": 100.0 * 1.2**i, "no_eos_ratio": 0.01 * i}
+               for i in range(4)]
+    (w,) = b.length_trend_warnings(growing)
+    assert "no_eos_ratio 0.000 -> 0.030" in w
+
+
+def test_histogram_counts_every_value() -> None:
+    h = b.histogram([0.0, 0.1, 0.5, 1.0, 1.0], bins=4)
+    assert h["counts"] == [2, 0, 1, 2] and len(h["edges"]) == 5
+    assert b.histogram([], 4) == {"edges": [], "counts": []}
+
+
+def test_eos_from_tokenizer_config(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": "<|im_end|>",
+        "added_tokens_decoder": {"151643": {"content": "<|endoftext|>"},
+                                 "151645": {"content": "<|im_end|>"}},
+    }))
+    sub = tmp_path / "dumps"
+    sub.mkdir()
+    ids, source = b.find_eos_token_ids(str(sub / "step_000001.pt"))
+    assert ids == [151645] and source is not None and source.endswith("tokenizer_config.json")
+
+
+# --------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.fixture()
+def small_file(tmp_path: Path) -> Path:
+    path = tmp_path / "step_000007.pt"
+    torch.save(bf.make_trajectory(7, n_groups=3, group_size=4), path)
+    return path
+
+
+def test_truncated_file(small_file: Path) -> None:
+    raw = small_file.read_bytes()
+    small_file.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(BatchError, match="truncated or corrupt"):
+        b.load_pt(str(small_file))
+
+
+def test_corrupt_archive(small_file: Path) -> None:
+    raw = bytearray(small_file.read_bytes())
+    # Scribble over the pickle inside the archive (its entry comes first).
+    raw[60:400] = os.urandom(340)
+    small_file.write_bytes(bytes(raw))
+    with pytest.raises(BatchError) as err:
+        b.summarize(str(small_file))
+    assert "\n" not in str(err.value) and str(small_file) in str(err.value)
+
+
+def test_empty_file_and_empty_dir(tmp_path: Path) -> None:
+    (tmp_path / "step_000000.pt").write_bytes(b"")
+    with pytest.raises(BatchError, match="empty file"):
+        b.summarize(str(tmp_path / "step_000000.pt"))
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    with pytest.raises(BatchError, match="no rollout dumps here"):
+        b.summarize(str(empty))
+
+
+def test_wrong_format_is_named(tmp_path: Path) -> None:
+    path = bf.write_checkpoint(tmp_path / "model.pt")
+    s = b.summarize(str(path))
+    assert s["format"] == b.CHECKPOINT
+    assert "model checkpoint" in s["description"] and "model.embed_tokens.weight" in s["description"]
+    with pytest.raises(BatchError, match="not a rollout batch: a model checkpoint"):
+        b.sample_table(str(path))
+
+
+def test_code_running_pickle_is_refused_and_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "payload-ran"
+    path = tmp_path / "step_000001.pt"
+    torch.save([{"input_ids": torch.zeros(1, 2)}, {"x": Payload(str(marker))}], path)
+    with pytest.raises(UnsafePickleError, match="could run code when loaded") as err:
+        b.summarize(str(path))
+    assert "--trust-pickle" in str(err.value)
+    assert not marker.exists()
+    # Opting in really does run it: the refusal above is what protected us.
+    b.load_pt(str(path), trust_pickle=True)
+    assert marker.exists()
+
+
+def test_keys_differ_between_groups(tmp_path: Path) -> None:
+    groups = bf.make_trajectory(2, n_groups=4, group_size=4, with_prox_logp=True)
+    for g in groups[1:3]:
+        del g["prox_logp"]
+    path = tmp_path / "step_000002.pt"
+    torch.save(groups, path)
+    s = b.summarize(str(path), eos_token_id=2)
+    assert s["keys"]["prox_logp"]["missing_in_groups"] == 2
+    assert "input_ids" in s["keys"] and "missing_in_groups" not in s["keys"]["input_ids"]
+    assert any("'prox_logp' is missing in 2 group(s)" in w for w in s["warnings"])
+    assert s["stats"]["importance_weight"]["tokens"] > 0  # from the groups that have it
+
+
+def test_unreadable_file_in_a_directory_is_reported_not_fatal(tmp_path: Path) -> None:
+    bf.write_trajectory_dump(tmp_path, steps=[0, 1], n_groups=2, group_size=2)
+    (tmp_path / "step_000002.pt").write_bytes(b"PK\x03\x04 broken")
+    s = b.summarize(str(tmp_path), eos_token_id=2)
+    assert s["steps"] == [0, 1, 2] and s["samples"] == 8
+    bad = [e for e in s["timeline"] if e.get("error")]
+    assert [e["file"] for e in bad] == ["step_000002.pt"]
+
+
+MEASURE = textwrap.dedent("""
+    import json, sys, time
+    import torch
+    from areal_console.core import batches
+
+    def peak_kb():
+        # VmHWM belongs to this process image; ru_maxrss would carry the parent's over exec.
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+
+    mode, path = sys.argv[1], sys.argv[2]
+    before = peak_kb()
+    t0 = time.perf_counter()
+    if mode == "summary":
+        batches.summarize(path, eos_token_id=2)
+    else:
+        groups = torch.load(path, weights_only=True)
+        sum(float(g["attention_mask"].sum()) for g in groups)
+    seconds = time.perf_counter() - t0
+    after = peak_kb()
+    print(json.dumps({"grew_kb": after - before, "seconds": seconds}))
+""")
+
+
+@pytest.mark.slow
+def test_big_file_is_not_read_in_full(tmp_path: Path) -> None:
+    path = bf.write_large_trajectory(tmp_path / "step_000001.pt", 160 << 20, width=8192)
+    size_kb = path.stat().st_size // 1024
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def measure(mode: str) -> dict[str, float]:
+        out = subprocess.run([sys.executable, "-c", MEASURE, mode, str(path)], env=env,
+                             capture_output=True, text=True, check=True, timeout=120)
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+    summary = measure("summary")
+    full = measure("full")
+    # A full load holds the whole file in memory; the summary touches the masks, a few
+    # gathered ids and a bounded token sample of the log-probabilities.
+    assert full["grew_kb"] > 0.9 * size_kb, (full, size_kb)
+    assert summary["grew_kb"] < 0.45 * size_kb, (summary, size_kb)
