@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from areal_console.core import batch_fixtures as bf
 from areal_console.core import batches as b
 from areal_console.core.batches import BatchError, UnsafePickleError
@@ -259,7 +258,8 @@ def test_wrong_format_is_named(tmp_path: Path) -> None:
     path = bf.write_checkpoint(tmp_path / "model.pt")
     s = b.summarize(str(path))
     assert s["format"] == b.CHECKPOINT
-    assert "model checkpoint" in s["description"] and "model.embed_tokens.weight" in s["description"]
+    assert "model checkpoint" in s["description"]
+    assert "model.embed_tokens.weight" in s["description"]
     with pytest.raises(BatchError, match="not a rollout batch: a model checkpoint"):
         b.sample_table(str(path))
 
