@@ -1123,14 +1123,21 @@ def sample_view(
         return {**rows[index], "path": path, "prompt": rec.get("prompt"),
                 "completion": rec.get("completion"), "tokens": None, "text": None}
     eos_ids, _ = _resolve_eos(path, eos_token_id)
-    fmt, description, result = _analysis(path, eos_ids, trust_pickle, TOKEN_BUDGET)
-    if result is None:
-        raise BatchError(f"{path}: not a rollout batch: {description}")
-    rows = result["rows"]
-    _check_index(index, len(rows))
-    row = rows[index]
     obj = load_pt(path, trust_pickle)
-    group = _groups_of(obj, fmt)[row["group"]]
+    fmt, description = detect_format(obj)
+    if fmt not in (TRAJECTORY, DICT_BATCH):
+        raise BatchError(f"{path}: not a rollout batch: {description}")
+    groups = _groups_of(obj, fmt)
+    # Find the group from tensor shapes alone: opening one sample reads only its group.
+    sizes = [_group_size(g) for g in groups]
+    _check_index(index, sum(sizes))
+    gi, start = 0, 0
+    while index >= start + sizes[gi]:
+        start += sizes[gi]
+        gi += 1
+    group = groups[gi]
+    local = analyze_groups([group], eos_ids, 0, path)["rows"][index - start]
+    row = {**local, "index": index, "group": gi}
     n = row["seq_len"]
     per_token: dict[str, Any] = {}
     for key in ("input_ids", "loss_mask", "logprobs", "versions", "turn_ids", "prox_logp",
@@ -1161,6 +1168,14 @@ def sample_view(
         "scalars": scalars,
         "text": text,
     }
+
+
+def _group_size(group: dict[str, Any]) -> int:
+    for key in ("input_ids", "attention_mask", "loss_mask"):
+        t = group.get(key)
+        if t is not None and t.dim() == 2:
+            return int(t.shape[0])
+    return 0
 
 
 def _check_index(index: int, total: int) -> None:

@@ -1,0 +1,126 @@
+"""Summary of a ~1 GB trajectory dump vs a plain `torch.load` plus naive statistics.
+
+Writes one `step_000001.pt` of about `--gb` GB in AReaL's layout, then measures, each in a
+fresh subprocess (so peak memory is that of the measured work alone), repeated `--repeat`
+times (median reported):
+
+  summary  areal_console's summary (memory-mapped, masks + a few elements per sample)
+  naive    torch.load(weights_only=True) of everything, then the same headline stats
+  sample   opening one sample in a fresh process (load + its group only)
+
+with the file's pages warm in the page cache (just written) and cold (evicted with
+posix_fadvise(DONTNEED) before each run). Prints a table and the summary/naive ratios.
+
+    python bench/bench_batches.py [--gb 1.0] [--repeat 3] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+
+MEASURE = r"""
+import json, os, sys, time
+import torch
+
+def peak_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+
+mode, path, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+torch.zeros(1).sum()  # torch's lazy init is not part of either measurement
+from areal_console.core import batches
+if cold:
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+before = peak_kb()
+t0 = time.perf_counter()
+if mode == "summary":
+    s = batches.summarize(path, eos_token_id=2)
+    out = {"samples": s["samples"], "reward_mean": s["stats"]["reward"]["mean"]}
+elif mode == "sample":
+    v = batches.sample_view(path, 1000, eos_token_id=2)
+    out = {"seq_len": v["seq_len"]}
+else:
+    groups = torch.load(path, weights_only=True, map_location="cpu")
+    seq = torch.cat([g["attention_mask"].sum(-1) for g in groups]).double()
+    resp = torch.cat([g["loss_mask"].sum(-1) for g in groups]).double()
+    rewards = torch.cat([g["rewards"] for g in groups]).double()
+    last = torch.cat([g["input_ids"].gather(1, (g["attention_mask"].sum(-1, keepdim=True) - 1))
+                      for g in groups]).squeeze(1)
+    w = torch.cat([torch.exp(g["prox_logp"] - g["logprobs"])[g["loss_mask"].bool()]
+                   for g in groups])
+    out = {"samples": int(seq.numel()), "reward_mean": float(rewards.mean()),
+           "seq_len": float(seq.mean()), "resp": float(resp.mean()),
+           "no_eos": float((last != 2).double().mean()), "iw": float(w.double().mean())}
+seconds = time.perf_counter() - t0
+out.update(seconds=seconds, peak_growth_mb=(peak_kb() - before) / 1024)
+print(json.dumps(out))
+"""
+
+
+def run(mode: str, path: Path, cold: bool) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])}
+    out = subprocess.run([sys.executable, "-c", MEASURE, mode, str(path), "1" if cold else "0"],
+                         env=env, capture_output=True, text=True, check=True, timeout=600)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=1.0, help="dump size in GB")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keep", metavar="DIR", help="write the dump here and keep it")
+    args = parser.parse_args()
+
+    from areal_console.core import batch_fixtures as bf
+
+    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="bench-batches-")
+    directory = Path(args.keep or tmp.name)  # type: ignore[union-attr]
+    path = directory / "step_000001.pt"
+    if not path.exists():
+        t0 = time.perf_counter()
+        bf.write_large_trajectory(path, int(args.gb * (1 << 30)), width=8192)
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())  # clean pages can be evicted for the cold runs
+        print(f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in "
+              f"{time.perf_counter() - t0:.1f}s")
+    size_mb = path.stat().st_size / (1 << 20)
+    print(f"cpu cores: {os.cpu_count()}, file {size_mb:.0f} MiB, repeat {args.repeat}, "
+          "median of fresh processes")
+    results: dict[tuple[str, bool], dict[str, float]] = {}
+    for cold in (False, True):
+        for mode in ("summary", "naive", "sample"):
+            runs = [run(mode, path, cold) for _ in range(args.repeat)]
+            results[(mode, cold)] = {
+                "seconds": statistics.median(r["seconds"] for r in runs),
+                "peak_growth_mb": statistics.median(r["peak_growth_mb"] for r in runs),
+            }
+    print(f"\n{'cache':<6} {'measure':<8} {'seconds':>9} {'peak MB':>9}")
+    for (mode, cold), r in results.items():
+        print(f"{'cold' if cold else 'warm':<6} {mode:<8} {r['seconds']:>9.3f} "
+              f"{r['peak_growth_mb']:>9.0f}")
+    for cold in (False, True):
+        s, n = results[("summary", cold)], results[("naive", cold)]
+        label = "cold" if cold else "warm"
+        print(f"{label}: summary is {n['seconds'] / s['seconds']:.1f}x faster than naive, "
+              f"uses {s['peak_growth_mb'] / max(n['peak_growth_mb'], 1):.0%} of its peak memory")
+    if tmp is not None:
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

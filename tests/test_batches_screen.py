@@ -1,0 +1,166 @@
+"""The Batches screen driven with Pilot over real dump files (no snapshots: widget contents)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from areal_console.core import batch_fixtures as bf
+from areal_console.screens.batches import BatchesScreen, filter_rows
+from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
+from areal_console.widgets.mini_histogram import MiniHistogram
+from areal_console.widgets.token_view import TokenView
+from textual.app import App
+from textual.widgets import DataTable, Static
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("screen-dump")
+    bf.write_trajectory_dump(d, steps=[0, 1, 2], dp_size=2, n_groups=3, group_size=4,
+                             with_prox_logp=True)
+    bf.write_model_config(d)
+    return d
+
+
+class Host(App[None]):
+    def __init__(self, screen: BatchesScreen) -> None:
+        super().__init__()
+        self.batches = screen
+        self.replays: list[BatchesScreen.ReplayRequested] = []
+
+    def on_mount(self) -> None:
+        self.push_screen(self.batches)
+
+    def on_batches_screen_replay_requested(self, message: BatchesScreen.ReplayRequested) -> None:
+        self.replays.append(message)
+
+
+async def wait_for(pilot: Any, condition: Any, timeout: float = 20.0) -> None:
+    """Poll the UI until `condition()` holds (workers run in threads)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+def text_of(widget: Static) -> str:
+    return str(widget.render())
+
+
+@pytest.mark.slow
+async def test_browse_steps_samples_and_tokens(dump: Path) -> None:
+    screen = BatchesScreen(str(dump))
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        steps = screen.query_one("#steps", DataTable)
+        samples = screen.query_one("#samples", DataTable)
+        await wait_for(pilot, lambda: samples.row_count == 12)
+        assert steps.row_count == 6  # 3 steps x 2 dp ranks
+        # The newest step opens first.
+        assert screen.current_file is not None
+        assert screen.current_file.endswith("step_000002_dp_1.pt")
+        summary = text_of(screen.query_one("#summary", Static))
+        assert "AReaL trajectory dump: 3 prompt groups" in summary
+        assert "no_eos_ratio" in summary and "imp. weight" in summary
+        assert sum(screen.query_one("#reward-hist", MiniHistogram).counts) == 12
+        assert sum(screen.query_one("#length-hist", MiniHistogram).counts) == 12
+
+        # Drill into another step file.
+        steps.focus()
+        steps.move_cursor(row=0)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: (screen.current_file or "").endswith("step_000000_dp_0.pt")
+                       and samples.row_count == 12
+                       and "step 0 dp 0" in text_of(screen.query_one("#summary", Static)))
+
+        # Open one sample: its tokens, unpadded, shaded by loss mask.
+        samples.focus()
+        samples.move_cursor(row=5)
+        await pilot.press("enter")
+        view = screen.query_one("#sample-view", TokenView)
+        await wait_for(pilot, lambda: view.view is not None)
+        assert view.view is not None and view.view["index"] == 5
+        groups = torch.load(dump / "step_000000_dp_0.pt", weights_only=True)
+        g = groups[view.view["group"]]
+        expected = g["input_ids"][view.view["row"], : view.view["seq_len"]].tolist()
+        assert view.view["tokens"] == expected
+        rendered = view.render()
+        assert str(expected[0]) in str(rendered) and "⟨v" in str(rendered)
+
+        # Filter the sample table, then clear it with esc.
+        await pilot.press("slash")
+        await pilot.press(*"group=1")
+        await wait_for(pilot, lambda: samples.row_count == 4)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: samples.row_count == 12)
+
+
+@pytest.mark.slow
+async def test_compare_marked_steps_and_replay_request(dump: Path) -> None:
+    screen = BatchesScreen(str(dump))
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        steps = screen.query_one("#steps", DataTable)
+        await wait_for(pilot, lambda: screen.query_one("#samples", DataTable).row_count == 12)
+        steps.focus()
+        steps.move_cursor(row=0)
+        await pilot.press("space")
+        steps.move_cursor(row=4)
+        await pilot.press("space")
+        assert len(screen.marked) == 2
+        assert steps.get_cell("0", "mark") == "✓" and steps.get_cell("4", "mark") == "✓"
+        await pilot.press("c")
+        summary = screen.query_one("#summary", Static)
+        await wait_for(pilot, lambda: "response_len.mean" in text_of(summary))
+        assert "step_000000_dp_0.pt" in text_of(summary)
+        assert "step_000002_dp_0.pt" in text_of(summary)
+        screen.action_request_replay()
+        await wait_for(pilot, lambda: bool(app.replays))
+        assert app.replays[0].steps == [0, 2] and app.replays[0].path == str(dump)
+
+
+class Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.slow
+async def test_unsafe_pickle_asks_before_loading(tmp_path: Path) -> None:
+    marker = tmp_path / "payload-ran"
+    path = tmp_path / "step_000003.pt"
+    groups = bf.make_trajectory(3, n_groups=2, group_size=2)
+    groups[0]["note"] = Payload(str(marker))  # type: ignore[assignment]
+    torch.save(groups, path)
+    screen = BatchesScreen(str(path))
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TrustPickleDialog))
+        assert not marker.exists()
+        status = text_of(screen.query_one("#batches-status", Static))
+        assert "could run code when loaded" in status
+        await pilot.press("n")  # the default: nothing is loaded
+        await wait_for(pilot, lambda: app.screen is screen)
+        assert not marker.exists() and screen.trust_pickle is False
+        screen.action_trust()
+        await wait_for(pilot, lambda: isinstance(app.screen, TrustPickleDialog))
+        await pilot.press("y")
+        await wait_for(pilot, marker.exists)
+        assert screen.trust_pickle is True
+
+
+def test_filter_rows_terms() -> None:
+    rows = [{"index": 0, "group": 0, "eos": True, "reward": 1.0},
+            {"index": 1, "group": 0, "eos": False, "reward": 0.0},
+            {"index": 2, "group": 1, "eos": False, "reward": 1.0}]
+    assert [r["index"] for r in filter_rows(rows, "noeos")] == [1, 2]
+    assert [r["index"] for r in filter_rows(rows, "noeos reward=1")] == [2]
+    assert [r["index"] for r in filter_rows(rows, "")] == [0, 1, 2]

@@ -1,0 +1,493 @@
+"""The Batches screen: browse dumped rollout batches (steps x dp ranks), samples and tokens.
+
+Left: the dump's timeline (one row per step file). Right: the selected file's summary with
+AReaL's health warnings and small reward / length histograms, its sample table, and the
+selected sample's tokens. Everything is read in workers through a `BatchSource`, locally
+or on a node through its agent.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from areal_console.core import batches
+from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
+from areal_console.core.batches import BatchError, UnsafePickleError
+from areal_console.core.fleet import Fleet
+from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
+from areal_console.widgets.mini_histogram import MiniHistogram
+from areal_console.widgets.token_view import TokenView
+
+ReplayCallback = Callable[[str, list[int]], None]
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def summary_text(s: dict[str, Any]) -> Text:
+    """The summary pane: what the file is, its stats, and warnings."""
+    out = Text()
+    out.append(f"{s['description']}\n", style="bold")
+    where = [f"groups {s['groups']}", f"samples {s['samples']}", f"tokens {s['tokens']:,}"]
+    if s.get("step") is not None:
+        where.insert(0, f"step {s['step']}" + (f" dp {s['dp_rank']}" if s.get("dp_rank")
+                                                is not None else ""))
+    out.append("  ".join(where) + "\n")
+    st = s.get("stats") or {}
+    for name in ("seq_len", "prompt_len", "response_len", "reward"):
+        d = st.get(name) or {}
+        digits = 3 if name == "reward" else 1
+        out.append(f"{name:<13}", style="bold")
+        out.append(f"mean {_fmt(d.get('mean'), digits)}  std {_fmt(d.get('std'), digits)}  "
+                   f"min {_fmt(d.get('min'), digits)}  max {_fmt(d.get('max'), digits)}\n")
+    out.append(f"{'no_eos_ratio':<13}", style="bold")
+    eos = s.get("eos_token_ids")
+    out.append(f"{_fmt(st.get('no_eos_ratio'), 3)}"
+               f"{f'  (EOS {eos})' if eos else '  (EOS id unknown)'}\n")
+    if st.get("equal_reward_group_ratio") is not None:
+        out.append(f"{'equal reward':<13}", style="bold")
+        out.append(f"{st['equal_reward_groups']} groups "
+                   f"({st['equal_reward_group_ratio']:.0%}) have zero advantage\n")
+    v = st.get("version")
+    if v:
+        out.append(f"{'versions':<13}", style="bold")
+        out.append(f"{v['min']}..{v['max']}  staleness mean {v['staleness_mean']:.2f} "
+                   f"max {v['staleness_max']}  mixed {v['mixed_version_ratio']:.0%}\n")
+    iw = st.get("importance_weight")
+    if iw:
+        out.append(f"{'imp. weight':<13}", style="bold")
+        out.append(f"mean {iw['mean']:.3f}  min {iw['min']:.3f}  max {iw['max']:.3f}  "
+                   f"over cap {iw['over_cap_ratio']:.2%}\n")
+    for w in s.get("warnings") or []:
+        out.append(f"! {w}\n", style="bold yellow")
+    return out
+
+
+def compare_text(c: dict[str, Any]) -> Text:
+    out = Text()
+    out.append(f"A {c['a']}\nB {c['b']}\n", style="bold")
+    out.append(f"{'stat':<26}{'A':>11}{'B':>11}{'B-A':>11}\n", style="bold")
+    for r in c["rows"]:
+        delta = r["delta"]
+        style = "" if not delta else "green" if delta > 0 else "red"
+        out.append(f"{r['stat']:<26}{_fmt(r['a'], 3):>11}{_fmt(r['b'], 3):>11}")
+        out.append(f"{_fmt(delta, 3):>11}\n", style=style)
+    return out
+
+
+class BatchesScreen(Screen[None]):
+    """Browse a dump file or directory; `fleet` + `node` read it on that node."""
+
+    CSS_PATH = "../styles/batches.tcss"
+    BINDINGS = [
+        Binding("escape", "back", "Back", id="batches.back",
+                tooltip="Clear the filter, leave the sample view, or close the screen"),
+        Binding("slash", "filter", "Filter", id="batches.filter",
+                tooltip="Filter samples: text, 'noeos', 'eos', 'reward=1', 'group=3'"),
+        Binding("space", "mark", "Mark", id="batches.mark",
+                tooltip="Mark the highlighted step file for comparison (two at most)"),
+        Binding("c", "compare", "Compare", id="batches.compare",
+                tooltip="Compare the two marked step files side by side"),
+        Binding("t", "trust", "Trust pickle", id="batches.trust",
+                tooltip="Reload allowing pickled code (asks first; for files you trust)"),
+        Binding("f5", "reload", "Reload", id="batches.reload",
+                tooltip="Read the dump again (new steps, changed files)"),
+    ]
+
+    class ReplayRequested(Message):
+        """Someone asked to replay steps of this dump (the app's replay dialog handles it)."""
+
+        def __init__(self, path: str, steps: list[int], node: str | None) -> None:
+            super().__init__()
+            self.path = path
+            self.steps = steps
+            self.node = node
+
+    class SummaryLoaded(Message):
+        def __init__(self, summary: dict[str, Any], top: bool) -> None:
+            super().__init__()
+            self.summary = summary
+            self.top = top
+
+    class SamplesLoaded(Message):
+        def __init__(self, table: dict[str, Any]) -> None:
+            super().__init__()
+            self.table = table
+
+    class SampleLoaded(Message):
+        def __init__(self, view: dict[str, Any]) -> None:
+            super().__init__()
+            self.view = view
+
+    class CompareLoaded(Message):
+        def __init__(self, result: dict[str, Any]) -> None:
+            super().__init__()
+            self.result = result
+
+    class LoadFailed(Message):
+        def __init__(self, path: str, error: str, unsafe: bool) -> None:
+            super().__init__()
+            self.path = path
+            self.error = error
+            self.unsafe = unsafe
+
+    def __init__(
+        self,
+        path: str,
+        fleet: Fleet | None = None,
+        node: str | None = None,
+        *,
+        source: BatchSource | None = None,
+        eos_token_id: int | None = None,
+        on_replay_requested: ReplayCallback | None = None,
+        name: str | None = None,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id)
+        self.path = path
+        self.node = node
+        if source is None:
+            if fleet is not None and node is not None:
+                source = RemoteBatchSource(fleet.session(node))
+            else:
+                source = LocalBatchSource()
+        self.source = source
+        self.eos_token_id = eos_token_id
+        self.on_replay_requested = on_replay_requested
+        self.trust_pickle = False
+        self.top_summary: dict[str, Any] | None = None
+        self.file_summary: dict[str, Any] | None = None
+        self.entries: list[dict[str, Any]] = []  # one per row of the steps table
+        self.current_file: str | None = None
+        self.marked: list[str] = []
+        self.sample_rows: list[dict[str, Any]] = []
+        self.filter_text = ""
+        self.last_error: str | None = None
+
+    # layout ------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="batches-body"):
+            with Vertical(id="steps-pane"):
+                yield Static("steps x dp ranks", classes="pane-title")
+                yield DataTable(id="steps", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="detail-pane"):
+                with VerticalScroll(id="summary-pane"):
+                    yield Static("", id="summary")
+                yield MiniHistogram("reward", digits=2, id="reward-hist")
+                yield MiniHistogram("response len", digits=0, id="length-hist")
+                yield Input(placeholder="filter samples: text, noeos, eos, reward=1, group=3",
+                            id="sample-filter")
+                yield DataTable(id="samples", cursor_type="row", zebra_stripes=True)
+                with VerticalScroll(id="sample-pane"):
+                    yield TokenView(id="sample-view")
+        yield Static("", id="batches-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        steps = self.query_one("#steps", DataTable)
+        steps.add_column("✓", key="mark", width=1)
+        for label, key in (("step", "step"), ("dp", "dp"), ("samples", "samples"),
+                           ("resp", "resp"), ("reward", "reward"), ("no_eos", "no_eos")):
+            steps.add_column(label, key=key)
+        samples = self.query_one("#samples", DataTable)
+        for label in ("#", "group", "row", "seq", "prompt", "resp", "reward", "eos", "ver"):
+            samples.add_column(label, key=label)
+        self.query_one("#sample-filter", Input).display = False
+        self.load_top()
+
+    # status -----------------------------------------------------------------------
+    def _status(self, text: str, error: bool = False) -> None:
+        where = f"[{self.source.where}] " if self.source.where != "local" else ""
+        widget = self.query_one("#batches-status", Static)
+        widget.update(Text(where + text, style="bold red" if error else "dim"))
+
+    # workers ------------------------------------------------------------------------
+    def _opts(self) -> dict[str, Any]:
+        return {"eos_token_id": self.eos_token_id, "trust_pickle": self.trust_pickle}
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-top")
+    def load_top(self) -> None:
+        try:
+            summary = self.source.summary(self.path, **self._opts())
+        except BatchError as exc:
+            self.post_message(self.LoadFailed(self.path, str(exc),
+                                              isinstance(exc, UnsafePickleError)))
+            return
+        self.post_message(self.SummaryLoaded(summary, top=True))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-file")
+    def load_file(self, path: str) -> None:
+        try:
+            summary = self.source.summary(path, **self._opts())
+            if summary["format"] not in batches.BATCH_FORMATS:
+                self.post_message(self.SummaryLoaded(summary, top=False))
+                return
+            self.post_message(self.SummaryLoaded(summary, top=False))
+            table = self.source.samples(path, **self._opts())
+        except BatchError as exc:
+            self.post_message(self.LoadFailed(path, str(exc), isinstance(exc, UnsafePickleError)))
+            return
+        self.post_message(self.SamplesLoaded(table))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-sample")
+    def load_sample(self, path: str, index: int) -> None:
+        try:
+            view = self.source.sample(path, index, **self._opts())
+        except BatchError as exc:
+            self.post_message(self.LoadFailed(path, str(exc), isinstance(exc, UnsafePickleError)))
+            return
+        self.post_message(self.SampleLoaded(view))
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-compare")
+    def load_compare(self, a: str, b: str) -> None:
+        try:
+            result = batches.compare(self.source.summary(a, **self._opts()),
+                                     self.source.summary(b, **self._opts()))
+        except BatchError as exc:
+            self.post_message(self.LoadFailed(b, str(exc), isinstance(exc, UnsafePickleError)))
+            return
+        self.post_message(self.CompareLoaded(result))
+
+    # message handlers ---------------------------------------------------------------
+    def _file_path(self, entry: dict[str, Any]) -> str:
+        return posixpath.join(self.path, entry["file"]) if entry.get("file") else self.path
+
+    @on(SummaryLoaded)
+    def _summary_loaded(self, message: SummaryLoaded) -> None:
+        s = message.summary
+        if message.top:
+            self.top_summary = s
+            self._fill_steps(s)
+            if self.entries:
+                start = len(self.entries) - 1
+                self.query_one("#steps", DataTable).move_cursor(row=start)
+                self._open_entry(start)
+            return
+        self.query_one("#summary-pane").loading = False
+        self.file_summary = s
+        self.query_one("#summary", Static).update(summary_text(s))
+        dist = s.get("distributions") or {}
+        self.query_one("#reward-hist", MiniHistogram).show(dist.get("reward"))
+        self.query_one("#length-hist", MiniHistogram).show(dist.get("response_len"))
+        if s["format"] not in batches.BATCH_FORMATS:
+            self.query_one("#samples").loading = False
+            self._status(f"{s['path']} is not a rollout batch: {s['description']}", error=True)
+        else:
+            self._status(f"{s['path']}: {len(s.get('warnings') or [])} warning(s)")
+
+    def _fill_steps(self, s: dict[str, Any]) -> None:
+        table = self.query_one("#steps", DataTable)
+        table.clear()
+        if s["format"] == batches.TRAJECTORY_DIR:
+            self.entries = list(s["timeline"])
+        else:
+            self.entries = [{"file": None, "step": s.get("step"), "dp_rank": s.get("dp_rank"),
+                             "samples": s.get("samples"),
+                             "response_len_mean": (s["stats"].get("response_len") or {})
+                             .get("mean") if s.get("stats") else None,
+                             "reward_mean": (s["stats"].get("reward") or {}).get("mean")
+                             if s.get("stats") else None,
+                             "no_eos_ratio": (s.get("stats") or {}).get("no_eos_ratio")}]
+        for i, e in enumerate(self.entries):
+            bad = bool(e.get("error"))
+            table.add_row(
+                "", _fmt(e.get("step")), _fmt(e.get("dp_rank")),
+                Text("error", style="red") if bad else _fmt(e.get("samples")),
+                _fmt(e.get("response_len_mean"), 0), _fmt(e.get("reward_mean"), 2),
+                _fmt(e.get("no_eos_ratio"), 3), key=str(i),
+            )
+
+    def _open_entry(self, row: int) -> None:
+        if not 0 <= row < len(self.entries):
+            return
+        entry = self.entries[row]
+        path = self._file_path(entry)
+        self.current_file = path
+        if self.top_summary is not None and self.top_summary["format"] == batches.TEXT_ROLLOUT:
+            self.post_message(self.SummaryLoaded(self.top_summary, top=False))
+        else:
+            self.query_one("#summary-pane").loading = True
+        self.query_one("#samples").loading = True
+        self._status(f"loading {path} ...")
+        self.load_file(path)
+
+    @on(SamplesLoaded)
+    def _samples_loaded(self, message: SamplesLoaded) -> None:
+        self.sample_rows = list(message.table["rows"])
+        self.query_one("#samples").loading = False
+        self._fill_samples()
+
+    def _fill_samples(self) -> None:
+        table = self.query_one("#samples", DataTable)
+        table.clear()
+        for r in filter_rows(self.sample_rows, self.filter_text):
+            eos = r.get("eos")
+            table.add_row(
+                str(r["index"]), _fmt(r["group"]), _fmt(r["row"]), str(r["seq_len"]),
+                str(r["prompt_len"]), str(r["response_len"]), _fmt(r["reward"], 2),
+                "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
+                f"{_fmt(r.get('head_version'))}..{_fmt(r.get('tail_version'))}",
+                key=str(r["index"]),
+            )
+
+    @on(SampleLoaded)
+    def _sample_loaded(self, message: SampleLoaded) -> None:
+        self.query_one("#sample-pane").loading = False
+        self.query_one("#sample-view", TokenView).show(message.view)
+
+    @on(CompareLoaded)
+    def _compare_loaded(self, message: CompareLoaded) -> None:
+        self.query_one("#summary-pane").loading = False
+        self.query_one("#summary", Static).update(compare_text(message.result))
+        self._status("comparing two steps: enter on a step goes back to its summary")
+
+    @on(LoadFailed)
+    def _load_failed(self, message: LoadFailed) -> None:
+        for selector in ("#summary-pane", "#samples", "#sample-pane"):
+            self.query_one(selector).loading = False
+        self.last_error = message.error
+        self._status(message.error, error=True)
+        self.query_one("#summary", Static).update(Text(message.error, style="bold red"))
+        if message.unsafe and not self.trust_pickle:
+            self._ask_trust(message.path, message.error)
+
+    # actions ------------------------------------------------------------------------
+    @on(DataTable.RowSelected, "#steps")
+    def _step_selected(self, event: DataTable.RowSelected) -> None:
+        self._open_entry(event.cursor_row)
+
+    @on(DataTable.RowSelected, "#samples")
+    def _sample_selected(self, event: DataTable.RowSelected) -> None:
+        if self.current_file is None or event.row_key.value is None:
+            return
+        self.query_one("#sample-pane").loading = True
+        self.load_sample(self.current_file, int(event.row_key.value))
+
+    @on(Input.Changed, "#sample-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self._fill_samples()
+
+    @on(Input.Submitted, "#sample-filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        self.query_one("#samples", DataTable).focus()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#sample-filter", Input)
+        box.display = True
+        box.focus()
+
+    def action_back(self) -> None:
+        box = self.query_one("#sample-filter", Input)
+        if box.display:
+            box.value = ""
+            box.display = False
+            self.query_one("#samples", DataTable).focus()
+            return
+        if self.query_one("#sample-view", TokenView).has_focus or self.query_one(
+            "#sample-pane"
+        ).has_focus_within:
+            self.query_one("#samples", DataTable).focus()
+            return
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def action_mark(self) -> None:
+        table = self.query_one("#steps", DataTable)
+        row = table.cursor_row
+        if not 0 <= row < len(self.entries):
+            return
+        path = self._file_path(self.entries[row])
+        if path in self.marked:
+            self.marked.remove(path)
+        else:
+            self.marked.append(path)
+            if len(self.marked) > 2:
+                self.marked.pop(0)
+        for i, e in enumerate(self.entries):
+            mark = "✓" if self._file_path(e) in self.marked else ""
+            table.update_cell(str(i), "mark", mark)
+        self._status(f"{len(self.marked)} marked" + (": c compares them" if len(self.marked) == 2
+                                                       else ""))
+
+    def action_compare(self) -> None:
+        if len(self.marked) != 2:
+            self._status("mark two step files with space first", error=True)
+            return
+        self.query_one("#summary-pane").loading = True
+        self.load_compare(self.marked[0], self.marked[1])
+
+    def action_trust(self) -> None:
+        target = self.current_file or self.path
+        self._ask_trust(target, self.last_error or f"{target}: load allowing pickled code")
+
+    def _ask_trust(self, path: str, reason: str) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.trust_pickle = True
+                self._status("loading with pickled code allowed", error=True)
+                self.action_reload()
+
+        self.app.push_screen(TrustPickleDialog(path, reason), answered)
+
+    def action_reload(self) -> None:
+        self.query_one("#summary-pane").loading = True
+        self.load_top()
+
+    def action_request_replay(self) -> None:
+        """Ask the app to replay the marked steps (or the highlighted one); no key bound here."""
+        steps = [e["step"] for e in self.entries if self._file_path(e) in self.marked
+                 and e.get("step") is not None]
+        if not steps:
+            row = self.query_one("#steps", DataTable).cursor_row
+            if 0 <= row < len(self.entries) and self.entries[row].get("step") is not None:
+                steps = [self.entries[row]["step"]]
+        steps = sorted(set(steps))
+        self.post_message(self.ReplayRequested(self.path, steps, self.node))
+        if self.on_replay_requested is not None:
+            self.on_replay_requested(self.path, steps)
+
+
+def filter_rows(rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """Sample rows matching a filter: `noeos`, `eos`, `key=value` terms, or plain text."""
+    terms = text.split()
+    if not terms:
+        return rows
+    out = []
+    for r in rows:
+        ok = True
+        for term in terms:
+            if term == "noeos":
+                ok = r.get("eos") is False
+            elif term == "eos":
+                ok = r.get("eos") is True
+            elif "=" in term:
+                key, _, value = term.partition("=")
+                have = r.get(key)
+                try:
+                    ok = have is not None and float(have) == float(value)
+                except ValueError:
+                    ok = str(have) == value
+            else:
+                ok = any(term in str(v) for v in r.values())
+            if not ok:
+                break
+        if ok:
+            out.append(r)
+    return out

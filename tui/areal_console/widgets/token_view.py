@@ -1,0 +1,84 @@
+"""One sample's tokens: prompt vs completion by loss mask, logprob shading, version marks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+MAX_TOKENS = 4000  # a view, not an export: very long samples are cut with a note
+
+
+def logprob_style(logprob: float | None) -> str:
+    """Completion tokens: green when likely, amber when unsure, red when surprising."""
+    if logprob is None:
+        return "bold"
+    if logprob > -0.5:
+        return "black on green"
+    if logprob > -2.0:
+        return "black on yellow"
+    return "white on red"
+
+
+def sample_text(view: dict[str, Any]) -> Text:
+    """A rich rendering of a `batches.sample_view` result."""
+    out = Text()
+    eos = view.get("eos")
+    out.append(
+        f"sample {view['index']}  group {view['group']} row {view['row']}  "
+        f"seq {view['seq_len']}  prompt {view['prompt_len']}  response {view['response_len']}  "
+        f"reward {view.get('reward')}  eos {'-' if eos is None else 'yes' if eos else 'NO'}  "
+        f"versions {view.get('head_version')}..{view.get('tail_version')}\n",
+        style="bold",
+    )
+    if view.get("tokens") is None:
+        out.append("prompt\n", style="bold dim")
+        out.append(f"{view.get('prompt') or ''}\n", style="dim")
+        out.append("completion\n", style="bold")
+        out.append(f"{view.get('completion') or ''}\n")
+        return out
+    out.append("legend: ", style="dim")
+    out.append("prompt", style="dim")
+    out.append("  completion: ")
+    out.append("likely", style=logprob_style(-0.1))
+    out.append(" ")
+    out.append("unsure", style=logprob_style(-1.0))
+    out.append(" ")
+    out.append("surprising", style=logprob_style(-3.0))
+    out.append("  ")
+    out.append("⟨vN⟩", style="bold magenta")
+    out.append(" policy version\n", style="dim")
+    if view.get("text"):
+        out.append(view["text"] + "\n\n")
+    tokens: list[int] = view["tokens"]
+    mask = view.get("loss_mask") or [0] * len(tokens)
+    logprobs = view.get("logprobs")
+    versions = view.get("versions")
+    current: int | None = None
+    for i, tok in enumerate(tokens[:MAX_TOKENS]):
+        if versions is not None and mask[i] and versions[i] != current:
+            current = versions[i]
+            out.append(f"⟨v{current}⟩", style="bold magenta")
+        style = logprob_style(logprobs[i] if logprobs else None) if mask[i] else "dim"
+        out.append(str(tok), style=style)
+        out.append(" ")
+    if len(tokens) > MAX_TOKENS:
+        out.append(f"\n… {len(tokens) - MAX_TOKENS} more tokens", style="dim")
+    return out
+
+
+class TokenView(Static):
+    """The sample view of the Batches screen."""
+
+    DEFAULT_CSS = """
+    TokenView { height: auto; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("select a sample (enter)", **kwargs)
+        self.view: dict[str, Any] | None = None
+
+    def show(self, view: dict[str, Any]) -> None:
+        self.view = view
+        self.update(sample_text(view))
