@@ -333,6 +333,7 @@ class ElementReader:
     def __init__(self, path: str | None) -> None:
         self.fd: int | None = None
         self.ranges: list[tuple[int, int, int]] = []  # (start, end, file offset at start)
+        self._scratch = bytearray()
         if path is None:
             return
         real = os.path.realpath(path)
@@ -361,6 +362,30 @@ class ElementReader:
             if lo <= ptr < hi:
                 return ptr - lo + off
         return None
+
+    def read(self, t: Any) -> Any:
+        """An in-memory copy of a whole mapped tensor, read with one `preadv`.
+
+        Bulk reads cost a fraction of faulting the same pages in one by one, and the pages
+        do not stay mapped into this process. The copy lives in a scratch buffer that the
+        next `read` may reuse: use it before reading the next tensor.
+        """
+        import torch
+
+        base = self._offset(t)
+        if base is None or self.fd is None or not t.is_contiguous():
+            return t
+        nbytes = t.numel() * t.element_size()
+        if len(self._scratch) < nbytes:
+            self._scratch = bytearray(nbytes)  # a new buffer: older copies stay valid
+        view = memoryview(self._scratch)[:nbytes]
+        try:
+            got = os.preadv(self.fd, [view], base)
+        finally:
+            view.release()
+        if got != nbytes:
+            return t
+        return torch.frombuffer(self._scratch, dtype=t.dtype, count=t.numel()).view(t.shape)
 
     def gather(self, t: Any, cols: list[int]) -> list[Any]:
         """`t[r, cols[r]]` for every row r, as Python numbers."""
@@ -434,13 +459,17 @@ def _analyze_groups(
         n, width = ref.shape[0], ref.shape[1]
         # One pass over each mask and no temporaries: count_nonzero, not .ne().sum().
         if am is not None:
-            seq = torch.count_nonzero(am, dim=-1)
+            seq = torch.count_nonzero(reader.read(am), dim=-1)
         else:
             seq = torch.full((n,), width, dtype=torch.int64)
         if lm is not None:
             # loss_mask is 0 on padding, so it needs no AND with the attention mask.
-            resp = torch.count_nonzero(lm, dim=-1)
-            first = torch.argmax(lm if lm.dtype != torch.bool else lm.to(torch.uint8), dim=-1)
+            lm_data = reader.read(lm)
+            resp = torch.count_nonzero(lm_data, dim=-1)
+            first = torch.argmax(
+                lm_data if lm.dtype != torch.bool else lm_data.to(torch.uint8), dim=-1
+            )
+            del lm_data
         else:
             resp = torch.zeros(n, dtype=torch.int64)
             first = torch.zeros(n, dtype=torch.int64)
@@ -480,9 +509,12 @@ def _analyze_groups(
                 "tail_version": None if t is None else int(t),
             })
         if gi in iw_groups and "prox_logp" in g and "logprobs" in g and lm is not None:
-            mask = lm.ne(0)
+            # Each read is copied out (by ne / boolean indexing) before the next one.
+            mask = reader.read(lm).ne(0)
             if mask.any():
-                w = torch.exp(g["prox_logp"][mask].double() - g["logprobs"][mask].double())
+                prox = reader.read(g["prox_logp"])[mask].double()
+                behave = reader.read(g["logprobs"])[mask].double()
+                w = torch.exp(prox - behave)
                 iw_sum += float(w.sum())
                 iw_n += int(w.numel())
                 iw_min = min(iw_min, float(w.min()))
