@@ -75,7 +75,7 @@ def run(mode: str, path: Path, cold: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])}
     out = subprocess.run([sys.executable, "-c", MEASURE, mode, str(path), "1" if cold else "0"],
                          env=env, capture_output=True, text=True, check=True, timeout=600)
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
+    return json.loads(out.stdout)
 
 
 def main() -> int:

@@ -340,7 +340,7 @@ def test_big_file_is_not_read_in_full(tmp_path: Path) -> None:
     def measure(mode: str) -> dict[str, float]:
         out = subprocess.run([sys.executable, "-c", MEASURE, mode, str(path)], env=env,
                              capture_output=True, text=True, check=True, timeout=120)
-        return json.loads(out.stdout)  # type: ignore[no-any-return]
+        return json.loads(out.stdout)
 
     summary = measure("summary")
     full = measure("full")

@@ -396,7 +396,7 @@ class ElementReader:
         if base is None or code is None or self.fd is None:
             import torch
 
-            return t[torch.arange(len(cols)), torch.tensor(cols)].tolist()  # type: ignore[no-any-return]
+            return t[torch.arange(len(cols)), torch.tensor(cols)].tolist()
         size = t.element_size()
         s0, s1 = t.stride()
         out = []
