@@ -351,3 +351,20 @@ def test_big_file_is_not_read_in_full(tmp_path: Path) -> None:
     assert full["grew_kb"] > 0.9 * size_kb and full["read_kb"] > 0.9 * size_kb, full
     assert summary["read_kb"] < 0.35 * size_kb, (summary, size_kb)
     assert summary["grew_kb"] < 0.2 * size_kb, (summary, size_kb)
+
+
+def test_batches_module_can_be_shipped_to_a_node() -> None:
+    """The agent runs this module's source: only the stdlib, torch and optional tokenizers."""
+    import ast
+
+    tree = ast.parse(Path(b.__file__).read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0 and node.module is not None
+            roots.add(node.module.split(".")[0])
+    allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "tokenizers"}
+    assert roots and roots <= allowed, roots - allowed
+    assert set(b.OPS) == {"batch_summary", "batch_sample", "batch_samples", "batch_list"}

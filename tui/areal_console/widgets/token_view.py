@@ -38,17 +38,17 @@ def sample_text(view: dict[str, Any]) -> Text:
         out.append("completion\n", style="bold")
         out.append(f"{view.get('completion') or ''}\n")
         return out
-    out.append("legend: ", style="dim")
-    out.append("prompt", style="dim")
-    out.append("  completion: ")
+    # Separators end the preceding segment: a segment's leading spaces can be dropped.
+    out.append("legend: prompt,", style="dim")
+    out.append(" completion by logprob: ")
     out.append("likely", style=logprob_style(-0.1))
     out.append(" ")
     out.append("unsure", style=logprob_style(-1.0))
     out.append(" ")
     out.append("surprising", style=logprob_style(-3.0))
-    out.append("  ")
+    out.append(", ")
     out.append("⟨vN⟩", style="bold magenta")
-    out.append(" policy version\n", style="dim")
+    out.append(" = policy version from here on\n", style="dim")
     if view.get("text"):
         out.append(view["text"] + "\n\n")
     tokens: list[int] = view["tokens"]
