@@ -164,3 +164,26 @@ def test_filter_rows_terms() -> None:
     assert [r["index"] for r in filter_rows(rows, "noeos")] == [1, 2]
     assert [r["index"] for r in filter_rows(rows, "noeos reward=1")] == [2]
     assert [r["index"] for r in filter_rows(rows, "")] == [0, 1, 2]
+
+
+async def test_wrong_format_and_text_rollout(tmp_path: Path) -> None:
+    ckpt = bf.write_checkpoint(tmp_path / "model.pt")
+    screen = BatchesScreen(str(ckpt))
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        status = screen.query_one("#batches-status", Static)
+        await wait_for(pilot, lambda: "not a rollout batch" in text_of(status))
+        assert "model checkpoint" in text_of(status)
+        assert screen.query_one("#samples", DataTable).row_count == 0
+    root = bf.write_text_rollout_dump(tmp_path / "exp", versions=(3,), tasks=2,
+                                      samples_per_task=3)
+    screen = BatchesScreen(str(root))
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        samples = screen.query_one("#samples", DataTable)
+        await wait_for(pilot, lambda: samples.row_count == 6)
+        samples.focus()
+        await pilot.press("enter")
+        view = screen.query_one("#sample-view", TokenView)
+        await wait_for(pilot, lambda: view.view is not None)
+        assert "Question 0 at version 3" in str(view.render())

@@ -1112,6 +1112,8 @@ def resolve_step_file(path: str, step: int | None = None, dp_rank: int | None = 
         return path
     entries = list_dump_dir(path)
     if not entries:
+        if _text_rollout_root(path):
+            return path  # a text rollout dump is read as a whole
         raise BatchError(f"{path}: no step_NNNNNN.pt dump files here")
     if step is None:
         step = entries[-1]["step"]
