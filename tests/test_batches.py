@@ -368,3 +368,10 @@ def test_batches_module_can_be_shipped_to_a_node() -> None:
     allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "tokenizers"}
     assert roots and roots <= allowed, roots - allowed
     assert set(b.OPS) == {"batch_summary", "batch_sample", "batch_samples", "batch_list"}
+
+
+def test_directory_analyzes_only_the_newest_steps(dump_dir: Path) -> None:
+    s = b.summarize_dir(str(dump_dir), max_steps=2)
+    assert s["steps"] == [0, 1, 2, 3] and [p["step"] for p in s["per_step"]] == [2, 3]
+    assert [e["analyzed"] for e in s["timeline"]] == [False] * 4 + [True] * 4
+    assert s["samples"] == 4 * 64 and "newest 2 steps analyzed" in s["description"]

@@ -38,6 +38,9 @@ IMPORTANCE_WEIGHT_DRIFT = 0.1  # mean further than this from 1.0 warns
 EQUAL_REWARD_GROUPS_WARN = 0.5
 LENGTH_GROWTH_WARN = 0.2  # growth of mean response length over the steps shown
 
+# A directory summary analyzes this many of the newest steps (each with all its dp ranks).
+MAX_DIR_STEPS = 32
+
 # Per-token statistics (importance weights) read at most this many tokens per file.
 TOKEN_BUDGET = 1 << 20
 
@@ -845,8 +848,13 @@ def summarize_dir(
     trust_pickle: bool = False,
     token_budget: int = TOKEN_BUDGET,
     bins: int = 10,
+    max_steps: int = MAX_DIR_STEPS,
 ) -> dict[str, Any]:
-    """A dump directory: the steps x dp-ranks timeline, pooled stats, trend warnings."""
+    """A dump directory: the steps x dp-ranks timeline, pooled stats, trend warnings.
+
+    Only the newest `max_steps` steps are analyzed (all their dp-rank files); older files
+    are listed with their sizes and `"analyzed": false`.
+    """
     entries = list_dump_dir(path)
     if not entries:
         if _text_rollout_root(path):
@@ -869,7 +877,12 @@ def summarize_dir(
     keys: dict[str, Any] = {}
     file_versions: list[tuple[int, dict[str, Any]]] = []
     n_groups = 0
+    newest = sorted({e["step"] for e in entries})[-max_steps:] if max_steps > 0 else []
+    recent = set(newest)
     for e in entries:
+        e["analyzed"] = e["step"] in recent
+        if not e["analyzed"]:
+            continue
         try:
             fmt, description, result = _analysis(e["path"], eos_ids, trust_pickle, token_budget)
         except BatchError as exc:
@@ -914,8 +927,10 @@ def summarize_dir(
     return {
         "path": path,
         "format": TRAJECTORY_DIR,
-        "description": f"AReaL trajectory dump directory: {len(per_step)} steps, "
-                       f"{len(entries)} files",
+        "description": f"AReaL trajectory dump directory: "
+                       f"{len({e['step'] for e in entries})} steps, {len(entries)} files"
+                       + (f" (newest {len(per_step)} steps analyzed)"
+                          if len(per_step) < len({e['step'] for e in entries}) else ""),
         "step": None,
         "dp_rank": None,
         "bytes": sum(e["bytes"] for e in entries),
@@ -928,7 +943,7 @@ def summarize_dir(
         "stats": stats,
         "warnings": warnings,
         "distributions": _distributions(rows, bins),
-        "steps": [p["step"] for p in per_step],
+        "steps": sorted({e["step"] for e in entries}),
         "dp_ranks": sorted({e["dp_rank"] for e in entries if e["dp_rank"] is not None}),
         "per_step": per_step,
         "timeline": [{k: v for k, v in e.items() if k != "path"} for e in entries],
@@ -955,6 +970,8 @@ def _per_step(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by_step.setdefault(e["step"], []).append(e)
     out = []
     for step in sorted(by_step):
+        if not all(e.get("analyzed", True) for e in by_step[step]):
+            continue
         files = [e for e in by_step[step] if e.get("samples")]
         n = sum(e["samples"] for e in files)
 
