@@ -266,19 +266,30 @@ def _eos_from_config(path: str) -> list[int] | None:
 
 
 def _decoder_for(path: str) -> Any:
-    """A local `tokenizers` tokenizer next to the dump, or None (token ids are shown then)."""
+    """A tokenizer saved next to the dump (or one level up), loaded from local files only.
+
+    Uses `tokenizers` when installed, else `transformers`; None (token ids are shown) when
+    neither is installed or no tokenizer files are there. Never downloads anything.
+    """
     start = os.path.dirname(os.path.abspath(path))
     for directory in (start, os.path.dirname(start)):
         candidate = os.path.join(directory, "tokenizer.json")
-        if os.path.exists(candidate):
-            try:
-                from tokenizers import Tokenizer
-            except ImportError:
-                return None
-            try:
-                return Tokenizer.from_file(candidate)
-            except Exception:  # a broken tokenizer file must not break the view
-                return None
+        if not os.path.exists(candidate):
+            continue
+        try:
+            from tokenizers import Tokenizer
+
+            return Tokenizer.from_file(candidate)
+        except ImportError:
+            pass
+        except Exception:  # a broken tokenizer file must not break the view
+            return None
+        try:
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        except Exception:  # not installed, or files it cannot read: show token ids
+            return None
     return None
 
 
