@@ -92,6 +92,10 @@ async def test_browse_steps_samples_and_tokens(dump: Path) -> None:
         assert view.view["tokens"] == expected
         rendered = view.render()
         assert str(expected[0]) in str(rendered) and "⟨v" in str(rendered)
+        await pilot.press("l")  # per-token logprobs, as id:logprob
+        first = view.view["prompt_len"]
+        label = f"{expected[first]}:{view.view['logprobs'][first]:.2f}"
+        assert label in str(view.render())
 
         # Filter the sample table, then clear it with esc.
         await pilot.press("slash")

@@ -106,6 +106,8 @@ class BatchesScreen(Screen[None]):
                 tooltip="Compare the two marked step files side by side"),
         Binding("t", "trust", "Trust pickle", id="batches.trust",
                 tooltip="Reload allowing pickled code (asks first; for files you trust)"),
+        Binding("l", "logprobs", "Logprobs", id="batches.logprobs",
+                tooltip="Show each completion token's logprob in the sample view"),
         Binding("f5", "reload", "Reload", id="batches.reload",
                 tooltip="Read the dump again (new steps, changed files)"),
     ]
@@ -445,6 +447,9 @@ class BatchesScreen(Screen[None]):
                 self.action_reload()
 
         self.app.push_screen(TrustPickleDialog(path, reason), answered)
+
+    def action_logprobs(self) -> None:
+        self.query_one("#sample-view", TokenView).toggle_detail()
 
     def action_reload(self) -> None:
         self.query_one("#summary-pane").loading = True

@@ -21,8 +21,11 @@ def logprob_style(logprob: float | None) -> str:
     return "white on red"
 
 
-def sample_text(view: dict[str, Any]) -> Text:
-    """A rich rendering of a `batches.sample_view` result."""
+def sample_text(view: dict[str, Any], detailed: bool = False) -> Text:
+    """A rich rendering of a `batches.sample_view` result.
+
+    `detailed` writes each completion token as `id:logprob` instead of only shading it.
+    """
     out = Text()
     eos = view.get("eos")
     out.append(
@@ -60,8 +63,10 @@ def sample_text(view: dict[str, Any]) -> Text:
         if versions is not None and mask[i] and versions[i] != current:
             current = versions[i]
             out.append(f"⟨v{current}⟩", style="bold magenta")
-        style = logprob_style(logprobs[i] if logprobs else None) if mask[i] else "dim"
-        out.append(str(tok), style=style)
+        lp = logprobs[i] if logprobs else None
+        style = logprob_style(lp) if mask[i] else "dim"
+        label = f"{tok}:{lp:.2f}" if detailed and mask[i] and lp is not None else str(tok)
+        out.append(label, style=style)
         out.append(" ")
     if len(tokens) > MAX_TOKENS:
         out.append(f"\n… {len(tokens) - MAX_TOKENS} more tokens", style="dim")
@@ -78,7 +83,14 @@ class TokenView(Static):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("select a sample (enter)", **kwargs)
         self.view: dict[str, Any] | None = None
+        self.detailed = False
 
     def show(self, view: dict[str, Any]) -> None:
         self.view = view
-        self.update(sample_text(view))
+        self.update(sample_text(view, self.detailed))
+
+    def toggle_detail(self) -> None:
+        """Switch between shaded token ids and `id:logprob` labels."""
+        self.detailed = not self.detailed
+        if self.view is not None:
+            self.update(sample_text(self.view, self.detailed))
