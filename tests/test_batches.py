@@ -375,3 +375,18 @@ def test_directory_analyzes_only_the_newest_steps(dump_dir: Path) -> None:
     assert s["steps"] == [0, 1, 2, 3] and [p["step"] for p in s["per_step"]] == [2, 3]
     assert [e["analyzed"] for e in s["timeline"]] == [False] * 4 + [True] * 4
     assert s["samples"] == 4 * 64 and "newest 2 steps analyzed" in s["description"]
+
+
+def test_multi_turn_lengths_count_tool_tokens_as_prompt(tmp_path: Path) -> None:
+    groups = bf.make_trajectory(4, n_groups=2, group_size=3, multi_turn=True, max_new_tokens=64)
+    path = tmp_path / "step_000004.pt"
+    torch.save(groups, path)
+    table = b.sample_table(str(path), eos_token_id=2)["rows"]
+    for row in table:
+        g = groups[row["group"]]
+        r = row["row"]
+        assert row["response_len"] == int(g["loss_mask"][r].sum())
+        assert row["prompt_len"] == int(g["attention_mask"][r].sum()) - row["response_len"]
+        if int(g["turn_ids"][r].max()) == 1:  # a tool reply sits inside the completion
+            first = int(g["loss_mask"][r].argmax())
+            assert row["prompt_len"] > first

@@ -191,3 +191,28 @@ async def test_wrong_format_and_text_rollout(tmp_path: Path) -> None:
         view = screen.query_one("#sample-view", TokenView)
         await wait_for(pilot, lambda: view.view is not None)
         assert "Question 0 at version 3" in str(view.render())
+
+
+@pytest.mark.slow
+async def test_screen_reads_through_a_nodes_agent(dump: Path) -> None:
+    """With a fleet and a node name, everything is computed by that node's agent."""
+    from areal_console.core.batch_source import RemoteBatchSource
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.targets import local_node
+
+    fleet = Fleet([local_node()])
+    try:
+        screen = BatchesScreen(str(dump), fleet=fleet, node=local_node().name)
+        assert isinstance(screen.source, RemoteBatchSource)
+        app = Host(screen)
+        async with app.run_test(size=(120, 40)) as pilot:
+            samples = screen.query_one("#samples", DataTable)
+            await wait_for(pilot, lambda: samples.row_count == 12, timeout=60)
+            samples.focus()
+            await pilot.press("enter")
+            view = screen.query_one("#sample-view", TokenView)
+            await wait_for(pilot, lambda: view.view is not None, timeout=60)
+            assert view.view is not None and view.view["index"] == 0
+            assert fleet.sessions[0].state == "up"
+    finally:
+        fleet.close()
