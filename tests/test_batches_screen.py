@@ -91,7 +91,7 @@ async def test_browse_steps_samples_and_tokens(dump: Path) -> None:
         expected = g["input_ids"][view.view["row"], : view.view["seq_len"]].tolist()
         assert view.view["tokens"] == expected
         rendered = view.render()
-        assert str(expected[0]) in str(rendered) and "⟨v" in str(rendered)
+        assert str(expected[0]) in str(rendered) and "«v" in str(rendered)
         await pilot.press("l")  # per-token logprobs, as id:logprob
         first = view.view["prompt_len"]
         label = f"{expected[first]}:{view.view['logprobs'][first]:.2f}"
