@@ -62,20 +62,25 @@ class UnsafePickleError(BatchError):
 
 
 _cache_lock = threading.Lock()
-_cache: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_CACHE_SIZE = 8
+# Keyed by (kind, real path, mtime, size, ...): a rewritten file is a new entry. Loaded
+# files hold a mapping each, so few are kept; per-file analyses are small dicts.
+_cache: dict[str, OrderedDict[tuple[Any, ...], Any]] = {"pt": OrderedDict(),
+                                                         "analysis": OrderedDict()}
+_CACHE_SIZE = {"pt": 8, "analysis": 512}
 
 
 def _cached(key: tuple[Any, ...], make: Any) -> Any:
+    kind = key[0]
+    lru = _cache[kind]
     with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
+        if key in lru:
+            lru.move_to_end(key)
+            return lru[key]
     value = make()
     with _cache_lock:
-        _cache[key] = value
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+        lru[key] = value
+        while len(lru) > _CACHE_SIZE[kind]:
+            lru.popitem(last=False)
     return value
 
 
