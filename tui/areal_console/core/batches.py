@@ -736,7 +736,8 @@ def length_trend_warnings(per_step: list[dict[str, Any]]) -> list[str]:
     if len(points) < 3:
         return []
     lens = [p["response_len_mean"] for p in points]
-    rising = all(b > a for a, b in zip(lens[-3:], lens[-2:], strict=False))
+    # Indexes, not zip(strict=): nodes may run this module on Python older than 3.10.
+    rising = all(lens[i + 1] > lens[i] for i in range(len(lens) - 3, len(lens) - 1))
     growth = lens[-1] / lens[0] - 1 if lens[0] else 0.0
     if not rising or growth < LENGTH_GROWTH_WARN:
         return []
