@@ -141,7 +141,7 @@ class Payload:
 async def test_unsafe_pickle_asks_before_loading(tmp_path: Path) -> None:
     marker = tmp_path / "payload-ran"
     path = tmp_path / "step_000003.pt"
-    groups = bf.make_trajectory(3, n_groups=2, group_size=2)
+    groups: list[dict[str, Any]] = list(bf.make_trajectory(3, n_groups=2, group_size=2))
     groups[0]["note"] = Payload(str(marker))
     torch.save(groups, path)
     screen = BatchesScreen(str(path))
