@@ -216,3 +216,26 @@ async def test_screen_reads_through_a_nodes_agent(dump: Path) -> None:
             assert fleet.sessions[0].state == "up"
     finally:
         fleet.close()
+
+
+@pytest.mark.slow
+def test_batches_screen_snapshot(snap_compare: Any, tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The screen with a sample open (relative paths and seeded fixtures: deterministic)."""
+    monkeypatch.chdir(tmp_path)
+    bf.write_trajectory_dump("dumps", steps=[10, 11, 12], dp_size=2, n_groups=3, group_size=4,
+                             with_prox_logp=True, no_eos_fraction=0.2, max_new_tokens=48)
+    bf.write_model_config("dumps")
+    screen = BatchesScreen("dumps")
+    app = Host(screen)
+
+    async def run_before(pilot: Any) -> None:
+        samples = screen.query_one("#samples", DataTable)
+        await wait_for(pilot, lambda: samples.row_count == 12)
+        samples.focus()
+        samples.move_cursor(row=2)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.query_one(TokenView).view is not None)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(140, 44), run_before=run_before)
