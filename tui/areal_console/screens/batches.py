@@ -62,8 +62,9 @@ def summary_text(s: dict[str, Any]) -> Text:
                f"{f'  (EOS {eos})' if eos else '  (EOS id unknown)'}\n")
     if st.get("equal_reward_group_ratio") is not None:
         out.append(f"{'equal reward':<13}", style="bold")
-        out.append(f"{st['equal_reward_groups']} groups "
-                   f"({st['equal_reward_group_ratio']:.0%}) have zero advantage\n")
+        n = st["equal_reward_groups"]
+        out.append(f"{n} group{'' if n == 1 else 's'} "
+                   f"({st['equal_reward_group_ratio']:.0%}) with zero advantage\n")
     v = st.get("version")
     if v:
         out.append(f"{'versions':<13}", style="bold")
