@@ -50,7 +50,7 @@ def sample_text(view: dict[str, Any], detailed: bool = False) -> Text:
     out.append(" ")
     out.append("surprising", style=logprob_style(-3.0))
     out.append(", ")
-    out.append("⟨vN⟩", style="bold magenta")
+    out.append("«vN»", style="bold magenta")
     out.append(" = policy version from here on\n", style="dim")
     if view.get("text"):
         out.append(view["text"] + "\n\n")
@@ -62,7 +62,7 @@ def sample_text(view: dict[str, Any], detailed: bool = False) -> Text:
     for i, tok in enumerate(tokens[:MAX_TOKENS]):
         if versions is not None and mask[i] and versions[i] != current:
             current = versions[i]
-            out.append(f"⟨v{current}⟩", style="bold magenta")
+            out.append(f"«v{current}»", style="bold magenta")
         lp = logprobs[i] if logprobs else None
         style = logprob_style(lp) if mask[i] else "dim"
         label = f"{tok}:{lp:.2f}" if detailed and mask[i] and lp is not None else str(tok)
