@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,13 +29,29 @@ sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
 
 from areal_console.core.replay import TRAINER_PATH, parse_metrics, verify  # noqa: E402
 
+CPU_SECONDS: dict[str, float] = {}  # CPU time (user + sys) of the last process run
+
 
 def timed(argv: list[str]) -> float:
+    """Wall seconds of one process; its CPU seconds go to CPU_SECONDS["last"]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stderr.strip()}")
-    return time.perf_counter() - t0
+    CPU_SECONDS["last"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall
+
+
+def best(runs: int, fn: Callable[[], float]) -> tuple[float, float]:
+    """(best wall, best CPU) seconds over `runs` calls of `fn`."""
+    walls, cpus = [], []
+    for _ in range(runs):
+        walls.append(fn())
+        cpus.append(CPU_SECONDS["last"])
+    return min(walls), min(cpus)
 
 
 def trainer(*args: str) -> float:
@@ -86,24 +104,28 @@ def main() -> None:
                 checks[f"{first}-{n}"] = result.matched
             exact.append({"seed": seed, "checks": checks})
 
-        # Speed: best of --repeat whole processes.
+        # Speed: best of --repeat whole processes (wall and CPU time).
         dump = root / f"seed{seeds[0]}"
-        import_s = min(timed([sys.executable, "-c", "import torch"]) for _ in range(opts.repeat))
-        original_s = min(
-            trainer(*common, f"seed={seeds[0]}", f"steps={n}", f"output_dir={root / 'orig'}")
-            for _ in range(opts.repeat)
+        import_s, import_cpu = best(
+            opts.repeat, lambda: timed([sys.executable, "-c", "import torch"])
+        )
+        original_s, original_cpu = best(
+            opts.repeat,
+            lambda: trainer(
+                *common, f"seed={seeds[0]}", f"steps={n}", f"output_dir={root / 'orig'}"
+            ),
         )
         orig_steps = metrics(root / "orig" / "metrics.jsonl")
-        replay_s = min(
-            trainer(
+        replay_s, replay_cpu = best(
+            opts.repeat,
+            lambda: trainer(
                 *common,
                 *replay,
                 f"start_step={n}",
                 f"steps={n}",
                 f"trajectory_debug.path={dump}",
                 f"output_dir={root / 'jump'}",
-            )
-            for _ in range(opts.repeat)
+            ),
         )
         jump_steps = metrics(root / "jump" / "metrics.jsonl")
 
@@ -113,38 +135,52 @@ def main() -> None:
         f"reference trainer: {n} steps, {opts.batch} prompts x 4 samples per step, CPU, "
         f"1 thread; best of {opts.repeat}"
     )
-    print(f"  import torch alone               {import_s:8.2f} s")
-    print(f"  original run, steps 1..{n:<3}       {original_s:8.2f} s")
-    print(f"  replay from checkpoint, step {n:<3} {replay_s:8.2f} s")
-    print(f"  ratio replay/original (wall)      {replay_s / original_s:8.2f}")
+    print(f"{'':34}{'wall':>8}{'CPU':>8}")
+    rows = [
+        ("import torch alone", import_s, import_cpu),
+        (f"original run, steps 1..{n}", original_s, original_cpu),
+        (f"replay from checkpoint, step {n}", replay_s, replay_cpu),
+    ]
+    for label, wall, cpu in rows:
+        print(f"  {label:32}{wall:7.2f}s{cpu:7.2f}s")
     print(
-        f"  ratio without the torch import    "
-        f"{(replay_s - import_s) / max(original_s - import_s, 1e-9):8.2f}"
+        f"  {'ratio replay / original':32}{replay_s / original_s:8.2f}"
+        f"{replay_cpu / original_cpu:8.2f}"
+    )
+
+    def beyond_import(replayed: float, original: float, base: float) -> str:
+        # Under heavy load the import alone can take longer than a whole run: no ratio then.
+        if original - base <= 0.05 * original or replayed < base:
+            return "n/a"
+        return f"{(replayed - base) / (original - base):.2f}"
+
+    print(
+        f"  {'same, torch import subtracted':32}"
+        f"{beyond_import(replay_s, original_s, import_s):>8}"
+        f"{beyond_import(replay_cpu, original_cpu, import_cpu):>8}"
     )
     print(
-        f"  in-process: steps 1..{n} {in_orig * 1e3:.1f} ms vs step {n} replayed "
-        f"{in_replay * 1e3:.1f} ms, ratio {in_replay / in_orig:.3f}"
+        f"  in-process (the steps' time_s): steps 1..{n} {in_orig * 1e3:.1f} ms vs step {n} "
+        f"replayed {in_replay * 1e3:.1f} ms, ratio {in_replay / in_orig:.3f}"
     )
     print("bit-identical replays (recorded metrics vs replayed, every step):")
     for row in exact:
-        print(
-            f"  seed {row['seed']}: "
-            + ", ".join(f"steps {k}: {'yes' if v else 'NO'}" for k, v in row["checks"].items())
-        )
+        checks = ", ".join(f"steps {k}: {'yes' if v else 'NO'}" for k, v in row["checks"].items())
+        print(f"  seed {row['seed']}: {checks}")
     ok = all(all(r["checks"].values()) for r in exact)
     print("all bit-identical:", "yes" if ok else "NO")
-    print(
-        json.dumps(
-            {
-                "import_s": import_s,
-                "original_s": original_s,
-                "replay_s": replay_s,
-                "in_process_original_s": in_orig,
-                "in_process_replay_s": in_replay,
-                "exact": exact,
-            }
-        )
-    )
+    summary = {
+        "import_s": import_s,
+        "original_s": original_s,
+        "replay_s": replay_s,
+        "import_cpu_s": import_cpu,
+        "original_cpu_s": original_cpu,
+        "replay_cpu_s": replay_cpu,
+        "in_process_original_s": in_orig,
+        "in_process_replay_s": in_replay,
+        "exact": exact,
+    }
+    print(json.dumps(summary))
     if not ok:
         sys.exit(1)
 

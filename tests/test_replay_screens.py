@@ -148,17 +148,16 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, 
 async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
     session = fleet.sessions[0]
     node = session.name
-    status = session.call(
-        "job_launch", {"job": "slow-ui", "argv": [sys.executable, "-c", SLOW_JOB]}
-    )
-    jobs.save_job(jobs.JobRecord(job_id="slow-ui", node=node, plan={}, launched_at=time.time()))
-    assert status["state"] == "running"
-    key = f"{node}/slow-ui"
+    for name in ("slow-a", "slow-b"):
+        status = session.call("job_launch", {"job": name, "argv": [sys.executable, "-c", SLOW_JOB]})
+        assert status["state"] == "running"
+        jobs.save_job(jobs.JobRecord(job_id=name, node=node, plan={}, launched_at=time.time()))
+    key_a, key_b = f"{node}/slow-a", f"{node}/slow-b"
 
     ro = Host(lambda: JobsScreen(fleet, read_only=True, poll=0.2))
     async with ro.run_test(size=(120, 40)) as pilot:
         table = ro.screen.query_one("#jobs-table", DataTable)
-        await until(pilot, lambda: key in table.rows)
+        await until(pilot, lambda: key_a in table.rows)
         await pilot.press("s")
         await pilot.pause(0.1)
         assert not isinstance(ro.screen, ConfirmDialog)
@@ -168,23 +167,37 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         table = screen.query_one("#jobs-table", DataTable)
-        await until(pilot, lambda: key in table.rows and table.get_cell(key, "state") == "running")
-        table.move_cursor(row=table.get_row_index(key))
+
+        def state(key: str) -> str:
+            return str(table.get_cell(key, "state")) if key in table.rows else ""
+
+        await until(pilot, lambda: state(key_a) == state(key_b) == "running")
+        # One job: a single confirmation, "n" leaves it running.
+        table.move_cursor(row=table.get_row_index(key_a))
+        await until(pilot, lambda: screen.selected == key_a)
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
         await pilot.press("n")
         await until(pilot, lambda: app.screen is screen)
-        assert table.get_cell(key, "state") == "running"
+        assert state(key_a) == "running"
+        # Two marked jobs: one confirmation stops both.
+        await pilot.press("space")
+        table.move_cursor(row=table.get_row_index(key_b))
+        await until(pilot, lambda: screen.selected == key_b)
+        await pilot.press("space")
+        await until(pilot, lambda: str(table.get_cell(key_b, "job")).startswith("● "))
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        assert "Stop 2 jobs?" in text_of(app.screen, "#confirm-question")
         await pilot.press("y")
-        await until(pilot, lambda: table.get_cell(key, "state") == "stopped", timeout=30)
-        assert table.get_cell(key, "exit") == "-15"
+        await until(pilot, lambda: state(key_a) == state(key_b) == "stopped", timeout=30)
+        assert table.get_cell(key_a, "exit") == "-15"
+        assert table.get_cell(key_a, "job") == "slow-a"  # marks are cleared
         await pilot.press("slash")
         await pilot.press(*"no-such-job")
-        await until(pilot, lambda: key not in table.rows)
+        await until(pilot, lambda: key_a not in table.rows)
         await pilot.press("escape")
-        await until(pilot, lambda: key in table.rows)
+        await until(pilot, lambda: key_a in table.rows)
 
 
 def test_merge_marks_jobs_of_lost_nodes_unknown() -> None:

@@ -34,10 +34,11 @@ class JobRow:
     """One job as shown: the console's record plus what its node said last."""
 
     record: jobs.JobRecord
+    marked: bool = False
 
     @property
     def key(self) -> str:
-        return f"{self.record.node}/{self.record.job_id}"
+        return row_key(self.record)
 
     def cells(self) -> tuple[str, ...]:
         r = self.record
@@ -54,7 +55,7 @@ class JobRow:
                 f": {m['metric']}" if m.get("metric") else ""
             )
         return (
-            r.job_id,
+            ("● " if self.marked else "") + r.job_id,
             r.node,
             r.state,
             "" if r.exit_code is None else str(r.exit_code),
@@ -65,6 +66,10 @@ class JobRow:
 
     def matches(self, text: str) -> bool:
         return not text or text.lower() in " ".join(self.cells()).lower()
+
+
+def row_key(record: jobs.JobRecord) -> str:
+    return f"{record.node}/{record.job_id}"
 
 
 def merge_jobs(
@@ -124,7 +129,18 @@ class JobsScreen(Screen[None]):
             tooltip="Tail the highlighted job's log",
         ),
         Binding(
-            "s", "stop", "Stop", id="jobs.stop", tooltip="Stop the highlighted job (asks first)"
+            "space",
+            "mark",
+            "Mark",
+            id="jobs.mark",
+            tooltip="Mark or unmark the highlighted job (stop acts on the marked jobs)",
+        ),
+        Binding(
+            "s",
+            "stop",
+            "Stop",
+            id="jobs.stop",
+            tooltip="Stop the marked or highlighted jobs (asks first)",
         ),
         Binding(
             "v",
@@ -165,6 +181,7 @@ class JobsScreen(Screen[None]):
         self.selected: str | None = None
         self.text_filter = ""
         self._verifying: set[str] = set()
+        self.marked: set[str] = set()
         self._log_key: str | None = None
         self._timer: Timer | None = None
 
@@ -237,7 +254,7 @@ class JobsScreen(Screen[None]):
 
     def _draw(self) -> None:
         table = self.query_one("#jobs-table", DataTable)
-        rows = [JobRow(r) for r in self.records.values()]
+        rows = [JobRow(r, row_key(r) in self.marked) for r in self.records.values()]
         visible = [row for row in rows if row.matches(self.text_filter)]
         keys = [row.key for row in visible]
         with self.app.batch_update():
@@ -360,24 +377,34 @@ class JobsScreen(Screen[None]):
         # In read-only mode stop is shown disabled in the footer.
         return not (action == "stop" and self.read_only)
 
+    def action_mark(self) -> None:
+        if self.selected is None:
+            return
+        self.marked ^= {self.selected}
+        self._draw()
+
     def action_stop(self) -> None:
-        record = self.records.get(self.selected or "")
-        if record is None or self.read_only:
+        if self.read_only:
             return
-        if record.state != "running":
-            self.notify(f"{record.job_id} is not running ({record.state})")
+        chosen = sorted(self.marked) if self.marked else [self.selected or ""]
+        running = [k for k in chosen if k in self.records and self.records[k].state == "running"]
+        if not running:
+            self.notify("nothing running to stop")
             return
-        key = self.selected
-        command = " ".join(record.extra.get("argv") or [])
+        if len(running) == 1:
+            record = self.records[running[0]]
+            command = " ".join(record.extra.get("argv") or [])
+            question = f"Stop {record.job_id} on {record.node}?\n{command}"
+        else:
+            question = f"Stop {len(running)} jobs?\n" + "\n".join(running)
 
         def answered(yes: bool | None) -> None:
-            if yes and key is not None:
-                self.stop_job(key)
+            if yes:
+                self.marked.clear()
+                for key in running:
+                    self.stop_job(key)
 
-        self.app.push_screen(
-            ConfirmDialog(f"Stop {record.job_id} on {record.node}?\n{command}"),
-            answered,
-        )
+        self.app.push_screen(ConfirmDialog(question), answered)
 
     @work(thread=True, exclusive=False, exit_on_error=False, group="jobs-stop")
     def stop_job(self, key: str) -> None:

@@ -1,0 +1,1 @@
+"""The reference trainer, shipped to nodes as a single torch-only script."""

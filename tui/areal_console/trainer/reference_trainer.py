@@ -332,15 +332,13 @@ def scan_checkpoints(directory: str) -> list[int]:
 
 def format_steps(steps: list[int]) -> str:
     """Compact ranges: [1, 2, 3, 5] -> "1-3,5"."""
-    parts: list[str] = []
-    for s in sorted(steps):
-        if parts and "-" not in parts[-1].split(",")[-1] and int(parts[-1]) == s - 1:
-            parts[-1] = f"{parts[-1]}-{s}"
-        elif parts and "-" in parts[-1] and int(parts[-1].split("-")[1]) == s - 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{s}"
+    runs: list[list[int]] = []
+    for s in sorted(set(steps)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
         else:
-            parts.append(str(s))
-    return ",".join(parts) or "none"
+            runs.append([s, s])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
 
 
 def read_meta(directory: str) -> dict[str, Any]:
