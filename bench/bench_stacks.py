@@ -102,6 +102,33 @@ def bench_analysis(sizes: list[int]) -> None:
               f"{t_build + t_merge + t_json:>7.3f}s  {diagnosis.pattern}: {labels}")
 
 
+def bench_screen(world: int) -> None:
+    """Seconds from pushing the Stacks screen to its groups and tree being shown."""
+    import asyncio
+
+    from areal_console.screens.stacks import StacksScreen
+    from areal_console.widgets.rank_group_table import RankGroupTable
+    from textual.app import App
+
+    capture = build_capture(synthetic_raw(world))
+    screen = StacksScreen(capture)
+
+    class Bench(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    async def run() -> float:
+        async with Bench().run_test(size=(160, 50)) as pilot:
+            t0 = time.perf_counter()
+            while not (screen.analysis and screen.query_one(RankGroupTable).shown):
+                await pilot.pause(0.005)
+            await pilot.pause()
+            return time.perf_counter() - t0
+
+    print(f"\nStacks screen with {world} ranks: groups and tree shown "
+          f"{asyncio.run(run()):.3f}s after mount")
+
+
 def bench_capture(nproc: int, repeat: int) -> None:
     print(f"\ncapture of a hung {nproc}-rank gloo job on this machine (median of {repeat}; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
@@ -147,6 +174,7 @@ def main() -> int:
     parser.add_argument("--skip-capture", action="store_true")
     args = parser.parse_args()
     bench_analysis([int(s) for s in args.sizes.split(",")])
+    bench_screen(4096)
     if not args.skip_capture:
         bench_capture(args.ranks, args.repeat)
     return 0

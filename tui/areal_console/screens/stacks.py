@@ -189,7 +189,7 @@ class StacksScreen(Screen[None]):
             parts.append(f"{others} other job processes")
         if capture.errors:
             parts.append(f"{len(capture.errors)} node errors")
-        parts.append(f"capture {capture.capture_id or 'unsaved'}")
+        parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         if self.text_filter:
             parts.append(f"filter: {self.text_filter!r}")
         self.say(" · ".join(parts))

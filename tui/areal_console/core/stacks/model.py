@@ -151,6 +151,7 @@ class StackCapture:
     errors: list[NodeError] = field(default_factory=list)
     interval: float = 0.0
     capture_id: str | None = None
+    save_error: str | None = None  # why it could not be saved (shown, never silent)
 
     @property
     def rank_stacks(self) -> list[RankStack]:
