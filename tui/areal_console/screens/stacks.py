@@ -258,7 +258,8 @@ class StacksScreen(Screen[None]):
         diff = diff_stacks(a.frames, b.frames)
         self.diffing = pair
         view = self.query_one(StackDiffView)
-        view.show_diff(diff, f"ranks {a.label} ({a.size})", f"ranks {b.label} ({b.size})")
+        view.show_diff(diff, f"ranks {a.label} ({a.size})", f"ranks {b.label} ({b.size})",
+                       width=self.query_one("#detail-box").size.width)
         self.query_one(StackTree).display = False
         view.display = True
         view.focus()
