@@ -12,11 +12,10 @@ import re
 import sys
 from pathlib import Path
 
-from textual.app import App
-
 from areal_console.core.stacks.model import build_capture
 from areal_console.screens.stacks import StacksScreen
 from areal_console.widgets.rank_group_table import RankGroupTable
+from textual.app import App
 
 ROOT = Path(__file__).resolve().parents[1]
 
