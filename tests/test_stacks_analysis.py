@@ -290,3 +290,46 @@ def test_text_report_reads_well(fixtures: dict[str, Any]) -> None:
     assert "Group 1: ranks 0,2 (2)" in report and "Group 2: ranks 1,3 (2)" in report
     assert "Divergence point: Trainer.train_step" in report
     assert "launcher pid" in report
+
+
+# -- saved captures ---------------------------------------------------------------------
+
+
+def test_save_list_open_and_corrupt_files(tmp_path: Path) -> None:
+    from areal_console.core.errors import UserError
+    from areal_console.core.stacks.store import (
+        list_captures,
+        load_capture,
+        resolve_capture,
+        save_capture,
+    )
+
+    first = build_capture(load_raw("cleanup_deadlock"))
+    first.capture_id = "20260101-000000-aaaa"
+    second = build_capture(load_raw("missing_rank"))
+    second.capture_id = "20260101-000000-aaab"
+    second.captured_at = "2999-01-01T00:00:00+00:00"
+    for c in (first, second):
+        save_capture(c, tmp_path)
+    (tmp_path / "broken.json").write_text("{not json")
+    assert not list(tmp_path.glob("*.tmp"))  # the temp files were renamed into place
+    saved = list_captures(tmp_path)
+    assert [(c.capture_id, c.pattern, c.ranks) for c in saved] == [
+        ("20260101-000000-aaab", "missing_ranks", 3),
+        ("20260101-000000-aaaa", "cleanup_deadlock", 4),
+    ]
+    assert resolve_capture("latest", tmp_path).stem == "20260101-000000-aaab"
+    with pytest.raises(UserError, match="ambiguous"):
+        resolve_capture("20260101-000000-aaa", tmp_path)
+    with pytest.raises(UserError, match="no saved capture"):
+        resolve_capture("nope", tmp_path)
+    reopened = load_capture("20260101-000000-aaaa", tmp_path)
+    assert analyse(reopened).groups[1].label == "3"
+    assert diagnose(analyse(reopened)).pattern == "cleanup_deadlock"
+
+
+def test_unknown_scenario_pattern_is_refused() -> None:
+    from areal_console.scenarios import start_scenario
+
+    with pytest.raises(ValueError, match="unknown pattern"):
+        start_scenario("deadlock-of-the-week")
