@@ -349,11 +349,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--state-dir", help="write rankN.ready files here when hung")
     parser.add_argument("--port", type=int, help="MASTER_PORT (default: a free port)")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="nodes the job spans (start one launcher per node)")
+    parser.add_argument("--node-rank", type=int, default=0, help="this node's index")
+    parser.add_argument("--master-addr", default="127.0.0.1", help="MASTER_ADDR")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return run_worker(args.pattern, args.steps, args.state_dir)
-    return run_launcher(args.pattern, args.nproc, args.steps, args.state_dir, args.port)
+    if args.nnodes > 1 and not args.port:
+        parser.error("--nnodes needs --port (the same MASTER_PORT on every node)")
+    return run_launcher(
+        args.pattern, args.nproc, args.steps, args.state_dir, args.port,
+        rank_offset=args.node_rank * args.nproc, world_size=args.nnodes * args.nproc,
+        master_addr=args.master_addr,
+    )
 
 
 if __name__ == "__main__":
