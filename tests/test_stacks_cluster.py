@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from areal_console.scenarios.hang import rank_script
 
 cluster_lib = pytest.importorskip("tests.cluster", reason="needs the sshd test cluster helpers")
 GlooJob = cluster_lib.GlooJob
@@ -23,40 +24,13 @@ REPO = Path(__file__).resolve().parent.parent
 RANKS_PER_NODE = 2
 MARKER = f"stacks-cluster-{uuid.uuid4().hex[:8]}"
 
-# Each rank runs the cleanup-deadlock scenario's trainer. "ready <rank>" (what GlooJob
-# waits for) is printed where the scenario marks a rank as hung; EOF on stdin (the SSH
-# session closing) ends the rank.
-SCRIPT = r"""
-# {marker}
-import os, sys, threading
-sys.path.insert(0, {tui!r})
-
-def _exit_on_eof():
-    sys.stdin.buffer.read()
-    os._exit(0)
-
-threading.Thread(target=_exit_on_eof, daemon=True).start()
-import areal_console.scenarios.hang as hang
-
-RANK = int(os.environ["RANK"])
-
-def announce(state_dir, name):
-    if name.startswith("rank"):
-        print("ready", RANK, flush=True)
-
-hang._mark = announce
-trainer = hang.Trainer("cleanup_deadlock", None)
-trainer.init_distributed()
-trainer.train(1000000)
-"""
-
 
 @pytest.fixture(scope="module")
 def job(cluster: TestCluster) -> Iterator[GlooJob]:
     for node in cluster.nodes:
         if not node.running:
             node.start()
-    script = SCRIPT.format(marker=MARKER, tui=str(REPO / "tui"))
+    script = rank_script("cleanup_deadlock", MARKER, str(REPO / "tui"))
     with cluster.start_gloo_job(ranks_per_node=RANKS_PER_NODE, script=script,
                                 timeout=180) as running:
         yield running
