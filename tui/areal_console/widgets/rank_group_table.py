@@ -45,6 +45,8 @@ class RankGroupTable(DataTable[object]):
                 where = Text(short_where(g.frames))
                 if g.outlier:
                     where.append("  outlier", style="yellow")
+                if any(m.progressing for m in g.members):
+                    where.append("  moving", style="green")
                 self.add_row(MARK if i in marked else "", ranks, str(g.size), where, key=str(i))
 
     def set_marks(self, marked: list[int]) -> None:
