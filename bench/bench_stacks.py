@@ -34,6 +34,7 @@ from areal_console.core.stacks.model import build_capture  # noqa: E402
 from areal_console.core.stacks.report import capture_json  # noqa: E402
 from areal_console.core.targets import NodeSpec  # noqa: E402
 from areal_console.scenarios import start_scenario  # noqa: E402
+from areal_console.scenarios.hang import rank_script  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "pyspy"
 RANKS_PER_NODE = 8
@@ -65,13 +66,23 @@ def synthetic_raw(world: int) -> dict[str, Any]:
                 source = cleanup
             elif rank % 1021 == 9:
                 source = broadcast
-            procs.append({"pid": pid, "ppid": 1, "rank": rank, "local_rank": local,
-                          "world_size": world, "role": "trainer",
-                          "cmdline": "python train.py"})
-            dumps.append({"pid": pid, "requested_pid": pid, "ok": True,
-                          "threads": source["threads"]})
-        nodes.append({"node": f"node{n:04d}", "error": None, "processes": procs,
-                      "samples": [dumps]})
+            procs.append(
+                {
+                    "pid": pid,
+                    "ppid": 1,
+                    "rank": rank,
+                    "local_rank": local,
+                    "world_size": world,
+                    "role": "trainer",
+                    "cmdline": "python train.py",
+                }
+            )
+            dumps.append(
+                {"pid": pid, "requested_pid": pid, "ok": True, "threads": source["threads"]}
+            )
+        nodes.append(
+            {"node": f"node{n:04d}", "error": None, "processes": procs, "samples": [dumps]}
+        )
     return {"captured_at": "2026-01-01T00:00:00+00:00", "interval": 0.0, "nodes": nodes}
 
 
@@ -98,8 +109,10 @@ def bench_analysis(sizes: list[int]) -> None:
         t_merge, (analysis, diagnosis) = best_of(merge)
         t_json, _ = best_of(lambda c=capture, a=analysis, d=diagnosis: capture_json(c, a, d))
         labels = ", ".join(f"{g.label[:24]}({g.size})" for g in analysis.groups)
-        print(f"{world:>6} {t_build:>7.3f}s {t_merge:>14.3f}s {t_json:>7.3f}s "
-              f"{t_build + t_merge + t_json:>7.3f}s  {diagnosis.pattern}: {labels}")
+        print(
+            f"{world:>6} {t_build:>7.3f}s {t_merge:>14.3f}s {t_json:>7.3f}s "
+            f"{t_build + t_merge + t_json:>7.3f}s  {diagnosis.pattern}: {labels}"
+        )
 
 
 def bench_screen(world: int) -> None:
@@ -125,13 +138,17 @@ def bench_screen(world: int) -> None:
             await pilot.pause()
             return time.perf_counter() - t0
 
-    print(f"\nStacks screen with {world} ranks: groups and tree shown "
-          f"{asyncio.run(run()):.3f}s after mount")
+    print(
+        f"\nStacks screen with {world} ranks: groups and tree shown "
+        f"{asyncio.run(run()):.3f}s after mount"
+    )
 
 
 def bench_capture(nproc: int, repeat: int) -> None:
-    print(f"\ncapture of a hung {nproc}-rank gloo job on this machine (median of {repeat}; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"\ncapture of a hung {nproc}-rank gloo job on this machine (median of {repeat}; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})"
+    )
     with start_scenario("collective_mismatch", nproc=nproc) as job:
         job.wait_ready(300)
         pids = job.rank_pids()
@@ -161,8 +178,10 @@ def bench_capture(nproc: int, repeat: int) -> None:
             fleet.close()
     s, d, f = statistics.median(seq), statistics.median(dumps_only), statistics.median(full)
     print(f"  sequential loop, {nproc} x py-spy dump:              {s:.3f}s")
-    print(f"  agent pyspy op, {nproc} dumps in parallel:           {d:.3f}s  "
-          f"({s / d:.1f}x; sum of per-dump wall times {statistics.median(cpu):.3f}s)")
+    print(
+        f"  agent pyspy op, {nproc} dumps in parallel:           {d:.3f}s  "
+        f"({s / d:.1f}x; sum of per-dump wall times {statistics.median(cpu):.3f}s)"
+    )
     print(f"  full capture (find ranks + launcher, dump, build): {f:.3f}s  ({s / f:.1f}x)")
 
 
@@ -171,7 +190,6 @@ def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
     import uuid
 
     sys.path.insert(0, str(ROOT))
-    from areal_console.scenarios.hang import rank_script
     from tests.cluster import TestCluster, skip_reason
 
     reason = skip_reason()
@@ -182,14 +200,17 @@ def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
 
     world = nodes * ranks_per_node
     marker = f"bench-stacks-{uuid.uuid4().hex[:8]}"
-    print(f"\ncapture of a hung {world}-rank gloo job on {nodes} sshd nodes "
-          f"(median of {repeat}; {os.cpu_count()} CPUs shared by all nodes)")
-    with tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp, \
-            TestCluster(tmp, nodes=nodes) as cluster:
+    print(
+        f"\ncapture of a hung {world}-rank gloo job on {nodes} sshd nodes "
+        f"(median of {repeat}; {os.cpu_count()} CPUs shared by all nodes)"
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp,
+        TestCluster(tmp, nodes=nodes) as cluster,
+    ):
         script = rank_script("cleanup_deadlock", marker, str(ROOT / "tui"))
         t0 = time.perf_counter()
-        with cluster.start_gloo_job(ranks_per_node=ranks_per_node, script=script,
-                                    timeout=900):
+        with cluster.start_gloo_job(ranks_per_node=ranks_per_node, script=script, timeout=900):
             print(f"  job up in {time.perf_counter() - t0:.0f}s")
             fleet = Fleet(cluster.specs(), **cluster.ssh_options())
             try:
@@ -205,10 +226,15 @@ def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
                     t0 = time.perf_counter()
                     inside = 0.0
                     for node in cluster.nodes:
-                        loop = ("for pid in " + " ".join(map(str, pids[node.name]))
-                                + "; do py-spy dump --pid $pid; done")
-                        timed = (f"s=$(date +%s%N); n=$( ({loop}) | grep -c 'Thread '); "
-                                 "e=$(date +%s%N); echo $n $((e-s))")
+                        loop = (
+                            "for pid in "
+                            + " ".join(map(str, pids[node.name]))
+                            + "; do py-spy dump --pid $pid; done"
+                        )
+                        timed = (
+                            f"s=$(date +%s%N); n=$( ({loop}) | grep -c 'Thread '); "
+                            "e=$(date +%s%N); echo $n $((e-s))"
+                        )
                         out = node.run(timed, timeout=300)
                         threads, ns = out.stdout.split()
                         assert int(threads) >= ranks_per_node, out.stderr
@@ -229,8 +255,10 @@ def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
     print(f"  sequential: ssh + the loop on node1..node{nodes} in turn: {s:.3f}s ({s / f:.1f}x)")
     print(f"  ... of which the loops themselves (no ssh):        {n:.3f}s ({n / f:.1f}x)")
     print(f"  areal-console capture, all nodes at once:          {f:.3f}s")
-    print(f"  diagnosis: {diagnosis.pattern}; groups: "
-          + ", ".join(f"{g.label}({g.size})" for g in analyse(capture).groups))
+    print(
+        f"  diagnosis: {diagnosis.pattern}; groups: "
+        + ", ".join(f"{g.label}({g.size})" for g in analyse(capture).groups)
+    )
 
 
 def main() -> int:
@@ -239,8 +267,11 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=8, help="ranks of the live job")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--skip-capture", action="store_true")
-    parser.add_argument("--cluster", action="store_true",
-                        help="also capture across the sshd test cluster (root, openssh-server)")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also capture across the sshd test cluster (root, openssh-server)",
+    )
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--ranks-per-node", type=int, default=8)
     args = parser.parse_args()

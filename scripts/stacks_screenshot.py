@@ -1,6 +1,6 @@
 """Render the Stacks screen on a recorded capture to screenshots/stacks.svg.
 
-    PYTHONPATH=tui:agents python scripts/stacks_screenshot.py [--diff] [--text]
+PYTHONPATH=tui:agents python scripts/stacks_screenshot.py [--diff] [--text]
 """
 
 from __future__ import annotations

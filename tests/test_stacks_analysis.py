@@ -42,8 +42,15 @@ def _short(fn: str) -> str:
 
 @pytest.mark.parametrize(
     ("ranks", "label"),
-    [([], ""), ([5], "5"), ([0, 1, 2, 3], "0-3"), ([8, 0, 2, 1, 3], "0-3,8"),
-     ([0, 2, 4], "0,2,4"), ([1, 2, 4, 5, 6, 9], "1-2,4-6,9"), ([3, 3, 4], "3-4")],
+    [
+        ([], ""),
+        ([5], "5"),
+        ([0, 1, 2, 3], "0-3"),
+        ([8, 0, 2, 1, 3], "0-3,8"),
+        ([0, 2, 4], "0,2,4"),
+        ([1, 2, 4, 5, 6, 9], "1-2,4-6,9"),
+        ([3, 3, 4], "3-4"),
+    ],
 )
 def test_format_ranks_is_compact(ranks: list[int], label: str) -> None:
     assert format_ranks(ranks) == label
@@ -77,25 +84,39 @@ def test_parse_keeps_leaf_first_and_marks_main_thread() -> None:
 def test_idle_threads_are_detected() -> None:
     threads = parse_pyspy_threads(
         [
-            {"thread_name": "MainThread", "os_thread_id": 10,
-             "frames": [{"name": "all_reduce", "filename": "/t/distributed_c10d.py", "line": 1}]},
-            {"thread_name": "pool-0", "os_thread_id": 11,
-             "frames": [{"name": "wait", "filename": "/usr/lib/python3.11/threading.py", "line": 9},
-                        {"name": "_worker", "filename": "/x.py", "line": 3}]},
-            {"thread_name": "loader", "os_thread_id": 12,
-             "frames": [{"name": "collate", "filename": "/data.py", "line": 4}]},
+            {
+                "thread_name": "MainThread",
+                "os_thread_id": 10,
+                "frames": [{"name": "all_reduce", "filename": "/t/distributed_c10d.py", "line": 1}],
+            },
+            {
+                "thread_name": "pool-0",
+                "os_thread_id": 11,
+                "frames": [
+                    {"name": "wait", "filename": "/usr/lib/python3.11/threading.py", "line": 9},
+                    {"name": "_worker", "filename": "/x.py", "line": 3},
+                ],
+            },
+            {
+                "thread_name": "loader",
+                "os_thread_id": 12,
+                "frames": [{"name": "collate", "filename": "/data.py", "line": 4}],
+            },
         ],
         pid=10,
     )
     assert [(t.name, t.is_main, t.idle) for t in threads] == [
-        ("MainThread", True, False), ("loader", False, False), ("pool-0", False, True)
+        ("MainThread", True, False),
+        ("loader", False, False),
+        ("pool-0", False, True),
     ]
 
 
 def test_recorded_heartbeat_threads_are_idle(fixtures: dict[str, Any]) -> None:
     for r in fixtures["same_collective"].capture.rank_stacks:
         assert [(t.name, t.is_main, t.idle) for t in r.threads] == [
-            ("MainThread", True, False), ("heartbeat", False, True)
+            ("MainThread", True, False),
+            ("heartbeat", False, True),
         ]
 
 
@@ -203,9 +224,13 @@ def test_diff_of_equal_and_uneven_stacks() -> None:
 
 @pytest.mark.parametrize(
     ("name", "pattern"),
-    [("cleanup_deadlock", "cleanup_deadlock"), ("collective_mismatch", "collective_mismatch"),
-     ("same_collective", "same_collective"), ("missing_rank", "missing_ranks"),
-     ("slow", "progressing")],
+    [
+        ("cleanup_deadlock", "cleanup_deadlock"),
+        ("collective_mismatch", "collective_mismatch"),
+        ("same_collective", "same_collective"),
+        ("missing_rank", "missing_ranks"),
+        ("slow", "progressing"),
+    ],
 )
 def test_diagnosis_per_scenario(fixtures: dict[str, Any], name: str, pattern: str) -> None:
     diagnosis = diagnose(fixtures[name])
@@ -250,8 +275,13 @@ def test_failed_dumps_are_data() -> None:
     node = raw["nodes"][0]
     dump = next(d for d in node["samples"][0] if d["pid"] == node["processes"][1]["pid"])
     dump.clear()
-    dump.update(pid=node["processes"][1]["pid"], requested_pid=node["processes"][1]["pid"],
-                ok=False, reason="permission", error="permission denied attaching")
+    dump.update(
+        pid=node["processes"][1]["pid"],
+        requested_pid=node["processes"][1]["pid"],
+        ok=False,
+        reason="permission",
+        error="permission denied attaching",
+    )
     raw["nodes"].append({"node": "node9", "error": "connection refused"})
     capture = build_capture(raw)
     bad = [r for r in capture.ranks if r.state != "ok"]
@@ -272,8 +302,19 @@ def test_json_matches_schema_and_round_trips(fixtures: dict[str, Any]) -> None:
     doc = json.loads(json.dumps(capture_json(capture)))
     assert {"captured_at", "samples", "ranks", "groups", "diagnosis", "errors"} <= set(doc)
     rank = doc["ranks"][0]
-    assert set(rank) == {"node", "pid", "rank", "local_rank", "world_size", "role", "cmdline",
-                         "state", "error", "progressing", "threads"}
+    assert set(rank) == {
+        "node",
+        "pid",
+        "rank",
+        "local_rank",
+        "world_size",
+        "role",
+        "cmdline",
+        "state",
+        "error",
+        "progressing",
+        "threads",
+    }
     assert set(rank["threads"][0]) == {"name", "tid", "idle", "frames"}
     assert set(rank["threads"][0]["frames"][0]) == {"function", "file", "line"}
     assert [g["label"] for g in doc["groups"]] == ["0-2", "3"]

@@ -59,7 +59,11 @@ def run_cli(*args: str, timeout: float = 120, **extra: str) -> subprocess.Comple
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     return subprocess.run(
         [sys.executable, "-m", "areal_console", *args],
-        capture_output=True, text=True, timeout=timeout, env=env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
     )
 
 
@@ -92,8 +96,9 @@ def test_stacks_json_diagnoses_each_hang(jobs: dict[str, ScenarioJob], pattern: 
 
 def test_slow_job_is_progressing_with_samples(jobs: dict[str, ScenarioJob]) -> None:
     job = jobs["slow"]
-    result = run_cli("stacks", "--match", str(job.state_dir), "--json",
-                     "--samples", "3", "--interval", "0.4")
+    result = run_cli(
+        "stacks", "--match", str(job.state_dir), "--json", "--samples", "3", "--interval", "0.4"
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["samples"] == 3
@@ -102,16 +107,25 @@ def test_slow_job_is_progressing_with_samples(jobs: dict[str, ScenarioJob]) -> N
 
 
 def test_hung_job_sampled_twice_is_not_progressing(jobs: dict[str, ScenarioJob]) -> None:
-    result = run_cli("stacks", "--match", str(jobs["same_collective"].state_dir), "--json",
-                     "--samples", "2", "--interval", "0.2")
+    result = run_cli(
+        "stacks",
+        "--match",
+        str(jobs["same_collective"].state_dir),
+        "--json",
+        "--samples",
+        "2",
+        "--interval",
+        "0.2",
+    )
     doc = json.loads(result.stdout)
     assert [r["progressing"] for r in doc["ranks"] if r["rank"] is not None] == [False] * 4
     assert doc["diagnosis"]["pattern"] == "same_collective"
 
 
 def test_text_report_save_list_open_compare(jobs: dict[str, ScenarioJob], tmp_path: Path) -> None:
-    first = run_cli("stacks", "--match", str(jobs["cleanup_deadlock"].state_dir),
-                    "--save", str(tmp_path))
+    first = run_cli(
+        "stacks", "--match", str(jobs["cleanup_deadlock"].state_dir), "--save", str(tmp_path)
+    )
     assert first.returncode == 0, first.stderr
     assert "DIAGNOSIS [cleanup_deadlock]" in first.stdout
     assert "Group 2: ranks 3 (1)  (outlier)" in first.stdout
@@ -147,8 +161,12 @@ def test_text_report_save_list_open_compare(jobs: dict[str, ScenarioJob], tmp_pa
 def test_unsavable_capture_is_still_shown(jobs: dict[str, ScenarioJob], tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    result = run_cli("stacks", "--match", str(jobs["same_collective"].state_dir),
-                     AREAL_CONSOLE_DATA_DIR=str(blocker))
+    result = run_cli(
+        "stacks",
+        "--match",
+        str(jobs["same_collective"].state_dir),
+        AREAL_CONSOLE_DATA_DIR=str(blocker),
+    )
     assert result.returncode == 0
     assert "DIAGNOSIS [same_collective]" in result.stdout
     assert result.stderr.startswith("warning: capture not saved:")
@@ -178,8 +196,11 @@ def test_non_python_rank_is_an_error_row(console_home: Path) -> None:
     assert rank.error and "not a Python process" in rank.error
 
 
-def test_unreachable_node_is_partial(jobs: dict[str, ScenarioJob], monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_node_is_partial(
+    jobs: dict[str, ScenarioJob],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from areal_console.commands import stacks as command
 
     specs = [NodeSpec(name="node0"), NodeSpec(name="broken", transport="carrier-pigeon")]

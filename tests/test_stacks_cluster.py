@@ -31,8 +31,9 @@ def job(cluster: TestCluster) -> Iterator[GlooJob]:
         if not node.running:
             node.start()
     script = rank_script("cleanup_deadlock", MARKER, str(REPO / "tui"))
-    with cluster.start_gloo_job(ranks_per_node=RANKS_PER_NODE, script=script,
-                                timeout=180) as running:
+    with cluster.start_gloo_job(
+        ranks_per_node=RANKS_PER_NODE, script=script, timeout=180
+    ) as running:
         yield running
 
 
@@ -41,7 +42,11 @@ def run_stacks(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[
     env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"
     return subprocess.run(
         [sys.executable, "-m", "areal_console", "stacks", "--match", MARKER, "--json", *args],
-        capture_output=True, text=True, env=env, timeout=180, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
     )
 
 
@@ -54,7 +59,8 @@ def test_cleanup_deadlock_across_nodes(cluster: TestCluster, job: GlooJob) -> No
     ranks = sorted((r["rank"], r["node"]) for r in doc["ranks"] if r["rank"] is not None)
     assert ranks == sorted((p.rank, p.node.name) for p in job.placements)
     assert [(g["label"], len(g["ranks"])) for g in doc["groups"]] == [
-        (f"0-{world - 2}", world - 1), (str(last - 1), 1)
+        (f"0-{world - 2}", world - 1),
+        (str(last - 1), 1),
     ]
     assert doc["diagnosis"]["pattern"] == "cleanup_deadlock"
     assert any(e.startswith(f"rank {last - 1} ") for e in doc["diagnosis"]["evidence"])

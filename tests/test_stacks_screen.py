@@ -44,16 +44,27 @@ def big_capture(world: int) -> StackCapture:
     """`world` ranks from the cleanup-deadlock recording: a few in cleanup, the rest training."""
     node = load_raw("cleanup_deadlock")["nodes"][0]
     rank_of = {p["pid"]: p["rank"] for p in node["processes"]}
-    dumps = sorted((d for d in node["samples"][0] if rank_of.get(d["pid"]) is not None),
-                   key=lambda d: rank_of[d["pid"]])
+    dumps = sorted(
+        (d for d in node["samples"][0] if rank_of.get(d["pid"]) is not None),
+        key=lambda d: rank_of[d["pid"]],
+    )
     nodes = []
     for n in range(world // 8):
         procs, out = [], []
         for local in range(8):
             rank = n * 8 + local
             src = dumps[-1] if rank % 997 == 5 else dumps[0]
-            procs.append({"pid": 1000 + rank, "ppid": 1, "rank": rank, "local_rank": local,
-                          "world_size": world, "role": "trainer", "cmdline": "python train.py"})
+            procs.append(
+                {
+                    "pid": 1000 + rank,
+                    "ppid": 1,
+                    "rank": rank,
+                    "local_rank": local,
+                    "world_size": world,
+                    "role": "trainer",
+                    "cmdline": "python train.py",
+                }
+            )
             out.append({"pid": 1000 + rank, "ok": True, "threads": src["threads"]})
         nodes.append({"node": f"node{n}", "processes": procs, "samples": [out]})
     return build_capture({"captured_at": "2026-01-01T00:00:00+00:00", "nodes": nodes})
@@ -95,8 +106,9 @@ def tree_labels(tree: StackTree) -> list[str]:
 
 
 async def open_screen(pilot: Any, screen: StacksScreen) -> None:
-    await wait_until(pilot, lambda: screen.analysis is not None
-                     and bool(screen.query_one(RankGroupTable).shown))
+    await wait_until(
+        pilot, lambda: screen.analysis is not None and bool(screen.query_one(RankGroupTable).shown)
+    )
 
 
 async def test_banner_groups_and_tree() -> None:
@@ -112,8 +124,10 @@ async def test_banner_groups_and_tree() -> None:
         assert "outlier" in str(table.get_row("1")[3])
         labels = tree_labels(screen.query_one(StackTree))
         assert labels[0].startswith("_run_module_as_main") and "[0-3] (4)" in labels[0]
-        assert any(label.startswith("Trainer.cleanup_distributed") and "[3] (1)" in label
-                   for label in labels)
+        assert any(
+            label.startswith("Trainer.cleanup_distributed") and "[3] (1)" in label
+            for label in labels
+        )
         assert "4 ranks of 4 · 2 groups" in status(screen)
 
 
@@ -171,6 +185,7 @@ async def test_thread_views_and_source() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         tree = screen.query_one(StackTree)
+
         def headings() -> list[str]:
             return [str(n.label).split()[0] for n in tree.root.children]
 
@@ -182,8 +197,9 @@ async def test_thread_views_and_source() -> None:
         await wait_until(pilot, lambda: headings() == ["MainThread", "heartbeat"])
         assert "[0-3] (4)" in str(tree.root.children[1].label)
         await pilot.press("t")
-        await wait_until(pilot, lambda: "main thread" in str(
-            screen.query_one("#detail-title").render()))
+        await wait_until(
+            pilot, lambda: "main thread" in str(screen.query_one("#detail-title").render())
+        )
         # the groups table has focus: `o` opens the group's call site in the scenario file
         screen.query_one(RankGroupTable).focus()
         await pilot.press("o")

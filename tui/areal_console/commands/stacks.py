@@ -23,25 +23,46 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_target_arguments(parser)
-    parser.add_argument("--samples", type=int, default=1, metavar="N",
-                        help="dumps per rank; with 2+ a rank whose stack changes is progressing")
-    parser.add_argument("--interval", type=float, default=1.0, metavar="S",
-                        help="seconds between samples (default 1)")
-    parser.add_argument("--match", metavar="REGEX",
-                        help="only processes whose command line matches")
-    parser.add_argument("--timeout", type=float, default=15.0, metavar="S",
-                        help="per py-spy dump (default 15)")
-    parser.add_argument("--nonblocking", action="store_true",
-                        help="do not pause the ranks while dumping (less accurate)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        metavar="N",
+        help="dumps per rank; with 2+ a rank whose stack changes is progressing",
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between samples (default 1)",
+    )
+    parser.add_argument(
+        "--match", metavar="REGEX", help="only processes whose command line matches"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=15.0, metavar="S", help="per py-spy dump (default 15)"
+    )
+    parser.add_argument(
+        "--nonblocking",
+        action="store_true",
+        help="do not pause the ranks while dumping (less accurate)",
+    )
     parser.add_argument("--json", action="store_true", help="the capture as JSON")
-    parser.add_argument("--save", metavar="DIR",
-                        help="also write <id>.json and <id>.txt (report) into DIR")
+    parser.add_argument(
+        "--save", metavar="DIR", help="also write <id>.json and <id>.txt (report) into DIR"
+    )
     saved = parser.add_argument_group("saved captures")
     saved.add_argument("--list", action="store_true", help="list saved captures")
-    saved.add_argument("--open", metavar="ID",
-                       help="show a saved capture (id, id prefix, path or 'latest')")
-    saved.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
-                       help="rank-by-rank changes between two saved captures")
+    saved.add_argument(
+        "--open", metavar="ID", help="show a saved capture (id, id prefix, path or 'latest')"
+    )
+    saved.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="rank-by-rank changes between two saved captures",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -76,8 +97,11 @@ def _capture(args: argparse.Namespace) -> Any:
 
     try:
         options = CaptureOptions(
-            samples=args.samples, interval=args.interval, match=args.match,
-            timeout=args.timeout, nonblocking=args.nonblocking,
+            samples=args.samples,
+            interval=args.interval,
+            match=args.match,
+            timeout=args.timeout,
+            nonblocking=args.nonblocking,
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -94,8 +118,9 @@ def _export(capture: Any, directory: Path) -> None:
     from areal_console.core.stacks.store import write_atomic
 
     try:
-        write_atomic(directory / f"{capture.capture_id}.json",
-                     json.dumps(capture_json(capture), indent=1))
+        write_atomic(
+            directory / f"{capture.capture_id}.json", json.dumps(capture_json(capture), indent=1)
+        )
         write_atomic(directory / f"{capture.capture_id}.txt", text_report(capture))
     except OSError as exc:
         raise UserError(f"cannot save to {directory}: {exc}") from None
@@ -103,8 +128,17 @@ def _export(capture: Any, directory: Path) -> None:
 
 def _list(saved: list[Any], as_json: bool) -> int:
     if as_json:
-        rows = [{"id": c.capture_id, "path": str(c.path), "captured_at": c.captured_at,
-                 "ranks": c.ranks, "pattern": c.pattern, "title": c.title} for c in saved]
+        rows = [
+            {
+                "id": c.capture_id,
+                "path": str(c.path),
+                "captured_at": c.captured_at,
+                "ranks": c.ranks,
+                "pattern": c.pattern,
+                "title": c.title,
+            }
+            for c in saved
+        ]
         json.dump({"captures": rows}, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return EXIT_OK
@@ -123,10 +157,15 @@ def _compare(before: Any, after: Any, as_json: bool) -> int:
 
     changes = compare_captures(before, after)
     if as_json:
-        rows = [{"rank": c.rank, "status": c.status,
-                 "diff": c.diff.to_json() if c.diff else None} for c in changes]
-        json.dump({"before": before.capture_id, "after": after.capture_id, "ranks": rows},
-                  sys.stdout, indent=1)
+        rows = [
+            {"rank": c.rank, "status": c.status, "diff": c.diff.to_json() if c.diff else None}
+            for c in changes
+        ]
+        json.dump(
+            {"before": before.capture_id, "after": after.capture_id, "ranks": rows},
+            sys.stdout,
+            indent=1,
+        )
         sys.stdout.write("\n")
         return EXIT_OK
     print(f"{before.capture_id} -> {after.capture_id}")

@@ -212,8 +212,9 @@ trainer.train(1000000)
 """
 
 
-def rank_script(pattern: str, marker: str = "areal-console scenario",
-                import_root: str | None = None) -> str:
+def rank_script(
+    pattern: str, marker: str = "areal-console scenario", import_root: str | None = None
+) -> str:
     """`python3 -c` source running one rank of `pattern` (rank variables already set).
 
     `marker` lands in the command line (to pick the job with `--match`); `import_root` is
@@ -237,16 +238,30 @@ def free_port() -> int:
 
 
 def worker_argv(pattern: str, steps: int, state_dir: str | None) -> list[str]:
-    argv = [sys.executable, "-m", "areal_console.scenarios.hang", "--worker",
-            "--pattern", pattern, "--steps", str(steps)]
+    argv = [
+        sys.executable,
+        "-m",
+        "areal_console.scenarios.hang",
+        "--worker",
+        "--pattern",
+        pattern,
+        "--steps",
+        str(steps),
+    ]
     if state_dir:
         argv += ["--state-dir", state_dir]
     return argv
 
 
 def run_launcher(
-    pattern: str, nproc: int, steps: int, state_dir: str | None, port: int | None,
-    rank_offset: int = 0, world_size: int | None = None, master_addr: str = "127.0.0.1",
+    pattern: str,
+    nproc: int,
+    steps: int,
+    state_dir: str | None,
+    port: int | None,
+    rank_offset: int = 0,
+    world_size: int | None = None,
+    master_addr: str = "127.0.0.1",
 ) -> int:
     world = world_size or nproc
     port = port or free_port()
@@ -364,8 +379,19 @@ def start_scenario(
     if state_dir is None:
         owned = tempfile.TemporaryDirectory(prefix=f"areal-hang-{pattern}-")
         state_dir = owned.name
-    argv = [sys.executable, "-m", "areal_console.scenarios.hang", "--pattern", pattern,
-            "--nproc", str(nproc), "--steps", str(steps), "--state-dir", str(state_dir)]
+    argv = [
+        sys.executable,
+        "-m",
+        "areal_console.scenarios.hang",
+        "--pattern",
+        pattern,
+        "--nproc",
+        str(nproc),
+        "--steps",
+        str(steps),
+        "--state-dir",
+        str(state_dir),
+    ]
     child_env = dict(os.environ if env is None else env)
     # The worker imports this package: make sure it is importable from wherever we run.
     pkg_root = str(Path(__file__).resolve().parents[2])
@@ -373,8 +399,11 @@ def start_scenario(
     if pkg_root not in paths:
         child_env["PYTHONPATH"] = os.pathsep.join([pkg_root, *paths])
     process = subprocess.Popen(
-        argv, env=child_env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        argv,
+        env=child_env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return ScenarioJob(pattern, nproc, process, Path(state_dir), owned)
 
@@ -389,8 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--state-dir", help="write rankN.ready files here when hung")
     parser.add_argument("--port", type=int, help="MASTER_PORT (default: a free port)")
-    parser.add_argument("--nnodes", type=int, default=1,
-                        help="nodes the job spans (start one launcher per node)")
+    parser.add_argument(
+        "--nnodes", type=int, default=1, help="nodes the job spans (start one launcher per node)"
+    )
     parser.add_argument("--node-rank", type=int, default=0, help="this node's index")
     parser.add_argument("--master-addr", default="127.0.0.1", help="MASTER_ADDR")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -400,8 +430,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nnodes > 1 and not args.port:
         parser.error("--nnodes needs --port (the same MASTER_PORT on every node)")
     return run_launcher(
-        args.pattern, args.nproc, args.steps, args.state_dir, args.port,
-        rank_offset=args.node_rank * args.nproc, world_size=args.nnodes * args.nproc,
+        args.pattern,
+        args.nproc,
+        args.steps,
+        args.state_dir,
+        args.port,
+        rank_offset=args.node_rank * args.nproc,
+        world_size=args.nnodes * args.nproc,
         master_addr=args.master_addr,
     )
 

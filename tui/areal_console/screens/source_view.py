@@ -28,8 +28,9 @@ class SourceViewScreen(ModalScreen[None]):
     SourceViewScreen #source-title { text-style: bold; padding: 0 0 1 0; }
     """
     BINDINGS = [
-        Binding("escape,q,o", "dismiss", "Close", id="source.close",
-                tooltip="Close the source view"),
+        Binding(
+            "escape,q,o", "dismiss", "Close", id="source.close", tooltip="Close the source view"
+        ),
     ]
 
     class Loaded(Message):
@@ -62,8 +63,12 @@ class SourceViewScreen(ModalScreen[None]):
             return
         body.update(
             Syntax(
-                "\n".join(snippet.lines), "python", line_numbers=True,
-                start_line=snippet.first, highlight_lines={snippet.line}, theme="ansi_dark",
+                "\n".join(snippet.lines),
+                "python",
+                line_numbers=True,
+                start_line=snippet.first,
+                highlight_lines={snippet.line},
+                theme="ansi_dark",
             )
         )
 

@@ -33,36 +33,114 @@ class StacksScreen(Screen[None]):
 
     CSS_PATH = "../styles/stacks.tcss"
     BINDINGS = [
-        Binding("space", "mark", "Mark", id="stacks.mark",
-                tooltip="Mark the highlighted group for a diff (two at most)"),
-        Binding("d", "diff", "Diff", id="stacks.diff",
-                tooltip="Side-by-side diff of the two marked groups (or marked vs highlighted)"),
-        Binding("right_square_bracket", "next_difference", "Next diff", id="stacks.next_diff",
-                tooltip="Jump to the next differing frame in the diff"),
-        Binding("left_square_bracket", "prev_difference", "Prev diff", id="stacks.prev_diff",
-                tooltip="Jump to the previous differing frame in the diff"),
-        Binding("g", "goto_rank", "Go to rank", id="stacks.goto",
-                tooltip="Jump to the group holding a rank number"),
-        Binding("j", "next_group", "Next group", id="stacks.next_group", show=False,
-                tooltip="Highlight the next group"),
-        Binding("k", "prev_group", "Prev group", id="stacks.prev_group", show=False,
-                tooltip="Highlight the previous group"),
-        Binding("enter", "drill", "Show in tree", id="stacks.drill", show=False,
-                tooltip="Show the highlighted group's stack in the merged tree"),
-        Binding("t", "toggle_threads", "All threads", id="stacks.threads",
-                tooltip="Merged tree of the main thread only, or of every thread"),
-        Binding("i", "toggle_idle", "Idle threads", id="stacks.idle",
-                tooltip="Show or hide idle threads (waiting pool workers, queues)"),
-        Binding("o", "open_source", "Source", id="stacks.source",
-                tooltip="Show the source lines around the highlighted frame"),
-        Binding("slash", "filter", "Filter", id="stacks.filter",
-                tooltip="Filter groups by rank range, function or file"),
-        Binding("e", "export", "Export", id="stacks.export",
-                tooltip="Write the plain-text report and JSON next to the saved capture"),
-        Binding("r", "recapture", "Recapture", id="stacks.recapture",
-                tooltip="Take (and save) a new capture of every rank"),
-        Binding("escape", "back", "Back", id="stacks.back",
-                tooltip="Close the prompt or the diff, clear the filter, or go back"),
+        Binding(
+            "space",
+            "mark",
+            "Mark",
+            id="stacks.mark",
+            tooltip="Mark the highlighted group for a diff (two at most)",
+        ),
+        Binding(
+            "d",
+            "diff",
+            "Diff",
+            id="stacks.diff",
+            tooltip="Side-by-side diff of the two marked groups (or marked vs highlighted)",
+        ),
+        Binding(
+            "right_square_bracket",
+            "next_difference",
+            "Next diff",
+            id="stacks.next_diff",
+            tooltip="Jump to the next differing frame in the diff",
+        ),
+        Binding(
+            "left_square_bracket",
+            "prev_difference",
+            "Prev diff",
+            id="stacks.prev_diff",
+            tooltip="Jump to the previous differing frame in the diff",
+        ),
+        Binding(
+            "g",
+            "goto_rank",
+            "Go to rank",
+            id="stacks.goto",
+            tooltip="Jump to the group holding a rank number",
+        ),
+        Binding(
+            "j",
+            "next_group",
+            "Next group",
+            id="stacks.next_group",
+            show=False,
+            tooltip="Highlight the next group",
+        ),
+        Binding(
+            "k",
+            "prev_group",
+            "Prev group",
+            id="stacks.prev_group",
+            show=False,
+            tooltip="Highlight the previous group",
+        ),
+        Binding(
+            "enter",
+            "drill",
+            "Show in tree",
+            id="stacks.drill",
+            show=False,
+            tooltip="Show the highlighted group's stack in the merged tree",
+        ),
+        Binding(
+            "t",
+            "toggle_threads",
+            "All threads",
+            id="stacks.threads",
+            tooltip="Merged tree of the main thread only, or of every thread",
+        ),
+        Binding(
+            "i",
+            "toggle_idle",
+            "Idle threads",
+            id="stacks.idle",
+            tooltip="Show or hide idle threads (waiting pool workers, queues)",
+        ),
+        Binding(
+            "o",
+            "open_source",
+            "Source",
+            id="stacks.source",
+            tooltip="Show the source lines around the highlighted frame",
+        ),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="stacks.filter",
+            tooltip="Filter groups by rank range, function or file",
+        ),
+        Binding(
+            "e",
+            "export",
+            "Export",
+            id="stacks.export",
+            tooltip="Write the plain-text report and JSON next to the saved capture",
+        ),
+        Binding(
+            "r",
+            "recapture",
+            "Recapture",
+            id="stacks.recapture",
+            tooltip="Take (and save) a new capture of every rank",
+        ),
+        Binding(
+            "escape",
+            "back",
+            "Back",
+            id="stacks.back",
+            tooltip="Close the prompt or the diff, clear the filter, or go back",
+        ),
     ]
 
     class Analysed(Message):
@@ -233,8 +311,9 @@ class StacksScreen(Screen[None]):
         if self.all_threads:
             self._build_threads(self.capture, self.show_idle)
             return
-        self.query_one(StackTree).show_tree({"main": self.analysis.tree},
-                                            len(self.analysis.tree.ranks))
+        self.query_one(StackTree).show_tree(
+            {"main": self.analysis.tree}, len(self.analysis.tree.ranks)
+        )
         self._set_detail_title()
 
     def _set_detail_title(self) -> None:
@@ -282,8 +361,12 @@ class StacksScreen(Screen[None]):
         diff = diff_stacks(a.frames, b.frames)
         self.diffing = pair
         view = self.query_one(StackDiffView)
-        view.show_diff(diff, f"ranks {a.label} ({a.size})", f"ranks {b.label} ({b.size})",
-                       width=self.query_one("#detail-box").size.width)
+        view.show_diff(
+            diff,
+            f"ranks {a.label} ({a.size})",
+            f"ranks {b.label} ({b.size})",
+            width=self.query_one("#detail-box").size.width,
+        )
         self.query_one(StackTree).display = False
         view.display = True
         view.focus()
@@ -294,8 +377,10 @@ class StacksScreen(Screen[None]):
             row = diff.rows[diff.first_difference]
             frame = row.left or row.right
             where = frame.function if frame else "?"
-            self.say(f"{len(diff.differences)} differing frames; first at depth "
-                     f"{diff.first_difference}: {where}")
+            self.say(
+                f"{len(diff.differences)} differing frames; first at depth "
+                f"{diff.first_difference}: {where}"
+            )
 
     def _diff_pair(self) -> tuple[int, int] | None:
         current = self._current_group()
@@ -380,8 +465,7 @@ class StacksScreen(Screen[None]):
         self.app.push_screen(SourceViewScreen(frame))
 
     def action_filter(self) -> None:
-        self._open_prompt("filter", "filter groups: rank range, function or file",
-                          self.text_filter)
+        self._open_prompt("filter", "filter groups: rank range, function or file", self.text_filter)
 
     def action_goto_rank(self) -> None:
         self._open_prompt("rank", "go to rank: a number, e.g. 17", "")

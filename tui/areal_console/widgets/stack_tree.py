@@ -72,8 +72,12 @@ class StackTree(Tree[Frame | None]):
                 continue
             for child in reversed(children):
                 expand = expand_all or branch_depth < 2
-                ui = ui_parent.add(node_label(child, total), data=child.frame, expand=expand,
-                                   allow_expand=bool(child.children))
+                ui = ui_parent.add(
+                    node_label(child, total),
+                    data=child.frame,
+                    expand=expand,
+                    allow_expand=bool(child.children),
+                )
                 for g in child.groups:
                     self.group_nodes[g] = ui
                 work.append((ui, child, branch_depth + 1))

@@ -54,8 +54,18 @@ COLLECTIVES = frozenset(
 
 # Frames that mean "this rank is shutting down": functions, and words in function names.
 CLEANUP_FUNCTIONS = frozenset({"destroy_process_group", "_exitfunc", "_run_exitfuncs", "__exit__"})
-CLEANUP_WORDS = ("cleanup", "clean_up", "shutdown", "teardown", "tear_down", "finalize",
-                 "destroy", "atexit", "on_exit", "close")
+CLEANUP_WORDS = (
+    "cleanup",
+    "clean_up",
+    "shutdown",
+    "teardown",
+    "tear_down",
+    "finalize",
+    "destroy",
+    "atexit",
+    "on_exit",
+    "close",
+)
 
 DEBUG_ENV = (
     "Re-run with TORCH_DISTRIBUTED_DEBUG=DETAIL: it checks that ranks call matching "
@@ -205,8 +215,11 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
             f"{_ranks_word(analysis.missing).capitalize()} missing: the process died",
             f"WORLD_SIZE is {analysis.world_size} but no node shows "
             f"{_ranks_word(analysis.missing)}; the surviving ranks wait for it.",
-            [f"missing: {_ranks_word(analysis.missing)} of {analysis.world_size}",
-             *where, *failed_note],
+            [
+                f"missing: {_ranks_word(analysis.missing)} of {analysis.world_size}",
+                *where,
+                *failed_note,
+            ],
             [
                 "Read the missing rank's log and exit status; check `dmesg` for the OOM "
                 "killer and the node for GPU Xid errors",
@@ -223,8 +236,10 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
             "No rank stacks captured",
             "No process with rank variables (RANK/WORLD_SIZE) could be sampled.",
             failed_note + [f"{e.node}: {e.error}" for e in capture.errors],
-            ["Check that the job runs on the chosen nodes (`areal-console nodes`)",
-             "Use --match REGEX to pick the job's processes"],
+            [
+                "Check that the job runs on the chosen nodes (`areal-console nodes`)",
+                "Use --match REGEX to pick the job's processes",
+            ],
         )
 
     cleanup = [g for g in groups if cleanup_frame(g.frames) is not None]
@@ -266,8 +281,11 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
             f"({', '.join(sorted(kinds))}); each waits for peers that called something else. "
             "Look for rank-dependent control flow before the divergence point.",
             _group_evidence(groups)
-            + ([f"divergence point: {describe((analysis.divergence,))}"]
-               if analysis.divergence else [])
+            + (
+                [f"divergence point: {describe((analysis.divergence,))}"]
+                if analysis.divergence
+                else []
+            )
             + failed_note,
             [
                 DEBUG_ENV,

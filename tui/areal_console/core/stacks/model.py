@@ -285,8 +285,11 @@ def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> Stack
             slots = per_pid.get(pid, [])
             first = slots[0] if slots else []
             if not first:
-                ranks.append(_rank_from_process(node, proc, state="error",
-                                                error="no stack dump for this process"))
+                ranks.append(
+                    _rank_from_process(
+                        node, proc, state="error", error="no stack dump for this process"
+                    )
+                )
                 continue
             for d in first:
                 ranks.append(_rank_from_dump(node, proc, d, slots, table))

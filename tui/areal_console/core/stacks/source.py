@@ -22,7 +22,10 @@ def read_snippet(path: str, line: int, context: int = 8) -> SourceSnippet:
         return SourceSnippet(path, line, line, [], f"{path or 'this frame'} has no source file")
     if not os.path.isfile(path):
         return SourceSnippet(
-            path, line, line, [],
+            path,
+            line,
+            line,
+            [],
             f"{path} is not on this machine (the rank runs on another node?)",
         )
     linecache.checkcache(path)
