@@ -551,6 +551,10 @@ class StacksScreen(Screen[None]):
             return
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()
+            return
+        goto = getattr(self.app, "action_goto", None)  # the console's screens are modes
+        if goto is not None:
+            goto("nodes")
 
     @on(DataTable.RowHighlighted, "#groups")
     def _group_highlighted(self, event: DataTable.RowHighlighted) -> None:
