@@ -270,6 +270,32 @@ def test_stuck_job_sampled_twice_is_not_progressing() -> None:
     assert diagnose(analyse(capture)).pattern == "same_collective"
 
 
+def test_rank_exiting_between_samples_is_gone_with_its_last_stack() -> None:
+    raw = load_raw("same_collective")
+    node = raw["nodes"][0]
+    first = node["samples"][0]
+    pid = next(p["pid"] for p in node["processes"] if p["rank"] == 2)
+    second = [dict(d) for d in first]
+    for d in second:
+        if d["pid"] == pid:
+            d.clear()
+            d.update(
+                pid=pid,
+                requested_pid=pid,
+                ok=False,
+                reason="gone",
+                error=f"process {pid} exited during capture",
+            )
+    node["samples"] = [first, second]
+    capture = build_capture(raw)
+    rank = capture.find_rank(2)
+    assert rank is not None and rank.state == "gone"
+    assert rank.error == f"process {pid} exited during capture (before sample 2)"
+    assert rank.main_frames  # the stack it had is kept
+    assert [r.progressing for r in capture.rank_stacks] == [False, False, None, False]
+    assert [g.label for g in analyse(capture).groups] == ["0-1,3"]
+
+
 def test_failed_dumps_are_data() -> None:
     raw = load_raw("collective_mismatch")
     node = raw["nodes"][0]

@@ -336,10 +336,14 @@ def _rank_from_dump(
     if len(slots) > 1:
         first = _stack_signature(threads)
         later = []
-        for dumps in slots[1:]:
-            mine = [d for d in dumps if int(d["pid"]) == pid and d.get("ok")]
-            if mine:
+        for number, dumps in enumerate(slots[1:], start=2):
+            mine = [d for d in dumps if int(d["pid"]) == pid]
+            if mine and mine[0].get("ok"):
                 later.append(_stack_signature(parse_pyspy_threads(mine[0]["threads"], pid, table)))
+            elif mine and mine[0].get("reason") == "gone" and rank.state == "ok":
+                # Keep the stack it had, but say it is no longer there.
+                rank.state = "gone"
+                rank.error = f"process {pid} exited during capture (before sample {number})"
         rank.progressing = any(sig != first for sig in later) if later else None
     return rank
 
