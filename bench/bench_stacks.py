@@ -34,6 +34,7 @@ from areal_console.core.stacks.model import build_capture  # noqa: E402
 from areal_console.core.stacks.report import capture_json  # noqa: E402
 from areal_console.core.targets import NodeSpec  # noqa: E402
 from areal_console.scenarios import start_scenario  # noqa: E402
+from areal_console.scenarios.hang import rank_script  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "pyspy"
 RANKS_PER_NODE = 8
@@ -114,6 +115,35 @@ def bench_analysis(sizes: list[int]) -> None:
         )
 
 
+def bench_screen(world: int) -> None:
+    """Seconds from pushing the Stacks screen to its groups and tree being shown."""
+    import asyncio
+
+    from areal_console.screens.stacks import StacksScreen
+    from areal_console.widgets.rank_group_table import RankGroupTable
+    from textual.app import App
+
+    capture = build_capture(synthetic_raw(world))
+    screen = StacksScreen(capture)
+
+    class Bench(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(screen)
+
+    async def run() -> float:
+        async with Bench().run_test(size=(160, 50)) as pilot:
+            t0 = time.perf_counter()
+            while not (screen.analysis and screen.query_one(RankGroupTable).shown):
+                await pilot.pause(0.005)
+            await pilot.pause()
+            return time.perf_counter() - t0
+
+    print(
+        f"\nStacks screen with {world} ranks: groups and tree shown "
+        f"{asyncio.run(run()):.3f}s after mount"
+    )
+
+
 def bench_capture(nproc: int, repeat: int) -> None:
     print(
         f"\ncapture of a hung {nproc}-rank gloo job on this machine (median of {repeat}; "
@@ -155,16 +185,102 @@ def bench_capture(nproc: int, repeat: int) -> None:
     print(f"  full capture (find ranks + launcher, dump, build): {f:.3f}s  ({s / f:.1f}x)")
 
 
+def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
+    """32 ranks on the sshd test cluster: the loop on each node in turn vs one capture."""
+    import uuid
+
+    sys.path.insert(0, str(ROOT))
+    from tests.cluster import TestCluster, skip_reason
+
+    reason = skip_reason()
+    if reason:
+        print(f"\ncluster capture skipped: {reason}")
+        return
+    import tempfile
+
+    world = nodes * ranks_per_node
+    marker = f"bench-stacks-{uuid.uuid4().hex[:8]}"
+    print(
+        f"\ncapture of a hung {world}-rank gloo job on {nodes} sshd nodes "
+        f"(median of {repeat}; {os.cpu_count()} CPUs shared by all nodes)"
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp,
+        TestCluster(tmp, nodes=nodes) as cluster,
+    ):
+        script = rank_script("cleanup_deadlock", marker, str(ROOT / "tui"))
+        t0 = time.perf_counter()
+        with cluster.start_gloo_job(ranks_per_node=ranks_per_node, script=script, timeout=900):
+            print(f"  job up in {time.perf_counter() - t0:.0f}s")
+            fleet = Fleet(cluster.specs(), **cluster.ssh_options())
+            try:
+                fleet.connect_all()
+                options = CaptureOptions(match=marker)
+                raw = capture_raw(fleet, options)
+                pids = {n["node"]: [p["pid"] for p in n["processes"]] for n in raw["nodes"]}
+                assert sum(map(len, pids.values())) == world, pids
+                seq, on_nodes, full = [], [], []
+                for _ in range(repeat):
+                    # AReaL's loop, typed on each node in turn (one ssh per node); the
+                    # node also reports how long the loop itself took, without SSH.
+                    t0 = time.perf_counter()
+                    inside = 0.0
+                    for node in cluster.nodes:
+                        loop = (
+                            "for pid in "
+                            + " ".join(map(str, pids[node.name]))
+                            + "; do py-spy dump --pid $pid; done"
+                        )
+                        timed = (
+                            f"s=$(date +%s%N); n=$( ({loop}) | grep -c 'Thread '); "
+                            "e=$(date +%s%N); echo $n $((e-s))"
+                        )
+                        out = node.run(timed, timeout=300)
+                        threads, ns = out.stdout.split()
+                        assert int(threads) >= ranks_per_node, out.stderr
+                        inside += int(ns) / 1e9
+                    seq.append(time.perf_counter() - t0)
+                    on_nodes.append(inside)
+                    t0 = time.perf_counter()
+                    raw = capture_raw(fleet, options)
+                    full.append(time.perf_counter() - t0)
+                    ok = sum(1 for n in raw["nodes"] for d in n["samples"][0] if d["ok"])
+                    assert ok == world, raw
+                capture = build_capture(raw)
+                diagnosis = diagnose(analyse(capture))
+            finally:
+                fleet.close()
+    s, f = statistics.median(seq), statistics.median(full)
+    n = statistics.median(on_nodes)
+    print(f"  sequential: ssh + the loop on node1..node{nodes} in turn: {s:.3f}s ({s / f:.1f}x)")
+    print(f"  ... of which the loops themselves (no ssh):        {n:.3f}s ({n / f:.1f}x)")
+    print(f"  areal-console capture, all nodes at once:          {f:.3f}s")
+    print(
+        f"  diagnosis: {diagnosis.pattern}; groups: "
+        + ", ".join(f"{g.label}({g.size})" for g in analyse(capture).groups)
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1024,4096,16384")
     parser.add_argument("--ranks", type=int, default=8, help="ranks of the live job")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--skip-capture", action="store_true")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also capture across the sshd test cluster (root, openssh-server)",
+    )
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--ranks-per-node", type=int, default=8)
     args = parser.parse_args()
     bench_analysis([int(s) for s in args.sizes.split(",")])
+    bench_screen(4096)
     if not args.skip_capture:
         bench_capture(args.ranks, args.repeat)
+    if args.cluster:
+        bench_cluster_capture(args.nodes, args.ranks_per_node, args.repeat)
     return 0
 
 

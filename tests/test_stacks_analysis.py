@@ -270,6 +270,32 @@ def test_stuck_job_sampled_twice_is_not_progressing() -> None:
     assert diagnose(analyse(capture)).pattern == "same_collective"
 
 
+def test_rank_exiting_between_samples_is_gone_with_its_last_stack() -> None:
+    raw = load_raw("same_collective")
+    node = raw["nodes"][0]
+    first = node["samples"][0]
+    pid = next(p["pid"] for p in node["processes"] if p["rank"] == 2)
+    second = [dict(d) for d in first]
+    for d in second:
+        if d["pid"] == pid:
+            d.clear()
+            d.update(
+                pid=pid,
+                requested_pid=pid,
+                ok=False,
+                reason="gone",
+                error=f"process {pid} exited during capture",
+            )
+    node["samples"] = [first, second]
+    capture = build_capture(raw)
+    rank = capture.find_rank(2)
+    assert rank is not None and rank.state == "gone"
+    assert rank.error == f"process {pid} exited during capture (before sample 2)"
+    assert rank.main_frames  # the stack it had is kept
+    assert [r.progressing for r in capture.rank_stacks] == [False, False, None, False]
+    assert [g.label for g in analyse(capture).groups] == ["0-1,3"]
+
+
 def test_failed_dumps_are_data() -> None:
     raw = load_raw("collective_mismatch")
     node = raw["nodes"][0]
@@ -331,3 +357,46 @@ def test_text_report_reads_well(fixtures: dict[str, Any]) -> None:
     assert "Group 1: ranks 0,2 (2)" in report and "Group 2: ranks 1,3 (2)" in report
     assert "Divergence point: Trainer.train_step" in report
     assert "launcher pid" in report
+
+
+# -- saved captures ---------------------------------------------------------------------
+
+
+def test_save_list_open_and_corrupt_files(tmp_path: Path) -> None:
+    from areal_console.core.errors import UserError
+    from areal_console.core.stacks.store import (
+        list_captures,
+        load_capture,
+        resolve_capture,
+        save_capture,
+    )
+
+    first = build_capture(load_raw("cleanup_deadlock"))
+    first.capture_id = "20260101-000000-aaaa"
+    second = build_capture(load_raw("missing_rank"))
+    second.capture_id = "20260101-000000-aaab"
+    second.captured_at = "2999-01-01T00:00:00+00:00"
+    for c in (first, second):
+        save_capture(c, tmp_path)
+    (tmp_path / "broken.json").write_text("{not json")
+    assert not list(tmp_path.glob("*.tmp"))  # the temp files were renamed into place
+    saved = list_captures(tmp_path)
+    assert [(c.capture_id, c.pattern, c.ranks) for c in saved] == [
+        ("20260101-000000-aaab", "missing_ranks", 3),
+        ("20260101-000000-aaaa", "cleanup_deadlock", 4),
+    ]
+    assert resolve_capture("latest", tmp_path).stem == "20260101-000000-aaab"
+    with pytest.raises(UserError, match="ambiguous"):
+        resolve_capture("20260101-000000-aaa", tmp_path)
+    with pytest.raises(UserError, match="no saved capture"):
+        resolve_capture("nope", tmp_path)
+    reopened = load_capture("20260101-000000-aaaa", tmp_path)
+    assert analyse(reopened).groups[1].label == "3"
+    assert diagnose(analyse(reopened)).pattern == "cleanup_deadlock"
+
+
+def test_unknown_scenario_pattern_is_refused() -> None:
+    from areal_console.scenarios import start_scenario
+
+    with pytest.raises(ValueError, match="unknown pattern"):
+        start_scenario("deadlock-of-the-week")

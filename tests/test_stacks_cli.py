@@ -54,8 +54,8 @@ def jobs(console_home: Path) -> Iterator[dict[str, ScenarioJob]]:
             job.stop()
 
 
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def run_cli(*args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, **extra)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     return subprocess.run(
         [sys.executable, "-m", "areal_console", *args],
@@ -156,6 +156,20 @@ def test_text_report_save_list_open_compare(jobs: dict[str, ScenarioJob], tmp_pa
     missing = run_cli("stacks", "--open", "no-such-capture")
     assert missing.returncode == 1
     assert missing.stderr.startswith("error: no saved capture")
+
+
+def test_unsavable_capture_is_still_shown(jobs: dict[str, ScenarioJob], tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    result = run_cli(
+        "stacks",
+        "--match",
+        str(jobs["same_collective"].state_dir),
+        AREAL_CONSOLE_DATA_DIR=str(blocker),
+    )
+    assert result.returncode == 0
+    assert "DIAGNOSIS [same_collective]" in result.stdout
+    assert result.stderr.startswith("warning: capture not saved:")
 
 
 def test_bad_regex_is_a_clear_error(console_home: Path) -> None:

@@ -255,6 +255,35 @@ async def test_recapture_through_a_callable() -> None:
         assert "collective_mismatch" in str(screen.query_one(DiagnosisBanner).render())
 
 
+async def test_export_writes_report_next_to_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path))
+    capture = capture_of("collective_mismatch")
+    capture.capture_id = "20260101-000000-beef"
+    screen = StacksScreen(capture)
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        await pilot.press("e")
+        await wait_until(pilot, lambda: "exported" in status(screen))
+    report = (tmp_path / "captures" / "20260101-000000-beef.txt").read_text()
+    assert "DIAGNOSIS [collective_mismatch]" in report
+    saved = json.loads((tmp_path / "captures" / "20260101-000000-beef.json").read_text())
+    assert saved["diagnosis"]["pattern"] == "collective_mismatch"
+
+
+async def test_slow_job_groups_show_moving() -> None:
+    screen = StacksScreen(capture_of("slow"))
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        table = screen.query_one(RankGroupTable)
+        wheres = [str(table.get_row(str(i))[3]) for i in table.shown]
+        assert any("moving" in w for w in wheres)
+        assert "progressing" in str(screen.query_one(DiagnosisBanner).render())
+
+
 def test_screen_needs_something_to_show() -> None:
     with pytest.raises(ValueError, match="needs a capture"):
         StacksScreen()

@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
     capture = load_capture(args.open) if args.open else _capture(args)
+    if capture.save_error:
+        print(f"warning: {capture.save_error}", file=sys.stderr)
     if args.save:
         _export(capture, Path(args.save))
     if args.json:

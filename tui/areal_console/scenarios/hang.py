@@ -185,6 +185,47 @@ def run_worker(pattern: str, steps: int, state_dir: str | None) -> int:
     return 0
 
 
+# Source for one rank started by someone else (an SSH session per rank, a test cluster):
+# prints "ready <rank>" once the rank is hung; EOF on stdin (the session closing) ends it.
+_RANK_SCRIPT = r"""
+# {marker}
+import os, sys, threading
+sys.path.insert(0, {import_root!r})
+
+def _exit_on_eof():
+    sys.stdin.buffer.read()
+    os._exit(0)
+
+threading.Thread(target=_exit_on_eof, daemon=True).start()
+import areal_console.scenarios.hang as hang
+
+RANK = int(os.environ["RANK"])
+
+def announce(state_dir, name):
+    if name.startswith("rank"):
+        print("ready", RANK, flush=True)
+
+hang._mark = announce
+trainer = hang.Trainer({pattern!r}, None)
+trainer.init_distributed()
+trainer.train(1000000)
+"""
+
+
+def rank_script(
+    pattern: str, marker: str = "areal-console scenario", import_root: str | None = None
+) -> str:
+    """`python3 -c` source running one rank of `pattern` (rank variables already set).
+
+    `marker` lands in the command line (to pick the job with `--match`); `import_root` is
+    where `areal_console` can be imported from (default: this checkout).
+    """
+    if pattern not in PATTERNS or pattern == "missing_rank":
+        raise ValueError(f"pattern {pattern!r} cannot run as single ranks")
+    root = import_root or str(Path(__file__).resolve().parents[2])
+    return _RANK_SCRIPT.format(marker=marker, import_root=root, pattern=pattern)
+
+
 # --------------------------------------------------------------------------------------
 # The launcher: what torchrun does, minus the elastic agent (which would kill every rank
 # as soon as one dies, and a dead rank is one of the patterns).
@@ -377,11 +418,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--state-dir", help="write rankN.ready files here when hung")
     parser.add_argument("--port", type=int, help="MASTER_PORT (default: a free port)")
+    parser.add_argument(
+        "--nnodes", type=int, default=1, help="nodes the job spans (start one launcher per node)"
+    )
+    parser.add_argument("--node-rank", type=int, default=0, help="this node's index")
+    parser.add_argument("--master-addr", default="127.0.0.1", help="MASTER_ADDR")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return run_worker(args.pattern, args.steps, args.state_dir)
-    return run_launcher(args.pattern, args.nproc, args.steps, args.state_dir, args.port)
+    if args.nnodes > 1 and not args.port:
+        parser.error("--nnodes needs --port (the same MASTER_PORT on every node)")
+    return run_launcher(
+        args.pattern,
+        args.nproc,
+        args.steps,
+        args.state_dir,
+        args.port,
+        rank_offset=args.node_rank * args.nproc,
+        world_size=args.nnodes * args.nproc,
+        master_addr=args.master_addr,
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, thread_trees
 from areal_console.core.stacks.model import Frame, StackCapture
+from areal_console.core.stacks.report import text_report
+from areal_console.core.stacks.store import save_capture, write_atomic
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.rank_group_table import RankGroupTable
@@ -119,6 +121,13 @@ class StacksScreen(Screen[None]):
             tooltip="Filter groups by rank range, function or file",
         ),
         Binding(
+            "e",
+            "export",
+            "Export",
+            id="stacks.export",
+            tooltip="Write the plain-text report and JSON next to the saved capture",
+        ),
+        Binding(
             "r",
             "recapture",
             "Recapture",
@@ -145,6 +154,11 @@ class StacksScreen(Screen[None]):
             super().__init__()
             self.trees = trees
             self.all_threads = all_threads
+
+    class Exported(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
 
     class CaptureFailed(Message):
         def __init__(self, error: str) -> None:
@@ -220,6 +234,18 @@ class StacksScreen(Screen[None]):
     def _build_threads(self, capture: StackCapture, include_idle: bool) -> None:
         self.post_message(self.TreesReady(thread_trees(capture, include_idle), True))
 
+    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-export")
+    def _export(self, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
+        capture = analysis.capture
+        try:
+            json_path = save_capture(capture)  # same file when it was saved already
+            text_path = json_path.with_suffix(".txt")
+            write_atomic(text_path, text_report(capture, analysis, diagnosis))
+        except OSError as exc:
+            self.post_message(self.Exported(f"export failed: {exc}"))
+            return
+        self.post_message(self.Exported(f"exported {text_path} and {json_path.name}"))
+
     # results --------------------------------------------------------------------------
     def on_stacks_screen_analysed(self, message: Analysed) -> None:
         self.analysis, self.diagnosis = message.analysis, message.diagnosis
@@ -238,6 +264,9 @@ class StacksScreen(Screen[None]):
             message.trees, len(self.analysis.tree.ranks), by_thread=True
         )
         self._set_detail_title()
+
+    def on_stacks_screen_exported(self, message: Exported) -> None:
+        self.say(message.text)
 
     def on_stacks_screen_capture_failed(self, message: CaptureFailed) -> None:
         if self.analysis is None:
@@ -262,7 +291,7 @@ class StacksScreen(Screen[None]):
             parts.append(f"{others} other job processes")
         if capture.errors:
             parts.append(f"{len(capture.errors)} node errors")
-        parts.append(f"capture {capture.capture_id or 'unsaved'}")
+        parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         if self.text_filter:
             parts.append(f"filter: {self.text_filter!r}")
         self.say(" · ".join(parts))
@@ -332,7 +361,12 @@ class StacksScreen(Screen[None]):
         diff = diff_stacks(a.frames, b.frames)
         self.diffing = pair
         view = self.query_one(StackDiffView)
-        view.show_diff(diff, f"ranks {a.label} ({a.size})", f"ranks {b.label} ({b.size})")
+        view.show_diff(
+            diff,
+            f"ranks {a.label} ({a.size})",
+            f"ranks {b.label} ({b.size})",
+            width=self.query_one("#detail-box").size.width,
+        )
         self.query_one(StackTree).display = False
         view.display = True
         view.focus()
@@ -483,6 +517,11 @@ class StacksScreen(Screen[None]):
             table.select_group(index)
         group = self.analysis.groups[index]
         self.say(f"rank {rank} is in group {index + 1}: ranks {group.label} ({group.size})")
+
+    def action_export(self) -> None:
+        if self.analysis is None or self.diagnosis is None:
+            return
+        self._export(self.analysis, self.diagnosis)
 
     def action_recapture(self) -> None:
         if self.recapture is None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.stacks.diagnose import Diagnosis
+
+# "/long/path/to/file.py:12" -> "file.py:12": the full paths are in the report and JSON.
+_PATH_DIRS = re.compile(r"(?<=[( ])/[^ ()]*/(?=[^/ ()]+:\d+)")
 
 PATTERN_STYLE = {
     "cleanup_deadlock": "bold white on dark_red",
@@ -24,7 +29,7 @@ def banner_text(diagnosis: Diagnosis, max_evidence: int = 4, max_suggestions: in
     text.append(diagnosis.detail + "\n")
     for line in diagnosis.evidence[:max_evidence]:
         text.append("  • ", style="dim")
-        text.append(line + "\n")
+        text.append(_PATH_DIRS.sub("", line) + "\n")
     if len(diagnosis.evidence) > max_evidence:
         text.append(f"  … {len(diagnosis.evidence) - max_evidence} more\n", style="dim")
     for line in diagnosis.suggestions[:max_suggestions]:
@@ -35,7 +40,11 @@ def banner_text(diagnosis: Diagnosis, max_evidence: int = 4, max_suggestions: in
 
 
 class DiagnosisBanner(Static):
-    """Shows one `Diagnosis`; `show()` replaces it."""
+    """Shows one `Diagnosis`; `show()` replaces it. One screen line per item."""
+
+    DEFAULT_CSS = """
+    DiagnosisBanner { text-wrap: nowrap; text-overflow: ellipsis; }
+    """
 
     def show(self, diagnosis: Diagnosis) -> None:
         self.diagnosis = diagnosis

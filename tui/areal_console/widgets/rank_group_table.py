@@ -28,8 +28,8 @@ class RankGroupTable(DataTable[object]):
         self.cursor_type = "row"
         self.zebra_stripes = True
         self.add_column(" ", key="mark", width=1)
-        self.add_column("RANKS", key="ranks", width=18)
-        self.add_column("N", key="size", width=6)
+        self.add_column("RANKS", key="ranks", width=14)
+        self.add_column("N", key="size", width=5)
         self.add_column("WHERE", key="where")
         self.groups: list[RankGroup] = []
         self.shown: list[int] = []
@@ -45,6 +45,8 @@ class RankGroupTable(DataTable[object]):
                 where = Text(short_where(g.frames))
                 if g.outlier:
                     where.append("  outlier", style="yellow")
+                if any(m.progressing for m in g.members):
+                    where.append("  moving", style="green")
                 self.add_row(MARK if i in marked else "", ranks, str(g.size), where, key=str(i))
 
     def set_marks(self, marked: list[int]) -> None:

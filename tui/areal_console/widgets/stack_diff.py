@@ -27,14 +27,20 @@ class StackDiffView(DataTable[object]):
         self.cursor_type = "row"
         self.diff: StackDiff | None = None
 
-    def show_diff(self, diff: StackDiff, left_title: str, right_title: str) -> None:
+    def show_diff(
+        self, diff: StackDiff, left_title: str, right_title: str, width: int | None = None
+    ) -> None:
+        """Fill the table; `width` is the space it will have (it may be hidden now)."""
         self.diff = diff
         with self.app.batch_update():
             self.clear(columns=True)
+            # Two equal halves, whatever the frames' lengths: long ones are cut, not the
+            # right-hand side.
+            side = max(16, ((width or self.size.width) - 3 - 1 - 4 * 2 - 2) // 2)
             self.add_column("#", key="depth", width=3)
-            self.add_column(left_title, key="left")
+            self.add_column(left_title, key="left", width=side)
             self.add_column(" ", key="marker", width=1)
-            self.add_column(right_title, key="right")
+            self.add_column(right_title, key="right", width=side)
             for i, row in enumerate(diff.rows):
                 self.add_row(
                     str(i),

@@ -49,36 +49,38 @@ class StackTree(Tree[Frame | None]):
                 label = Text(name, style="bold magenta")
                 label.append(f"  [{format_ranks(root.ranks)}] ({len(root.ranks)})", style="dim")
                 parent = self.root.add(label, data=None, expand=True)
-            self._add_frames(parent, root, total, expand_all, shared=True)
+            self._add_frames(parent, root, total, expand_all)
         self.root.expand()
 
     def _add_frames(
-        self,
-        parent: UiNode[Frame | None],
-        node: TreeNode,
-        total: int,
-        expand_all: bool,
-        shared: bool,
-        depth_below: int = 0,
+        self, parent: UiNode[Frame | None], node: TreeNode, total: int, expand_all: bool
     ) -> None:
-        # Iterative: stacks are deep, and a 30-frame recursion per branch adds up.
-        work = [(parent, node, shared, depth_below)]
+        """Chains of frames (one child each) stay at one indent; only a branch point,
+        where ranks part ways, indents. Deep stacks stay readable in a narrow pane."""
+        work = [(parent, node, 0)]  # iterative: stacks are deep
         while work:
-            ui_parent, tree_node, on_trunk, below = work.pop()
+            ui_parent, tree_node, branch_depth = work.pop()
             children = sorted(
                 tree_node.children.values(), key=lambda c: (-len(c.ranks), min(c.ranks))
             )
+            if len(children) == 1:
+                child = children[0]
+                ui = ui_parent.add_leaf(node_label(child, total), data=child.frame)
+                for g in child.groups:
+                    self.group_nodes[g] = ui
+                work.append((ui_parent, child, branch_depth))
+                continue
             for child in reversed(children):
-                trunk = on_trunk and len(child.ranks) == total
-                depth = 0 if trunk else below + 1
-                expand = expand_all or trunk or depth <= 3
-                leaf = not child.children
+                expand = expand_all or branch_depth < 2
                 ui = ui_parent.add(
-                    node_label(child, total), data=child.frame, expand=expand, allow_expand=not leaf
+                    node_label(child, total),
+                    data=child.frame,
+                    expand=expand,
+                    allow_expand=bool(child.children),
                 )
                 for g in child.groups:
                     self.group_nodes[g] = ui
-                work.append((ui, child, trunk, depth))
+                work.append((ui, child, branch_depth + 1))
 
     def reveal_group(self, index: int) -> bool:
         """Select the leaf frame of group `index`, expanding the way there."""

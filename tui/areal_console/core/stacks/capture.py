@@ -110,5 +110,8 @@ def take_capture(
     raw["id"] = new_capture_id()
     capture = build_capture(raw)
     if save:
-        save_capture(capture)
+        try:
+            save_capture(capture)
+        except OSError as exc:  # still show it: losing the save must not lose the capture
+            capture.save_error = f"capture not saved: {exc}"
     return capture

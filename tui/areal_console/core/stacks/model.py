@@ -12,6 +12,7 @@ Frames are kept leaf first, as py-spy gives them.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -118,8 +119,8 @@ class RankStack:
             return f"rank {self.rank}"
         return f"{self.role or 'process'} {self.pid}@{self.node}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, with_threads: bool = True) -> dict[str, Any]:
+        doc = {
             "node": self.node,
             "pid": self.pid,
             "rank": self.rank,
@@ -130,8 +131,10 @@ class RankStack:
             "state": self.state,
             "error": self.error,
             "progressing": self.progressing,
-            "threads": [t.to_json() for t in self.threads],
         }
+        if with_threads:
+            doc["threads"] = [t.to_json() for t in self.threads]
+        return doc
 
 
 @dataclass
@@ -151,6 +154,7 @@ class StackCapture:
     errors: list[NodeError] = field(default_factory=list)
     interval: float = 0.0
     capture_id: str | None = None
+    save_error: str | None = None  # why it could not be saved (shown, never silent)
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -170,17 +174,40 @@ class StackCapture:
 # Parsing
 
 
+_PYSPY_FRAME_KEY = operator.itemgetter("name", "filename", "line")
+
+
 class FrameTable:
-    """Interns frames, so equal frames across ranks are one object (less memory, fast ==)."""
+    """Interns frames and whole stacks, so equal stacks across ranks are one object:
+    less memory, and grouping 16k ranks compares a handful of distinct tuples."""
 
     def __init__(self) -> None:
         self._frames: dict[tuple[str, str, int], Frame] = {}
+        self._stacks: dict[tuple[Any, ...], Stack] = {}
 
     def frame(self, function: str, file: str, line: int) -> Frame:
         key = (function, file, line)
         found = self._frames.get(key)
         if found is None:
             found = self._frames[key] = Frame(function, file, line)
+        return found
+
+    def pyspy_stack(self, raw_frames: list[dict[str, Any]]) -> Stack:
+        """The interned stack of py-spy frame dicts (a C-speed key; parse on a miss only)."""
+        try:
+            key = tuple(map(_PYSPY_FRAME_KEY, raw_frames))
+        except KeyError:
+            key = tuple((f.get("name"), f.get("filename"), f.get("line")) for f in raw_frames)
+        found = self._stacks.get(key)
+        if found is None:
+            found = self._stacks[key] = tuple(
+                self.frame(
+                    _frame_function(f),
+                    str(f.get("filename") or f.get("short_filename") or "?"),
+                    int(f.get("line") or 0),
+                )
+                for f in raw_frames
+            )
         return found
 
 
@@ -195,14 +222,7 @@ def parse_pyspy_threads(
     table = table or FrameTable()
     threads: list[Thread] = []
     for raw in raw_threads:
-        frames = tuple(
-            table.frame(
-                _frame_function(f),
-                str(f.get("filename") or f.get("short_filename") or "?"),
-                int(f.get("line") or 0),
-            )
-            for f in raw.get("frames") or ()
-        )
+        frames = table.pyspy_stack(raw.get("frames") or [])
         name = str(raw.get("thread_name") or "")
         tid = int(raw.get("os_thread_id") or raw.get("thread_id") or 0)
         is_main = name == MAIN_THREAD or (pid is not None and tid == pid)
@@ -316,10 +336,14 @@ def _rank_from_dump(
     if len(slots) > 1:
         first = _stack_signature(threads)
         later = []
-        for dumps in slots[1:]:
-            mine = [d for d in dumps if int(d["pid"]) == pid and d.get("ok")]
-            if mine:
+        for number, dumps in enumerate(slots[1:], start=2):
+            mine = [d for d in dumps if int(d["pid"]) == pid]
+            if mine and mine[0].get("ok"):
                 later.append(_stack_signature(parse_pyspy_threads(mine[0]["threads"], pid, table)))
+            elif mine and mine[0].get("reason") == "gone" and rank.state == "ok":
+                # Keep the stack it had, but say it is no longer there.
+                rank.state = "gone"
+                rank.error = f"process {pid} exited during capture (before sample {number})"
         rank.progressing = any(sig != first for sig in later) if later else None
     return rank
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
-from areal_console.core.stacks.model import Frame, StackCapture
+from areal_console.core.stacks.model import Frame, Stack, StackCapture
 
 
 def capture_json(
@@ -17,10 +17,27 @@ def capture_json(
     """The DESIGN.md `stacks --json` document (plus `id` and `interval` when known)."""
     analysis = analysis or analyse(capture)
     diagnosis = diagnosis or diagnose(analysis)
+    # Ranks share interned stacks: encode each distinct stack once.
+    encoded: dict[Stack, list[dict[str, Any]]] = {}
+
+    def frames_json(frames: Stack) -> list[dict[str, Any]]:
+        found = encoded.get(frames)
+        if found is None:
+            found = encoded[frames] = [f.to_json() for f in frames]
+        return found
+
+    ranks = []
+    for r in capture.ranks:
+        doc_rank = r.to_json(with_threads=False)
+        doc_rank["threads"] = [
+            {"name": t.name, "tid": t.tid, "idle": t.idle, "frames": frames_json(t.frames)}
+            for t in r.threads
+        ]
+        ranks.append(doc_rank)
     doc: dict[str, Any] = {
         "captured_at": capture.captured_at,
         "samples": capture.samples,
-        "ranks": [r.to_json() for r in capture.ranks],
+        "ranks": ranks,
         "groups": [g.to_json() for g in analysis.groups],
         "diagnosis": diagnosis.to_json(),
         "errors": [e.to_json() for e in capture.errors],

@@ -1,0 +1,81 @@
+"""Stacks across the real sshd test cluster: one hung gloo job spanning four nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from areal_console.scenarios.hang import rank_script
+
+cluster_lib = pytest.importorskip("tests.cluster", reason="needs the sshd test cluster helpers")
+GlooJob = cluster_lib.GlooJob
+TestCluster = cluster_lib.TestCluster
+free_port = cluster_lib.free_port
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+RANKS_PER_NODE = 2
+MARKER = f"stacks-cluster-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def job(cluster: TestCluster) -> Iterator[GlooJob]:
+    for node in cluster.nodes:
+        if not node.running:
+            node.start()
+    script = rank_script("cleanup_deadlock", MARKER, str(REPO / "tui"))
+    with cluster.start_gloo_job(
+        ranks_per_node=RANKS_PER_NODE, script=script, timeout=180
+    ) as running:
+        yield running
+
+
+def run_stacks(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = cluster.env()
+    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"
+    return subprocess.run(
+        [sys.executable, "-m", "areal_console", "stacks", "--match", MARKER, "--json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_cleanup_deadlock_across_nodes(cluster: TestCluster, job: GlooJob) -> None:
+    last = world = job.world_size
+    result = run_stacks(cluster, "--hosts", cluster.hosts_arg())
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["errors"] == []
+    ranks = sorted((r["rank"], r["node"]) for r in doc["ranks"] if r["rank"] is not None)
+    assert ranks == sorted((p.rank, p.node.name) for p in job.placements)
+    assert [(g["label"], len(g["ranks"])) for g in doc["groups"]] == [
+        (f"0-{world - 2}", world - 1),
+        (str(last - 1), 1),
+    ]
+    assert doc["diagnosis"]["pattern"] == "cleanup_deadlock"
+    assert any(e.startswith(f"rank {last - 1} ") for e in doc["diagnosis"]["evidence"])
+
+
+def test_unreachable_node_is_partial(cluster: TestCluster, job: GlooJob, tmp_path: Path) -> None:
+    inventory = tmp_path / "cluster.yaml"
+    nodes = "".join(f"  - {n.name}\n" for n in cluster.nodes)
+    inventory.write_text(
+        f"nodes:\n{nodes}  - name: dead\n    host: '127.0.0.9'\n"
+        f"    port: {free_port('127.0.0.9')}\n"
+    )
+    result = run_stacks(cluster, "--inventory", str(inventory))
+    assert result.returncode == 3, result.stderr
+    doc = json.loads(result.stdout)
+    assert [e["node"] for e in doc["errors"]] == ["dead"]
+    assert doc["diagnosis"]["pattern"] == "cleanup_deadlock"  # the rest still diagnosed
+    assert "warning: dead:" in result.stderr
