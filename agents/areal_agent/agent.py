@@ -470,6 +470,9 @@ class Agent:
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
         self._primed = False
+        # Under `srun`, one step may carry the agents of many nodes on one stdin (the
+        # console broadcasts); a request naming another node is for another agent.
+        self.node_name: str | None = os.environ.get("SLURMD_NODENAME") or None
 
     # output --------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -496,6 +499,9 @@ class Agent:
             return
         if not isinstance(request, dict):
             self.send({"id": None, "ok": False, "error": "malformed request: not a JSON object"})
+            return
+        target = request.get("node")
+        if target is not None and self.node_name is not None and target != self.node_name:
             return
         rid = request.get("id")
         name = request.get("op")
@@ -525,7 +531,13 @@ class Agent:
             self.send({"id": rid, "ok": True, "result": result})
 
     def serve(self) -> None:
-        self.emit("ready", protocol=PROTOCOL_VERSION, agent_version=AGENT_VERSION, pid=os.getpid())
+        self.emit(
+            "ready",
+            protocol=PROTOCOL_VERSION,
+            agent_version=AGENT_VERSION,
+            pid=os.getpid(),
+            node=self.node_name,
+        )
         while True:
             line = self.stdin.readline()
             if not line:
