@@ -238,9 +238,10 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
     def start_node(self, node: SlurmNode) -> None:
         """(Re)start one node's slurmd in fresh namespaces."""
         hosts = self.base / "hosts" / "hosts"
+        # sh stays PID 1 of the namespace: it reaps the slurmstepds slurmd leaves behind.
         script = (
-            f"hostname {node.name} && mount --bind {hosts} /etc/hosts && "
-            f"exec slurmd -D -N {node.name} -f {self.conf}"
+            f"hostname {node.name} && mount --bind {hosts} /etc/hosts || exit 1; "
+            f"slurmd -D -N {node.name} -f {self.conf} & wait $!"
         )
         node.proc = subprocess.Popen(
             ["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "sh", "-c", script],
@@ -279,21 +280,23 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
         _wait_for(idle, timeout, f"nodes {sorted(wanted)} to be idle", interval=0.2)
 
     def stop(self) -> None:
-        procs = [n.proc for n in self.nodes] + [self.ctld, self.munged]
-        for proc in procs:
-            if proc is not None and proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for proc in procs:
-            if proc is None:
+        """Stop what we started. Test state is thrown away: nodes are simply killed, while
+        slurmctld gets a moment to reap its own helper (slurmscriptd)."""
+        for proc, sig in [
+            *((n.proc, signal.SIGKILL) for n in self.nodes),
+            (self.ctld, signal.SIGTERM),
+            (self.munged, signal.SIGTERM),
+        ]:
+            if proc is None or proc.poll() is not None:
                 continue
             try:
-                proc.wait(timeout=10)
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=5)
+            except ProcessLookupError:
+                pass
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+                proc.wait(timeout=30)
 
     def cleanup(self) -> None:
         self.stop()
@@ -315,19 +318,23 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
             raise RuntimeError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
         return result
 
-    def sbatch(self, script: str, *options: str, **extra_env: str) -> int:
-        """Submit a batch script (text); returns the job id."""
-        path = Path(tempfile.mkstemp(prefix="job-", suffix=".sh", dir=self.base)[1])
+    def sbatch(self, script: str, *options: str, args: tuple[str, ...] = ()) -> int:
+        """Submit a batch script (its text) with sbatch options and script args; the job id."""
+        fd, name = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=self.base)
+        os.close(fd)
+        path = Path(name)
         path.write_text(script)
         path.chmod(0o755)
-        out = self.run(["sbatch", "--parsable", *options, str(path)], **extra_env).stdout
+        out = self.run(["sbatch", "--parsable", *options, str(path), *args]).stdout
         return int(out.strip().split(";")[0])
 
-    def job_state(self, job_id: int) -> str:
-        r = self.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], check=False)
+    def job_state(self, job_id: int | str) -> str:
+        r = self.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], check=False)
         return r.stdout.strip() or "GONE"
 
-    def wait_job_state(self, job_id: int, states: tuple[str, ...], timeout: float = 60.0) -> str:
+    def wait_job_state(
+        self, job_id: int | str, states: tuple[str, ...], timeout: float = 60.0
+    ) -> str:
         return str(
             _wait_for(
                 lambda: (s := self.job_state(job_id)) in states and s,

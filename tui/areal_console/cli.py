@@ -26,6 +26,7 @@ from areal_console.core.errors import (
 COMMAND_MODULES = [
     "areal_console.commands.tui",
     "areal_console.commands.nodes",
+    "areal_console.commands.slurm",
 ]
 
 

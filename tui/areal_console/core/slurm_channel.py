@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from areal_console.core.slurm import CommandRunner, make_runner
@@ -62,8 +64,15 @@ def srun_argv(
 class ProcessChannel:
     """A `Channel` over a local process's stdio (srun here, or ssh running srun)."""
 
-    def __init__(self, argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        what: str,
+        env: dict[str, str] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+    ) -> None:
         self.what = what
+        self.on_stderr = on_stderr
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -77,13 +86,20 @@ class ProcessChannel:
             raise OSError(f"{what}: {argv[0]} not found") from exc
         self._stderr: list[bytes] = []
         self._send_lock = threading.Lock()
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_reader.start()
 
     def _drain_stderr(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self._stderr.append(line)
             del self._stderr[:-20]
+            if self.on_stderr is not None:
+                self.on_stderr(line.decode(errors="replace"))
+
+    def wait_stderr(self, timeout: float = 5.0) -> None:
+        """Wait until the process's stderr is fully read (its last words explain its end)."""
+        self._stderr_reader.join(timeout)
 
     def stderr_lines(self) -> list[str]:
         return [b.decode(errors="replace").strip() for b in self._stderr if b.strip()]
@@ -145,8 +161,46 @@ def open_node_step(spec: NodeSpec, runner: CommandRunner | None = None) -> Proce
     return ProcessChannel(argv, f"srun on {node} (job {spec.slurm.job_id})")
 
 
+class LabelledLines:
+    """Reassembles `srun --label` output into each task's own lines.
+
+    slurmstepd cuts a long line into `LABEL_CHUNK`-byte chunks and labels each one; a
+    shorter (possibly empty) chunk ends the line. Chunks of different tasks interleave.
+    """
+
+    def __init__(self) -> None:
+        self._partial: dict[int, bytearray] = {}
+
+    def feed(self, raw: bytes) -> tuple[int, bytes] | None:
+        """One labelled output line -> (task, complete line) or None (more to come / noise)."""
+        label, sep, payload = raw.partition(b": ")
+        if not sep or not label.strip().isdigit():
+            return None
+        task = int(label.strip())
+        chunk = payload[:-1] if payload.endswith(b"\n") else payload
+        buf = self._partial.setdefault(task, bytearray())
+        buf += chunk
+        if len(chunk) == LABEL_CHUNK:
+            return None
+        line = bytes(buf) + b"\n"
+        buf.clear()
+        return task, line
+
+
+# srun's report of a task that ended: "srun: error: node3: task 2: Killed"
+_TASK_ENDED = re.compile(r"srun: error: (\S+): tasks? [\d,\-]+: (.+)")
+# "srun: error: Task launch for StepId=5.2 failed on node node3: Communication ..."
+_LAUNCH_FAILED = re.compile(r"failed on node (\S+?):")
+_STEP_ABORTED = ("Task launch for", "Application launch failed", "Job step aborted")
+
+
 class SharedStep:
-    """One srun step running the agent on many nodes; hands out a channel per node."""
+    """One srun step running the agent on many nodes; hands out a channel per node.
+
+    Channels see nothing until every node's agent is up (or has failed): if srun aborts the
+    step because one node can't launch, the other nodes haven't started talking yet and
+    switch cleanly to steps of their own.
+    """
 
     def __init__(
         self, target: SlurmTarget, nodes: list[str], python: str, runner: CommandRunner
@@ -157,15 +211,20 @@ class SharedStep:
         self.runner = runner
         self.channels: dict[str, NodeStepChannel] = {n: NodeStepChannel(self, n) for n in nodes}
         self._task_node: dict[int, str] = {}
-        self._partial: dict[int, bytearray] = {}
+        self._lines = LabelledLines()
         self._source_sent = False
+        self._ready: set[str] = set()
+        self._failed: dict[str, str] = {}
+        self._aborting = False
         self._users = 0
         self._lock = threading.Lock()
+        self.established = threading.Event()  # every node ready or failed (or the step ended)
+        self.ended = threading.Event()
         self.process = ProcessChannel(
             runner.process_argv(srun_argv(target, nodes, python)),
             f"srun step on {len(nodes)} nodes (job {target.job_id})",
+            on_stderr=self._stderr_line,
         )
-        self.ended = threading.Event()
         threading.Thread(target=self._read_loop, name="srun-step-reader", daemon=True).start()
 
     # output routing -------------------------------------------------------------------
@@ -174,18 +233,9 @@ class SharedStep:
             raw = self.process.recv_line()
             if not raw:
                 break
-            label, sep, payload = raw.partition(b": ")
-            if not sep or not label.strip().isdigit():
-                continue  # not a task's output
-            task = int(label.strip())
-            chunk = payload[:-1] if payload.endswith(b"\n") else payload
-            buf = self._partial.setdefault(task, bytearray())
-            buf += chunk
-            if len(chunk) == LABEL_CHUNK:
-                continue  # the line goes on in the next chunk
-            line = bytes(buf) + b"\n"
-            buf.clear()
-            self._route(task, line)
+            got = self._lines.feed(raw)
+            if got is not None:
+                self._route(*got)
         self._end()
 
     def _route(self, task: int, line: bytes) -> None:
@@ -219,18 +269,52 @@ class SharedStep:
             else:
                 return
             self._task_node[task] = node
+            self.channels[node].deliver(line)
+            with self._lock:
+                self._ready.add(node)
+            self._check_established()
+            return
         self.channels[node].deliver(line)
+
+    def _stderr_line(self, text: str) -> None:
+        if any(sign in text for sign in _STEP_ABORTED):
+            # The whole step is going down; its tasks' deaths are not theirs to explain.
+            self._aborting = True
+        if self._aborting:
+            return
+        m = _TASK_ENDED.search(text)
+        if m is None or m.group(1) not in self.channels:
+            return
+        node, why = m.group(1), m.group(2).strip()
+        with self._lock:
+            self._failed.setdefault(node, f"agent on {node} ended under srun: {why}")
+        self.channels[node].end(self._failed[node])
+        self._check_established()
+
+    def _check_established(self) -> None:
+        with self._lock:
+            done = len(self._ready | set(self._failed)) >= len(self.nodes)
+        if done:
+            self.established.set()
 
     def _end(self) -> None:
         self.ended.set()
-        failed = self._failed_nodes()
-        for node, channel in self.channels.items():
-            channel.step_ended(node in failed)
+        if not self.established.is_set():
+            self.process.wait_stderr()
+            blamed = self._blamed_nodes()
+            if blamed:
+                # srun aborted the whole step for these nodes: the rest get steps of their own.
+                for node, channel in self.channels.items():
+                    if node not in blamed:
+                        channel.use_own_step()
+        for channel in self.channels.values():
+            channel.end(None)
+        self.established.set()
 
-    def _failed_nodes(self) -> set[str]:
-        """Nodes srun blames for the step's failure (launch errors name them)."""
+    def _blamed_nodes(self) -> set[str]:
+        """Nodes srun names in its launch errors."""
         text = "\n".join(self.process.stderr_lines())
-        return {n for n in self.nodes if f"node {n}:" in text or f"on node {n}" in text}
+        return {n for n in _LAUNCH_FAILED.findall(text) if n in self.channels}
 
     # lifecycle ------------------------------------------------------------------------
     def send(self, node: str, data: bytes) -> None:
@@ -265,60 +349,59 @@ class NodeStepChannel:
         self.step = step
         self.node = node
         self._lines: queue.Queue[bytes] = queue.Queue()
-        self._ready = False
-        self._fallback: ProcessChannel | None = None
-        self._closed = False
+        self._own_step: ProcessChannel | None = None
         self._reason: str | None = None
+        self.used = False  # handed to a session once; a reconnect gets a step of its own
+        self.closed = False
 
     def deliver(self, line: bytes) -> None:
-        if not self._ready and b'"event":"ready"' in line:
-            self._ready = True
         self._lines.put(line)
 
-    def step_ended(self, blamed: bool) -> None:
-        if not self._ready and not blamed and not self._closed:
-            # The shared step failed before this node came up, through no fault of its own:
-            # give it a step of its own so one bad node can't take down the rest.
-            spec = NodeSpec(
-                name=self.node,
-                transport="slurm",
-                host=self.node,
-                python=self.step.python,
-                slurm=self.step.target,
-            )
-            try:
-                self._fallback = open_node_step(spec, self.step.runner)
-            except OSError as exc:
-                self._reason = str(exc)
+    def end(self, reason: str | None) -> None:
+        if reason and self._reason is None:
+            self._reason = reason
         self._lines.put(b"")
 
-    def send(self, data: bytes) -> None:
-        if self._fallback is not None:
-            self._fallback.send(data)
+    def use_own_step(self) -> None:
+        if self.closed:
             return
-        if self.step.ended.is_set():
+        spec = NodeSpec(
+            name=self.node,
+            transport="slurm",
+            host=self.node,
+            python=self.step.python,
+            slurm=self.step.target,
+        )
+        try:
+            self._own_step = open_node_step(spec, self.step.runner)
+        except OSError as exc:
+            self._reason = str(exc)
+
+    def send(self, data: bytes) -> None:
+        if self._own_step is not None:
+            self._own_step.send(data)
+            return
+        if self.step.ended.is_set() or self._reason:
             raise ChannelClosed(self.exit_reason())
         self.step.send(self.node, data)
 
     def recv_line(self) -> bytes:
-        if self._fallback is not None:
-            return self._fallback.recv_line()
-        line = self._lines.get()
-        if not line and self._fallback is not None:
-            return self._fallback.recv_line()
-        return line
+        self.step.established.wait()
+        if self._own_step is not None:
+            return self._own_step.recv_line()
+        return self._lines.get()
 
     def close(self) -> None:
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
-        if self._fallback is not None:
-            self._fallback.close()
+        self.closed = True
+        if self._own_step is not None:
+            self._own_step.close()
         self.step.release()
 
     def exit_reason(self) -> str:
-        if self._fallback is not None:
-            return self._fallback.exit_reason()
+        if self._own_step is not None:
+            return self._own_step.exit_reason()
         return self._reason or self.step.process.exit_reason()
 
 
@@ -337,11 +420,18 @@ def open_slurm_channel(spec: NodeSpec, **options: Any) -> Any:
     runner: CommandRunner = options.get("slurm_runner") or make_runner(target.login)
     if target.mode == "node" or len(target.nodes) <= 1:
         return open_node_step(spec, runner)
+    if node not in target.nodes:
+        return open_node_step(spec, runner)
     key = (target.job_id, target.login, target.nodes, target.gpus, spec.python)
     with _STEPS_LOCK:
         step = _STEPS.get(key)
-        if step is None or step.ended.is_set() or step.channels[node]._closed:
+        if step is not None and not step.ended.is_set() and step.channels[node].used:
+            # A reconnect of one node while the shared step serves the others.
+            return open_node_step(spec, runner)
+        if step is None or step.ended.is_set():
             step = SharedStep(target, list(target.nodes), spec.python, runner)
             _STEPS[key] = step
         step.acquire()
-    return step.channels[node]
+        channel = step.channels[node]
+        channel.used = True
+    return channel
