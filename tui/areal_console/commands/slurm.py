@@ -68,8 +68,12 @@ def _show_job(args: argparse.Namespace) -> int:
         for spec in plan.specs
     ]
     if args.json:
-        out = {"job": plan.job.to_json(), "transport": plan.transport, "notes": plan.notes}
-        out["nodes"] = nodes
+        out: dict[str, Any] = {
+            "job": plan.job.to_json(),
+            "transport": plan.transport,
+            "notes": plan.notes,
+            "nodes": nodes,
+        }
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return EXIT_OK
