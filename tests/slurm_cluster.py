@@ -325,7 +325,9 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
         path = Path(name)
         path.write_text(script)
         path.chmod(0o755)
-        out = self.run(["sbatch", "--parsable", *options, str(path), *args]).stdout
+        # Jobs write relative paths into the cluster dir unless told otherwise.
+        argv = ["sbatch", "--parsable", f"--chdir={self.base}", *options, str(path), *args]
+        out = self.run(argv).stdout
         return int(out.strip().split(";")[0])
 
     def job_state(self, job_id: int | str) -> str:
