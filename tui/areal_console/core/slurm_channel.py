@@ -23,6 +23,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,8 @@ from areal_console.core.transport import BOOTSTRAP, ChannelClosed, agent_hash, s
 # slurmstepd cuts labelled output into chunks of this many bytes, each on its own line;
 # a shorter (possibly empty) chunk ends the original line.
 LABEL_CHUNK = 1024
+# How long the shared step's writer gathers requests before one write (see `_write_loop`).
+COALESCE_S = 0.002
 AGENT_STEP_NAME = "areal-console-agent"
 
 
@@ -218,6 +221,8 @@ class SharedStep:
         self._aborting = False
         self._users = 0
         self._lock = threading.Lock()
+        self._outbox: list[bytes] = []
+        self._outbox_ready = threading.Condition()
         self.established = threading.Event()  # every node ready or failed (or the step ended)
         self.ended = threading.Event()
         self.process = ProcessChannel(
@@ -226,6 +231,7 @@ class SharedStep:
             on_stderr=self._stderr_line,
         )
         threading.Thread(target=self._read_loop, name="srun-step-reader", daemon=True).start()
+        threading.Thread(target=self._write_loop, name="srun-step-writer", daemon=True).start()
 
     # output routing -------------------------------------------------------------------
     def _read_loop(self) -> None:
@@ -298,7 +304,9 @@ class SharedStep:
             self.established.set()
 
     def _end(self) -> None:
-        self.ended.set()
+        with self._outbox_ready:
+            self.ended.set()
+            self._outbox_ready.notify_all()
         if not self.established.is_set():
             self.process.wait_stderr()
             blamed = self._blamed_nodes()
@@ -321,7 +329,33 @@ class SharedStep:
         if data[:1] == b"{":
             # Address the request: every agent reads it, only `node`'s answers.
             data = b'{"node":' + json.dumps(node).encode() + b"," + data[1:]
-        self.process.send(data)
+        with self._outbox_ready:
+            if self.ended.is_set():
+                raise ChannelClosed(self.process.exit_reason())
+            self._outbox.append(data)
+            self._outbox_ready.notify()
+
+    def _write_loop(self) -> None:
+        """Write queued requests in batches.
+
+        srun forwards stdin over TCP; small writes in quick succession (a fan-out sends one
+        request per node at once) would each wait for the previous one's ACK (Nagle against
+        delayed ACKs: ~40 ms each). Gathering what arrives within COALESCE_S into one write
+        sends a fan-out as one segment.
+        """
+        while True:
+            with self._outbox_ready:
+                while not self._outbox and not self.ended.is_set():
+                    self._outbox_ready.wait()
+                if self.ended.is_set():
+                    return
+            time.sleep(COALESCE_S)
+            with self._outbox_ready:
+                batch, self._outbox = b"".join(self._outbox), []
+            try:
+                self.process.send(batch)
+            except ChannelClosed:
+                return
 
     def acquire(self) -> None:
         with self._lock:
