@@ -35,7 +35,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def rss_mb(pid: int) -> float:
-    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return (
+        int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    )
 
 
 def count_processes() -> int:
@@ -69,7 +71,9 @@ def main() -> None:
         ps_spawn = []
         for _ in range(20):
             t0 = time.perf_counter()
-            subprocess.run(["ps", "-eo", "pid,ppid,stat,pcpu,rss,args"], capture_output=True, check=True)
+            subprocess.run(
+                ["ps", "-eo", "pid,ppid,stat,pcpu,rss,args"], capture_output=True, check=True
+            )
             ps_spawn.append(time.perf_counter() - t0)
 
         # Steady-state cost at 1 Hz.
@@ -87,11 +91,15 @@ def main() -> None:
         t0 = time.monotonic()
         while time.monotonic() - t0 < args.seconds:
             tick = time.monotonic()
-            subprocess.run(["ps", "-eo", "pid,ppid,stat,pcpu,rss,args"], capture_output=True, check=True)
+            subprocess.run(
+                ["ps", "-eo", "pid,ppid,stat,pcpu,rss,args"], capture_output=True, check=True
+            )
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
         after = os.times()
-        ps_cpu = ((after.children_user - before.children_user)
-                  + (after.children_system - before.children_system)) / (time.monotonic() - t0)
+        ps_cpu = (
+            (after.children_user - before.children_user)
+            + (after.children_system - before.children_system)
+        ) / (time.monotonic() - t0)
     finally:
         for f in fillers:
             f.kill()
@@ -99,16 +107,26 @@ def main() -> None:
             f.wait()
 
     med = statistics.median
-    print(f"processes on the node: {n_procs}; samples received at 1 Hz: {len(got)} in {args.seconds:.0f}s")
+    print(
+        f"processes on the node: {n_procs}; samples received at 1 Hz: {len(got)} in {args.seconds:.0f}s"
+    )
     print(f"agent CPU at 1 Hz:     {agent_cpu * 100:.2f}% of one core  (bar: < 1%)")
     print(f"agent RSS:             {agent_rss:.1f} MB  (bar: < 50 MB)")
     print(f"baseline ps at 1 Hz:   {ps_cpu * 100:.2f}% of one core")
-    print(f"ratio agent/ps CPU:    {agent_cpu / ps_cpu:.2f}" if ps_cpu else "ratio: ps used no measurable CPU")
-    print(f"sample round trip:     median {med(samples) * 1000:.1f} ms, p90 "
-          f"{sorted(samples)[int(len(samples) * 0.9)] * 1000:.1f} ms  (bar: < 20 ms)")
+    print(
+        f"ratio agent/ps CPU:    {agent_cpu / ps_cpu:.2f}"
+        if ps_cpu
+        else "ratio: ps used no measurable CPU"
+    )
+    print(
+        f"sample round trip:     median {med(samples) * 1000:.1f} ms, p90 "
+        f"{sorted(samples)[int(len(samples) * 0.9)] * 1000:.1f} ms  (bar: < 20 ms)"
+    )
     print(f"ping round trip:       median {med(pings) * 1000:.2f} ms")
-    print(f"baseline spawn of ps:  median {med(ps_spawn) * 1000:.1f} ms; "
-          f"ratio sample/ps-spawn {med(samples) / med(ps_spawn):.2f}")
+    print(
+        f"baseline spawn of ps:  median {med(ps_spawn) * 1000:.1f} ms; "
+        f"ratio sample/ps-spawn {med(samples) / med(ps_spawn):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,13 +12,17 @@ allocation without taking resources from it (see `slurm_channel.py`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
+from areal_console.core import locations
 from areal_console.core.errors import UserError
 
 # Job states with processes to inspect; everything else is waiting or over.
@@ -88,23 +92,63 @@ class SshLoginRunner:
     re-split or expanded there.
     """
 
-    def __init__(self, login: str, ssh: str = "ssh") -> None:
+    def __init__(
+        self,
+        login: str,
+        ssh: str = "ssh",
+        options: list[str] | None = None,
+        multiplex: bool = True,
+    ) -> None:
         self.login = login
         self.where = f"login host {login}"
         self.ssh = ssh
+        self.options = list(options or [])  # extra ssh options (as ~/.ssh/config would give)
+        self.multiplex = multiplex
 
     def _ssh_argv(self) -> list[str]:
         host, port = self.login, None
         if re.fullmatch(r".+:\d+", self.login) and "]" not in self.login:
             host, _, p = self.login.rpartition(":")
             port = p
-        argv = [self.ssh, "-T", "-o", "BatchMode=yes"]
+        argv = [self.ssh, "-T", "-o", "BatchMode=yes", *self.options]
+        if self.multiplex:
+            argv += self._multiplex_options()
         if port:
             argv += ["-p", port]
         return [*argv, host, "--"]
 
+    @staticmethod
+    def _multiplex_options() -> list[str]:
+        """Share one SSH connection between all commands (queries, steps) for a while."""
+        directory = locations.cache_dir() / "ssh"
+        # A unix socket path has ~107 bytes: ssh adds "/" + 40 (%C) + 17 (a temporary suffix).
+        if len(str(directory)) > 45:
+            directory = Path(tempfile.gettempdir()) / f"areal-console-ssh-{os.getuid()}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError:
+            return []
+        return [
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={directory}/%C",
+            "-o",
+            "ControlPersist=120",
+        ]
+
     def process_argv(self, argv: list[str]) -> list[str]:
         return [*self._ssh_argv(), shlex.join(argv)]
+
+    def close(self) -> None:
+        """End the shared connection now rather than after ControlPersist."""
+        if not self.multiplex:
+            return
+        argv = self._ssh_argv()
+        argv[argv.index("--") : argv.index("--") + 1] = []
+        argv.insert(1, "-O")
+        argv.insert(2, "exit")
+        LocalRunner().run(argv, timeout=10)
 
     def run(self, argv: list[str], timeout: float = 30.0) -> CommandResult:
         result = LocalRunner().run(self.process_argv(argv), timeout)
