@@ -219,6 +219,50 @@ def test_job_of_another_user_falls_back_to_ssh(
     assert [n["transport"] for n in shown["nodes"]] == ["ssh", "ssh", "ssh"]
 
 
+@pytest.fixture(scope="module")
+def login_host(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from login_sshd import LoginHost
+
+    host = LoginHost(tmp_path_factory.mktemp("login"), slurm_cluster.conf)
+    try:
+        host.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"no sshd login host: {exc}")
+    try:
+        yield host
+    finally:
+        host.stop()
+
+
+@pytest.mark.slow
+def test_through_one_ssh_connection_to_a_login_host(
+    slurm_cluster: SlurmCluster,
+    slurm_gloo_job: SlurmGlooJob,
+    login_host,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Slurm queried and the shared srun step run on a login host over SSH (no local Slurm)."""
+    from areal_console.core.slurm import SshLoginRunner
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)  # only the login host knows the cluster
+    runner = SshLoginRunner(login_host.login, options=login_host.client_options())
+    plan = resolve_slurm_targets(slurm_gloo_job.job_id, login=login_host.login, runner=runner)
+    assert plan.transport == "slurm" and plan.job.nodes == ["node1", "node2", "node3"]
+    fleet = Fleet(plan.specs, slurm_runner=runner)
+    try:
+        samples = fleet.call_all("sample", {})
+    finally:
+        fleet.close()
+        runner.close()
+    ranks = {
+        node: sorted(p["rank"] for p in s["processes"] if p["rank"] is not None)
+        for node, s in samples.items()
+    }
+    assert ranks == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}
+
+
+# Last in this module: killing node3 also ends the gloo job's ranks there (and so the job's
+# barrier everywhere), which the tests above rely on.
 @pytest.mark.slow
 def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
     """A job's node dies (slurmd and everything on it, like a crash); then comes back.
@@ -266,45 +310,3 @@ def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
     finally:
         slurm_cluster.run(["scancel", job], check=False)
         slurm_cluster.start_node(slurm_cluster.node("node3"))
-
-
-@pytest.fixture(scope="module")
-def login_host(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from login_sshd import LoginHost
-
-    host = LoginHost(tmp_path_factory.mktemp("login"), slurm_cluster.conf)
-    try:
-        host.start()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"no sshd login host: {exc}")
-    try:
-        yield host
-    finally:
-        host.stop()
-
-
-@pytest.mark.slow
-def test_through_one_ssh_connection_to_a_login_host(
-    slurm_cluster: SlurmCluster,
-    slurm_gloo_job: SlurmGlooJob,
-    login_host,
-    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
-) -> None:
-    """Slurm queried and the shared srun step run on a login host over SSH (no local Slurm)."""
-    from areal_console.core.slurm import SshLoginRunner
-
-    monkeypatch.delenv("SLURM_CONF", raising=False)  # only the login host knows the cluster
-    runner = SshLoginRunner(login_host.login, options=login_host.client_options())
-    plan = resolve_slurm_targets(slurm_gloo_job.job_id, login=login_host.login, runner=runner)
-    assert plan.transport == "slurm" and plan.job.nodes == ["node1", "node2", "node3"]
-    fleet = Fleet(plan.specs, slurm_runner=runner)
-    try:
-        samples = fleet.call_all("sample", {})
-    finally:
-        fleet.close()
-        runner.close()
-    ranks = {
-        node: sorted(p["rank"] for p in s["processes"] if p["rank"] is not None)
-        for node, s in samples.items()
-    }
-    assert ranks == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}
