@@ -261,6 +261,28 @@ def test_through_one_ssh_connection_to_a_login_host(
     assert ranks == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}
 
 
+async def test_slurm_view_lists_the_job_and_opens_it(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob
+) -> None:
+    from areal_console.screens.slurm_jobs import SlurmJobsScreen
+    from test_slurm_screen import SlurmApp, rows
+
+    client = SlurmClient(LocalRunner(slurm_cluster.env()))
+    app = SlurmApp(lambda all_users: client.jobs(None if all_users else "root"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, SlurmJobsScreen)
+        while not screen.loaded:
+            await pilot.pause(0.05)
+        assert screen.error is None
+        assert ["gloo-ranks", "root", "RUNNING", "node[1-3]", "gpu:1"] in [
+            r[1:] for r in rows(screen)
+        ]
+        await pilot.press("slash", *"gloo-ranks", "enter", "enter")
+        await pilot.pause()
+        assert app.chosen == [slurm_gloo_job.job_id]
+
+
 # Last in this module: killing node3 also ends the gloo job's ranks there (and so the job's
 # barrier everywhere), which the tests above rely on.
 @pytest.mark.slow

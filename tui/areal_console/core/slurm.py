@@ -543,3 +543,19 @@ def running_job(client: SlurmClient, job_id: str) -> SlurmJob:
 
 def format_nodes(nodes: Iterable[str]) -> str:
     return ",".join(nodes)
+
+
+def job_matches(job: SlurmJob, text: str) -> bool:
+    """Does `text` (case-insensitive) occur in the job's id, name, user, state or nodes?"""
+    if not text:
+        return True
+    needle = text.lower()
+    fields = (job.job_id, job.name, job.user, job.state, job.nodelist, *job.nodes)
+    return any(needle in f.lower() for f in fields)
+
+
+def job_row(job: SlurmJob) -> tuple[str, str, str, str, str, str]:
+    """A job as the Slurm view shows it: id, name, user, state, nodes (or why none), GRES."""
+    nodes = job.nodelist or f"({job.reason})"
+    gres = (job.tres_per_node or "-").removeprefix("gres:")
+    return (job.job_id, job.name, job.user, job.state, nodes, gres)
