@@ -283,6 +283,49 @@ async def test_slurm_view_lists_the_job_and_opens_it(
         assert app.chosen == [slurm_gloo_job.job_id]
 
 
+def test_replay_style_launches_sbatch_and_overlap_step(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, tmp_path: Path
+) -> None:
+    from areal_console.core.slurm_launch import (
+        BatchRequest,
+        job_state,
+        overlap_step_argv,
+        submit_batch,
+    )
+
+    runner = LocalRunner(slurm_cluster.env())
+    out = slurm_cluster.base / "replay-out"
+    out.mkdir()
+    script = "import os, sys; open(sys.argv[1], 'w').write(os.environ['SLURMD_NODENAME'])"
+    target = out / "ran on (node).txt"  # a path with spaces and parentheses stays one word
+    job = submit_batch(
+        runner,
+        BatchRequest(
+            command=[sys.executable, "-c", script, str(target)],
+            gpus_per_node=1,
+            chdir=str(out),
+            output=str(out / "slurm-%j.out"),
+        ),
+    )
+    slurm_cluster.wait_job_state(job, ("COMPLETED", "FAILED"), timeout=60)
+    assert job_state(SlurmClient(runner), job) == ("COMPLETED", "0:0")
+    assert target.read_text().startswith("node")
+
+    # Into the running job's allocation on a chosen node, next to its ranks.
+    argv = overlap_step_argv(
+        slurm_gloo_job.job_id,
+        "node2",
+        [
+            sys.executable,
+            "-c",
+            "import os; print(os.environ['SLURMD_NODENAME'], os.environ['SLURM_JOB_ID'])",
+        ],
+    )
+    result = runner.run(argv, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["node2", slurm_gloo_job.job_id]
+
+
 # Last in this module: killing node3 also ends the gloo job's ranks there (and so the job's
 # barrier everywhere), which the tests above rely on.
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from areal_console.core.slurm import (
     running_job,
 )
 from areal_console.core.slurm_channel import LABEL_CHUNK, LabelledLines, srun_argv
+from areal_console.core.slurm_launch import BatchRequest, batch_script, overlap_step_argv
 from areal_console.core.targets import SlurmTarget
 
 DATA = Path(__file__).resolve().parent / "data" / "slurm"
@@ -142,7 +143,9 @@ class FakeRunner:
         self.answers = answers
         self.calls: list[list[str]] = []
 
-    def run(self, argv: list[str], timeout: float = 30.0) -> CommandResult:
+    def run(
+        self, argv: list[str], timeout: float = 30.0, stdin: str | None = None
+    ) -> CommandResult:
         self.calls.append(argv)
         key = " ".join(argv[:3])
         return self.answers.get(key, CommandResult(argv, 1, "", "unexpected"))
@@ -190,3 +193,31 @@ def test_agent_answers_only_requests_for_its_node() -> None:
     agent.pool.shutdown(wait=True)
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["id"] for r in replies] == [2] and replies[0]["ok"]
+
+
+def test_batch_script_quotes_every_word() -> None:
+    request = BatchRequest(
+        command=["python3", "replay.py", "--path", "/data/run 1/step_000010.pt", "$(reboot)"],
+        gpus_per_node=2,
+        chdir="/work/replays",
+        env=(("CUDA_LAUNCH_BLOCKING", "1"),),
+    )
+    script = batch_script(request)
+    assert script.splitlines() == [
+        "#!/bin/sh",
+        "#SBATCH --job-name=areal-replay",
+        "#SBATCH --nodes=1",
+        "#SBATCH --cpus-per-task=1",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --chdir=/work/replays",
+        "export CUDA_LAUNCH_BLOCKING=1",
+        "exec python3 replay.py --path '/data/run 1/step_000010.pt' '$(reboot)'",
+    ]
+    with pytest.raises(UserError, match="not an environment variable name"):
+        batch_script(BatchRequest(command=["x"], env=(("A;B", "1"),)))
+    with pytest.raises(UserError, match="command is empty"):
+        batch_script(BatchRequest(command=[]))
+    argv = overlap_step_argv("42", "node2", ["python3", "a b.py"], gpus=1)
+    assert argv[:3] == ["srun", "--overlap", "--jobid=42"]
+    assert "--nodelist=node2" in argv and "--gres=gpu:1" in argv
+    assert argv[-3:] == ["--", "python3", "a b.py"]

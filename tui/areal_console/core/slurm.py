@@ -55,7 +55,9 @@ class CommandRunner(Protocol):
 
     where: str  # for messages: "this machine" or "login host HOST"
 
-    def run(self, argv: list[str], timeout: float = 30.0) -> CommandResult: ...
+    def run(
+        self, argv: list[str], timeout: float = 30.0, stdin: str | None = None
+    ) -> CommandResult: ...
 
     def process_argv(self, argv: list[str]) -> list[str]:
         """The local argv that runs `argv` where Slurm is (for long-lived processes)."""
@@ -70,10 +72,19 @@ class LocalRunner:
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = env
 
-    def run(self, argv: list[str], timeout: float = 30.0) -> CommandResult:
+    def run(
+        self, argv: list[str], timeout: float = 30.0, stdin: str | None = None
+    ) -> CommandResult:
         try:
             done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, env=self.env, check=False
+                argv,
+                input=stdin,
+                stdin=None if stdin is not None else subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=self.env,
+                check=False,
             )
         except FileNotFoundError:
             return CommandResult(argv, 127, "", f"{argv[0]}: command not found")
@@ -150,8 +161,10 @@ class SshLoginRunner:
         argv.insert(2, "exit")
         LocalRunner().run(argv, timeout=10)
 
-    def run(self, argv: list[str], timeout: float = 30.0) -> CommandResult:
-        result = LocalRunner().run(self.process_argv(argv), timeout)
+    def run(
+        self, argv: list[str], timeout: float = 30.0, stdin: str | None = None
+    ) -> CommandResult:
+        result = LocalRunner().run(self.process_argv(argv), timeout, stdin)
         result.argv = argv
         if result.returncode == 255:  # ssh's own failure, not the remote command's
             result.stderr = f"cannot reach {self.where}: {result.error_line}"
@@ -194,6 +207,7 @@ class SlurmJob:
     # node -> Slurm's state for it ("MIXED", "MIXED+NOT_RESPONDING", "DOWN+DRAIN"...)
     node_states: dict[str, str] = field(default_factory=dict)
     node_reasons: dict[str, str] = field(default_factory=dict)
+    exit_code: str | None = None  # "0:0" (status:signal) once known
 
     @property
     def active(self) -> bool:
@@ -362,6 +376,7 @@ def parse_job_record(line: str, expand: Any = expand_hostlist) -> SlurmJob:
         batch_host=_none_if_null(first.get("BatchHost")),
         tres_per_node=_none_if_null(first.get("TresPerNode")),
         gpus=gpus,
+        exit_code=_none_if_null(first.get("ExitCode")),
     )
 
 
