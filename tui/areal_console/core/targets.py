@@ -88,6 +88,10 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
     slurm_job = getattr(args, "slurm_job", None)
+    if getattr(args, "login", None) and not slurm_job:
+        from areal_console.core.errors import UsageError
+
+        raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
     if slurm_job:
         from areal_console.core.slurm_targets import resolve_slurm_targets
 
