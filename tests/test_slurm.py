@@ -103,9 +103,16 @@ def test_slurm_client_reads_the_job(
 
 @pytest.mark.slow
 def test_stacks_of_every_rank_through_one_srun_step(
-    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, monkeypatch: pytest.MonkeyPatch
+    slurm_cluster: SlurmCluster,
+    slurm_gloo_job: SlurmGlooJob,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    # A fresh home: no node has the agent cached, so the step ships it (one line to all).
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
     plan = resolve_slurm_targets(slurm_gloo_job.job_id)
     assert plan.transport == "slurm" and not plan.notes
     fleet = Fleet(plan.specs)
@@ -120,6 +127,7 @@ def test_stacks_of_every_rank_through_one_srun_step(
     finally:
         fleet.close()
     assert hellos == {"node1": "node1", "node2": "node2", "node3": "node3"}
+    assert len(list((home / ".cache" / "areal-console").glob("agent-*.py"))) == 1
     reply_sizes = []
     for result in dumps.values():
         assert not isinstance(result, NodeFailure), result

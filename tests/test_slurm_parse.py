@@ -24,7 +24,12 @@ from areal_console.core.slurm import (
     parse_step_records,
     running_job,
 )
-from areal_console.core.slurm_channel import LABEL_CHUNK, LabelledLines, srun_argv
+from areal_console.core.slurm_channel import (
+    LABEL_CHUNK,
+    LabelledLines,
+    shared_source_line,
+    srun_argv,
+)
 from areal_console.core.slurm_launch import BatchRequest, batch_script, overlap_step_argv
 from areal_console.core.targets import SlurmTarget
 
@@ -188,6 +193,9 @@ def test_agent_answers_only_requests_for_its_node() -> None:
     agent = agent_mod.Agent(stdin=io.BytesIO(), stdout=Out())
     agent.node_name = "node2"
     agent.handle_line(b'{"node":"node1","id":1,"op":"ping","args":{}}\n')
+    # The agent source, sent once to the shared step for nodes that lack it, is dropped by
+    # agents that already run.
+    agent.handle_line(shared_source_line())
     agent.handle_line(b'{"node":"node2","id":2,"op":"ping","args":{}}\n')
     assert written.wait(10)
     agent.pool.shutdown(wait=True)

@@ -27,9 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from areal_agent import agent_source
+
 from areal_console.core.slurm import CommandRunner, make_runner
 from areal_console.core.targets import NodeSpec, SlurmTarget
-from areal_console.core.transport import BOOTSTRAP, ChannelClosed, agent_hash, source_frame
+from areal_console.core.transport import BOOTSTRAP, ChannelClosed, agent_hash
 
 # slurmstepd cuts labelled output into chunks of this many bytes, each on its own line;
 # a shorter (possibly empty) chunk ends the original line.
@@ -37,6 +39,37 @@ LABEL_CHUNK = 1024
 # How long the shared step's writer gathers requests before one write (see `_write_loop`).
 COALESCE_S = 0.002
 AGENT_STEP_NAME = "areal-console-agent"
+
+
+# The shared step's bootstrap: like transport.BOOTSTRAP (same cache file), but the source
+# arrives as one JSON line addressed to no node, so agents that already run (a cache hit on
+# their node) drop it like any request for another node.
+SHARED_BOOTSTRAP = (
+    "import sys,os,hashlib,json;h=sys.argv[1];"
+    "d=os.path.join(os.path.expanduser('~'),'.cache','areal-console');"
+    "p=os.path.join(d,'agent-'+h+'.py');"
+    "s=open(p,'rb').read() if os.path.exists(p) else b''\n"
+    "if hashlib.sha256(s).hexdigest()!=h:\n"
+    ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
+    " while True:\n"
+    "  l=sys.stdin.buffer.readline()\n"
+    "  if not l:sys.exit(1)\n"
+    "  try:m=json.loads(l)\n"
+    "  except ValueError:continue\n"
+    "  if isinstance(m,dict) and 'source' in m:s=m['source'].encode();break\n"
+    " try:\n"
+    "  os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"
+    " except OSError:pass\n"
+    "g={'__name__':'__areal_agent__'};exec(compile(s,p,'exec'),g)"
+)
+SOURCE_NODE = "(source)"  # an address no agent has
+
+
+def shared_source_line() -> bytes:
+    return (
+        json.dumps({"node": SOURCE_NODE, "source": agent_source().decode()}, separators=(",", ":"))
+        + "\n"
+    ).encode()
 
 
 def srun_argv(
@@ -61,6 +94,7 @@ def srun_argv(
         argv.append(f"--gres=gpu:{target.gpus}")
     if len(nodes) > 1:
         argv += ["--input=all", "--label"]
+        return [*argv, python, "-c", SHARED_BOOTSTRAP, agent_hash()]
     return [*argv, python, "-c", BOOTSTRAP, agent_hash()]
 
 
@@ -254,13 +288,13 @@ class SharedStep:
             if not isinstance(message, dict):
                 return
             if message.get("event") == "need_source":
-                # Every node's bootstrap reads the same frame from the shared stdin: send once.
+                # Every node's bootstrap reads the same line from the shared stdin: send once.
                 with self._lock:
                     if self._source_sent:
                         return
                     self._source_sent = True
                 try:
-                    self.process.send(source_frame())
+                    self.process.send(shared_source_line())
                 except ChannelClosed:
                     pass
                 return
