@@ -17,7 +17,7 @@ import re
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,8 +50,28 @@ class CommandResult:
         return lines[-1] if lines else f"{self.argv[0]} exited with status {self.returncode}"
 
 
+class StepProcess(Protocol):
+    """A long-lived command (an srun step) as a line channel, with its stderr at hand."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def recv_line(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+    def exit_reason(self) -> str: ...
+
+    def stderr_lines(self) -> list[str]: ...
+
+    def wait_stderr(self, timeout: float = 5.0) -> None: ...
+
+
 class CommandRunner(Protocol):
-    """Runs argv lists where Slurm's client commands are: here, or on a login host."""
+    """Runs argv lists where Slurm's client commands are: here, or on a login host.
+
+    Another transport (e.g. a paramiko session to the login host) plugs in by providing
+    `run` (a command to completion) and `start` (a long-lived command as a `StepProcess`).
+    """
 
     where: str  # for messages: "this machine" or "login host HOST"
 
@@ -59,9 +79,9 @@ class CommandRunner(Protocol):
         self, argv: list[str], timeout: float = 30.0, stdin: str | None = None
     ) -> CommandResult: ...
 
-    def process_argv(self, argv: list[str]) -> list[str]:
-        """The local argv that runs `argv` where Slurm is (for long-lived processes)."""
-        ...
+    def start(
+        self, argv: list[str], what: str, on_stderr: Callable[[str], None] | None = None
+    ) -> StepProcess: ...
 
 
 class LocalRunner:
@@ -92,8 +112,12 @@ class LocalRunner:
             return CommandResult(argv, 124, "", f"{argv[0]}: no answer within {timeout:g}s")
         return CommandResult(argv, done.returncode, done.stdout, done.stderr)
 
-    def process_argv(self, argv: list[str]) -> list[str]:
-        return list(argv)
+    def start(
+        self, argv: list[str], what: str, on_stderr: Callable[[str], None] | None = None
+    ) -> StepProcess:
+        from areal_console.core.process_channel import ProcessChannel
+
+        return ProcessChannel(argv, what, env=self.env, on_stderr=on_stderr)
 
 
 class SshLoginRunner:
@@ -149,7 +173,15 @@ class SshLoginRunner:
         ]
 
     def process_argv(self, argv: list[str]) -> list[str]:
+        """The local ssh command line that runs `argv` on the login host."""
         return [*self._ssh_argv(), shlex.join(argv)]
+
+    def start(
+        self, argv: list[str], what: str, on_stderr: Callable[[str], None] | None = None
+    ) -> StepProcess:
+        from areal_console.core.process_channel import ProcessChannel
+
+        return ProcessChannel(self.process_argv(argv), what, on_stderr=on_stderr)
 
     def close(self) -> None:
         """End the shared connection now rather than after ControlPersist."""
