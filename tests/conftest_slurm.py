@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, SlurmUnavailable, start_cluster
+from slurm_cluster import SlurmCluster, SlurmUnavailable, free_port, start_cluster
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 SLURM_NODES = 3
@@ -75,7 +75,7 @@ def submit_gloo_job(
 @pytest.fixture(scope="session")
 def slurm_gloo_job(slurm_cluster: SlurmCluster) -> Iterator[SlurmGlooJob]:
     """3 nodes x 2 ranks of a gloo job blocked in a barrier, submitted with sbatch."""
-    job = submit_gloo_job(slurm_cluster, SLURM_NODES, RANKS_PER_NODE, port=29711)
+    job = submit_gloo_job(slurm_cluster, SLURM_NODES, RANKS_PER_NODE, port=free_port())
     try:
         yield job
     finally:

@@ -3,7 +3,7 @@
 One `munged` with a generated key, one `slurmctld`, and one `slurmd` per node. Each
 `slurmd` runs in its own PID, UTS and mount namespaces (hostname `nodeN`, its own
 `/proc`, an `/etc/hosts` that names every node), with its own `NodeName`, `NodeAddr`
-(127.0.0.N) and `Port`; so every step Slurm starts on a node sees only that node's
+(127.0.0.N+1) and `Port`; so every step Slurm starts on a node sees only that node's
 processes, as on a real cluster. Count-only GPU GRES (`gpu:2` per node) lets jobs ask for
 GPUs even though this machine has none.
 
@@ -40,7 +40,7 @@ def missing_binaries() -> list[str]:
     ]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -81,8 +81,8 @@ class SlurmCluster:
         self.base.chmod(0o755)
         self.conf = self.base / "slurm.conf"
         self.munge_socket = self.base / "munge" / "munge.socket"
-        self.ctld_port = _free_port()
-        self.nodes = [SlurmNode(i, _free_port()) for i in range(1, nodes + 1)]
+        self.ctld_port = free_port()
+        self.nodes = [SlurmNode(i, free_port()) for i in range(1, nodes + 1)]
         self.munged: subprocess.Popen[bytes] | None = None
         self.ctld: subprocess.Popen[bytes] | None = None
 
