@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from areal_console.core.fleet import Fleet, NodeFailure
-from areal_console.core.slurm import LocalRunner, SlurmClient
+from areal_console.core.slurm import LocalRunner, SlurmClient, job_lister
 from areal_console.core.slurm_targets import resolve_slurm_targets
 from conftest import ROOT, wait_for
 from slurm_cluster import SlurmCluster
@@ -275,8 +275,7 @@ async def test_slurm_view_lists_the_job_and_opens_it(
     from areal_console.screens.slurm_jobs import SlurmJobsScreen
     from test_slurm_screen import SlurmApp, rows
 
-    client = SlurmClient(LocalRunner(slurm_cluster.env()))
-    app = SlurmApp(lambda all_users: client.jobs(None if all_users else "root"))
+    app = SlurmApp(job_lister(LocalRunner(slurm_cluster.env())))
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.screen
         assert isinstance(screen, SlurmJobsScreen)

@@ -573,6 +573,21 @@ class SlurmClient:
         return result.stdout.strip() or "?"
 
 
+def job_lister(runner: CommandRunner | None = None) -> Callable[[bool], list[SlurmJob]]:
+    """`list_jobs(all_users)` for the Slurm view: your jobs, or everyone's."""
+    client = SlurmClient(runner)
+    me: list[str] = []
+
+    def list_jobs(all_users: bool) -> list[SlurmJob]:
+        if all_users:
+            return client.jobs(None)
+        if not me:
+            me.append(client.current_user())
+        return client.jobs(me[0])
+
+    return list_jobs
+
+
 def running_job(client: SlurmClient, job_id: str) -> SlurmJob:
     """The job, if it has processes to look at; otherwise a `UserError` saying why not."""
     job = client.job(job_id)
