@@ -501,8 +501,12 @@ class Agent:
             self.send({"id": None, "ok": False, "error": "malformed request: not a JSON object"})
             return
         target = request.get("node")
-        if target is not None and self.node_name is not None and target != self.node_name:
-            return
+        if target is not None and self.node_name is not None:
+            mine = target == self.node_name or (
+                isinstance(target, list) and self.node_name in target
+            )
+            if not mine:
+                return
         rid = request.get("id")
         name = request.get("op")
         args = request.get("args")

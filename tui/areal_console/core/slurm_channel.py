@@ -34,6 +34,9 @@ from areal_console.core.transport import BOOTSTRAP, ChannelClosed, agent_hash
 LABEL_CHUNK = 1024
 # How long the shared step's writer gathers requests before one write (see `_write_loop`).
 COALESCE_S = 0.002
+# Answered by the nodes a batch holds no request for (see `_write_loop`); replies dropped.
+ACK_ID = "ack"
+ACK_REPLY_PREFIX = b'{"id":"ack",'
 AGENT_STEP_NAME = "areal-console-agent"
 
 
@@ -160,7 +163,7 @@ class SharedStep:
         self._aborting = False
         self._users = 0
         self._lock = threading.Lock()
-        self._outbox: list[bytes] = []
+        self._outbox: list[tuple[str, bytes]] = []
         self._outbox_ready = threading.Condition()
         self.established = threading.Event()  # every node ready or failed (or the step ended)
         self.ended = threading.Event()
@@ -219,6 +222,8 @@ class SharedStep:
                 self._ready.add(node)
             self._check_established()
             return
+        if line.startswith(ACK_REPLY_PREFIX):
+            return
         self.channels[node].deliver(line)
 
     def _stderr_line(self, text: str) -> None:
@@ -271,16 +276,25 @@ class SharedStep:
         with self._outbox_ready:
             if self.ended.is_set():
                 raise ChannelClosed(self.process.exit_reason())
-            self._outbox.append(data)
+            self._outbox.append((node, data))
             self._outbox_ready.notify()
+
+    def _ack_request(self, addressed: set[str]) -> bytes:
+        """A ping for every node the batch holds nothing for, so each node answers once."""
+        others = [n for n in self.nodes if n not in addressed and n not in self._failed]
+        if not others:
+            return b""
+        line = {"node": others, "id": ACK_ID, "op": "ping", "args": {}}
+        return (json.dumps(line, separators=(",", ":")) + "\n").encode()
 
     def _write_loop(self) -> None:
         """Write queued requests in batches.
 
-        srun forwards stdin over TCP; small writes in quick succession (a fan-out sends one
-        request per node at once) would each wait for the previous one's ACK (Nagle against
-        delayed ACKs: ~40 ms each). Gathering what arrives within COALESCE_S into one write
-        sends a fan-out as one segment.
+        srun forwards the broadcast stdin to each node over TCP. A node that receives only
+        requests for other nodes sends nothing back, so its ACK is delayed (~40 ms), and
+        srun's next small write to it waits for that ACK (Nagle). So: what arrives within
+        COALESCE_S goes out as one write (a fan-out is one segment), and each batch asks the
+        nodes it holds no request for to answer a ping: every node answers every batch once.
         """
         while True:
             with self._outbox_ready:
@@ -290,7 +304,9 @@ class SharedStep:
                     return
             time.sleep(COALESCE_S)
             with self._outbox_ready:
-                batch, self._outbox = b"".join(self._outbox), []
+                queued, self._outbox = self._outbox, []
+            addressed = {node for node, _ in queued}
+            batch = b"".join(data for _, data in queued) + self._ack_request(addressed)
             try:
                 self.process.send(batch)
             except ChannelClosed:
