@@ -52,14 +52,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         # No subcommand (or only target options) opens the TUI.
-        if not args_list or (
-            args_list[0].startswith("-")
+        if (
+            not args_list
+            or (args_list[0].startswith("-")
             and args_list[0]
             not in (
                 "-h",
                 "--help",
                 "--version",
-            )
+            ))
         ):
             args_list = ["tui", *args_list]
         args = parser.parse_args(args_list)
