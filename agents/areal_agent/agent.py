@@ -483,6 +483,9 @@ class Agent:
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
         self._primed = False
+        # Under `srun`, one step may carry the agents of many nodes on one stdin (the
+        # console broadcasts); a request naming another node is for another agent.
+        self.node_name: str | None = os.environ.get("SLURMD_NODENAME") or None
 
     # output --------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -510,6 +513,13 @@ class Agent:
         if not isinstance(request, dict):
             self.send({"id": None, "ok": False, "error": "malformed request: not a JSON object"})
             return
+        target = request.get("node")
+        if target is not None and self.node_name is not None:
+            mine = target == self.node_name or (
+                isinstance(target, list) and self.node_name in target
+            )
+            if not mine:
+                return
         rid = request.get("id")
         name = request.get("op")
         args = request.get("args")
@@ -538,7 +548,13 @@ class Agent:
             self.send({"id": rid, "ok": True, "result": result})
 
     def serve(self) -> None:
-        self.emit("ready", protocol=PROTOCOL_VERSION, agent_version=AGENT_VERSION, pid=os.getpid())
+        self.emit(
+            "ready",
+            protocol=PROTOCOL_VERSION,
+            agent_version=AGENT_VERSION,
+            pid=os.getpid(),
+            node=self.node_name,
+        )
         while True:
             line = self.stdin.readline()
             if not line:

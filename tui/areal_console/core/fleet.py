@@ -79,6 +79,11 @@ def open_channel(spec: NodeSpec, **options: Any) -> Channel:
         from areal_console.core.ssh import open_ssh_channel
 
         return open_ssh_channel(spec, **options)
+    if spec.transport == "slurm":
+        from areal_console.core.slurm_channel import open_slurm_channel
+
+        channel: Channel = open_slurm_channel(spec, **options)
+        return channel
     raise ValueError(f"unknown transport {spec.transport!r} for node {spec.name}")
 
 

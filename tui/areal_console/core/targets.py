@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +12,25 @@ from areal_console.core.errors import UserError
 
 
 @dataclass(frozen=True)
+class SlurmTarget:
+    """How a "slurm" node is reached: a step of `job_id`, started where Slurm's commands are.
+
+    `nodes` are all nodes of the fan-out (one multiplexed `srun` step serves them all in
+    `mode="step"`; `mode="node"` starts one step per node). `unreachable` is Slurm's own
+    reason when it already knows the node can't run a step (down, not responding).
+    """
+
+    job_id: str
+    login: str | None = None
+    nodes: tuple[str, ...] = ()
+    mode: str = "step"
+    gpus: int = 0
+    unreachable: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeSpec:
-    """One node to reach: `transport` is "local" (a child process) or "ssh"."""
+    """One node to reach: `transport` is "local" (a child process), "ssh" or "slurm"."""
 
     name: str
     transport: str = "local"
@@ -23,11 +41,14 @@ class NodeSpec:
     proxy_jump: str | None = None
     python: str = "python3"
     groups: tuple[str, ...] = field(default=())
+    slurm: SlurmTarget | None = None
 
     @property
     def address(self) -> str:
         if self.transport == "local":
             return "local"
+        if self.transport == "slurm" and self.slurm is not None:
+            return f"slurm:{self.slurm.job_id}:{self.host}"
         user = f"{self.user}@" if self.user else ""
         port = f":{self.port}" if self.port else ""
         return f"{user}{self.host}{port}"
@@ -44,6 +65,22 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     excl.add_argument("--local", action="store_true", help="this machine (the default)")
     excl.add_argument("--hosts", metavar="[USER@]HOST[:PORT],...", help="nodes to reach over SSH")
     excl.add_argument("--inventory", metavar="FILE", help="a cluster.yaml inventory")
+    excl.add_argument(
+        "--slurm-job",
+        metavar="JOBID",
+        help="the nodes of a running Slurm job, reached through srun --overlap",
+    )
+    group.add_argument(
+        "--login",
+        metavar="[USER@]HOST[:PORT]",
+        help="run Slurm's commands on this login host over SSH (default: here)",
+    )
+    group.add_argument(
+        "--slurm-mode",
+        choices=("step", "node", "ssh"),
+        default="step",
+        help="one srun step for all nodes (default), one step per node, or plain SSH",
+    )
     group.add_argument(
         "--group",
         action="append",
@@ -71,6 +108,22 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
+    slurm_job = getattr(args, "slurm_job", None)
+    if getattr(args, "login", None) and not slurm_job:
+        from areal_console.core.errors import UsageError
+
+        raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
+    if slurm_job:
+        from areal_console.core.slurm_targets import resolve_slurm_targets
+
+        plan = resolve_slurm_targets(
+            str(slurm_job),
+            login=getattr(args, "login", None),
+            mode=getattr(args, "slurm_mode", "step"),
+        )
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
+        return plan.specs
     hosts = getattr(args, "hosts", None)
     inventory = getattr(args, "inventory", None)
     if hosts or inventory:

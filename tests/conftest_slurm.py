@@ -1,0 +1,82 @@
+"""Fixtures for the real Slurm test cluster (see `slurm_cluster.py`).
+
+Registered with `pytest_plugins = ["conftest_slurm"]` by the Slurm test modules.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster, SlurmUnavailable, free_port, start_cluster
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+SLURM_NODES = 3
+RANKS_PER_NODE = 2
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A 3-node Slurm cluster on this machine (skips, saying why, when Slurm can't run)."""
+    try:
+        cluster = start_cluster(SLURM_NODES)
+    except SlurmUnavailable as exc:
+        pytest.skip(f"no test Slurm cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()
+
+
+@dataclass
+class SlurmGlooJob:
+    job_id: str
+    ready_dir: Path
+    nodes: int
+    ranks_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+def submit_gloo_job(
+    cluster: SlurmCluster, nodes: int, ranks_per_node: int, port: int, gpus: int = 1
+) -> SlurmGlooJob:
+    """`sbatch` a real gloo job (ranks from SLURM_PROCID etc.) and wait until every rank is up."""
+    ready = Path(tempfile.mkdtemp(prefix="ready-", dir=cluster.base))
+    job_id = cluster.sbatch(
+        (JOBS / "slurm_gloo.sh").read_text(),
+        f"--nodes={nodes}",
+        f"--ntasks-per-node={ranks_per_node}",
+        f"--gres=gpu:{gpus}",
+        "--job-name=gloo-ranks",
+        f"--chdir={ready}",
+        f"--output={ready}/job.log",
+        args=(sys.executable, str(JOBS / "gloo_ranks.py"), str(ready), str(port)),
+    )
+    total = nodes * ranks_per_node
+    deadline = time.monotonic() + 120
+    while len(list(ready.glob("rank*.ready"))) < total:
+        if cluster.job_state(job_id) not in ("PENDING", "RUNNING", "CONFIGURING"):
+            log = (ready / "job.log").read_text() if (ready / "job.log").exists() else ""
+            raise RuntimeError(f"gloo job {job_id} ended early: {log[-2000:]}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gloo job {job_id}: ranks did not all start")
+        time.sleep(0.2)
+    return SlurmGlooJob(str(job_id), ready, nodes, ranks_per_node)
+
+
+@pytest.fixture(scope="session")
+def slurm_gloo_job(slurm_cluster: SlurmCluster) -> Iterator[SlurmGlooJob]:
+    """3 nodes x 2 ranks of a gloo job blocked in a barrier, submitted with sbatch."""
+    job = submit_gloo_job(slurm_cluster, SLURM_NODES, RANKS_PER_NODE, port=free_port())
+    try:
+        yield job
+    finally:
+        slurm_cluster.run(["scancel", job.job_id], check=False)

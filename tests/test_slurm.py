@@ -1,0 +1,384 @@
+"""Slurm-native fan-out on a real Slurm cluster (3 slurmd nodes in their own namespaces).
+
+A real gloo job is submitted with sbatch (2 ranks per node, RANK etc. from Slurm's task
+ids); the console finds its nodes and ranks through Slurm and reaches them with
+`srun --overlap`. Faults: an unknown job, a finished job, a pending job, srun refused (a
+job of another user) or missing, and a node of the job going down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.core.slurm import LocalRunner, SlurmClient, job_lister
+from areal_console.core.slurm_targets import resolve_slurm_targets
+from conftest import ROOT, wait_for
+from slurm_cluster import SlurmCluster
+
+if TYPE_CHECKING:
+    from conftest_slurm import SlurmGlooJob
+
+pytest_plugins = ["conftest_slurm"]
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def console(
+    cluster: SlurmCluster, *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    env = cluster.env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    return subprocess.run(
+        [sys.executable, "-m", "areal_console", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def agent_steps(cluster: SlurmCluster, job_id: str) -> list[str]:
+    out = cluster.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"], check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if "areal-console-agent" in line]
+
+
+def ranks_by_node(report: dict) -> dict[str, list[int]]:
+    return {
+        n["name"]: sorted(p["rank"] for p in n["processes"] if p["rank"] is not None)
+        for n in report["nodes"]
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["step", "node"])
+def test_nodes_reports_the_jobs_nodes_and_ranks(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, mode: str
+) -> None:
+    result = console(
+        slurm_cluster, "nodes", "--slurm-job", slurm_gloo_job.job_id, "--slurm-mode", mode, "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [n["state"] for n in report["nodes"]] == ["up", "up", "up"]
+    # Block distribution: ranks 0-1 on node1, 2-3 on node2, 4-5 on node3, each node seeing
+    # only its own ranks (its own PID namespace), as on a real cluster.
+    assert ranks_by_node(report) == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}
+    for node in report["nodes"]:
+        assert node["host"] == f"slurm:{slurm_gloo_job.job_id}:{node['name']}"
+        for p in node["processes"]:
+            assert p["world_size"] == 6 and p["local_rank"] == p["rank"] % 2
+            assert "gloo_ranks.py" in p["cmdline"]
+    # The agents' steps end with the console: nothing is left running in the job.
+    wait_for(
+        lambda: not agent_steps(slurm_cluster, slurm_gloo_job.job_id), 30, what="agent steps to end"
+    )
+
+
+def test_slurm_client_reads_the_job(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob
+) -> None:
+    job = SlurmClient(LocalRunner(slurm_cluster.env())).job(slurm_gloo_job.job_id)
+    assert job.state == "RUNNING" and job.user == "root"
+    assert job.nodes == ["node1", "node2", "node3"]
+    assert job.num_tasks == 6
+    assert job.gpus == {"node1": [0], "node2": [0], "node3": [0]}
+    assert job.tres_per_node == "gres:gpu:1"
+    steps = {s.step_id: s for s in job.steps}
+    ranks_step = steps[f"{slurm_gloo_job.job_id}.0"]
+    assert ranks_step.tasks == 6 and ranks_step.nodes == ["node1", "node2", "node3"]
+    assert steps[f"{slurm_gloo_job.job_id}.batch"].nodes == ["node1"]
+    assert set(job.node_states) == {"node1", "node2", "node3"}
+    assert not job.unreachable_nodes()
+
+
+@pytest.mark.slow
+def test_stacks_of_every_rank_through_one_srun_step(
+    slurm_cluster: SlurmCluster,
+    slurm_gloo_job: SlurmGlooJob,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    # A fresh home: no node has the agent cached, so the step ships it (one line to all).
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    plan = resolve_slurm_targets(slurm_gloo_job.job_id)
+    assert plan.transport == "slurm" and not plan.notes
+    fleet = Fleet(plan.specs)
+    try:
+        samples = fleet.call_all("sample", {})
+        pids = {
+            node: [p["pid"] for p in s["processes"] if p["rank"] is not None]
+            for node, s in samples.items()
+        }
+        dumps = fleet.fan_out(lambda s: s.call("pyspy", {"pids": pids[s.name]}, timeout=60))
+        hellos = {s.name: s.hello["hostname"] for s in fleet}
+    finally:
+        fleet.close()
+    assert hellos == {"node1": "node1", "node2": "node2", "node3": "node3"}
+    assert len(list((home / ".cache" / "areal-console").glob("agent-*.py"))) == 1
+    reply_sizes = []
+    for result in dumps.values():
+        assert not isinstance(result, NodeFailure), result
+        assert len(result["dumps"]) == 2
+        reply_sizes.append(len(json.dumps(result)))
+        for dump in result["dumps"]:
+            assert dump["ok"], dump
+            frames = [f["name"] for t in dump["threads"] for f in t["frames"]]
+            assert "main" in frames, frames
+    # Replies longer than srun's 1 KiB label chunks arrive whole.
+    assert min(reply_sizes) > 1024
+    # Ranks 0-4 wait in the barrier; the last rank sleeps outside it.
+    for node, result in dumps.items():
+        for dump in result["dumps"]:
+            names = {f["name"] for t in dump["threads"] for f in t["frames"]}
+            in_barrier = "barrier" in names
+            assert in_barrier == (node != "node3" or dump is not result["dumps"][-1]), names
+
+
+def test_unknown_job_is_a_clear_error(slurm_cluster: SlurmCluster) -> None:
+    result = console(slurm_cluster, "nodes", "--slurm-job", "987654")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: Slurm job 987654 not found on this machine"
+        " (it may have ended long ago: Slurm forgets jobs after MinJobAge)"
+    )
+    bad = console(slurm_cluster, "nodes", "--slurm-job", "12;rm")
+    assert bad.returncode == 1 and "is not a Slurm job id" in bad.stderr
+
+
+def test_finished_and_pending_jobs_are_clear_errors(slurm_cluster: SlurmCluster) -> None:
+    done = slurm_cluster.sbatch("#!/bin/sh\ntrue\n", "--output=/dev/null")
+    slurm_cluster.wait_job_state(done, ("COMPLETED",), timeout=60)
+    result = console(slurm_cluster, "nodes", "--slurm-job", str(done))
+    assert result.returncode == 1
+    assert f"Slurm job {done} is COMPLETED: it has ended" in result.stderr
+    pending = slurm_cluster.sbatch("#!/bin/sh\ntrue\n", "--begin=now+1hour", "--output=/dev/null")
+    try:
+        result = console(slurm_cluster, "nodes", "--slurm-job", str(pending))
+        assert result.returncode == 1
+        assert f"Slurm job {pending} is PENDING (BeginTime)" in result.stderr
+    finally:
+        slurm_cluster.run(["scancel", str(pending)], check=False)
+
+
+def test_without_srun_the_nodes_are_reached_over_ssh(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, tmp_path: Path
+) -> None:
+    # A login node where Slurm's query commands exist but srun doesn't.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("scontrol", "squeue", "id"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    runner = LocalRunner(slurm_cluster.env(PATH=str(bin_dir)))
+    plan = resolve_slurm_targets(slurm_gloo_job.job_id, login=None, runner=runner)
+    assert plan.transport == "ssh"
+    assert [(s.name, s.transport, s.host) for s in plan.specs] == [
+        ("node1", "ssh", "node1"),
+        ("node2", "ssh", "node2"),
+        ("node3", "ssh", "node3"),
+    ]
+    assert plan.notes == [
+        "srun is not available on this machine; reaching the job's 3 nodes over SSH instead"
+    ]
+
+
+def test_job_of_another_user_falls_back_to_ssh(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob
+) -> None:
+    """Slurm refuses srun into root's job for `nobody`: the console says so and uses SSH."""
+    python = "/usr/bin/python3"
+    if not Path(python).exists() or not shutil.which("setpriv"):
+        pytest.skip("needs the system python3 and setpriv to act as another user")
+    env = slurm_cluster.env(HOME="/tmp")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
+    result = subprocess.run(
+        [*argv, "-m", "areal_console", "slurm", slurm_gloo_job.job_id, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd="/tmp",
+        check=False,
+    )
+    if "No module named" in result.stderr or "Permission denied" in result.stderr:
+        pytest.skip(f"the checkout is not usable by another user: {result.stderr.strip()[-200:]}")
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["job"]["user"] == "root"
+    assert shown["transport"] == "ssh"
+    assert shown["notes"] == [
+        f"srun can't join job {slurm_gloo_job.job_id}: srun: error: Unable to create step for"
+        f" job {slurm_gloo_job.job_id}: Access/permission denied; reaching the job's 3 nodes"
+        " over SSH instead"
+    ]
+    assert [n["transport"] for n in shown["nodes"]] == ["ssh", "ssh", "ssh"]
+
+
+@pytest.fixture(scope="module")
+def login_host(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from login_sshd import LoginHost
+
+    host = LoginHost(tmp_path_factory.mktemp("login"), slurm_cluster.conf)
+    try:
+        host.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip(f"no sshd login host: {exc}")
+    try:
+        yield host
+    finally:
+        host.stop()
+
+
+@pytest.mark.slow
+def test_through_one_ssh_connection_to_a_login_host(
+    slurm_cluster: SlurmCluster,
+    slurm_gloo_job: SlurmGlooJob,
+    login_host,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """Slurm queried and the shared srun step run on a login host over SSH (no local Slurm)."""
+    from areal_console.core.slurm import SshLoginRunner
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)  # only the login host knows the cluster
+    runner = SshLoginRunner(login_host.login, options=login_host.client_options())
+    plan = resolve_slurm_targets(slurm_gloo_job.job_id, login=login_host.login, runner=runner)
+    assert plan.transport == "slurm" and plan.job.nodes == ["node1", "node2", "node3"]
+    fleet = Fleet(plan.specs, slurm_runner=runner)
+    try:
+        samples = fleet.call_all("sample", {})
+    finally:
+        fleet.close()
+        runner.close()
+    ranks = {
+        node: sorted(p["rank"] for p in s["processes"] if p["rank"] is not None)
+        for node, s in samples.items()
+    }
+    assert ranks == {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}
+
+
+async def test_slurm_view_lists_the_job_and_opens_it(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob
+) -> None:
+    from areal_console.screens.slurm_jobs import SlurmJobsScreen
+    from test_slurm_screen import SlurmApp, rows
+
+    app = SlurmApp(job_lister(LocalRunner(slurm_cluster.env())))
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, SlurmJobsScreen)
+        while not screen.loaded:
+            await pilot.pause(0.05)
+        assert screen.error is None
+        assert ["gloo-ranks", "root", "RUNNING", "node[1-3]", "gpu:1"] in [
+            r[1:] for r in rows(screen)
+        ]
+        await pilot.press("slash", *"gloo-ranks", "enter", "enter")
+        await pilot.pause()
+        assert app.chosen == [slurm_gloo_job.job_id]
+
+
+def test_replay_style_launches_sbatch_and_overlap_step(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, tmp_path: Path
+) -> None:
+    from areal_console.core.slurm_launch import (
+        BatchRequest,
+        job_state,
+        overlap_step_argv,
+        submit_batch,
+    )
+
+    runner = LocalRunner(slurm_cluster.env())
+    out = slurm_cluster.base / "replay-out"
+    out.mkdir()
+    script = "import os, sys; open(sys.argv[1], 'w').write(os.environ['SLURMD_NODENAME'])"
+    target = out / "ran on (node).txt"  # a path with spaces and parentheses stays one word
+    job = submit_batch(
+        runner,
+        BatchRequest(
+            command=[sys.executable, "-c", script, str(target)],
+            gpus_per_node=1,
+            chdir=str(out),
+            output=str(out / "slurm-%j.out"),
+        ),
+    )
+    slurm_cluster.wait_job_state(job, ("COMPLETED", "FAILED"), timeout=60)
+    assert job_state(SlurmClient(runner), job) == ("COMPLETED", "0:0")
+    assert target.read_text().startswith("node")
+
+    # Into the running job's allocation on a chosen node, next to its ranks.
+    argv = overlap_step_argv(
+        slurm_gloo_job.job_id,
+        "node2",
+        [
+            sys.executable,
+            "-c",
+            "import os; print(os.environ['SLURMD_NODENAME'], os.environ['SLURM_JOB_ID'])",
+        ],
+    )
+    result = runner.run(argv, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["node2", slurm_gloo_job.job_id]
+
+
+# Last in this module: killing node3 also ends the gloo job's ranks there (and so the job's
+# barrier everywhere), which the tests above rely on.
+@pytest.mark.slow
+def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
+    """A job's node dies (slurmd and everything on it, like a crash); then comes back.
+
+    First Slurm doesn't know yet: the shared step fails to launch on node3, the other nodes
+    get steps of their own, and node3 is down with srun's reason. Then Slurm has marked
+    node3 not responding, and the console reports it down without trying it.
+    """
+    job = str(
+        slurm_cluster.sbatch(
+            "#!/bin/sh\nexec sleep 600\n",
+            "--nodes=3",
+            "--no-kill",  # the job outlives a node
+            "--output=/dev/null",
+        )
+    )
+    slurm_cluster.wait_job_state(job, ("RUNNING",))
+    slurm_cluster.kill_node("node3")
+    try:
+        t0 = time.monotonic()
+        first = console(slurm_cluster, "nodes", "--slurm-job", job, "--json")
+        took = time.monotonic() - t0
+        assert first.returncode == 3, first.stderr
+        report = json.loads(first.stdout)
+        states = {n["name"]: n["state"] for n in report["nodes"]}
+        assert states == {"node1": "up", "node2": "up", "node3": "down"}, first.stderr
+        node3 = report["nodes"][2]
+        assert "failed on node node3: Communication connection failure" in node3["error"]
+        assert took < 60  # srun gives up on a dead slurmd after MessageTimeout (10 s here)
+
+        wait_for(
+            lambda: (
+                "NOT_RESPONDING" in slurm_cluster.run(["scontrol", "show", "node", "node3"]).stdout
+            ),
+            60,
+            what="Slurm to notice node3 is gone",
+        )
+        second = console(slurm_cluster, "nodes", "--slurm-job", job, "--json")
+        assert second.returncode == 3, second.stderr
+        assert "note: Slurm reports node node3 " in second.stderr
+        assert "NOT_RESPONDING: not contacting it" in second.stderr
+        report = json.loads(second.stdout)
+        assert [n["state"] for n in report["nodes"]] == ["up", "up", "down"]
+        assert report["nodes"][2]["error"].startswith("Slurm reports node node3 ")
+    finally:
+        slurm_cluster.run(["scancel", job], check=False)
+        slurm_cluster.start_node(slurm_cluster.node("node3"))

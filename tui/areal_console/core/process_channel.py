@@ -1,0 +1,106 @@
+"""A `Channel` over a local process's stdio: srun here, or ssh running srun on a login host.
+
+Besides the `Channel` methods it keeps the process's last stderr lines (srun explains its
+failures there) and can report each one as it comes (`on_stderr`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+
+from areal_console.core.transport import ChannelClosed
+
+
+class ProcessChannel:
+    """A `Channel` over a local process's stdio (srun here, or ssh running srun)."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        what: str,
+        env: dict[str, str] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+    ) -> None:
+        self.what = what
+        self.on_stderr = on_stderr
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # Ctrl-C in the console must not end the step
+                env=env,
+            )
+        except FileNotFoundError as exc:
+            raise OSError(f"{what}: {argv[0]} not found") from exc
+        self._stderr: list[bytes] = []
+        self._send_lock = threading.Lock()
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_reader.start()
+
+    def _drain_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._stderr.append(line)
+            del self._stderr[:-20]
+            if self.on_stderr is not None:
+                self.on_stderr(line.decode(errors="replace"))
+
+    def wait_stderr(self, timeout: float = 5.0) -> None:
+        """Wait until the process's stderr is fully read (its last words explain its end)."""
+        self._stderr_reader.join(timeout)
+
+    def stderr_lines(self) -> list[str]:
+        return [b.decode(errors="replace").strip() for b in self._stderr if b.strip()]
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        with self._send_lock:
+            try:
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError, OSError) as exc:
+                raise ChannelClosed(self.exit_reason()) from exc
+
+    def recv_line(self) -> bytes:
+        assert self.proc.stdout is not None
+        try:
+            return self.proc.stdout.readline()
+        except (ValueError, OSError):
+            return b""
+
+    def close(self) -> None:
+        """EOF ends the agents and so the step; srun gets SIGTERM (it ends the step) if not."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                self.proc.wait(timeout=3)
+                return
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    return
+        self.proc.wait()
+
+    def exit_reason(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            try:
+                code = self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                return f"{self.what}: agent stopped answering"
+        errors = [ln for ln in self.stderr_lines() if "error" in ln.lower()] or self.stderr_lines()
+        why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        return f"{self.what} {why}" + (f": {errors[0]}" if errors else "")

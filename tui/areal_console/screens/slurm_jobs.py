@@ -1,0 +1,207 @@
+"""The Slurm view: jobs in the queue with their nodes and state; `enter` opens one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Label
+
+from areal_console.core.errors import UserError
+from areal_console.core.slurm import SlurmJob, job_matches, job_row
+
+JobLister = Callable[[bool], list[SlurmJob]]  # all_users -> jobs (blocking: Slurm commands)
+
+COLUMNS = ("JOBID", "NAME", "USER", "STATE", "NODES", "GRES")
+
+
+class SlurmJobsScreen(Screen[str | None]):
+    """Jobs from `squeue`, refreshed every few seconds; dismisses with the chosen job id.
+
+    `list_jobs(all_users)` asks Slurm (e.g. `SlurmClient(runner).jobs`); it runs in a worker.
+    The app opens the chosen job in the Cluster screen (`--slurm-job` targets).
+    """
+
+    CSS_PATH = "../styles/slurm_jobs.tcss"
+    BINDINGS = [
+        Binding(
+            "enter",
+            "open_job",
+            "Open",
+            id="slurm.open",
+            tooltip="Open the highlighted job's nodes in the Cluster screen",
+        ),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="slurm.filter",
+            tooltip="Filter jobs by id, name, user, state or node",
+        ),
+        Binding(
+            "escape",
+            "back",
+            "Back",
+            id="slurm.back",
+            tooltip="Clear the filter, or leave the Slurm view",
+        ),
+        Binding(
+            "u",
+            "toggle_users",
+            "All users",
+            id="slurm.users",
+            tooltip="Toggle between your jobs and every user's jobs",
+        ),
+        Binding("r", "reload", "Reload", id="slurm.reload", tooltip="Ask Slurm again now"),
+    ]
+
+    @dataclass
+    class JobsLoaded(Message):
+        jobs: list[SlurmJob]
+
+    @dataclass
+    class JobsFailed(Message):
+        error: str
+
+    def __init__(self, list_jobs: JobLister, refresh_interval: float = 5.0) -> None:
+        super().__init__()
+        self.list_jobs = list_jobs
+        self.refresh_interval = refresh_interval
+        self.jobs: list[SlurmJob] = []
+        self.all_users = False
+        self.text_filter = ""
+        self.error: str | None = None
+        self.loaded = False
+
+    def compose(self) -> ComposeResult:
+        yield Label("Slurm jobs", id="slurm-title")
+        table: DataTable[str] = DataTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Input(placeholder="filter jobs (esc to clear)", id="slurm-filter")
+        yield Label("asking Slurm…", id="slurm-status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_table()
+        self.query_one("#slurm-jobs", DataTable).focus()
+        self.load_jobs()
+
+    # loading ---------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="slurm-jobs")
+    def load_jobs(self) -> None:
+        try:
+            jobs = self.list_jobs(self.all_users)
+        except (UserError, OSError) as exc:
+            self.post_message(self.JobsFailed(str(exc)))
+            return
+        self.post_message(self.JobsLoaded(jobs))
+
+    @on(JobsLoaded)
+    def _jobs_loaded(self, message: JobsLoaded) -> None:
+        self.jobs, self.error, self.loaded = message.jobs, None, True
+        self.refresh_table()
+        # One-shot timers chained after each answer: polls never overlap.
+        self.set_timer(self.refresh_interval, self.load_jobs)
+
+    @on(JobsFailed)
+    def _jobs_failed(self, message: JobsFailed) -> None:
+        self.error, self.loaded = message.error, True
+        self.refresh_status()
+        self.set_timer(self.refresh_interval, self.load_jobs)
+
+    # view ------------------------------------------------------------------------------
+    def visible_jobs(self) -> list[SlurmJob]:
+        return [j for j in self.jobs if job_matches(j, self.text_filter)]
+
+    def refresh_table(self) -> None:
+        table = self.query_one("#slurm-jobs", DataTable)
+        selected = self.selected_job_id()
+        visible = self.visible_jobs()
+        rows = [job_row(job) for job in visible]
+        # Columns too, sized to what they show now: the job list changes wholesale.
+        table.clear(columns=True)
+        for i, name in enumerate(COLUMNS):
+            width = max([len(name), *(len(row[i]) for row in rows)])
+            table.add_column(name, key=name, width=min(width, 40))
+        for job, row in zip(visible, rows, strict=True):
+            table.add_row(*row, key=job.job_id)
+        if selected is not None:
+            for index, job in enumerate(visible):
+                if job.job_id == selected:
+                    table.move_cursor(row=index)
+        self.refresh_status()
+
+    def refresh_status(self) -> None:
+        parts = []
+        if self.loaded:
+            shown = len(self.visible_jobs())
+            running = sum(j.state == "RUNNING" for j in self.jobs)
+            parts.append(f"{shown} of {len(self.jobs)} jobs, {running} running")
+        else:
+            parts.append("asking Slurm…")
+        parts.append("every user" if self.all_users else "your jobs")
+        if self.text_filter:
+            parts.append(f"filter: {self.text_filter!r}")
+        if self.error:
+            parts.append(f"error: {self.error}")
+        self.query_one("#slurm-status", Label).update(" · ".join(parts))
+
+    def selected_job_id(self) -> str | None:
+        table = self.query_one("#slurm-jobs", DataTable)
+        if table.row_count == 0:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        return None if key.value is None else str(key.value)
+
+    # actions ---------------------------------------------------------------------------
+    @on(DataTable.RowSelected, "#slurm-jobs")
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_job()
+
+    def action_open_job(self) -> None:
+        job_id = self.selected_job_id()
+        if job_id is None:
+            return
+        job = next((j for j in self.jobs if j.job_id == job_id), None)
+        if job is not None and job.state != "RUNNING":
+            self.notify(f"job {job_id} is {job.state}: nothing to inspect yet", severity="warning")
+            return
+        self.dismiss(job_id)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#slurm-filter", Input)
+        box.add_class("visible")
+        box.focus()
+
+    @on(Input.Changed, "#slurm-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.text_filter = event.value.strip()
+        self.refresh_table()
+
+    @on(Input.Submitted, "#slurm-filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        self.query_one("#slurm-jobs", DataTable).focus()
+
+    def action_back(self) -> None:
+        box = self.query_one("#slurm-filter", Input)
+        if self.text_filter or box.has_class("visible"):
+            box.value = ""
+            box.remove_class("visible")
+            self.text_filter = ""
+            self.refresh_table()
+            self.query_one("#slurm-jobs", DataTable).focus()
+            return
+        self.dismiss(None)
+
+    def action_toggle_users(self) -> None:
+        self.all_users = not self.all_users
+        self.refresh_status()
+        self.load_jobs()
+
+    def action_reload(self) -> None:
+        self.load_jobs()
