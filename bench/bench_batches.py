@@ -78,8 +78,14 @@ print(json.dumps(out))
 
 def run(mode: str, path: Path, cold: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])}
-    out = subprocess.run([sys.executable, "-c", MEASURE, mode, str(path), "1" if cold else "0"],
-                         env=env, capture_output=True, text=True, check=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURE, mode, str(path), "1" if cold else "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     return json.loads(out.stdout)
 
 
@@ -100,11 +106,14 @@ def main() -> int:
         bf.write_large_trajectory(path, int(args.gb * (1 << 30)), width=8192)
         with open(path, "rb+") as f:
             os.fsync(f.fileno())  # clean pages can be evicted for the cold runs
-        print(f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in "
-              f"{time.perf_counter() - t0:.1f}s")
+        print(
+            f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f}s"
+        )
     size_mb = path.stat().st_size / (1 << 20)
-    print(f"cpu cores: {os.cpu_count()}, file {size_mb:.0f} MiB, repeat {args.repeat}, "
-          "median of fresh processes")
+    print(
+        f"cpu cores: {os.cpu_count()}, file {size_mb:.0f} MiB, repeat {args.repeat}, "
+        "median of fresh processes"
+    )
     modes = ("summary", "naive", "sample")
     runs: dict[tuple[str, bool], list[dict[str, float]]] = {}
     for cold in (False, True):
@@ -116,18 +125,24 @@ def main() -> int:
     print(f"\n{'cache':<6} {'measure':<8} {'min s':>8} {'median s':>9} {'peak MB':>9}")
     for (mode, cold), rs in runs.items():
         secs = [r["seconds"] for r in rs]
-        print(f"{'cold' if cold else 'warm':<6} {mode:<8} {min(secs):>8.3f} "
-              f"{statistics.median(secs):>9.3f} "
-              f"{statistics.median(r['peak_growth_mb'] for r in rs):>9.0f}")
+        print(
+            f"{'cold' if cold else 'warm':<6} {mode:<8} {min(secs):>8.3f} "
+            f"{statistics.median(secs):>9.3f} "
+            f"{statistics.median(r['peak_growth_mb'] for r in rs):>9.0f}"
+        )
     for cold in (False, True):
         s_runs, n_runs = runs[("summary", cold)], runs[("naive", cold)]
         best = min(r["seconds"] for r in n_runs) / min(r["seconds"] for r in s_runs)
-        med = (statistics.median(r["seconds"] for r in n_runs)
-               / statistics.median(r["seconds"] for r in s_runs))
-        mem = (statistics.median(r["peak_growth_mb"] for r in s_runs)
-               / max(statistics.median(r["peak_growth_mb"] for r in n_runs), 1))
-        print(f"{'cold' if cold else 'warm'}: naive/summary time {best:.1f}x (min), "
-              f"{med:.1f}x (median); summary peak memory {mem:.0%} of naive")
+        med = statistics.median(r["seconds"] for r in n_runs) / statistics.median(
+            r["seconds"] for r in s_runs
+        )
+        mem = statistics.median(r["peak_growth_mb"] for r in s_runs) / max(
+            statistics.median(r["peak_growth_mb"] for r in n_runs), 1
+        )
+        print(
+            f"{'cold' if cold else 'warm'}: naive/summary time {best:.1f}x (min), "
+            f"{med:.1f}x (median); summary peak memory {mem:.0%} of naive"
+        )
     if tmp is not None:
         tmp.cleanup()
     return 0

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("cli-dump")
-    bf.write_trajectory_dump(d, steps=[0, 1, 2], dp_size=2, n_groups=4, group_size=4,
-                             with_prox_logp=True)
+    bf.write_trajectory_dump(
+        d, steps=[0, 1, 2], dp_size=2, n_groups=4, group_size=4, with_prox_logp=True
+    )
     bf.write_model_config(d)
     return d
 
@@ -42,21 +43,44 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "areal_console", "batch", *args], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "areal_console", "batch", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_json_summary_of_a_file_matches_design_schema(dump: Path, env: dict[str, str]) -> None:
     out = cli(env, str(dump / "step_000001_dp_1.pt"), "--json")
     assert out.returncode == 0, out.stderr
     s = json.loads(out.stdout)
-    for key in ("path", "format", "step", "dp_rank", "groups", "samples", "tokens", "keys",
-                "stats", "warnings"):
+    for key in (
+        "path",
+        "format",
+        "step",
+        "dp_rank",
+        "groups",
+        "samples",
+        "tokens",
+        "keys",
+        "stats",
+        "warnings",
+    ):
         assert key in s
     assert (s["format"], s["step"], s["dp_rank"], s["groups"], s["samples"]) == (
-        "trajectory_dump", 1, 1, 4, 16)
-    assert s["keys"]["attention_mask"] == {"shape": [16, s["keys"]["input_ids"]["shape"][1]],
-                                           "dtype": "bool"}
+        "trajectory_dump",
+        1,
+        1,
+        4,
+        16,
+    )
+    assert s["keys"]["attention_mask"] == {
+        "shape": [16, s["keys"]["input_ids"]["shape"][1]],
+        "dtype": "bool",
+    }
     assert set(s["stats"]["reward"]) == {"mean", "std", "min", "max"}
     assert s["stats"]["no_eos_ratio"] is not None
 
@@ -117,8 +141,10 @@ def test_remote_source_over_a_session(dump: Path, tmp_path: Path) -> None:
         view = source.sample(str(dump), 3, step=2, dp_rank=0)
         assert view["index"] == 3 and len(view["tokens"]) == view["seq_len"]
         listing = source.list_dir(str(dump))
-        assert [f["file"] for f in listing["files"]][:2] == ["step_000000_dp_0.pt",
-                                                            "step_000000_dp_1.pt"]
+        assert [f["file"] for f in listing["files"]][:2] == [
+            "step_000000_dp_0.pt",
+            "step_000000_dp_1.pt",
+        ]
         with pytest.raises(BatchError, match="no such file"):
             source.summary(str(tmp_path / "missing.pt"))
         torch.save({"x": Fleet}, tmp_path / "odd.pt")  # a class global: refused

@@ -21,8 +21,14 @@ from areal_console.core.batches import BatchError, UnsafePickleError
 def dump_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four steps x two dp ranks, completions growing step by step, EOS id in a config file."""
     d = tmp_path_factory.mktemp("dump")
-    bf.write_trajectory_dump(d, steps=[0, 1, 2, 3], dp_size=2, with_prox_logp=True,
-                             length_growth=0.3, no_eos_fraction=0.15)
+    bf.write_trajectory_dump(
+        d,
+        steps=[0, 1, 2, 3],
+        dp_size=2,
+        with_prox_logp=True,
+        length_growth=0.3,
+        no_eos_fraction=0.15,
+    )
     bf.write_model_config(d)
     return d
 
@@ -91,8 +97,11 @@ def test_summary_of_a_step_file(step_file: Path) -> None:
     assert st["reward"]["std"] == pytest.approx(float(rewards.std(unbiased=False)))
     # EOS id 2 from generation_config.json next to the dump.
     assert s["eos_token_ids"] == [2] and s["eos_source"].endswith("generation_config.json")
-    last = [int(g["input_ids"][r, int(g["attention_mask"][r].sum()) - 1])
-            for g in groups for r in range(g["input_ids"].shape[0])]
+    last = [
+        int(g["input_ids"][r, int(g["attention_mask"][r].sum()) - 1])
+        for g in groups
+        for r in range(g["input_ids"].shape[0])
+    ]
     assert st["no_eos_ratio"] == pytest.approx(sum(t != 2 for t in last) / len(last))
     equal = sum(int(g["rewards"].max() == g["rewards"].min()) for g in groups)
     assert st["equal_reward_groups"] == equal == 2
@@ -165,18 +174,28 @@ def test_compare_two_steps(dump_dir: Path) -> None:
 
 
 def _row(seq: int, resp: int, reward: float, eos: bool | None, head: int = 3) -> dict[str, Any]:
-    return {"seq_len": seq, "prompt_len": seq - resp, "response_len": resp, "reward": reward,
-            "eos": eos, "head_version": head, "tail_version": head}
+    return {
+        "seq_len": seq,
+        "prompt_len": seq - resp,
+        "response_len": resp,
+        "reward": reward,
+        "eos": eos,
+        "head_version": head,
+        "tail_version": head,
+    }
 
 
 def test_batch_stats_and_thresholds() -> None:
-    rows = [_row(10, 6, 1.0, True), _row(12, 8, 0.0, False, head=1), _row(8, 4, 1.0, True),
-            _row(9, 5, 1.0, True)]
+    rows = [
+        _row(10, 6, 1.0, True),
+        _row(12, 8, 0.0, False, head=1),
+        _row(8, 4, 1.0, True),
+        _row(9, 5, 1.0, True),
+    ]
     st = b.batch_stats(rows, [[1.0, 0.0], [1.0, 1.0]], None, [0, 0, 0, 1])
     assert st["no_eos_ratio"] == 0.25
     assert st["equal_reward_group_ratio"] == 0.5
-    assert st["reward"] == {"mean": 0.75, "std": pytest.approx(0.4330127), "min": 0.0,
-                            "max": 1.0}
+    assert st["reward"] == {"mean": 0.75, "std": pytest.approx(0.4330127), "min": 0.0, "max": 1.0}
     assert st["version"]["staleness_max"] == 2 and st["version"]["mixed_version_ratio"] == 0.25
     warnings = b.batch_warnings(st)
     assert any("no_eos_ratio 0.250 > 0.05" in w for w in warnings)
@@ -189,11 +208,13 @@ def test_batch_stats_and_thresholds() -> None:
 
 
 def test_length_trend_needs_steady_growth() -> None:
-    flat = [{"step": i, "response_len_mean": 100.0 + (i % 2), "no_eos_ratio": 0.01}
-            for i in range(5)]
+    flat = [
+        {"step": i, "response_len_mean": 100.0 + (i % 2), "no_eos_ratio": 0.01} for i in range(5)
+    ]
     assert b.length_trend_warnings(flat) == []
-    growing = [{"step": i, "response_len_mean": 100.0 * 1.2**i, "no_eos_ratio": 0.01 * i}
-               for i in range(4)]
+    growing = [
+        {"step": i, "response_len_mean": 100.0 * 1.2**i, "no_eos_ratio": 0.01 * i} for i in range(4)
+    ]
     (w,) = b.length_trend_warnings(growing)
     assert "no_eos_ratio 0.000 -> 0.030" in w
 
@@ -205,11 +226,17 @@ def test_histogram_counts_every_value() -> None:
 
 
 def test_eos_from_tokenizer_config(tmp_path: Path) -> None:
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "eos_token": "<|im_end|>",
-        "added_tokens_decoder": {"151643": {"content": "<|endoftext|>"},
-                                 "151645": {"content": "<|im_end|>"}},
-    }))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "eos_token": "<|im_end|>",
+                "added_tokens_decoder": {
+                    "151643": {"content": "<|endoftext|>"},
+                    "151645": {"content": "<|im_end|>"},
+                },
+            }
+        )
+    )
     sub = tmp_path / "dumps"
     sub.mkdir()
     ids, source = b.find_eos_token_ids(str(sub / "step_000001.pt"))
@@ -338,8 +365,14 @@ def test_big_file_is_not_read_in_full(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
     def measure(mode: str) -> dict[str, float]:
-        out = subprocess.run([sys.executable, "-c", MEASURE, mode, str(path)], env=env,
-                             capture_output=True, text=True, check=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", MEASURE, mode, str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
         return json.loads(out.stdout)
 
     summary = measure("summary")

@@ -19,8 +19,9 @@ from textual.widgets import DataTable, Static
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("screen-dump")
-    bf.write_trajectory_dump(d, steps=[0, 1, 2], dp_size=2, n_groups=3, group_size=4,
-                             with_prox_logp=True)
+    bf.write_trajectory_dump(
+        d, steps=[0, 1, 2], dp_size=2, n_groups=3, group_size=4, with_prox_logp=True
+    )
     bf.write_model_config(d)
     return d
 
@@ -75,9 +76,14 @@ async def test_browse_steps_samples_and_tokens(dump: Path) -> None:
         steps.focus()
         steps.move_cursor(row=0)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: (screen.current_file or "").endswith("step_000000_dp_0.pt")
-                       and samples.row_count == 12
-                       and "step 0 dp 0" in text_of(screen.query_one("#summary", Static)))
+        await wait_for(
+            pilot,
+            lambda: (
+                (screen.current_file or "").endswith("step_000000_dp_0.pt")
+                and samples.row_count == 12
+                and "step 0 dp 0" in text_of(screen.query_one("#summary", Static))
+            ),
+        )
 
         # Open one sample: its tokens, unpadded, shaded by loss mask.
         samples.focus()
@@ -162,9 +168,11 @@ async def test_unsafe_pickle_asks_before_loading(tmp_path: Path) -> None:
 
 
 def test_filter_rows_terms() -> None:
-    rows = [{"index": 0, "group": 0, "eos": True, "reward": 1.0},
-            {"index": 1, "group": 0, "eos": False, "reward": 0.0},
-            {"index": 2, "group": 1, "eos": False, "reward": 1.0}]
+    rows = [
+        {"index": 0, "group": 0, "eos": True, "reward": 1.0},
+        {"index": 1, "group": 0, "eos": False, "reward": 0.0},
+        {"index": 2, "group": 1, "eos": False, "reward": 1.0},
+    ]
     assert [r["index"] for r in filter_rows(rows, "noeos")] == [1, 2]
     assert [r["index"] for r in filter_rows(rows, "noeos reward=1")] == [2]
     assert [r["index"] for r in filter_rows(rows, "")] == [0, 1, 2]
@@ -179,8 +187,7 @@ async def test_wrong_format_and_text_rollout(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: "not a rollout batch" in text_of(status))
         assert "model checkpoint" in text_of(status)
         assert screen.query_one("#samples", DataTable).row_count == 0
-    root = bf.write_text_rollout_dump(tmp_path / "exp", versions=(3,), tasks=2,
-                                      samples_per_task=3)
+    root = bf.write_text_rollout_dump(tmp_path / "exp", versions=(3,), tasks=2, samples_per_task=3)
     screen = BatchesScreen(str(root))
     app = Host(screen)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -219,12 +226,21 @@ async def test_screen_reads_through_a_nodes_agent(dump: Path) -> None:
 
 
 @pytest.mark.slow
-def test_batches_screen_snapshot(snap_compare: Any, tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batches_screen_snapshot(
+    snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The screen with a sample open (relative paths and seeded fixtures: deterministic)."""
     monkeypatch.chdir(tmp_path)
-    bf.write_trajectory_dump("dumps", steps=[10, 11, 12], dp_size=2, n_groups=3, group_size=4,
-                             with_prox_logp=True, no_eos_fraction=0.2, max_new_tokens=48)
+    bf.write_trajectory_dump(
+        "dumps",
+        steps=[10, 11, 12],
+        dp_size=2,
+        n_groups=3,
+        group_size=4,
+        with_prox_logp=True,
+        no_eos_fraction=0.2,
+        max_new_tokens=48,
+    )
     bf.write_model_config("dumps")
     screen = BatchesScreen("dumps")
     app = Host(screen)

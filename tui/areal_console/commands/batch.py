@@ -24,20 +24,40 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", metavar="PATH", help="a .pt file or a dump directory")
     parser.add_argument("--sample", type=int, metavar="I", help="show sample I (0-based)")
-    parser.add_argument("--step", type=int, metavar="N",
-                        help="in a directory: the step for --sample (default: the newest)")
-    parser.add_argument("--dp-rank", type=int, metavar="K",
-                        help="in a directory: the dp rank for --sample (default: the lowest)")
-    parser.add_argument("--compare", metavar="OTHER",
-                        help="compare PATH with another file or directory side by side")
-    parser.add_argument("--eos-token-id", type=int, metavar="N",
-                        help="EOS token id for no_eos_ratio (default: from config files "
-                             "next to the dump)")
-    parser.add_argument("--trust-pickle", action="store_true",
-                        help="allow pickled objects that can run code (only for files you trust)")
+    parser.add_argument(
+        "--step",
+        type=int,
+        metavar="N",
+        help="in a directory: the step for --sample (default: the newest)",
+    )
+    parser.add_argument(
+        "--dp-rank",
+        type=int,
+        metavar="K",
+        help="in a directory: the dp rank for --sample (default: the lowest)",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="OTHER",
+        help="compare PATH with another file or directory side by side",
+    )
+    parser.add_argument(
+        "--eos-token-id",
+        type=int,
+        metavar="N",
+        help="EOS token id for no_eos_ratio (default: from config files next to the dump)",
+    )
+    parser.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="allow pickled objects that can run code (only for files you trust)",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--node", metavar="NAME",
-                        help="read PATH on this node (through its agent) instead of locally")
+    parser.add_argument(
+        "--node",
+        metavar="NAME",
+        help="read PATH on this node (through its agent) instead of locally",
+    )
     add_target_arguments(parser)
     parser.set_defaults(handler=run)
 
@@ -66,8 +86,11 @@ def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
         spec = specs[0]
     else:
         matches = [s for s in specs if args.node in (s.name, s.host)]
-        if not matches and len(specs) == 1 and specs[0].transport == "local" and args.node in (
-            "local", "localhost"
+        if (
+            not matches
+            and len(specs) == 1
+            and specs[0].transport == "local"
+            and args.node in ("local", "localhost")
         ):
             matches = specs
         if not matches:
@@ -138,16 +161,22 @@ def format_summary(s: dict[str, Any]) -> str:
         where.append(f"dp rank {s['dp_rank']}")
     if s.get("bytes") is not None:
         where.append(_size(s["bytes"]))
-    where += [f"groups {_num(s['groups'])}", f"samples {_num(s['samples'])}",
-              f"tokens {_num(s['tokens'])}"]
+    where += [
+        f"groups {_num(s['groups'])}",
+        f"samples {_num(s['samples'])}",
+        f"tokens {_num(s['tokens'])}",
+    ]
     lines.append("  " + "  ".join(where))
     if s.get("eos_token_ids"):
-        lines.append(f"  EOS id {', '.join(map(str, s['eos_token_ids']))} "
-                     f"(from {s.get('eos_source')})")
+        lines.append(
+            f"  EOS id {', '.join(map(str, s['eos_token_ids']))} (from {s.get('eos_source')})"
+        )
     if s.get("per_step"):
         lines.append("")
-        lines.append(f"  {'step':>6} {'files':>5} {'samples':>8} {'seq_len':>8} "
-                     f"{'resp_len':>8} {'reward':>7} {'no_eos':>7}")
+        lines.append(
+            f"  {'step':>6} {'files':>5} {'samples':>8} {'seq_len':>8} "
+            f"{'resp_len':>8} {'reward':>7} {'no_eos':>7}"
+        )
         for p in s["per_step"]:
             lines.append(
                 f"  {p['step']:>6} {p['files']:>5} {_num(p['samples']):>8} "
@@ -161,8 +190,11 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("")
         lines.append("  keys")
         for name, meta in s["keys"].items():
-            extra = (f"  (missing in {meta['missing_in_groups']} groups)"
-                     if meta.get("missing_in_groups") else "")
+            extra = (
+                f"  (missing in {meta['missing_in_groups']} groups)"
+                if meta.get("missing_in_groups")
+                else ""
+            )
             lines.append(f"    {name:<18} {meta['dtype']:<9} {meta['shape']}{extra}")
     st = s.get("stats") or {}
     if st:
@@ -171,23 +203,31 @@ def format_summary(s: dict[str, Any]) -> str:
         for name in ("seq_len", "prompt_len", "response_len", "reward"):
             d = st.get(name) or {}
             digits = 3 if name == "reward" else 1
-            lines.append(f"  {name:<14} {_num(d.get('mean'), digits):>10} "
-                         f"{_num(d.get('std'), digits):>10} {_num(d.get('min'), digits):>10} "
-                         f"{_num(d.get('max'), digits):>10}")
+            lines.append(
+                f"  {name:<14} {_num(d.get('mean'), digits):>10} "
+                f"{_num(d.get('std'), digits):>10} {_num(d.get('min'), digits):>10} "
+                f"{_num(d.get('max'), digits):>10}"
+            )
         lines.append(f"  no_eos_ratio   {_num(st.get('no_eos_ratio'), 3)}")
         if st.get("equal_reward_group_ratio") is not None:
-            lines.append(f"  all-equal reward groups  {st.get('equal_reward_groups')} "
-                         f"({st['equal_reward_group_ratio']:.0%})")
+            lines.append(
+                f"  all-equal reward groups  {st.get('equal_reward_groups')} "
+                f"({st['equal_reward_group_ratio']:.0%})"
+            )
         v = st.get("version")
         if v:
-            lines.append(f"  versions {v['min']}..{v['max']}  staleness mean "
-                         f"{v['staleness_mean']:.2f} max {v['staleness_max']}  "
-                         f"mixed-version samples {v['mixed_version_ratio']:.0%}")
+            lines.append(
+                f"  versions {v['min']}..{v['max']}  staleness mean "
+                f"{v['staleness_mean']:.2f} max {v['staleness_max']}  "
+                f"mixed-version samples {v['mixed_version_ratio']:.0%}"
+            )
         iw = st.get("importance_weight")
         if iw:
-            lines.append(f"  importance weight mean {iw['mean']:.3f} min {iw['min']:.3f} "
-                         f"max {iw['max']:.3f} over cap {iw['over_cap_ratio']:.2%} "
-                         f"({_num(iw['tokens'])} tokens{', sampled' if iw['sampled'] else ''})")
+            lines.append(
+                f"  importance weight mean {iw['mean']:.3f} min {iw['min']:.3f} "
+                f"max {iw['max']:.3f} over cap {iw['over_cap_ratio']:.2%} "
+                f"({_num(iw['tokens'])} tokens{', sampled' if iw['sampled'] else ''})"
+            )
     if s.get("warnings"):
         lines.append("")
         lines.append("  warnings")
@@ -204,8 +244,13 @@ def format_sample(v: dict[str, Any]) -> str:
         f"{_num(v.get('head_version'))}..{_num(v.get('tail_version'))}",
     ]
     if v.get("prompt") is not None or v.get("completion") is not None:
-        lines += ["", "  prompt:", f"    {v.get('prompt')}", "  completion:",
-                  f"    {v.get('completion')}"]
+        lines += [
+            "",
+            "  prompt:",
+            f"    {v.get('prompt')}",
+            "  completion:",
+            f"    {v.get('completion')}",
+        ]
         return "\n".join(lines) + "\n"
     tokens = v.get("tokens") or []
     mask = v.get("loss_mask") or [0] * len(tokens)
@@ -214,8 +259,11 @@ def format_sample(v: dict[str, Any]) -> str:
     completion = [t for t, m in zip(tokens, mask, strict=False) if m]
     if v.get("text"):
         lines += ["", "  text:", *("    " + ln for ln in v["text"].splitlines())]
-    lines += ["", f"  prompt tokens ({len(prompt)}): {_ids(prompt)}",
-              f"  completion tokens ({len(completion)}): {_ids(completion)}"]
+    lines += [
+        "",
+        f"  prompt tokens ({len(prompt)}): {_ids(prompt)}",
+        f"  completion tokens ({len(completion)}): {_ids(completion)}",
+    ]
     if logp is not None and completion:
         lp = [x for x, m in zip(logp, mask, strict=False) if m]
         lines.append(f"  completion logprob mean {sum(lp) / len(lp):.3f} min {min(lp):.3f}")
@@ -228,9 +276,10 @@ def _ids(ids: list[int], limit: int = 40) -> str:
 
 
 def format_compare(c: dict[str, Any]) -> str:
-    lines = [f"A {c['a']}", f"B {c['b']}", "",
-             f"  {'stat':<26} {'A':>12} {'B':>12} {'B-A':>12}"]
+    lines = [f"A {c['a']}", f"B {c['b']}", "", f"  {'stat':<26} {'A':>12} {'B':>12} {'B-A':>12}"]
     for r in c["rows"]:
-        lines.append(f"  {r['stat']:<26} {_num(r['a'], 3):>12} {_num(r['b'], 3):>12} "
-                     f"{_num(r['delta'], 3):>12}")
+        lines.append(
+            f"  {r['stat']:<26} {_num(r['a'], 3):>12} {_num(r['b'], 3):>12} "
+            f"{_num(r['delta'], 3):>12}"
+        )
     return "\n".join(lines) + "\n"

@@ -74,7 +74,7 @@ def make_group(
         input_ids[i, prompt_len:end] = response
         attention_mask[i, :end] = True
         loss_mask[i, prompt_len:end] = 1
-        logprobs[i, prompt_len:end] = -torch.rand(n, generator=gen) ** 2 * 3.0
+        logprobs[i, prompt_len:end] = -(torch.rand(n, generator=gen) ** 2) * 3.0
         # Asynchronous RL: a completion may start under an older policy and, with
         # interruptible generation, finish under a newer one.
         lag = int(torch.randint(0, max_staleness + 1, (), generator=gen).item())
@@ -179,8 +179,9 @@ def write_trajectory_dump(
     return written
 
 
-def write_dict_batch(path: str | Path, *, n_groups: int = 4, group_size: int = 4, seed: int = 0,
-                     step: int = 5) -> Path:
+def write_dict_batch(
+    path: str | Path, *, n_groups: int = 4, group_size: int = 4, seed: int = 0, step: int = 5
+) -> Path:
     """One dict of `[B, T]` tensors (all groups padded to one width), as saved by hand."""
     groups = make_trajectory(step, n_groups=n_groups, group_size=group_size, seed=seed)
     width = max(g["input_ids"].shape[1] for g in groups)
@@ -227,23 +228,28 @@ def write_text_rollout_dump(
                 completion = " ".join(words[j] for j in idx)
                 prompt_len = 12 + t
                 reward = 1.0 if same else float(torch.randint(0, 2, (), generator=gen).item())
-                lines.append(json.dumps({
-                    "task_id": task_id,
-                    "sample_idx": s,
-                    "seqlen": prompt_len + n,
-                    "prompt_len": prompt_len,
-                    "head_version": max(0, version - (s % 2)),
-                    "tail_version": version,
-                    "reward": reward,
-                    "prompt": prompt,
-                    "completion": completion,
-                }))
+                lines.append(
+                    json.dumps(
+                        {
+                            "task_id": task_id,
+                            "sample_idx": s,
+                            "seqlen": prompt_len + n,
+                            "prompt_len": prompt_len,
+                            "head_version": max(0, version - (s % 2)),
+                            "tail_version": version,
+                            "reward": reward,
+                            "prompt": prompt,
+                            "completion": completion,
+                        }
+                    )
+                )
             (vdir / f"{task_id}.jsonl").write_text("\n".join(lines) + "\n")
     return base
 
 
-def write_checkpoint(path: str | Path, *, layers: int = 2, hidden: int = 64,
-                     vocab: int = 1000) -> Path:
+def write_checkpoint(
+    path: str | Path, *, layers: int = 2, hidden: int = 64, vocab: int = 1000
+) -> Path:
     """A small causal-LM-shaped state_dict: what a batch browser must not mistake for data."""
     gen = torch.Generator().manual_seed(1)
     sd: dict[str, torch.Tensor] = {
@@ -276,9 +282,15 @@ def write_model_config(directory: str | Path, eos_token_id: int | list[int] = EO
     return out
 
 
-def write_large_trajectory(path: str | Path, target_bytes: int, *, seed: int = 0,
-                           group_size: int = 16, width: int = 4096,
-                           with_prox_logp: bool = True) -> Path:
+def write_large_trajectory(
+    path: str | Path,
+    target_bytes: int,
+    *,
+    seed: int = 0,
+    group_size: int = 16,
+    width: int = 4096,
+    with_prox_logp: bool = True,
+) -> Path:
     """A dump of about `target_bytes`, built fast from big groups (benchmarks, size tests).
 
     Per token it stores 6 x 4-byte tensors plus a bool mask (25 bytes with prox_logp).
@@ -302,8 +314,9 @@ def write_large_trajectory(path: str | Path, target_bytes: int, *, seed: int = 0
         eos = torch.tensor(EOS_TOKEN_ID, dtype=torch.int32)
         ids[rows, last] = torch.where(no_eos, ids[rows, last], eos)
         logp = -torch.rand(group_size, width, generator=gen) * resp
-        versions = torch.where(resp, torch.tensor(k % 3, dtype=torch.int32),
-                               torch.tensor(-1, dtype=torch.int32))
+        versions = torch.where(
+            resp, torch.tensor(k % 3, dtype=torch.int32), torch.tensor(-1, dtype=torch.int32)
+        )
         group = {
             "input_ids": ids,
             "loss_mask": resp.to(torch.int32),

@@ -26,15 +26,30 @@ class BatchSource(Protocol):
 
     where: str
 
-    def summary(self, path: str, *, eos_token_id: int | None = None,
-                trust_pickle: bool = False) -> dict[str, Any]: ...
+    def summary(
+        self, path: str, *, eos_token_id: int | None = None, trust_pickle: bool = False
+    ) -> dict[str, Any]: ...
 
-    def samples(self, path: str, *, step: int | None = None, dp_rank: int | None = None,
-                eos_token_id: int | None = None, trust_pickle: bool = False) -> dict[str, Any]: ...
+    def samples(
+        self,
+        path: str,
+        *,
+        step: int | None = None,
+        dp_rank: int | None = None,
+        eos_token_id: int | None = None,
+        trust_pickle: bool = False,
+    ) -> dict[str, Any]: ...
 
-    def sample(self, path: str, index: int, *, step: int | None = None,
-               dp_rank: int | None = None, eos_token_id: int | None = None,
-               trust_pickle: bool = False) -> dict[str, Any]: ...
+    def sample(
+        self,
+        path: str,
+        index: int,
+        *,
+        step: int | None = None,
+        dp_rank: int | None = None,
+        eos_token_id: int | None = None,
+        trust_pickle: bool = False,
+    ) -> dict[str, Any]: ...
 
     def list_dir(self, path: str) -> dict[str, Any]: ...
 
@@ -44,24 +59,39 @@ class LocalBatchSource:
 
     where = "local"
 
-    def summary(self, path: str, *, eos_token_id: int | None = None,
-                trust_pickle: bool = False) -> dict[str, Any]:
+    def summary(
+        self, path: str, *, eos_token_id: int | None = None, trust_pickle: bool = False
+    ) -> dict[str, Any]:
         result: dict[str, Any] = batches.json_safe(
             batches.summarize(path, eos_token_id=eos_token_id, trust_pickle=trust_pickle)
         )
         return result
 
-    def samples(self, path: str, *, step: int | None = None, dp_rank: int | None = None,
-                eos_token_id: int | None = None, trust_pickle: bool = False) -> dict[str, Any]:
+    def samples(
+        self,
+        path: str,
+        *,
+        step: int | None = None,
+        dp_rank: int | None = None,
+        eos_token_id: int | None = None,
+        trust_pickle: bool = False,
+    ) -> dict[str, Any]:
         file = batches.resolve_step_file(path, step, dp_rank)
         result: dict[str, Any] = batches.json_safe(
             batches.sample_table(file, eos_token_id=eos_token_id, trust_pickle=trust_pickle)
         )
         return result
 
-    def sample(self, path: str, index: int, *, step: int | None = None,
-               dp_rank: int | None = None, eos_token_id: int | None = None,
-               trust_pickle: bool = False) -> dict[str, Any]:
+    def sample(
+        self,
+        path: str,
+        index: int,
+        *,
+        step: int | None = None,
+        dp_rank: int | None = None,
+        eos_token_id: int | None = None,
+        trust_pickle: bool = False,
+    ) -> dict[str, Any]:
         file = batches.resolve_step_file(path, step, dp_rank)
         result: dict[str, Any] = batches.json_safe(
             batches.sample_view(file, index, eos_token_id=eos_token_id, trust_pickle=trust_pickle)
@@ -73,8 +103,7 @@ class LocalBatchSource:
             files = batches.list_dump_dir(path)
         except OSError as exc:
             raise BatchError(f"{path}: {exc.strerror or exc}") from None
-        return {"path": path, "files": [{k: v for k, v in e.items() if k != "path"}
-                                        for e in files]}
+        return {"path": path, "files": [{k: v for k, v in e.items() if k != "path"} for e in files]}
 
 
 class RemoteBatchSource:
@@ -112,23 +141,55 @@ class RemoteBatchSource:
         result: dict[str, Any] = self._call(op, {k: v for k, v in args.items() if v is not None})
         return result
 
-    def summary(self, path: str, *, eos_token_id: int | None = None,
-                trust_pickle: bool = False) -> dict[str, Any]:
-        return self._op("batch_summary", {"path": path, "eos_token_id": eos_token_id,
-                                          "trust_pickle": trust_pickle})
+    def summary(
+        self, path: str, *, eos_token_id: int | None = None, trust_pickle: bool = False
+    ) -> dict[str, Any]:
+        return self._op(
+            "batch_summary",
+            {"path": path, "eos_token_id": eos_token_id, "trust_pickle": trust_pickle},
+        )
 
-    def samples(self, path: str, *, step: int | None = None, dp_rank: int | None = None,
-                eos_token_id: int | None = None, trust_pickle: bool = False) -> dict[str, Any]:
-        return self._op("batch_samples", {"path": path, "step": step, "dp_rank": dp_rank,
-                                          "eos_token_id": eos_token_id,
-                                          "trust_pickle": trust_pickle})
+    def samples(
+        self,
+        path: str,
+        *,
+        step: int | None = None,
+        dp_rank: int | None = None,
+        eos_token_id: int | None = None,
+        trust_pickle: bool = False,
+    ) -> dict[str, Any]:
+        return self._op(
+            "batch_samples",
+            {
+                "path": path,
+                "step": step,
+                "dp_rank": dp_rank,
+                "eos_token_id": eos_token_id,
+                "trust_pickle": trust_pickle,
+            },
+        )
 
-    def sample(self, path: str, index: int, *, step: int | None = None,
-               dp_rank: int | None = None, eos_token_id: int | None = None,
-               trust_pickle: bool = False) -> dict[str, Any]:
-        return self._op("batch_sample", {"path": path, "index": index, "step": step,
-                                         "dp_rank": dp_rank, "eos_token_id": eos_token_id,
-                                         "trust_pickle": trust_pickle})
+    def sample(
+        self,
+        path: str,
+        index: int,
+        *,
+        step: int | None = None,
+        dp_rank: int | None = None,
+        eos_token_id: int | None = None,
+        trust_pickle: bool = False,
+    ) -> dict[str, Any]:
+        return self._op(
+            "batch_sample",
+            {
+                "path": path,
+                "index": index,
+                "step": step,
+                "dp_rank": dp_rank,
+                "eos_token_id": eos_token_id,
+                "trust_pickle": trust_pickle,
+            },
+        )
 
     def list_dir(self, path: str) -> dict[str, Any]:
         return self._op("batch_list", {"path": path})

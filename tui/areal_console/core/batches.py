@@ -64,8 +64,10 @@ class UnsafePickleError(BatchError):
 _cache_lock = threading.Lock()
 # Keyed by (kind, real path, mtime, size, ...): a rewritten file is a new entry. Loaded
 # files hold a mapping each, so few are kept; per-file analyses are small dicts.
-_cache: dict[str, OrderedDict[tuple[Any, ...], Any]] = {"pt": OrderedDict(),
-                                                         "analysis": OrderedDict()}
+_cache: dict[str, OrderedDict[tuple[Any, ...], Any]] = {
+    "pt": OrderedDict(),
+    "analysis": OrderedDict(),
+}
 _CACHE_SIZE = {"pt": 8, "analysis": 512}
 
 
@@ -123,9 +125,7 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
         raise BatchError(f"{path}: not a torch.save file (neither a zip archive nor a pickle)")
     try:
         # mmap needs the zip format; legacy torch.save and plain pickles are read normally.
-        return torch.load(
-            path, weights_only=not trust_pickle, mmap=is_zip, map_location="cpu"
-        )
+        return torch.load(path, weights_only=not trust_pickle, mmap=is_zip, map_location="cpu")
     except pickle.UnpicklingError as exc:
         text = str(exc)
         if "Weights only load failed" in text or "Unsupported global" in text:
@@ -180,11 +180,7 @@ def detect_format(obj: Any) -> tuple[str, str]:
         return UNKNOWN, f"a list of {len(obj)} items ({', '.join(kinds) or 'empty'})"
     if isinstance(obj, dict):
         tensors = {k: v for k, v in obj.items() if _is_tensor(v)}
-        if (
-            "input_ids" in tensors
-            and tensors["input_ids"].dim() == 2
-            and len(tensors) == len(obj)
-        ):
+        if "input_ids" in tensors and tensors["input_ids"].dim() == 2 and len(tensors) == len(obj):
             rows = tensors["input_ids"].shape[0]
             return DICT_BATCH, f"a batch dict of {len(tensors)} tensors, {rows} samples"
         nested = [k for k in ("state_dict", "model", "module", "model_state_dict") if k in obj]
@@ -338,8 +334,16 @@ def _prompt_groups(batch: dict[str, Any]) -> list[list[int]]:
     return groups
 
 
-_STRUCT_CODES = {"int32": "i", "int64": "q", "float32": "f", "float64": "d", "int16": "h",
-                 "uint8": "B", "int8": "b", "bool": "?"}
+_STRUCT_CODES = {
+    "int32": "i",
+    "int64": "q",
+    "float32": "f",
+    "float64": "d",
+    "int16": "h",
+    "uint8": "B",
+    "int8": "b",
+    "bool": "?",
+}
 
 
 class ElementReader:
@@ -467,12 +471,18 @@ def _analyze_groups(
     import torch
 
     iw_groups = _budgeted_groups(groups, token_budget)
-    reader.prefetch([
-        t for gi, g in enumerate(groups)
-        for key in ("attention_mask", "loss_mask", *(
-            ("prox_logp", "logprobs") if gi in iw_groups else ()))
-        if (t := g.get(key)) is not None
-    ])
+    reader.prefetch(
+        [
+            t
+            for gi, g in enumerate(groups)
+            for key in (
+                "attention_mask",
+                "loss_mask",
+                *(("prox_logp", "logprobs") if gi in iw_groups else ()),
+            )
+            if (t := g.get(key)) is not None
+        ]
+    )
     rows: list[dict[str, Any]] = []
     group_rewards: list[list[float]] = []
     key_counts: dict[str, int] = {}
@@ -537,18 +547,20 @@ def _analyze_groups(
             t = tail[r] if has_resp else None
             if h is not None and t is not None and h >= 0 and t >= 0:
                 version_span.append(int(t) - int(h))
-            rows.append({
-                "index": len(rows),
-                "group": gi,
-                "row": r,
-                "seq_len": int(seq_l[r]),
-                "prompt_len": int(seq_l[r]) - int(resp_l[r]),
-                "response_len": int(resp_l[r]),
-                "reward": None if rewards[r] is None else float(rewards[r]),
-                "eos": eos,
-                "head_version": None if h is None else int(h),
-                "tail_version": None if t is None else int(t),
-            })
+            rows.append(
+                {
+                    "index": len(rows),
+                    "group": gi,
+                    "row": r,
+                    "seq_len": int(seq_l[r]),
+                    "prompt_len": int(seq_l[r]) - int(resp_l[r]),
+                    "response_len": int(resp_l[r]),
+                    "reward": None if rewards[r] is None else float(rewards[r]),
+                    "eos": eos,
+                    "head_version": None if h is None else int(h),
+                    "tail_version": None if t is None else int(t),
+                }
+            )
         if gi in iw_groups and "prox_logp" in g and "logprobs" in g and lm is not None:
             # Each read is copied out (by ne / boolean indexing) before the next one.
             mask = reader.read(lm).ne(0)
@@ -565,8 +577,11 @@ def _analyze_groups(
         k: {
             "shape": [m["rows"], m["width"]] if m["dim"] >= 2 else [m["rows"]],
             "dtype": "|".join(sorted(m["dtypes"])),
-            **({"missing_in_groups": len(groups) - key_counts[k]}
-               if key_counts[k] != len(groups) else {}),
+            **(
+                {"missing_in_groups": len(groups) - key_counts[k]}
+                if key_counts[k] != len(groups)
+                else {}
+            ),
         }
         for k, m in key_meta.items()
     }
@@ -653,10 +668,12 @@ def batch_stats(
     judged = [r["eos"] for r in rows if r["eos"] is not None]
     multi = [g for g in group_rewards if len(g) > 1]
     equal = [g for g in multi if max(g) - min(g) == 0]
-    heads = [r["head_version"] for r in rows if r["head_version"] is not None
-             and r["head_version"] >= 0]
-    tails = [r["tail_version"] for r in rows if r["tail_version"] is not None
-             and r["tail_version"] >= 0]
+    heads = [
+        r["head_version"] for r in rows if r["head_version"] is not None and r["head_version"] >= 0
+    ]
+    tails = [
+        r["tail_version"] for r in rows if r["tail_version"] is not None and r["tail_version"] >= 0
+    ]
     version = None
     if heads:
         newest = max(tails or heads)
@@ -683,8 +700,9 @@ def batch_stats(
     }
 
 
-def batch_warnings(stats: dict[str, Any], keys: dict[str, Any] | None = None,
-                   eos_known: bool = True) -> list[str]:
+def batch_warnings(
+    stats: dict[str, Any], keys: dict[str, Any] | None = None, eos_known: bool = True
+) -> list[str]:
     """Health checks with AReaL's thresholds, as sentences a user can act on."""
     out: list[str] = []
     ratio = stats.get("no_eos_ratio")
@@ -694,8 +712,10 @@ def batch_warnings(stats: dict[str, Any], keys: dict[str, Any] | None = None,
             "limit without EOS; raise max_new_tokens or filter truncated samples"
         )
     if not eos_known:
-        out.append("EOS id unknown: pass --eos-token-id N (or put generation_config.json next "
-                   "to the dump) to get no_eos_ratio")
+        out.append(
+            "EOS id unknown: pass --eos-token-id N (or put generation_config.json next "
+            "to the dump) to get no_eos_ratio"
+        )
     iw = stats.get("importance_weight")
     if iw:
         if abs(iw["mean"] - 1.0) > IMPORTANCE_WEIGHT_DRIFT:
@@ -716,12 +736,17 @@ def batch_warnings(stats: dict[str, Any], keys: dict[str, Any] | None = None,
             "from them): filter them (dynamic sampling) or adjust task difficulty"
         )
     elif eq:
-        out.append(f"{stats.get('equal_reward_groups', 0)} group(s) ({eq:.0%}) have all-equal "
-                   "rewards: zero advantage, no gradient from them")
+        out.append(
+            f"{stats.get('equal_reward_groups', 0)} group(s) ({eq:.0%}) have all-equal "
+            "rewards: zero advantage, no gradient from them"
+        )
     reward = stats.get("reward") or {}
-    if reward.get("std") is not None and reward.get("mean") and reward["std"] > 2 * abs(
-        reward["mean"]
-    ) and reward["std"] > 1.0:
+    if (
+        reward.get("std") is not None
+        and reward.get("mean")
+        and reward["std"] > 2 * abs(reward["mean"])
+        and reward["std"] > 1.0
+    ):
         out.append("high reward variance: a larger batch would steady the gradient")
     for name, meta in (keys or {}).items():
         missing = meta.get("missing_in_groups")
@@ -743,11 +768,15 @@ def length_trend_warnings(per_step: list[dict[str, Any]]) -> list[str]:
         return []
     eos = [p.get("no_eos_ratio") for p in points]
     first, step_a, step_b = eos[0], points[0]["step"], points[-1]["step"]
-    msg = (f"response length grows between steps: mean {lens[0]:.0f} -> {lens[-1]:.0f} tokens "
-           f"(+{growth:.0%}) from step {step_a} to {step_b}")
+    msg = (
+        f"response length grows between steps: mean {lens[0]:.0f} -> {lens[-1]:.0f} tokens "
+        f"(+{growth:.0%}) from step {step_a} to {step_b}"
+    )
     if first is not None and eos[-1] is not None and eos[-1] > first:
-        msg += (f", with no_eos_ratio {first:.3f} -> {eos[-1]:.3f}: generations are running "
-                "into max_new_tokens")
+        msg += (
+            f", with no_eos_ratio {first:.3f} -> {eos[-1]:.3f}: generations are running "
+            "into max_new_tokens"
+        )
     return [msg]
 
 
@@ -759,16 +788,28 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     sa, sb = a.get("stats") or {}, b.get("stats") or {}
     for name in ("seq_len", "prompt_len", "response_len", "reward"):
         for part in ("mean", "std", "min", "max"):
-            rows.append(_compare_row(f"{name}.{part}", (sa.get(name) or {}).get(part),
-                                     (sb.get(name) or {}).get(part)))
+            rows.append(
+                _compare_row(
+                    f"{name}.{part}", (sa.get(name) or {}).get(part), (sb.get(name) or {}).get(part)
+                )
+            )
     for name in ("no_eos_ratio", "equal_reward_group_ratio"):
         rows.append(_compare_row(name, sa.get(name), sb.get(name)))
     for part in ("staleness_mean", "staleness_max"):
-        rows.append(_compare_row(f"version.{part}", (sa.get("version") or {}).get(part),
-                                 (sb.get("version") or {}).get(part)))
-    rows.append(_compare_row("importance_weight.mean",
-                             (sa.get("importance_weight") or {}).get("mean"),
-                             (sb.get("importance_weight") or {}).get("mean")))
+        rows.append(
+            _compare_row(
+                f"version.{part}",
+                (sa.get("version") or {}).get(part),
+                (sb.get("version") or {}).get(part),
+            )
+        )
+    rows.append(
+        _compare_row(
+            "importance_weight.mean",
+            (sa.get("importance_weight") or {}).get("mean"),
+            (sb.get("importance_weight") or {}).get("mean"),
+        )
+    )
     return {"a": a.get("path"), "b": b.get("path"), "rows": rows}
 
 
@@ -797,13 +838,15 @@ def list_dump_dir(path: str) -> list[dict[str, Any]]:
             parsed = parse_step_name(e.name)
             if parsed is None or not e.is_file():
                 continue
-            entries.append({
-                "step": parsed[0],
-                "dp_rank": parsed[1],
-                "file": e.name,
-                "path": e.path,
-                "bytes": e.stat().st_size,
-            })
+            entries.append(
+                {
+                    "step": parsed[0],
+                    "dp_rank": parsed[1],
+                    "file": e.name,
+                    "path": e.path,
+                    "bytes": e.stat().st_size,
+                }
+            )
     entries.sort(key=lambda x: (x["step"], -1 if x["dp_rank"] is None else x["dp_rank"]))
     return entries
 
@@ -817,8 +860,9 @@ def _resolve_eos(
     return find_eos_token_ids(path)
 
 
-def _analysis(path: str, eos_ids: list[int] | None, trust_pickle: bool,
-              token_budget: int) -> tuple[str, str, dict[str, Any] | None]:
+def _analysis(
+    path: str, eos_ids: list[int] | None, trust_pickle: bool, token_budget: int
+) -> tuple[str, str, dict[str, Any] | None]:
     key = ("analysis", *_file_key(path), trust_pickle, tuple(eos_ids or ()), token_budget)
 
     def make() -> tuple[str, str, dict[str, Any] | None]:
@@ -859,8 +903,9 @@ def summarize_file(
         summary.update(groups=0, samples=0, tokens=0, keys={}, stats={}, warnings=[])
         return summary
     rows = result["rows"]
-    stats = batch_stats(rows, result["group_rewards"], result["importance_weight"],
-                        result["version_span"])
+    stats = batch_stats(
+        rows, result["group_rewards"], result["importance_weight"], result["version_span"]
+    )
     summary.update(
         groups=result["n_groups"],
         samples=len(rows),
@@ -955,9 +1000,14 @@ def summarize_dir(
             if k not in keys:
                 keys[k] = dict(meta)
             else:
-                keys[k]["shape"] = [keys[k]["shape"][0] + meta["shape"][0], *(
-                    [max(keys[k]["shape"][1], meta["shape"][1])] if len(meta["shape"]) > 1
-                    and len(keys[k]["shape"]) > 1 else [])]
+                keys[k]["shape"] = [
+                    keys[k]["shape"][0] + meta["shape"][0],
+                    *(
+                        [max(keys[k]["shape"][1], meta["shape"][1])]
+                        if len(meta["shape"]) > 1 and len(keys[k]["shape"]) > 1
+                        else []
+                    ),
+                ]
     per_step = _per_step(entries)
     stats = batch_stats(rows, group_rewards, None, spans)
     stats["version"] = _pooled_versions(file_versions, stats["version"])
@@ -967,9 +1017,12 @@ def summarize_dir(
         "path": path,
         "format": TRAJECTORY_DIR,
         "description": f"AReaL trajectory dump directory: "
-                       f"{len({e['step'] for e in entries})} steps, {len(entries)} files"
-                       + (f" (newest {len(per_step)} steps analyzed)"
-                          if len(per_step) < len({e['step'] for e in entries}) else ""),
+        f"{len({e['step'] for e in entries})} steps, {len(entries)} files"
+        + (
+            f" (newest {len(per_step)} steps analyzed)"
+            if len(per_step) < len({e["step"] for e in entries})
+            else ""
+        ),
         "step": None,
         "dp_rank": None,
         "bytes": sum(e["bytes"] for e in entries),
@@ -989,8 +1042,9 @@ def summarize_dir(
     }
 
 
-def _pooled_versions(per_file: list[tuple[int, dict[str, Any]]],
-                     pooled: dict[str, Any] | None) -> dict[str, Any] | None:
+def _pooled_versions(
+    per_file: list[tuple[int, dict[str, Any]]], pooled: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """Staleness is relative to each file's newest policy, not to the newest step shown."""
     if not per_file or pooled is None:
         return pooled
@@ -1019,15 +1073,17 @@ def _per_step(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             total = sum(w for _, w in vals)
             return sum(v * w for v, w in vals) / total if total else None
 
-        out.append({
-            "step": step,
-            "files": len(by_step[step]),
-            "samples": n,
-            "seq_len_mean": mean("seq_len_mean"),
-            "response_len_mean": mean("response_len_mean"),
-            "reward_mean": mean("reward_mean"),
-            "no_eos_ratio": mean("no_eos_ratio"),
-        })
+        out.append(
+            {
+                "step": step,
+                "files": len(by_step[step]),
+                "samples": n,
+                "seq_len_mean": mean("seq_len_mean"),
+                "response_len_mean": mean("response_len_mean"),
+                "reward_mean": mean("reward_mean"),
+                "no_eos_ratio": mean("no_eos_ratio"),
+            }
+        )
     return out
 
 
@@ -1038,8 +1094,9 @@ def _text_rollout_root(path: str) -> str | None:
         if not os.path.isdir(c):
             continue
         try:
-            subdirs = [d for d in os.listdir(c)
-                       if d.isdigit() and os.path.isdir(os.path.join(c, d))]
+            subdirs = [
+                d for d in os.listdir(c) if d.isdigit() and os.path.isdir(os.path.join(c, d))
+            ]
         except OSError:
             continue
         if any(n.endswith(".jsonl") for d in subdirs for n in os.listdir(os.path.join(c, d))):
@@ -1057,16 +1114,21 @@ def read_text_rollout(path: str) -> list[dict[str, Any]]:
         raise BatchError(f"{path}: no rollout/<version>/<task_id>.jsonl files here")
     files: list[tuple[int | None, str]] = []
     names = os.listdir(root)
-    version_dirs = sorted(int(d) for d in names
-                          if d.isdigit() and os.path.isdir(os.path.join(root, d)))
+    version_dirs = sorted(
+        int(d) for d in names if d.isdigit() and os.path.isdir(os.path.join(root, d))
+    )
     for v in version_dirs:
         vdir = os.path.join(root, str(v))
-        files += [(v, os.path.join(vdir, n))
-                  for n in sorted(os.listdir(vdir)) if n.endswith(".jsonl")]
+        files += [
+            (v, os.path.join(vdir, n)) for n in sorted(os.listdir(vdir)) if n.endswith(".jsonl")
+        ]
     if not version_dirs:
         base = os.path.basename(os.path.normpath(root))
-        files = [(int(base) if base.isdigit() else None, os.path.join(root, n))
-                 for n in sorted(names) if n.endswith(".jsonl")]
+        files = [
+            (int(base) if base.isdigit() else None, os.path.join(root, n))
+            for n in sorted(names)
+            if n.endswith(".jsonl")
+        ]
     records = []
     for version, file in files:
         with open(file, encoding="utf-8") as f:
@@ -1097,27 +1159,32 @@ def _text_rows(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         group = tasks.setdefault(task, len(tasks))
         if isinstance(reward, (int, float)):
             by_task.setdefault(task, []).append(float(reward))
-        rows.append({
-            "index": i,
-            "group": group,
-            "row": rec.get("sample_idx"),
-            "task_id": rec.get("task_id"),
-            "seq_len": seq,
-            "prompt_len": plen,
-            "response_len": max(0, seq - plen),
-            "reward": float(reward) if isinstance(reward, (int, float)) else None,
-            "eos": None,
-            "head_version": rec.get("head_version"),
-            "tail_version": rec.get("tail_version"),
-        })
+        rows.append(
+            {
+                "index": i,
+                "group": group,
+                "row": rec.get("sample_idx"),
+                "task_id": rec.get("task_id"),
+                "seq_len": seq,
+                "prompt_len": plen,
+                "response_len": max(0, seq - plen),
+                "reward": float(reward) if isinstance(reward, (int, float)) else None,
+                "eos": None,
+                "head_version": rec.get("head_version"),
+                "tail_version": rec.get("tail_version"),
+            }
+        )
     return rows, list(by_task.values())
 
 
 def summarize_text_rollout(path: str, bins: int = 10) -> dict[str, Any]:
     records = read_text_rollout(path)
     rows, group_rewards = _text_rows(records)
-    spans = [r["tail_version"] - r["head_version"] for r in rows
-             if isinstance(r["head_version"], int) and isinstance(r["tail_version"], int)]
+    spans = [
+        r["tail_version"] - r["head_version"]
+        for r in rows
+        if isinstance(r["head_version"], int) and isinstance(r["tail_version"], int)
+    ]
     stats = batch_stats(rows, group_rewards, None, spans)
     fields: dict[str, Any] = {}
     for rec in records:
@@ -1131,7 +1198,7 @@ def summarize_text_rollout(path: str, bins: int = 10) -> dict[str, Any]:
         "path": path,
         "format": TEXT_ROLLOUT,
         "description": f"AReaL text rollout dump: {len(records)} samples, "
-                       f"{len(group_rewards)} tasks, versions {versions}",
+        f"{len(group_rewards)} tasks, versions {versions}",
         "step": None,
         "dp_rank": None,
         "groups": len(group_rewards),
@@ -1178,14 +1245,19 @@ def resolve_step_file(path: str, step: int | None = None, dp_rank: int | None = 
         chosen = [e for e in chosen if e["dp_rank"] == dp_rank]
     if not chosen:
         have = sorted({(e["step"], e["dp_rank"]) for e in entries})
-        raise BatchError(f"{path}: no file for step {step}"
-                         f"{'' if dp_rank is None else f' dp rank {dp_rank}'} (have {have[:8]})")
+        raise BatchError(
+            f"{path}: no file for step {step}"
+            f"{'' if dp_rank is None else f' dp rank {dp_rank}'} (have {have[:8]})"
+        )
     return str(chosen[0]["path"])
 
 
 def sample_table(
-    path: str, eos_token_id: int | list[int] | None = None, trust_pickle: bool = False,
-    offset: int = 0, limit: int | None = None,
+    path: str,
+    eos_token_id: int | list[int] | None = None,
+    trust_pickle: bool = False,
+    offset: int = 0,
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Per-sample rows (group, lengths, reward, EOS, versions) of one file or text dump."""
     if os.path.isdir(path) and _text_rollout_root(path) and not list_dump_dir(path):
@@ -1201,7 +1273,9 @@ def sample_table(
 
 
 def sample_view(
-    path: str, index: int, eos_token_id: int | list[int] | None = None,
+    path: str,
+    index: int,
+    eos_token_id: int | list[int] | None = None,
     trust_pickle: bool = False,
 ) -> dict[str, Any]:
     """One sample, unpadded: tokens, loss mask, logprobs, versions, reward, lengths, text."""
@@ -1210,8 +1284,14 @@ def sample_view(
         rows, _ = _text_rows(records)
         _check_index(index, len(rows))
         rec = records[index]
-        return {**rows[index], "path": path, "prompt": rec.get("prompt"),
-                "completion": rec.get("completion"), "tokens": None, "text": None}
+        return {
+            **rows[index],
+            "path": path,
+            "prompt": rec.get("prompt"),
+            "completion": rec.get("completion"),
+            "tokens": None,
+            "text": None,
+        }
     eos_ids, _ = _resolve_eos(path, eos_token_id)
     obj = load_pt(path, trust_pickle)
     fmt, description = detect_format(obj)
@@ -1230,13 +1310,24 @@ def sample_view(
     row = {**local, "index": index, "group": gi}
     n = row["seq_len"]
     per_token: dict[str, Any] = {}
-    for key in ("input_ids", "loss_mask", "logprobs", "versions", "turn_ids", "prox_logp",
-                "ref_logp", "advantages"):
+    for key in (
+        "input_ids",
+        "loss_mask",
+        "logprobs",
+        "versions",
+        "turn_ids",
+        "prox_logp",
+        "ref_logp",
+        "advantages",
+    ):
         t = group.get(key)
         if t is not None and t.dim() == 2:
             per_token[key] = t[row["row"], :n].tolist()
-    scalars = {k: float(v.reshape(-1)[row["row"]]) for k, v in group.items()
-               if v.dim() == 1 and v.numel() > row["row"] and v.is_floating_point()}
+    scalars = {
+        k: float(v.reshape(-1)[row["row"]])
+        for k, v in group.items()
+        if v.dim() == 1 and v.numel() > row["row"] and v.is_floating_point()
+    }
     tokens = per_token.get("input_ids")
     text = None
     if tokens is not None:
@@ -1270,8 +1361,9 @@ def _group_size(group: dict[str, Any]) -> int:
 
 def _check_index(index: int, total: int) -> None:
     if not 0 <= index < total:
-        raise BatchError(f"sample {index} out of range: the batch has {total} samples "
-                         f"(0..{total - 1})")
+        raise BatchError(
+            f"sample {index} out of range: the batch has {total} samples (0..{total - 1})"
+        )
 
 
 def json_safe(value: Any) -> Any:
@@ -1319,8 +1411,14 @@ def _op_sample(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
 def _op_samples(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
     try:
         path = resolve_step_file(str(args["path"]), args.get("step"), args.get("dp_rank"))
-        return json_safe(sample_table(path, **_common_args(args),
-                                      offset=int(args.get("offset", 0)), limit=args.get("limit")))
+        return json_safe(
+            sample_table(
+                path,
+                **_common_args(args),
+                offset=int(args.get("offset", 0)),
+                limit=args.get("limit"),
+            )
+        )
     except BatchError as exc:
         raise _agent_error(agent, exc) from None
 
@@ -1330,8 +1428,10 @@ def _op_list(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
     try:
         if not os.path.isdir(path):
             raise BatchError(f"{path}: not a directory")
-        return {"path": path, "files": [{k: v for k, v in e.items() if k != "path"}
-                                        for e in list_dump_dir(path)]}
+        return {
+            "path": path,
+            "files": [{k: v for k, v in e.items() if k != "path"} for e in list_dump_dir(path)],
+        }
     except (BatchError, OSError) as exc:
         raise _agent_error(agent, exc) from None
 

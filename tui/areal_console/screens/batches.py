@@ -46,35 +46,45 @@ def summary_text(s: dict[str, Any]) -> Text:
     out.append(f"{s['description']}\n", style="bold")
     where = [f"groups {s['groups']}", f"samples {s['samples']}", f"tokens {s['tokens']:,}"]
     if s.get("step") is not None:
-        where.insert(0, f"step {s['step']}" + (f" dp {s['dp_rank']}" if s.get("dp_rank")
-                                                is not None else ""))
+        where.insert(
+            0, f"step {s['step']}" + (f" dp {s['dp_rank']}" if s.get("dp_rank") is not None else "")
+        )
     out.append("  ".join(where) + "\n")
     st = s.get("stats") or {}
     for name in ("seq_len", "prompt_len", "response_len", "reward"):
         d = st.get(name) or {}
         digits = 3 if name == "reward" else 1
         out.append(f"{name:<13}", style="bold")
-        out.append(f"mean {_fmt(d.get('mean'), digits)}  std {_fmt(d.get('std'), digits)}  "
-                   f"min {_fmt(d.get('min'), digits)}  max {_fmt(d.get('max'), digits)}\n")
+        out.append(
+            f"mean {_fmt(d.get('mean'), digits)}  std {_fmt(d.get('std'), digits)}  "
+            f"min {_fmt(d.get('min'), digits)}  max {_fmt(d.get('max'), digits)}\n"
+        )
     out.append(f"{'no_eos_ratio':<13}", style="bold")
     eos = s.get("eos_token_ids")
-    out.append(f"{_fmt(st.get('no_eos_ratio'), 3)}"
-               f"{f'  (EOS {eos})' if eos else '  (EOS id unknown)'}\n")
+    out.append(
+        f"{_fmt(st.get('no_eos_ratio'), 3)}{f'  (EOS {eos})' if eos else '  (EOS id unknown)'}\n"
+    )
     if st.get("equal_reward_group_ratio") is not None:
         out.append(f"{'equal reward':<13}", style="bold")
         n = st["equal_reward_groups"]
-        out.append(f"{n} group{'' if n == 1 else 's'} "
-                   f"({st['equal_reward_group_ratio']:.0%}) with zero advantage\n")
+        out.append(
+            f"{n} group{'' if n == 1 else 's'} "
+            f"({st['equal_reward_group_ratio']:.0%}) with zero advantage\n"
+        )
     v = st.get("version")
     if v:
         out.append(f"{'versions':<13}", style="bold")
-        out.append(f"{v['min']}..{v['max']}  staleness mean {v['staleness_mean']:.2f} "
-                   f"max {v['staleness_max']}  mixed {v['mixed_version_ratio']:.0%}\n")
+        out.append(
+            f"{v['min']}..{v['max']}  staleness mean {v['staleness_mean']:.2f} "
+            f"max {v['staleness_max']}  mixed {v['mixed_version_ratio']:.0%}\n"
+        )
     iw = st.get("importance_weight")
     if iw:
         out.append(f"{'imp. weight':<13}", style="bold")
-        out.append(f"mean {iw['mean']:.3f}  min {iw['min']:.3f}  max {iw['max']:.3f}  "
-                   f"over cap {iw['over_cap_ratio']:.2%}\n")
+        out.append(
+            f"mean {iw['mean']:.3f}  min {iw['min']:.3f}  max {iw['max']:.3f}  "
+            f"over cap {iw['over_cap_ratio']:.2%}\n"
+        )
     for w in s.get("warnings") or []:
         out.append(f"! {w}\n", style="bold yellow")
     return out
@@ -97,20 +107,55 @@ class BatchesScreen(Screen[None]):
 
     CSS_PATH = "../styles/batches.tcss"
     BINDINGS = [
-        Binding("escape", "back", "Back", id="batches.back",
-                tooltip="Clear the filter, leave the sample view, or close the screen"),
-        Binding("slash", "filter", "Filter", id="batches.filter",
-                tooltip="Filter samples: text, 'noeos', 'eos', 'reward=1', 'group=3'"),
-        Binding("space", "mark", "Mark", id="batches.mark",
-                tooltip="Mark the highlighted step file for comparison (two at most)"),
-        Binding("c", "compare", "Compare", id="batches.compare",
-                tooltip="Compare the two marked step files side by side"),
-        Binding("t", "trust", "Trust pickle", id="batches.trust",
-                tooltip="Reload allowing pickled code (asks first; for files you trust)"),
-        Binding("l", "logprobs", "Logprobs", id="batches.logprobs",
-                tooltip="Show each completion token's logprob in the sample view"),
-        Binding("f5", "reload", "Reload", id="batches.reload",
-                tooltip="Read the dump again (new steps, changed files)"),
+        Binding(
+            "escape",
+            "back",
+            "Back",
+            id="batches.back",
+            tooltip="Clear the filter, leave the sample view, or close the screen",
+        ),
+        Binding(
+            "slash",
+            "filter",
+            "Filter",
+            id="batches.filter",
+            tooltip="Filter samples: text, 'noeos', 'eos', 'reward=1', 'group=3'",
+        ),
+        Binding(
+            "space",
+            "mark",
+            "Mark",
+            id="batches.mark",
+            tooltip="Mark the highlighted step file for comparison (two at most)",
+        ),
+        Binding(
+            "c",
+            "compare",
+            "Compare",
+            id="batches.compare",
+            tooltip="Compare the two marked step files side by side",
+        ),
+        Binding(
+            "t",
+            "trust",
+            "Trust pickle",
+            id="batches.trust",
+            tooltip="Reload allowing pickled code (asks first; for files you trust)",
+        ),
+        Binding(
+            "l",
+            "logprobs",
+            "Logprobs",
+            id="batches.logprobs",
+            tooltip="Show each completion token's logprob in the sample view",
+        ),
+        Binding(
+            "f5",
+            "reload",
+            "Reload",
+            id="batches.reload",
+            tooltip="Read the dump again (new steps, changed files)",
+        ),
     ]
 
     class ReplayRequested(Message):
@@ -194,8 +239,10 @@ class BatchesScreen(Screen[None]):
                     yield Static("", id="summary")
                 yield MiniHistogram("reward", digits=2, id="reward-hist")
                 yield MiniHistogram("response len", digits=0, id="length-hist")
-                yield Input(placeholder="filter samples: text, noeos, eos, reward=1, group=3",
-                            id="sample-filter")
+                yield Input(
+                    placeholder="filter samples: text, noeos, eos, reward=1, group=3",
+                    id="sample-filter",
+                )
                 yield DataTable(id="samples", cursor_type="row", zebra_stripes=True)
                 with VerticalScroll(id="sample-pane"):
                     yield TokenView(id="sample-view")
@@ -205,8 +252,14 @@ class BatchesScreen(Screen[None]):
     def on_mount(self) -> None:
         steps = self.query_one("#steps", DataTable)
         steps.add_column("✓", key="mark", width=1)
-        for label, key in (("step", "step"), ("dp", "dp"), ("samples", "samples"),
-                           ("resp", "resp"), ("reward", "reward"), ("no_eos", "no_eos")):
+        for label, key in (
+            ("step", "step"),
+            ("dp", "dp"),
+            ("samples", "samples"),
+            ("resp", "resp"),
+            ("reward", "reward"),
+            ("no_eos", "no_eos"),
+        ):
             steps.add_column(label, key=key)
         samples = self.query_one("#samples", DataTable)
         for label in ("#", "group", "row", "seq", "prompt", "resp", "reward", "eos", "ver"):
@@ -229,8 +282,9 @@ class BatchesScreen(Screen[None]):
         try:
             summary = self.source.summary(self.path, **self._opts())
         except BatchError as exc:
-            self.post_message(self.LoadFailed(self.path, str(exc),
-                                              isinstance(exc, UnsafePickleError)))
+            self.post_message(
+                self.LoadFailed(self.path, str(exc), isinstance(exc, UnsafePickleError))
+            )
             return
         self.post_message(self.SummaryLoaded(summary, top=True))
 
@@ -260,8 +314,9 @@ class BatchesScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="batches-compare")
     def load_compare(self, a: str, b: str) -> None:
         try:
-            result = batches.compare(self.source.summary(a, **self._opts()),
-                                     self.source.summary(b, **self._opts()))
+            result = batches.compare(
+                self.source.summary(a, **self._opts()), self.source.summary(b, **self._opts())
+            )
         except BatchError as exc:
             self.post_message(self.LoadFailed(b, str(exc), isinstance(exc, UnsafePickleError)))
             return
@@ -300,20 +355,32 @@ class BatchesScreen(Screen[None]):
         if s["format"] == batches.TRAJECTORY_DIR:
             self.entries = list(s["timeline"])
         else:
-            self.entries = [{"file": None, "step": s.get("step"), "dp_rank": s.get("dp_rank"),
-                             "samples": s.get("samples"),
-                             "response_len_mean": (s["stats"].get("response_len") or {})
-                             .get("mean") if s.get("stats") else None,
-                             "reward_mean": (s["stats"].get("reward") or {}).get("mean")
-                             if s.get("stats") else None,
-                             "no_eos_ratio": (s.get("stats") or {}).get("no_eos_ratio")}]
+            self.entries = [
+                {
+                    "file": None,
+                    "step": s.get("step"),
+                    "dp_rank": s.get("dp_rank"),
+                    "samples": s.get("samples"),
+                    "response_len_mean": (s["stats"].get("response_len") or {}).get("mean")
+                    if s.get("stats")
+                    else None,
+                    "reward_mean": (s["stats"].get("reward") or {}).get("mean")
+                    if s.get("stats")
+                    else None,
+                    "no_eos_ratio": (s.get("stats") or {}).get("no_eos_ratio"),
+                }
+            ]
         for i, e in enumerate(self.entries):
             bad = bool(e.get("error"))
             table.add_row(
-                "", _fmt(e.get("step")), _fmt(e.get("dp_rank")),
+                "",
+                _fmt(e.get("step")),
+                _fmt(e.get("dp_rank")),
                 Text("error", style="red") if bad else _fmt(e.get("samples")),
-                _fmt(e.get("response_len_mean"), 0), _fmt(e.get("reward_mean"), 2),
-                _fmt(e.get("no_eos_ratio"), 3), key=str(i),
+                _fmt(e.get("response_len_mean"), 0),
+                _fmt(e.get("reward_mean"), 2),
+                _fmt(e.get("no_eos_ratio"), 3),
+                key=str(i),
             )
 
     def _open_entry(self, row: int) -> None:
@@ -342,8 +409,13 @@ class BatchesScreen(Screen[None]):
         for r in filter_rows(self.sample_rows, self.filter_text):
             eos = r.get("eos")
             table.add_row(
-                str(r["index"]), _fmt(r["group"]), _fmt(r["row"]), str(r["seq_len"]),
-                str(r["prompt_len"]), str(r["response_len"]), _fmt(r["reward"], 2),
+                str(r["index"]),
+                _fmt(r["group"]),
+                _fmt(r["row"]),
+                str(r["seq_len"]),
+                str(r["prompt_len"]),
+                str(r["response_len"]),
+                _fmt(r["reward"], 2),
                 "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
                 f"{_fmt(r.get('head_version'))}..{_fmt(r.get('tail_version'))}",
                 key=str(r["index"]),
@@ -403,9 +475,10 @@ class BatchesScreen(Screen[None]):
             box.display = False
             self.query_one("#samples", DataTable).focus()
             return
-        if self.query_one("#sample-view", TokenView).has_focus or self.query_one(
-            "#sample-pane"
-        ).has_focus_within:
+        if (
+            self.query_one("#sample-view", TokenView).has_focus
+            or self.query_one("#sample-pane").has_focus_within
+        ):
             self.query_one("#samples", DataTable).focus()
             return
         if len(self.app.screen_stack) > 1:
@@ -426,8 +499,9 @@ class BatchesScreen(Screen[None]):
         for i, e in enumerate(self.entries):
             mark = "✓" if self._file_path(e) in self.marked else ""
             table.update_cell(str(i), "mark", mark)
-        self._status(f"{len(self.marked)} marked" + (": c compares them" if len(self.marked) == 2
-                                                       else ""))
+        self._status(
+            f"{len(self.marked)} marked" + (": c compares them" if len(self.marked) == 2 else "")
+        )
 
     def action_compare(self) -> None:
         if len(self.marked) != 2:
@@ -458,8 +532,11 @@ class BatchesScreen(Screen[None]):
 
     def action_request_replay(self) -> None:
         """Ask the app to replay the marked steps (or the highlighted one); no key bound here."""
-        steps = [e["step"] for e in self.entries if self._file_path(e) in self.marked
-                 and e.get("step") is not None]
+        steps = [
+            e["step"]
+            for e in self.entries
+            if self._file_path(e) in self.marked and e.get("step") is not None
+        ]
         if not steps:
             row = self.query_one("#steps", DataTable).cursor_row
             if 0 <= row < len(self.entries) and self.entries[row].get("step") is not None:

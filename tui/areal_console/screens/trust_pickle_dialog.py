@@ -14,10 +14,20 @@ class TrustPickleDialog(ModalScreen[bool]):
 
     CSS_PATH = "../styles/batches.tcss"
     BINDINGS = [
-        Binding("y", "answer(True)", "Load anyway", id="trust-pickle.yes",
-                tooltip="Load with pickle code allowed (only for files you trust)"),
-        Binding("n,escape", "answer(False)", "Cancel", id="trust-pickle.no",
-                tooltip="Do not load the file"),
+        Binding(
+            "y",
+            "answer(True)",
+            "Load anyway",
+            id="trust-pickle.yes",
+            tooltip="Load with pickle code allowed (only for files you trust)",
+        ),
+        Binding(
+            "n,escape",
+            "answer(False)",
+            "Cancel",
+            id="trust-pickle.no",
+            tooltip="Do not load the file",
+        ),
     ]
 
     def __init__(self, path: str, reason: str) -> None:
