@@ -44,7 +44,10 @@ def test_console_in_tmux_shows_ranks_help_and_quits(gloo_job: GlooJob, tmp_path)
             ["tmux", "send-keys", "-t", session, "-l", str(gloo_job.workdir)], check=True
         )
         subprocess.run(["tmux", "send-keys", "-t", session, "Enter"], check=True)
-        text = wait_for(lambda: screen_with(session, *pids), timeout=30, what="rank rows")
+        try:
+            text = wait_for(lambda: screen_with(session, *pids), timeout=60, what="rank rows")
+        except TimeoutError:
+            raise AssertionError(f"rank pids {pids} not on screen:\n{screen(session)}") from None
         assert text.count("trainer") >= 4 and "launcher" in text
         assert "NVML unavailable" in text
         subprocess.run(["tmux", "send-keys", "-t", session, "?"], check=True)

@@ -24,9 +24,12 @@ from areal_console.core.stacks.model import StackCapture
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
 from areal_console.palette import ConsoleCommands
+from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
 from areal_console.screens.help import HelpScreen
+from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
 
 
@@ -66,7 +69,7 @@ class ConsoleApp(App[None]):
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Show every key of this screen"),
         Binding("colon", "command_line", "Command", id="app.command", show=False,
-                tooltip="Type a command: :nodes :stacks :batches :jobs :theme NAME :q"),
+                tooltip="Type a command: :nodes :stacks :batches [PATH] :jobs :theme NAME :q"),
         Binding("1", "goto('nodes')", "Cluster", id="app.goto.nodes", show=False,
                 tooltip="The Cluster screen: nodes, GPUs, ranks"),
         Binding("2", "goto('stacks')", "Stacks", id="app.goto.stacks", show=False,
@@ -87,8 +90,15 @@ class ConsoleApp(App[None]):
         settings: Settings | None = None,
         read_only: bool | None = None,
         refresh_interval: float | None = None,
+        batches_path: str | None = None,
+        batches_node: str | None = None,
+        initial_filter: str = "",
+        welcome: str | None = None,
     ) -> None:
         super().__init__()
+        self.welcome = welcome
+        self.batches_path = batches_path
+        self.batches_node = batches_node
         self.settings = settings or Settings()
         self.fleet = fleet
         self.refresh_interval = refresh_interval or self.settings.refresh_interval
@@ -100,7 +110,9 @@ class ConsoleApp(App[None]):
         self.monitor: Monitor = monitor
         # Screens other features register: mode -> factory. Missing ones say so when asked.
         self.screen_factories: dict[str, Callable[[], Screen[Any]]] = {
-            "nodes": lambda: ClusterScreen(refresh_interval=self.refresh_interval),
+            "nodes": lambda: ClusterScreen(
+                refresh_interval=self.refresh_interval, text_filter=initial_filter
+            ),
         }
         # Extra command-palette entries: callables returning (label, help, action) triples.
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
@@ -108,6 +120,10 @@ class ConsoleApp(App[None]):
         self.capture_match: str | None = None
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
+        if batches_path:
+            self.screen_factories["batches"] = self._new_batches_screen
+        if fleet is not None:
+            self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
 
     # lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -122,6 +138,8 @@ class ConsoleApp(App[None]):
         for mode, factory in self.screen_factories.items():
             self.add_mode(mode, factory)
         self.switch_mode("nodes")
+        if self.welcome:
+            self.notify(self.welcome, timeout=20)
 
     def on_unmount(self) -> None:
         self.monitor.stop()
@@ -180,12 +198,52 @@ class ConsoleApp(App[None]):
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
         return entries
 
+    # batches and replay -----------------------------------------------------------------
+    def _new_batches_screen(self) -> BatchesScreen:
+        assert self.batches_path is not None
+        return BatchesScreen(
+            self.batches_path,
+            self.fleet,
+            self.batches_node,
+            on_replay_requested=self.open_replay_dialog,
+        )
+
+    def open_batches(self, path: str, node: str | None = None) -> None:
+        """Browse `path` (on `node`, or where the console runs): `:batches PATH`."""
+        self.batches_path, self.batches_node = path, node
+        if "batches" in self.screen_factories and self.current_mode != "batches":
+            self.remove_mode("batches")
+        elif self.current_mode == "batches":
+            self.switch_mode("nodes")
+            self.remove_mode("batches")
+        self.register_screen("batches", self._new_batches_screen)
+        self.switch_mode("batches")
+
+    def open_replay_dialog(self, path: str, steps: list[int]) -> None:
+        """`r` in the Batches screen: the launch dialog for the node that holds the dump."""
+        if self.fleet is None or not len(self.fleet):
+            self.notify("No live node to launch on.", severity="warning")
+            return
+        node = self.batches_node or self.fleet.sessions[0].name
+
+        def launched(record: Any) -> None:
+            if record is not None:
+                self.notify(f"Replay {record.job_id} launched on {record.node}")
+                self.action_goto("jobs")
+
+        self.push_screen(
+            ReplayDialog(self.fleet, path, node, read_only=self.read_only, steps=steps), launched
+        )
+
     # navigation -----------------------------------------------------------------------
     def action_goto(self, mode: str) -> None:
         entry = next((e for e in SCREENS if e.mode == mode), None)
         if mode not in self.screen_factories:
-            title = entry.title if entry else mode
-            self.notify(f"The {title} screen is not available in this build.", severity="warning")
+            if mode == "batches":
+                self.notify("Open a dump first: :batches PATH (a step_*.pt file or its directory)")
+            else:
+                title = entry.title if entry else mode
+                self.notify(f"The {title} screen needs live nodes.", severity="warning")
             return
         if self.current_mode != mode:
             self.switch_mode(mode)
@@ -199,6 +257,9 @@ class ConsoleApp(App[None]):
             return
         word, _, rest = text.strip().lstrip(":").partition(" ")
         word = word.lower()
+        if word in ("batches", "batch", "b") and rest.strip():
+            self.open_batches(rest.strip(), self.batches_node)
+            return
         for entry in SCREENS:
             if word in (entry.mode, *entry.aliases):
                 self.action_goto(entry.mode)
@@ -242,5 +303,5 @@ class ConsoleApp(App[None]):
 
 def create_app(specs: list[NodeSpec], **options: Any) -> ConsoleApp:
     """The app on live nodes (the CLI's path)."""
-    fleet_options = {k: options.pop(k) for k in ("accept_new_hosts",) if k in options}
+    fleet_options = options.pop("fleet_options", {})
     return ConsoleApp(Fleet(specs, **fleet_options), **options)

@@ -25,6 +25,7 @@ from areal_console.core.errors import (
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES = [
     "areal_console.commands.tui",
+    "areal_console.commands.demo",
     "areal_console.commands.nodes",
     "areal_console.commands.stacks",
     "areal_console.commands.batch",

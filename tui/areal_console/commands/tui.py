@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from areal_console.core.settings import load_settings
-from areal_console.core.targets import add_target_arguments, resolve_targets
+from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
 
 
 def register(subparsers: Any) -> None:
@@ -20,6 +20,10 @@ def register(subparsers: Any) -> None:
                         help="disable kill, stop and launch")  # fmt: skip
     parser.add_argument("--interval", type=float, default=None,
                         help="seconds between samples (default 1, or the settings file)")  # fmt: skip
+    parser.add_argument("--batches", metavar="PATH",
+                        help="a dump (step_*.pt or its directory) to open in the Batches screen")  # fmt: skip
+    parser.add_argument("--batches-node", metavar="NODE",
+                        help="the node that holds --batches (default: where the console runs)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -30,10 +34,12 @@ def run(args: argparse.Namespace) -> int:
     specs = resolve_targets(args)
     app = create_app(
         specs,
-        accept_new_hosts=args.accept_new_hosts,
+        fleet_options=fleet_options(args),
         settings=settings,
         read_only=args.read_only,
         refresh_interval=args.interval,
+        batches_path=args.batches,
+        batches_node=args.batches_node,
     )
     app.run()
     return 0

@@ -150,6 +150,13 @@ class BatchesScreen(Screen[None]):
             tooltip="Show each completion token's logprob in the sample view",
         ),
         Binding(
+            "r",
+            "request_replay",
+            "Replay",
+            id="batches.replay",
+            tooltip="Replay the marked steps (or the highlighted one) on the node that holds the dump",
+        ),
+        Binding(
             "f5",
             "reload",
             "Reload",

@@ -116,10 +116,10 @@ class ClusterScreen(Screen[None]):
 
     NODE_ORDERS = ("name", "state", "util")
 
-    def __init__(self, refresh_interval: float = 1.0) -> None:
+    def __init__(self, refresh_interval: float = 1.0, text_filter: str = "") -> None:
         super().__init__()
         self.refresh_interval = refresh_interval
-        self.text_filter = ""
+        self.text_filter = text_filter
         self.drilled: str | None = None
         self.show_all = False
         self.node_order = "name"

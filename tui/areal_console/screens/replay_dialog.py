@@ -87,8 +87,10 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
         template: str = "reference",
         templates: dict[str, LaunchTemplate] | None = None,
         read_only: bool = False,
+        steps: list[int] | None = None,
     ) -> None:
         super().__init__()
+        self.initial_steps = sorted(steps) if steps else None  # the steps marked in the browser
         self.fleet = fleet
         self.path = path
         self.node = node
@@ -150,6 +152,8 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
         free = free_gpus(message.facts.sample)
         gpus_text = format_gpus(plan.gpus) if plan else (format_gpus(free[:1]) if free else "cpu")
         steps_text = f"{plan.steps[0]}:{plan.steps[1]}" if plan else ""
+        if self.initial_steps:
+            steps_text = f"{self.initial_steps[0]}:{self.initial_steps[-1]}"
         if not steps_text and index.step_numbers:
             steps_text = f"{index.step_numbers[0]}:{index.step_numbers[-1]}"
         self.query_one("#replay-gpus", Input).value = gpus_text

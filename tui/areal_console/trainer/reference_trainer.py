@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import time
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -105,10 +106,15 @@ DEFAULTS: dict[str, Any] = {
         "dump_scope": "rollout",
         "save_checkpoints": True,
     },
+    # After the last step, stop making progress the way broken jobs do (for the demo and
+    # for practising with the console): none | cleanup | mismatch | collective.
+    "debug": {"hang": "none"},
 }
 
+HANG_PATTERNS = ("none", "cleanup", "mismatch", "collective")
+
 # Keys a replay does not inherit from the recording's configuration.
-NOT_INHERITED = ("steps", "start_step", "output_dir", "threads", "trajectory_debug")
+NOT_INHERITED = ("steps", "start_step", "output_dir", "threads", "trajectory_debug", "debug")
 
 
 class ConfigError(Exception):
@@ -248,6 +254,10 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if td["dump_scope"] not in ("rollout", "full"):
         raise ConfigError(
             f"trajectory_debug.dump_scope must be 'rollout' or 'full', got {td['dump_scope']!r}"
+        )
+    if config["debug"]["hang"] not in HANG_PATTERNS:
+        raise ConfigError(
+            f"debug.hang must be one of {', '.join(HANG_PATTERNS)}, got {config['debug']['hang']!r}"
         )
     for key in ("steps", "start_step", "seed", "threads"):
         if not isinstance(config[key], int) or isinstance(config[key], bool):
@@ -750,8 +760,11 @@ def run(config: dict[str, Any]) -> None:
     else:
         device = torch.device("cpu")
         backend = "gloo"
+    hang = config["debug"]["hang"]
     if world_size > 1:
-        dist.init_process_group(backend)
+        # A hung demo job should stay hung while someone looks at it, not time out.
+        timeout = timedelta(hours=6) if hang != "none" else timedelta(minutes=30)
+        dist.init_process_group(backend, timeout=timeout)
 
     td = config["trajectory_debug"]
     dump_dir = str(td["path"])
@@ -835,9 +848,53 @@ def run(config: dict[str, Any]) -> None:
                 + (" (replayed)" if replaying else ""),
                 flush=True,
             )
+    if world_size > 1 and hang != "none":
+        hang_like_a_broken_job(hang, rank, world_size, device)
     if world_size > 1:
         dist.barrier()
         dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------------------
+# Hangs on purpose (debug.hang), shaped like AReaL's debugging guide's patterns
+
+
+def hang_like_a_broken_job(pattern: str, rank: int, world_size: int, device: torch.device) -> None:
+    """Block forever the way a broken job does, after the recorded steps are safe on disk."""
+    ranks = list(range(world_size))
+    # Every rank creates the same groups (new_group is collective), then the ranks diverge.
+    side_group = dist.new_group(ranks)
+    rings = [dist.new_group(sorted({i, (i + 1) % world_size})) for i in ranks]
+    grads = torch.zeros(8, device=device)
+    print(f"rank {rank}: hanging on purpose (debug.hang={pattern})", flush=True)
+    if pattern == "cleanup":
+        if rank == world_size - 1:
+            try:
+                raise FloatingPointError(f"rank {rank}: loss is NaN")
+            finally:
+                cleanup_distributed(side_group)  # waits for ranks that are still training
+        all_reduce_gradients(grads, None)
+    elif pattern == "mismatch":
+        if rank % 2 == 1:
+            broadcast_parameters(grads, side_group)  # the others are in all_reduce: no match
+        else:
+            all_reduce_gradients(grads, None)
+    elif pattern == "collective":
+        # Each rank waits in the same all_reduce, on its own pair of a ring: none completes.
+        all_reduce_gradients(grads, rings[rank])
+
+
+def all_reduce_gradients(grads: torch.Tensor, group: Any) -> None:
+    dist.all_reduce(grads, group=group)
+
+
+def broadcast_parameters(params: torch.Tensor, group: Any) -> None:
+    dist.broadcast(params, src=0, group=group)
+
+
+def cleanup_distributed(group: Any) -> None:
+    dist.barrier(group=group)
+    dist.destroy_process_group()
 
 
 def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:

@@ -92,5 +92,10 @@ class NodeTable(DataTable[str | Text]):
 def _matches(view: NodeView, text_filter: str) -> bool:
     if not text_filter:
         return True
+    needle = text_filter.lower()
     hay = f"{view.name} {view.address} {view.state} {view.error or ''}".lower()
-    return text_filter.lower() in hay
+    if needle in hay:
+        return True
+    # A node stays listed while any of its processes matches (a filter on one job).
+    return any(needle in f"{p.get('pid')} {p.get('role')} {p.get('cmdline')}".lower()
+               for p in view.processes)  # fmt: skip
