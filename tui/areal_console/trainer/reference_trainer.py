@@ -779,6 +779,9 @@ def run(config: dict[str, Any]) -> None:
         if dumping:
             os.makedirs(os.path.join(dump_dir, CHECKPOINT_DIR), exist_ok=True)
             open(os.path.join(dump_dir, METRICS_FILE), "w").close()
+            # Like a model directory: tells readers (the batch browser) the EOS token id.
+            with open(os.path.join(dump_dir, "generation_config.json"), "w") as fh:
+                json.dump({"eos_token_id": EOS, "bos_token_id": BOS}, fh)
             with open(os.path.join(dump_dir, META_FILE), "w", encoding="utf-8") as fh:
                 json.dump(
                     {

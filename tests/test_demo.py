@@ -1,0 +1,116 @@
+"""`areal-console demo`: README's main command, end to end in a real terminal."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cli_env, run_cli, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def demo_processes(tmp: Path) -> list[int]:
+    """PIDs whose command line mentions a demo work dir under `tmp`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if f"{tmp}/areal-console-demo-" in cmd:
+                out.append(int(entry.name))
+    return out
+
+
+def screen(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+
+
+def showing(session: str, *needles: str) -> str | None:
+    text = screen(session)
+    return text if all(n in text for n in needles) else None
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_demo_diagnoses_the_hang_shows_batches_and_cleans_up(tmp_path: Path) -> None:
+    session = f"demo-{uuid.uuid4().hex[:8]}"
+    env = cli_env(TERM="xterm-256color", TMPDIR=str(tmp_path))
+    names = (
+        "PYTHONPATH",
+        "AREAL_CONSOLE_DATA_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_CACHE_HOME",
+        "TERM",
+        "TMPDIR",
+    )
+    exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in names)
+    command = (f"cd {shlex.quote(str(ROOT))} && env {exports} {shlex.quote(sys.executable)} "
+               "-m areal_console demo --pattern cleanup; echo EXITED=$?; sleep 60")  # fmt: skip
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "42", command],
+                   check=True)  # fmt: skip
+    try:
+        # The job's two ranks and its launcher, filtered to the demo job.
+        wait_for(lambda: showing(session, "nodes up", "0/2", "1/2", "launcher"), timeout=240,
+                 what="the demo's ranks")  # fmt: skip
+        subprocess.run(["tmux", "send-keys", "-t", session, "s"], check=True)
+        text = wait_for(lambda: showing(session, "cleanup_deadlock"), timeout=120,
+                        what="the diagnosis")  # fmt: skip
+        assert "cleanup_distributed" in text and "all_reduce_gradients" in text
+        subprocess.run(["tmux", "send-keys", "-t", session, "3"], check=True)
+        text = wait_for(lambda: showing(session, "AReaL trajectory dump"), timeout=60,
+                        what="the dumped batches")  # fmt: skip
+        assert "no_eos_ratio" in text
+        assert len(demo_processes(tmp_path)) >= 3  # launcher and two ranks
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        wait_for(lambda: showing(session, "EXITED=0"), timeout=60, what="a clean exit")
+        assert demo_processes(tmp_path) == []
+        assert list(tmp_path.glob("areal-console-demo-*")) == []
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+        for pid in demo_processes(tmp_path):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", "mismatch"],
+        stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp_path)),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "job ready" in line:
+                break
+        assert any("3/3 steps dumped" in line for line in lines), lines
+        dumps = sorted(p.name for p in tmp_path.glob("areal-console-demo-*/dump/step_*.pt"))
+        assert dumps == [f"step_00000{s}_dp_{r}.pt" for s in (1, 2, 3) for r in (0, 1)]
+        assert len(demo_processes(tmp_path)) >= 3
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=60) == 130
+        assert "stopped the demo job" in rest and "Traceback" not in rest
+        assert demo_processes(tmp_path) == []
+        assert list(tmp_path.glob("areal-console-demo-*")) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in demo_processes(tmp_path):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_demo_bad_input_is_one_line() -> None:
+    result = run_cli("demo", "--nproc", "1")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: the demo needs at least 2 ranks (--nproc 2 or more)"
