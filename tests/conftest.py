@@ -38,6 +38,18 @@ def run_cli(*args: str, timeout: float = 120, **extra: str) -> subprocess.Comple
     )
 
 
+def tmux_screen(session: str) -> str:
+    """What a tmux session's terminal shows now."""
+    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+
+
+def tmux_showing(session: str, *needles: str) -> str | None:
+    """The screen, once it shows every needle; None until then (for `wait_for`)."""
+    text = tmux_screen(session)
+    return text if all(n in text for n in needles) else None
+
+
 def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, cli_env, run_cli, wait_for
+from conftest import tmux_showing as showing
 
 pytestmark = pytest.mark.slow
 
@@ -29,16 +30,6 @@ def demo_processes(tmp: Path) -> list[int]:
             if f"{tmp}/areal-console-demo-" in cmd:
                 out.append(int(entry.name))
     return out
-
-
-def screen(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
-
-
-def showing(session: str, *needles: str) -> str | None:
-    text = screen(session)
-    return text if all(n in text for n in needles) else None
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -10,21 +10,13 @@ import uuid
 
 import pytest
 from conftest import ROOT, GlooJob, cli_env, wait_for
+from conftest import tmux_screen as screen
+from conftest import tmux_showing as screen_with
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed"),
 ]
-
-
-def screen(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
-
-
-def screen_with(session: str, *needles: str) -> str | None:
-    text = screen(session)
-    return text if all(n in text for n in needles) else None
 
 
 def test_console_in_tmux_shows_ranks_help_and_quits(gloo_job: GlooJob, tmp_path) -> None:

@@ -115,7 +115,7 @@ class LocalRunner:
     def start(
         self, argv: list[str], what: str, on_stderr: Callable[[str], None] | None = None
     ) -> StepProcess:
-        from areal_console.core.process_channel import ProcessChannel
+        from areal_console.core.transport import ProcessChannel
 
         return ProcessChannel(argv, what, env=self.env, on_stderr=on_stderr)
 
@@ -179,7 +179,7 @@ class SshLoginRunner:
     def start(
         self, argv: list[str], what: str, on_stderr: Callable[[str], None] | None = None
     ) -> StepProcess:
-        from areal_console.core.process_channel import ProcessChannel
+        from areal_console.core.transport import ProcessChannel
 
         return ProcessChannel(self.process_argv(argv), what, on_stderr=on_stderr)
 

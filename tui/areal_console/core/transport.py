@@ -7,9 +7,12 @@ A reconnect to a node that has the agent therefore costs a single round trip.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from areal_agent import agent_hash, agent_source
@@ -60,30 +63,48 @@ def source_frame() -> bytes:
     return str(len(src)).encode() + b"\n" + src
 
 
-class LocalChannel:
-    """The agent as a child process of the console, on this machine."""
+class ProcessChannel:
+    """A `Channel` over a local process's stdio (srun here, or ssh running srun)."""
 
-    def __init__(self, python: str | None = None) -> None:
-        self.proc = subprocess.Popen(
-            bootstrap_argv(python or sys.executable),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # Ctrl-C in the console must not kill the agent mid-reply
-        )
+    def __init__(
+        self,
+        argv: list[str],
+        what: str,
+        env: dict[str, str] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+    ) -> None:
+        self.what = what
+        self.on_stderr = on_stderr
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # Ctrl-C in the console must not end the step
+                env=env,
+            )
+        except FileNotFoundError as exc:
+            raise OSError(f"{what}: {argv[0]} not found") from exc
         self._stderr: list[bytes] = []
         self._send_lock = threading.Lock()
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_reader.start()
 
     def _drain_stderr(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self._stderr.append(line)
             del self._stderr[:-20]
+            if self.on_stderr is not None:
+                self.on_stderr(line.decode(errors="replace"))
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def wait_stderr(self, timeout: float = 5.0) -> None:
+        """Wait until the process's stderr is fully read (its last words explain its end)."""
+        self._stderr_reader.join(timeout)
+
+    def stderr_lines(self) -> list[str]:
+        return [b.decode(errors="replace").strip() for b in self._stderr if b.strip()]
 
     def send(self, data: bytes) -> None:
         assert self.proc.stdin is not None
@@ -102,25 +123,43 @@ class LocalChannel:
             return b""
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        """EOF ends the agents and so the step; srun gets SIGTERM (it ends the step) if not."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=2)
+                self.proc.wait(timeout=3)
+                return
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    return
+        self.proc.wait()
 
     def exit_reason(self) -> str:
         code = self.proc.poll()
         if code is None:
             try:
-                code = self.proc.wait(timeout=0.5)
+                code = self.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
-                return "agent stopped answering"
-        tail = b"".join(self._stderr).decode(errors="replace").strip().splitlines()
+                return f"{self.what}: agent stopped answering"
+        errors = [ln for ln in self.stderr_lines() if "error" in ln.lower()] or self.stderr_lines()
         why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-        return f"agent {why}" + (f": {tail[-1]}" if tail else "")
+        return f"{self.what} {why}" + (f": {errors[0]}" if errors else "")
+
+
+class LocalChannel(ProcessChannel):
+    """The agent as a child process of the console, on this machine."""
+
+    def __init__(self, python: str | None = None) -> None:
+        super().__init__(bootstrap_argv(python or sys.executable), "agent")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
