@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
@@ -69,7 +70,7 @@ class ConsoleApp(App[None]):
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Show every key of this screen"),
         Binding("colon", "command_line", "Command", id="app.command", show=False,
-                tooltip="Type a command: :nodes :stacks :batches [PATH] :jobs :theme NAME :q"),
+                tooltip="Type a command: :nodes :stacks :batches [PATH] :jobs :slurm [LOGIN] :theme NAME :q"),
         Binding("1", "goto('nodes')", "Cluster", id="app.goto.nodes", show=False,
                 tooltip="The Cluster screen: nodes, GPUs, ranks"),
         Binding("2", "goto('stacks')", "Stacks", id="app.goto.stacks", show=False,
@@ -235,6 +236,51 @@ class ConsoleApp(App[None]):
             ReplayDialog(self.fleet, path, node, read_only=self.read_only, steps=steps), launched
         )
 
+    # slurm ------------------------------------------------------------------------------
+    def open_slurm_view(self, login: str | None = None) -> None:
+        """`:slurm [LOGIN]`: your Slurm jobs; enter opens one's nodes in the Cluster screen."""
+        from areal_console.core.slurm import job_lister, make_runner
+        from areal_console.screens.slurm_jobs import SlurmJobsScreen
+
+        def chosen(job_id: str | None) -> None:
+            if job_id:
+                self.notify(f"Asking Slurm for job {job_id}'s nodes…")
+                self._resolve_slurm_job(job_id, login)
+
+        self.push_screen(SlurmJobsScreen(job_lister(make_runner(login))), chosen)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="slurm-open")
+    def _resolve_slurm_job(self, job_id: str, login: str | None) -> None:
+        from areal_console.core.slurm_targets import resolve_slurm_targets
+
+        try:
+            plan = resolve_slurm_targets(job_id, login=login)
+        except (UserError, OSError) as exc:
+            self.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        for note in plan.notes:
+            self.call_from_thread(self.notify, note, severity="warning")
+        self.call_from_thread(self.replace_targets, plan.specs)
+
+    def replace_targets(self, specs: list[NodeSpec], **fleet_options: Any) -> None:
+        """Watch other nodes (a Slurm job picked in the Slurm view) in place of the current ones."""
+        old_fleet, old_monitor = self.fleet, self.monitor
+        self.fleet = Fleet(specs, **fleet_options)
+        self.monitor = FleetMonitor(self.fleet, interval=self.refresh_interval)
+        self.monitor.start()
+        old_monitor.stop()
+        if old_fleet is not None:
+            self.run_worker(old_fleet.close, thread=True, group="close-fleet", exit_on_error=False)
+        fleet = self.fleet
+        self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
+        self.action_goto("nodes")
+        for mode in ("jobs", "stacks"):
+            if mode in self._modes and self.current_mode != mode:
+                self.remove_mode(mode)
+                self.add_mode(mode, self.screen_factories[mode])
+        self._stacks_screen = None
+        self.notify(f"Now watching {len(specs)} node(s)")
+
     # navigation -----------------------------------------------------------------------
     def action_goto(self, mode: str) -> None:
         entry = next((e for e in SCREENS if e.mode == mode), None)
@@ -257,6 +303,9 @@ class ConsoleApp(App[None]):
             return
         word, _, rest = text.strip().lstrip(":").partition(" ")
         word = word.lower()
+        if word == "slurm":
+            self.open_slurm_view(rest.strip() or None)
+            return
         if word in ("batches", "batch", "b") and rest.strip():
             self.open_batches(rest.strip(), self.batches_node)
             return

@@ -151,7 +151,9 @@ class DemoJob:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def new_demo(pattern: str, nproc: int = 2, dump_steps: int = 3, workdir: Path | None = None) -> DemoJob:
+def new_demo(
+    pattern: str, nproc: int = 2, dump_steps: int = 3, workdir: Path | None = None
+) -> DemoJob:
     if pattern not in PATTERNS:
         raise UserError(f"unknown pattern {pattern!r} (choose from {', '.join(PATTERNS)})")
     if nproc < 2:
