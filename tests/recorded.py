@@ -4,10 +4,26 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from areal_console.app import ConsoleApp
+from areal_console.core import batch_fixtures as bf
+from areal_console.core import jobs
+from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import HISTORY, NodeView, RecordedMonitor
+from areal_console.core.replay import Verification
+from areal_console.core.stacks.model import StackCapture, build_capture
+from areal_console.screens.batches import BatchesScreen
+from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.stacks import StacksScreen
+from areal_console.widgets.rank_group_table import RankGroupTable
+from areal_console.widgets.token_view import TokenView
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Log
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -33,3 +49,159 @@ def recorded_views() -> list[NodeView]:
 
 def recorded_monitor() -> RecordedMonitor:
     return RecordedMonitor(recorded_views())
+
+
+# --------------------------------------------------------------------------------------
+# Every top-level screen in the real app shell, on recorded data (screenshots, snapshots)
+
+PYSPY = DATA / "pyspy"
+SIZE = (130, 36)
+
+
+async def wait_until(
+    pilot: Pilot[None], condition: Callable[[], object], timeout: float = 30
+) -> None:
+    """Let the app run until `condition()` holds (screens load in worker threads)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the screen did not settle in time")
+        await pilot.pause(0.05)
+
+
+def recorded_capture(pattern: str = "cleanup_deadlock") -> StackCapture:
+    raw = json.loads((PYSPY / f"{pattern}.json").read_text())
+    raw["id"] = f"recorded-{pattern}"
+    return build_capture(raw)
+
+
+def stacks_app(pattern: str = "cleanup_deadlock") -> ConsoleApp:
+    """The console on recorded Cluster data whose Stacks screen holds a recorded capture."""
+    app = ConsoleApp(None, recorded_monitor())
+    capture = recorded_capture(pattern)
+    app.register_screen("stacks", lambda: StacksScreen(capture))
+    return app
+
+
+async def open_stacks(pilot: Pilot[None], diff: bool = False) -> None:
+    """`2`, wait for the diagnosis; with `diff`, mark the first two groups and diff them."""
+    await pilot.press("2")
+    app = pilot.app
+    await wait_until(pilot, lambda: isinstance(app.screen, StacksScreen))
+    screen = app.screen
+    assert isinstance(screen, StacksScreen)
+    await wait_until(pilot, lambda: screen.analysis and screen.query_one(RankGroupTable).shown)
+    if diff:
+        screen.query_one(RankGroupTable).focus()
+        await pilot.press("space", "j", "space", "d")
+        await wait_until(pilot, lambda: screen.diffing is not None)
+    await pilot.pause()
+
+
+def write_batches_dump(directory: str | Path) -> None:
+    """A small AReaL-layout rollout dump (torch.save, seeded): three steps on two dp ranks."""
+    bf.write_trajectory_dump(directory, steps=[10, 11, 12], dp_size=2, n_groups=3,
+                             group_size=4, with_prox_logp=True, no_eos_fraction=0.2,
+                             max_new_tokens=48, seed=0)  # fmt: skip
+    bf.write_model_config(directory)
+
+
+def batches_app(path: str = "dumps") -> ConsoleApp:
+    """The console browsing the dump at `path` (relative: the screen shows it as given)."""
+    return ConsoleApp(None, recorded_monitor(), batches_path=path)
+
+
+async def open_sample(pilot: Pilot[None], row: int = 2) -> None:
+    """`3`, wait for the samples of the first step, open sample `row`."""
+    await pilot.press("3")
+    app = pilot.app
+    await wait_until(pilot, lambda: isinstance(app.screen, BatchesScreen))
+    screen = app.screen
+    samples = screen.query_one("#samples", DataTable)
+    await wait_until(pilot, lambda: samples.row_count == 12)
+    samples.focus()
+    samples.move_cursor(row=row)
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: screen.query_one(TokenView).view is not None)
+    await pilot.pause()
+
+
+REPLAY_PLAN = {
+    "steps": [11, 12],
+    "gpus": [0, 1],
+    "argv": ["python3", "reference_trainer.py", "--nproc", "2", "start_step=11", "steps=12"],
+    "metrics": "{job_dir}/out/metrics.jsonl",
+}
+REPLAY_LOG = [  # what the reference trainer prints while it replays steps 11-12
+    "step 11: task_reward=0.416667 seq_len=37.4167 no_eos_ratio=0.166667 importance_weight=1"
+    " behave_imp_weight=1 actor_loss=-0.0183627 grad_norm=0.842131 (replayed)",
+    "step 12: task_reward=0.5 seq_len=38.25 no_eos_ratio=0.25 importance_weight=0.998125"
+    " behave_imp_weight=1.00412 actor_loss=-0.0211984 grad_norm=0.790513 (replayed)",
+]
+
+
+def recorded_jobs() -> list[jobs.JobRecord]:
+    """Three replays as the console remembers them: one verified, one failed, one running."""
+    verified = Verification(matched=True, steps=[11, 12]).to_json()
+    failed_plan = {**REPLAY_PLAN, "steps": [10, 10], "gpus": [2]}
+    return [
+        jobs.JobRecord("replay-0011", "node1", REPLAY_PLAN, 300.0, "finished", 0,
+                       "/scratch/jobs/replay-0011/train.log", verification=verified),
+        jobs.JobRecord("replay-0010", "node1", failed_plan, 200.0, "failed", 1,
+                       "/scratch/jobs/replay-0010/train.log",
+                       error="exit 1: CUDA error: out of memory"),
+        jobs.JobRecord("replay-0012", "node1", {**REPLAY_PLAN, "steps": [12, 12], "gpus": [3]},
+                       100.0, "running", None, "/scratch/jobs/replay-0012/train.log"),
+    ]  # fmt: skip
+
+
+class RecordedSession:
+    """A node that answers the Jobs screen's questions from the recording."""
+
+    name = "node1"
+
+    def call(self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0) -> Any:
+        if op == "jobs":
+            return {"jobs": [{"job": r.job_id, "state": r.state, "exit_code": r.exit_code,
+                              "log": r.log, "error": r.error, "argv": r.plan["argv"],
+                              "meta": {"plan": r.plan}} for r in recorded_jobs()]}  # fmt: skip
+        if op == "job_tail":
+            return {"lines": REPLAY_LOG if (args or {}).get("job") == "replay-0011" else []}
+        raise ValueError(f"no recorded answer to {op!r}")
+
+
+class RecordedFleet(Fleet):
+    """One recorded node for the Jobs screen (nothing is connected, nothing runs)."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.recorded = RecordedSession()
+
+    def call_all(
+        self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        return {"node1": self.recorded.call(op, args, timeout)}
+
+    def session(self, name: str) -> Any:
+        if name != "node1":
+            raise KeyError(name)
+        return self.recorded
+
+
+def jobs_app() -> ConsoleApp:
+    """The console with the recorded replays saved as its own (in AREAL_CONSOLE_DATA_DIR)."""
+    for record in recorded_jobs():
+        jobs.save_job(record)
+    return ConsoleApp(RecordedFleet(), recorded_monitor())
+
+
+async def open_jobs(pilot: Pilot[None]) -> None:
+    """`4`, wait for the rows, the verdict and the log tail of the finished replay."""
+    await pilot.press("4")
+    app = pilot.app
+    await wait_until(pilot, lambda: isinstance(app.screen, JobsScreen))
+    screen = app.screen
+    table = screen.query_one("#jobs-table", DataTable)
+    log = screen.query_one("#jobs-log", Log)
+    await wait_until(pilot, lambda: table.row_count == 3 and log.line_count == len(REPLAY_LOG))
+    await pilot.pause()

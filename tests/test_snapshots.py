@@ -1,11 +1,34 @@
-"""SVG snapshots of each screen at a fixed size, from recorded data (no clock, no host names)."""
+"""SVG snapshots of top-level screens in the app shell at 130x36, from recorded data (no
+clock, no host names, no pids of this machine); screenshots/ comes from the same apps and
+steps (scripts/export_screenshots.py). Batches and Jobs have theirs beside their other
+tests (test_batches_screen.py, test_replay_snapshots.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+import recorded
 from areal_console.app import ConsoleApp
-from recorded import recorded_monitor
+from recorded import SIZE, recorded_monitor
 
 
-def test_cluster_screen_snapshot(snap_compare) -> None:  # type: ignore[no-untyped-def]
+def test_cluster_screen_snapshot(snap_compare: Any) -> None:
     app = ConsoleApp(None, recorded_monitor())
-    assert snap_compare(app, terminal_size=(130, 36))
+    assert snap_compare(app, terminal_size=SIZE)
+
+
+@pytest.mark.slow
+def test_stacks_screen_snapshot(snap_compare: Any) -> None:
+    """A recorded capture of a hung job and its diagnosis."""
+    assert snap_compare(recorded.stacks_app(), terminal_size=SIZE, run_before=recorded.open_stacks)
+
+
+@pytest.mark.slow
+def test_stacks_diff_snapshot(snap_compare: Any) -> None:
+    """Two rank groups side by side, their first differing frame marked."""
+
+    async def diff(pilot: Any) -> None:
+        await recorded.open_stacks(pilot, diff=True)
+
+    assert snap_compare(recorded.stacks_app(), terminal_size=SIZE, run_before=diff)
