@@ -104,10 +104,10 @@ def test_areal_template_from_the_guide() -> None:
 
 
 def test_templates_from_config_and_unknown_placeholders() -> None:
-    templates = load_templates({"replay": {"templates": {"mine": "torchrun {script} x={dir}"}}})
+    templates = load_templates({"mine": "torchrun {script} x={dir}"})
     assert templates["mine"].argv == ("torchrun", "{script}", "x={dir}")
     with pytest.raises(UserError, match="unknown placeholder"):
-        load_templates({"replay": {"templates": {"bad": "python {__class__}"}}})
+        load_templates({"bad": "python {__class__}"})
 
 
 def test_missing_step_lists_available_steps() -> None:

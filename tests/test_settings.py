@@ -25,6 +25,11 @@ def test_values_are_read(tmp_path: Path) -> None:
                                       "keymap:\n  cluster.filter: f\n"))  # fmt: skip
     assert (s.theme, s.refresh_interval, s.read_only) == ("nord", 2, True)
     assert s.keymap == {"cluster.filter": "f"}
+    s = load_settings(write(tmp_path, "launch_templates:\n  mine: torchrun {script} x={dir}\n"
+                                      "replay_template: mine\n"))  # fmt: skip
+    assert (
+        s.launch_templates == {"mine": "torchrun {script} x={dir}"} and s.replay_template == "mine"
+    )
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from textual.screen import Screen
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import FleetMonitor, NodeView
+from areal_console.core.replay import load_templates
 from areal_console.core.settings import Settings
 from areal_console.core.stacks.capture import CaptureOptions, take_capture
 from areal_console.core.stacks.model import StackCapture
@@ -232,9 +233,20 @@ class ConsoleApp(App[None]):
                 self.notify(f"Replay {record.job_id} launched on {record.node}")
                 self.action_goto("jobs")
 
-        self.push_screen(
-            ReplayDialog(self.fleet, path, node, read_only=self.read_only, steps=steps), launched
-        )
+        try:
+            templates = load_templates(self.settings.launch_templates)
+        except UserError as exc:
+            self.notify(f"settings: {exc}", severity="error")
+            return
+        if self.settings.replay_template not in templates:
+            self.notify(f"settings: no launch template {self.settings.replay_template!r} "
+                        f"(have: {', '.join(templates)})", severity="error")  # fmt: skip
+            return
+        dialog = ReplayDialog(
+            self.fleet, path, node, template=self.settings.replay_template,
+            templates=templates, read_only=self.read_only, steps=steps,
+        )  # fmt: skip
+        self.push_screen(dialog, launched)
 
     # slurm ------------------------------------------------------------------------------
     def open_slurm_view(self, login: str | None = None) -> None:

@@ -18,6 +18,7 @@ from areal_console.core.replay import (
     parse_step_range,
     plan_replay,
 )
+from areal_console.core.settings import load_settings
 from areal_console.core.targets import NodeSpec, add_target_arguments, resolve_targets
 
 
@@ -62,26 +63,11 @@ def pick_node(specs: list[NodeSpec], name: str | None) -> NodeSpec:
     raise UserError(f"no node {name!r} among the targets ({names})")
 
 
-def load_settings() -> dict[str, Any]:
-    from areal_console.core.locations import config_file
-
-    path = config_file()
-    if not path.is_file():
-        return {}
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-    return data if isinstance(data, dict) else {}
-
-
 def run(args: argparse.Namespace) -> int:
     spec = pick_node(resolve_targets(args), args.node)
     first, last = parse_step_range(args.steps)
     gpus = parse_gpus(args.gpus)
-    templates = load_templates(load_settings())
+    templates = load_templates(load_settings().launch_templates)
     if args.template not in templates:
         raise UserError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
     template = templates[args.template]

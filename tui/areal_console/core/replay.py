@@ -302,13 +302,10 @@ def _placeholders(token: str) -> list[str]:
         i = end + 1
 
 
-def load_templates(settings: dict[str, Any] | None = None) -> dict[str, LaunchTemplate]:
-    """Built-in templates, overridden or extended by `replay.templates` in the config."""
+def load_templates(extra: dict[str, Any] | None = None) -> dict[str, LaunchTemplate]:
+    """Built-in templates, overridden or extended by the settings' `launch_templates`."""
     specs: dict[str, Any] = dict(DEFAULT_TEMPLATES)
-    extra = ((settings or {}).get("replay") or {}).get("templates") or {}
-    if not isinstance(extra, dict):
-        raise UserError("config: replay.templates must be a mapping of name -> command")
-    specs.update(extra)
+    specs.update(extra or {})
     return {name: parse_template(name, spec) for name, spec in specs.items()}
 
 

@@ -48,7 +48,11 @@ class Settings:
     """Seconds between stack samples when capture_samples > 1."""
 
     launch_templates: dict[str, str] = field(default_factory=dict)
-    """Named replay launch templates (argv written as one line, split like a shell would)."""
+    """Replay launch templates, name -> command line (split like a shell, run as an argv
+    list; placeholders such as {script} {config} {dir} are filled in per argument)."""
+
+    replay_template: str = "reference"
+    """The launch template the Batches screen's `r` dialog uses."""
 
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
@@ -60,6 +64,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "capture_samples": (int,),
     "capture_interval": (int, float),
     "launch_templates": (dict,),
+    "replay_template": (str,),
 }
 
 
