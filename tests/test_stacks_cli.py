@@ -97,11 +97,11 @@ def test_stacks_json_diagnoses_each_hang(jobs: dict[str, ScenarioJob], pattern: 
 def test_slow_job_is_progressing_with_samples(jobs: dict[str, ScenarioJob]) -> None:
     job = jobs["slow"]
     result = run_cli(
-        "stacks", "--match", str(job.state_dir), "--json", "--samples", "3", "--interval", "0.4"
+        "stacks", "--match", str(job.state_dir), "--json", "--samples", "5", "--interval", "0.5"
     )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["samples"] == 3
+    assert doc["samples"] == 5
     assert doc["diagnosis"]["pattern"] == "progressing"
     assert any(r["progressing"] for r in doc["ranks"] if r["rank"] is not None)
 

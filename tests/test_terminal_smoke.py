@@ -32,6 +32,9 @@ def test_console_in_tmux_shows_ranks_help_and_quits(gloo_job: GlooJob, tmp_path)
         pids = [str(p) for p in gloo_job.rank_pids().values()]
         # Other jobs may run here too: filter to this job (its work dir is in every command line).
         subprocess.run(["tmux", "send-keys", "-t", session, "/"], check=True)
+        wait_for(
+            lambda: screen_with(session, "filter: text in node"), timeout=15, what="the filter"
+        )
         subprocess.run(
             ["tmux", "send-keys", "-t", session, "-l", str(gloo_job.workdir)], check=True
         )

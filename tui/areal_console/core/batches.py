@@ -146,6 +146,10 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
             f"{path}: truncated or corrupt torch.save archive ({exc.__class__.__name__}: "
             f"{_one_line(str(exc))})"
         ) from None
+    except Exception as exc:  # garbage bytes can trip the unpickler in any way (IndexError, ...)
+        raise BatchError(
+            f"{path}: corrupt torch.save data ({exc.__class__.__name__}: {_one_line(str(exc))})"
+        ) from None
 
 
 def _one_line(text: str, limit: int = 200) -> str:

@@ -231,7 +231,7 @@ class ClusterScreen(Screen[None]):
         box = self.query_one("#filter", Input)
         box.display = True
         box.value = self.text_filter
-        box.focus()
+        self.set_focus(box)  # now, not later: keys typed right after / belong to the filter
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
