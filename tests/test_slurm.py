@@ -290,6 +290,55 @@ async def test_slurm_view_lists_the_job_and_opens_it(
         assert app.chosen == [slurm_gloo_job.job_id]
 
 
+async def test_console_slurm_view_opens_the_job_in_the_cluster_screen(
+    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`:slurm` in the console, enter on the job: the Cluster screen now shows its nodes
+    and each node's ranks, reached through srun. (Runs before the node-down test below,
+    which stops node3 of the shared cluster.)"""
+    from areal_console.app import ConsoleApp
+    from areal_console.core.targets import local_node
+    from areal_console.screens.cluster import ClusterScreen
+    from areal_console.screens.slurm_jobs import SlurmJobsScreen
+    from areal_console.widgets.node_table import NodeTable
+    from areal_console.widgets.process_table import ProcessTable
+
+    for key, value in slurm_cluster.env().items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.3)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("colon", *"slurm", "enter")
+        screen = app.screen
+        assert isinstance(screen, SlurmJobsScreen)
+        while not screen.loaded:
+            await pilot.pause(0.05)
+        await pilot.press("slash", *"gloo-ranks", "enter", "enter")
+        deadline = time.monotonic() + 120
+
+        def ranks_by_node() -> dict[str, list[int]]:
+            cluster = app.screen
+            if not isinstance(cluster, ClusterScreen):
+                return {}
+            table = cluster.query_one(ProcessTable)
+            out: dict[str, list[int]] = {}
+            for key in table.rows:
+                node, rank = str(table.get_cell(key, "node")), str(table.get_cell(key, "rank"))
+                if rank != "-":
+                    out.setdefault(node, []).append(int(rank.split("/")[0]))
+            return {n: sorted(r) for n, r in out.items()}
+
+        while ranks_by_node() != {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}:
+            assert time.monotonic() < deadline, (
+                ranks_by_node(),
+                type(app.screen).__name__,
+                [n.message for n in app._notifications],
+            )
+            await pilot.pause(0.2)
+        nodes = app.screen.query_one(NodeTable)
+        assert sorted(k.value or "" for k in nodes.rows) == ["node1", "node2", "node3"]
+
+
 def test_replay_style_launches_sbatch_and_overlap_step(
     slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, tmp_path: Path
 ) -> None:
@@ -382,47 +431,3 @@ def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
     finally:
         slurm_cluster.run(["scancel", job], check=False)
         slurm_cluster.start_node(slurm_cluster.node("node3"))
-
-
-async def test_console_slurm_view_opens_the_job_in_the_cluster_screen(
-    slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """`:slurm` in the console, enter on the job: the Cluster screen now shows its nodes
-    and each node's ranks, reached through srun."""
-    from areal_console.app import ConsoleApp
-    from areal_console.core.targets import local_node
-    from areal_console.screens.cluster import ClusterScreen
-    from areal_console.screens.slurm_jobs import SlurmJobsScreen
-    from areal_console.widgets.node_table import NodeTable
-    from areal_console.widgets.process_table import ProcessTable
-
-    for key, value in slurm_cluster.env().items():
-        if os.environ.get(key) != value:
-            monkeypatch.setenv(key, value)
-    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.3)
-    async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("colon", *"slurm", "enter")
-        screen = app.screen
-        assert isinstance(screen, SlurmJobsScreen)
-        while not screen.loaded:
-            await pilot.pause(0.05)
-        await pilot.press("slash", *"gloo-ranks", "enter", "enter")
-        deadline = time.monotonic() + 120
-
-        def ranks_by_node() -> dict[str, list[int]]:
-            cluster = app.screen
-            if not isinstance(cluster, ClusterScreen):
-                return {}
-            table = cluster.query_one(ProcessTable)
-            out: dict[str, list[int]] = {}
-            for key in table.rows:
-                node, rank = str(table.get_cell(key, "node")), str(table.get_cell(key, "rank"))
-                if rank != "-":
-                    out.setdefault(node, []).append(int(rank.split("/")[0]))
-            return {n: sorted(r) for n, r in out.items()}
-
-        while ranks_by_node() != {"node1": [0, 1], "node2": [2, 3], "node3": [4, 5]}:
-            assert time.monotonic() < deadline, ranks_by_node()
-            await pilot.pause(0.2)
-        nodes = app.screen.query_one(NodeTable)
-        assert sorted(k.value or "" for k in nodes.rows) == ["node1", "node2", "node3"]
