@@ -88,7 +88,9 @@ class DemoJob:
 
     def start(self) -> None:
         self.dump_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        # TMPDIR inside the work dir: torchrun's scratch files go when the demo's files go.
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+               "TMPDIR": str(self.workdir)}  # fmt: skip
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
