@@ -225,3 +225,31 @@ def test_merge_marks_jobs_of_lost_nodes_unknown() -> None:
     assert states == {("a", "unknown"), ("b", "unknown"), ("c", "finished"), ("d", "running")}
     assert merged[0].job_id == "d" and merged[0].plan == {"steps": [1, 2]}
     assert next(r for r in merged if r.job_id == "a").log == "/x/a.log"  # the log path is kept
+
+
+async def test_jobs_screen_shows_slurm_ids_and_state(fleet: Fleet, home: Path) -> None:
+    record = jobs.JobRecord("slurm-a", "node2", {}, time.time() + 100, state="finished")
+    record.exit_code, record.slurm_job, record.slurm_step = 0, "12", "12.3"
+    record.extra["slurm_state"] = "COMPLETED"
+    jobs.save_job(record)
+    app = Host(lambda: JobsScreen(fleet, poll=0.2))
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.screen.query_one("#jobs-table", DataTable)
+        await until(pilot, lambda: "node2/slurm-a" in table.rows)
+        table.move_cursor(row=table.get_row_index("node2/slurm-a"))
+        await until(pilot, lambda: app.screen.selected == "node2/slurm-a")
+        await until(
+            pilot, lambda: "slurm step 12.3 COMPLETED" in text_of(app.screen, "#jobs-detail")
+        )
+        assert table.get_cell("node2/slurm-a", "state") == "finished"  # not "unknown"
+
+
+def test_slurm_fields_round_trip_and_old_records_load() -> None:
+    old = {"job_id": "x", "node": "n", "plan": {}, "launched_at": 1.0, "state": "finished"}
+    record = jobs.JobRecord.from_json(old)
+    assert (record.slurm_job, record.slurm_step, record.slurm_label) == (None, None, "")
+    record.slurm_job = "77"
+    again = jobs.JobRecord.from_json(record.to_json())
+    assert (again.slurm_job, again.slurm_step, again.slurm_label) == ("77", None, "slurm job 77")
+    running = jobs.JobRecord("s", "gone", {}, 1.0, state="running", slurm_job="77")
+    assert merge_jobs([running], {})[0].state == "running"  # Slurm, not a node, holds it

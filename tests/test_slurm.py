@@ -382,6 +382,81 @@ def test_replay_style_launches_sbatch_and_overlap_step(
     assert result.stdout.split() == ["node2", slurm_gloo_job.job_id]
 
 
+@pytest.fixture(scope="module")
+def slurm_recording(slurm_cluster: SlurmCluster) -> tuple[Path, dict[str, str]]:
+    """Two steps recorded by the reference trainer, where every node can read them."""
+    home = slurm_cluster.base / "replay-home"
+    env = slurm_cluster.env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env["AREAL_CONSOLE_DATA_DIR"] = str(home / "data")
+    env["AREAL_CONSOLE_CONFIG_DIR"] = str(home / "config")
+    dump = slurm_cluster.base / "replay dump"  # a space stays inside one argv word
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "areal_console", "trainer", "steps=2", "seed=3"),
+            *("trajectory_debug.dump_rollout_data=true", f"trajectory_debug.path={dump}"),
+            f"output_dir={home / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dump, env
+
+
+@pytest.mark.parametrize("how", ["overlap", "sbatch"])
+def test_replay_through_slurm_verifies(
+    slurm_cluster: SlurmCluster,
+    slurm_gloo_job: SlurmGlooJob,
+    slurm_recording: tuple[Path, dict[str, str]],
+    how: str,
+) -> None:
+    """`replay --slurm-job J --node node2`: srun --overlap into J's allocation, or sbatch."""
+    from areal_console.core.jobs import load_jobs, refresh_slurm
+
+    dump, env = slurm_recording
+    args = ["replay", str(dump), "--slurm-job", slurm_gloo_job.job_id, "--node", "node2"]
+    args += ["--gpus", "cpu", "--wait", "--json"] + (["--sbatch"] if how == "sbatch" else [])
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "areal_console", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 60
+    out = json.loads(proc.stdout)
+    assert out["state"] == "finished" and out["exit_code"] == 0, out
+    assert out["verification"]["matched"] is True and out["verification"]["steps"] == [1, 2]
+    assert out["slurm_state"] == "COMPLETED"
+    if how == "overlap":
+        assert out["slurm_job"] == slurm_gloo_job.job_id
+        assert out["slurm_step"].startswith(f"{slurm_gloo_job.job_id}.")
+        assert out["command"][:2] == ["env", "CUDA_VISIBLE_DEVICES="]
+    else:
+        assert out["slurm_job"].isdigit() and out["slurm_job"] != slurm_gloo_job.job_id
+        assert out["slurm_step"] is None
+    assert Path(out["log"]).is_file()
+    records = load_jobs(Path(env["AREAL_CONSOLE_DATA_DIR"]) / "jobs")
+    saved = {r.job_id: r for r in records}[out["job_id"]]
+    assert (saved.slurm_job, saved.slurm_step) == (out["slurm_job"], out["slurm_step"])
+    assert saved.slurm_label.endswith("COMPLETED")
+    if how == "sbatch":  # what the Jobs screen does for a record it finds running
+        saved.state, saved.extra["slurm_state"] = "running", "RUNNING"
+        refresh_slurm(saved, LocalRunner(env))
+        assert (saved.state, saved.exit_code, saved.slurm_label) == (
+            "finished",
+            0,
+            f"slurm job {saved.slurm_job} COMPLETED",
+        )
+
+
 # Last in this module: killing node3 also ends the gloo job's ranks there (and so the job's
 # barrier everywhere), which the tests above rely on.
 @pytest.mark.slow

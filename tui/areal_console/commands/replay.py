@@ -19,6 +19,7 @@ from areal_console.core.replay import (
     plan_replay,
 )
 from areal_console.core.settings import load_settings
+from areal_console.core.slurm import make_runner
 from areal_console.core.targets import NodeSpec, add_target_arguments, resolve_targets
 
 
@@ -42,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--script", help="trainer script on the node (areal template)")
     parser.add_argument("--config", dest="trainer_config", help="trainer config on the node")
     parser.add_argument("--python", default="python3", help="python on the node")
+    parser.add_argument(
+        "--sbatch",
+        action="store_true",
+        help="run as a new sbatch job (default with --slurm-job: srun --overlap into that job)",
+    )
     parser.add_argument("--wait", action="store_true", help="wait for the end and verify")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, launch nothing")
@@ -102,13 +108,27 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             print(json.dumps(plan.to_json(), indent=1) if args.json else plan.command_line)
             return EXIT_OK
+        via_slurm = spec.slurm is not None or args.sbatch
         try:
-            record = jobs.launch(session, plan)
+            if via_slurm:
+                launch = jobs.launch_slurm(
+                    make_runner(spec.slurm.login if spec.slurm else None),
+                    plan,
+                    host_job=spec.slurm.job_id if spec.slurm else None,
+                    sbatch=args.sbatch,
+                    login=spec.slurm.login if spec.slurm else None,
+                )
+                record = launch.record
+            else:
+                record = jobs.launch(session, plan)
         except (AgentError, AgentDisconnected, OSError) as exc:
             raise UserError(f"{spec.name}: launch failed: {exc}") from None
         verification = None
         if args.wait:
-            jobs.wait(session, record, args.timeout)
+            if via_slurm:
+                jobs.wait_slurm(launch, args.timeout)
+            else:
+                jobs.wait(session, record, args.timeout)
             if record.state == "finished":
                 verification = jobs.verify_job(session, record)
         result = {
@@ -121,6 +141,9 @@ def run(args: argparse.Namespace) -> int:
             "state": record.state,
             "exit_code": record.exit_code,
             "verification": verification.to_json() if verification else None,
+            "slurm_job": record.slurm_job,
+            "slurm_step": record.slurm_step,
+            "slurm_state": record.extra.get("slurm_state"),
         }
         if args.json:
             print(json.dumps(result, indent=1))
@@ -130,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
             )
             print(f"  command: {plan.command_line}")
             print(f"  log: {record.log}")
+            if record.slurm_job:
+                print(f"  {record.slurm_label}")
             if args.wait:
                 print(f"  exit code: {record.exit_code}")
             if verification is not None:

@@ -43,15 +43,10 @@ def batch_script(request: BatchRequest) -> str:
     lines.append(f"#SBATCH --cpus-per-task={request.cpus_per_task}")
     if request.gpus_per_node:
         lines.append(f"#SBATCH --gres=gpu:{request.gpus_per_node}")
-    for flag, value in (
-        ("chdir", request.chdir),
-        ("output", request.output),
-        ("partition", request.partition),
-        ("time", request.time_limit),
-    ):
-        if value:
-            if "\n" in value:
-                raise UserError(f"--{flag} can't contain a line break")
+    for flag, value in _path_options(request):
+        if "\n" in value:
+            raise UserError(f"--{flag} can't contain a line break")
+        if not re.search(r"\s", value):  # else on sbatch's command line (`argv_options`)
             lines.append(f"#SBATCH --{flag}={value}")
     for key, value in request.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
@@ -61,9 +56,25 @@ def batch_script(request: BatchRequest) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _path_options(request: BatchRequest) -> list[tuple[str, str]]:
+    options = (
+        ("chdir", request.chdir),
+        ("output", request.output),
+        ("partition", request.partition),
+        ("time", request.time_limit),
+    )
+    return [(flag, value) for flag, value in options if value]
+
+
+def argv_options(request: BatchRequest) -> list[str]:
+    """Options whose values hold blanks: `#SBATCH` lines would split them, argv words don't."""
+    return [f"--{f}={v}" for f, v in _path_options(request) if re.search(r"\s", v)]
+
+
 def submit_batch(runner: CommandRunner, request: BatchRequest, timeout: float = 60.0) -> str:
     """Submit with `sbatch --parsable` (script on stdin); the new job's id."""
-    result = runner.run(["sbatch", "--parsable"], timeout, stdin=batch_script(request))
+    script = batch_script(request)
+    result = runner.run(["sbatch", "--parsable", *argv_options(request)], timeout, stdin=script)
     if result.returncode != 0:
         raise UserError(f"sbatch refused the run on {runner.where}: {result.error_line}")
     job_id = result.stdout.strip().split(";", 1)[0]

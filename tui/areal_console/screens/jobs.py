@@ -65,7 +65,8 @@ class JobRow:
         )
 
     def matches(self, text: str) -> bool:
-        return not text or text.lower() in " ".join(self.cells()).lower()
+        shown = " ".join([*self.cells(), self.record.slurm_label])
+        return not text or text.lower() in shown.lower()
 
 
 def row_key(record: jobs.JobRecord) -> str:
@@ -97,7 +98,7 @@ def merge_jobs(
                 by_key[key] = record
             record.update_from_node(status)
     for r in by_key.values():
-        if r.node not in node_jobs and r.state == "running":
+        if r.node not in node_jobs and r.state == "running" and not r.slurm_job:
             r.state, r.error = "unknown", f"node {r.node} is not connected"
     return sorted(by_key.values(), key=lambda r: r.launched_at or 0, reverse=True)
 
@@ -212,6 +213,12 @@ class JobsScreen(Screen[None]):
         launched_here = {(r.node, r.job_id) for r in known}
         records = merge_jobs(known, answers)
         for r in records:
+            if r.slurm_job and r.state == "running":
+                try:
+                    jobs.refresh_slurm(r)  # Slurm, not a node's agent, knows these
+                except Exception as exc:
+                    r.error = f"Slurm: {exc}"
+        for r in records:
             if (r.node, r.job_id) in launched_here:
                 jobs.save_job(r)  # the console's copy follows the node's state
         self.post_message(self.JobsRefreshed(records))
@@ -296,6 +303,8 @@ class JobsScreen(Screen[None]):
             lines.append("command: " + " ".join(argv))
         if record.log:
             lines.append(f"log: {record.log}")
+        if record.slurm_job:
+            lines.append(record.slurm_label)
         if record.verification:
             lines.append(str(record.verification.get("summary", "")))
         if record.error and record.state in ("unknown", "failed"):
