@@ -590,7 +590,10 @@ class SshChannel:
         self._stderr: list[bytes] = []
         self._send_lock = threading.Lock()
         self._closed = False
-        threading.Thread(target=self._drain_stderr, name=f"ssh-stderr-{node}", daemon=True).start()
+        self._stderr_reader = threading.Thread(
+            target=self._drain_stderr, name=f"ssh-stderr-{node}", daemon=True
+        )
+        self._stderr_reader.start()
 
     def _drain_stderr(self) -> None:
         try:
@@ -628,6 +631,9 @@ class SshChannel:
         status: int | None = None
         if self.chan.status_event.wait(1.0):
             status = self.chan.exit_status
+            # The remote command ended: let the reader take its last stderr lines first,
+            # they usually say why (e.g. "python3: command not found").
+            self._stderr_reader.join(1.0)
         tail_lines = b"".join(self._stderr).decode(errors="replace").strip().splitlines()
         tail = tail_lines[-1] if tail_lines else ""
         if status == 127 or "command not found" in tail or "No such file" in tail:
