@@ -49,9 +49,13 @@ def busy_cpu_seconds() -> float:
 
 def first_sample(cluster: TestCluster, n: int, python: str | None) -> float:
     """Seconds from nothing to one sample from each of the first n nodes."""
-    specs = cluster.specs(python)[:n]
+    return time_first_sample(cluster.specs(python)[:n], **cluster.ssh_options())
+
+
+def time_first_sample(specs: list[NodeSpec], **options: Any) -> float:
+    """Seconds from a new fleet to one sample from each of `specs` (all must answer)."""
     t0 = time.perf_counter()
-    fleet = Fleet(specs, **cluster.ssh_options())
+    fleet = Fleet(specs, **options)
     try:
         results = fleet.call_all("sample")
         elapsed = time.perf_counter() - t0
@@ -92,17 +96,7 @@ def behind_jump(cluster: TestCluster, share: bool) -> float:
     specs = [
         NodeSpec(name=n.name, transport="ssh", host=f"via-{n.name}") for n in cluster.nodes[1:]
     ]
-    t0 = time.perf_counter()
-    fleet = Fleet(specs, ssh_config=str(config), allow_agent=False, share_jumps=share)
-    try:
-        results = fleet.call_all("sample")
-        elapsed = time.perf_counter() - t0
-    finally:
-        fleet.close()
-    failed = [r for r in results.values() if isinstance(r, NodeFailure)]
-    if failed:
-        raise RuntimeError(f"nodes failed: {failed}")
-    return elapsed
+    return time_first_sample(specs, ssh_config=str(config), allow_agent=False, share_jumps=share)
 
 
 def steady_cpu(

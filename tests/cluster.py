@@ -374,11 +374,10 @@ class TestCluster:
         return job
 
 
-# The default job: every rank joins the process group, then rank 0 waits in plain Python
-# while the others wait in `dist.barrier()` (cheap: blocked in C). EOF on stdin (the SSH
-# session closing) ends the rank, so stopping the launcher stops the job.
-GLOO_HANG_SCRIPT = r"""
-import datetime, os, sys, threading, time
+# What every rank script starts with: EOF on stdin (the SSH session closing) ends the rank;
+# then it joins the process group and says "ready <rank>".
+RANK_PRELUDE = r"""
+import datetime, os, sys, threading
 
 def _exit_on_eof():
     sys.stdin.buffer.read()
@@ -389,6 +388,16 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo", timeout=datetime.timedelta(hours=1))
 print("ready", dist.get_rank(), flush=True)
+"""
+
+
+# The default job: every rank joins the process group, then rank 0 waits in plain Python
+# while the others wait in `dist.barrier()` (cheap: blocked in C). EOF on stdin (the SSH
+# session closing) ends the rank, so stopping the launcher stops the job.
+GLOO_HANG_SCRIPT = (
+    RANK_PRELUDE
+    + r"""
+import time
 
 def wait_for_operator():
     while True:
@@ -399,23 +408,15 @@ if dist.get_rank() == 0:
 else:
     dist.barrier()
 """
+)
 
 
 # Every rank waits in `dist.recv` from its right neighbour, which never sends: all ranks
 # sit in the same call (the "same collective everywhere" hang), blocked in C.
-GLOO_RECV_SCRIPT = r"""
-import datetime, os, sys, threading
-
-def _exit_on_eof():
-    sys.stdin.buffer.read()
-    os._exit(0)
-
-threading.Thread(target=_exit_on_eof, daemon=True).start()
+GLOO_RECV_SCRIPT = (
+    RANK_PRELUDE
+    + r"""
 import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo", timeout=datetime.timedelta(hours=1))
-print("ready", dist.get_rank(), flush=True)
 
 def wait_for_neighbour():
     buf = torch.zeros(1)
@@ -423,6 +424,7 @@ def wait_for_neighbour():
 
 wait_for_neighbour()
 """
+)
 
 
 @dataclass

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,30 +16,13 @@ from areal_console.core.stacks.capture import CaptureOptions, capture_raw, take_
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
 from areal_console.scenarios import PATTERNS, ScenarioJob, start_scenario
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def console_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Keep every file the console writes under a temporary home."""
-    base = tmp_path_factory.mktemp("stacks-home")
-    names = ("AREAL_CONSOLE_DATA_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME")
-    saved = {k: os.environ.get(k) for k in names}
-    for k in names:
-        os.environ[k] = str(base / k.lower())
-    yield base
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def jobs(console_home: Path) -> Iterator[dict[str, ScenarioJob]]:
+def jobs() -> Iterator[dict[str, ScenarioJob]]:
     """Every scenario running at once (their startups overlap); all killed at the end."""
     started: dict[str, ScenarioJob] = {}
     try:
@@ -52,19 +34,6 @@ def jobs(console_home: Path) -> Iterator[dict[str, ScenarioJob]]:
     finally:
         for job in started.values():
             job.stop()
-
-
-def run_cli(*args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, **extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
-    return subprocess.run(
-        [sys.executable, "-m", "areal_console", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
 
 
 EXPECTED = {
@@ -172,13 +141,13 @@ def test_unsavable_capture_is_still_shown(jobs: dict[str, ScenarioJob], tmp_path
     assert result.stderr.startswith("warning: capture not saved:")
 
 
-def test_bad_regex_is_a_clear_error(console_home: Path) -> None:
+def test_bad_regex_is_a_clear_error() -> None:
     result = run_cli("stacks", "--match", "(")
     assert result.returncode == 1
     assert result.stderr.startswith("error: bad --match regex")
 
 
-def test_non_python_rank_is_an_error_row(console_home: Path) -> None:
+def test_non_python_rank_is_an_error_row() -> None:
     """A process with rank variables that py-spy cannot read is data, not a failure."""
     env = dict(os.environ, RANK="7", WORLD_SIZE="8", LOCAL_RANK="7")
     proc = subprocess.Popen(["sleep", "4242.5"], env=env)

@@ -15,9 +15,7 @@ from collections.abc import Sequence
 from areal_console import __version__
 from areal_console.core.errors import (
     EXIT_ERROR,
-    EXIT_PARTIAL,
     EXIT_USAGE,
-    PartialFailure,
     UsageError,
     UserError,
 )
@@ -78,9 +76,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except PartialFailure as exc:
-        print(f"warning: {exc}", file=sys.stderr)
-        return EXIT_PARTIAL
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -11,10 +11,6 @@ class UsageError(UserError):
     """The command line itself is wrong; exit code 2."""
 
 
-class PartialFailure(Exception):
-    """Some nodes failed; results for the rest were already printed; exit code 3."""
-
-
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2

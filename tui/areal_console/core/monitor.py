@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,14 +54,10 @@ class FleetMonitor:
         fleet: Fleet,
         interval: float = 1.0,
         include_all: bool = False,
-        on_change: Callable[[str], None] | None = None,
-        max_backoff: float = 30.0,
     ) -> None:
         self.fleet = fleet
         self.interval = interval
         self.include_all = include_all
-        self.on_change = on_change
-        self.max_backoff = max_backoff
         self._views = {s.name: NodeView(s.name, s.spec.address) for s in fleet.sessions}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -125,8 +120,6 @@ class FleetMonitor:
             view = self._views[name]
             for key, value in changes.items():
                 setattr(view, key, value)
-        if self.on_change is not None:
-            self.on_change(name)
 
     def _on_sample(self, name: str, data: dict[str, Any]) -> None:
         with self._lock:
@@ -138,11 +131,9 @@ class FleetMonitor:
                 util = gpu.get("util")
                 if util is not None:
                     view.gpu_history.setdefault(gpu["index"], deque(maxlen=HISTORY)).append(util)
-        if self.on_change is not None:
-            self.on_change(name)
 
     def _supervise(self, session: NodeSession) -> None:
-        backoff = 1.0
+        failures = 0  # consecutive; the wait between attempts follows the session's Backoff
         name = session.name
         closed = threading.Event()
 
@@ -158,12 +149,12 @@ class FleetMonitor:
             closed.clear()
             self._update(name, state="connecting")
             try:
-                session.connect(force=True)  # this loop keeps its own backoff
+                session.connect(force=True)  # this loop does the waiting between attempts
                 self._update(
                     name, state="up", error=None, latency=session.latency, hello=session.hello
                 )
                 session.call("stream", {"interval": self.interval, "all": self.include_all})
-                backoff = 1.0
+                failures = 0
             except (AgentDisconnected, AgentError, OSError, ValueError) as exc:
                 key = session.unknown_host_key
                 self._update(name, state="down", error=str(exc) or exc.__class__.__name__)
@@ -174,9 +165,9 @@ class FleetMonitor:
                     self._wake[name].clear()
                     continue
                 session.close()
-                self._wake[name].wait(backoff)
+                failures += 1
+                self._wake[name].wait(session.backoff.delay(failures))
                 self._wake[name].clear()
-                backoff = min(self.max_backoff, backoff * 2)
                 continue
             # Measure latency now and then while the stream runs; wait for the link to drop.
             while not self._stop.is_set() and not closed.wait(5.0):
@@ -191,9 +182,9 @@ class FleetMonitor:
             reason = session.client.closed_reason if session.client else None
             session.close()
             self._update(name, state="down", error=reason or "connection lost")
-            self._wake[name].wait(backoff)
+            failures += 1
+            self._wake[name].wait(session.backoff.delay(failures))
             self._wake[name].clear()
-            backoff = min(self.max_backoff, backoff * 2)
 
 
 class RecordedMonitor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -295,6 +295,3 @@ class ClusterScreen(Screen[None]):
         self.text_filter = text_filter
         self.refresh_view()
         self.query_one(ProcessTable).focus()
-
-    def visible_processes(self) -> list[tuple[str, dict[str, Any]]]:
-        return [(v.name, p) for v in self._views for p in v.processes]
