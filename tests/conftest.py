@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import TestCluster, skip_reason
+from tests.cluster import TestCluster, free_port, skip_reason
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -156,7 +156,7 @@ class GlooJob:
 @pytest.fixture(scope="session")
 def gloo_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlooJob]:
     """One 4-rank job shared by every test that needs live ranks on this node."""
-    job = GlooJob(4, tmp_path_factory.mktemp("gloo-job"), port=29631)
+    job = GlooJob(4, tmp_path_factory.mktemp("gloo-job"), port=free_port())
     try:
         yield job
     finally:

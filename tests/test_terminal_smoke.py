@@ -46,8 +46,11 @@ def test_console_in_tmux_shows_ranks_help_and_quits(gloo_job: GlooJob, tmp_path)
         assert text.count("trainer") >= 4 and "launcher" in text
         assert "NVML unavailable" in text
         subprocess.run(["tmux", "send-keys", "-t", session, "?"], check=True)
-        help_text = wait_for(lambda: screen_with(session, "Keys — Cluster"), timeout=15,
-                             what="the help screen")  # fmt: skip
+        # Wait for the whole table, not its first frame: the modal may be caught mid-draw.
+        help_text = wait_for(
+            lambda: screen_with(session, "Keys — Cluster", "Filter nodes and processes"),
+            timeout=15, what="the help screen",
+        )  # fmt: skip
         assert "Filter nodes and processes" in help_text
         subprocess.run(["tmux", "send-keys", "-t", session, "Escape"], check=True)
         wait_for(lambda: "Keys — Cluster" not in screen(session), timeout=15, what="help closed")
