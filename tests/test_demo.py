@@ -47,7 +47,7 @@ def test_demo_diagnoses_the_hang_shows_batches_and_cleans_up(tmp_path: Path) -> 
         "TMPDIR",
     )
     exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in names)
-    command = (f"cd {shlex.quote(str(ROOT))} && env {exports} {shlex.quote(sys.executable)} "
+    command = (f"cd {shlex.quote(str(ROOT))} && env -u COLUMNS -u LINES {exports} {shlex.quote(sys.executable)} "
                "-m areal_console demo --pattern cleanup; echo EXITED=$?; sleep 60")  # fmt: skip
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "42", command],
                    check=True)  # fmt: skip

@@ -24,8 +24,10 @@ def test_console_in_tmux_shows_ranks_help_and_quits(gloo_job: GlooJob, tmp_path)
     env = cli_env(TERM="xterm-256color")
     exports = " ".join(f"{k}={shlex.quote(env[k])}" for k in (
         "PYTHONPATH", "AREAL_CONSOLE_DATA_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "TERM"))  # fmt: skip
-    command = f"cd {shlex.quote(str(ROOT))} && env {exports} {shlex.quote(sys.executable)} -m areal_console; echo EXITED=$?; sleep 30"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "40", command],
+    command = f"cd {shlex.quote(str(ROOT))} && env -u COLUMNS -u LINES {exports} {shlex.quote(sys.executable)} -m areal_console; echo EXITED=$?; sleep 30"
+    # Wide enough that the help table (at most 150 columns) keeps each description on one line.
+    # COLUMNS/LINES from the test process would override the real terminal size: unset them.
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "170", "-y", "45", command],
                    check=True)  # fmt: skip
     try:
         wait_for(lambda: "nodes up" in screen(session), timeout=60, what="the console")
@@ -47,10 +49,13 @@ def test_console_in_tmux_shows_ranks_help_and_quits(gloo_job: GlooJob, tmp_path)
         assert "NVML unavailable" in text
         subprocess.run(["tmux", "send-keys", "-t", session, "?"], check=True)
         # Wait for the whole table, not its first frame: the modal may be caught mid-draw.
-        help_text = wait_for(
-            lambda: screen_with(session, "Keys — Cluster", "Filter nodes and processes"),
-            timeout=15, what="the help screen",
-        )  # fmt: skip
+        try:
+            help_text = wait_for(
+                lambda: screen_with(session, "Keys — Cluster", "Filter nodes and processes"),
+                timeout=15, what="the help screen",
+            )  # fmt: skip
+        except TimeoutError:
+            raise AssertionError(f"no help table on screen:\n{screen(session)}") from None
         assert "Filter nodes and processes" in help_text
         subprocess.run(["tmux", "send-keys", "-t", session, "Escape"], check=True)
         wait_for(lambda: "Keys — Cluster" not in screen(session), timeout=15, what="help closed")

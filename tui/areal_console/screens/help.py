@@ -40,7 +40,7 @@ class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
-        width: 90%; max-width: 110; height: auto; max-height: 90%;
+        width: 90%; max-width: 150; height: auto; max-height: 90%;
         border: thick $accent; background: $surface; padding: 1 2;
     }
     """
