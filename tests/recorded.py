@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from areal_console.app import ConsoleApp
-from areal_console.core import batch_fixtures as bf
+from tests import batch_fixtures as bf
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import HISTORY, NodeView, RecordedMonitor

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from areal_console.core import batch_fixtures as bf
+from tests import batch_fixtures as bf
 from areal_console.core.batch_source import RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from areal_console.core import batch_fixtures as bf
+from tests import batch_fixtures as bf
 from areal_console.screens.batches import BatchesScreen, filter_rows
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.widgets.mini_histogram import MiniHistogram

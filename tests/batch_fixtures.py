@@ -1,8 +1,11 @@
-"""Realistic AReaL-style rollout dumps, written with `torch.save`, for tests, demos and benches.
+"""Rollout dumps as AReaL writes them, saved with `torch.save`, for tests, demos and benches.
 
-The layouts match what AReaL writes:
+Each sample is the episode dict AReaL's RLVR workflow returns (tests/areal_code.py:
+`rlvr_episode`, areal/workflow/rlvr.py:163-180) and a group is those episodes put together
+by AReaL's `concat_padded_tensors` (areal/utils/data.py:241-298, called by
+GroupedRolloutWorkflow, areal/infra/remote_inf_engine.py:162). Layouts:
 
-- trajectory dumps (`TrajectoryDebugConfig.dump_rollout_data`): a flat directory of
+- trajectory dumps (`trajectory_debug.dump_rollout_data`, AReaL PR #1407): a flat directory of
   `step_{step:06d}.pt` (or `step_{step:06d}_dp_{k}.pt` in SPMD mode), each a
   `list[dict[str, Tensor]]` with one dict per prompt group, every tensor right-padded to
   `[G, T_group]` (the group's longest sequence) and `rewards` of shape `[G]`;
@@ -10,7 +13,7 @@ The layouts match what AReaL writes:
 - text rollout dumps (`rollout.dump_to_file`): `rollout/<version>/<task_id>.jsonl`;
 - a model state_dict, which the browser must name as a checkpoint rather than a batch.
 
-Everything is seeded, so a fixture is the same bytes every time.
+Token values are random but seeded, so a fixture is the same bytes every time.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from tests import areal_code as ac
 
 PAD_TOKEN_ID = 0
 EOS_TOKEN_ID = 2
@@ -44,68 +49,56 @@ def make_group(
     multi_turn: bool = False,
     vocab_size: int = VOCAB_SIZE,
 ) -> dict[str, torch.Tensor]:
-    """One GRPO group: `group_size` completions of one shared prompt, right-padded."""
+    """One GRPO group: `group_size` completions of one shared prompt, as AReaL pads them.
+
+    A completion that hits the limit has `max_new_tokens` tokens and no EOS. With
+    `with_prox_logp`, the group carries `prox_logp` as the trainer adds it: next-token
+    aligned (`compute_logp`), the behaviour log-probability of the next token plus a
+    Gaussian drift of `prox_drift` (0 means the proximal policy is the behaviour one).
+    """
     prompt = torch.randint(3, vocab_size, (prompt_len,), generator=gen, dtype=torch.int32)
-    resp_lens: list[int] = []
-    truncated: list[bool] = []
-    for _ in range(group_size):
+    if equal_rewards:
+        same = float(torch.randint(0, 2, (), generator=gen).item())
+        rewards = [same] * group_size
+    else:
+        rewards = (torch.rand(group_size, generator=gen) < 0.5).float().tolist()
+        rewards[0], rewards[-1] = 1.0, 0.0  # a mixed group by construction
+    episodes = []
+    for i in range(group_size):
         hit_limit = torch.rand((), generator=gen).item() < no_eos_fraction
         if hit_limit:
-            resp_lens.append(max_new_tokens)
+            n = max_new_tokens
         else:
             # Lengths spread over the budget, most well below it (a log-normal-ish shape).
             frac = min(1.0, math.exp(torch.randn((), generator=gen).item() * 0.5 - 1.0))
-            resp_lens.append(max(2, int(frac * (max_new_tokens - 1))))
-        truncated.append(hit_limit)
-    width = prompt_len + max(resp_lens)
-    g = group_size
-    input_ids = torch.full((g, width), PAD_TOKEN_ID, dtype=torch.int32)
-    loss_mask = torch.zeros((g, width), dtype=torch.int32)
-    logprobs = torch.zeros((g, width), dtype=torch.float32)
-    versions = torch.full((g, width), -1, dtype=torch.int32)
-    turn_ids = torch.zeros((g, width), dtype=torch.int32)
-    attention_mask = torch.zeros((g, width), dtype=torch.bool)
-    for i, (n, cut) in enumerate(zip(resp_lens, truncated, strict=True)):
-        end = prompt_len + n
-        input_ids[i, :prompt_len] = prompt
+            n = max(2, int(frac * (max_new_tokens - 1)))
         response = torch.randint(3, vocab_size, (n,), generator=gen, dtype=torch.int32)
-        if not cut:
+        if not hit_limit:
             response[-1] = eos_token_id
-        input_ids[i, prompt_len:end] = response
-        attention_mask[i, :end] = True
-        loss_mask[i, prompt_len:end] = 1
-        logprobs[i, prompt_len:end] = -(torch.rand(n, generator=gen) ** 2) * 3.0
+        logprobs = (-(torch.rand(n, generator=gen) ** 2) * 3.0).tolist()
         # Asynchronous RL: a completion may start under an older policy and, with
         # interruptible generation, finish under a newer one.
         lag = int(torch.randint(0, max_staleness + 1, (), generator=gen).item())
         head = max(0, version - lag)
         switch = int(torch.randint(0, n, (), generator=gen).item())
-        versions[i, prompt_len:end] = head
-        versions[i, prompt_len + switch : end] = min(version, head + 1)
+        versions = [head] * switch + [min(version, head + 1)] * (n - switch)
+        episode = ac.rlvr_episode(
+            prompt.tolist(), response.tolist(), logprobs, versions, rewards[i]
+        )
         if multi_turn and n > 8:
             # A tool reply in the middle of the completion: not trained on, a new turn.
             mid = prompt_len + n // 2
-            loss_mask[i, mid : mid + 4] = 0
-            logprobs[i, mid : mid + 4] = 0.0
-            versions[i, mid : mid + 4] = -1
-            turn_ids[i, mid:end] = 1
-    if equal_rewards:
-        rewards = torch.full((g,), float(torch.randint(0, 2, (), generator=gen).item()))
-    else:
-        rewards = (torch.rand(g, generator=gen) < 0.5).float()
-        rewards[0], rewards[-1] = 1.0, 0.0  # a mixed group by construction
-    group: dict[str, torch.Tensor] = {
-        "input_ids": input_ids,
-        "loss_mask": loss_mask,
-        "logprobs": logprobs,
-        "versions": versions,
-        "turn_ids": turn_ids,
-        "attention_mask": attention_mask,
-        "rewards": rewards.to(torch.float32),
-    }
+            episode["loss_mask"][0, mid : mid + 4] = 0
+            episode["logprobs"][0, mid : mid + 4] = 0.0
+            episode["versions"][0, mid : mid + 4] = -1
+            episode["turn_ids"][0, mid : prompt_len + n] = 1
+        episodes.append(episode)
+    group = ac.concat_padded_tensors(episodes)
     if with_prox_logp:
-        drift = torch.randn((g, width), generator=gen) * prox_drift
-        group["prox_logp"] = (logprobs + drift) * loss_mask
+        # Padding of versions is 0 after concat_padded_tensors (pad_value 0.0), as in AReaL.
+        drift = torch.randn(group["logprobs"].shape, generator=gen) * prox_drift
+        next_mask = torch.roll(group["loss_mask"], shifts=-1, dims=-1).float()
+        group["prox_logp"] = (ac.next_token_logp(group["logprobs"]) + drift) * next_mask
     return group
 
 
@@ -182,20 +175,10 @@ def write_trajectory_dump(
 def write_dict_batch(
     path: str | Path, *, n_groups: int = 4, group_size: int = 4, seed: int = 0, step: int = 5
 ) -> Path:
-    """One dict of `[B, T]` tensors (all groups padded to one width), as saved by hand."""
+    """One dict of `[B, T]` tensors: the groups as the actor batches them (concat_batch,
+    areal/utils/data.py:369-390), what `torch.save(batch, ...)` in a debugger writes."""
     groups = make_trajectory(step, n_groups=n_groups, group_size=group_size, seed=seed)
-    width = max(g["input_ids"].shape[1] for g in groups)
-    batch: dict[str, torch.Tensor] = {}
-    for key in groups[0]:
-        parts = []
-        for g in groups:
-            t = g[key]
-            if t.dim() == 2 and t.shape[1] < width:
-                fill = -1 if key == "versions" else 0
-                pad = torch.full((t.shape[0], width - t.shape[1]), fill, dtype=t.dtype)
-                t = torch.cat([t, pad], dim=1)
-            parts.append(t)
-        batch[key] = torch.cat(parts, dim=0)
+    batch = ac.concat_padded_tensors(groups)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(batch, out)
