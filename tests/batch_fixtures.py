@@ -317,3 +317,105 @@ def write_large_trajectory(
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(groups, out)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# The variants AReaL writes beside plain RLVR groups
+
+
+def _episode_parts(
+    gen: torch.Generator, prompt: list[int], n: int, *, eos: bool, version: int = 0
+) -> tuple[list[int], list[float], list[int]]:
+    response = torch.randint(3, VOCAB_SIZE, (n,), generator=gen, dtype=torch.int32).tolist()
+    if eos:
+        response[-1] = EOS_TOKEN_ID
+    logprobs = (-(torch.rand(n, generator=gen) ** 2) * 3.0).tolist()
+    return response, logprobs, [version] * n
+
+
+def on_policy_group(
+    gen: torch.Generator, *, group_size: int = 4, prompt_len: int = 12, max_new_tokens: int = 24
+) -> dict[str, Any]:
+    """A group whose proximal policy is the behaviour policy (on-policy, nothing stale):
+    `prox_logp` is exactly what `compute_logp` returns for it, so pi_prox/pi_behave is 1."""
+    prompt = torch.randint(3, VOCAB_SIZE, (prompt_len,), generator=gen).tolist()
+    episodes = []
+    for i in range(group_size):
+        n = max_new_tokens if i == 0 else int(torch.randint(4, max_new_tokens, (), generator=gen))
+        resp, logp, vers = _episode_parts(gen, prompt, n, eos=i != 0)
+        episodes.append(ac.rlvr_episode(prompt, resp, logp, vers, float(i % 2)))
+    group = ac.concat_padded_tensors(episodes)
+    group["prox_logp"] = ac.next_token_logp(group["logprobs"])
+    return group
+
+
+def teacher_group(
+    gen: torch.Generator, *, rl_loss_weight: float, distill_loss_weight: float
+) -> dict[str, Any]:
+    """A group after the teacher step of on-policy distillation: `teacher_logp` plus the two
+    loss weights as Python floats (rl_trainer.py:758-763)."""
+    group = on_policy_group(gen)
+    teacher = ac.next_token_logp(group["logprobs"]) + 0.1
+    ac.add_teacher(group, teacher, rl_loss_weight, distill_loss_weight)
+    return group
+
+
+def vision_group(gen: torch.Generator, *, group_size: int = 3) -> dict[str, Any]:
+    """A VisionRLVRWorkflow group: per-sample `multi_modal_input` dicts (pixel_values,
+    image_grid_thw), int64 token ids, `mm_token_type_ids`."""
+    prompt = torch.randint(3, VOCAB_SIZE, (10,), generator=gen).tolist()
+    mm_types = [0] * 4 + [1] * 4 + [0] * 2
+    episodes = []
+    for i in range(group_size):
+        resp, logp, vers = _episode_parts(gen, prompt, 6 + 2 * i, eos=True)
+        patches = 16 + 4 * i
+        episodes.append(
+            ac.vision_episode(
+                prompt,
+                mm_types,
+                resp,
+                logp,
+                vers,
+                float(i == 0),
+                pixel_values=torch.randn(patches, 1176, generator=gen),
+                image_grid_thw=torch.tensor([[1, 4, patches // 4]]),
+            )
+        )
+    return ac.concat_padded_tensors(episodes)
+
+
+def agent_group(gen: torch.Generator, *, task_id: str, group_size: int = 4) -> dict[str, Any]:
+    """An agent-workflow group with `gconfig.reward_normalization`: `rewards` are
+    group-normalised, `original_rewards` the task's; plus a workflow's own `task_id` string
+    (check_trajectory_format accepts non-tensor entries, workflow_executor.py:211-212)."""
+    prompt = torch.randint(3, VOCAB_SIZE, (8,), generator=gen).tolist()
+    raw = [1.0] + [0.0] * (group_size - 1)
+    normalised = ac.normalize_group_rewards(raw)
+    episodes = []
+    for i in range(group_size):
+        resp, logp, vers = _episode_parts(gen, prompt, 5 + i, eos=True)
+        ep: dict[str, Any] = ac.interaction_episode(prompt, resp, logp, vers, normalised[i], raw[i])
+        ep["task_id"] = task_id
+        episodes.append(ep)
+    return ac.concat_padded_tensors(episodes)
+
+
+def write_step(
+    directory: str | Path, step: int, groups: list[dict[str, Any]], dp_rank: int | None = None
+) -> Path:
+    """Save one step's batch under AReaL's name for it (PR #1407 rl_trainer.py:1371-1388)."""
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    path = ac.trajectory_path(str(directory), step, dp_rank)
+    ac.save_trajectory(groups, path)
+    return Path(path)
+
+
+def write_single_controller_step(
+    directory: str | Path, step: int, groups: list[dict[str, Any]], workers: list[str]
+) -> Path:
+    """What the controller saves in single-controller mode: each group as the rollout
+    worker that made it returned it, remotized into RTensor references (rtensor.py:371-425,
+    engine_blueprint.py:607-609), pickled with AReaL's own class names."""
+    with ac.rtensor_module() as module:
+        refs = [ac.remotize(module, g, workers[i % len(workers)]) for i, g in enumerate(groups)]
+        return write_step(directory, step, refs)

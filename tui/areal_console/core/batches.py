@@ -134,10 +134,21 @@ SHARD_CLASS = "areal.infra.rpc.rtensor.TensorShardInfo"
 
 
 class RTensorRef:
-    """An unpickled `RTensor`: `shard` (a ShardRef) and `data` (a meta tensor)."""
+    """An unpickled `RTensor`: `shard` (a ShardRef) and `data` (a meta tensor).
+
+    `shape` and `dtype` read the meta tensor, as AReaL's own properties do (rtensor.py:546-554).
+    """
 
     shard: Any = None
     data: Any = None
+
+    @property
+    def shape(self) -> Any:
+        return getattr(self.data, "shape", ())
+
+    @property
+    def dtype(self) -> Any:
+        return getattr(self.data, "dtype", None)
 
 
 class ShardRef:
