@@ -124,9 +124,7 @@ def concat_padded_tensors(
     return result
 
 
-def _unpad_splits(
-    splits: list[torch.Tensor], traj_seqlens: list[int] | None
-) -> list[torch.Tensor]:
+def _unpad_splits(splits: list[torch.Tensor], traj_seqlens: list[int] | None) -> list[torch.Tensor]:
     """areal/utils/data.py:301-310."""
     if traj_seqlens is None:
         return splits
@@ -323,7 +321,7 @@ def save_trajectory(batch: list[dict[str, Any]], path: str) -> None:
 
 RTENSOR_MODULE = "areal.infra.rpc.rtensor"
 
-_RTENSOR_SOURCE = '''
+_RTENSOR_SOURCE = """
 from dataclasses import dataclass
 from typing import Any
 
@@ -340,7 +338,7 @@ class TensorShardInfo:
 class RTensor:
     shard: TensorShardInfo
     data: torch.Tensor
-'''
+"""
 
 
 @contextlib.contextmanager

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests import batch_fixtures as bf
 from areal_console.core.batch_source import RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import local_node
+
+from tests import batch_fixtures as bf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +81,9 @@ def test_json_summary_of_a_file_matches_design_schema(dump: Path, env: dict[str,
     assert s["keys"]["attention_mask"] == {
         "shape": [16, s["keys"]["input_ids"]["shape"][1]],
         "dtype": "bool",
+        "kind": "tensor",
     }
+    assert set(s["stats"]["task_reward"]) == {"mean", "std", "min", "max"}
     assert set(s["stats"]["reward"]) == {"mean", "std", "min", "max"}
     assert s["stats"]["no_eos_ratio"] is not None
 

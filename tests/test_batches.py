@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 import torch
-from tests import batch_fixtures as bf
 from areal_console.core import batches as b
 from areal_console.core.batches import BatchError, UnsafePickleError
+
+from tests import batch_fixtures as bf
 
 
 @pytest.fixture(scope="module")
@@ -442,7 +443,11 @@ def test_node_source_runs_without_the_console_installed(step_file: Path) -> None
         """
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], input=node_source(), capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        input=node_source(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "gconfig.max_new_tokens" in out.stdout

@@ -83,3 +83,7 @@ def rejection_sampling_example(upper: float) -> str:
         + ".upper="
         + format(upper, "g")
     )
+
+
+# Keys of the console's own reference trainer that AReaL does not have (documented as such).
+REFERENCE_TRAINER_KEYS = ("trajectory_debug.save_checkpoints",)
