@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, Stack
 
@@ -105,14 +106,9 @@ def _short(fn: str) -> str:
 
 
 def _is_library(frame: Frame) -> bool:
-    f = frame.file
-    return (
-        "/torch/" in f
-        or "site-packages" in f
-        or "dist-packages" in f
-        or "/lib/python3" in f
-        or f.startswith("<")
-    )
+    """Library code by package (torch and its deps, the stdlib, known infrastructure),
+    never by install location: AReaL's frames and pip-installed trainers are user code."""
+    return is_library_file(frame.file)
 
 
 def collective_frame(frames: Stack) -> Frame | None:

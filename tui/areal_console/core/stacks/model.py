@@ -18,6 +18,9 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 MAIN_THREAD = "MainThread"
+# AReaL's single-controller workers run all engine work, and so every collective, in this
+# thread (areal/infra/rpc/guard/engine_blueprint.py:166 at AReaL cbff54d6).
+ENGINE_THREADS = frozenset({"EngineWorker"})
 
 # Leaf functions of threads that are parked waiting for work: hidden unless asked for.
 IDLE_LEAVES = frozenset(
@@ -100,6 +103,7 @@ class RankStack:
     error: str | None = None
     progressing: bool | None = None
     threads: list[Thread] = field(default_factory=list)
+    _work: list[Thread | None] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def main_thread(self) -> Thread | None:
@@ -109,9 +113,33 @@ class RankStack:
         return self.threads[0] if self.threads else None
 
     @property
-    def main_frames(self) -> Stack:
+    def work_thread(self) -> Thread | None:
+        """The thread doing the job's work: the one inside torch.distributed (the main
+        thread first), else an engine thread (AReaL's `EngineWorker`), else the main thread."""
+        if self._work and self._work[0] in self.threads:
+            return self._work[0]
+        self._work[:] = [self._pick_work_thread()]
+        return self._work[0]
+
+    def _pick_work_thread(self) -> Thread | None:
         main = self.main_thread
-        return main.frames if main is not None else ()
+        if main is not None and in_distributed(main.frames):
+            return main
+        for t in self.threads:
+            if in_distributed(t.frames):
+                return t
+        for t in self.threads:
+            if t.name in ENGINE_THREADS:
+                return t
+        return main
+
+    @property
+    def work_frames(self) -> Stack:
+        """Frames of `work_thread`: what groups, diffs and the diagnosis compare."""
+        work = self.work_thread
+        return work.frames if work is not None else ()
+
+    main_frames = work_frames  # the name older callers use
 
     @property
     def label(self) -> str:
@@ -244,10 +272,23 @@ def parse_pyspy_threads(
     return threads
 
 
+def is_distributed_frame(frame: Frame) -> bool:
+    """A frame of torch.distributed (by path, whatever the install location)."""
+    f = frame.file
+    return "torch/distributed/" in f or "c10d" in f or "torch\\distributed\\" in f
+
+
+def in_distributed(frames: Stack) -> bool:
+    return any(is_distributed_frame(f) for f in frames)
+
+
 def is_idle_stack(frames: Stack) -> bool:
-    """A thread parked in a wait (pool workers, queues, selectors) and not doing work."""
+    """A thread parked in a wait (pool workers, queues, selectors) and not doing work;
+    a wait inside torch.distributed (`recv`, `wait` of a collective) is work."""
     if not frames:
         return True
+    if is_distributed_frame(frames[0]):
+        return False
     return frames[0].function.rsplit(".", 1)[-1] in IDLE_LEAVES
 
 

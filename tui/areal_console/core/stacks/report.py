@@ -91,7 +91,7 @@ def text_report(
     if others:
         lines += ["", "Other job processes:"]
         for r in others:
-            leaf = r.main_frames[0] if r.main_frames else None
+            leaf = r.work_frames[0] if r.work_frames else None
             where = _frame_line(leaf) if leaf else "no frames"
             lines.append(f"  {r.role or 'process'} pid {r.pid} on {r.node}: {where}")
     failed = [r for r in capture.ranks if r.state != "ok"]
