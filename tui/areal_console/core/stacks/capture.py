@@ -81,6 +81,12 @@ def select_job_processes(
     for p in processes:
         if p["pid"] not in chosen and p.get("role") in JOB_ROLES and wanted(p):
             chosen[p["pid"]] = p
+    # The rest of a chosen AReaL job (experiment/trial): its servers and controller, whose
+    # command lines need not match.
+    jobs = {p.get("job") for p in chosen.values()} - {None}
+    for p in processes:
+        if p["pid"] not in chosen and p.get("job") in jobs and p.get("role") in JOB_ROLES:
+            chosen[p["pid"]] = p
     return sorted(chosen.values(), key=lambda p: p["pid"])
 
 

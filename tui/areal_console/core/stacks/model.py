@@ -89,6 +89,60 @@ class Thread:
 
 
 @dataclass
+class ServerInfo:
+    """An inference server's address and its last `GET /health` answer (from the agent)."""
+
+    kind: str  # sglang | vllm
+    url: str
+    host: str | None = None
+    port: int | None = None
+    ok: bool | None = None  # None: not polled
+    status: int | None = None
+    latency_ms: float | None = None
+    error: str | None = None
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://").split("/", 1)[0]
+
+    @property
+    def health_text(self) -> str:
+        if self.ok is None:
+            return "health not known"
+        took = f" in {self.latency_ms:g} ms" if self.latency_ms is not None else ""
+        return f"healthy{took}" if self.ok else f"unhealthy: {self.error or 'no answer'}{took}"
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ServerInfo | None:
+        if not isinstance(raw, dict) or not raw.get("url"):
+            return None
+        polled = raw.get("health")
+        health: dict[str, Any] = polled if isinstance(polled, dict) else {}
+        return cls(
+            kind=str(raw.get("kind") or "server"),
+            url=str(raw["url"]),
+            host=raw.get("host"),
+            port=raw.get("port"),
+            ok=health.get("ok", raw.get("ok")),
+            status=health.get("status", raw.get("status")),
+            latency_ms=health.get("latency_ms", raw.get("latency_ms")),
+            error=health.get("error", raw.get("error")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "url": self.url,
+            "host": self.host,
+            "port": self.port,
+            "ok": self.ok,
+            "status": self.status,
+            "latency_ms": self.latency_ms,
+            "error": self.error,
+        }
+
+
+@dataclass
 class RankStack:
     """One process of the job (a rank, or a launcher/server with `rank` None)."""
 
@@ -103,6 +157,8 @@ class RankStack:
     error: str | None = None
     progressing: bool | None = None
     threads: list[Thread] = field(default_factory=list)
+    job: str | None = None  # AReaL experiment/trial, when the command line says
+    server: ServerInfo | None = None
     _work: list[Thread | None] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
@@ -159,6 +215,8 @@ class RankStack:
             "state": self.state,
             "error": self.error,
             "progressing": self.progressing,
+            "job": self.job,
+            "server": self.server.to_json() if self.server else None,
         }
         if with_threads:
             doc["threads"] = [t.to_json() for t in self.threads]
@@ -354,6 +412,8 @@ def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankSta
         world_size=proc.get("world_size"),
         role=proc.get("role"),
         cmdline=str(proc.get("cmdline") or ""),
+        job=proc.get("job"),
+        server=ServerInfo.from_json(proc.get("server")),
         **extra,
     )
 
@@ -428,6 +488,8 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
                 error=r.get("error"),
                 progressing=r.get("progressing"),
                 threads=threads,
+                job=r.get("job"),
+                server=ServerInfo.from_json(r.get("server")),
             )
         )
     return StackCapture(
