@@ -35,13 +35,18 @@ import os
 import re
 import sys
 import time
+import warnings
 from datetime import timedelta
 from typing import Any
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
+# A node's python may lack numpy; torch then warns "Failed to initialize NumPy" on import,
+# into every replay log. Nothing here uses numpy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 TRAINER_NAME = "areal-console reference trainer"
 TRAINER_VERSION = 1
