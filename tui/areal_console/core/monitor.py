@@ -185,9 +185,7 @@ class FleetMonitor:
                 self._update(
                     name, state="up", error=None, latency=session.latency, hello=session.hello
                 )
-                reply = session.call(
-                    "stream", {"interval": self.interval, "all": self.include_all}
-                )
+                reply = session.call("stream", {"interval": self.interval, "all": self.include_all})
                 if isinstance(reply, dict) and reply.get("stream"):
                     with self._lock:
                         self._stream_ids[name] = max(

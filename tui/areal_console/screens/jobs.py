@@ -102,9 +102,7 @@ def merge_jobs(
             r.state, r.error = "unknown", f"node {r.node} is not connected"
     # Newest first; launch time alone is not a total order (records from a node without
     # it read 0), so ties go by node and job id and the order survives a restart.
-    return sorted(
-        by_key.values(), key=lambda r: (-(r.launched_at or 0), r.node, r.job_id)
-    )
+    return sorted(by_key.values(), key=lambda r: (-(r.launched_at or 0), r.node, r.job_id))
 
 
 class JobsScreen(Screen[None]):
