@@ -276,7 +276,7 @@ class BatchesScreen(Screen[None]):
             ("dp", "dp"),
             ("samples", "samples"),
             ("resp", "resp"),
-            ("task_reward", "reward"),
+            ("reward", "reward"),  # the mean task_reward (AReaL's name) of the file
             ("no_eos", "no_eos"),
         ):
             steps.add_column(label, key=key)
