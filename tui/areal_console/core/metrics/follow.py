@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import os
-import shlex
 import tempfile
 import time
 import zlib
@@ -229,7 +228,7 @@ def run_identity(cmdline: str | list[str]) -> dict[str, str]:
     (areal/infra/rpc/guard/app.py:518-528 at cbff54d6); a controller or SPMD trainer carries AReaL's
     config overrides `cluster.fileroot=F experiment_name=E trial_name=T`.
     """
-    argv = shlex.split(cmdline) if isinstance(cmdline, str) else list(cmdline)
+    argv = cmdline.split() if isinstance(cmdline, str) else list(cmdline)
     out: dict[str, str] = {}
     for i, arg in enumerate(argv):
         flag, eq, value = arg.partition("=")
@@ -254,10 +253,7 @@ def log_dir_from_processes(cmdlines: list[str], user: str) -> str | None:
     """The first complete identity among a job's processes, as a log directory."""
     merged: dict[str, str] = {}
     for cmd in cmdlines:
-        try:
-            identity = run_identity(cmd)
-        except ValueError:
-            continue
+        identity = run_identity(cmd)
         found = log_dir_of(identity, user)
         if found:
             return found

@@ -222,7 +222,8 @@ def check_reward_flat(get: Mapping[str, Series], t: HealthThresholds) -> list[He
         "reward_flat", name, steps[-1],
         f"{name} is not increasing: fitted change {gain:+.3g} over the last {n} steps",
         "Establish a baseline by evaluating before training; train on the test set to see "
-        "whether rewards rise there; if not, tune batch size or learning rate, try another "
+        "whether rewards rise there; if not, tune the batch size "
+        "(train_dataset.batch_size) or learning rate (actor.optimizer.lr), try another "
         "base model or SFT first; if they do, check the training data's quality and "
         "difficulty (dynamic filtering via should_accept_fn)",
         ("train_dataset.batch_size", "actor.optimizer.lr"),
