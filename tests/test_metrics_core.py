@@ -79,7 +79,7 @@ def test_parser_reads_every_step_and_metric_as_areal_wrote_them(
     assert sorted(store.names()) == sorted(actor_stats(0))  # names exactly as AReaL's
     for step in (0, 5, 11):
         for key, value in actor_stats(step).items():
-            steps, values = store.series(key)
+            _, values = store.series(key)
             assert values[step] == rounded(value)
     assert parser.finished
     assert parser.total_steps == 12
