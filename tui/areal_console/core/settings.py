@@ -122,7 +122,7 @@ def load_settings(path: Path | None = None) -> Settings:
     return settings
 
 
-def _check_health(where: str, value: dict[Any, Any]) -> None:
+def _check_health(where: str, value: Any) -> None:
     from areal_console.core.metrics.health import thresholds_from
 
     for name, number in value.items():
