@@ -1185,7 +1185,7 @@ def op_file_tail(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 def find_logs(path: str, max_depth: int = 3, limit: int = 64) -> dict[str, Any]:
     """A run's log files and tensorboard event files at `path` (a file or a directory)."""
-    path = os.path.abspath(os.path.expanduser(path))
+    path = os.path.normpath(os.path.expanduser(path))
     if os.path.isfile(path):
         is_events = os.path.basename(path).startswith(EVENT_PREFIX)
         return {"path": path, "kind": "file", "logs": [] if is_events else [path],

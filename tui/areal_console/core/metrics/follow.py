@@ -57,7 +57,8 @@ class LocalFiles:
 
 
 class Caller(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def call(self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0) -> Any: ...
 

@@ -62,3 +62,17 @@ def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs
     detail = f" ({'; '.join(errors)})" if errors else ""
     raise UserError(f"no process {what}names an AReaL log directory (--fileroot, "
                     f"--experiment-name, --trial-name){detail}; give the log path instead")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HealthTarget:
+    """What the Health view follows: a path (on `node`, or here), or the job `match` selects."""
+
+    path: str | None = None
+    node: str | None = None
+    match: str | None = None
+
+    def describe(self) -> str:
+        if self.path:
+            return f"{self.node}:{self.path}" if self.node else self.path
+        return f"the job matching {self.match!r}" if self.match else "no run"

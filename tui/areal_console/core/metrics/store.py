@@ -66,16 +66,20 @@ class MetricStore:
         """Steps and values of one metric (empty lists if the run never logged it)."""
         steps: list[int] = []
         values: list[float] = []
-        for block in self.blocks:
+        for block in list(self.blocks):
             j = block.index.get(name)
             if j is None:
                 continue
-            steps.extend(block.steps)
-            values.extend(block.values[j :: len(block.names)])
+            width = len(block.names)
+            # Another thread may be appending: take only complete rows.
+            n = min(len(block.steps), len(block.values) // width)
+            steps.extend(block.steps[:n])
+            values.extend(block.values[j : n * width : width])
         pair = self._scalars.get(name)
         if pair is not None:
-            steps.extend(pair[0])
-            values.extend(pair[1])
+            n = min(len(pair[0]), len(pair[1]))
+            steps.extend(pair[0][:n])
+            values.extend(pair[1][:n])
         return steps, values
 
     def latest(self, name: str) -> float | None:
