@@ -15,8 +15,9 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw, take_capture
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
-from areal_console.scenarios import PATTERNS, ScenarioJob, start_scenario
 from conftest import run_cli
+
+from tests.fixtures.hang import PATTERNS, ScenarioJob, start_scenario
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import areal_console.scenarios.hang as hang_module
 import pytest
 from areal_console.core.stacks.model import StackCapture, build_capture
 from areal_console.screens.source_view import SourceViewScreen
@@ -18,6 +17,8 @@ from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
 from textual.app import App
 from textual.widgets import Input, Static
+
+import tests.fixtures.hang as hang_module
 
 DATA = Path(__file__).parent / "data" / "pyspy"
 HANG_PY = str(Path(hang_module.__file__).resolve())
