@@ -208,6 +208,7 @@ def test_capture_is_parallel_and_saved(jobs: dict[str, ScenarioJob]) -> None:
 async def test_screen_captures_a_live_job(jobs: dict[str, ScenarioJob]) -> None:
     """The Stacks screen taking a real capture through the local agent, end to end."""
     from areal_console.screens.stacks import StacksScreen
+    from areal_console.styles import STYLESHEET
     from areal_console.widgets.rank_group_table import RankGroupTable
     from textual.app import App
 
@@ -216,6 +217,8 @@ async def test_screen_captures_a_live_job(jobs: dict[str, ScenarioJob]) -> None:
     screen = StacksScreen(recapture=lambda: take_capture(fleet, options))
 
     class StacksApp(App[None]):
+        CSS_PATH = STYLESHEET
+
         def on_mount(self) -> None:
             self.push_screen(screen)
 

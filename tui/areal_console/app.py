@@ -33,6 +33,7 @@ from areal_console.screens.help import HelpScreen
 from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
+from areal_console.styles import STYLESHEET
 
 
 class Monitor(Protocol):
@@ -65,6 +66,7 @@ class ConsoleApp(App[None]):
     """areal-console: live GPUs and ranks of a training job, one key from a diagnosis."""
 
     TITLE = "areal-console"
+    CSS_PATH = STYLESHEET
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),

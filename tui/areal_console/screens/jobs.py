@@ -106,7 +106,6 @@ def merge_jobs(
 class JobsScreen(Screen[None]):
     """Replays and other jobs on every node: state, exit code, verification, live log."""
 
-    CSS_PATH = "../styles/jobs.tcss"
     BINDINGS = [
         Binding(
             "slash",
