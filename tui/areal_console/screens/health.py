@@ -1,35 +1,35 @@
 """The Health screen: a run's metrics from AReaL's own log, the guide's checks, stalls.
 
 A poll worker reads what the log gained since the last poll (offset-based, through the
-node's agent or locally), rebuilds the report and posts it; the next poll is scheduled
-when that result has been drawn, so polls never overlap. Results carry the generation of
-the target they answer: results for a target the user has since left are dropped.
+node's agent or locally), rebuilds the report and posts it (`messages.HealthPolled`); the
+next poll is armed when the last one ended (`PollChain`), so polls never overlap, and a
+reply to an older request is dropped.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import threading
 from typing import TYPE_CHECKING
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.message import Message
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input
 
 from areal_console.core.errors import UserError
 from areal_console.core.metrics.follow import FileAccess, LocalFiles, MetricsFollower, NodeFiles
 from areal_console.core.metrics.health import TASK_REWARD, HealthThresholds
 from areal_console.core.metrics.locate import HealthTarget, find_job_logs
-from areal_console.core.metrics.report import HealthReport, MetricSummary, summarize
+from areal_console.core.metrics.report import HealthReport, summarize
+from areal_console.messages import HealthPolled
 from areal_console.widgets.health_banner import HealthBanner
 from areal_console.widgets.metric_plot import MetricPlot
 from areal_console.widgets.metric_table import MetricTable
 from areal_console.widgets.status_line import StatusLine
+from areal_console.workers import PollChain, Ticket, WorkerHost, background
 
 if TYPE_CHECKING:
     from areal_console.app import ConsoleApp
@@ -37,36 +37,9 @@ if TYPE_CHECKING:
 POLL_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
-class HealthSnapshot:
-    """One poll's result, ready to draw."""
-
-    report: HealthReport
-    summaries: list[MetricSummary]
-    plotted: dict[str, tuple[list[int], list[float]]]
-    new_steps: int
-
-
-class HealthPolled(Message):
-    """A poll finished: its snapshot, or the error that stopped it."""
-
-    def __init__(self, generation: int, snapshot: HealthSnapshot | None, error: str | None):
-        super().__init__()
-        self.generation = generation
-        self.snapshot = snapshot
-        self.error = error
-
-
-class HealthScreen(Screen[None]):
+class HealthScreen(WorkerHost, Screen[None]):
     """Training health of one run: every metric, a plot, the guide's warnings, stalls."""
 
-    DEFAULT_CSS = """
-    HealthScreen { layout: vertical; }
-    HealthScreen #health-filter { display: none; height: 3; }
-    HealthScreen #health-filter.visible { display: block; }
-    HealthScreen #health-table-box { height: 1fr; }
-    HealthScreen #health-plot-box { height: 1fr; min-height: 10; }
-    """
     BINDINGS = [
         Binding("slash", "filter", "Filter", id="health.filter",
                 tooltip="Search metric names"),
@@ -95,10 +68,10 @@ class HealthScreen(Screen[None]):
         self.poll_seconds = poll_seconds
         self.text_filter = ""
         self.plotted: list[str] = []
-        self.generation = 0
         self.follower: MetricsFollower | None = None
         self.report: HealthReport | None = None
-        self._timer: Timer | None = None
+        self._reading = threading.Lock()
+        self.polls = PollChain(self, self.poll, group="health-poll", interval=poll_seconds)
 
     @property
     def console(self) -> ConsoleApp:
@@ -125,28 +98,24 @@ class HealthScreen(Screen[None]):
             table.focus()
 
     def on_unmount(self) -> None:
-        if self._timer is not None:
-            self._timer.stop()
         if self.follower is not None:
             self.follower.close()
 
     # the poll worker: never touches widgets --------------------------------------------
-    @work(thread=True, exclusive=True, exit_on_error=False, group="health-poll")
-    def poll(self) -> None:
-        generation = self.generation
-        try:
-            if self.follower is None:
-                self.follower = self._open_follower()
-            new = self.follower.poll()
+    @background("health-poll", doing="reading the run's log", retry="press r to read it again")
+    def poll(self, ticket: Ticket) -> None:
+        with self._reading:  # a refresh while a slow poll still reads waits for it
+            try:
+                if self.follower is None:
+                    self.follower = self._open_follower()
+                self.follower.poll()
+            except UserError as exc:  # no such path, a node that dropped: in the banner
+                self.post_message(HealthPolled(None, [], {}, str(exc), ticket=ticket))
+                return
             report = self.follower.report()
             summaries = summarize(self.follower.store, self.thresholds.window)
             plotted = {n: self.follower.store.series(n) for n in self._plot_names(report)}
-            snapshot = HealthSnapshot(report, summaries, plotted, new)
-            self.post_message(HealthPolled(generation, snapshot, None))
-        except UserError as exc:
-            self.post_message(HealthPolled(generation, None, str(exc)))
-        except Exception as exc:  # a node that dropped, a file that vanished
-            self.post_message(HealthPolled(generation, None, str(exc) or type(exc).__name__))
+        self.post_message(HealthPolled(report, summaries, plotted, ticket=ticket))
 
     def _open_follower(self) -> MetricsFollower:
         target = self.target
@@ -174,19 +143,17 @@ class HealthScreen(Screen[None]):
 
     @on(HealthPolled)
     def _polled(self, message: HealthPolled) -> None:
-        if message.generation != self.generation:
-            return  # an answer about a target we left
-        if message.snapshot is None:
+        if not self.fresh(message):
+            return  # an answer to an older request
+        if message.report is None:
             self.query_one(HealthBanner).show(None, message.error)
             self.query_one(StatusLine).say(f"source: {self.target.describe()} · {message.error}")
         else:
-            self._draw(message.snapshot)
-        if self._timer is not None:
-            self._timer.stop()
-        self._timer = self.set_timer(self.poll_seconds, self.poll)
+            self._draw(message)
 
-    def _draw(self, snap: HealthSnapshot) -> None:
+    def _draw(self, snap: HealthPolled) -> None:
         report = snap.report
+        assert report is not None
         self.report = report
         if not self.plotted:
             self.plotted = list(snap.plotted)
@@ -219,7 +186,7 @@ class HealthScreen(Screen[None]):
     # actions ----------------------------------------------------------------------------
     def action_filter(self) -> None:
         box = self.query_one("#health-filter", Input)
-        box.add_class("visible")
+        box.add_class("-visible")
         box.value = self.text_filter
         box.focus()
 
@@ -234,10 +201,10 @@ class HealthScreen(Screen[None]):
 
     def action_back(self) -> None:
         box = self.query_one("#health-filter", Input)
-        if self.text_filter or box.has_class("visible"):
+        if self.text_filter or box.has_class("-visible"):
             self.text_filter = ""
             box.value = ""
-            box.remove_class("visible")
+            box.remove_class("-visible")
             self.query_one(MetricTable).focus()
             self._replot()
         else:
