@@ -57,7 +57,12 @@ class DumpSection:
 
     @property
     def has_content(self) -> bool:
-        return bool(self.threads) or self.error is not None or bool(self.cmdline)
+        return (
+            bool(self.threads)
+            or self.error is not None
+            or bool(self.cmdline)
+            or self.pid is not None
+        )
 
 
 def parse_text(text: str, source: str) -> list[DumpSection]:
@@ -171,6 +176,8 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
             state, error = "error", _explain(s.error)
             if "python version" in s.error.lower():
                 role = role or "wrapper"
+        elif not s.threads:
+            state, error = "error", "no py-spy output for this process (its error went elsewhere?)"
         else:
             state, error = "ok", None
         if rank is None and not named and state == "ok" and role is None:
