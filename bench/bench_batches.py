@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="write the dump here and keep it")
     args = parser.parse_args()
 
-    from tests import batch_fixtures as bf
+    from tests.fixtures import batch_dumps as bf
 
     tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="bench-batches-")
     directory = Path(args.keep or tmp.name)  # type: ignore[union-attr]

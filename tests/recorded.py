@@ -24,7 +24,7 @@ from areal_console.widgets.token_view import TokenView
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log
 
-from tests import batch_fixtures as bf
+from tests.fixtures import batch_dumps as bf
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -1,4 +1,4 @@
-"""The transcriptions in tests/areal_code.py against AReaL's own source.
+"""The transcriptions in tests/fixtures/areal_code.py against AReaL's own source.
 
 AReaL's functions are taken out of its source with `ast` (from a git checkout, at the
 commit the transcriptions cite) and run next to ours on the same inputs. Skipped, with the
@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from areal_console.core import batches as b
 
-from tests import areal_code as ac
-from tests import batch_fixtures as bf
+from tests.fixtures import areal_code as ac
+from tests.fixtures import batch_dumps as bf
 
 AREAL_REPO = os.environ.get("AREAL_REPO", "/work/.mirror/areal-project+AReaL/repo")
 

@@ -15,7 +15,7 @@ from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import local_node
 
-from tests import batch_fixtures as bf
+from tests.fixtures import batch_dumps as bf
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ import torch
 from areal_console.core import batches as b
 from areal_console.core.batches import BatchError, UnsafePickleError
 
-from tests import batch_fixtures as bf
+from tests.fixtures import batch_dumps as bf
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The dump variants AReaL writes, read as AReaL's actor reads them.
 
-Fixtures are built with AReaL's own functions (tests/areal_code.py, transcribed and
+Fixtures are built with AReaL's own functions (tests/fixtures/areal_code.py, transcribed and
 checked against AReaL's source in tests/test_areal_code.py) and saved with `torch.save`.
 """
 
@@ -17,8 +17,8 @@ import torch
 from areal_console.core import batches as b
 from areal_console.core.batches import BatchError
 
-from tests import areal_code as ac
-from tests import batch_fixtures as bf
+from tests.fixtures import areal_code as ac
+from tests.fixtures import batch_dumps as bf
 
 
 def _gen(seed: int = 7) -> torch.Generator:
