@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from areal_console.core.textfmt import printable
+
 MAIN_THREAD = "MainThread"
 
 # Leaf functions of threads that are parked waiting for work: hidden unless asked for.
@@ -189,7 +191,9 @@ class FrameTable:
         key = (function, file, line)
         found = self._frames.get(key)
         if found is None:
-            found = self._frames[key] = Frame(function, file, line)
+            # Names and paths come from the node (or a saved file): never raw control
+            # characters into a terminal, whichever view shows them.
+            found = self._frames[key] = Frame(printable(function), printable(file), line)
         return found
 
     def pyspy_stack(self, raw_frames: list[dict[str, Any]]) -> Stack:
@@ -312,7 +316,7 @@ def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankSta
         local_rank=proc.get("local_rank"),
         world_size=proc.get("world_size"),
         role=proc.get("role"),
-        cmdline=str(proc.get("cmdline") or ""),
+        cmdline=printable(proc.get("cmdline") or ""),
         **extra,
     )
 
