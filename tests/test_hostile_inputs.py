@@ -26,15 +26,15 @@ test_fleet_cluster.py and test_slurm.py; they are listed by name at the end of t
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import run_cli, wait_for
+from conftest import run_cli
 
 ESC = "\x1b"
 HOSTILE_ARG = "\x1b]0;pwned\x07\x1b[2J\x9b31m[red]markup[/bold]"
@@ -85,7 +85,9 @@ def test_nodes_text_escapes_control_characters(hostile_rank: subprocess.Popen[st
     for extra in ([], ["--all"]):
         result = run_cli("nodes", "--local", *extra)
         assert result.returncode == 0, result.stderr
-        assert ESC not in result.stdout and "\x9b" not in result.stdout and "\x07" not in result.stdout
+        assert (
+            ESC not in result.stdout and "\x9b" not in result.stdout and "\x07" not in result.stdout
+        )
         line = next(ln for ln in result.stdout.splitlines() if str(hostile_rank.pid) in ln)
         assert "\\x1b]0;pwned\\x07" in line or "\\x1b]0;pwn" in line
 
@@ -138,3 +140,137 @@ async def test_cluster_and_stacks_screens_escape_remote_text(
         svg = app.export_screenshot()
         assert ESC not in svg and "\x07" not in svg
         assert "hang\\x1b]0;pwned" in svg
+
+
+# --------------------------------------------------------------------------------------
+# 2. the agent cache on the node (the bootstrap that runs there)
+
+
+def _bootstrap(home: Path, python: str = sys.executable) -> Any:
+    """The real bootstrap in a child process, with HOME (and its cache) at `home`."""
+    from areal_console.core.transport import ProcessChannel, bootstrap_argv
+
+    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    env.pop("PYTHONPATH", None)
+    return ProcessChannel(bootstrap_argv(python), "agent", env=env, python=python, node="n07")
+
+
+def _start(channel: Any, timeout: float = 10) -> Any:
+    from areal_console.core.client import AgentClient
+
+    client = AgentClient(channel)
+    try:
+        return client.start(timeout=timeout)
+    finally:
+        client.close()
+
+
+def _cache_file(home: Path) -> Path:
+    from areal_agent import agent_hash
+
+    return home / ".cache" / "areal-console" / f"agent-{agent_hash()}.py"
+
+
+def test_cache_write_never_follows_a_planted_symlink(tmp_path: Path) -> None:
+    from areal_console.core.client import AgentClient
+    from areal_console.core.transport import source_frame
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    channel = _bootstrap(tmp_path)
+    try:
+        assert b"need_source" in channel.recv_line()  # the bootstrap now waits for the source
+        temp = Path(f"{_cache_file(tmp_path)}.{channel.proc.pid}.tmp")
+        temp.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temp.symlink_to(victim)  # planted at the temp name it is about to write
+        channel.send(source_frame())
+        client = AgentClient(channel)
+        client._ready.wait(10)
+        assert client.request("ping", timeout=10) is not None  # it still runs, uncached
+    finally:
+        channel.close()
+    assert victim.read_text() == "precious"
+    assert (tmp_path / ".cache" / "areal-console").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink"])
+def test_cache_path_that_is_not_a_file_is_a_clear_error(tmp_path: Path, kind: str) -> None:
+    from areal_console.core.client import AgentDisconnected
+
+    path = _cache_file(tmp_path)
+    path.parent.mkdir(parents=True, mode=0o700)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "elsewhere")
+    t0 = time.monotonic()
+    with pytest.raises(AgentDisconnected, match="is not a regular file"):
+        _start(_bootstrap(tmp_path))
+    assert time.monotonic() - t0 < 5  # an error, not a hang
+
+
+@pytest.mark.parametrize("problem", ["world-writable", "foreign", "link"])
+def test_unsafe_cache_directory_is_refused(tmp_path: Path, problem: str) -> None:
+    from areal_console.core.client import AgentDisconnected
+
+    cache = tmp_path / ".cache" / "areal-console"
+    cache.parent.mkdir()
+    if problem == "link":
+        (tmp_path / "shared").mkdir(mode=0o700)
+        cache.symlink_to(tmp_path / "shared")
+        why = "is not a directory"
+    else:
+        cache.mkdir(mode=0o700)
+        if problem == "world-writable":
+            cache.chmod(0o777)
+            why = "writable by others"
+        else:
+            if os.geteuid() != 0:
+                pytest.skip("giving a directory to another user needs root")
+            os.chown(cache, 4242, 4242)
+            why = "belongs to uid 4242"
+    with pytest.raises(AgentDisconnected, match=why):
+        _start(_bootstrap(tmp_path))
+    assert not any(cache.iterdir()) if cache.is_dir() else True
+
+
+# --------------------------------------------------------------------------------------
+# 9. a node whose python3 is too old: real interpreters where this machine has them
+
+PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+
+
+def _old_python(version: str) -> str:
+    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
+    if not found:
+        pytest.skip(f"no Python {version} on this machine")
+    return str(found[-1])
+
+
+@pytest.mark.parametrize("version", ["3.6", "3.7", "3.8"])
+def test_too_old_python_is_named_with_the_minimum(tmp_path: Path, version: str) -> None:
+    from areal_console.core.client import AgentDisconnected
+
+    python = _old_python(version)
+    with pytest.raises(AgentDisconnected) as err:
+        _start(_bootstrap(tmp_path, python))
+    message = str(err.value)
+    assert message.startswith(f"{python} on n07 is {version}.")
+    assert "the agent needs >= 3.9" in message and "Traceback" not in message
+
+
+def test_the_minimum_python_really_runs_the_agent(tmp_path: Path) -> None:
+    """MIN_PYTHON is what the agent needs: the oldest accepted version answers `sample`."""
+    from areal_console.core.client import AgentClient
+    from areal_console.core.transport import MIN_PYTHON
+
+    python = _old_python(".".join(map(str, MIN_PYTHON)))
+    client = AgentClient(_bootstrap(tmp_path, python))
+    try:
+        hello = client.start(timeout=20)
+        assert hello["python"].startswith(".".join(map(str, MIN_PYTHON)))
+        assert "processes" in client.request("sample", {"all": True}, timeout=20)
+    finally:
+        client.close()
