@@ -57,6 +57,7 @@ def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
     sampled = result.get("hostname") if isinstance(result, dict) else None
     record["hostname"] = sampled or session.hello.get("hostname")
     record["python"] = session.hello.get("python")
+    record["python_executable"] = session.hello.get("python_executable")
     record["tools"] = session.hello.get("tools")
     record["latency_ms"] = round(session.latency * 1000, 2) if session.latency is not None else None
     key = session.unknown_host_key
@@ -91,7 +92,10 @@ def render_summary(nodes: list[dict[str, Any]]) -> str:
 def render_nodes(nodes: list[dict[str, Any]]) -> str:
     out: list[str] = [render_summary(nodes), ""] if len(nodes) > 1 else []
     for node in nodes:
-        out.append(f"== {node['name']} ({node['host']}): {node['state']}")
+        header = f"== {node['name']} ({node['host']}): {node['state']}"
+        if node.get("python"):  # the interpreter the node chose for the agent
+            header += f", python {node['python']} ({node.get('python_executable') or '?'})"
+        out.append(header)
         if node["state"] != "up":
             out.append(f"   {node['error']}")
             out.append("")

@@ -27,7 +27,12 @@ from areal_agent import agent_source
 
 from areal_console.core.slurm import CommandRunner, StepProcess, make_runner
 from areal_console.core.targets import NodeSpec, SlurmTarget
-from areal_console.core.transport import BOOTSTRAP, SHARED_BOOTSTRAP, ChannelClosed, agent_hash
+from areal_console.core.transport import (
+    BOOTSTRAP,
+    SHARED_BOOTSTRAP,
+    ChannelClosed,
+    resolving_argv,
+)
 
 # slurmstepd cuts labelled output into chunks of this many bytes, each on its own line;
 # a shorter (possibly empty) chunk ends the original line.
@@ -70,10 +75,12 @@ def srun_argv(
     if target.gpus:
         # Without the job's GPUs in the step, cgroup device limits would hide them from NVML.
         argv.append(f"--gres=gpu:{target.gpus}")
+    # The interpreter is chosen on the node (not from the caller's PATH, which srun may
+    # pass on or, with --export=NONE, not at all); /bin/sh by its absolute path.
     if len(nodes) > 1:
         argv += ["--input=all", "--label"]
-        return [*argv, python, "-c", SHARED_BOOTSTRAP, agent_hash()]
-    return [*argv, python, "-c", BOOTSTRAP, agent_hash()]
+        return [*argv, *resolving_argv(python, SHARED_BOOTSTRAP)]
+    return [*argv, *resolving_argv(python, BOOTSTRAP)]
 
 
 def open_node_step(spec: NodeSpec, runner: CommandRunner | None = None) -> StepProcess:

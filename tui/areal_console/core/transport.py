@@ -119,6 +119,32 @@ BOOTSTRAP = _fill(_BOOTSTRAP_HEAD + _SOURCE_FROM_FRAME + _BOOTSTRAP_TAIL)
 SHARED_BOOTSTRAP = _fill(_BOOTSTRAP_HEAD + _SOURCE_FROM_JSON + _BOOTSTRAP_TAIL)
 
 
+# Where the node's own environment decides the interpreter (Slurm: `srun` passes on the
+# caller's PATH, or none at all under `--export=NONE`): a POSIX sh runs on the node, tries
+# the configured python, then `python3` on the node's PATH, then the usual places, and
+# starts the first one new enough. None found: one `areal-agent: no-python` line naming
+# every candidate and why it was passed over. argv: sh -c SCRIPT NAME PYTHON CODE HASH.
+RESOLVE_PYTHON = (
+    "want=$1; code=$2; hash=$3; PATH=${PATH:-/usr/local/bin:/usr/bin:/bin}; export PATH\n"
+    'seen="|"; tried=""\n'
+    'for py in "$want" python3 /usr/bin/python3 /usr/local/bin/python3; do\n'
+    '  exe=$(command -v "$py" 2>/dev/null) || { tried="$tried, $py: not found"; continue; }\n'
+    '  case "$seen" in *"|$exe|"*) continue;; esac\n'
+    '  seen="$seen$exe|"\n'
+    '  ver=$("$exe" -c \'import sys;sys.stdout.write("%d.%d.%d"%sys.version_info[:3]);'
+    'sys.exit(sys.version_info<@MIN@)\' 2>/dev/null) && exec "$exe" -c "$code" "$hash"\n'
+    '  tried="$tried, $exe is ${ver:-not runnable}"\n'
+    "done\n"
+    'echo "areal-agent: no-python $(hostname) @NEED@ ${tried#, }" >&2\n'
+    "exit @OLD@\n"
+)
+
+
+def resolving_argv(python: str, code: str) -> list[str]:
+    """`/bin/sh` choosing the interpreter on the node, then running `code` with it."""
+    return ["/bin/sh", "-c", _fill(RESOLVE_PYTHON), "areal-agent", python, code, agent_hash()]
+
+
 _BOOTSTRAP_LINE = re.compile(r"areal-agent: (?!note:)(.+)")
 
 
@@ -138,6 +164,12 @@ def bootstrap_problem(
                 f"{python or exe} on {node or host} is {version} ({exe}); the agent needs "
                 f">= {need}: install a newer Python there, or name one in the inventory "
                 "(`python: /path/to/python3`)"
+            )
+        if text.startswith("no-python "):
+            _, host, need, tried = [*text.split(" ", 3), "", "", ""][:4]
+            return (
+                f"no Python >= {need} on {node or host} (tried {tried}): install one there, "
+                "or name it in the inventory (`python: /path/to/python3`)"
             )
         return f"{node}: {text}" if node else text
     return None
