@@ -274,3 +274,35 @@ def test_the_minimum_python_really_runs_the_agent(tmp_path: Path) -> None:
         assert "processes" in client.request("sample", {"all": True}, timeout=20)
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------------------
+# 14. the interpreter is chosen on the node (the Slurm form; real Slurm in test_slurm.py)
+
+FAKE_OLD_PYTHON = "#!/bin/sh\n# answers the version probe as Python 3.6 would: too old\nprintf 3.6.15\nexit 1\n"
+
+
+def test_no_usable_python_on_the_node_names_every_candidate(tmp_path: Path) -> None:
+    """No Python >= the minimum anywhere: every candidate is named with its version. The old
+    interpreters here are a stand-in script (answering the version probe as 3.6 does),
+    bound over /usr/bin/python3 in a private mount namespace."""
+    from areal_console.core.client import AgentDisconnected
+    from areal_console.core.transport import BOOTSTRAP, ProcessChannel, resolving_argv
+
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a mount namespace here")
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_OLD_PYTHON)
+    fake.chmod(0o755)
+    hide = f"mount --bind {fake} /usr/bin/python3"
+    if Path("/usr/local/bin/python3").exists():
+        hide += f" && mount --bind {fake} /usr/local/bin/python3"
+    argv = ["unshare", "--mount", "/bin/sh", "-c", f'{hide} && exec "$@"', "sh"]
+    argv += resolving_argv("python3", BOOTSTRAP)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    channel = ProcessChannel(argv, "srun", env=env, python="python3", node="n07")
+    with pytest.raises(AgentDisconnected) as err:
+        _start(channel)
+    message = str(err.value)
+    assert message.startswith("no Python >= 3.9 on n07 (tried ")
+    assert f"{fake} is 3.6.15" in message and "/usr/bin/python3 is 3.6.15" in message
