@@ -26,6 +26,7 @@ test_fleet_cluster.py and test_slurm.py; they are listed by name at the end of t
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, wait_for
 
 ESC = "\x1b"
 HOSTILE_ARG = "\x1b]0;pwned\x07\x1b[2J\x9b31m[red]markup[/bold]"
@@ -279,7 +280,9 @@ def test_the_minimum_python_really_runs_the_agent(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------
 # 14. the interpreter is chosen on the node (the Slurm form; real Slurm in test_slurm.py)
 
-FAKE_OLD_PYTHON = "#!/bin/sh\n# answers the version probe as Python 3.6 would: too old\nprintf 3.6.15\nexit 1\n"
+FAKE_OLD_PYTHON = (
+    "#!/bin/sh\n# answers the version probe as Python 3.6 would: too old\nprintf 3.6.15\nexit 1\n"
+)
 
 
 def test_no_usable_python_on_the_node_names_every_candidate(tmp_path: Path) -> None:
@@ -306,3 +309,62 @@ def test_no_usable_python_on_the_node_names_every_candidate(tmp_path: Path) -> N
     message = str(err.value)
     assert message.startswith("no Python >= 3.9 on n07 (tried ")
     assert f"{fake} is 3.6.15" in message and "/usr/bin/python3 is 3.6.15" in message
+
+
+# --------------------------------------------------------------------------------------
+# 13. a frozen agent is not a dropped connection
+
+
+def test_frozen_agent_is_unresponsive_and_keeps_its_link() -> None:
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.monitor import FleetMonitor
+    from areal_console.core.targets import local_node
+
+    fleet = Fleet([local_node()])
+    monitor = FleetMonitor(fleet, interval=0.2, ping_every=0.2, ping_timeout=1.0)
+    name = fleet.sessions[0].name
+    monitor.start()
+    try:
+        wait_for(lambda: monitor.snapshot()[0].state == "up", 30, what="the node up")
+        client = fleet.sessions[0].client
+        assert client is not None
+        pid = fleet.sessions[0].hello["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            view = wait_for(
+                lambda: next((v for v in monitor.snapshot() if v.state != "up"), None),
+                30,
+                what="the frozen agent noticed",
+            )
+            assert view.name == name and view.state == "unresponsive", view
+            assert view.error.startswith("agent not responding for ")
+            time.sleep(1.5)  # it stays unresponsive (not down, not reconnected)
+            assert monitor.snapshot()[0].state == "unresponsive"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: monitor.snapshot()[0].state == "up", 30, what="the agent back")
+        assert fleet.sessions[0].client is client and client.alive  # the same link
+        assert fleet.sessions[0].hello["pid"] == pid
+    finally:
+        monitor.stop()
+        fleet.close()
+
+
+def test_frozen_agent_in_the_cli_says_not_responding(tmp_path: Path) -> None:
+    from areal_console.core.client import AgentClient, AgentNotResponding
+    from areal_console.core.transport import LocalChannel
+
+    channel = LocalChannel()
+    client = AgentClient(channel)
+    try:
+        client.start(timeout=20)
+        os.kill(channel.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(AgentNotResponding, match=r"sample: agent not responding for 1 s"):
+                client.request("sample", timeout=1.0)
+            assert client.alive
+        finally:
+            os.kill(channel.pid, signal.SIGCONT)
+        assert client.request("ping", timeout=10) is not None
+    finally:
+        client.close()

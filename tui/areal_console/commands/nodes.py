@@ -8,9 +8,9 @@ import sys
 from typing import Any
 
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
-from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.fleet import NodeFailure, NodeSession
 from areal_console.core.nodes import node_report
-from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
 
@@ -24,14 +24,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--all", action="store_true", help="every Python process, not only ranks")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for each node (default 30)"
+        "--timeout", type=seconds, default=30.0, help="seconds to wait for each node (default 30)"
     )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     specs = resolve_targets(args)
-    fleet = Fleet(specs, **fleet_options(args))
+    fleet = open_fleet(args, specs)
     try:
         results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
         nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
@@ -45,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
     failed = [n for n in nodes if n["state"] != "up"]
     if not failed:
         return EXIT_OK
+    # All down: an error. Some down: the others' results stand, the rest are warnings.
+    every = len(failed) == len(nodes)
     for n in failed:
-        print(f"error: {n['name']}: {n['error']}", file=sys.stderr)
-    return EXIT_ERROR if len(failed) == len(nodes) else EXIT_PARTIAL
+        print(f"{'error' if every else 'warning'}: {n['name']}: {n['error']}", file=sys.stderr)
+    return EXIT_ERROR if every else EXIT_PARTIAL
 
 
 def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:

@@ -22,7 +22,6 @@ and line.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,9 @@ from typing import Any
 import yaml
 
 from areal_console.core.errors import UserError
+from areal_console.core.hostlist import expand_hostlist, split_hostlist
 from areal_console.core.targets import NodeSpec
+from areal_console.core.textfmt import clip
 
 NODE_FIELDS = {
     "name",
@@ -45,38 +46,22 @@ NODE_FIELDS = {
 }
 DEFAULT_FIELDS = NODE_FIELDS - {"name", "host", "groups"}
 TOP_LEVEL = {"defaults", "nodes", "groups"}
-_RANGE = re.compile(r"^(?P<head>[^\[\]]+)\[(?P<body>[0-9][0-9,\-]*)\](?P<tail>[^\[\]]*)$")
 
 
 # --------------------------------------------------------------------------------------
 # --hosts
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """`gpu[01-03,7]` -> gpu01 gpu02 gpu03 gpu7 (one bracket group; zero padding kept)."""
-    host, sep, rest = text.partition(":") if not text.startswith("[") else (text, "", "")
-    user = ""
-    if "@" in host:
-        user, host = host.split("@", 1)
-        user += "@"
-    match = _RANGE.match(host)
-    if not match:
+def expand_destinations(text: str) -> list[str]:
+    """`[user@]HOSTLIST[:port]` -> one `[user@]host[:port]` per host of the Slurm hostlist
+    (`alice@n[01-03,7]:2222`); an IPv6 literal (`[fe80::1]:22`) is taken as it is."""
+    user, at, host = text.rpartition("@")
+    if host.startswith("[") and ":" in host.partition("]")[0]:
         return [text]
-    names = []
-    for part in match["body"].split(","):
-        lo, dash, hi = part.partition("-")
-        if not lo or (dash and not hi):
-            raise UserError(f"bad host range {text!r}: {part!r}")
-        if not dash:
-            names.append(lo)
-            continue
-        if int(hi) < int(lo):
-            raise UserError(f"bad host range {text!r}: {lo} > {hi}")
-        if int(hi) - int(lo) > 100_000:
-            raise UserError(f"host range {text!r} is too large")
-        width = len(lo) if lo.startswith("0") else 0
-        names.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
-    return [f"{user}{match['head']}{n}{match['tail']}{sep}{rest}" for n in names]
+    base, colon, port = host.rpartition(":")
+    if not colon or "]" in port or "[" in port:
+        base, colon, port = host, "", ""
+    return [f"{user}{at}{name}{colon}{port}" for name in expand_hostlist(base)]
 
 
 def parse_destination(text: str) -> tuple[str | None, str, int | None]:
@@ -103,12 +88,14 @@ def parse_destination(text: str) -> tuple[str | None, str, int | None]:
 
 
 def _port(value: Any, what: str) -> int:
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        raise UserError(f"bad port {value!r} in {what!r}") from None
-    if isinstance(value, bool) or not 1 <= port <= 65535:
-        raise UserError(f"bad port {value!r} in {what!r}: must be 1-65535")
+    """A TCP port: a whole number 1-65535 (`22.7`, `true` and `0x16` are refused)."""
+    if isinstance(value, bool) or not (
+        isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+    ):
+        raise UserError(f"bad port {clip(value)!r} in {clip(what)!r}: must be a whole number")
+    port = int(value)
+    if not 1 <= port <= 65535:
+        raise UserError(f"bad port {clip(value)!r} in {clip(what)!r}: must be 1-65535")
     return port
 
 
@@ -130,12 +117,10 @@ def _unique_names(specs: list[NodeSpec]) -> list[NodeSpec]:
 
 
 def parse_hosts(text: str) -> list[NodeSpec]:
-    """`--hosts [user@]host[:port],...` (with `host[1-4]` ranges) -> SSH node specs."""
+    """`--hosts [user@]host[:port],...` (Slurm hostlists: `n[1-4,7]`) -> SSH node specs."""
     specs = []
-    for item in (p.strip() for p in text.split(",")):
-        if not item:
-            continue
-        for dest in expand_hostlist(item):
+    for item in split_hostlist(text):
+        for dest in expand_destinations(item):
             user, host, port = parse_destination(dest)
             specs.append(NodeSpec(name=host, transport="ssh", host=host, port=port, user=user))
     if not specs:
@@ -299,7 +284,7 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
     for line, item in entries:
         if isinstance(item, str):
             try:
-                expanded = expand_hostlist(item.strip())
+                expanded = expand_destinations(item.strip())
                 parsed = [parse_destination(d) for d in expanded]
             except UserError as exc:
                 raise where.error(line, str(exc)) from None

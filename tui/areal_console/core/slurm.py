@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from areal_console.core import locations
 from areal_console.core.errors import UserError
+from areal_console.core.hostlist import expand_hostlist
 
 # Job states with processes to inspect; everything else is waiting or over.
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"})
@@ -333,47 +334,6 @@ def parse_gres_gpus(gres: str) -> list[int]:
     out: list[int] = []
     for m in _GPU_IDX.finditer(gres):
         out.extend(parse_index_list(m.group(1)))
-    return out
-
-
-def split_hostlist(expr: str) -> list[str]:
-    """Split a hostlist expression at top-level commas: `a[1-2,5],b` -> [`a[1-2,5]`, `b`]."""
-    parts, depth, cur = [], 0, ""
-    for ch in expr:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        parts.append(cur)
-    return parts
-
-
-def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist expansion (`node[01-03,7]`), for when `scontrol` isn't at hand."""
-    out: list[str] = []
-    for part in split_hostlist(expr.strip()):
-        m = re.fullmatch(r"(.*?)\[([^\]]+)\](.*)", part)
-        if not m:
-            out.append(part)
-            continue
-        prefix, ranges, rest = m.groups()
-        for r in ranges.split(","):
-            if "-" in r:
-                lo, hi = r.split("-", 1)
-                width = len(lo)
-                out.extend(
-                    f"{prefix}{i:0{width}d}{suffix}"
-                    for i in range(int(lo), int(hi) + 1)
-                    for suffix in expand_hostlist(rest) or [""]
-                )
-            else:
-                out.extend(f"{prefix}{r}{suffix}" for suffix in expand_hostlist(rest) or [""])
     return out
 
 

@@ -10,7 +10,12 @@ from textual.widgets import DataTable
 from areal_console.core.monitor import NodeView
 from areal_console.core.textfmt import format_bytes, printable
 
-STATE_STYLE = {"up": "green", "down": "bold red", "connecting": "yellow"}
+STATE_STYLE = {
+    "up": "green",
+    "down": "bold red",
+    "connecting": "yellow",
+    "unresponsive": "bold yellow",
+}
 
 COLUMNS = (
     ("node", "NODE"),
@@ -32,8 +37,8 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     ranks = [p for p in view.processes if p.get("rank") is not None]
     if view.host_key:
         detail = f"unknown host key {view.host_key}: trust it? (y/n)"
-    elif view.state == "down":
-        detail = view.error or "down"
+    elif view.state in ("down", "unresponsive"):
+        detail = view.error or view.state
     elif view.state == "connecting":
         detail = "connecting…"
     elif view.gpu_error and not gpus:
