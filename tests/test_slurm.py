@@ -189,7 +189,7 @@ def test_unknown_job_is_a_clear_error(slurm_cluster: SlurmCluster) -> None:
         " (it may have ended long ago: Slurm forgets jobs after MinJobAge)"
     )
     bad = console(slurm_cluster, "nodes", "--slurm-job", "12;rm")
-    assert bad.returncode == 1 and "is not a Slurm job id" in bad.stderr
+    assert bad.returncode == 2 and "is not a Slurm job id" in bad.stderr
 
 
 def test_finished_and_pending_jobs_are_clear_errors(slurm_cluster: SlurmCluster) -> None:

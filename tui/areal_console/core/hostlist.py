@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from areal_console.core.errors import UserError
-from areal_console.core.textfmt import clip
+from areal_console.core.textfmt import clip_repr
 
 MAX_HOSTS = 65536
 _NUMBER = re.compile(r"\d+")
@@ -42,7 +42,7 @@ def split_hostlist(expr: str) -> list[str]:
 
 
 def _bad(expr: str, why: str) -> UserError:
-    return UserError(f"bad host list {clip(expr)!r}: {why}")
+    return UserError(f"bad host list {clip_repr(expr)}: {why}")
 
 
 def _values(expr: str, body: str) -> list[str]:

@@ -28,10 +28,11 @@ from typing import Any
 
 import yaml
 
+from areal_console.core import safe_yaml
 from areal_console.core.errors import UserError
 from areal_console.core.hostlist import expand_hostlist, split_hostlist
 from areal_console.core.targets import NodeSpec
-from areal_console.core.textfmt import clip
+from areal_console.core.textfmt import clip, clip_repr
 
 NODE_FIELDS = {
     "name",
@@ -71,19 +72,19 @@ def parse_destination(text: str) -> tuple[str | None, str, int | None]:
     if "@" in text:
         user, text = text.rsplit("@", 1)
         if not user:
-            raise UserError(f"bad host {original!r}: empty user name")
+            raise UserError(f"bad host {clip_repr(original)}: empty user name")
     port_text = None
     if text.startswith("["):
         host, close, rest = text[1:].partition("]")
         if not close or (rest and not rest.startswith(":")):
-            raise UserError(f"bad host {original!r}: expected [address]:port")
+            raise UserError(f"bad host {clip_repr(original)}: expected [address]:port")
         port_text = rest[1:] or None
     elif text.count(":") == 1:
         host, port_text = text.split(":")
     else:
         host = text
     if not host or any(c.isspace() for c in host):
-        raise UserError(f"bad host {original!r}")
+        raise UserError(f"bad host {clip_repr(original)}")
     return user, host, _port(port_text, original) if port_text is not None else None
 
 
@@ -92,10 +93,10 @@ def _port(value: Any, what: str) -> int:
     if isinstance(value, bool) or not (
         isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
     ):
-        raise UserError(f"bad port {clip(value)!r} in {clip(what)!r}: must be a whole number")
+        raise UserError(f"bad port {clip_repr(value)} in {clip_repr(what)}: must be a whole number")
     port = int(value)
     if not 1 <= port <= 65535:
-        raise UserError(f"bad port {clip(value)!r} in {clip(what)!r}: must be 1-65535")
+        raise UserError(f"bad port {clip_repr(value)} in {clip_repr(what)}: must be 1-65535")
     return port
 
 
@@ -196,7 +197,7 @@ def _check_fields(where: _Where, entry: _Mapping, allowed: set[str], what: str) 
         if key not in allowed:
             raise where.error(
                 _line_of(entry, key),
-                f"unknown {what} field {key!r} (known: {', '.join(sorted(allowed))})",
+                f"unknown {what} field {clip_repr(key)} (known: {', '.join(sorted(allowed))})",
             )
 
 
@@ -205,7 +206,7 @@ def _string(where: _Where, entry: _Mapping, key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise where.error(_line_of(entry, key), f"{key} must be a string, got {value!r}")
+        raise where.error(_line_of(entry, key), f"{key} must be a string, got {clip_repr(value)}")
     return str(value)
 
 
@@ -232,14 +233,9 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
     """Node specs from a cluster.yaml, optionally only those in the named groups."""
     path = Path(path).expanduser()
     where = _Where(path)
+    text = safe_yaml.read_text(path, "inventory")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"inventory {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read inventory {path}: {exc}") from None
-    try:
-        doc = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass: no object tags
+        doc = safe_yaml.load(text, _LineLoader)  # a SafeLoader subclass: no object tags
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -248,7 +244,9 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
             problem += f" ({exc.context} on line {exc.context_mark.line + 1})"
         raise where.error(line, f"invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: invalid YAML: {exc}") from None
+        raise UserError(f"{path}: invalid YAML: {clip(exc)}") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: {exc}") from None
     if not isinstance(doc, _Mapping):
         raise where.error(1, "expected a mapping with a 'nodes' list")
     _check_fields(where, doc, TOP_LEVEL, "top-level")
@@ -272,7 +270,7 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
                 item = _Mapping({"host": name})
                 item.line, item.key_lines = line, {}
             if not isinstance(item, _Mapping):
-                raise where.error(line, f"node {name!r} must be a mapping of fields")
+                raise where.error(line, f"node {clip_repr(name)} must be a mapping of fields")
             if "name" not in item:
                 item["name"] = str(name)
             entries.append((line, item))
@@ -297,7 +295,9 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
                 specs.append(_spec(where, line, fields))
             continue
         if not isinstance(item, _Mapping):
-            raise where.error(line, f"a node must be a host string or a mapping, got {item!r}")
+            raise where.error(
+                line, f"a node must be a host string or a mapping, got {clip_repr(item)}"
+            )
         _check_fields(where, item, NODE_FIELDS, "node")
         fields = {**base, **_node_fields(where, item, "node")}
         if not fields.get("host") and not fields.get("name"):
@@ -317,7 +317,7 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
     names = [s.name for s in specs]
     for name in names:
         if names.count(name) > 1:
-            raise where.error(raw_nodes.line, f"node {name!r} is listed twice")
+            raise where.error(raw_nodes.line, f"node {clip_repr(name)} is listed twice")
 
     raw_groups = doc.get("groups") or _Mapping()
     if not isinstance(raw_groups, _Mapping):
@@ -327,11 +327,13 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
         if isinstance(members, str):
             members = [m.strip() for m in members.split(",") if m.strip()]
         if not isinstance(members, list):
-            raise where.error(line, f"group {group!r} must be a list of node names")
+            raise where.error(line, f"group {clip_repr(group)} must be a list of node names")
         for member in members:
             for name in expand_hostlist(str(member)):
                 if name not in names:
-                    raise where.error(line, f"group {group!r} names unknown node {name!r}")
+                    raise where.error(
+                        line, f"group {clip_repr(group)} names unknown node {clip_repr(name)}"
+                    )
                 member_of.setdefault(name, []).append(str(group))
 
     specs = [

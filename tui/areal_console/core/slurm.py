@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from areal_console.core import locations
-from areal_console.core.errors import UserError
+from areal_console.core.errors import UsageError, UserError
 from areal_console.core.hostlist import expand_hostlist
+from areal_console.core.textfmt import clip_repr
 
 # Job states with processes to inspect; everything else is waiting or over.
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"})
@@ -493,7 +494,9 @@ class SlurmClient:
     def job(self, job_id: str, with_steps: bool = True, with_nodes: bool = True) -> SlurmJob:
         """The job as Slurm sees it now; a clear `UserError` if it doesn't exist."""
         if not re.fullmatch(r"\d+(_\d+)?(\+\d+)?", job_id):
-            raise UserError(f"{job_id!r} is not a Slurm job id (expected a number such as 12345)")
+            raise UsageError(  # a bad value: exit 2
+                f"{clip_repr(job_id)} is not a Slurm job id (expected a number such as 12345)"
+            )
         result = self._run(["scontrol", "show", "job", "-d", "-o", job_id])
         if result.returncode != 0 or not result.stdout.strip():
             why = result.error_line

@@ -74,7 +74,13 @@ def seconds(text: str) -> float:
 
 def seconds_or_zero(text: str) -> float:
     """An argparse type: a number of seconds >= 0."""
-    return 0.0 if text.strip() in ("0", "0.0") else seconds(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds >= 0")
+    return value
 
 
 def count(text: str) -> int:

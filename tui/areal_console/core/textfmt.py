@@ -27,6 +27,11 @@ def printable(text: object, layout: bool = False) -> str:
     return pattern.sub(_escape, value) if pattern.search(value) else value
 
 
+def clip_repr(value: object, limit: int = 200) -> str:
+    """`repr(value)` for an error message, cut to `limit` characters."""
+    return clip(repr(value), limit)
+
+
 def clip(text: object, limit: int = 200) -> str:
     """`text` cut to `limit` characters for an error message (with how much was cut)."""
     value = printable(text)
