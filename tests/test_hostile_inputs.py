@@ -368,3 +368,195 @@ def test_frozen_agent_in_the_cli_says_not_responding(tmp_path: Path) -> None:
         assert client.request("ping", timeout=10) is not None
     finally:
         client.close()
+
+
+# --------------------------------------------------------------------------------------
+# 3. YAML: alias bombs, huge files, huge values in messages
+
+ALIAS_BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]"
+        for i in range(8)
+    ]
+    + ["nodes: [*i]"]
+)
+
+
+@pytest.mark.parametrize("command", ["inventory", "settings"])
+def test_yaml_alias_bomb_is_refused_quickly(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(ALIAS_BOMB + "\n")
+    t0 = time.monotonic()
+    if command == "inventory":
+        result = run_cli("nodes", "--inventory", str(path), timeout=60)
+    else:
+        result = run_cli("tui", "--local", timeout=60, AREAL_CONSOLE_CONFIG=str(path))
+    assert time.monotonic() - t0 < 20
+    assert result.returncode == 1, result.stderr
+    assert "expands to more than 100,000 values" in result.stderr
+    assert len(result.stderr) < 500 and "Traceback" not in result.stderr
+
+
+def test_huge_inventory_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("nodes:\n" + "  - host-x\n" * 200_000)
+    result = run_cli("nodes", "--inventory", str(path))
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == f"error: inventory {path} is larger than 1 MiB: refusing to read it"
+    )
+
+
+def test_huge_values_are_cut_in_messages(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("nodes:\n  - name: a\n    port: " + "9x" * 150_000 + "\n")
+    result = run_cli("nodes", "--inventory", str(path))
+    assert result.returncode == 1
+    line = result.stderr.strip()
+    assert "\n" not in line and len(line) < 700, len(line)
+    assert "more characters)" in line
+
+
+# --------------------------------------------------------------------------------------
+# 5 and 12. every command that reaches nodes takes the same target options; an SSH
+# server that sends a banner without a newline costs --connect-timeout, not more
+
+
+@pytest.fixture
+def banner_without_newline() -> Iterator[int]:
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            conn.sendall(b"SSH-2.0-evil")  # and never a newline
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["nodes"],
+        ["stacks"],
+        ["batch", "/data/step_000001.pt"],
+        ["replay", "/data", "--dry-run"],
+    ],
+)
+def test_every_command_honours_ssh_config_and_connect_timeout(
+    tmp_path: Path, banner_without_newline: int, command: list[str]
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host fakenode\n  HostName 127.0.0.1\n  Port {banner_without_newline}\n")
+    t0 = time.monotonic()
+    result = run_cli(
+        *command, "--hosts", "fakenode", "--ssh-config", str(config), "--connect-timeout", "1.5"
+    )
+    elapsed = time.monotonic() - t0
+    assert result.returncode == 1, result.stderr
+    assert f"127.0.0.1:{banner_without_newline}" in result.stderr  # the config was read
+    assert "within 1.5s" in result.stderr and "Traceback" not in result.stderr
+    assert elapsed < 8, elapsed
+
+
+# --------------------------------------------------------------------------------------
+# 6. the Slurm hostlist grammar, checked against the real `scontrol show hostnames`
+
+HOSTLISTS = [
+    "n[0-1,3]",
+    "n[01-03,7]",
+    "n[1-010]",
+    "n[8-11]",
+    "n[001-3]",
+    "n[009-011]",
+    "n[1,01]",
+    "a[1-2]b[3-4]",
+    "a[1-2],b[3-4]",
+    "a[1-2]b[3-4]c[5-6]",
+    "a[1-2]b[3-4]c[5-6]d[7-8]",
+    "x[1,3]y[5-6]z[8]",
+    "n[1-2][3-4]",
+    "n[1-3,5-6,8]",
+    "rack1-n[1-2],rack2-n[3]",
+    "a,,b",
+    "n2,n1,n2",
+    "[1-2]",
+    "gpu-[0001-0003]",
+]
+
+
+@pytest.fixture(scope="module")
+def scontrol(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import shutil
+
+    binary = shutil.which("scontrol")
+    if binary is None:
+        pytest.skip("scontrol (slurm-wlm) is not installed")
+    conf = tmp_path_factory.mktemp("slurm") / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\n")
+
+    def hostnames(expr: str) -> list[str] | None:
+        out = subprocess.run(
+            [binary, "show", "hostnames", expr],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, SLURM_CONF=str(conf)),
+            timeout=30,
+            check=False,
+        )
+        lines = out.stdout.split()
+        return None if (out.returncode or "Invalid hostlist" in out.stdout + out.stderr) else lines
+
+    return hostnames
+
+
+def test_hostlists_expand_exactly_as_scontrol_does(scontrol: Any) -> None:
+    from areal_console.core.inventory import expand_hostlist
+
+    for expr in HOSTLISTS:
+        assert expand_hostlist(expr) == scontrol(expr), expr
+
+
+@pytest.mark.parametrize("expr", ["n[5-3]", "n[a-b]", "n[]", "n[1-2,]", "n[-2]", "n[0-100000]"])
+def test_hostlists_scontrol_refuses_are_refused(scontrol: Any, expr: str) -> None:
+    from areal_console.core.errors import UserError
+    from areal_console.core.inventory import expand_hostlist
+
+    assert scontrol(expr) is None
+    with pytest.raises(UserError, match="bad host"):
+        expand_hostlist(expr)
+
+
+def test_hosts_option_takes_the_hostlist_grammar() -> None:
+    from areal_console.core.inventory import parse_hosts
+
+    specs = parse_hosts("alice@n[0-1,3]:2222,m[08-10]")
+    assert [s.address for s in specs] == [
+        "alice@n0:2222",
+        "alice@n1:2222",
+        "alice@n3:2222",
+        "m08",
+        "m09",
+        "m10",
+    ]
+    bad = run_cli("nodes", "--hosts", "n[3-1]")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "runs backwards" in bad.stderr

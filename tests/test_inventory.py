@@ -159,5 +159,8 @@ def test_cli_reports_malformed_inventory_in_one_line(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.strip() == f"error: {path}:3: bad port 'twenty' in 'node': must be a whole number"
+    assert (
+        proc.stderr.strip()
+        == f"error: {path}:3: bad port 'twenty' in 'node': must be a whole number"
+    )
     assert proc.stdout == ""
