@@ -25,7 +25,7 @@ from areal_console.core.textfmt import PrintableStream, printable
 # Commands whose whole output is text for a terminal (not the TUI, not a training run's
 # own log): it is written through `PrintableStream`, so no remote string reaches the
 # terminal with its control characters.
-PRINTABLE_COMMANDS = {"nodes", "stacks", "batch", "replay", "slurm"}
+PRINTABLE_COMMANDS = {"nodes", "stacks", "batch", "replay", "slurm", "metrics"}
 
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES = [
@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "areal_console.commands.trainer",
     "areal_console.commands.replay",
     "areal_console.commands.slurm",
+    "areal_console.commands.metrics",
 ]
 
 

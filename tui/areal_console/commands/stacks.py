@@ -59,6 +59,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--save", metavar="DIR", help="also write <id>.json and <id>.txt (report) into DIR"
     )
+    parser.add_argument(
+        "--import",
+        dest="import_files",
+        nargs="+",
+        metavar="FILE",
+        help=(
+            "read plain `py-spy dump` text instead of capturing: one file per rank (rank "
+            "from the file name, e.g. rank3.txt) or a loop's output with `==== PID N ====` "
+            "headers; saved, diagnosed and comparable like any capture"
+        ),
+    )
     saved = parser.add_argument_group("saved captures")
     saved.add_argument("--list", action="store_true", help="list saved captures")
     saved.add_argument(
@@ -81,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
         return _list(list_captures(), args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
-    if args.open:
+    live = not (args.open or args.import_files)
+    if args.import_files:
+        capture, nodes = _import(args.import_files), 0
+    elif args.open:
         capture, nodes = load_capture(args.open), 0
     else:
         capture, nodes = _capture(args)
@@ -94,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(text_report(capture))
-    if args.open:
+    if not live:
         return EXIT_OK
     return _outcome(capture, nodes, args.match)
 
@@ -147,6 +161,27 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     finally:
         fleet.close()
     return capture, len(fleet)
+
+
+def _import(files: list[str]) -> Any:
+    from areal_console.core.stacks.pyspy_text import import_text_dumps
+    from areal_console.core.stacks.store import new_capture_id, save_capture
+
+    paths = [Path(f) for f in files]
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"--import: {path} is not a file")
+    try:
+        capture = import_text_dumps(paths, new_capture_id())
+    except ValueError as exc:
+        raise UsageError(f"--import: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"--import: cannot read {exc.filename}: {exc.strerror}") from None
+    try:
+        save_capture(capture)  # saved before it is shown, as a live capture is
+    except OSError as exc:
+        capture.save_error = f"capture not saved: {exc}"
+    return capture
 
 
 def _export(capture: Any, directory: Path) -> None:
