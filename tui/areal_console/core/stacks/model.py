@@ -15,7 +15,10 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from areal_console.core.ledger.analyse import Ledger
 
 MAIN_THREAD = "MainThread"
 
@@ -155,6 +158,7 @@ class StackCapture:
     interval: float = 0.0
     capture_id: str | None = None
     save_error: str | None = None  # why it could not be saved (shown, never silent)
+    ledger: Ledger | None = None  # Flight Recorder's view; None: not read
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -396,4 +400,11 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         errors=[NodeError(str(e.get("node")), str(e.get("error"))) for e in data.get("errors", [])],
         interval=float(data.get("interval") or 0.0),
         capture_id=data.get("id"),
+        ledger=_ledger_from_json(data.get("ledger")),
     )
+
+
+def _ledger_from_json(doc: Any) -> Ledger | None:
+    from areal_console.core.ledger.analyse import ledger_from_json
+
+    return ledger_from_json(doc) if isinstance(doc, dict) else None
