@@ -6,6 +6,8 @@ the default group), then each rank writes `rank<N>.ready` and does what MODE say
   return, so it waits in the barrier that follows (#5).
 - `behind`: rank 1 waits in a barrier of the `grads` group the others never enter; the
   others are in all_reduce #4 of the default group, so rank 1 is one call behind there.
+- `crashed`: rank 3 raises (the hook writes its dump file on the way out; a stand-in
+  keeps its sockets open); the others wait in all_reduce #4.
 - `died`: rank 3 exits at once (a stand-in keeps its sockets open, so the others hang as
   they would on GPUs); the others wait in all_reduce #4.
 
@@ -40,9 +42,11 @@ def main() -> None:
         dist.all_reduce(torch.ones(5 if rank == 2 else 8))
     elif mode == "behind" and rank == 1:
         dist.barrier(group=grads)
-    elif mode == "died" and rank == 3:
+    elif mode in ("died", "crashed") and rank == 3:
         if os.fork() == 0:
             os.execve("/bin/sleep", ["sleep", "86400"], {"PATH": "/usr/bin:/bin"})
+        if mode == "crashed":
+            raise RuntimeError("rank 3: loss is NaN")
         os._exit(1)
     else:
         dist.all_reduce(x)

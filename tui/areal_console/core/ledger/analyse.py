@@ -202,11 +202,12 @@ def _first_disagreement(per_rank: dict[int, GroupTrace]) -> int | None:
 
 
 def _disagreement(seq: int, per_rank: dict[int, GroupTrace]) -> Disagreement:
-    calls: dict[Call, list[int]] = {}
+    seen: dict[tuple[object, ...], tuple[Call, list[int]]] = {}
     for rank, t in sorted(per_rank.items()):
         call = t.call_at(seq)
         if call is not None:
-            calls.setdefault(call, []).append(rank)
+            seen.setdefault(call.signature, (call, []))[1].append(rank)
+    calls = dict(seen.values())
     variants = sorted(calls.items(), key=lambda kv: (-len(kv[1]), kv[1]))
     ops = {c.op for c in calls}
     kind = "op" if len(ops) > 1 else ("dtype" if len({c.dtypes for c in calls}) > 1 else "sizes")

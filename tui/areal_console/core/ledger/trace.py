@@ -65,6 +65,11 @@ class Call:
         )
 
     @property
+    def signature(self) -> tuple[object, ...]:
+        """What ranks must agree on (not the state, which differs by timing)."""
+        return (self.op, self.input_sizes, self.output_sizes, self.dtypes)
+
+    @property
     def shape(self) -> str:
         """`[8]`, `[8] [2,3]` (one per input tensor), or empty for a barrier."""
         return " ".join("[" + ",".join(str(d) for d in s) + "]" for s in self.input_sizes)
