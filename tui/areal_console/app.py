@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
@@ -33,6 +32,8 @@ from areal_console.screens.help import HelpScreen
 from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
+from areal_console.styles import STYLESHEET
+from areal_console.workers import Ticket, WorkerHost, background, cancelled
 
 
 class Monitor(Protocol):
@@ -61,10 +62,11 @@ SCREENS = (
 )
 
 
-class ConsoleApp(App[None]):
+class ConsoleApp(WorkerHost, App[None]):
     """areal-console: live GPUs and ranks of a training job, one key from a diagnosis."""
 
     TITLE = "areal-console"
+    CSS_PATH = STYLESHEET
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
@@ -267,15 +269,14 @@ class ConsoleApp(App[None]):
 
         self.push_screen(SlurmJobsScreen(job_lister(make_runner(login))), chosen)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="slurm-open")
-    def _resolve_slurm_job(self, job_id: str, login: str | None) -> None:
+    @background("slurm-open", doing="finding the Slurm job's nodes",
+                retry="pick the job again in :slurm")  # fmt: skip
+    def _resolve_slurm_job(self, ticket: Ticket, job_id: str, login: str | None) -> None:
         from areal_console.core.slurm_targets import resolve_slurm_targets
 
-        try:
-            plan = resolve_slurm_targets(job_id, login=login)
-        except (UserError, OSError) as exc:
-            self.call_from_thread(self.notify, str(exc), severity="error")
-            return
+        plan = resolve_slurm_targets(job_id, login=login)
+        if cancelled():
+            return  # another job was picked meanwhile
         for note in plan.notes:
             self.call_from_thread(self.notify, note, severity="warning")
         self.call_from_thread(self.replace_targets, plan.specs)
@@ -288,7 +289,7 @@ class ConsoleApp(App[None]):
         self.monitor.start()
         old_monitor.stop()
         if old_fleet is not None:
-            self.run_worker(old_fleet.close, thread=True, group="close-fleet", exit_on_error=False)
+            self._close_fleet(old_fleet)
         fleet = self.fleet
         self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
         self.action_goto("nodes")
@@ -298,6 +299,10 @@ class ConsoleApp(App[None]):
                 self.add_mode(mode, self.screen_factories[mode])
         self._stacks_screen = None
         self.notify(f"Now watching {len(specs)} node(s)")
+
+    @background("close-fleet", doing="closing the old nodes' sessions", exclusive=False)
+    def _close_fleet(self, ticket: Ticket, fleet: Fleet) -> None:
+        fleet.close()
 
     # navigation -----------------------------------------------------------------------
     def action_goto(self, mode: str) -> None:

@@ -50,7 +50,6 @@ def status_text(
 class ClusterScreen(Screen[None]):
     """Live GPUs and processes of every node, refreshed about once a second."""
 
-    CSS_PATH = "../styles/cluster.tcss"
     BINDINGS = [
         Binding(
             "slash",
