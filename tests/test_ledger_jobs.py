@@ -14,7 +14,8 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, take_capture
 from areal_console.core.targets import NodeSpec
 from conftest import run_cli, wait_for
-from fr_jobs import FrJob
+
+from tests.fixtures.fr_jobs import FrJob
 
 pytestmark = pytest.mark.slow
 

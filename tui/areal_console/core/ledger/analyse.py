@@ -90,20 +90,28 @@ class GroupLedger:
             parts.append(f"{_ranks(self.absent)} no trace")
         return " · ".join(parts)
 
-    def findings(self) -> list[str]:
+    @property
+    def used(self) -> bool:
+        """Some rank enqueued a collective on it (or something is wrong with it)."""
+        return not self.healthy or any(p.head for p in self.positions)
+
+    def problems(self) -> list[str]:
         """What is wrong in this group, one line each (empty when nothing is)."""
         out = []
         if self.mismatch is not None:
-            out.append(f"{self.label}: {self.mismatch.describe()}")
+            out.append(self.mismatch.describe())
         by_gap: dict[int, list[int]] = {}
         for rank, gap in self.behind.items():
             by_gap.setdefault(gap, []).append(rank)
         for gap, ranks in sorted(by_gap.items()):
-            calls = "call" if gap == 1 else "calls"
-            out.append(f"{self.label}: {_ranks(ranks)} {gap} {calls} behind")
+            out.append(f"{_ranks(ranks)} {gap} {'call' if gap == 1 else 'calls'} behind")
         if self.absent:
-            out.append(f"{self.label}: no trace from {_ranks(self.absent)}")
+            out.append(f"no trace from {_ranks(self.absent)}")
         return out
+
+    def findings(self) -> list[str]:
+        """`problems()`, each prefixed with the group's label."""
+        return [f"{self.label}: {p}" for p in self.problems()]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +136,10 @@ class Ledger:
 
     def findings(self) -> list[str]:
         return [f for g in self.groups for f in g.findings()]
+
+    @property
+    def used_groups(self) -> list[GroupLedger]:
+        return [g for g in self.groups if g.used]
 
     def group(self, name: str) -> GroupLedger | None:
         return next((g for g in self.groups if g.name == name), None)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
-from areal_console.core.ledger.collect import ledger_from_raw
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.store import new_capture_id, save_capture
 
@@ -143,7 +142,6 @@ def take_capture(
     raw = capture_raw(fleet, options)
     raw["id"] = new_capture_id()
     capture = build_capture(raw)
-    capture.ledger = ledger_from_raw(raw)
     if save:
         try:
             save_capture(capture)

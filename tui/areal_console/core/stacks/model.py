@@ -404,7 +404,14 @@ def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> Stack
         errors=errors,
         interval=float(raw.get("interval") or 0.0),
         capture_id=raw.get("id"),
+        ledger=_ledger_from_raw(raw),
     )
+
+
+def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
+    from areal_console.core.ledger.collect import ledger_from_raw  # it imports this module
+
+    return ledger_from_raw(raw)
 
 
 def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankStack:

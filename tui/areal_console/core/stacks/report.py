@@ -63,11 +63,9 @@ def ledger_lines(capture: StackCapture) -> list[str]:
         notes = ledger.notes if ledger is not None else []
         return ["", "Collective ledger: " + (notes[0] if notes else ABSENT_HINT)]
     lines = ["", "Collective ledger (Flight Recorder):"]
-    for g in ledger.groups:
-        if not any(p.head for p in g.positions) and g.healthy:
-            continue  # a group nobody has used yet
+    for g in ledger.used_groups:
         lines.append(f"  {g.label}, ranks {format_ranks(g.members)}: {g.summary()}")
-        lines += [f"    ! {f.split(': ', 1)[1]}" for f in g.findings()]
+        lines += [f"    ! {p}" for p in g.problems()]
     lines += [f"  note: {n}" for n in ledger.notes]
     return lines
 
