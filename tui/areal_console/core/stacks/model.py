@@ -15,7 +15,10 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from areal_console.core.ledger.analyse import Ledger
 
 from areal_console.core.textfmt import printable
 
@@ -243,6 +246,7 @@ class StackCapture:
     interval: float = 0.0
     capture_id: str | None = None
     save_error: str | None = None  # why it could not be saved (shown, never silent)
+    ledger: Ledger | None = None  # Flight Recorder's view; None: not read
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -404,7 +408,14 @@ def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> Stack
         errors=errors,
         interval=float(raw.get("interval") or 0.0),
         capture_id=raw.get("id"),
+        ledger=_ledger_from_raw(raw),
     )
+
+
+def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
+    from areal_console.core.ledger.collect import ledger_from_raw  # it imports this module
+
+    return ledger_from_raw(raw)
 
 
 def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankStack:
@@ -503,4 +514,11 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         errors=[NodeError(str(e.get("node")), str(e.get("error"))) for e in data.get("errors", [])],
         interval=float(data.get("interval") or 0.0),
         capture_id=data.get("id"),
+        ledger=_ledger_from_json(data.get("ledger")),
     )
+
+
+def _ledger_from_json(doc: Any) -> Ledger | None:
+    from areal_console.core.ledger.analyse import ledger_from_json
+
+    return ledger_from_json(doc) if isinstance(doc, dict) else None
