@@ -98,9 +98,9 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
         assert dialog.query_one("#replay-gpus", Input).value == "cpu"  # no GPUs here
-        assert dialog.query_one("#replay-steps", Input).value == "1:2"
+        assert dialog.query_one("#replay-steps", Input).value == "0:1"  # AReaL's global steps
         command = text_of(dialog, "#replay-command")
-        assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=1 steps=2" in command
+        assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=0 steps=2" in command
         await pilot.press("enter")
         await until(pilot, lambda: app.result != "pending")
     record = app.result
@@ -120,7 +120,7 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         )
         assert table.get_cell(key, "state") == "finished"
         assert table.get_cell(key, "exit") == "0"
-        assert table.get_cell(key, "steps") == "1-2"
+        assert table.get_cell(key, "steps") == "0-1"
         await pilot.press("enter")
         log = screen.query_one("#jobs-log")
         await until(pilot, lambda: any("(replayed)" in line for line in log.lines))
@@ -137,7 +137,7 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, 
         await until(pilot, lambda: "has no GPUs" in text_of(dialog, "#replay-error"))
         dialog.query_one("#replay-gpus", Input).value = "cpu"
         dialog.query_one("#replay-steps", Input).value = "1:7"
-        await until(pilot, lambda: "available steps: 1-2" in text_of(dialog, "#replay-error"))
+        await until(pilot, lambda: "available steps: 0-1" in text_of(dialog, "#replay-error"))
         dialog.query_one("#replay-steps", Input).value = "1:2"
         await until(pilot, lambda: text_of(dialog, "#replay-error") == "")
         await pilot.press("enter")
