@@ -161,7 +161,7 @@ def main() -> None:
         f"{beyond_import(replay_cpu, original_cpu, import_cpu):>8}"
     )
     print(
-        f"  in-process (the steps' time_s): steps 1..{n} {in_orig * 1e3:.1f} ms vs step {n} "
+        f"  in-process (the steps' time_s): steps 0..{n - 1} {in_orig * 1e3:.1f} ms vs step {n - 1} "
         f"replayed {in_replay * 1e3:.1f} ms, ratio {in_replay / in_orig:.3f}"
     )
     print("bit-identical replays (recorded metrics vs replayed, every step):")
