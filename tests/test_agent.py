@@ -155,13 +155,13 @@ def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: Gl
             ],
             {},
             "wrapper",
-        ),  # fmt: skip
+        ),
         (["tee", "-a", "/logs/actor.log", "/dev/fd/63"], {}, None),
         (
             ["python3", "-m", "areal.v2.inference_service.sglang.launch_server", "--port", "1"],
             {},
             "sglang",
-        ),  # fmt: skip
+        ),
         (["python3", "-m", "areal.engine.vllm_ext.areal_vllm_server"], {}, "vllm"),
         (["vllm", "serve", "model"], {}, "vllm"),
     ],
