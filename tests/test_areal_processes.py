@@ -350,6 +350,8 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
         "    py-spy dump --pid $pid\n"
         "done"
     )
+    # Output as a terminal shows it (py-spy's errors too); a COLUMNS inherited from the test
+    # runner would cut `ps aux` lines.
     text = subprocess.run(
         ["/bin/bash", "-c", loop, "loop", str(collective_run.workdir)],
         stdout=subprocess.PIPE,
@@ -358,7 +360,7 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
         timeout=120,
         check=False,
         env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
-    ).stdout  # fmt: skip  (as a terminal shows it; a COLUMNS from the runner would cut ps)
+    ).stdout
     (tmp_path / "pyspy.txt").write_text(text)
     assert text.count("========== PID ") >= 5  # controller, two workers, two bash wrappers
     out = run_cli("stacks", "--import", str(tmp_path / "pyspy.txt"), "--json")
