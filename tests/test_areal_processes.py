@@ -370,3 +370,16 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
     assert doc["diagnosis"]["pattern"] == "same_collective"
     assert doc["diagnosis"]["title"] == "Ranks wait in one collective for a straggler"
     assert {r["role"] for r in doc["ranks"] if r["rank"] is None} == {"controller", "wrapper"}
+
+
+def test_world_size_counts_a_roles_workers_over_every_node() -> None:
+    from areal_console.core.nodes import count_areal_world_sizes
+
+    def worker(role: str, index: int, job: str = "exp/t1") -> dict[str, Any]:
+        rank = index if role == "actor" else None
+        return {"role": role, "worker_index": index, "rank": rank, "job": job, "world_size": 1}
+
+    node1 = [worker("actor", 0), worker("actor", 1), worker("rollout", 0)]
+    node2 = [worker("actor", 2), worker("actor", 3), worker("actor", 0, job="exp/t2")]
+    count_areal_world_sizes([node1, node2])
+    assert [p["world_size"] for p in node1 + node2] == [4, 4, 1, 4, 4, 1]
