@@ -82,6 +82,14 @@ class ClusterScreen(Screen[None]):
             "processes while a / filter is set), then diagnose the hang",
         ),
         Binding(
+            "h",
+            "health",
+            "Health",
+            id="cluster.health",
+            tooltip="Training health of the filtered job: its metrics from AReaL's log, the "
+            "guide's checks, stalls",
+        ),
+        Binding(
             "a",
             "toggle_all",
             "All procs",
@@ -266,6 +274,10 @@ class ClusterScreen(Screen[None]):
     def action_capture(self) -> None:
         match = re.escape(self.text_filter) if self.text_filter else None
         self.console.action_capture_stacks(match=match)
+
+    def action_health(self) -> None:
+        match = re.escape(self.text_filter) if self.text_filter else None
+        self.console.open_health_for_job(match)
 
     def action_toggle_all(self) -> None:
         self.show_all = not self.show_all
