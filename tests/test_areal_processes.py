@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -48,7 +49,13 @@ class ArealRun:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = open(workdir / "controller.log", "wb")  # noqa: SIM115
-        env = {**os.environ, "PYTHONPATH": str(stub), "OMP_NUM_THREADS": "1"}
+        self.trial = f"{workdir.name}-{os.getpid()}-{secrets.token_hex(3)}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(stub),
+            "OMP_NUM_THREADS": "1",
+            "AREAL_STUB_TRIAL": self.trial,
+        }
         self.proc = subprocess.Popen(
             [sys.executable, str(JOBS / "areal_controller.py"), str(workdir), mode,
              str(n_actors), health],
@@ -69,7 +76,7 @@ class ArealRun:
 
     @property
     def job(self) -> str:
-        return f"gsm8k-grpo/{self.workdir.name}"
+        return f"gsm8k-grpo/{self.trial}"
 
     def stop(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -232,7 +239,7 @@ async def test_cluster_screen_shows_workers_controller_and_wrappers(
             expected = f"{p['rank']}/2" if p["role"] == "actor" else "-"
             assert str(table.get_cell(key, "rank")) == expected
         # `/` filters by the job (experiment/trial); `s` captures it and reads EngineWorker.
-        await pilot.press("slash", *collective_run.workdir.name, "enter")
+        await pilot.press("slash", *collective_run.trial, "enter")
         await pilot.press("s")
         await until(lambda: isinstance(app.screen, StacksScreen), what="the Stacks screen")
         stacks = app.screen
