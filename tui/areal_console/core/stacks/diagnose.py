@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.areal_keys import config_key
 from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack
@@ -107,10 +108,10 @@ ROLLOUT_FILES = frozenset(
 # (areal/infra/workflow_executor.py:460-473).
 ROLLOUT_PRODUCER_WAIT = "_get_next_task_for_submission"
 STALENESS_KEYS = (
-    "Raise `rollout.max_head_offpolicyness` (default 0: no rollout may run ahead of the "
-    "trained weights) and `rollout.max_concurrent_rollouts` (default: the consumer batch "
-    "size); AReaL's debugging guide: if they are not large enough 'the rollout process "
-    "will block indefinitely due to staleness control'"
+    f"Raise `{config_key('rollout.max_head_offpolicyness')}` (default 0: no rollout may run "
+    f"ahead of the trained weights) and `{config_key('rollout.max_concurrent_rollouts')}` "
+    "(default: the consumer batch size); AReaL's debugging guide: if they are not large "
+    "enough 'the rollout process will block indefinitely due to staleness control'"
 )
 
 
