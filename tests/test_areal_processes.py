@@ -11,7 +11,6 @@ LocalScheduler does (a `/bin/bash -c "... stdbuf -oL python -m areal.infra.rpc.r
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -19,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from areal_console.core.targets import local_node
 from areal_console.core.transport import LocalChannel
 from areal_console.widgets.process_table import ProcessTable
 from conftest import JOBS, run_cli, wait_for
+from test_cluster_screen import until
 
 STUB = JOBS / "areal_stub"
 
@@ -211,14 +211,6 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
     assert (
         "`rollout.max_head_offpolicyness`" in keys and "`rollout.max_concurrent_rollouts`" in keys
     )
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_cluster_screen_shows_workers_controller_and_wrappers(
