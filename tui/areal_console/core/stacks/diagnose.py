@@ -89,7 +89,8 @@ LAUNCH_BLOCKING = (
 # Where AReaL waits for rollout results (at AReaL cbff54d6): the dispatcher's blocking
 # waits (areal/infra/workflow_executor.py:570 `wait_results`, :631 `wait_for_task`, :660
 # `active_submit_and_wait`), reached from `prepare_batch`/`rollout_batch`/`wait` of the
-# executor (:1307-1445), of the single-controller RolloutController
+# executor (:1307-1445), of the remote engines (areal/infra/remote_inf_engine.py:1367-1415,
+# areal/engine/sglang_remote.py:602-637), of the single-controller RolloutController
 # (areal/infra/controller/rollout_controller.py:981-1065) and of the SPMD coordinator that
 # runs rollout on data-parallel heads only (areal/infra/dist_rollout.py:152-260).
 ROLLOUT_WAITS = frozenset({"wait_results", "wait_for_task", "active_submit_and_wait"})
@@ -97,6 +98,7 @@ ROLLOUT_ENTRIES = frozenset({"prepare_batch", "rollout_batch", "wait"})
 ROLLOUT_FILES = frozenset(
     {
         "workflow_executor.py",
+        "remote_inf_engine.py",
         "rollout_controller.py",
         "dist_rollout.py",
         "sglang_remote.py",
@@ -460,9 +462,10 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
     under = f", called from {_short(entry.function)} ({entry.location})" if entry else ""
     trainers = []
     if at_barrier:
-        trainers.append(f"{_ranks_word(at_barrier)} wait at a barrier or broadcast")
+        verb = "waits" if len(at_barrier) == 1 else "wait"
+        trainers.append(f"{_ranks_word(at_barrier)} {verb} at a barrier or broadcast")
     if idle:
-        trainers.append(f"{_ranks_word(idle)} sit idle")
+        trainers.append(f"{_ranks_word(idle)} {'sits' if len(idle) == 1 else 'sit'} idle")
     detail = (
         f"{names} {'waits' if len(waiting) == 1 else 'wait'} for rollout results in "
         f"{_short(first.function)} ({first.location}){under if entry != first else ''}"
