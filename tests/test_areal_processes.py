@@ -382,3 +382,18 @@ def test_world_size_counts_a_roles_workers_over_every_node() -> None:
     node2 = [worker("actor", 2), worker("actor", 3), worker("actor", 0, job="exp/t2")]
     count_areal_world_sizes([node1, node2])
     assert [p["world_size"] for p in node1 + node2] == [4, 4, 1, 4, 4, 1]
+
+
+async def test_cluster_screen_shows_the_servers_address_and_health(rollout_run: ArealRun) -> None:
+    server = json.loads((rollout_run.workdir / "server.json").read_text())
+    key = f"{local_node().name}:{server['pid']}"
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(160, 40)):
+        table = app.screen.query_one(ProcessTable)
+        await until(lambda: key in {k.value for k in table.rows}, what="the server's row")
+        await until(lambda: "health ?" not in str(table.get_cell(key, "cmd")), what="health")
+        role = table.get_cell(key, "role")
+        assert str(role) == "sglang" and "red" in str(getattr(role, "style", ""))
+        assert str(table.get_cell(key, "cmd")).startswith(
+            f"[127.0.0.1:{server['port']} down: HTTP 503"
+        )
