@@ -845,17 +845,15 @@ def log_areal_step(step: int, last: int, stats: dict[str, float], writer: Any) -
 
 
 def tensorboard_writer(path: str | None) -> Any:
-    """tensorboardX's SummaryWriter as AReaL uses it, else torch's; None when neither is there."""
+    """torch's SummaryWriter (the same event files as AReaL's tensorboardX); None without
+    the `tensorboard` package."""
     if not path:
         return None
     try:
-        from tensorboardX import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            print("note: no tensorboardX or tensorboard here; not writing tensorboard events")
-            return None
+        print("note: the tensorboard package is not installed here; not writing events")
+        return None
     return SummaryWriter(log_dir=path)
 
 
