@@ -3,7 +3,7 @@ and then stops making progress in a chosen way, to practise on. No Textual here.
 
 The job is the reference trainer (torchrun, gloo on CPU) with AReaL's trajectory-dump flags
 and `debug.hang=PATTERN`. It trains `TRAIN_STEPS` steps (dumping the first few) with stale
-rollouts (`actor.max_head_offpolicyness`) and a high learning rate, so its
+rollouts (`rollout.max_head_offpolicyness`) and a high learning rate, so its
 `behave_imp_weight` drifts away from 1; its AReaL-format log (`trainer.log`) and
 tensorboard events (`tb/`) feed the Health view, and the log stops where the job hangs. Everything it starts is killed by `stop()`, which walks the
 process tree (torchrun gives each worker its own session, so a process-group kill is not
@@ -29,7 +29,7 @@ PATTERNS = ("cleanup", "mismatch", "collective", "none")
 TRAIN_STEPS = 30
 # Rollouts up to 16 versions stale and a high learning rate: the behaviour policy falls
 # behind and behave_imp_weight leaves 1 (what AReaL's guide warns about).
-DRIFT = ("actor.max_head_offpolicyness=16", "actor.lr=0.02")
+DRIFT = ("rollout.max_head_offpolicyness=16", "actor.optimizer.lr=0.02")
 TRAINER = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
 
 Progress = Callable[[str], None]
