@@ -816,14 +816,15 @@ AREAL_HEADER = "\033[1;38;2;180;140;80m(AReaL)\033[0m"
 LIGHT_GREEN, RESET = "\033[92m", "\033[0m"
 
 
-def areal_stats(metrics: dict[str, float], time_s: float) -> dict[str, float]:
+def areal_stats(metrics: dict[str, float | None], time_s: float) -> dict[str, float]:
     # A stat with no value (no tokens left to average) is left out, as AReaL's stats
     # tracker drops None results (areal/utils/stats_tracker.py:402-404).
     stats = {
         AREAL_NAMES[k]: float(v) for k, v in metrics.items() if k in AREAL_NAMES and v is not None
     }
-    if metrics.get("task_reward") is not None:
-        stats["rollout/reward"] = float(metrics["task_reward"])  # no filtering here
+    reward = metrics.get("task_reward")
+    if reward is not None:
+        stats["rollout/reward"] = float(reward)  # no filtering here: every sample counts
     stats["timeperf/train_step"] = float(time_s)
     return stats
 
@@ -1009,7 +1010,8 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
         if dump_now and td["max_keep"] is not None:
             rotate_dumps(dump_dir, dp_suffix, int(td["max_keep"]), set(td["pin_steps"]))
         if rank == 0:
-            record = {"step": step, **metrics, "time_s": round(time.perf_counter() - t0, 6)}
+            elapsed = round(time.perf_counter() - t0, 6)
+            record = {"step": step, **metrics, "time_s": elapsed}
             write_jsonl(os.path.join(out_dir, METRICS_FILE), record)
             if dumping:
                 write_jsonl(os.path.join(dump_dir, METRICS_FILE), record)
@@ -1019,7 +1021,7 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
                 + (" (replayed)" if replaying else ""),
                 flush=True,
             )
-            log_areal_step(step, last, areal_stats(metrics, record["time_s"]), tb_writer)
+            log_areal_step(step, last, areal_stats(metrics, elapsed), tb_writer)
     if tb_writer is not None:
         tb_writer.close()
     if rank == 0 and hang == "none":
