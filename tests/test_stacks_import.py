@@ -160,7 +160,7 @@ def test_spmd_rollout_stall_from_areal_frames() -> None:
     d = doc["diagnosis"]
     assert d["pattern"] == "rollout_stall", d
     assert d["detail"].startswith(
-        "rank 0 waits for rollout results in wait_results "
+        "Rank 0 waits for rollout results in wait_results "
         "(areal/infra/workflow_executor.py:611), called from prepare_batch "
         "(areal/infra/dist_rollout.py:257); rank 1 waits at a barrier or broadcast. "
     )
@@ -171,3 +171,20 @@ def test_spmd_rollout_stall_from_areal_frames() -> None:
     assert any("_get_next_task_for_submission (areal/infra/workflow_executor.py:471)" in e
                for e in d["evidence"])  # fmt: skip
     assert "rank 1: at a barrier or broadcast" in d["evidence"]
+
+
+def test_pasted_text_on_stdin() -> None:
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    result = subprocess.run(
+        [sys.executable, "-m", "areal_console", "stacks", "--import", "-", "--json"],
+        input=(DATA / "guide_pattern_b.txt").read_text(),
+        capture_output=True, text=True, timeout=120, env=cli_env(), check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["diagnosis"]["pattern"] == "collective_mismatch"
+    assert {r["node"] for r in doc["ranks"]} == {"stdin"}
