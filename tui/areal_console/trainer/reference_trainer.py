@@ -1018,20 +1018,15 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
             write_jsonl(os.path.join(out_dir, METRICS_FILE), record)
             if dumping:
                 write_jsonl(os.path.join(dump_dir, METRICS_FILE), record)
-            # AReaL's progress line (areal/utils/stats_logger.py:138-141): 1-based, so
-            # "Train step N" is global_step N-1. One epoch of `steps` steps here.
-            total = config["steps"]
-            print(
-                f"Epoch 1/1 Step {step + 1}/{total} Train step {step + 1}/{total} done.",
-                flush=True,
-            )
             print(
                 f"step {step}: "
                 + " ".join(f"{k}={_g(metrics[k])}" for k in METRIC_NAMES)
                 + (" (replayed)" if replaying else ""),
                 flush=True,
             )
-            log_areal_step(step, last, areal_stats(metrics, elapsed), tb_writer)
+            # AReaL's log is 1-based: "Train step N/T" is global step N-1 (stats_logger.py:
+            # 138-141); T is total_train_steps, here `steps`.
+            log_areal_step(step + 1, config["steps"], areal_stats(metrics, elapsed), tb_writer)
     if tb_writer is not None:
         tb_writer.close()
     if rank == 0 and hang == "none":
