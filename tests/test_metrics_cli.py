@@ -171,3 +171,10 @@ def test_cli_follow_prints_steps_until_the_run_completes(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_tui_takes_a_health_path() -> None:
+    from areal_console.cli import build_parser
+
+    args = build_parser().parse_args(["tui", "--health", "/runs/x", "--health-node", "n1"])
+    assert (args.health, args.health_node) == ("/runs/x", "n1")
