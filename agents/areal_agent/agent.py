@@ -37,6 +37,8 @@ RANK_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
 )
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -146,6 +148,16 @@ def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
         return "launcher"
     if "RANK" in env:
         return "trainer"
+    return None
+
+
+def argv_option(cmdline: list[str], name: str) -> str | None:
+    """The value of `--name V` or `--name=V` in an argv (argparse's two spellings)."""
+    for i, arg in enumerate(cmdline):
+        if arg == name and i + 1 < len(cmdline):
+            return cmdline[i + 1]
+        if arg.startswith(name + "="):
+            return arg[len(name) + 1 :]
     return None
 
 
@@ -270,6 +282,12 @@ def process_record(
         "local_rank": _to_int(env.get("LOCAL_RANK")),
         "world_size": _to_int(env.get("WORLD_SIZE")),
         "master_addr": env.get("MASTER_ADDR"),
+        "master_port": _to_int(env.get("MASTER_PORT")),
+        "torchelastic_run_id": env.get("TORCHELASTIC_RUN_ID"),
+        "slurm_job_id": env.get("SLURM_JOB_ID"),
+        # AReaL's single-controller workers name their job on the command line.
+        "experiment": argv_option(p["cmdline"], "--experiment-name"),
+        "trial": argv_option(p["cmdline"], "--trial-name"),
         "role": p.get("role"),
         "cpu_percent": p["cpu_percent"],
         "rss": rss,
@@ -409,6 +427,14 @@ def _is_function_not_found(nvml: Any, exc: Exception) -> bool:
 
 # --------------------------------------------------------------------------------------
 # py-spy
+
+
+def cpu_count() -> int:
+    """The cores this process may run on (its affinity, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def find_pyspy() -> str | None:
@@ -565,15 +591,23 @@ class Agent:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # sampling ------------------------------------------------------------------------
-    def sample(self, include_all: bool = False) -> dict[str, Any]:
+    def sample(
+        self, include_all: bool = False, cpu: bool = True, gpus: bool = True
+    ) -> dict[str, Any]:
+        """Processes (and GPUs). `cpu=False` skips the first call's CPU% baseline wait
+        (a capture needs no CPU%); `gpus=False` leaves NVML alone."""
         with self._sample_lock:
-            if not self._primed:
+            if cpu and not self._primed:
                 # CPU% needs two readings: take a short baseline on the first sample.
                 self.processes.snapshot()
                 time.sleep(0.2)
                 self._primed = True
             procs = self.processes.snapshot()
-            gpus, gpu_use, gpu_error = self.gpus.collect()
+            gpu_list: list[dict[str, Any]] = []
+            gpu_use: dict[int, list[tuple[int, int | None]]] = {}
+            gpu_error: str | None = None
+            if gpus:
+                gpu_list, gpu_use, gpu_error = self.gpus.collect()
             procs.pop(os.getpid(), None)  # the agent itself is not part of any job
             chosen = select_processes(procs, include_all)
             records = [
@@ -582,7 +616,7 @@ class Agent:
         return {
             "time": time.time(),
             "hostname": socket.gethostname(),
-            "gpus": gpus,
+            "gpus": gpu_list,
             "gpu_error": gpu_error,
             "processes": records,
         }
@@ -607,7 +641,11 @@ def op_hello(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         except (ImportError, ValueError):
             return False
 
-    ok, nvml_error = agent.gpus.available()
+    # Loading NVML can take a second on a GPU node: only when the console asks.
+    ok: bool | None = None
+    nvml_error: str | None = None
+    if _arg(args, "gpus", bool, True):
+        ok, nvml_error = agent.gpus.available()
     return {
         "protocol": PROTOCOL_VERSION,
         "agent_version": AGENT_VERSION,
@@ -642,7 +680,11 @@ def op_ping(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("sample")
 def op_sample(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
-    return agent.sample(_arg(args, "all", bool, False))
+    return agent.sample(
+        _arg(args, "all", bool, False),
+        cpu=_arg(args, "cpu", bool, True),
+        gpus=_arg(args, "gpus", bool, True),
+    )
 
 
 @op("stream")
@@ -687,6 +729,10 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     timeout = _arg(args, "timeout", float, 10.0)
     nonblocking = _arg(args, "nonblocking", bool, False)
     native = _arg(args, "native", bool, False)
+    # Echoed in one `pyspy_progress` event per finished dump (for a progress display).
+    progress = args.get("progress")
+    # py-spy is CPU-bound while it reads a process: more at once than cores only queues.
+    parallel = _arg(args, "parallel", int, 0) or cpu_count()
     pyspy = find_pyspy()
     if pyspy is None:
         return {
@@ -741,8 +787,28 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         record.update(ok=False, reason=reason, error=message)
         return record
 
-    with ThreadPoolExecutor(max_workers=max(1, min(64, len(targets)))) as pool:
-        dumps = list(pool.map(dump, targets))
+    done = 0
+    done_lock = threading.Lock()
+
+    def dump_and_report(pair: tuple[int, int]) -> dict[str, Any]:
+        nonlocal done
+        record = dump(pair)
+        if progress is not None:
+            with done_lock:
+                done += 1
+                count = done
+            agent.emit(
+                "pyspy_progress",
+                token=progress,
+                pid=record["pid"],
+                ok=record.get("ok", False),
+                done=count,
+                total=len(targets),
+            )
+        return record
+
+    with ThreadPoolExecutor(max_workers=max(1, min(64, parallel, len(targets)))) as pool:
+        dumps = list(pool.map(dump_and_report, targets))
     return {"dumps": dumps, "pyspy": pyspy}
 
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UserError
-from areal_console.core.targets import add_target_arguments, resolve_targets
+from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +39,17 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--match", metavar="REGEX", help="only processes whose command line matches"
+    )
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--job",
+        metavar="KEY",
+        help="the job to capture when the nodes run several (a key from the list shown)",
+    )
+    scope.add_argument(
+        "--all-jobs",
+        action="store_true",
+        help="capture the ranks of every job on the nodes (default: the one job there is)",
     )
     parser.add_argument(
         "--timeout", type=float, default=15.0, metavar="S", help="per py-spy dump (default 15)"
@@ -80,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
     if args.save:
         _export(capture, Path(args.save))
     if args.json:
-        json.dump(capture_json(capture), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(capture_json(capture), indent=1) + "\n")  # one write
     else:
         sys.stdout.write(text_report(capture))
     if capture.errors and not args.open:
@@ -93,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _capture(args: argparse.Namespace) -> Any:
     from areal_console.core.fleet import Fleet
-    from areal_console.core.stacks.capture import CaptureOptions, take_capture
+    from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, take_capture
 
     try:
         options = CaptureOptions(
@@ -102,12 +112,19 @@ def _capture(args: argparse.Namespace) -> Any:
             match=args.match,
             timeout=args.timeout,
             nonblocking=args.nonblocking,
+            job=args.job,
+            all_jobs=args.all_jobs,
+            # --slurm-job names the job, not only its nodes: other jobs there stay out.
+            slurm_job=getattr(args, "slurm_job", None),
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    fleet = Fleet(resolve_targets(args), accept_new_hosts=getattr(args, "accept_new_hosts", False))
+    # One-shot: a local agent runs as a thread of this process, and nobody loads NVML.
+    fleet = Fleet(resolve_targets(args), probe_gpus=False, in_process=True, **fleet_options(args))
     try:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
+    except JobChoiceError as exc:
+        raise UsageError(str(exc)) from None
     finally:
         fleet.close()
     return capture

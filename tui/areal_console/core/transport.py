@@ -7,6 +7,7 @@ A reconnect to a node that has the agent therefore costs a single round trip.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,19 +19,29 @@ from typing import Protocol
 from areal_agent import agent_hash, agent_source
 
 # Kept on one line so it survives any remote shell's quoting as a single argument.
+# The compiled agent is cached next to its source (marshal, per Python version, keyed by
+# the source's hash): a later start neither re-reads nor recompiles the source.
 BOOTSTRAP = (
-    "import sys,os,hashlib;h=sys.argv[1];"
+    "import sys,os,hashlib,marshal;h=sys.argv[1];"
     "d=os.path.join(os.path.expanduser('~'),'.cache','areal-console');"
     "p=os.path.join(d,'agent-'+h+'.py');"
-    "s=open(p,'rb').read() if os.path.exists(p) else b'';"
-    "ok=hashlib.sha256(s).hexdigest()==h\n"
-    "if not ok:\n"
-    ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
-    " n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
+    "c=p[:-3]+'.'+str(sys.implementation.cache_tag)+'.code'\n"
+    "try:k=marshal.loads(open(c,'rb').read())\n"
+    "except Exception:k=None\n"
+    "if k is None:\n"
+    " s=open(p,'rb').read() if os.path.exists(p) else b''\n"
+    " if hashlib.sha256(s).hexdigest()!=h:\n"
+    '  sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
+    "  n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
+    "  try:\n"
+    "   os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"
+    "  except OSError:pass\n"
+    " k=compile(s,p,'exec')\n"
     " try:\n"
-    "  os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"
+    "  if hashlib.sha256(s).hexdigest()==h:\n"
+    "   t=c+'.%d.tmp'%os.getpid();open(t,'wb').write(marshal.dumps(k));os.replace(t,c)\n"
     " except OSError:pass\n"
-    "g={'__name__':'__areal_agent__'};exec(compile(s,p,'exec'),g)"
+    "g={'__name__':'__areal_agent__'};exec(k,g)"
 )
 
 
@@ -163,3 +174,64 @@ class LocalChannel(ProcessChannel):
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def close(self) -> None:
+        """EOF ends the agent; it is reaped in the background (nobody waits on its exit)."""
+        if self.proc.poll() is not None:
+            return
+        threading.Thread(target=super().close, name="agent-reaper", daemon=True).start()
+
+
+class InProcessChannel:
+    """The agent served by a thread of this process, over a pair of pipes.
+
+    For one-shot commands on this machine: no interpreter to start, nothing to compile,
+    the same protocol and code path as a child agent.
+    """
+
+    def __init__(self) -> None:
+        from areal_agent.agent import Agent
+
+        to_agent_r, to_agent_w = os.pipe()
+        from_agent_r, from_agent_w = os.pipe()
+        self._to_agent = os.fdopen(to_agent_w, "wb")
+        self._from_agent = os.fdopen(from_agent_r, "rb")
+        agent_in = os.fdopen(to_agent_r, "rb")
+        agent_out = os.fdopen(from_agent_w, "wb")
+        self._send_lock = threading.Lock()
+        self._closed = False
+
+        def serve() -> None:
+            try:
+                Agent(stdin=agent_in, stdout=agent_out).serve()
+            finally:
+                agent_in.close()
+                agent_out.close()  # EOF for the reader
+
+        self._thread = threading.Thread(target=serve, name="in-process-agent", daemon=True)
+        self._thread.start()
+
+    def send(self, data: bytes) -> None:
+        with self._send_lock:
+            try:
+                self._to_agent.write(data)
+                self._to_agent.flush()
+            except (BrokenPipeError, ValueError, OSError) as exc:
+                raise ChannelClosed(self.exit_reason()) from exc
+
+    def recv_line(self) -> bytes:
+        try:
+            return self._from_agent.readline()
+        except (ValueError, OSError):
+            return b""
+
+    def close(self) -> None:
+        with self._send_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(OSError):
+                self._to_agent.close()  # EOF: the agent's loop ends
+
+    def exit_reason(self) -> str:
+        return "in-process agent stopped" if self._closed else "in-process agent ended"

@@ -155,6 +155,7 @@ class StackCapture:
     interval: float = 0.0
     capture_id: str | None = None
     save_error: str | None = None  # why it could not be saved (shown, never silent)
+    job: str | None = None  # the job key(s) the capture was scoped to (see scope.py)
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -301,6 +302,7 @@ def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> Stack
         errors=errors,
         interval=float(raw.get("interval") or 0.0),
         capture_id=raw.get("id"),
+        job=raw.get("job"),
     )
 
 
@@ -396,4 +398,5 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         errors=[NodeError(str(e.get("node")), str(e.get("error"))) for e in data.get("errors", [])],
         interval=float(data.get("interval") or 0.0),
         capture_id=data.get("id"),
+        job=data.get("job"),
     )
