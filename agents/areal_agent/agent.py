@@ -809,7 +809,29 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
     with ThreadPoolExecutor(max_workers=max(1, min(64, parallel, len(targets)))) as pool:
         dumps = list(pool.map(dump_and_report, targets))
-    return {"dumps": dumps, "pyspy": pyspy}
+    return {"dumps": key_stacks(dumps), "pyspy": pyspy}
+
+
+def key_stacks(dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every thread a `key` (a digest of its frames) and send each distinct stack's
+    frames once: ranks of a job mostly share their stacks, so a node's reply shrinks to a
+    few stacks, and the console interns a stack by one lookup instead of reading frames."""
+    import hashlib
+
+    sent: set[str] = set()
+    for d in dumps:
+        for thread in d.get("threads") or []:
+            if "key" in thread:
+                continue
+            frames = thread.get("frames") or []
+            text = json.dumps(frames, separators=(",", ":"), sort_keys=True)
+            key = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+            thread["key"] = key
+            if key in sent:
+                del thread["frames"]
+            else:
+                sent.add(key)
+    return dumps
 
 
 @op("load")

@@ -185,6 +185,21 @@ class FrameTable:
     def __init__(self) -> None:
         self._frames: dict[tuple[str, str, int], Frame] = {}
         self._stacks: dict[tuple[Any, ...], Stack] = {}
+        self._keyed: dict[str, Stack] = {}  # the agent's stack digest -> stack
+        self._idle: dict[Stack, bool] = {}
+
+    def keyed_stack(self, key: str, raw_frames: list[dict[str, Any]] | None) -> Stack:
+        """The stack the agent named `key` (its frames come with the first thread only)."""
+        found = self._keyed.get(key)
+        if found is None:
+            found = self._keyed[key] = self.pyspy_stack(raw_frames or [])
+        return found
+
+    def is_idle(self, frames: Stack) -> bool:
+        idle = self._idle.get(frames)
+        if idle is None:
+            idle = self._idle[frames] = is_idle_stack(frames)
+        return idle
 
     def frame(self, function: str, file: str, line: int) -> Frame:
         key = (function, file, line)
@@ -222,27 +237,38 @@ def parse_pyspy_threads(
     """py-spy `dump --json` threads -> `Thread`s (frames leaf first, idle marked)."""
     table = table or FrameTable()
     threads: list[Thread] = []
+    has_main = False
     for raw in raw_threads:
-        frames = table.pyspy_stack(raw.get("frames") or [])
+        key = raw.get("key")
+        if key is not None:
+            frames = table.keyed_stack(key, raw.get("frames"))
+        else:  # recorded before the agent keyed its stacks
+            frames = table.pyspy_stack(raw.get("frames") or [])
         name = str(raw.get("thread_name") or "")
         tid = int(raw.get("os_thread_id") or raw.get("thread_id") or 0)
         is_main = name == MAIN_THREAD or (pid is not None and tid == pid)
+        has_main = has_main or is_main
         threads.append(
             Thread(
-                name=name or f"thread {tid}",
-                tid=tid,
-                frames=frames,
-                active=raw.get("active"),
-                owns_gil=raw.get("owns_gil"),
-                is_main=is_main,
-                idle=(not is_main) and is_idle_stack(frames),
+                name or f"thread {tid}",
+                tid,
+                frames,
+                (not is_main) and table.is_idle(frames),
+                raw.get("active"),
+                raw.get("owns_gil"),
+                is_main,
             )
         )
-    if threads and not any(t.is_main for t in threads):
+    if threads and not has_main:
         threads[0].is_main = True
         threads[0].idle = False
-    threads.sort(key=lambda t: (not t.is_main, t.idle, t.name))
+    if len(threads) > 1:
+        threads.sort(key=_thread_order)
     return threads
+
+
+def _thread_order(t: Thread) -> tuple[bool, bool, str]:
+    return (not t.is_main, t.idle, t.name)
 
 
 def is_idle_stack(frames: Stack) -> bool:
