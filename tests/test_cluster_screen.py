@@ -149,3 +149,33 @@ async def test_s_captures_the_filtered_job_and_diagnoses_it() -> None:
             await until(lambda: isinstance(app.screen, ClusterScreen), what="back to Cluster")
     finally:
         job.stop()
+
+
+async def test_a_switches_to_all_processes_without_dropping_the_node(gloo_job: GlooJob) -> None:
+    """`a` restarts the sample stream on the same link: the node never shows down."""
+    node = local_node().name
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = app.screen
+        nodes = screen.query_one(NodeTable)
+        table = screen.query_one(ProcessTable)
+        await until(lambda: node in nodes.rows and cell(nodes, node, "state") == "up", what="up")
+        await until(lambda: len(job_rows(table, node, gloo_job)) == 4, what="rank rows")
+        me = f"{node}:{os.getpid()}"  # this test's own Python process: listed only with `a`
+        assert me not in table.rows
+        seen: list[tuple[str, str]] = []
+
+        def watch(condition: Callable[[], bool]) -> Callable[[], bool]:
+            def check() -> bool:
+                view = app.monitor.snapshot()[0]
+                seen.append((view.state, view.error or ""))
+                return condition()
+
+            return check
+
+        await pilot.press("a")
+        await until(watch(lambda: me in table.rows), what="every Python process")
+        await pilot.press("a")
+        await until(watch(lambda: me not in table.rows), what="job processes only")
+        assert len(job_rows(table, node, gloo_job)) == 4
+        assert seen and all(state == "up" for state, _ in seen), sorted(set(seen))

@@ -181,6 +181,23 @@ def test_trainer_refuses_both_flags(home: Path) -> None:
     )
 
 
+def test_trainer_writes_into_the_data_dir_and_says_where(home: Path, tmp_path: Path) -> None:
+    """Without `output_dir=` the metrics go to a new folder in the data dir, never into
+    the current directory, and the first line says where."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "areal_console", "trainer", "steps=1"],
+        env=console_env(home), cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+    first = proc.stdout.splitlines()[0]
+    assert first.startswith("metrics: "), proc.stdout
+    metrics = Path(first.removeprefix("metrics: "))
+    assert metrics.is_relative_to(home / "data" / "trainer-runs")
+    assert json.loads(metrics.read_text().splitlines()[0])["step"] == 1
+
+
 @pytest.mark.slow
 def test_dump_rotation_keeps_pinned_steps(home: Path) -> None:
     dump = home / "rotated"

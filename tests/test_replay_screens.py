@@ -253,3 +253,44 @@ def test_slurm_fields_round_trip_and_old_records_load() -> None:
     assert (again.slurm_job, again.slurm_step, again.slurm_label) == ("77", None, "slurm job 77")
     running = jobs.JobRecord("s", "gone", {}, 1.0, state="running", slurm_job="77")
     assert merge_jobs([running], {})[0].state == "running"  # Slurm, not a node, holds it
+
+
+@pytest.mark.slow
+async def test_after_a_launch_the_jobs_screen_follows_the_new_job(fleet: Fleet, dump: Path) -> None:
+    """`r` `enter` in the Batches screen: the Jobs screen opens with the cursor, the detail
+    and the log on the job just launched, listed first (newest first, as after a restart)."""
+    from areal_console.app import ConsoleApp
+
+    session = fleet.sessions[0]
+    node = session.name
+    older = f"{node}/older"
+    session.call("job_launch", {"job": "older", "argv": [sys.executable, "-c", SLOW_JOB]})
+    jobs.save_job(jobs.JobRecord(job_id="older", node=node, plan={}, launched_at=time.time()))
+    before = {f"{r.node}/{r.job_id}" for r in jobs.load_jobs()}
+    app = ConsoleApp(fleet, batches_path=str(dump), refresh_interval=0.5)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        assert isinstance(screen, JobsScreen)
+        table = screen.query_one("#jobs-table", DataTable)
+        await until(pilot, lambda: older in table.rows)
+        table.move_cursor(row=table.get_row_index(older))
+        await until(pilot, lambda: screen.selected == older)
+        await pilot.press("3")
+        await until(pilot, lambda: app.screen.query_one("#steps", DataTable).row_count > 0)
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, ReplayDialog))
+        dialog = app.screen
+        await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
+        await pilot.press("enter")
+        await until(pilot, lambda: app.screen is screen, timeout=60)
+        launched = {f"{r.node}/{r.job_id}" for r in jobs.load_jobs()} - before
+        assert len(launched) == 1
+        new = launched.pop()
+        await until(pilot, lambda: screen.selected == new, timeout=30)
+        order = [k.value for k in table.rows]
+        assert order == list(screen.records)  # the table shows merge_jobs' order
+        assert order.index(new) < order.index(older)
+        assert table.cursor_row == order.index(new)
+        assert new.split("/", 1)[1] in text_of(screen, "#jobs-detail")
+        await until(pilot, lambda: screen._log_key == new)

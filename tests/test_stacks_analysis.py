@@ -339,6 +339,8 @@ def test_json_matches_schema_and_round_trips(fixtures: dict[str, Any]) -> None:
         "state",
         "error",
         "progressing",
+        "job",
+        "server",
         "threads",
     }
     assert set(rank["threads"][0]) == {"name", "tid", "idle", "frames"}

@@ -32,7 +32,7 @@ def _proc(pid: int, **fields: object) -> dict[str, object]:
 
 
 def test_job_key_prefers_the_most_specific_identity() -> None:
-    areal = _proc(1, experiment="exp", trial="t1", master_addr="10.0.0.1", master_port=1)
+    areal = _proc(1, job="exp/t1", master_addr="10.0.0.1", master_port=1)
     assert job_key("n1", areal) == "areal:exp/t1"
     assert job_key("n1", _proc(2, master_addr="10.0.0.1", master_port=29500)) == ("10.0.0.1:29500")
     # a loopback rendezvous is only unique on its node
@@ -48,7 +48,8 @@ def test_launchers_are_never_candidates() -> None:
     assert not is_candidate({"pid": 1, "role": "launcher", "rank": None})
     assert is_candidate({"pid": 2, "role": "trainer", "rank": 0})
     assert is_candidate({"pid": 3, "role": "sglang", "rank": None})
-    assert is_candidate({"pid": 4, "role": "actor", "rank": None, "experiment": "e", "trial": "t"})
+    assert is_candidate({"pid": 4, "role": "controller", "rank": None, "job": "e/t"})
+    assert not is_candidate({"pid": 6, "role": "wrapper", "rank": None, "job": "e/t"})
     assert not is_candidate({"pid": 5, "role": None, "rank": None})
 
 

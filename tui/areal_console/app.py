@@ -232,6 +232,12 @@ class ConsoleApp(App[None]):
             if record is not None:
                 self.notify(f"Replay {record.job_id} launched on {record.node}")
                 self.action_goto("jobs")
+                try:
+                    jobs_screen = self.get_screen_stack("jobs")[0]
+                except (KeyError, IndexError):
+                    return
+                if isinstance(jobs_screen, JobsScreen):
+                    jobs_screen.show_job(record.node, record.job_id)
 
         try:
             templates = load_templates(self.settings.launch_templates)

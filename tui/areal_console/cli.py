@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 
 from areal_console import __version__
@@ -55,6 +56,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # numpy is a dependency, but an install without it (--no-deps, a stripped image) must
+    # not print torch's "Failed to initialize NumPy" warning on every command that loads torch.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
         # No subcommand (or only target options) opens the TUI.

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from datetime import datetime, timezone
 
+from areal_console.core.locations import data_dir
 from areal_console.core.replay import TRAINER_PATH
 
 
@@ -16,7 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Run the torch-only reference trainer here (torchrun underneath when --nproc > 1). "
             "Overrides use AReaL's dotted style, e.g. steps=8 "
-            "trajectory_debug.dump_rollout_data=true trajectory_debug.path=/tmp/dumps"
+            "trajectory_debug.dump_rollout_data=true trajectory_debug.path=/tmp/dumps. "
+            "Per-step metrics go to output_dir (default: a new folder under the data dir; "
+            "the path is printed)."
         ),
     )
     parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks (default 1)")
@@ -29,5 +33,9 @@ def run(args: argparse.Namespace) -> int:
     argv = [sys.executable, str(TRAINER_PATH), "--nproc", str(args.nproc)]
     if args.config:
         argv += ["--config", args.config]
+    # Metrics go to the data dir unless `output_dir=` says otherwise (never into the current
+    # directory); the trainer prints the path it writes to.
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    argv += ["--default-output-dir", str(data_dir() / "trainer-runs" / stamp)]
     # The trainer validates its own configuration and prints "error: ..." itself.
     return subprocess.call([*argv, *args.overrides])

@@ -8,6 +8,7 @@ down with the reason and reconnected with exponential backoff. No Textual here.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -63,6 +64,7 @@ class FleetMonitor:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._wake: dict[str, threading.Event] = {s.name: threading.Event() for s in fleet}
+        self._stream_ids: dict[str, int] = {}  # node -> id of its current sample stream
 
     # public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -106,23 +108,51 @@ class FleetMonitor:
         self._wake[name].set()
 
     def set_include_all(self, include_all: bool) -> None:
-        """Switch between ranks only and every Python process (restarts the streams)."""
+        """Switch between ranks only and every Python process.
+
+        Each connected node gets a new sample stream with the new setting and then loses
+        its old one, on the same link: the node stays up (closing the link to restart
+        would show it down for a moment). Samples of a replaced stream are dropped.
+        """
         if include_all == self.include_all:
             return
         self.include_all = include_all
         for session in self.fleet.sessions:
-            if session.client is not None:
-                session.client.close()  # the supervisor reconnects with the new setting
+            if session.client is not None and session.client.alive:
+                threading.Thread(
+                    target=self._restart_stream, args=(session, include_all),
+                    name=f"restream-{session.name}", daemon=True,
+                ).start()  # fmt: skip
 
     # internals ------------------------------------------------------------------------
+    def _restart_stream(self, session: NodeSession, include_all: bool) -> None:
+        client = session.client
+        if client is None:
+            return
+        try:
+            reply = client.request("stream", {"interval": self.interval, "all": include_all})
+        except (AgentDisconnected, AgentError):
+            return  # the supervisor sees the link drop and reconnects with the new setting
+        new_id = int(reply.get("stream", 0)) if isinstance(reply, dict) else 0
+        with self._lock:
+            old_id = self._stream_ids.get(session.name, 0)
+            self._stream_ids[session.name] = max(old_id, new_id)
+        if old_id and old_id != new_id:
+            with contextlib.suppress(AgentDisconnected, AgentError):
+                client.request("stream_stop", {"stream": old_id})
+
     def _update(self, name: str, **changes: Any) -> None:
         with self._lock:
             view = self._views[name]
             for key, value in changes.items():
                 setattr(view, key, value)
 
-    def _on_sample(self, name: str, data: dict[str, Any]) -> None:
+    def _on_sample(self, name: str, data: dict[str, Any], stream: int = 0) -> None:
         with self._lock:
+            # Stream ids grow per agent: a lower one is a stream being replaced.
+            if stream < self._stream_ids.get(name, 0):
+                return
+            self._stream_ids[name] = max(stream, self._stream_ids.get(name, 0))
             view = self._views[name]
             view.sample = data
             view.received_at = time.time()
@@ -140,20 +170,27 @@ class FleetMonitor:
         def on_event(_session: NodeSession, message: dict[str, Any]) -> None:
             kind = message.get("event")
             if kind == "sample":
-                self._on_sample(name, message.get("data", {}))
+                self._on_sample(name, message.get("data", {}), int(message.get("stream") or 0))
             elif kind == "closed":
                 closed.set()
 
         session.on_event = on_event
         while not self._stop.is_set():
             closed.clear()
+            with self._lock:
+                self._stream_ids.pop(name, None)  # a new agent counts its streams from 1
             self._update(name, state="connecting")
             try:
                 session.connect(force=True)  # this loop does the waiting between attempts
                 self._update(
                     name, state="up", error=None, latency=session.latency, hello=session.hello
                 )
-                session.call("stream", {"interval": self.interval, "all": self.include_all})
+                reply = session.call("stream", {"interval": self.interval, "all": self.include_all})
+                if isinstance(reply, dict) and reply.get("stream"):
+                    with self._lock:
+                        self._stream_ids[name] = max(
+                            int(reply["stream"]), self._stream_ids.get(name, 0)
+                        )
                 failures = 0
             except (AgentDisconnected, AgentError, OSError, ValueError) as exc:
                 key = session.unknown_host_key

@@ -100,7 +100,9 @@ def merge_jobs(
     for r in by_key.values():
         if r.node not in node_jobs and r.state == "running" and not r.slurm_job:
             r.state, r.error = "unknown", f"node {r.node} is not connected"
-    return sorted(by_key.values(), key=lambda r: r.launched_at or 0, reverse=True)
+    # Newest first; launch time alone is not a total order (records from a node without
+    # it read 0), so ties go by node and job id and the order survives a restart.
+    return sorted(by_key.values(), key=lambda r: (-(r.launched_at or 0), r.node, r.job_id))
 
 
 class JobsScreen(Screen[None]):
@@ -185,6 +187,7 @@ class JobsScreen(Screen[None]):
         self.marked: set[str] = set()
         self._log_key: str | None = None
         self._timer: Timer | None = None
+        self._wanted: str | None = None  # a job to put the cursor on once it is listed
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -268,6 +271,8 @@ class JobsScreen(Screen[None]):
             for key in list(table.rows):
                 if key.value not in keys:
                     table.remove_row(key)
+            if [k.value for k in table.rows] != keys[: len(table.rows)]:
+                table.clear()  # a job listed before older ones: rebuild in order
             for row in visible:
                 cells = row.cells()
                 if row.key in table.rows:
@@ -276,9 +281,14 @@ class JobsScreen(Screen[None]):
                             table.update_cell(row.key, name, value)
                 else:
                     table.add_row(*cells, key=row.key)
-        if self.selected is None and visible:
+        if self._wanted in keys:
+            self.selected, self._wanted = self._wanted, None
+            self.action_follow()
+        elif self.selected not in keys and visible:
             self.selected = visible[0].key
             self.action_follow()
+        if self.selected in keys and table.cursor_row != keys.index(self.selected):
+            table.move_cursor(row=keys.index(self.selected))
         self._show_detail()
         running = sum(r.state == "running" for r in self.records.values())
         status = f"{len(self.records)} jobs, {running} running"
@@ -341,6 +351,12 @@ class JobsScreen(Screen[None]):
     @on(Notice)
     def _notice(self, message: Notice) -> None:
         self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+
+    def show_job(self, node: str, job_id: str) -> None:
+        """Put the cursor and the log pane on this job (one just launched) once listed."""
+        self._wanted = f"{node}/{job_id}"
+        if self.is_mounted:
+            self.refresh_jobs()
 
     # actions ---------------------------------------------------------------------------
     def action_follow(self) -> None:

@@ -3,7 +3,10 @@
 Standard library and torch only: this file is shipped to cluster nodes and run there as a
 plain script:
 
-    python3 reference_trainer.py [--nproc N] [--config FILE] [key=value ...]
+    python3 reference_trainer.py [--nproc N] [--config FILE] [--default-output-dir DIR] [key=value ...]
+
+`output_dir` (the per-step metrics) defaults to `--default-output-dir`, else
+`./reference-trainer-out`; `areal-console trainer` passes a folder in its data dir.
 
 A tiny causal language model (built in code, no downloads) learns single-digit addition
 ("a+b=" -> digits, EOS) from a rule-based reward. Each step it samples a group of
@@ -35,13 +38,18 @@ import os
 import re
 import sys
 import time
+import warnings
 from datetime import timedelta
 from typing import Any
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import nn
+# A node's python may lack numpy; torch then warns "Failed to initialize NumPy" on import,
+# into every replay log. Nothing here uses numpy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 TRAINER_NAME = "areal-console reference trainer"
 TRAINER_VERSION = 1
@@ -745,7 +753,7 @@ def write_jsonl(path: str, record: dict[str, Any]) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
-def run(config: dict[str, Any]) -> None:
+def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out") -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -770,12 +778,13 @@ def run(config: dict[str, Any]) -> None:
     dump_dir = str(td["path"])
     dumping, replaying = bool(td["dump_rollout_data"]), bool(td["replay_rollout_data"])
     out_dir = config["output_dir"] or (
-        os.path.join(dump_dir, "replay") if replaying else "reference-trainer-out"
+        os.path.join(dump_dir, "replay") if replaying else default_output_dir
     )
     dp_suffix = rank if world_size > 1 else None
     if rank == 0:
         os.makedirs(out_dir, exist_ok=True)
         open(os.path.join(out_dir, METRICS_FILE), "w").close()
+        print(f"metrics: {os.path.abspath(os.path.join(out_dir, METRICS_FILE))}", flush=True)
         if dumping:
             os.makedirs(os.path.join(dump_dir, CHECKPOINT_DIR), exist_ok=True)
             open(os.path.join(dump_dir, METRICS_FILE), "w").close()
@@ -919,6 +928,7 @@ def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     nproc, config_file, overrides = 1, None, []
+    default_output_dir = "reference-trainer-out"  # when output_dir is not set
     passed_on: list[str] = []  # everything but --nproc, for the torchrun relaunch
     i = 0
     while i < len(args):
@@ -929,8 +939,11 @@ def main(argv: list[str] | None = None) -> int:
             for key, value in flatten(DEFAULTS).items():
                 print(f"  {key}={json.dumps(value)}")
             return 0
-        if arg in ("--nproc", "--config") and i + 1 < len(args):
-            if arg == "--nproc":
+        if arg in ("--nproc", "--config", "--default-output-dir") and i + 1 < len(args):
+            if arg == "--default-output-dir":
+                default_output_dir = args[i + 1]
+                passed_on += args[i : i + 2]
+            elif arg == "--nproc":
                 try:
                     nproc = int(args[i + 1])
                 except ValueError:
@@ -959,7 +972,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if nproc > 1 and not under_torchrun:
         return relaunch_with_torchrun(nproc, passed_on)
-    run(config)
+    run(config, default_output_dir)
     return 0
 
 

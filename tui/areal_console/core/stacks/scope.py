@@ -5,6 +5,7 @@ into jobs by what a distributed job shares, most specific first:
 
 1. AReaL experiment/trial: single-controller workers carry `--experiment-name E
    --trial-name T` on their command line (AReaL `areal/infra/rpc/guard/app.py:518-519`);
+   the agent reports it as `job` ("E/T"), also for the workers' controller and servers;
 2. the rendezvous `MASTER_ADDR:MASTER_PORT` (a loopback address is only unique on its
    node, so the node name is part of the key then);
 3. `TORCHELASTIC_RUN_ID` (torchrun's `--rdzv-id`; its default "none" says nothing);
@@ -21,17 +22,30 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Roles of non-rank processes that belong to a job and are worth a stack. A launcher
-# (torchrun, a shell or `stdbuf` wrapper) only waits for its children: never dumped.
-JOB_ROLES = frozenset({"sglang", "vllm", "rpc_server"})
+# Roles of non-rank processes that belong to a job and are worth a stack: inference
+# servers, AReaL's single-controller controller and its non-training workers. A launcher
+# (torchrun) or wrapper (bash, stdbuf, tee) only waits for its children: never dumped.
+JOB_ROLES = frozenset(
+    {
+        "sglang",
+        "vllm",
+        "rpc_server",
+        "controller",
+        "rollout",
+        "eval-rollout",
+        "data",
+        "proxy-rollout",
+    }
+)
+NEVER_DUMPED = frozenset({"launcher", "wrapper"})
 LOOPBACK = ("127.", "localhost", "::1")
 UNSCOPED = "unscoped"
 
 
 def job_key(node: str, p: dict[str, Any]) -> str | None:
     """The job a process record (the agent's `sample`) belongs to, or None."""
-    if p.get("experiment") and p.get("trial"):
-        return f"areal:{p['experiment']}/{p['trial']}"
+    if p.get("job"):
+        return f"areal:{p['job']}"
     addr, port = p.get("master_addr"), p.get("master_port")
     if addr and port is not None:
         where = f"{node}/" if str(addr).startswith(LOOPBACK) else ""
@@ -46,11 +60,9 @@ def job_key(node: str, p: dict[str, Any]) -> str | None:
 
 def is_candidate(p: dict[str, Any]) -> bool:
     """A rank, a job server, or an AReaL worker; never a launcher or wrapper."""
-    if p.get("role") == "launcher":
+    if p.get("role") in NEVER_DUMPED:
         return False
-    if p.get("rank") is not None:
-        return True
-    return p.get("role") in JOB_ROLES or bool(p.get("experiment") and p.get("trial"))
+    return p.get("rank") is not None or p.get("role") in JOB_ROLES
 
 
 @dataclass
@@ -101,21 +113,28 @@ def group_jobs(
 ) -> list[JobGroup]:
     """Candidates of every node (filtered by `--match` and `--slurm-job`) as jobs.
 
-    Jobs come largest first; processes without a job key form the `unscoped` group.
+    `match` keeps the processes whose command line matches; an AReaL job it matches keeps
+    its servers and controller too (their command lines need not match). Jobs come
+    largest first; processes without a job key form the `unscoped` group.
     """
     pattern = re.compile(match) if match else None
     groups: dict[str, JobGroup] = {}
+    matched: set[str] = set()
     for node, procs in sampled.items():
         for p in procs:
             if not is_candidate(p):
                 continue
-            if pattern is not None and not pattern.search(str(p.get("cmdline") or "")):
-                continue
             if slurm_job is not None and str(p.get("slurm_job_id") or "") != str(slurm_job):
                 continue
             key = job_key(node, p) or UNSCOPED
+            hit = pattern is None or bool(pattern.search(str(p.get("cmdline") or "")))
+            if hit:
+                matched.add(key)
+            elif not (key.startswith("areal:") and p.get("rank") is None):
+                continue
             groups.setdefault(key, JobGroup(key)).processes.setdefault(node, []).append(p)
-    return sorted(groups.values(), key=lambda g: (g.key == UNSCOPED, -g.count, g.key))
+    found = [g for g in groups.values() if g.key in matched]
+    return sorted(found, key=lambda g: (g.key == UNSCOPED, -g.count, g.key))
 
 
 def choose_job(jobs: list[JobGroup], job: str | None = None) -> list[JobGroup]:
