@@ -44,6 +44,7 @@ class CaptureOptions:
     job: str | None = None  # a job key (or a unique part of one); see scope.py
     all_jobs: bool = False  # every job on the nodes (opt out of the one-job scope)
     slurm_job: str | None = None  # only processes whose SLURM_JOB_ID is this
+    ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -114,7 +115,18 @@ def dump_node(
     finally:
         if token is not None:
             session.progress_listeners.pop(token, None)
+    if options.ledger:
+        node["fr"] = fr_traces(session, procs)
     return node
+
+
+def fr_traces(session: NodeSession, procs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The node's Flight Recorder traces (live and dump files), or why there are none."""
+    pids = [p["pid"] for p in procs if p.get("rank") is not None]
+    try:
+        return session.call("fr_traces", {"pids": pids, "timeout": 5.0}, timeout=60)
+    except Exception as exc:  # an older agent, a node gone: the ledger says so, stacks stay
+        return {"error": f"Flight Recorder traces not read: {exc}"}
 
 
 def capture_raw(

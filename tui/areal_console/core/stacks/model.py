@@ -15,7 +15,12 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from areal_console.core.ledger.analyse import Ledger
+
+from areal_console.core.textfmt import printable
 
 MAIN_THREAD = "MainThread"
 # AReaL's single-controller workers run all engine work, and so every collective, in this
@@ -242,6 +247,7 @@ class StackCapture:
     capture_id: str | None = None
     save_error: str | None = None  # why it could not be saved (shown, never silent)
     job: str | None = None  # the job key(s) the capture was scoped to (see scope.py)
+    ledger: Ledger | None = None  # Flight Recorder's view; None: not read
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -291,7 +297,9 @@ class FrameTable:
         key = (function, file, line)
         found = self._frames.get(key)
         if found is None:
-            found = self._frames[key] = Frame(function, file, line)
+            # Names and paths come from the node (or a saved file): never raw control
+            # characters into a terminal, whichever view shows them.
+            found = self._frames[key] = Frame(printable(function), printable(file), line)
         return found
 
     def pyspy_stack(self, raw_frames: list[dict[str, Any]]) -> Stack:
@@ -428,7 +436,14 @@ def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> Stack
         interval=float(raw.get("interval") or 0.0),
         capture_id=raw.get("id"),
         job=raw.get("job"),
+        ledger=_ledger_from_raw(raw),
     )
+
+
+def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
+    from areal_console.core.ledger.collect import ledger_from_raw  # it imports this module
+
+    return ledger_from_raw(raw)
 
 
 def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankStack:
@@ -439,7 +454,7 @@ def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankSta
         local_rank=proc.get("local_rank"),
         world_size=proc.get("world_size"),
         role=proc.get("role"),
-        cmdline=str(proc.get("cmdline") or ""),
+        cmdline=printable(proc.get("cmdline") or ""),
         job=proc.get("job"),
         server=ServerInfo.from_json(proc.get("server")),
         **extra,
@@ -528,4 +543,11 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         interval=float(data.get("interval") or 0.0),
         capture_id=data.get("id"),
         job=data.get("job"),
+        ledger=_ledger_from_json(data.get("ledger")),
     )
+
+
+def _ledger_from_json(doc: Any) -> Ledger | None:
+    from areal_console.core.ledger.analyse import ledger_from_json
+
+    return ledger_from_json(doc) if isinstance(doc, dict) else None
