@@ -31,10 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
 
-from areal_console.scenarios import start_scenario  # noqa: E402
-from areal_console.scenarios.hang import free_port  # noqa: E402
+from tests.fixtures.hang import free_port, start_scenario  # noqa: E402
 
 
 def console_env(pycache: str) -> dict[str, str]:

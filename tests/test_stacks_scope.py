@@ -20,8 +20,9 @@ from areal_console.core.stacks.scope import (
     job_key,
 )
 from areal_console.core.targets import NodeSpec
-from areal_console.scenarios import ScenarioJob, start_scenario
 from conftest import run_cli
+
+from tests.fixtures.hang import ScenarioJob, start_scenario
 
 # --------------------------------------------------------------------------------------
 # Grouping rules (pure)
@@ -182,3 +183,57 @@ def test_slurm_job_scope_dumps_only_that_jobs_processes(
         fleet.close()
     assert _dumped_pids(raw) == set(first.rank_pids())
     assert raw["job"].endswith(f"127.0.0.1:{_port(first)}")
+
+
+@pytest.mark.slow
+async def test_tui_asks_which_job_and_captures_only_that_one(
+    two_jobs: tuple[ScenarioJob, ScenarioJob],
+) -> None:
+    """`s` with two jobs on the node: a dialog asks; the chosen job alone is dumped, and
+    the capture starts from the monitor's sample, reporting its progress."""
+    from areal_console.app import ConsoleApp
+    from areal_console.core.targets import local_node
+    from areal_console.screens.job_choice import JobChoiceDialog
+    from areal_console.screens.stacks import StacksScreen
+    from textual.widgets import OptionList
+
+    first, second = two_jobs
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        pids = set(first.rank_pids()) | set(second.rank_pids())
+
+        def sampled() -> set[int]:
+            return {p["pid"] for v in app.monitor.snapshot() for p in v.processes}
+
+        await _until(pilot, lambda: pids <= sampled(), "the monitor to see both jobs")
+        await pilot.press("s")
+        await _until(pilot, lambda: isinstance(app.screen, JobChoiceDialog), "the job dialog")
+        options = app.screen.query_one(OptionList)
+        wanted = f"127.0.0.1:{_port(second)}"
+        keys = [options.get_option_at_index(i).id or "" for i in range(options.option_count)]
+        assert any(wanted in k for k in keys) and any(
+            f"127.0.0.1:{_port(first)}" in k for k in keys
+        )
+        options.highlighted = next(i for i, k in enumerate(keys) if k.endswith(wanted))
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, StacksScreen), "the Stacks screen")
+        stacks = app.screen
+        assert isinstance(stacks, StacksScreen)
+        await _until(pilot, lambda: stacks.diagnosis is not None, "a diagnosis", timeout=90)
+        assert stacks.capture is not None
+        assert {r.pid for r in stacks.capture.ranks} == set(second.rank_pids())
+        assert stacks.capture.job and stacks.capture.job.endswith(wanted)
+        assert stacks.diagnosis is not None and stacks.diagnosis.pattern == "cleanup_deadlock"
+        # the agent reported each dump as it finished: the screen was told rank by rank
+        assert [(d, t) for d, t, _ in app._dumped.values()] == [(2, 2)]
+
+
+async def _until(pilot: object, condition: object, what: str, timeout: float = 60) -> None:
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,7 +132,7 @@ def fr_traces(session: NodeSession, procs: list[dict[str, Any]]) -> dict[str, An
 def capture_raw(
     fleet: Fleet,
     options: CaptureOptions,
-    sampled: dict[str, list[dict[str, Any]] | NodeFailure] | None = None,
+    sampled: Mapping[str, list[dict[str, Any]] | NodeFailure] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """All nodes in parallel; a node that fails becomes an error entry, not an exception.
@@ -175,7 +175,7 @@ def take_capture(
     fleet: Fleet,
     options: CaptureOptions | None = None,
     save: bool = True,
-    sampled: dict[str, list[dict[str, Any]] | NodeFailure] | None = None,
+    sampled: Mapping[str, list[dict[str, Any]] | NodeFailure] | None = None,
     progress: Progress | None = None,
 ) -> StackCapture:
     """Capture, build and (before anyone sees it) save atomically to the data dir."""
