@@ -36,10 +36,15 @@ def test_job_key_prefers_the_most_specific_identity() -> None:
     areal = _proc(1, job="exp/t1", master_addr="10.0.0.1", master_port=1)
     assert job_key("n1", areal) == "areal:exp/t1"
     assert job_key("n1", _proc(2, master_addr="10.0.0.1", master_port=29500)) == ("10.0.0.1:29500")
-    # a loopback rendezvous is only unique on its node
-    assert job_key("n1", _proc(3, master_addr="127.0.0.1", master_port=29500)) == (
-        "n1/127.0.0.1:29500"
-    )
+    # a loopback rendezvous: one job while its ranks are distinct across nodes, one job
+    # per node when the same ranks repeat (each node runs its own single-node job)
+    one = {
+        "n1": [_proc(3, rank=0, master_addr="127.0.0.1", master_port=29500)],
+        "n2": [_proc(3, rank=1, master_addr="127.0.0.1", master_port=29500)],
+    }
+    assert [g.key for g in group_jobs(one)] == ["127.0.0.1:29500"]
+    one["n2"][0]["rank"] = 0
+    assert sorted(g.key for g in group_jobs(one)) == ["n1/127.0.0.1:29500", "n2/127.0.0.1:29500"]
     assert job_key("n1", _proc(4, torchelastic_run_id="abc")) == "torchelastic:abc"
     assert job_key("n1", _proc(5, torchelastic_run_id="none", slurm_job_id="77")) == "slurm:77"
     assert job_key("n1", _proc(6)) is None

@@ -6,8 +6,9 @@ into jobs by what a distributed job shares, most specific first:
 1. AReaL experiment/trial: single-controller workers carry `--experiment-name E
    --trial-name T` on their command line (AReaL `areal/infra/rpc/guard/app.py:518-519`);
    the agent reports it as `job` ("E/T"), also for the workers' controller and servers;
-2. the rendezvous `MASTER_ADDR:MASTER_PORT` (a loopback address is only unique on its
-   node, so the node name is part of the key then);
+2. the rendezvous `MASTER_ADDR:MASTER_PORT` (a loopback address may be reused by a
+   separate job on each node: when the same rank shows up on two nodes, each node's
+   processes are a job of their own, named after the node);
 3. `TORCHELASTIC_RUN_ID` (torchrun's `--rdzv-id`; its default "none" says nothing);
 4. `SLURM_JOB_ID`.
 
@@ -48,8 +49,7 @@ def job_key(node: str, p: dict[str, Any]) -> str | None:
         return f"areal:{p['job']}"
     addr, port = p.get("master_addr"), p.get("master_port")
     if addr and port is not None:
-        where = f"{node}/" if str(addr).startswith(LOOPBACK) else ""
-        return f"{where}{addr}:{port}"
+        return f"{addr}:{port}"
     run_id = p.get("torchelastic_run_id")
     if run_id and run_id != "none":
         return f"torchelastic:{run_id}"
@@ -92,7 +92,7 @@ class JobGroup:
         if world and ranks:
             what += f" of {world}"
         where = nodes[0] if len(nodes) == 1 else f"{len(nodes)} nodes"
-        cmd = str(first.get("cmdline") or "")
+        cmd = " ".join(str(first.get("cmdline") or "").split())
         if len(cmd) > 60:
             cmd = cmd[:57] + "..."
         return f"{self.key}  {what} on {where}  {cmd}".rstrip()
@@ -133,8 +133,23 @@ def group_jobs(
             elif not (key.startswith("areal:") and p.get("rank") is None):
                 continue
             groups.setdefault(key, JobGroup(key)).processes.setdefault(node, []).append(p)
-    found = [g for g in groups.values() if g.key in matched]
+    found: list[JobGroup] = []
+    for g in groups.values():
+        if g.key in matched:
+            found.extend(_split_reused_loopback(g))
     return sorted(found, key=lambda g: (g.key == UNSCOPED, -g.count, g.key))
+
+
+def _split_reused_loopback(group: JobGroup) -> list[JobGroup]:
+    """A loopback rendezvous whose ranks repeat across nodes: one job per node."""
+    if not group.key.startswith(LOOPBACK) or len(group.processes) < 2:
+        return [group]
+    ranks = group.ranks
+    if len(ranks) == len(set(ranks)):
+        return [group]  # one world spread over the nodes (they share the address)
+    return [
+        JobGroup(f"{node}/{group.key}", {node: procs}) for node, procs in group.processes.items()
+    ]
 
 
 def choose_job(jobs: list[JobGroup], job: str | None = None) -> list[JobGroup]:
