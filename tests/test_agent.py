@@ -148,3 +148,73 @@ def test_pyspy_reports_each_dump_as_it_finishes(client: AgentClient, gloo_job: G
     assert {e["pid"] for e in progress} == set(pids)
     assert all(e["token"] == "t1" and e["total"] == 4 and e["ok"] for e in progress)
     assert 1 <= agent_mod.cpu_count() <= (os.cpu_count() or 1)
+
+
+def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: GlooJob) -> None:
+    result = client.request("sample")
+    ranks = {p["rank"]: p for p in result["processes"] if p["ppid"] == gloo_job.launcher_pid}
+    expected = gloo_job.rank_pids()
+    assert {r: p["pid"] for r, p in ranks.items()} == expected
+    for rank, proc in ranks.items():
+        assert proc["local_rank"] == rank and proc["world_size"] == 4
+        assert proc["role"] == "trainer" and proc["ppid"] == gloo_job.launcher_pid
+        assert proc["rss"] > 50 * 2**20  # torch is loaded
+        assert proc["cpu_percent"] is not None and proc["cpu_percent"] < 50  # blocked, not spinning
+        assert proc["state"] in ("S", "R")
+        assert "gloo_ranks.py" in proc["cmdline"]
+    launcher = [p for p in result["processes"] if p["pid"] == gloo_job.launcher_pid]
+    assert launcher and launcher[0]["role"] == "launcher" and launcher[0]["rank"] is None
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "role"),
+    [
+        (["python3", "-m", "areal.infra.rpc.rpc_server", "--role", "actor"], {}, "actor"),
+        (["python3", "-m", "areal.infra.rpc.rpc_server", "--role=rollout"], {}, "rollout"),
+        (["python", "-m", "sglang.launch_server", "--model", "x"], {}, "sglang"),
+        (["/usr/bin/torchrun", "--nproc-per-node", "8", "train.py"], {}, "launcher"),
+        (["python", "-m", "torch.distributed.run", "train.py"], {}, "launcher"),
+        (["python", "train.py"], {"RANK": "3"}, "trainer"),
+        (["python", "notebook.py"], {}, None),
+        # AReaL's launcher shell around a worker is a wrapper, not the worker
+        # (areal/infra/utils/proc.py:104-121 at AReaL cbff54d6).
+        (
+            [
+                "/bin/bash",
+                "-c",
+                "OMP_NUM_THREADS=1 stdbuf -oL python3 -m areal.infra.rpc.rpc_server"
+                " --role actor --worker-index 0 2>&1 | tee -a actor.log",
+            ],
+            {},
+            "wrapper",
+        ),
+        (["tee", "-a", "/logs/actor.log", "/dev/fd/63"], {}, None),
+        (
+            ["python3", "-m", "areal.v2.inference_service.sglang.launch_server", "--port", "1"],
+            {},
+            "sglang",
+        ),
+        (["python3", "-m", "areal.engine.vllm_ext.areal_vllm_server"], {}, "vllm"),
+        (["vllm", "serve", "model"], {}, "vllm"),
+    ],
+)
+def test_detect_role(cmdline: list[str], env: dict[str, str], role: str | None) -> None:
+    assert agent_mod.detect_role(cmdline, env) == role
+
+
+def test_parse_stat_handles_spaces_and_parens_in_the_name() -> None:
+    raw = b"42 (my (odd) proc) S 7 42 42 0 -1 4194560 0 0 0 0 150 50 0 0 20 0 1 0 999 0 0"
+    comm, state, ppid, ticks, start = agent_mod.parse_stat(raw)
+    assert (comm, state, ppid, ticks, start) == ("my (odd) proc", "S", 7, 200, 999)
+
+
+def test_parse_environ_keeps_only_rank_variables() -> None:
+    raw = b"PATH=/bin\0RANK=5\0LOCAL_RANK=1\0WORLD_SIZE=8\0CUDA_VISIBLE_DEVICES=2,3\0X=1=2\0"
+    assert agent_mod.parse_environ(raw) == {
+        "RANK": "5",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "8",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+    }
+    assert agent_mod.parse_cuda_visible("2,3") == [2, 3]
+    assert agent_mod.parse_cuda_visible("GPU-uuid-1") == []
