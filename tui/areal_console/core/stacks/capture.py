@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.nodes import count_areal_world_sizes
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.scope import (
     JobChoiceError,
@@ -154,7 +155,7 @@ def capture_raw(
             chosen.setdefault(name, []).extend(procs)
     sessions = [s for s in fleet.sessions if s.name in chosen]
     results = fleet.fan_out(lambda s: dump_node(s, chosen[s.name], options, progress), sessions)
-    nodes = [
+    nodes: list[dict[str, Any]] = [
         {"node": name, "error": f.error, "processes": [], "samples": []}
         for name, f in failed.items()
     ]
@@ -163,6 +164,7 @@ def capture_raw(
             nodes.append({"node": name, "error": result.error, "processes": [], "samples": []})
         else:
             nodes.append(result)
+    count_areal_world_sizes(n["processes"] for n in nodes)
     return {
         "captured_at": started,
         "interval": options.interval,
