@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.errors import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    UsageError,
+    UserError,
+)
 from areal_console.core.targets import (
     add_target_arguments,
     count,
@@ -17,6 +24,7 @@ from areal_console.core.targets import (
     seconds,
     seconds_or_zero,
 )
+from areal_console.core.textfmt import printable
 
 
 def register(subparsers: Any) -> None:
@@ -109,7 +117,13 @@ def run(args: argparse.Namespace) -> int:
     elif args.open:
         capture, nodes = load_capture(args.open), 0
     else:
-        capture, nodes = _capture(args)
+        try:
+            capture, nodes = _capture(args)
+        except _JobChoice as choice:  # several jobs: say so, list them, pick none
+            print(f"error: {printable(choice.lines[0])}", file=sys.stderr)
+            for line in choice.lines[1:]:
+                print(printable(line), file=sys.stderr)
+            return EXIT_USAGE
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     if args.save:
@@ -151,6 +165,14 @@ def _outcome(capture: Any, nodes: int, match: str | None) -> int:
     return EXIT_PARTIAL if capture.errors else EXIT_OK
 
 
+class _JobChoice(Exception):
+    """The nodes run several jobs and none was chosen: the message's lines list them."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines[0] if lines else "")
+        self.lines = lines or ["several jobs"]
+
+
 def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     """A new capture (saved before it is shown), and how many nodes were asked."""
     from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, take_capture
@@ -174,7 +196,7 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     try:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
     except JobChoiceError as exc:
-        raise UsageError(str(exc)) from None
+        raise _JobChoice(str(exc).splitlines()) from None
     finally:
         fleet.close()
     return capture, len(fleet)
