@@ -13,7 +13,7 @@ Frames are kept leaf first, as py-spy gives them.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -135,16 +135,7 @@ class ServerInfo:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "url": self.url,
-            "host": self.host,
-            "port": self.port,
-            "ok": self.ok,
-            "status": self.status,
-            "latency_ms": self.latency_ms,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 @dataclass
