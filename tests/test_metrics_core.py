@@ -309,6 +309,10 @@ def test_log_dir_from_worker_and_controller_command_lines() -> None:
     assert run_identity(controller)["tensorboard"] == "/fs/tb"
     assert log_dir_from_processes([controller], "bob") == "/fs/logs/bob/e/t"
     assert log_dir_from_processes(["python3 train.py"], "bob") is None
+    # no fileroot on the command line: AReaL's default (cli_args.py:3048-3049)
+    assert log_dir_from_processes(["python3 t.py experiment_name=e trial_name=t"], "bob") == (
+        "/tmp/areal/logs/bob/e/t"
+    )
 
 
 def test_report_of_a_run_with_no_steps_yet(tmp_path: Path) -> None:
