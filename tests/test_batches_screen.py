@@ -266,3 +266,22 @@ def test_batches_screen_snapshot(
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(140, 44), run_before=run_before)
+
+
+async def test_single_controller_dump_shows_shapes_and_where_the_data_went(
+    tmp_path: Path,
+) -> None:
+    gen = torch.Generator().manual_seed(3)
+    groups = [bf.teacher_group(gen, rl_loss_weight=1.0, distill_loss_weight=0.5) for _ in range(2)]
+    path = bf.write_single_controller_step(tmp_path, 0, groups, ["10.0.0.7:40000"])
+    screen = BatchesScreen(str(path))
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        summary = screen.query_one("#summary", Static)
+        await wait_for(pilot, lambda: "RTensors" in text_of(summary))
+        text = text_of(summary)
+        assert "single-controller dump" in text and "10.0.0.7:40000 (18)" in text
+        assert "RTensor.localize(batch)" in text
+        samples = screen.query_one("#samples", DataTable)
+        await wait_for(pilot, lambda: not samples.loading)
+        assert samples.row_count == 0

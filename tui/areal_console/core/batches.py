@@ -1223,12 +1223,12 @@ def references_summary(groups: list[dict[str, Any]]) -> dict[str, Any]:
 
 def references_text(path: str, nodes: dict[str, int]) -> str:
     """One line: what RTensor references are and how to get the data behind them."""
-    where = ", ".join(f"{n} on {addr}" for addr, n in sorted(nodes.items())[:4])
-    more = f" and {len(nodes) - 4} more workers" if len(nodes) > 4 else ""
+    where = ", ".join(f"{n} shards on {addr}" for addr, n in sorted(nodes.items())[:4])
+    more = f", and more on {len(nodes) - 4} other workers" if len(nodes) > 4 else ""
     return (
         f"{path}: holds AReaL RTensor references, not tensors: in single-controller mode "
         "the controller saved its view of the batch, whose tensors stay in the RPC servers "
-        f"of the workers that made them ({where}{more} shards) and are deleted when the "
+        f"of the workers that made them ({where}{more}) and are deleted when the "
         "step ends (clear_batches); the file has only their shapes and dtypes. To get the "
         "data, save RTensor.localize(batch) instead (it fetches every shard over HTTP, "
         "GET http://<node_addr>/data/<shard_id>, while the trial runs), or dump in SPMD mode"

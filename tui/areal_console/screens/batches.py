@@ -44,7 +44,8 @@ def summary_text(s: dict[str, Any]) -> Text:
     """The summary pane: what the file is, its stats, and warnings."""
     out = Text()
     out.append(f"{s['description']}\n", style="bold")
-    where = [f"groups {s['groups']}", f"samples {s['samples']}", f"tokens {s['tokens']:,}"]
+    tokens = "-" if s.get("tokens") is None else f"{s['tokens']:,}"  # unknown for RTensors
+    where = [f"groups {s['groups']}", f"samples {s['samples']}", f"tokens {tokens}"]
     if s.get("step") is not None:
         where.insert(
             0, f"step {s['step']}" + (f" dp {s['dp_rank']}" if s.get("dp_rank") is not None else "")
@@ -314,6 +315,10 @@ class BatchesScreen(Screen[None]):
                 self.post_message(self.SummaryLoaded(summary, top=False))
                 return
             self.post_message(self.SummaryLoaded(summary, top=False))
+            if summary["format"] == batches.TRAJECTORY_REFS:
+                # Shapes only: the summary says where the data went; no samples to list.
+                self.post_message(self.SamplesLoaded({"path": path, "total": 0, "rows": []}))
+                return
             table = self.source.samples(path, **self._opts())
         except BatchError as exc:
             self.post_message(self.LoadFailed(path, str(exc), isinstance(exc, UnsafePickleError)))
