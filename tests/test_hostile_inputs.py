@@ -748,3 +748,43 @@ def test_batch_prints_no_torch_warnings(tmp_path: Path) -> None:
     bf.write_trajectory_dump(tmp_path, steps=[0], dp_size=1, n_groups=2, group_size=2)
     result = run_cli("batch", str(tmp_path / "step_000000_dp_0.pt"))
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# 11. templates: fields are filled in the template, never inside the values
+
+WRITE_ARGS = "import sys; open(sys.argv[2], 'w').write(sys.argv[1] + chr(10) + sys.argv[3])"
+
+
+def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> None:
+    from areal_console.core import jobs
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.replay import parse_template, plan_replay
+    from areal_console.core.targets import local_node
+    from tests.fixtures import batch_dumps as bf
+
+    dump = tmp_path / "run-{job_dir}-{python}"
+    dump.mkdir()
+    bf.write_trajectory_dump(dump, steps=[1], dp_size=1, n_groups=2, group_size=2)
+    template = parse_template(
+        "probe", {"argv": f'{{python}} -c "{WRITE_ARGS}" {{dir}} {{job_dir}}/seen'}
+    )
+    fleet = Fleet([local_node()])
+    session = fleet.sessions[0]
+    try:
+        index = jobs.dump_index(session, str(dump))
+        plan = plan_replay(
+            index, session.name, session.call("sample"), template, gpus=[],
+            python=sys.executable, overrides=["note={job_dir}"],
+        )  # fmt: skip
+        assert str(dump) in plan.command_line  # shown as it will run
+        record = jobs.launch(session, plan)
+        record = jobs.wait(session, record, timeout=60)
+        assert record.state == "finished", record
+        seen = (Path(str(record.job_dir)) / "seen").read_text().splitlines()
+        assert seen == [str(dump), "note={job_dir}"]
+        # The Slurm form resolves the same way.
+        argv = jobs.slurm_command(plan, "/jobs/j1")
+        assert str(dump) in argv and "/jobs/j1/seen" in argv and "note={job_dir}" in argv
+    finally:
+        fleet.close()
