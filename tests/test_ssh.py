@@ -407,3 +407,25 @@ def test_known_hosts_markers_revoke_one_host_and_fail_no_other(
         "nodes", "--hosts", revoked.name, "--ssh-config", str(config), "--accept-new-hosts"
     )
     assert again.returncode == 1 and "is REVOKED" in again.stderr
+
+
+def test_connect_timeout_bounds_the_agent_start(live_cluster: TestCluster, tmp_path: Path) -> None:
+    """A node whose python never answers (here a stand-in that sleeps): --connect-timeout
+    bounds the wait for the agent, not a fixed 30 s. Listed in test_hostile_inputs.py (12)."""
+    from conftest import run_cli
+
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nexec sleep 120\n")
+    slow.chmod(0o755)
+    node = live_cluster.nodes[0]
+    inventory = tmp_path / "cluster.yaml"
+    inventory.write_text(f"nodes:\n  - name: {node.name}\n    python: {slow}\n")
+    t0 = time.monotonic()
+    result = run_cli(
+        "nodes", "--inventory", str(inventory), "--ssh-config", str(live_cluster.ssh_config),
+        "--connect-timeout", "2",
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == f"error: {node.name}: agent did not start within 2s"
+    assert elapsed < 10, elapsed
