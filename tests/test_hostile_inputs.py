@@ -761,6 +761,7 @@ def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> 
     from areal_console.core.fleet import Fleet
     from areal_console.core.replay import parse_template, plan_replay
     from areal_console.core.targets import local_node
+
     from tests.fixtures import batch_dumps as bf
 
     dump = tmp_path / "run-{job_dir}-{python}"
@@ -788,3 +789,31 @@ def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> 
         assert str(dump) in argv and "/jobs/j1/seen" in argv and "note={job_dir}" in argv
     finally:
         fleet.close()
+
+
+# --------------------------------------------------------------------------------------
+# Cases that need the sshd test cluster or the Slurm cluster live with those fixtures:
+
+ELSEWHERE = {
+    "test_ssh.py": [
+        "test_known_hosts_markers_revoke_one_host_and_fail_no_other",  # 4
+        "test_connect_timeout_bounds_the_agent_start",  # 12
+    ],
+    "test_fleet_faults.py": [
+        "test_hung_agent_costs_only_its_own_timeout",  # 13, over SSH
+    ],
+    "test_slurm.py": [
+        "test_the_agents_python_is_chosen_on_the_node",  # 14 (and 9 through Slurm)
+        "test_unknown_job_is_a_clear_error",  # 10: a bad job id exits 2
+    ],
+}
+
+
+def test_the_cases_listed_elsewhere_exist() -> None:
+    import ast
+
+    here = Path(__file__).parent
+    for module, names in ELSEWHERE.items():
+        tree = ast.parse((here / module).read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert set(names) <= defined, (module, set(names) - defined)
