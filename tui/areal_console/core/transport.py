@@ -17,21 +17,32 @@ from typing import Protocol
 
 from areal_agent import agent_hash, agent_source
 
-# Kept on one line so it survives any remote shell's quoting as a single argument.
-BOOTSTRAP = (
-    "import sys,os,hashlib;h=sys.argv[1];"
-    "d=os.path.join(os.path.expanduser('~'),'.cache','areal-console');"
-    "p=os.path.join(d,'agent-'+h+'.py');"
-    "s=open(p,'rb').read() if os.path.exists(p) else b'';"
-    "ok=hashlib.sha256(s).hexdigest()==h\n"
-    "if not ok:\n"
-    ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
-    " n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
-    " try:\n"
-    "  os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"
-    " except OSError:pass\n"
-    "g={'__name__':'__areal_agent__'};exec(compile(s,p,'exec'),g)"
-)
+
+def bootstrap_script(read_source: str, imports: str = "") -> str:
+    """The agent bootstrap run with `python3 -c SCRIPT HASH` on a node.
+
+    It runs the agent cached as ~/.cache/areal-console/agent-HASH.py when that file's
+    sha256 is HASH; otherwise it prints `{"event":"need_source"}`, runs `read_source`
+    (lines indented by one space that set `s` to the agent's source from stdin), caches
+    the source and runs it. Kept free of quotes a remote shell would mangle.
+    """
+    return (
+        f"import sys,os,hashlib{imports};h=sys.argv[1];"
+        "d=os.path.join(os.path.expanduser('~'),'.cache','areal-console');"
+        "p=os.path.join(d,'agent-'+h+'.py');"
+        "s=open(p,'rb').read() if os.path.exists(p) else b''\n"
+        "if hashlib.sha256(s).hexdigest()!=h:\n"
+        ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
+        + read_source
+        + " try:\n"
+        "  os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"
+        " except OSError:pass\n"
+        "g={'__name__':'__areal_agent__'};exec(compile(s,p,'exec'),g)"
+    )
+
+
+# One SSH or local channel per agent: the source follows as a length line and the bytes.
+BOOTSTRAP = bootstrap_script(" n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n")
 
 
 def bootstrap_argv(python: str = "python3") -> list[str]:
