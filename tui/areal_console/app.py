@@ -121,6 +121,7 @@ class ConsoleApp(WorkerHost, App[None]):
         # Extra command-palette entries: callables returning (label, help, action) triples.
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
         self._stacks_screen: StacksScreen | None = None
+        self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
         self.capture_match: str | None = None
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
@@ -139,8 +140,8 @@ class ConsoleApp(WorkerHost, App[None]):
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
-        for mode, factory in self.screen_factories.items():
-            self.add_mode(mode, factory)
+        for mode, factory in list(self.screen_factories.items()):
+            self.register_screen(mode, factory)
         self.switch_mode("nodes")
         if self.welcome:
             self.notify(self.welcome, timeout=20)
@@ -151,10 +152,25 @@ class ConsoleApp(WorkerHost, App[None]):
             self.fleet.close()
 
     def register_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
-        """Make a top-level screen reachable by its number key, `:` command and palette."""
+        """Make a top-level screen reachable by its number key, `:` command and palette.
+
+        Registering a mode again replaces its screen: the next visit builds a new one. The
+        mode must not be the one shown (`reopen_screen` handles that case).
+        """
         self.screen_factories[mode] = factory
-        if self.is_running:
-            self.add_mode(mode, factory)
+        if not self.is_running:
+            return  # on_mount installs every registered mode
+        if mode in self._installed_modes:
+            self.remove_mode(mode)
+        self.add_mode(mode, factory)
+        self._installed_modes.add(mode)
+
+    async def reopen_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
+        """Replace `mode`'s screen with a new one from `factory` and show it."""
+        if self.current_mode == mode:
+            await self.switch_mode("nodes")  # a mode cannot be removed while it is shown
+        self.register_screen(mode, factory)
+        await self.switch_mode(mode)
 
     # stacks ---------------------------------------------------------------------------
     def capture_options(self) -> CaptureOptions:
@@ -215,13 +231,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_batches(self, path: str, node: str | None = None) -> None:
         """Browse `path` (on `node`, or where the console runs): `:batches PATH`."""
         self.batches_path, self.batches_node = path, node
-        if "batches" in self.screen_factories and self.current_mode != "batches":
-            self.remove_mode("batches")
-        elif self.current_mode == "batches":
-            self.switch_mode("nodes")
-            self.remove_mode("batches")
-        self.register_screen("batches", self._new_batches_screen)
-        self.switch_mode("batches")
+        self.call_later(self.reopen_screen, "batches", self._new_batches_screen)
 
     def open_replay_dialog(self, path: str, steps: list[int]) -> None:
         """`r` in the Batches screen: the launch dialog for the node that holds the dump."""
@@ -291,12 +301,10 @@ class ConsoleApp(WorkerHost, App[None]):
         if old_fleet is not None:
             self._close_fleet(old_fleet)
         fleet = self.fleet
-        self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
         self.action_goto("nodes")
-        for mode in ("jobs", "stacks"):
-            if mode in self._modes and self.current_mode != mode:
-                self.remove_mode(mode)
-                self.add_mode(mode, self.screen_factories[mode])
+        # Screens built on the old nodes are dropped; the next visit builds new ones.
+        self.register_screen("jobs", lambda: JobsScreen(fleet, read_only=self.read_only))
+        self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None
         self.notify(f"Now watching {len(specs)} node(s)")
 

@@ -208,12 +208,14 @@ class FleetMonitor:
                 continue
             # Measure latency now and then while the stream runs; wait for the link to drop.
             while not self._stop.is_set() and not closed.wait(5.0):
-                try:
-                    assert session.client is not None
-                    latency = session.client.round_trip()
-                    self._update(name, latency=latency)
-                except (AgentDisconnected, AgentError, AssertionError):
+                client = session.client
+                if client is None:  # closed under us (the fleet is shutting down)
                     break
+                try:
+                    latency = client.round_trip()
+                except (AgentDisconnected, AgentError):
+                    break
+                self._update(name, latency=latency)
             if self._stop.is_set():
                 break
             reason = session.client.closed_reason if session.client else None
