@@ -7,7 +7,6 @@ Screens are Textual modes, reached with number keys (k9s/nvitop style), `:` comm
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -24,6 +23,7 @@ from areal_console.core.stacks.capture import CaptureOptions, take_capture
 from areal_console.core.stacks.model import StackCapture
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
+from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
@@ -42,24 +42,6 @@ class Monitor(Protocol):
     def snapshot(self) -> list[NodeView]: ...
     def set_include_all(self, include_all: bool) -> None: ...
     def trust_host_key(self, name: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class ScreenEntry:
-    """A top-level screen: its mode name, title and number key."""
-
-    mode: str
-    title: str
-    key: str
-    aliases: tuple[str, ...] = ()
-
-
-SCREENS = (
-    ScreenEntry("nodes", "Cluster", "1", ("cluster", "n")),
-    ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
-    ScreenEntry("batches", "Batches", "3", ("batch", "b")),
-    ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
-)
 
 
 class ConsoleApp(WorkerHost, App[None]):

@@ -10,7 +10,7 @@ from typing import Any
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BATCH_FORMATS, BatchError, compare
 from areal_console.core.errors import UserError
-from areal_console.core.targets import add_target_arguments, resolve_targets
+from areal_console.core.target_args import add_target_arguments, resolve_targets
 
 
 def register(subparsers: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.nodes import node_report, server_text
-from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.target_args import add_target_arguments, fleet_options, resolve_targets
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
 

@@ -20,7 +20,8 @@ from areal_console.core.replay import (
 )
 from areal_console.core.settings import load_settings
 from areal_console.core.slurm import make_runner
-from areal_console.core.targets import NodeSpec, add_target_arguments, resolve_targets
+from areal_console.core.target_args import add_target_arguments, resolve_targets
+from areal_console.core.targets import NodeSpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UserError
-from areal_console.core.targets import add_target_arguments, resolve_targets
+from areal_console.core.target_args import add_target_arguments, resolve_targets
 
 
 def register(subparsers: Any) -> None:
