@@ -102,18 +102,14 @@ def test_killed_agent_is_reported_with_the_reason() -> None:
     assert not client.alive
 
 
-def test_agent_is_shipped_and_cached_by_content_hash(tmp_path) -> None:
-    env_home = {"HOME": str(tmp_path)}
-    saved = os.environ.get("HOME")
-    os.environ.update(env_home)
-    try:
-        for _ in range(2):  # the second start finds the cached copy
-            client = AgentClient(LocalChannel())
-            client.start()
-            client.close()
-    finally:
-        if saved is not None:
-            os.environ["HOME"] = saved
+def test_agent_is_shipped_and_cached_by_content_hash(tmp_path, monkeypatch) -> None:
+    # The bootstrap caches where the agent keeps its files: $XDG_CACHE_HOME, else ~/.cache.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for _ in range(2):  # the second start finds the cached copy
+        client = AgentClient(LocalChannel())
+        client.start()
+        client.close()
     cached = list((tmp_path / ".cache" / "areal-console").glob("agent-*.py"))
     assert len(cached) == 1 and cached[0].read_bytes() == agent_source()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,11 +37,18 @@ STUB = JOBS / "areal_stub"
 class ArealRun:
     """A controller and its workers; `mode` is `collective` or `rollout`."""
 
-    def __init__(self, workdir: Path, mode: str, n_actors: int, health: str = "healthy") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        mode: str,
+        n_actors: int,
+        health: str = "healthy",
+        stub: Path = STUB,
+    ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = open(workdir / "controller.log", "wb")  # noqa: SIM115
-        env = {**os.environ, "PYTHONPATH": str(STUB), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "PYTHONPATH": str(stub), "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, str(JOBS / "areal_controller.py"), str(workdir), mode,
              str(n_actors), health],
@@ -79,7 +87,10 @@ class ArealRun:
 
 @pytest.fixture(scope="module")
 def collective_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
-    run = ArealRun(tmp_path_factory.mktemp("areal-sc"), "collective", 2)
+    # AReaL as pip installs it: in site-packages, where its frames are still the user's code.
+    site = tmp_path_factory.mktemp("venv") / "lib" / "python3.11" / "site-packages"
+    shutil.copytree(STUB / "areal", site / "areal")
+    run = ArealRun(tmp_path_factory.mktemp("areal-sc"), "collective", 2, stub=site)
     try:
         yield run
     finally:
@@ -153,9 +164,11 @@ def test_stacks_diagnose_the_collective_hang_in_the_engineworker_thread(
     diagnosis = doc["diagnosis"]
     assert diagnosis["pattern"] == "same_collective", diagnosis
     assert diagnosis["title"] == "Ranks wait in one collective for a straggler"
-    # AReaL's own frames are the call site (user code), not library code.
-    assert any(e.startswith("rank 0 (1): train_batch (") and "-> barrier (" in e
-               for e in diagnosis["evidence"])  # fmt: skip
+    # AReaL's own frames are the call site (user code), not library code, though installed
+    # in site-packages beside torch: the evidence names train_batch, not torch's wrapper.
+    evidence0 = next(e for e in diagnosis["evidence"] if e.startswith("rank 0 (1): "))
+    assert evidence0.startswith("rank 0 (1): train_batch (") and "-> barrier (" in evidence0
+    assert "/site-packages/areal/infra/rpc/rpc_server.py:" in evidence0
     assert any(e.startswith("rank 1 (1): slow_step (") for e in diagnosis["evidence"])
     others = {r["role"] for r in doc["ranks"] if r["rank"] is None}
     assert others == {"controller"}  # wrappers are not dumped (they would repeat the ranks)
@@ -323,3 +336,35 @@ def test_ranks_from_slurm_open_mpi_and_pmi_environments() -> None:
         for proc in [*procs.values(), shell]:
             proc.kill()
             proc.wait()
+
+
+def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
+    collective_run: ArealRun, tmp_path: Path
+) -> None:
+    # AReaL's debugging guide, Step 2 (docs/en/best_practices/debugging.md:277-281), kept
+    # to this run's processes.
+    loop = (
+        "for pid in $(ps aux | grep 'python.*areal' | grep -v grep | grep -F \"$1\" "
+        "| awk '{print $2}'); do\n"
+        '    echo "========== PID $pid =========="\n'
+        "    py-spy dump --pid $pid\n"
+        "done"
+    )
+    text = subprocess.run(
+        ["/bin/bash", "-c", loop, "loop", str(collective_run.workdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+    ).stdout  # fmt: skip  (as a terminal shows it; a COLUMNS from the runner would cut ps)
+    (tmp_path / "pyspy.txt").write_text(text)
+    assert text.count("========== PID ") >= 5  # controller, two workers, two bash wrappers
+    out = run_cli("stacks", "--import", str(tmp_path / "pyspy.txt"), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert sorted(r["rank"] for r in doc["ranks"] if r["rank"] is not None) == [0, 1]
+    assert doc["diagnosis"]["pattern"] == "same_collective"
+    assert doc["diagnosis"]["title"] == "Ranks wait in one collective for a straggler"
+    assert {r["role"] for r in doc["ranks"] if r["rank"] is None} == {"controller", "wrapper"}

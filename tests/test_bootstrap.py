@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from areal_agent import agent_hash, agent_source
-from areal_console.core.slurm_channel import SHARED_BOOTSTRAP, shared_source_line
-from areal_console.core.transport import BOOTSTRAP
+from areal_console.core.slurm_channel import shared_source_line
+from areal_console.core.transport import BOOTSTRAP, SHARED_BOOTSTRAP
 
 
 def run(script: str, home: Path, stdin: bytes) -> list[dict[str, object]]:

@@ -14,6 +14,7 @@ from typing import Literal
 from textual.message import Message
 
 from areal_console.core.jobs import JobRecord
+from areal_console.core.metrics.report import HealthReport, MetricSummary
 from areal_console.workers import Ticket
 
 Severity = Literal["information", "warning", "error"]
@@ -57,3 +58,19 @@ class LogTail(Reply):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, LogTail) and message.key == self.key
+
+
+# Health screen --------------------------------------------------------------------------
+
+
+@dataclass
+class HealthPolled(Reply):
+    """One poll of a run's metrics: the report and what to draw, or why there is none."""
+
+    report: HealthReport | None
+    summaries: list[MetricSummary]
+    plotted: dict[str, tuple[list[int], list[float]]]
+    error: str | None = None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, HealthPolled)

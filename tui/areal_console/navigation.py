@@ -24,4 +24,5 @@ SCREENS = (
     ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
     ScreenEntry("batches", "Batches", "3", ("batch", "b")),
     ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
+    ScreenEntry("health", "Health", "5", ("metrics",)),
 )

@@ -9,8 +9,8 @@ from typing import Any
 
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BATCH_FORMATS, BatchError, compare
-from areal_console.core.errors import UserError
-from areal_console.core.target_args import add_target_arguments, resolve_targets
+from areal_console.core.errors import UsageError, UserError
+from areal_console.core.targets import add_target_arguments, index, open_fleet, resolve_targets
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +23,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("path", metavar="PATH", help="a .pt file or a dump directory")
-    parser.add_argument("--sample", type=int, metavar="I", help="show sample I (0-based)")
+    parser.add_argument("--sample", type=index, metavar="I", help="show sample I (0-based)")
     parser.add_argument(
         "--step",
         type=int,
@@ -76,13 +76,11 @@ def run(args: argparse.Namespace) -> int:
 def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
     if args.node is None and not (args.hosts or args.inventory):
         return LocalBatchSource(), None
-    from areal_console.core.fleet import Fleet
-
     specs = resolve_targets(args)
     if args.node is None:
         if len(specs) != 1:
             names = ", ".join(s.name for s in specs)
-            raise UserError(f"the targets name {len(specs)} nodes ({names}): pick one with --node")
+            raise UsageError(f"the targets name {len(specs)} nodes ({names}): pick one with --node")
         spec = specs[0]
     else:
         matches = [s for s in specs if args.node in (s.name, s.host)]
@@ -95,12 +93,9 @@ def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
             matches = specs
         if not matches:
             names = ", ".join(s.name for s in specs)
-            raise UserError(f"no node named {args.node!r} among the targets ({names})")
+            raise UsageError(f"no node named {args.node!r} among the targets ({names})")
         spec = matches[0]
-    options: dict[str, Any] = {}
-    if getattr(args, "accept_new_hosts", False):
-        options["accept_new_hosts"] = True
-    fleet = Fleet([spec], **options)
+    fleet = open_fleet(args, [spec])
     return RemoteBatchSource(fleet.sessions[0]), fleet
 
 

@@ -8,8 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UserError
-from areal_console.core.target_args import add_target_arguments, resolve_targets
+from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.targets import (
+    add_target_arguments,
+    count,
+    open_fleet,
+    resolve_targets,
+    seconds,
+    seconds_or_zero,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -25,14 +32,14 @@ def register(subparsers: Any) -> None:
     add_target_arguments(parser)
     parser.add_argument(
         "--samples",
-        type=int,
+        type=count,
         default=1,
         metavar="N",
         help="dumps per rank; with 2+ a rank whose stack changes is progressing",
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=seconds_or_zero,
         default=1.0,
         metavar="S",
         help="seconds between samples (default 1)",
@@ -41,7 +48,7 @@ def register(subparsers: Any) -> None:
         "--match", metavar="REGEX", help="only processes whose command line matches"
     )
     parser.add_argument(
-        "--timeout", type=float, default=15.0, metavar="S", help="per py-spy dump (default 15)"
+        "--timeout", type=seconds, default=15.0, metavar="S", help="per py-spy dump (default 15)"
     )
     parser.add_argument(
         "--nonblocking",
@@ -51,6 +58,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="the capture as JSON")
     parser.add_argument(
         "--save", metavar="DIR", help="also write <id>.json and <id>.txt (report) into DIR"
+    )
+    parser.add_argument(
+        "--import",
+        dest="import_files",
+        nargs="+",
+        metavar="FILE",
+        help=(
+            "read plain `py-spy dump` text instead of capturing: one file per rank (rank "
+            "from the file name, e.g. rank3.txt) or a loop's output with `==== PID N ====` "
+            "headers; saved, diagnosed and comparable like any capture"
+        ),
     )
     saved = parser.add_argument_group("saved captures")
     saved.add_argument("--list", action="store_true", help="list saved captures")
@@ -74,7 +92,13 @@ def run(args: argparse.Namespace) -> int:
         return _list(list_captures(), args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
-    capture = load_capture(args.open) if args.open else _capture(args)
+    live = not (args.open or args.import_files)
+    if args.import_files:
+        capture, nodes = _import(args.import_files), 0
+    elif args.open:
+        capture, nodes = load_capture(args.open), 0
+    else:
+        capture, nodes = _capture(args)
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     if args.save:
@@ -84,15 +108,41 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(text_report(capture))
-    if capture.errors and not args.open:
-        for e in capture.errors:
-            print(f"warning: {e.node}: {e.error}", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    if not live:
+        return EXIT_OK
+    return _outcome(capture, nodes, args.match)
 
 
-def _capture(args: argparse.Namespace) -> Any:
-    from areal_console.core.fleet import Fleet
+def _outcome(capture: Any, nodes: int, match: str | None) -> int:
+    """The exit code, with a line on stderr for each thing that went wrong."""
+    every_node_failed = len(capture.errors) >= nodes
+    for e in capture.errors:
+        print(
+            f"{'error' if every_node_failed else 'warning'}: {e.node}: {e.error}", file=sys.stderr
+        )
+    if every_node_failed:
+        print(f"error: no node answered ({nodes} tried): nothing was captured", file=sys.stderr)
+        return EXIT_ERROR
+    ranks = [r for r in capture.ranks if r.rank is not None]
+    captured = [r for r in ranks if r.state == "ok"]
+    if not captured:
+        if ranks:
+            first = next((r for r in ranks if r.error), ranks[0])
+            why = f"{len(ranks)} rank(s) found, no stack dumped (rank {first.rank}: {first.error})"
+        elif match:
+            why = f"no process with rank variables matches --match {match!r}"
+        else:
+            why = (
+                "no process with rank variables (RANK, SLURM_PROCID, ...) is running "
+                "on the nodes that answered"
+            )
+        print(f"error: no rank captured: {why}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_PARTIAL if capture.errors else EXIT_OK
+
+
+def _capture(args: argparse.Namespace) -> tuple[Any, int]:
+    """A new capture (saved before it is shown), and how many nodes were asked."""
     from areal_console.core.stacks.capture import CaptureOptions, take_capture
 
     try:
@@ -104,12 +154,33 @@ def _capture(args: argparse.Namespace) -> Any:
             nonblocking=args.nonblocking,
         )
     except ValueError as exc:
-        raise UserError(str(exc)) from None
-    fleet = Fleet(resolve_targets(args), accept_new_hosts=getattr(args, "accept_new_hosts", False))
+        raise UsageError(str(exc)) from None
+    fleet = open_fleet(args, resolve_targets(args))
     try:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
     finally:
         fleet.close()
+    return capture, len(fleet)
+
+
+def _import(files: list[str]) -> Any:
+    from areal_console.core.stacks.pyspy_text import import_text_dumps
+    from areal_console.core.stacks.store import new_capture_id, save_capture
+
+    paths = [Path(f) for f in files]
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"--import: {path} is not a file")
+    try:
+        capture = import_text_dumps(paths, new_capture_id())
+    except ValueError as exc:
+        raise UsageError(f"--import: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"--import: cannot read {exc.filename}: {exc.strerror}") from None
+    try:
+        save_capture(capture)  # saved before it is shown, as a live capture is
+    except OSError as exc:
+        capture.save_error = f"capture not saved: {exc}"
     return capture
 
 

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
-from areal_console.core.targets import NodeSpec
+from areal_console.core.specs import NodeSpec
 from areal_console.core.transport import Channel, LocalChannel
 
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
 
 MAX_PARALLEL = 64
+DEFAULT_START_TIMEOUT = 30.0  # connect + agent start, when no connect_timeout is given
 MAX_CONNECTING = 32  # concurrent SSH handshakes: key exchange is CPU-heavy on both ends
 
 
@@ -151,12 +152,20 @@ class NodeSession:
         )
 
     # connecting -------------------------------------------------------------------------
-    def connect(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+    @property
+    def start_timeout(self) -> float:
+        """How long a connect may take, agent start included: the `connect_timeout` option
+        (--connect-timeout), else `DEFAULT_START_TIMEOUT`."""
+        value = self.options.get("connect_timeout")
+        return float(value) if value else DEFAULT_START_TIMEOUT
+
+    def connect(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """(Re)connect and handshake; returns `hello`. On failure the session is `down`.
 
         While in backoff after a failed attempt, fails fast with the last reason unless
         `force` is given (a user pressing "retry").
         """
+        timeout = self.start_timeout if timeout is None else timeout
         with self._lock:
             if self.client is not None and self.client.alive:
                 return self.hello
@@ -308,7 +317,7 @@ class Fleet:
             results = list(pool.map(guarded, chosen))
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
-    def connect_all(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+    def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """Connect every node in parallel: name -> `hello` or `NodeFailure`."""
         return self.fan_out(lambda s: s.connect(timeout, force=force))
 

@@ -18,7 +18,7 @@ from areal_console.core.slurm import (
     make_runner,
     running_job,
 )
-from areal_console.core.targets import NodeSpec, SlurmTarget
+from areal_console.core.specs import NodeSpec, SlurmTarget
 
 SLURM_MODES = ("step", "node", "ssh")
 
@@ -45,7 +45,9 @@ def probe_srun(
         "--nodes=1",
         "--ntasks=1",
         "--quiet",
-        "true",
+        "/bin/sh",  # by its path: under --export=NONE the step has no PATH
+        "-c",
+        "exit 0",
     ]
     result = runner.run(argv, timeout)
     if result.returncode == 0:

@@ -2,52 +2,163 @@
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass, field
+import argparse
+import math
+import sys
+from typing import Any
+
+from areal_console.core.errors import UsageError, UserError
+
+# The records live in specs.py (the resolvers import them from there); named here too.
+from areal_console.core.specs import NodeSpec as NodeSpec
+from areal_console.core.specs import SlurmTarget as SlurmTarget
+from areal_console.core.specs import local_node as local_node
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
-@dataclass(frozen=True)
-class SlurmTarget:
-    """How a "slurm" node is reached: a step of `job_id`, started where Slurm's commands are.
-
-    `nodes` are all nodes of the fan-out (one multiplexed `srun` step serves them all in
-    `mode="step"`; `mode="node"` starts one step per node). `unreachable` is Slurm's own
-    reason when it already knows the node can't run a step (down, not responding).
-    """
-
-    job_id: str
-    login: str | None = None
-    nodes: tuple[str, ...] = ()
-    mode: str = "step"
-    gpus: int = 0
-    unreachable: str | None = None
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0 (not 0, not negative, not nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds > 0")
+    return value
 
 
-@dataclass(frozen=True)
-class NodeSpec:
-    """One node to reach: `transport` is "local" (a child process), "ssh" or "slurm"."""
-
-    name: str
-    transport: str = "local"
-    host: str | None = None
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    proxy_jump: str | None = None
-    python: str = "python3"
-    groups: tuple[str, ...] = field(default=())
-    slurm: SlurmTarget | None = None
-
-    @property
-    def address(self) -> str:
-        if self.transport == "local":
-            return "local"
-        if self.transport == "slurm" and self.slurm is not None:
-            return f"slurm:{self.slurm.job_id}:{self.host}"
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        return f"{user}{self.host}{port}"
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds >= 0")
+    return value
 
 
-def local_node() -> NodeSpec:
-    return NodeSpec(name=socket.gethostname() or "local", transport="local")
+def count(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def index(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
+    return value
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--local | --hosts ... | --inventory FILE`, shared by every subcommand and the TUI."""
+    group = parser.add_argument_group("targets")
+    excl = group.add_mutually_exclusive_group()
+    excl.add_argument("--local", action="store_true", help="this machine (the default)")
+    excl.add_argument("--hosts", metavar="[USER@]HOST[:PORT],...", help="nodes to reach over SSH")
+    excl.add_argument("--inventory", metavar="FILE", help="a cluster.yaml inventory")
+    excl.add_argument(
+        "--slurm-job",
+        metavar="JOBID",
+        help="the nodes of a running Slurm job, reached through srun --overlap",
+    )
+    group.add_argument(
+        "--login",
+        metavar="[USER@]HOST[:PORT]",
+        help="run Slurm's commands on this login host over SSH (default: here)",
+    )
+    group.add_argument(
+        "--slurm-mode",
+        choices=("step", "node", "ssh"),
+        default="step",
+        help="one srun step for all nodes (default), one step per node, or plain SSH",
+    )
+    group.add_argument(
+        "--group",
+        action="append",
+        metavar="NAME",
+        help="only the inventory's nodes in this group (repeatable)",
+    )
+    group.add_argument(
+        "--ssh-config",
+        metavar="FILE",
+        help="ssh config to honour instead of ~/.ssh/config (also $AREAL_CONSOLE_SSH_CONFIG)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up reaching a node and starting its agent after this long (default 10)",
+    )
+    group.add_argument(
+        "--accept-new-hosts",
+        action="store_true",
+        help="trust and remember host keys not seen before (headless use)",
+    )
+
+
+def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
+    """The node specs the parsed target options name (default: this machine)."""
+    slurm_job = getattr(args, "slurm_job", None)
+    if getattr(args, "login", None) and not slurm_job:
+        raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
+    if slurm_job:
+        from areal_console.core.slurm_targets import resolve_slurm_targets
+
+        plan = resolve_slurm_targets(
+            str(slurm_job),
+            login=getattr(args, "login", None),
+            mode=getattr(args, "slurm_mode", "step"),
+        )
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
+        return plan.specs
+    hosts = getattr(args, "hosts", None)
+    inventory = getattr(args, "inventory", None)
+    if hosts or inventory:
+        from areal_console.core import inventory as inv
+
+        if hosts:
+            if getattr(args, "group", None):
+                raise UsageError("--group selects from an --inventory, not from --hosts")
+            try:
+                return inv.parse_hosts(hosts)
+            except UsageError:
+                raise
+            except UserError as exc:  # a bad value on the command line: exit 2
+                raise UsageError(f"--hosts: {exc}") from None
+        return inv.load_inventory(str(inventory), groups=getattr(args, "group", None))
+    return [local_node()]
+
+
+def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Transport options from the parsed target options, for `Fleet(specs, **options)`."""
+    timeout = getattr(args, "connect_timeout", None)
+    options: dict[str, Any] = {
+        "accept_new_hosts": bool(getattr(args, "accept_new_hosts", False)),
+        "connect_timeout": DEFAULT_CONNECT_TIMEOUT if timeout is None else float(timeout),
+    }
+    if getattr(args, "ssh_config", None):
+        options["ssh_config"] = args.ssh_config
+    return options
+
+
+def open_fleet(args: argparse.Namespace, specs: list[NodeSpec], **extra: Any) -> Any:
+    """The `Fleet` for `specs` with the parsed target options: every command that reaches
+    nodes goes through here, so --ssh-config, --connect-timeout and --accept-new-hosts
+    mean the same everywhere."""
+    from areal_console.core.fleet import Fleet
+
+    return Fleet(specs, **{**fleet_options(args), **extra})

@@ -38,6 +38,9 @@ def status_text(
         parts.append(
             f"down: {', '.join(v.name for v in down[:3])}" + ("…" if len(down) > 3 else "")
         )
+    silent = [v for v in views if v.state == "unresponsive"]
+    if silent:
+        parts.append(f"not responding: {', '.join(v.name for v in silent[:3])}")
     if drilled:
         parts.append(f"node: {drilled} (esc: all nodes)")
     if text_filter:
@@ -80,6 +83,14 @@ class ClusterScreen(Screen[None]):
             id="cluster.capture",
             tooltip="py-spy every rank of every node at once (only the filtered job's "
             "processes while a / filter is set), then diagnose the hang",
+        ),
+        Binding(
+            "h",
+            "health",
+            "Health",
+            id="cluster.health",
+            tooltip="Training health of the filtered job: its metrics from AReaL's log, the "
+            "guide's checks, stalls",
         ),
         Binding(
             "a",
@@ -266,6 +277,10 @@ class ClusterScreen(Screen[None]):
     def action_capture(self) -> None:
         match = re.escape(self.text_filter) if self.text_filter else None
         self.console.action_capture_stacks(match=match)
+
+    def action_health(self) -> None:
+        match = re.escape(self.text_filter) if self.text_filter else None
+        self.console.open_health_for_job(match)
 
     def action_toggle_all(self) -> None:
         self.show_all = not self.show_all

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from areal_console.core.nodes import process_sort_key, server_text
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.textfmt import format_bytes, printable
 
 COLUMNS = (
     ("node", "NODE"),
@@ -43,7 +43,7 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
     def opt(value: Any) -> str:
         return "-" if value is None else str(value)
 
-    role = p.get("role") or "-"
+    role = printable(p.get("role") or "-")
     rank = p.get("rank")
     world = p.get("world_size")
     server = p.get("server")
@@ -62,8 +62,10 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "cpu": "-" if p.get("cpu_percent") is None else f"{p['cpu_percent']:.0f}",
         "rss": format_bytes(p.get("rss")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
-        "state": Text(p.get("state") or "?", style="bold red" if p.get("state") == "Z" else ""),
-        "cmd": (f"[{address}] {command}" if address else command)[:200],
+        "state": Text(
+            printable(p.get("state") or "?"), style="bold red" if p.get("state") == "Z" else ""
+        ),
+        "cmd": Text(printable((f"[{address}] {command}" if address else command)[:200])),
     }
 
 

@@ -43,6 +43,7 @@ class CaptureOptions:
     match: str | None = None  # regex on the command line
     timeout: float = 15.0  # per py-spy run
     nonblocking: bool = False
+    ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -106,7 +107,18 @@ def capture_node(session: NodeSession, options: CaptureOptions) -> dict[str, Any
             time.sleep(max(0.0, next_at - time.monotonic()))
         reply = session.call("pyspy", args, timeout=options.timeout + 30)
         node["samples"].append(reply.get("dumps", []))
+    if options.ledger:
+        node["fr"] = fr_traces(session, procs)
     return node
+
+
+def fr_traces(session: NodeSession, procs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The node's Flight Recorder traces (live and dump files), or why there are none."""
+    pids = [p["pid"] for p in procs if p.get("rank") is not None]
+    try:
+        return session.call("fr_traces", {"pids": pids, "timeout": 5.0}, timeout=60)
+    except Exception as exc:  # an older agent, a node gone: the ledger says so, stacks stay
+        return {"error": f"Flight Recorder traces not read: {exc}"}
 
 
 def capture_raw(fleet: Fleet, options: CaptureOptions) -> dict[str, Any]:

@@ -382,7 +382,8 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
         return Diagnosis(
             "same_collective",
             "Ranks wait in one collective for a straggler",
-            f"{_ranks_word(main.ranks).capitalize()} wait in {describe(main.frames)}; "
+            f"{_ranks_word(main.ranks).capitalize()} {'waits' if main.size == 1 else 'wait'} "
+            f"in {describe(main.frames)}; "
             f"{_ranks_word(stragglers)} never got there.",
             _group_evidence(groups) + failed_note,
             [
