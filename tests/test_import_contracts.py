@@ -144,3 +144,22 @@ def test_core_source_never_names_textual() -> None:
                 )
                 offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "textual"]  # fmt: skip
     assert offenders == []
+
+
+def test_every_project_import_names_an_existing_module() -> None:
+    """A module moved or renamed leaves no import of its old name behind (deferred ones
+    included, which only fail when their function first runs)."""
+    found = modules()
+    missing = []
+    for name, path in found.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] in PACKAGES and target not in found:
+                    missing.append(f"{name}: {target}")
+    assert missing == []

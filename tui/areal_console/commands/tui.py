@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from areal_console.core.settings import load_settings
-from areal_console.core.target_args import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
 
 
 def register(subparsers: Any) -> None:
