@@ -140,6 +140,26 @@ def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: Gl
         (["python", "-m", "torch.distributed.run", "train.py"], {}, "launcher"),
         (["python", "train.py"], {"RANK": "3"}, "trainer"),
         (["python", "notebook.py"], {}, None),
+        # AReaL's launcher shell around a worker is a wrapper, not the worker
+        # (areal/infra/utils/proc.py:104-121 at AReaL cbff54d6).
+        (
+            [
+                "/bin/bash",
+                "-c",
+                "OMP_NUM_THREADS=1 stdbuf -oL python3 -m areal.infra.rpc.rpc_server"
+                " --role actor --worker-index 0 2>&1 | tee -a actor.log",
+            ],
+            {},
+            "wrapper",
+        ),
+        (["tee", "-a", "/logs/actor.log", "/dev/fd/63"], {}, None),
+        (
+            ["python3", "-m", "areal.v2.inference_service.sglang.launch_server", "--port", "1"],
+            {},
+            "sglang",
+        ),
+        (["python3", "-m", "areal.engine.vllm_ext.areal_vllm_server"], {}, "vllm"),
+        (["vllm", "serve", "model"], {}, "vllm"),
     ],
 )
 def test_detect_role(cmdline: list[str], env: dict[str, str], role: str | None) -> None:

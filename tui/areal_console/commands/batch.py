@@ -45,7 +45,8 @@ def register(subparsers: Any) -> None:
         "--eos-token-id",
         type=int,
         metavar="N",
-        help="EOS token id for no_eos_ratio (default: from config files next to the dump)",
+        help="EOS token id for the EOS-based no_eos_token_ratio (default: from the model's "
+        "config files next to the dump or named by the experiment's config.yaml)",
     )
     parser.add_argument(
         "--trust-pickle",
@@ -170,13 +171,13 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("")
         lines.append(
             f"  {'step':>6} {'files':>5} {'samples':>8} {'seq_len':>8} "
-            f"{'resp_len':>8} {'reward':>7} {'no_eos':>7}"
+            f"{'resp_len':>8} {'task_rw':>7} {'no_eos':>7}"
         )
         for p in s["per_step"]:
             lines.append(
                 f"  {p['step']:>6} {p['files']:>5} {_num(p['samples']):>8} "
                 f"{_num(p['seq_len_mean']):>8} {_num(p['response_len_mean']):>8} "
-                f"{_num(p['reward_mean'], 3):>7} {_num(p['no_eos_ratio'], 3):>7}"
+                f"{_num(p['task_reward_mean'], 3):>7} {_num(p['no_eos_ratio'], 3):>7}"
             )
         bad = [e for e in s.get("timeline", []) if e.get("error")]
         for e in bad:
@@ -190,20 +191,32 @@ def format_summary(s: dict[str, Any]) -> str:
                 if meta.get("missing_in_groups")
                 else ""
             )
-            lines.append(f"    {name:<18} {meta['dtype']:<9} {meta['shape']}{extra}")
+            value = f"  = {meta['value']!r}" if "value" in meta else ""
+            lines.append(f"    {name:<18} {meta['dtype']:<9} {meta['shape']}{value}{extra}")
     st = s.get("stats") or {}
     if st:
         lines.append("")
         lines.append(f"  {'stat':<14} {'mean':>10} {'std':>10} {'min':>10} {'max':>10}")
-        for name in ("seq_len", "prompt_len", "response_len", "reward"):
+        names = ["seq_len", "prompt_len", "response_len", "task_reward"]
+        if st.get("reward") and st.get("reward") != st.get("task_reward"):
+            names.append("reward")  # the (normalised) rewards beside original_rewards
+        for name in names:
             d = st.get(name) or {}
-            digits = 3 if name == "reward" else 1
+            digits = 3 if name in ("task_reward", "reward") else 1
             lines.append(
                 f"  {name:<14} {_num(d.get('mean'), digits):>10} "
                 f"{_num(d.get('std'), digits):>10} {_num(d.get('min'), digits):>10} "
                 f"{_num(d.get('max'), digits):>10}"
             )
-        lines.append(f"  no_eos_ratio   {_num(st.get('no_eos_ratio'), 3)}")
+        eos_ids = s.get("eos_token_ids")
+        lines.append(
+            f"  no_eos_ratio   {_num(st.get('no_eos_ratio'), 3)}  (length == padded width)"
+            + (
+                f"   not ending in EOS {_num(st.get('no_eos_token_ratio'), 3)}"
+                if eos_ids
+                else "   (EOS id unknown: --eos-token-id N for the EOS-based figure)"
+            )
+        )
         if st.get("equal_reward_group_ratio") is not None:
             lines.append(
                 f"  all-equal reward groups  {st.get('equal_reward_groups')} "
@@ -216,13 +229,17 @@ def format_summary(s: dict[str, Any]) -> str:
                 f"{v['staleness_mean']:.2f} max {v['staleness_max']}  "
                 f"mixed-version samples {v['mixed_version_ratio']:.0%}"
             )
-        iw = st.get("importance_weight")
+        iw = st.get("behave_imp_weight")
         if iw:
             lines.append(
-                f"  importance weight mean {iw['mean']:.3f} min {iw['min']:.3f} "
-                f"max {iw['max']:.3f} over cap {iw['over_cap_ratio']:.2%} "
+                f"  behave_imp_weight mean {iw['mean']:.3f} min {iw['min']:.3f} "
+                f"max {iw['max']:.3f} above {iw['upper']:g} {iw['above_upper_ratio']:.2%} "
                 f"({_num(iw['tokens'])} tokens{', sampled' if iw['sampled'] else ''})"
             )
+    if s.get("remote"):
+        lines.append("")
+        lines.append(f"  RTensor shards {s['remote']['shards']} on workers:")
+        lines += [f"    {addr}  {n}" for addr, n in sorted(s["remote"]["nodes"].items())]
     if s.get("warnings"):
         lines.append("")
         lines.append("  warnings")
@@ -234,10 +251,12 @@ def format_sample(v: dict[str, Any]) -> str:
     lines = [
         f"sample {v['index']} (group {v['group']}, row {v['row']}) of {v['path']}",
         f"  seq_len {v['seq_len']}  prompt_len {v['prompt_len']}  response_len "
-        f"{v['response_len']}  reward {_num(v['reward'], 3)}  eos "
+        f"{v['response_len']}  task_reward {_num(v.get('task_reward'), 3)}  eos "
         f"{'-' if v.get('eos') is None else 'yes' if v['eos'] else 'NO'}  versions "
         f"{_num(v.get('head_version'))}..{_num(v.get('tail_version'))}",
     ]
+    for name, value in (v.get("extras") or {}).items():
+        lines.append(f"  {name}: {value}")
     if v.get("prompt") is not None or v.get("completion") is not None:
         lines += [
             "",

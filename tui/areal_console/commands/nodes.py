@@ -9,7 +9,7 @@ from typing import Any
 
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.fleet import NodeFailure, NodeSession
-from areal_console.core.nodes import node_report, server_text
+from areal_console.core.nodes import count_areal_world_sizes, node_report, server_text
 from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
         nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
+        count_areal_world_sizes(n["processes"] for n in nodes)
     finally:
         fleet.close()
     if args.json:

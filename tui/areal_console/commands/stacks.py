@@ -67,7 +67,8 @@ def register(subparsers: Any) -> None:
         help=(
             "read plain `py-spy dump` text instead of capturing: one file per rank (rank "
             "from the file name, e.g. rank3.txt) or a loop's output with `==== PID N ====` "
-            "headers; saved, diagnosed and comparable like any capture"
+            "headers, `-` for pasted text on stdin; saved, diagnosed and comparable like "
+            "any capture"
         ),
     )
     saved = parser.add_argument_group("saved captures")
@@ -169,10 +170,10 @@ def _import(files: list[str]) -> Any:
 
     paths = [Path(f) for f in files]
     for path in paths:
-        if not path.is_file():
+        if str(path) != "-" and not path.is_file():
             raise UsageError(f"--import: {path} is not a file")
     try:
-        capture = import_text_dumps(paths, new_capture_id())
+        capture = import_text_dumps(paths, new_capture_id(), stdin=sys.stdin)
     except ValueError as exc:
         raise UsageError(f"--import: {exc}") from None
     except OSError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 from areal_console.core.client import AgentDisconnected, AgentError, AgentNotResponding
 from areal_console.core.fleet import Fleet, NodeSession
+from areal_console.core.nodes import count_areal_world_sizes
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
 
@@ -105,7 +106,8 @@ class FleetMonitor:
                     v.host_key,
                 )
                 out.append(copy)
-            return out
+        count_areal_world_sizes(v.processes for v in out)
+        return out
 
     def trust_host_key(self, name: str) -> None:
         """The user accepted the node's unknown host key: remember it and connect now."""

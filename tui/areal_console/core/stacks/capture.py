@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.nodes import count_areal_world_sizes
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.store import new_capture_id, save_capture
 
@@ -125,12 +126,13 @@ def capture_raw(fleet: Fleet, options: CaptureOptions) -> dict[str, Any]:
     """All nodes in parallel; a node that fails becomes an error entry, not an exception."""
     started = now_iso()
     results = fleet.fan_out(lambda s: capture_node(s, options))
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for name, result in results.items():
         if isinstance(result, NodeFailure):
             nodes.append({"node": name, "error": result.error, "processes": [], "samples": []})
         else:
             nodes.append(result)
+    count_areal_world_sizes(n["processes"] for n in nodes)
     return {"captured_at": started, "interval": options.interval, "nodes": nodes}
 
 

@@ -176,7 +176,8 @@ class RankStack:
     @property
     def work_thread(self) -> Thread | None:
         """The thread doing the job's work: the one inside torch.distributed (the main
-        thread first), else an engine thread (AReaL's `EngineWorker`), else the main thread."""
+        thread first), else an engine thread (AReaL's `EngineWorker`), else a busy thread in
+        AReaL's engine code, else the main thread."""
         if self._work and self._work[0] in self.threads:
             return self._work[0]
         self._work[:] = [self._pick_work_thread()]
@@ -192,6 +193,11 @@ class RankStack:
         for t in self.threads:
             if t.name in ENGINE_THREADS:
                 return t
+        if main is not None and main.idle is False and in_engine(main.frames):
+            return main
+        for t in self.threads:
+            if not t.idle and in_engine(t.frames):
+                return t  # a busy thread in AReaL's engine code, whatever its name
         return main
 
     @property
@@ -346,6 +352,14 @@ def is_distributed_frame(frame: Frame) -> bool:
 
 def in_distributed(frames: Stack) -> bool:
     return any(is_distributed_frame(f) for f in frames)
+
+
+# AReaL's training and inference engines (areal/engine/, areal/experimental/engine/).
+_ENGINE_DIRS = ("areal/engine/", "areal/experimental/engine/", "areal\\engine\\")
+
+
+def in_engine(frames: Stack) -> bool:
+    return any(d in f.file for f in frames for d in _ENGINE_DIRS)
 
 
 def is_idle_stack(frames: Stack) -> bool:
