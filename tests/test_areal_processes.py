@@ -196,7 +196,7 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
     diagnosis = json.loads(out.stdout)["diagnosis"]
     assert diagnosis["pattern"] == "rollout_stall", diagnosis
     detail = diagnosis["detail"]
-    assert f"the controller (pid {rollout_run.proc.pid} " in detail
+    assert f"The controller (pid {rollout_run.proc.pid} " in detail
     assert "waits for rollout results in wait_results (" in detail
     assert "called from prepare_batch (" in detail and "ranks 0-1 sit idle" in detail
     evidence = "\n".join(diagnosis["evidence"])

@@ -160,7 +160,7 @@ def test_spmd_rollout_stall_from_areal_frames() -> None:
     d = doc["diagnosis"]
     assert d["pattern"] == "rollout_stall", d
     assert d["detail"].startswith(
-        "rank 0 waits for rollout results in wait_results "
+        "Rank 0 waits for rollout results in wait_results "
         "(areal/infra/workflow_executor.py:611), called from prepare_batch "
         "(areal/infra/dist_rollout.py:257); rank 1 waits at a barrier or broadcast. "
     )

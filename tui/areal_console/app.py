@@ -6,8 +6,9 @@ Screens are Textual modes, reached with number keys (k9s/nvitop style), `:` comm
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, Protocol
 
@@ -22,16 +23,19 @@ from areal_console.core.metrics.locate import HealthTarget, job_logs_in
 from areal_console.core.monitor import FleetMonitor, NodeView
 from areal_console.core.replay import load_templates
 from areal_console.core.settings import Settings
-from areal_console.core.stacks.capture import CaptureOptions, take_capture
+from areal_console.core.stacks.capture import CaptureOptions, scope_processes, take_capture
 from areal_console.core.stacks.model import StackCapture
+from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
+from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
 from areal_console.screens.health import HealthScreen
 from areal_console.screens.help import HelpScreen
+from areal_console.screens.job_choice import JobChoiceDialog
 from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
@@ -45,25 +49,6 @@ class Monitor(Protocol):
     def snapshot(self) -> list[NodeView]: ...
     def set_include_all(self, include_all: bool) -> None: ...
     def trust_host_key(self, name: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class ScreenEntry:
-    """A top-level screen: its mode name, title and number key."""
-
-    mode: str
-    title: str
-    key: str
-    aliases: tuple[str, ...] = ()
-
-
-SCREENS = (
-    ScreenEntry("nodes", "Cluster", "1", ("cluster", "n")),
-    ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
-    ScreenEntry("batches", "Batches", "3", ("batch", "b")),
-    ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
-    ScreenEntry("health", "Health", "5", ("metrics",)),
-)
 
 
 class ConsoleApp(WorkerHost, App[None]):
@@ -132,7 +117,14 @@ class ConsoleApp(WorkerHost, App[None]):
         # Extra command-palette entries: callables returning (label, help, action) triples.
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
         self._stacks_screen: StacksScreen | None = None
+        self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
         self.capture_match: str | None = None
+        self.capture_job: str | None = None  # the job chosen for the last capture
+        # `s` starts the capture here, before the Stacks screen exists to wait for it.
+        self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
+        self._pending_capture: Future[StackCapture] | None = None
+        self._progress_lock = threading.Lock()
+        self._dumped: dict[str, tuple[int, int, int]] = {}  # node -> (done, total, failed)
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
         if batches_path:
@@ -153,22 +145,38 @@ class ConsoleApp(WorkerHost, App[None]):
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
-        for mode, factory in self.screen_factories.items():
-            self.add_mode(mode, factory)
+        for mode, factory in list(self.screen_factories.items()):
+            self.register_screen(mode, factory)
         self.switch_mode("nodes")
         if self.welcome:
             self.notify(self.welcome, timeout=20)
 
     def on_unmount(self) -> None:
         self.monitor.stop()
+        self._capture_pool.shutdown(wait=False, cancel_futures=True)
         if self.fleet is not None:
             self.fleet.close()
 
     def register_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
-        """Make a top-level screen reachable by its number key, `:` command and palette."""
+        """Make a top-level screen reachable by its number key, `:` command and palette.
+
+        Registering a mode again replaces its screen: the next visit builds a new one. The
+        mode must not be the one shown (`reopen_screen` handles that case).
+        """
         self.screen_factories[mode] = factory
-        if self.is_running:
-            self.add_mode(mode, factory)
+        if not self.is_running:
+            return  # on_mount installs every registered mode
+        if mode in self._installed_modes:
+            self.remove_mode(mode)
+        self.add_mode(mode, factory)
+        self._installed_modes.add(mode)
+
+    async def reopen_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
+        """Replace `mode`'s screen with a new one from `factory` and show it."""
+        if self.current_mode == mode:
+            await self.switch_mode("nodes")  # a mode cannot be removed while it is shown
+        self.register_screen(mode, factory)
+        await self.switch_mode(mode)
 
     # stacks ---------------------------------------------------------------------------
     def capture_options(self) -> CaptureOptions:
@@ -180,28 +188,82 @@ class ConsoleApp(WorkerHost, App[None]):
         )
 
     def take_capture(self) -> StackCapture:
-        """Capture every rank of every node (runs in the Stacks screen's worker thread)."""
+        """Capture every rank of the job (runs in the Stacks screen's worker thread): the
+        capture `s` already started, else a new one from the monitor's latest sample."""
+        pending, self._pending_capture = self._pending_capture, None
+        if pending is not None:
+            return pending.result()
         if self.fleet is None:
             raise UserError("no live nodes to capture (this console shows recorded data)")
-        return take_capture(self.fleet, self.capture_options())
+        options = self.capture_options()
+        options.job = self.capture_job
+        return take_capture(
+            self.fleet, options, sampled=self._latest_processes(), progress=self._progress
+        )
 
     def _new_stacks_screen(self) -> StacksScreen:
         self._stacks_screen = StacksScreen(recapture=self.take_capture)
         return self._stacks_screen
 
-    def action_capture_stacks(self, match: str | None = None) -> None:
-        """`s`: capture every rank now and show the Stacks screen.
+    def _latest_processes(self) -> dict[str, list[dict[str, Any]]]:
+        """The monitor's newest process sample of every node that is up (no new scan)."""
+        return {
+            v.name: v.processes
+            for v in self.monitor.snapshot()
+            if v.state == "up" and v.sample is not None
+        }
 
-        `match` (a regex on command lines) narrows the capture to one job when a node runs
-        several; the Cluster screen passes its filter.
+    def _progress(self, node: str, pid: int, ok: bool, done: int, total: int) -> None:
+        """One dump finished (an agent's reader thread): tell the Stacks screen."""
+        with self._progress_lock:
+            self._dumped[node] = (done, total, self._dumped.get(node, (0, 0, 0))[2] + (not ok))
+            done_all = sum(d for d, _, _ in self._dumped.values())
+            total_all = sum(t for _, t, _ in self._dumped.values())
+            failed = sum(f for _, _, f in self._dumped.values())
+        screen = self._stacks_screen
+        if screen is not None:
+            screen.post_message(StacksScreen.CaptureProgress(done_all, total_all, failed))
+
+    def action_capture_stacks(self, match: str | None = None) -> None:
+        """`s`: capture the job's ranks now and show the Stacks screen.
+
+        The capture starts at the keypress, from the monitor's latest sample, before the
+        screen switch. `match` (a regex on command lines; the Cluster screen passes its
+        filter) narrows it; when the nodes still run several jobs, a dialog asks which.
         """
         self.capture_match = match
         if self.fleet is None:
             self.notify("No live nodes to capture: this console shows recorded data.",
                         severity="warning")  # fmt: skip
             return
+        options = self.capture_options()
+        sampled = self._latest_processes()
+        try:
+            scope_processes(sampled, options)
+        except JobChoiceError as exc:
+            self.push_screen(JobChoiceDialog(exc.jobs), partial(self._job_chosen, options))
+            return
+        self._start_capture(options, sampled)
+
+    def _job_chosen(self, options: CaptureOptions, key: str | None) -> None:
+        if key is None:
+            self.notify("Capture cancelled: no job chosen.")
+            return
+        options.job = key
+        self._start_capture(options, self._latest_processes())
+
+    def _start_capture(
+        self, options: CaptureOptions, sampled: dict[str, list[dict[str, Any]]]
+    ) -> None:
+        assert self.fleet is not None
+        self.capture_job = options.job  # `r` on the Stacks screen recaptures the same job
+        with self._progress_lock:
+            self._dumped = {}
+        self._pending_capture = self._capture_pool.submit(
+            take_capture, self.fleet, options, True, dict(sampled), self._progress
+        )
         existing = self._stacks_screen
-        self.switch_mode("stacks")  # a new Stacks screen captures as it mounts
+        self.switch_mode("stacks")  # a new Stacks screen takes the capture as it mounts
         if existing is not None:
             existing.action_recapture()
 
@@ -229,13 +291,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_batches(self, path: str, node: str | None = None) -> None:
         """Browse `path` (on `node`, or where the console runs): `:batches PATH`."""
         self.batches_path, self.batches_node = path, node
-        if "batches" in self.screen_factories and self.current_mode != "batches":
-            self.remove_mode("batches")
-        elif self.current_mode == "batches":
-            self.switch_mode("nodes")
-            self.remove_mode("batches")
-        self.register_screen("batches", self._new_batches_screen)
-        self.switch_mode("batches")
+        self.call_later(self.reopen_screen, "batches", self._new_batches_screen)
 
     def open_replay_dialog(self, path: str, steps: list[int]) -> None:
         """`r` in the Batches screen: the launch dialog for the node that holds the dump."""
@@ -283,12 +339,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_health(self, target: HealthTarget) -> None:
         """Follow `target`'s metrics in the Health screen (`:health PATH`, `h` on Cluster)."""
         self.health_target = target
-        if self.current_mode == "health":
-            self.switch_mode("nodes")
-        if "health" in self._modes:
-            self.remove_mode("health")
-        self.register_screen("health", self._new_health_screen)
-        self.switch_mode("health")
+        self.call_later(self.reopen_screen, "health", self._new_health_screen)
 
     def open_health_for_job(self, match: str | None) -> None:
         """The job's log directory from its processes' command lines (the Cluster screen's
@@ -349,12 +400,10 @@ class ConsoleApp(WorkerHost, App[None]):
         if old_fleet is not None:
             self._close_fleet(old_fleet)
         fleet = self.fleet
-        self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
         self.action_goto("nodes")
-        for mode in ("jobs", "stacks"):
-            if mode in self._modes and self.current_mode != mode:
-                self.remove_mode(mode)
-                self.add_mode(mode, self.screen_factories[mode])
+        # Screens built on the old nodes are dropped; the next visit builds new ones.
+        self.register_screen("jobs", lambda: JobsScreen(fleet, read_only=self.read_only))
+        self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None
         self.notify(f"Now watching {len(specs)} node(s)")
 

@@ -520,7 +520,7 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
     return Diagnosis(
         "rollout_stall",
         "Rollout stall: the trainers wait for rollout results that do not come",
-        detail,
+        detail[:1].upper() + detail[1:],
         evidence + failed_note,
         suggestions,
     )
