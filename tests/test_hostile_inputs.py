@@ -766,7 +766,7 @@ def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> 
 
     dump = tmp_path / "run-{job_dir}-{python}"
     dump.mkdir()
-    bf.write_trajectory_dump(dump, steps=[1], dp_size=1, n_groups=2, group_size=2)
+    bf.write_trajectory_dump(dump, steps=[0], dp_size=1, n_groups=2, group_size=2)
     template = parse_template(
         "probe", {"argv": f'{{python}} -c "{WRITE_ARGS}" {{dir}} {{job_dir}}/seen'}
     )
