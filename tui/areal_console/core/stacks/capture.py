@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from areal_agent.agent import AREAL_ROLES, TRAINING_ROLES
+
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.nodes import count_areal_world_sizes
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
@@ -20,18 +22,9 @@ from areal_console.core.stacks.store import new_capture_id, save_capture
 
 # Roles of non-rank processes that belong to a job and are worth a stack: launchers,
 # inference servers, AReaL's single-controller controller and its non-training workers.
-JOB_ROLES = frozenset(
-    {
-        "launcher",
-        "sglang",
-        "vllm",
-        "rpc_server",
-        "controller",
-        "rollout",
-        "eval-rollout",
-        "data",
-        "proxy-rollout",
-    }
+JOB_ROLES = (
+    frozenset({"launcher", "sglang", "vllm", "rpc_server", "controller"})
+    | AREAL_ROLES - TRAINING_ROLES
 )
 
 Progress = Callable[[str], None]
