@@ -1409,6 +1409,7 @@ FR_ENV = (
     "TORCH_FR_DUMP_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "AREAL_FR_SOCKET_DIR",
+    "TMPDIR",
     "TORCH_WORKER_SERVER_SOCKET",
 )
 FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
@@ -1488,7 +1489,8 @@ def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
 
 def fr_live(pid: int, env: dict[str, str], timeout: float) -> dict[str, Any]:
     """Ask a rank's worker server (our launch hook's, or torch's `worker_main`) for its trace."""
-    sockets = [os.path.join(env.get("AREAL_FR_SOCKET_DIR") or "/tmp", f"areal-fr-{pid}.sock")]
+    dirs = (env.get("AREAL_FR_SOCKET_DIR"), env.get("TMPDIR"), "/tmp")
+    sockets = list(dict.fromkeys(os.path.join(d, f"areal-fr-{pid}.sock") for d in dirs if d))
     if env.get("TORCH_WORKER_SERVER_SOCKET"):
         sockets.append(env["TORCH_WORKER_SERVER_SOCKET"])
     errors = []

@@ -69,6 +69,12 @@ class GroupLedger:
     behind: dict[int, int] = field(default_factory=dict)  # rank -> calls behind the furthest
     mismatch: Disagreement | None = None
     absent: tuple[int, ...] = ()  # members with no trace
+    members_known: bool = True  # False: the dumps did not say (gloo); members = ranks seen
+
+    @property
+    def members_label(self) -> str:
+        seen = "" if self.members_known else " (seen; membership not recorded)"
+        return f"{_ranks(self.members)}{seen}"
 
     @property
     def label(self) -> str:
@@ -118,6 +124,7 @@ class GroupLedger:
             "name": self.name,
             "desc": self.desc,
             "members": list(self.members),
+            "members_known": self.members_known,
             "summary": self.summary(),
             "positions": [p.to_json() for p in self.positions],
             "behind": {str(r): n for r, n in sorted(self.behind.items())},
@@ -158,14 +165,17 @@ def _ranks(ranks: Iterable[int]) -> str:
     return f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}"
 
 
-def _members(name: str, traces: dict[int, GroupTrace], world: tuple[int, ...]) -> tuple[int, ...]:
-    """Who belongs: what the dumps say, else everyone for the default group, else who used it."""
+def _members(
+    name: str, traces: dict[int, GroupTrace], world: tuple[int, ...]
+) -> tuple[tuple[int, ...], bool]:
+    """Who belongs, and whether that is known: what the dumps say, else everyone for the
+    default group, else (not known) the ranks seen using it."""
     for t in traces.values():
         if t.ranks:
-            return t.ranks
+            return t.ranks, True
     if any(t.desc == DEFAULT_GROUP_DESC for t in traces.values()) or name == "0":
-        return tuple(sorted(set(world) | set(traces)))
-    return tuple(sorted(traces))
+        return tuple(sorted(set(world) | set(traces))), bool(world)
+    return tuple(sorted(traces)), False
 
 
 def _first_difference(a: list[Any], b: list[Any]) -> int:
@@ -231,7 +241,7 @@ def _disagreement(seq: int, per_rank: dict[int, GroupTrace]) -> Disagreement:
 def analyse_group(
     name: str, per_rank: dict[int, GroupTrace], world: tuple[int, ...], traced: set[int]
 ) -> GroupLedger:
-    members = _members(name, per_rank, world)
+    members, known = _members(name, per_rank, world)
     desc = next((t.desc for t in per_rank.values() if t.desc), "")
     positions = []
     for rank in members:
@@ -249,7 +259,7 @@ def analyse_group(
     seq = _first_disagreement(per_rank)
     mismatch = _disagreement(seq, per_rank) if seq is not None else None
     absent = tuple(r for r in members if r not in traced)
-    return GroupLedger(name, desc, members, positions, behind, mismatch, absent)
+    return GroupLedger(name, desc, members, positions, behind, mismatch, absent, known)
 
 
 def build_ledger(
@@ -306,6 +316,7 @@ def ledger_from_json(doc: dict[str, Any]) -> Ledger:
                 behind={int(r): int(n) for r, n in (g.get("behind") or {}).items()},
                 mismatch=mismatch,
                 absent=tuple(int(r) for r in g.get("absent") or []),
+                members_known=bool(g.get("members_known", True)),
             )
         )
     sources = {int(r): str(s) for r, s in (doc.get("sources") or {}).items()}
