@@ -8,6 +8,7 @@ dtypes), and the members with no trace at all (dead, or their dump never written
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,33 +191,46 @@ def _first_difference(a: list[Any], b: list[Any]) -> int:
     return lo
 
 
+def _global_keys(per_rank: dict[int, GroupTrace]) -> dict[int, list[int]]:
+    """Each rank's keys renumbered into one table shared by all ranks (ranks that met
+    their collectives in the same order, the usual case, keep their list as it is)."""
+    ids: dict[str, int] = {}
+    out = {}
+    for rank, t in per_rank.items():
+        local = [ids.setdefault(json.dumps(sig), len(ids)) for sig in t.table]
+        same = all(i == g for i, g in enumerate(local))
+        out[rank] = t.keys if same else [local[k] for k in t.keys]
+    return out
+
+
 def _first_disagreement(per_rank: dict[int, GroupTrace]) -> int | None:
-    """Lowest sequence id at which two ranks' recorded keys differ."""
+    """Lowest sequence id at which two ranks' recorded collectives differ."""
     usable = {r: t for r, t in per_rank.items() if t.seqs}
     if len(usable) < 2:
         return None
+    keys = _global_keys(usable)
     if all(t.contiguous for t in usable.values()):
         start = max(t.seqs[0] for t in usable.values())
         ref_rank = max(usable, key=lambda r: usable[r].seqs[-1])
-        ref = usable[ref_rank]
+        ref, ref_keys = usable[ref_rank], keys[ref_rank]
         first: int | None = None
-        for t in usable.values():
-            if t is ref:
+        for rank, t in usable.items():
+            if rank == ref_rank:
                 continue
             end = min(t.seqs[-1], ref.seqs[-1])
             if end < start:
                 continue
-            mine = t.keys[start - t.seqs[0] : end - t.seqs[0] + 1]
-            theirs = ref.keys[start - ref.seqs[0] : end - ref.seqs[0] + 1]
+            mine = keys[rank][start - t.seqs[0] : end - t.seqs[0] + 1]
+            theirs = ref_keys[start - ref.seqs[0] : end - ref.seqs[0] + 1]
             if mine != theirs:
                 seq = start + _first_difference(mine, theirs)
                 first = seq if first is None else min(first, seq)
         return first
     # Gaps or repeated ids (coalesced calls): compare by id.
-    seen: dict[int, Any] = {}
+    seen: dict[int, int] = {}
     bad: int | None = None
-    for t in usable.values():
-        for seq, key in zip(t.seqs, t.keys, strict=True):
+    for rank, t in usable.items():
+        for seq, key in zip(t.seqs, keys[rank], strict=True):
             other = seen.setdefault(seq, key)
             if other != key and (bad is None or seq < bad):
                 bad = seq
