@@ -111,7 +111,8 @@ class GroupLedger:
         for rank, gap in self.behind.items():
             by_gap.setdefault(gap, []).append(rank)
         for gap, ranks in sorted(by_gap.items()):
-            out.append(f"{_ranks(ranks)} {gap} {'call' if gap == 1 else 'calls'} behind")
+            verb = "is" if len(ranks) == 1 else "are"
+            out.append(f"{_ranks(ranks)} {verb} {gap} {'call' if gap == 1 else 'calls'} behind")
         if self.absent:
             out.append(f"no trace from {_ranks(self.absent)}")
         return out
