@@ -206,3 +206,30 @@ async def open_jobs(pilot: Pilot[None]) -> None:
     log = screen.query_one("#jobs-log", Log)
     await wait_until(pilot, lambda: table.row_count == 3 and log.line_count == len(REPLAY_LOG))
     await pilot.pause()
+
+
+# --------------------------------------------------------------------------------------
+# Health: a finished run whose behave_imp_weight drifted, written by AReaL's logging code
+
+
+def health_app(path: str = "run", steps: int = 40) -> ConsoleApp:
+    """The app with the Health screen on a run at `path` (relative: shown as given)."""
+    from areal_console.core.metrics.health import BEHAVE_IMP_WEIGHT
+    from areal_console.core.metrics.locate import HealthTarget
+    from areal_logfmt import actor_stats, write_run
+
+    def drifting(step: int) -> dict[str, float]:
+        return actor_stats(step, **{BEHAVE_IMP_WEIGHT: 1.0 + 0.01 * step})
+
+    write_run(Path(path), steps, stats=drifting, finished=True)
+    return ConsoleApp(None, recorded_monitor(), health_target=HealthTarget(path))
+
+
+async def open_health(pilot: Pilot[None]) -> None:
+    from areal_console.screens.health import HealthScreen
+
+    app = pilot.app
+    await pilot.press("5")
+    await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen)
+                     and app.screen.report is not None)  # fmt: skip
+    await pilot.pause()

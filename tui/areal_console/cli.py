@@ -20,8 +20,15 @@ from areal_console.core.errors import (
     UsageError,
     UserError,
 )
+from areal_console.core.textfmt import PrintableStream, printable
 
-# Subcommand modules, in the order `--help` lists them.
+# Commands whose whole output is text for a terminal (not the TUI, not a training run's
+# own log): it is written through `PrintableStream`, so no remote string reaches the
+# terminal with its control characters.
+PRINTABLE_COMMANDS = {"nodes", "stacks", "batch", "replay", "slurm", "metrics"}
+
+# Subcommand modules, in the order `--help` lists them; each registers the command named
+# like its module (`areal_console.commands.stacks` -> `stacks`).
 COMMAND_MODULES = [
     "areal_console.commands.tui",
     "areal_console.commands.demo",
@@ -40,14 +47,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `command`, only that subcommand's module is imported (a
+    command's start must not pay for importing every other command)."""
     parser = _Parser(
         prog="areal-console",
         description="Debug distributed RL training jobs: live GPUs and ranks, stacks, batches.",
     )
     parser.add_argument("--version", action="version", version=f"areal-console {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    modules = [m for m in COMMAND_MODULES if m.rsplit(".", 1)[1] == command] or COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     return parser
 
@@ -58,7 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
         # No subcommand (or only target options) opens the TUI.
         if not args_list or (
             args_list[0].startswith("-")
@@ -70,19 +79,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         ):
             args_list = ["tui", *args_list]
+        parser = build_parser(args_list[0] if args_list else None)
         args = parser.parse_args(args_list)
         if not getattr(args, "handler", None):
             parser.print_help()
             return EXIT_USAGE
+        if args.command in PRINTABLE_COMMANDS:
+            return _run_printable(args)
         return int(args.handler(args))
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return EXIT_ERROR
+
+
+def _run_printable(args: argparse.Namespace) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = PrintableStream(out), PrintableStream(err)
+    try:
+        return int(args.handler(args))
+    finally:
+        sys.stdout, sys.stderr = out, err

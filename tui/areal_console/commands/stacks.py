@@ -8,8 +8,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
-from areal_console.core.targets import add_target_arguments, resolve_targets
+from areal_console.core.errors import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    UsageError,
+    UserError,
+)
+from areal_console.core.targets import (
+    add_target_arguments,
+    count,
+    open_fleet,
+    resolve_targets,
+    seconds,
+    seconds_or_zero,
+)
+from areal_console.core.textfmt import printable
 
 
 def register(subparsers: Any) -> None:
@@ -25,14 +40,14 @@ def register(subparsers: Any) -> None:
     add_target_arguments(parser)
     parser.add_argument(
         "--samples",
-        type=int,
+        type=count,
         default=1,
         metavar="N",
         help="dumps per rank; with 2+ a rank whose stack changes is progressing",
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=seconds_or_zero,
         default=1.0,
         metavar="S",
         help="seconds between samples (default 1)",
@@ -40,8 +55,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--match", metavar="REGEX", help="only processes whose command line matches"
     )
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--job",
+        metavar="KEY",
+        help="the job to capture when the nodes run several (a key from the list shown)",
+    )
+    scope.add_argument(
+        "--all-jobs",
+        action="store_true",
+        help="capture the ranks of every job on the nodes (default: the one job there is)",
+    )
     parser.add_argument(
-        "--timeout", type=float, default=15.0, metavar="S", help="per py-spy dump (default 15)"
+        "--timeout", type=seconds, default=15.0, metavar="S", help="per py-spy dump (default 15)"
     )
     parser.add_argument(
         "--nonblocking",
@@ -60,7 +86,8 @@ def register(subparsers: Any) -> None:
         help=(
             "read plain `py-spy dump` text instead of capturing: one file per rank (rank "
             "from the file name, e.g. rank3.txt) or a loop's output with `==== PID N ====` "
-            "headers; saved, diagnosed and comparable like any capture"
+            "headers, `-` for pasted text on stdin; saved, diagnosed and comparable like "
+            "any capture"
         ),
     )
     saved = parser.add_argument_group("saved captures")
@@ -85,29 +112,71 @@ def run(args: argparse.Namespace) -> int:
         return _list(list_captures(), args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
+    live = not (args.open or args.import_files)
     if args.import_files:
-        capture = _import(args.import_files)
+        capture, nodes = _import(args.import_files), 0
+    elif args.open:
+        capture, nodes = load_capture(args.open), 0
     else:
-        capture = load_capture(args.open) if args.open else _capture(args)
+        try:
+            capture, nodes = _capture(args)
+        except _JobChoice as choice:  # several jobs: say so, list them, pick none
+            print(f"error: {printable(choice.lines[0])}", file=sys.stderr)
+            for line in choice.lines[1:]:
+                print(printable(line), file=sys.stderr)
+            return EXIT_USAGE
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     if args.save:
         _export(capture, Path(args.save))
     if args.json:
-        json.dump(capture_json(capture), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(capture_json(capture), indent=1) + "\n")  # one write
     else:
         sys.stdout.write(text_report(capture))
-    if capture.errors and not args.open:
-        for e in capture.errors:
-            print(f"warning: {e.node}: {e.error}", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    if not live:
+        return EXIT_OK
+    return _outcome(capture, nodes, args.match)
 
 
-def _capture(args: argparse.Namespace) -> Any:
-    from areal_console.core.fleet import Fleet
-    from areal_console.core.stacks.capture import CaptureOptions, take_capture
+def _outcome(capture: Any, nodes: int, match: str | None) -> int:
+    """The exit code, with a line on stderr for each thing that went wrong."""
+    every_node_failed = len(capture.errors) >= nodes
+    for e in capture.errors:
+        print(
+            f"{'error' if every_node_failed else 'warning'}: {e.node}: {e.error}", file=sys.stderr
+        )
+    if every_node_failed:
+        print(f"error: no node answered ({nodes} tried): nothing was captured", file=sys.stderr)
+        return EXIT_ERROR
+    ranks = [r for r in capture.ranks if r.rank is not None]
+    captured = [r for r in ranks if r.state == "ok"]
+    if not captured:
+        if ranks:
+            first = next((r for r in ranks if r.error), ranks[0])
+            why = f"{len(ranks)} rank(s) found, no stack dumped (rank {first.rank}: {first.error})"
+        elif match:
+            why = f"no process with rank variables matches --match {match!r}"
+        else:
+            why = (
+                "no process with rank variables (RANK, SLURM_PROCID, ...) is running "
+                "on the nodes that answered"
+            )
+        print(f"error: no rank captured: {why}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_PARTIAL if capture.errors else EXIT_OK
+
+
+class _JobChoice(Exception):
+    """The nodes run several jobs and none was chosen: the message's lines list them."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines[0] if lines else "")
+        self.lines = lines or ["several jobs"]
+
+
+def _capture(args: argparse.Namespace) -> tuple[Any, int]:
+    """A new capture (saved before it is shown), and how many nodes were asked."""
+    from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, take_capture
 
     try:
         options = CaptureOptions(
@@ -116,15 +185,22 @@ def _capture(args: argparse.Namespace) -> Any:
             match=args.match,
             timeout=args.timeout,
             nonblocking=args.nonblocking,
+            job=args.job,
+            all_jobs=args.all_jobs,
+            # --slurm-job names the job, not only its nodes: other jobs there stay out.
+            slurm_job=getattr(args, "slurm_job", None),
         )
     except ValueError as exc:
-        raise UserError(str(exc)) from None
-    fleet = Fleet(resolve_targets(args), accept_new_hosts=getattr(args, "accept_new_hosts", False))
+        raise UsageError(str(exc)) from None
+    # One-shot: a local agent runs as a thread of this process, and nobody loads NVML.
+    fleet = open_fleet(args, resolve_targets(args), probe_gpus=False, in_process=True)
     try:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
+    except JobChoiceError as exc:
+        raise _JobChoice(str(exc).splitlines()) from None
     finally:
         fleet.close()
-    return capture
+    return capture, len(fleet)
 
 
 def _import(files: list[str]) -> Any:
@@ -133,10 +209,10 @@ def _import(files: list[str]) -> Any:
 
     paths = [Path(f) for f in files]
     for path in paths:
-        if not path.is_file():
+        if str(path) != "-" and not path.is_file():
             raise UsageError(f"--import: {path} is not a file")
     try:
-        capture = import_text_dumps(paths, new_capture_id())
+        capture = import_text_dumps(paths, new_capture_id(), stdin=sys.stdin)
     except ValueError as exc:
         raise UsageError(f"--import: {exc}") from None
     except OSError as exc:

@@ -25,6 +25,16 @@ class AgentError(Exception):
     """The agent answered with an error."""
 
 
+class AgentNotResponding(AgentError):
+    """No answer in time while the channel stays open: the agent is frozen or overloaded."""
+
+    def __init__(self, op: str, seconds: float) -> None:
+        super().__init__(
+            f"{op}: agent not responding for {seconds:g} s (the connection is still open)"
+        )
+        self.op, self.seconds = op, seconds
+
+
 class AgentDisconnected(Exception):
     """The channel to the agent ended; the message says why."""
 
@@ -43,15 +53,22 @@ class AgentClient:
         self._reader.start()
 
     # lifecycle ------------------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> dict[str, Any]:
-        """Wait for the agent to come up, then handshake; returns the `hello` result."""
+    def start(self, timeout: float = 30.0, gpus: bool = True) -> dict[str, Any]:
+        """Wait for the agent to come up, then handshake; returns the `hello` result.
+
+        `gpus=False` asks the agent not to load NVML to report on it."""
         if not self._ready.wait(timeout):
             raise AgentDisconnected(
                 self.closed_reason or f"agent did not start within {timeout:g}s"
             )
         if self.closed_reason:
             raise AgentDisconnected(self.closed_reason)
-        self.hello = self.request("hello", {"protocol": PROTOCOL_VERSION}, timeout=timeout)
+        args = (
+            {"protocol": PROTOCOL_VERSION}
+            if gpus
+            else {"protocol": PROTOCOL_VERSION, "gpus": False}
+        )
+        self.hello = self.request("hello", args, timeout=timeout)
         if self.hello.get("protocol") != PROTOCOL_VERSION:
             raise AgentError(
                 f"agent speaks protocol {self.hello.get('protocol')}, console {PROTOCOL_VERSION}"
@@ -88,12 +105,14 @@ class AgentClient:
         try:
             return fut.result(timeout)
         except FutureTimeout:
-            raise AgentError(f"{op}: no answer from the agent within {timeout:g}s") from None
+            # The link is still there (a dropped one ends the future at once): the agent
+            # itself is stuck, stopped or overloaded.
+            raise AgentNotResponding(op, timeout) from None
 
-    def round_trip(self) -> float:
+    def round_trip(self, timeout: float = 10.0) -> float:
         """Seconds for one `ping`."""
         t0 = time.perf_counter()
-        self.request("ping", timeout=10)
+        self.request("ping", timeout=timeout)
         return time.perf_counter() - t0
 
     # reader ---------------------------------------------------------------------------

@@ -24,11 +24,12 @@ from typing import Any
 
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
 from areal_console.core.targets import NodeSpec
-from areal_console.core.transport import Channel, LocalChannel
+from areal_console.core.transport import Channel, InProcessChannel, LocalChannel
 
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
 
 MAX_PARALLEL = 64
+DEFAULT_START_TIMEOUT = 30.0  # connect + agent start, when no connect_timeout is given
 MAX_CONNECTING = 32  # concurrent SSH handshakes: key exchange is CPU-heavy on both ends
 
 
@@ -72,9 +73,9 @@ class NodeStatus:
     unknown_host_key: str | None  # the fingerprint waiting for the user's decision
 
 
-def open_channel(spec: NodeSpec, **options: Any) -> Channel:
+def open_channel(spec: NodeSpec, in_process: bool = False, **options: Any) -> Channel:
     if spec.transport == "local":
-        return LocalChannel()
+        return InProcessChannel() if in_process else LocalChannel()
     if spec.transport == "ssh":
         from areal_console.core.ssh import open_ssh_channel
 
@@ -102,10 +103,16 @@ class NodeSession:
         auto_reconnect: bool = False,
         backoff: Backoff | None = None,
         connect_slots: threading.Semaphore | None = None,
+        probe_gpus: bool = True,
+        in_process: bool = False,
         **options: Any,
     ):
         self.spec = spec
         self.options = options  # passed to the transport (ssh: accept_new_hosts, ...)
+        # False: the handshake leaves NVML alone (a stack capture never reads GPUs).
+        self.probe_gpus = probe_gpus
+        # A local node's agent as a thread of this process (one-shot commands).
+        self.in_process = in_process
         self.on_event = on_event
         self.auto_reconnect = auto_reconnect
         self.backoff = backoff or Backoff()
@@ -122,6 +129,8 @@ class NodeSession:
         self._connect_slots = connect_slots
         self._closed = threading.Event()
         self._reconnector: threading.Thread | None = None
+        # token -> callback for the agent's `pyspy_progress` events of a running capture
+        self.progress_listeners: dict[str, Callable[[dict[str, Any]], None]] = {}
 
     @property
     def name(self) -> str:
@@ -154,13 +163,20 @@ class NodeSession:
         )
 
     # connecting -------------------------------------------------------------------------
-    def connect(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+    @property
+    def start_timeout(self) -> float:
+        """How long a connect may take, agent start included: the `connect_timeout` option
+        (--connect-timeout), else `DEFAULT_START_TIMEOUT`."""
+        value = self.options.get("connect_timeout")
+        return float(value) if value else DEFAULT_START_TIMEOUT
+
+    def connect(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """(Re)connect and handshake; returns `hello`. On failure the session is `down`.
 
         While in backoff after a failed attempt, fails fast with the last reason unless
         `force` is given (a user pressing "retry").
         """
-        return self._connect(timeout, force, reopen=True)
+        return self._connect(self.start_timeout if timeout is None else timeout, force, reopen=True)
 
     def _connect(self, timeout: float, force: bool, reopen: bool) -> dict[str, Any]:
         with self._lock:
@@ -181,13 +197,13 @@ class NodeSession:
                 if slots is not None:
                     slots.acquire()
                 try:
-                    channel = open_channel(self.spec, **self.options)
+                    channel = open_channel(self.spec, self.in_process, **self.options)
                 finally:
                     if slots is not None:
                         slots.release()
                 client = AgentClient(channel, on_event=self._client_event)
                 self.client = client
-                hello = client.start(timeout=timeout)
+                hello = client.start(timeout=timeout, gpus=self.probe_gpus)
             except Exception as exc:  # every failure is data: the node is down, and why
                 self.client = None
                 if client is not None:
@@ -216,6 +232,12 @@ class NodeSession:
             self._start_reconnector()
 
     def _client_event(self, message: dict[str, Any]) -> None:
+        if message.get("event") == "pyspy_progress":
+            listener = self.progress_listeners.get(str(message.get("token")))
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    listener(message)
+            return
         # Only the current client's end matters; an old one closing is history.
         current_ended = self.client is not None and not self.client.alive
         if message.get("event") == "closed" and current_ended and not self._closed.is_set():
@@ -243,7 +265,7 @@ class NodeSession:
             if wait > 0 and self._closed.wait(wait):
                 return
             try:
-                self._connect(30.0, force=False, reopen=False)
+                self._connect(self.start_timeout, force=False, reopen=False)
                 return
             except AgentDisconnected:
                 continue
@@ -346,7 +368,7 @@ class Fleet:
             results = list(pool.map(guarded, chosen))
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
-    def connect_all(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+    def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """Connect every node in parallel: name -> `hello` or `NodeFailure`."""
         return self.fan_out(lambda s: s.connect(timeout, force=force))
 

@@ -38,6 +38,9 @@ def status_text(
         parts.append(
             f"down: {', '.join(v.name for v in down[:3])}" + ("…" if len(down) > 3 else "")
         )
+    silent = [v for v in views if v.state == "unresponsive"]
+    if silent:
+        parts.append(f"not responding: {', '.join(v.name for v in silent[:3])}")
     if drilled:
         parts.append(f"node: {drilled} (esc: all nodes)")
     if text_filter:
@@ -132,6 +135,7 @@ class ClusterScreen(Screen[None]):
         self.node_order = "name"
         self._views: list[NodeView] = []
         self._asked_host_keys: set[tuple[str, str]] = set()
+        self._gpu_title = ""
 
     @property
     def console(self) -> ConsoleApp:
@@ -168,7 +172,9 @@ class ClusterScreen(Screen[None]):
         selected = self._selected_view()
         self.query_one(GpuPane).show(selected)
         title = f"GPUs — {selected.name}" if selected else "GPUs"
-        self.query_one("#gpus-title", Label).update(title)
+        if title != self._gpu_title:  # an unchanged title costs no layout pass
+            self._gpu_title = title
+            self.query_one("#gpus-title", Label).update(title)
         rows = [
             (v.name, p)
             for v in views

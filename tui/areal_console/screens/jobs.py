@@ -23,6 +23,7 @@ from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet, NodeFailure
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
+from areal_console.widgets.keyed_rows import sync_rows
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
 COLUMNS = ("job", "node", "state", "exit", "steps", "gpus", "verification")
@@ -239,19 +240,7 @@ class JobsScreen(WorkerHost, Screen[None]):
         visible = [row for row in rows if row.matches(self.text_filter)]
         keys = [row.key for row in visible]
         with self.app.batch_update():
-            for key in list(table.rows):
-                if key.value not in keys:
-                    table.remove_row(key)
-            if [k.value for k in table.rows] != keys[: len(table.rows)]:
-                table.clear()  # a job listed before older ones: rebuild in order
-            for row in visible:
-                cells = row.cells()
-                if row.key in table.rows:
-                    for name, value in zip(COLUMNS, cells, strict=True):
-                        if table.get_cell(row.key, name) != value:
-                            table.update_cell(row.key, name, value)
-                else:
-                    table.add_row(*cells, key=row.key)
+            sync_rows(table, COLUMNS, [(row.key, row.cells()) for row in visible])
         if self._wanted in keys:
             self.selected, self._wanted = self._wanted, None
             self.action_follow()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,6 +19,7 @@ from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, th
 from areal_console.core.stacks.model import Frame, StackCapture
 from areal_console.core.stacks.report import full_diagnosis, text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
+from areal_console.core.textfmt import printable
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.ledger_pane import LedgerPane
@@ -165,6 +167,13 @@ class StacksScreen(Screen[None]):
             super().__init__()
             self.error = error
 
+    class CaptureProgress(Message):
+        """Dumps finished so far (posted from the capture's thread as each rank is done)."""
+
+        def __init__(self, done: int, total: int, failed: int) -> None:
+            super().__init__()
+            self.done, self.total, self.failed = done, total, failed
+
     def __init__(
         self,
         capture: StackCapture | None = None,
@@ -215,7 +224,7 @@ class StacksScreen(Screen[None]):
             self.action_recapture()
 
     def say(self, text: str) -> None:
-        self.query_one("#status", Static).update(text)
+        self.query_one("#status", Static).update(Text(printable(text)))
 
     # workers: never touch widgets, only post messages --------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-analyse")
@@ -273,9 +282,19 @@ class StacksScreen(Screen[None]):
     def on_stacks_screen_exported(self, message: Exported) -> None:
         self.say(message.text)
 
+    def on_stacks_screen_capture_progress(self, message: CaptureProgress) -> None:
+        text = f"capturing: {message.done}/{message.total} ranks dumped"
+        if message.failed:
+            text += f", {message.failed} failed"
+        self.say(text + "…")
+        if self.analysis is None:
+            self.query_one(DiagnosisBanner).update(Text(printable(text + "…")))
+
     def on_stacks_screen_capture_failed(self, message: CaptureFailed) -> None:
         if self.analysis is None:
-            self.query_one(DiagnosisBanner).update(f"capture failed: {message.error}")
+            self.query_one(DiagnosisBanner).update(
+                Text(printable(f"capture failed: {message.error}"))
+            )
         self.say(f"capture failed: {message.error}")
 
     def _say_summary(self) -> None:

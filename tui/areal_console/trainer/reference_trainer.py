@@ -17,8 +17,11 @@ PPO objective
     L = -E[ (pi_prox / pi_behave) * min(r * A, clip(r, 1 - eps, 1 + eps) * A) ],
     r = pi_theta / pi_prox,
 
-with tokens whose behaviour importance weight exceeds `actor.behav_imp_weight_cap` masked
-out. Ranks are data parallel (gloo on CPU, NCCL on GPUs; torchrun when N > 1).
+with AReaL's `actor.rejection_sampling` (token level, ratio metric): tokens whose
+pi_prox / pi_behave exceeds `upper` are masked out (`action: mask`) or the weight clamped
+to it (`action: clamp`); `actor.rejection_sampling=null` turns the filter and the
+behaviour weighting off, as in AReaL (areal/utils/functional/functional.py:500-575).
+Ranks are data parallel (gloo on CPU, NCCL on GPUs; torchrun when N > 1).
 
 With `trajectory_debug.dump_rollout_data=true` every chosen step's rollout batch is saved
 in AReaL's layout (`step_{step:06d}.pt`, or `step_{step:06d}_dp_{rank}.pt` with several
@@ -95,15 +98,15 @@ DEFAULTS: dict[str, Any] = {
     "train_dataset": {"batch_size": 4},
     "gconfig": {"n_samples": 4, "max_new_tokens": 3, "temperature": 1.0},
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
+    # Names as in AReaL's PPOConfig (areal/api/cli_args.py).
     "actor": {
-        "lr": 0.01,
+        "optimizer": {"lr": 0.01, "gradient_clipping": 1.0},
         "eps_clip": 0.2,
-        "behav_imp_weight_cap": 5.0,
+        "rejection_sampling": {"level": "token", "action": "mask", "metric": "ratio", "upper": 5.0},
         "use_decoupled_loss": True,
         "ppo_n_minibatches": 2,
-        "gradient_clipping": 1.0,
-        "max_head_offpolicyness": 1,
     },
+    "rollout": {"max_head_offpolicyness": 1},
     "trajectory_debug": {
         "dump_rollout_data": False,
         "replay_rollout_data": False,
@@ -114,6 +117,8 @@ DEFAULTS: dict[str, Any] = {
         "dump_scope": "rollout",
         "save_checkpoints": True,
     },
+    # AReaL's key: where rank 0 writes tensorboard events (step = global step from 0).
+    "stats_logger": {"tensorboard": {"path": None}},
     # After the last step, stop making progress the way broken jobs do (for the demo and
     # for practising with the console): none | cleanup | mismatch | collective.
     # flight_recorder: on CPU (gloo) with several ranks, record every collective with
@@ -124,7 +129,15 @@ DEFAULTS: dict[str, Any] = {
 HANG_PATTERNS = ("none", "cleanup", "mismatch", "collective")
 
 # Keys a replay does not inherit from the recording's configuration.
-NOT_INHERITED = ("steps", "start_step", "output_dir", "threads", "trajectory_debug", "debug")
+NOT_INHERITED = (
+    "steps",
+    "start_step",
+    "output_dir",
+    "threads",
+    "trajectory_debug",
+    "debug",
+    "stats_logger",
+)
 
 
 class ConfigError(Exception):
@@ -225,7 +238,13 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def check_known_keys(config: dict[str, Any]) -> None:
     known = set(flatten(DEFAULTS))
-    unknown = sorted(k for k in flatten(config) if k not in known)
+    # A section may be switched off as a whole (`actor.rejection_sampling=null`).
+    sections = {k.rsplit(".", i)[0] for k in known for i in range(1, k.count(".") + 1)}
+    unknown = sorted(
+        k
+        for k, v in flatten(config).items()
+        if k not in known and not (v is None and k in sections)
+    )
     if unknown:
         raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
@@ -265,6 +284,20 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             f"trajectory_debug.dump_scope must be 'rollout' or 'full', got {td['dump_scope']!r}"
         )
+    rs = config["actor"]["rejection_sampling"]
+    if rs is not None:
+        if (rs["level"], rs["metric"]) != ("token", "ratio") or rs["action"] not in (
+            "mask",
+            "clamp",
+        ):
+            raise ConfigError(
+                "this trainer supports actor.rejection_sampling with level=token, metric=ratio "
+                f"and action mask or clamp, got {rs!r}"
+            )
+        if not isinstance(rs["upper"], (int, float)) or isinstance(rs["upper"], bool):
+            raise ConfigError(
+                f"actor.rejection_sampling.upper must be a number, got {rs['upper']!r}"
+            )
     if config["debug"]["hang"] not in HANG_PATTERNS:
         raise ConfigError(
             f"debug.hang must be one of {', '.join(HANG_PATTERNS)}, got {config['debug']['hang']!r}"
@@ -641,33 +674,30 @@ def train_step(
     world_size: int,
     device: torch.device,
     trainer_view: list[dict[str, torch.Tensor]] | None = None,
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Decoupled PPO on one rollout batch; returns the step's global metrics.
 
-    `trainer_view`, when given, receives the groups with the keys the trainer added
-    (`prox_logp`, `advantages`), as AReaL's full-scope dumps hold them.
+    `trainer_view`, when given, receives the groups with the proximal log-probabilities
+    the trainer computed, stored as AReaL's `compute_logp` returns them: next-token aligned
+    (position t scores token t+1), under the loss mask rolled by -1 the same way.
     """
     actor = config["actor"]
     eps = float(actor["eps_clip"])
-    cap = actor["behav_imp_weight_cap"]
+    rs = actor["rejection_sampling"] if actor["use_decoupled_loss"] else None
     groups = [{k: g[k] for k in ROLLOUT_KEYS} for g in groups]  # ignore trainer-added keys
     advantages = group_advantages(groups)
     with torch.no_grad():
         prox = [model.token_logprobs(g["input_ids"].long().to(device)).cpu() for g in groups]
-    for g, adv, p in zip(groups, advantages, prox):  # noqa: B905 (nodes may run Python < 3.10)
-        g["advantages"] = adv
-        g["prox_logp"] = p * g["loss_mask"]
     if trainer_view is not None:
-        trainer_view.extend(groups)
+        for g, p in zip(groups, prox):  # noqa: B905 (nodes may run Python < 3.10)
+            next_mask = torch.roll(g["loss_mask"], shifts=-1, dims=-1)
+            trainer_view.append({**g, "prox_logp": torch.roll(p, shifts=-1, dims=-1) * next_mask})
 
     full = stack_groups(groups)
     lengths = full["attention_mask"].sum(-1)
-    no_eos = torch.tensor(
-        [
-            0.0 if EOS in row[: int(n)].tolist() else 1.0
-            for row, n in zip(full["input_ids"], lengths)  # noqa: B905
-        ]
-    )
+    # AReaL's no_eos_ratios (areal/trainer/ppo/actor.py:419): length == the batch's padded
+    # width, no EOS token involved.
+    no_eos = (lengths == full["attention_mask"].shape[-1]).to(torch.float64)
     summary = all_reduce_sum(
         torch.tensor(
             [
@@ -687,6 +717,7 @@ def train_step(
     ratio_sum = torch.zeros((), dtype=torch.float64)
     behave_sum = torch.zeros((), dtype=torch.float64)
     tokens = torch.zeros((), dtype=torch.float64)
+    behave_tokens = torch.zeros((), dtype=torch.float64)
     for i in range(n_mb):
         mb_groups = groups[bounds[i] : bounds[i + 1]]
         mb = stack_groups(mb_groups)
@@ -703,23 +734,28 @@ def train_step(
         prox_mb = torch.cat(
             [F.pad(p, (0, width - p.shape[1])) for p in prox[bounds[i] : bounds[i + 1]]]
         )
-        mask = mb["loss_mask"].float()
-        behave_w = torch.exp(prox_mb - mb["logprobs"]) * mask
-        if actor["use_decoupled_loss"]:
-            # AReaL drops tokens whose behaviour weight is above the cap instead of clipping.
-            if cap is not None:
-                mask = mask * (behave_w <= float(cap)).float()
-            anchor = prox_mb
-        else:
-            anchor = mb["logprobs"]  # standard PPO: the behaviour policy is the anchor
-        n_tokens = all_reduce_sum(mask.sum().to(torch.float64), world_size).item()
+        stat_mask = mb["loss_mask"].float()
+        mask = stat_mask
+        behave_w = torch.exp(prox_mb - mb["logprobs"]) * stat_mask
+        anchor = prox_mb if actor["use_decoupled_loss"] else mb["logprobs"]
+        # AReaL keeps the denominator at the tokens before filtering (functional.py:500-504).
+        n_tokens = all_reduce_sum(stat_mask.sum().to(torch.float64), world_size).item()
+        if rs is not None:
+            # functional.py:262-431 for level=token, metric=ratio: mask drops the tokens
+            # above `upper`, clamp bounds their weight; the weight then scales the loss.
+            upper = float(rs["upper"])
+            if rs["action"] == "mask":
+                mask = stat_mask * (behave_w <= upper).float()
+            else:
+                behave_w = behave_w.clamp(max=upper)
+            behave_w = behave_w * mask
 
         optimizer.zero_grad(set_to_none=True)
         logp = model.token_logprobs(mb["input_ids"].long().to(device)).cpu()
-        ratio = torch.exp(logp - anchor) * mask
+        ratio = torch.exp(logp - anchor) * stat_mask
         clipped = ratio.clamp(1.0 - eps, 1.0 + eps)
         pg = -torch.min(ratio * adv, clipped * adv)
-        if actor["use_decoupled_loss"]:
+        if rs is not None:
             pg = pg * behave_w.detach()
         loss = (pg * mask).sum() / max(n_tokens, 1.0)
         loss.backward()
@@ -727,16 +763,24 @@ def train_step(
             for p in model.parameters():
                 if p.grad is not None:
                     dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(actor["gradient_clipping"]))
+        norm = torch.nn.utils.clip_grad_norm_(
+            model.parameters(), float(actor["optimizer"]["gradient_clipping"])
+        )
         optimizer.step()
 
         loss_total += all_reduce_sum(loss.detach().to(torch.float64), world_size).item()
         norm_total += float(norm)
-        ratio_sum += (ratio.detach() * mask).sum().to(torch.float64)
-        behave_sum += (behave_w * mask).sum().to(torch.float64)
-        tokens += mask.sum().to(torch.float64)
+        # AReaL's stats (actor.py:675-695): importance_weight (pi_theta/pi_prox) over the
+        # loss-mask tokens; behave_imp_weight over the tokens the filter kept.
+        kept = (behave_w > 0) & mask.bool()
+        ratio_sum += (ratio.detach() * stat_mask).sum().to(torch.float64)
+        tokens += stat_mask.sum().to(torch.float64)
+        behave_sum += (behave_w * kept).sum().to(torch.float64)
+        behave_tokens += kept.sum().to(torch.float64)
 
-    weights = all_reduce_sum(torch.stack([ratio_sum, behave_sum, tokens]), world_size)
+    weights = all_reduce_sum(
+        torch.stack([ratio_sum, behave_sum, tokens, behave_tokens]), world_size
+    )
     n_tok = max(float(weights[2]), 1.0)
     n_samples = float(summary[3])
     return {
@@ -744,7 +788,10 @@ def train_step(
         "seq_len": float(summary[1]) / n_samples,
         "no_eos_ratio": float(summary[2]) / n_samples,
         "importance_weight": float(weights[0]) / n_tok,
-        "behave_imp_weight": float(weights[1]) / n_tok,
+        # Logged only with rejection sampling, as AReaL does (null otherwise).
+        "behave_imp_weight": (
+            float(weights[1]) / max(float(weights[3]), 1.0) if rs is not None else None
+        ),
         "actor_loss": loss_total / n_mb,
         "grad_norm": norm_total / n_mb,
     }
@@ -752,6 +799,115 @@ def train_step(
 
 # --------------------------------------------------------------------------------------
 # The run
+
+
+# --------------------------------------------------------------------------------------
+# AReaL's stats log: what its StatsLogger prints per step (areal/utils/stats_logger.py:135-162
+# at cbff54d6), so the console's Health view reads this trainer like an AReaL run. Written
+# without tabulate/colorlog (this file runs on nodes with torch only); the console's tests
+# check it against the real packages.
+
+# Our metrics under the names AReaL's actor, engine and workflow log them.
+AREAL_NAMES = {
+    "task_reward": "ppo_actor/task_reward/avg",
+    "seq_len": "ppo_actor/seq_len/avg",
+    "no_eos_ratio": "ppo_actor/no_eos_ratios/avg",
+    "importance_weight": "ppo_actor/update/importance_weight/avg",
+    "behave_imp_weight": "ppo_actor/update/behave_imp_weight/avg",
+    "actor_loss": "ppo_actor/update/actor_loss/avg",
+    "grad_norm": "ppo_actor/update/grad_norm",
+}
+# areal/utils/logging.py:15-22 (header and format), :38-60 (StatsLogger is light_green)
+AREAL_HEADER = "\033[1;38;2;180;140;80m(AReaL)\033[0m"
+LIGHT_GREEN, RESET = "\033[92m", "\033[0m"
+
+
+def areal_stats(metrics: dict[str, float | None], time_s: float) -> dict[str, float]:
+    # A stat with no value (no tokens left to average) is left out, as AReaL's stats
+    # tracker drops None results (areal/utils/stats_tracker.py:402-404).
+    stats = {
+        AREAL_NAMES[k]: float(v) for k, v in metrics.items() if k in AREAL_NAMES and v is not None
+    }
+    reward = metrics.get("task_reward")
+    if reward is not None:
+        stats["rollout/reward"] = float(reward)  # no filtering here: every sample counts
+    stats["timeperf/train_step"] = float(time_s)
+    return stats
+
+
+def _decimals(text: str) -> int:
+    """Digits after the point of a formatted number (-1 for nan/inf), as tabulate counts."""
+    pos = text.rfind(".")
+    return len(text) - pos - 1 if pos >= 0 else -1
+
+
+def stats_table(stats: dict[str, float], col: int = 4) -> str:
+    """areal/utils/printing.py:6-21: four key/value pairs a row, column-major, `.4e`, in
+    tabulate's `fancy_grid` (keys left-aligned, values aligned on the decimal point)."""
+    items = list(stats.items())
+    rows = (len(items) + col - 1) // col
+    columns: list[list[str]] = []
+    for j in range(col):
+        chunk = items[j * rows : (j + 1) * rows]
+        if not chunk:
+            break
+        keys = [k for k, _ in chunk] + [""] * (rows - len(chunk))
+        values = [format(v, ".4e") for _, v in chunk]
+        most = max(_decimals(v) for v in values)
+        values = [v + " " * (most - _decimals(v)) for v in values]
+        width = max(len(v) for v in values)
+        columns.append([k.ljust(max(len(k) for k in keys)) for k in keys])
+        columns.append([v.rjust(width) for v in values] + [" " * width] * (rows - len(chunk)))
+    widths = [len(c[0]) for c in columns]
+
+    def rule(left: str, fill: str, mid: str, right: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + right
+
+    lines = [rule("╒", "═", "╤", "╕")]
+    for i in range(rows):
+        if i:
+            lines.append(rule("├", "─", "┼", "┤"))
+        lines.append("│ " + " │ ".join(c[i] for c in columns) + " │")
+    lines.append(rule("╘", "═", "╧", "╛"))
+    return "\n".join(lines)
+
+
+def areal_log_line(message: str, when: float) -> str:
+    """One StatsLogger record as rank 0's stdout carries it (logging.py:242-253: the
+    `colored_system` format, "%(log_color)s" + LOG_FORMAT, reset appended)."""
+    stamp = time.strftime("%Y%m%d-%H:%M:%S", time.localtime(when))
+    millis = int((when - int(when)) * 1000)
+    return (f"{LIGHT_GREEN}{AREAL_HEADER} {LIGHT_GREEN}{stamp}.{millis:03d} StatsLogger INFO: "
+            f"{message}{RESET}")  # fmt: skip
+
+
+def log_areal_step(step: int, last: int, stats: dict[str, float], writer: Any) -> None:
+    """The progress line, `Stats (1/1):` and the table; tensorboard at global step `step - 1`."""
+    now = time.time()
+    print(areal_log_line(f"Epoch 1/1 Step {step}/{last} Train step {step}/{last} done.", now))
+    print(areal_log_line("Stats (1/1):", now))
+    print(areal_log_line("\n" + stats_table(stats), now), flush=True)
+    if writer is not None:
+        for key, value in stats.items():
+            writer.add_scalar(key, value, step - 1)
+        writer.flush()
+
+
+def tensorboard_writer(path: str | None) -> Any:
+    """torch's SummaryWriter (the same event files as AReaL's tensorboardX); None without
+    the `tensorboard` package."""
+    if not path:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        print("note: the tensorboard package is not installed here; not writing events")
+        return None
+    return SummaryWriter(log_dir=path)
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
 
 
 def write_jsonl(path: str, record: dict[str, Any]) -> None:
@@ -817,13 +973,17 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
     torch.manual_seed(config["seed"])
     m = config["model"]
     model = TinyCausalLM(m["d_model"], m["n_layers"], m["n_heads"]).to(device)
-    optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["lr"]))
+    optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["optimizer"]["lr"]))
     first, last = config["start_step"], config["steps"]
     if replaying and first > 1:
         state = torch.load(checkpoint_path(dump_dir, first), map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-    lag = int(config["actor"]["max_head_offpolicyness"])
+    lag = int(config["rollout"]["max_head_offpolicyness"])
+    run_t0 = time.perf_counter()
+    tb_writer = (
+        tensorboard_writer(config["stats_logger"]["tensorboard"]["path"]) if rank == 0 else None
+    )
     history: list[dict[str, torch.Tensor]] = []  # recent weights, for a stale rollout policy
     rollout_model = copy.deepcopy(model)
 
@@ -858,16 +1018,29 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
         if dump_now and td["max_keep"] is not None:
             rotate_dumps(dump_dir, dp_suffix, int(td["max_keep"]), set(td["pin_steps"]))
         if rank == 0:
-            record = {"step": step, **metrics, "time_s": round(time.perf_counter() - t0, 6)}
+            elapsed = round(time.perf_counter() - t0, 6)
+            record = {"step": step, **metrics, "time_s": elapsed}
             write_jsonl(os.path.join(out_dir, METRICS_FILE), record)
             if dumping:
                 write_jsonl(os.path.join(dump_dir, METRICS_FILE), record)
             print(
                 f"step {step}: "
-                + " ".join(f"{k}={metrics[k]:.6g}" for k in METRIC_NAMES)
+                + " ".join(f"{k}={_g(metrics[k])}" for k in METRIC_NAMES)
                 + (" (replayed)" if replaying else ""),
                 flush=True,
             )
+            log_areal_step(step, last, areal_stats(metrics, elapsed), tb_writer)
+    if tb_writer is not None:
+        tb_writer.close()
+    if rank == 0 and hang == "none":
+        # stats_logger.py:125 (StatsLogger.close); a run that hangs never gets here.
+        print(
+            areal_log_line(
+                f"Training completes! Total time elapsed {time.perf_counter() - run_t0:.2f}.",
+                time.time(),
+            ),
+            flush=True,
+        )
     if world_size > 1 and hang != "none":
         hang_like_a_broken_job(hang, rank, world_size, device)
     if world_size > 1:

@@ -8,9 +8,14 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from areal_console.core.monitor import NodeView
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.textfmt import format_bytes, printable
 
-STATE_STYLE = {"up": "green", "down": "bold red", "connecting": "yellow"}
+STATE_STYLE = {
+    "up": "green",
+    "down": "bold red",
+    "connecting": "yellow",
+    "unresponsive": "bold yellow",
+}
 
 COLUMNS = (
     ("node", "NODE"),
@@ -32,8 +37,8 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     ranks = [p for p in view.processes if p.get("rank") is not None]
     if view.host_key:
         detail = f"unknown host key {view.host_key}: trust it? (y/n)"
-    elif view.state == "down":
-        detail = view.error or "down"
+    elif view.state in ("down", "unresponsive"):
+        detail = view.error or view.state
     elif view.state == "connecting":
         detail = "connecting…"
     elif view.gpu_error and not gpus:
@@ -41,14 +46,14 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     else:
         detail = view.hello.get("hostname", "")
     return {
-        "node": view.name,
+        "node": Text(printable(view.name)),
         "state": Text(view.state, style=STATE_STYLE.get(view.state, "")),
         "latency": f"{view.latency * 1000:.0f} ms" if view.latency is not None else "-",
         "gpus": str(len(gpus)) if gpus else "-",
         "util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
         "mem": f"{format_bytes(used)}/{format_bytes(total)}" if total else "-",
         "ranks": str(len(ranks)),
-        "detail": detail,
+        "detail": Text(printable(detail)),
     }
 
 
@@ -63,19 +68,30 @@ class NodeTable(DataTable[str | Text]):
         self.cursor_type = "row"
         for key, label in COLUMNS:
             self.add_column(label, key=key)
+        self._shown: dict[str, tuple[str, ...]] = {}  # node -> each cell's text as shown
+
+    def clear(self, columns: bool = False) -> NodeTable:
+        self._shown = {}
+        super().clear(columns)
+        return self
 
     def update_nodes(self, views: Sequence[NodeView], text_filter: str = "") -> None:
         wanted = [v for v in views if _matches(v, text_filter)]
         wanted_keys = {v.name for v in wanted}
-        for key in [k.value for k in list(self.rows) if k.value and k.value not in wanted_keys]:
+        shown = self._shown
+        for key in [k for k in shown if k not in wanted_keys]:
             self.remove_row(key)
+            del shown[key]
         for view in wanted:
             cells = node_cells(view)
-            if view.name not in self.rows:
+            texts = tuple(str(cells[k]) for k, _ in COLUMNS)
+            before = shown.get(view.name)
+            shown[view.name] = texts
+            if before is None:
                 self.add_row(*(cells[k] for k, _ in COLUMNS), key=view.name)
                 continue
-            for key, _ in COLUMNS:
-                if str(self.get_cell(view.name, key)) != str(cells[key]):
+            for i, (key, _) in enumerate(COLUMNS):
+                if before[i] != texts[i]:
                     self.update_cell(view.name, key, cells[key])
 
     @property

@@ -8,8 +8,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from areal_console.core.nodes import process_sort_key, server_text
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.nodes import server_text
+from areal_console.core.textfmt import format_bytes, printable
 
 COLUMNS = (
     ("node", "NODE"),
@@ -39,11 +39,15 @@ def row_key(node: str, pid: int) -> str:
     return f"{node}:{pid}"
 
 
+def cpu_text(cpu_percent: float | None) -> str:
+    return "-" if cpu_percent is None else f"{cpu_percent:.0f}"
+
+
 def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
     def opt(value: Any) -> str:
         return "-" if value is None else str(value)
 
-    role = p.get("role") or "-"
+    role = printable(p.get("role") or "-")
     rank = p.get("rank")
     world = p.get("world_size")
     server = p.get("server")
@@ -59,40 +63,89 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "local": opt(p.get("local_rank")),
         "role": Text(role, style=role_style, justify="left"),
         "pid": str(p["pid"]),
-        "cpu": "-" if p.get("cpu_percent") is None else f"{p['cpu_percent']:.0f}",
+        "cpu": cpu_text(p.get("cpu_percent")),
         "rss": format_bytes(p.get("rss")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
-        "state": Text(p.get("state") or "?", style="bold red" if p.get("state") == "Z" else ""),
-        "cmd": (f"[{address}] {command}" if address else command)[:200],
+        "state": Text(
+            printable(p.get("state") or "?"), style="bold red" if p.get("state") == "Z" else ""
+        ),
+        "cmd": Text(printable((f"[{address}] {command}" if address else command)[:200])),
     }
 
 
+# The record fields the cells are made of: a row whose fields did not change is skipped
+# without building its cells. CPU% and RSS (what a sample mostly changes) come first.
+CELL_FIELDS = (
+    "cpu_percent",
+    "rss",
+    "rank",
+    "world_size",
+    "local_rank",
+    "role",
+    "gpus",
+    "state",
+    "cmdline",
+    "server",
+)
+
+
+CPU_COLUMN = [c for c, _ in COLUMNS].index("cpu")
+RSS_COLUMN = [c for c, _ in COLUMNS].index("rss")
+
+
 class ProcessTable(DataTable[str | Text]):
-    """Rows keyed `node:pid`; only changed cells are redrawn."""
+    """Rows keyed `node:pid`; only changed cells are touched (a 1 Hz sample of a thousand
+    ranks changes little more than their CPU%)."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
         for key, label in COLUMNS:
             self.add_column(label, key=key)
+        # row key -> (the record's cell fields, each cell's text) as shown
+        self._shown: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {}
+
+    def clear(self, columns: bool = False) -> ProcessTable:
+        self._shown = {}
+        super().clear(columns)
+        return self
 
     def update_processes(
         self, rows: Iterable[tuple[str, dict[str, Any]]], text_filter: str = ""
     ) -> None:
-        ordered = sorted(rows, key=lambda r: (process_sort_key(r[1]), r[0]))
-        wanted = {row_key(n, p["pid"]): (n, p) for n, p in ordered if _matches(n, p, text_filter)}
+        wanted = {row_key(n, p["pid"]): (n, p) for n, p in rows if _matches(n, p, text_filter)}
+        shown = self._shown
         with self.app.batch_update():
-            for key in [k.value for k in list(self.rows) if k.value and k.value not in wanted]:
+            for key in [k for k in shown if k not in wanted]:
                 self.remove_row(key)
+                del shown[key]
             added = False
             for key, (node, proc) in wanted.items():
+                fields = tuple(map(proc.get, CELL_FIELDS))
+                before = shown.get(key)
+                if before is not None and before[0][2:] == fields[2:]:
+                    # only CPU% and RSS may differ: those two cells, nothing else built
+                    if before[0] == fields:
+                        continue
+                    cpu, rss = cpu_text(fields[0]), format_bytes(fields[1])
+                    old_cpu, old_rss = before[1][CPU_COLUMN], before[1][RSS_COLUMN]
+                    now = list(before[1])
+                    now[CPU_COLUMN], now[RSS_COLUMN] = cpu, rss
+                    shown[key] = (fields, tuple(now))
+                    if cpu != old_cpu:
+                        self.update_cell(key, "cpu", cpu)
+                    if rss != old_rss:
+                        self.update_cell(key, "rss", rss)
+                    continue
                 cells = process_cells(node, proc)
-                if key not in self.rows:
+                texts = tuple(str(cells[c]) for c, _ in COLUMNS)
+                shown[key] = (fields, texts)
+                if before is None:
                     self.add_row(*(cells[c] for c, _ in COLUMNS), key=key)
                     added = True
                     continue
-                for column, _ in COLUMNS:
-                    if str(self.get_cell(key, column)) != str(cells[column]):
+                for i, (column, _) in enumerate(COLUMNS):
+                    if before[1][i] != texts[i]:
                         self.update_cell(key, column, cells[column])
             if added:
                 self.sort("rank", "node", "pid", key=_display_order)
