@@ -130,12 +130,14 @@ async def open_sample(pilot: Pilot[None], row: int = 2) -> None:
 REPLAY_PLAN = {
     "steps": [11, 12],
     "gpus": [0, 1],
-    "argv": ["python3", "reference_trainer.py", "--nproc", "2", "start_step=11", "steps=12"],
+    "argv": ["python3", "reference_trainer.py", "--nproc", "2", "start_step=11", "steps=13"],
     "metrics": "{job_dir}/out/metrics.jsonl",
 }
 REPLAY_LOG = [  # what the reference trainer prints while it replays steps 11-12
+    "Epoch 1/1 Step 12/13 Train step 12/13 done.",
     "step 11: task_reward=0.416667 seq_len=37.4167 no_eos_ratio=0.166667 importance_weight=1"
     " behave_imp_weight=1 actor_loss=-0.0183627 grad_norm=0.842131 (replayed)",
+    "Epoch 1/1 Step 13/13 Train step 13/13 done.",
     "step 12: task_reward=0.5 seq_len=38.25 no_eos_ratio=0.25 importance_weight=0.998125"
     " behave_imp_weight=1.00412 actor_loss=-0.0211984 grad_norm=0.790513 (replayed)",
 ]

@@ -367,7 +367,7 @@ def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
     records = [
         json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert list(parser.store.steps) == [0, 1, 2, 3]  # trainer steps 1-4 = global steps 0-3
+    assert list(parser.store.steps) == [0, 1, 2, 3]  # global steps, logged as Train step 1-4
     assert parser.finished and parser.total_steps == 4
     for name, areal_name in rt.AREAL_NAMES.items():
         assert parser.store.series(areal_name)[1] == [rounded(r[name]) for r in records]

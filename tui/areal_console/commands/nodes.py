@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
-    """DESIGN.md's node entry, plus what the session learned: host name, Python, tools,
-    latency, and the host key waiting for a decision when that is why it failed."""
+    """The documented node entry (docs/cli-json.md), plus what the session learned: host
+    name, Python, tools, latency, and the host key waiting for a decision when that is
+    why it failed."""
     record = node_report(session.name, session.spec.address, result)
     sampled = result.get("hostname") if isinstance(result, dict) else None
     record["hostname"] = sampled or session.hello.get("hostname")

@@ -53,7 +53,10 @@ MAX_DIR_STEPS = 32
 # Per-token statistics (behave_imp_weight) read at most this many tokens per file.
 TOKEN_BUDGET = 1 << 20
 
-STEP_FILE = re.compile(r"^step_(\d+)(?:_dp_(\d+))?\.pt$")
+# AReaL's dump names, `step_{step:06d}.pt` / `step_{step:06d}_dp_{dp_rank}.pt`. This module
+# runs inside the agent as a self-contained extension, so it cannot import the agent's
+# DUMP_FILE; tests/test_replay_core.py holds the agent's, this and the trainer's equal.
+STEP_FILE = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
 EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
 # AReaL's multi-modal keys (areal/utils/data.py:88-90): lists of per-sample dicts.
 MULTI_MODAL_PREFIX = "multi_modal_input"

@@ -33,7 +33,7 @@ import paramiko
 from areal_console.core import locations
 from areal_console.core.errors import UserError
 from areal_console.core.inventory import parse_destination
-from areal_console.core.targets import NodeSpec
+from areal_console.core.specs import NodeSpec
 from areal_console.core.transport import ChannelClosed, bootstrap_argv, bootstrap_problem
 
 # paramiko logs transport errors itself; with no handler Python would print them on

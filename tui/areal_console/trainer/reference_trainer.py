@@ -91,7 +91,10 @@ PROMPT_LEN = 5  # BOS a + b =
 
 DEFAULTS: dict[str, Any] = {
     "steps": 4,
-    "start_step": 1,
+    # Steps are numbered as AReaL's global_step, from 0; `steps` of them run (AReaL's
+    # total_train_steps). `start_step` is this trainer's own: AReaL's replay always starts
+    # at 0 (or after a recovered checkpoint).
+    "start_step": 0,
     "seed": 1,
     "threads": 1,
     "output_dir": "",
@@ -309,13 +312,13 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("steps", "start_step", "seed", "threads"):
         if not isinstance(config[key], int) or isinstance(config[key], bool):
             raise ConfigError(f"{key} must be an integer, got {config[key]!r}")
-    if config["steps"] < 1 or config["start_step"] < 1 or config["start_step"] > config["steps"]:
+    if config["steps"] < 1 or config["start_step"] < 0 or config["start_step"] >= config["steps"]:
         raise ConfigError(
-            "need 1 <= start_step <= steps, got "
+            "need 0 <= start_step < steps (global steps start at 0), got "
             f"start_step={config['start_step']} steps={config['steps']}"
         )
-    if config["start_step"] > 1 and not td["replay_rollout_data"]:
-        raise ConfigError("start_step > 1 needs trajectory_debug.replay_rollout_data=true")
+    if config["start_step"] > 0 and not td["replay_rollout_data"]:
+        raise ConfigError("start_step > 0 needs trajectory_debug.replay_rollout_data=true")
     return config
 
 
@@ -428,11 +431,11 @@ def check_replay_input(directory: str, first: int, last: int, world_size: int) -
                 f"step {step} was dumped with {dp} data-parallel rank(s) but this run has "
                 f"{world_size}: replay with --nproc {dp}"
             )
-    if first > 1 and first not in scan_checkpoints(directory):
+    if first > 0 and first not in scan_checkpoints(directory):
         ckpts = format_steps(scan_checkpoints(directory))
         raise ConfigError(
             f"cannot start replay at step {first}: no checkpoint saved with the dump at that "
-            f"step (checkpoints: {ckpts}); start at step 1 or at a checkpointed step"
+            f"step (checkpoints: {ckpts}); start at step 0 or at a checkpointed step"
         )
 
 
@@ -974,8 +977,8 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
     m = config["model"]
     model = TinyCausalLM(m["d_model"], m["n_layers"], m["n_heads"]).to(device)
     optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["optimizer"]["lr"]))
-    first, last = config["start_step"], config["steps"]
-    if replaying and first > 1:
+    first, last = config["start_step"], config["steps"] - 1
+    if replaying and first > 0:
         state = torch.load(checkpoint_path(dump_dir, first), map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -989,7 +992,7 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
 
     for step in range(first, last + 1):
         t0 = time.perf_counter()
-        version = step - 1  # optimizer updates applied so far
+        version = step  # optimizer updates applied so far (AReaL's global_step)
         if replaying:
             groups = torch.load(dump_path(dump_dir, step, dp_suffix), weights_only=True)
         else:
@@ -1029,7 +1032,9 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
                 + (" (replayed)" if replaying else ""),
                 flush=True,
             )
-            log_areal_step(step, last, areal_stats(metrics, elapsed), tb_writer)
+            # AReaL's log is 1-based: "Train step N/T" is global step N-1 (stats_logger.py:
+            # 138-141); T is total_train_steps, here `steps`.
+            log_areal_step(step + 1, config["steps"], areal_stats(metrics, elapsed), tb_writer)
     if tb_writer is not None:
         tb_writer.close()
     if rank == 0 and hang == "none":
@@ -1182,7 +1187,7 @@ def main(argv: list[str] | None = None) -> int:
         world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
         td = config["trajectory_debug"]
         if td["replay_rollout_data"]:
-            check_replay_input(str(td["path"]), config["start_step"], config["steps"], world)
+            check_replay_input(str(td["path"]), config["start_step"], config["steps"] - 1, world)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

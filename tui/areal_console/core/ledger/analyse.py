@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace
-from areal_console.core.stacks.merge import format_ranks
+from areal_console.core.rankset import format_ranks
 
 DEFAULT_GROUP_DESC = "default_pg"
 

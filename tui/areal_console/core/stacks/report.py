@@ -16,7 +16,7 @@ def capture_json(
     analysis: StackAnalysis | None = None,
     diagnosis: Diagnosis | None = None,
 ) -> dict[str, Any]:
-    """The DESIGN.md `stacks --json` document (plus `id` and `interval` when known)."""
+    """The `stacks --json` document (docs/cli-json.md) (plus `id` and `interval` when known)."""
     analysis = analysis or analyse(capture)
     diagnosis = diagnosis or full_diagnosis(analysis)
     # Ranks share interned stacks: encode each distinct stack once.
