@@ -1578,29 +1578,11 @@ FR_ENV = (
     "TORCH_FR_DUMP_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "AREAL_FR_SOCKET_DIR",
+    "TMPDIR",
     "TORCH_WORKER_SERVER_SOCKET",
 )
 FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 FR_MAX_BYTES = 256 << 20
-# Per entry, what the ledger reads (stack frames are left on the node).
-FR_ENTRY_KEYS = (
-    "record_id",
-    "pg_id",
-    "process_group",
-    "collective_seq_id",
-    "p2p_seq_id",
-    "op_id",
-    "profiling_name",
-    "input_sizes",
-    "input_dtypes",
-    "output_sizes",
-    "output_dtypes",
-    "state",
-    "retired",
-    "is_p2p",
-    "time_created_ns",
-    "timeout_ms",
-)
 
 
 def safe_unpickle(data: bytes) -> Any:
@@ -1619,20 +1601,60 @@ def safe_unpickle(data: bytes) -> Any:
 
 
 def slim_trace(data: Any) -> dict[str, Any]:
-    """The parts of a Flight Recorder dump the ledger needs (a dict, JSON-ready)."""
+    """A Flight Recorder dump reduced to what the ledger reads, per process group, as
+    columns: the collectives' sequence ids (a range when they run without gaps) and, per
+    collective, an index into a small table of what ranks must agree on (op, input and
+    output sizes and dtypes). Thousands of entries become two short integer lists, so a
+    large job's traces travel and compare cheaply. Point-to-point calls are left out."""
     if not isinstance(data, dict):
         raise ValueError("not a Flight Recorder dump (not a mapping)")
     if "entries" not in data and "pg_status" not in data:
         raise ValueError("not a Flight Recorder dump (no entries, no pg_status)")
-    entries = []
+    groups: dict[str, dict[str, Any]] = {}
+    tables: dict[str, dict[str, int]] = {}
     for e in data.get("entries") or []:
-        if isinstance(e, dict):
-            entries.append({k: e.get(k) for k in FR_ENTRY_KEYS if k in e})
+        if not isinstance(e, dict) or e.get("is_p2p"):
+            continue
+        pg = e.get("process_group") or ("", "")
+        name = str(pg[0])
+        group = groups.get(name)
+        if group is None:
+            desc = str(pg[1]) if len(pg) > 1 else ""
+            group = groups[name] = {
+                "name": name, "desc": desc, "pg_id": e.get("pg_id"),
+                "rows": [], "table": [],
+            }  # fmt: skip
+            tables[name] = {}
+        sig = [
+            str(e.get("profiling_name") or "?"),
+            e.get("input_sizes") or [],
+            e.get("output_sizes") or [],
+            e.get("input_dtypes") or [],
+        ]
+        text = json.dumps(sig)
+        index = tables[name].get(text)
+        if index is None:
+            index = tables[name][text] = len(group["table"])
+            group["table"].append(sig)
+        group["rows"].append((int(e.get("collective_seq_id") or 0), index, e))
+    out = []
+    for group in groups.values():
+        rows = sorted(group.pop("rows"), key=lambda r: r[0])
+        seqs = [r[0] for r in rows]
+        if seqs and seqs[-1] - seqs[0] == len(seqs) - 1:
+            group["seq_range"] = [seqs[0], len(seqs)]
+        else:
+            group["seqs"] = seqs
+        group["keys"] = [r[1] for r in rows]
+        last = rows[-1][2] if rows else {}
+        group["last_state"] = str(last.get("state") or "")
+        group["last_retired"] = bool(last.get("retired"))
+        out.append(group)
     return {
         "version": data.get("version"),
         "pg_config": data.get("pg_config") or {},
         "pg_status": data.get("pg_status") or {},
-        "entries": entries,
+        "groups": out,
     }
 
 
@@ -1657,7 +1679,8 @@ def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
 
 def fr_live(pid: int, env: dict[str, str], timeout: float) -> dict[str, Any]:
     """Ask a rank's worker server (our launch hook's, or torch's `worker_main`) for its trace."""
-    sockets = [os.path.join(env.get("AREAL_FR_SOCKET_DIR") or "/tmp", f"areal-fr-{pid}.sock")]
+    dirs = (env.get("AREAL_FR_SOCKET_DIR"), env.get("TMPDIR"), "/tmp")
+    sockets = list(dict.fromkeys(os.path.join(d, f"areal-fr-{pid}.sock") for d in dirs if d))
     if env.get("TORCH_WORKER_SERVER_SOCKET"):
         sockets.append(env["TORCH_WORKER_SERVER_SOCKET"])
     errors = []
