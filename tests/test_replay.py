@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from areal_console.core.replay import METRIC_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,15 +96,7 @@ def test_dumps_use_areal_layout(recording: Path) -> None:
     assert (g["logprobs"][g["loss_mask"].bool()] < 0).all()
     recorded = [json.loads(x) for x in (recording / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recorded] == [0, 1, 2, 3]
-    assert {
-        "task_reward",
-        "seq_len",
-        "no_eos_ratio",
-        "importance_weight",
-        "behave_imp_weight",
-        "actor_loss",
-        "grad_norm",
-    } <= set(recorded[0])
+    assert set(METRIC_NAMES) <= set(recorded[0])
     assert sorted(p.name for p in (recording / "checkpoints").iterdir()) == [
         f"ckpt_{s:06d}.pt" for s in range(4)
     ]

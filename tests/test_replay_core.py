@@ -36,10 +36,24 @@ def index(
     )
 
 
-def test_metric_names_match_the_trainer() -> None:
+def test_metric_names_and_dump_names_come_from_one_place() -> None:
+    """The console reads METRIC_NAMES from the trainer's source. Dump names are matched
+    by three files each shipped to nodes on its own (agent, batch extension, trainer),
+    so each holds the pattern, and here the three are one pattern."""
+    from areal_agent.agent import DUMP_FILE
+    from areal_console.core.batches import STEP_FILE, parse_step_name
     from areal_console.trainer import reference_trainer
 
     assert reference_trainer.METRIC_NAMES == METRIC_NAMES
+    assert "grad_norm" in METRIC_NAMES
+    assert STEP_FILE.pattern == DUMP_FILE.pattern
+    assert reference_trainer.DUMP_NAME.pattern == DUMP_FILE.pattern
+    # AReaL writes f"step_{step:06d}.pt" and f"step_{step:06d}_dp_{dp_rank}.pt".
+    assert parse_step_name(f"step_{12:06d}.pt") == (12, None)
+    assert parse_step_name(f"step_{12:06d}_dp_{3}.pt") == (12, 3)
+    assert parse_step_name(f"step_{1234567:06d}_dp_{0}.pt") == (1234567, 0)
+    for other in ("step_12.pt", "step_000012_dp_.pt", "step_000012.pt.tmp", "xstep_000012.pt"):
+        assert parse_step_name(other) is None, other
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ field typed into the UI is only ever one argv element, never parsed by a shell.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -18,21 +19,27 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from areal_agent.agent import escape_placeholders, fill_placeholders
+
 from areal_console.core.areal_keys import config_key
 from areal_console.core.errors import UserError
 
-# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
-METRIC_NAMES = (
-    "task_reward",
-    "seq_len",
-    "no_eos_ratio",
-    "importance_weight",
-    "behave_imp_weight",
-    "actor_loss",
-    "grad_norm",
-)
-
 TRAINER_PATH = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
+
+
+def _trainer_constant(name: str) -> Any:
+    """A literal the reference trainer defines, read from its source (importing it would
+    import torch; it is shipped to nodes as one self-contained file, so it owns these)."""
+    for node in ast.parse(TRAINER_PATH.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{TRAINER_PATH.name} defines no {name}")
+
+
+# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
+METRIC_NAMES: tuple[str, ...] = _trainer_constant("METRIC_NAMES")
 TRAINER_FILE_NAME = "reference_trainer.py"
 
 # Placeholders a template may use; each is substituted inside one argv element.
@@ -343,10 +350,15 @@ def load_templates(extra: dict[str, Any] | None = None) -> dict[str, LaunchTempl
 
 
 def substitute(token: str, values: dict[str, str]) -> str:
-    """Replace known `{placeholders}` in one argv element (plain text replace, no format())."""
-    for key, value in values.items():
-        token = token.replace("{" + key + "}", value)
-    return token
+    """Fill known `{placeholders}` of one template element in one pass. Values are written
+    with their braces doubled, so the later pass that fills `{job_dir}` on the node never
+    looks inside them (a dump path containing `{job_dir}` stays as it is)."""
+    return fill_placeholders(token, {k: escape_placeholders(v) for k, v in values.items()})
+
+
+def resolve(token: str, job_dir: str | None = None) -> str:
+    """A planned element as it runs: `{job_dir}` filled (when given), braces undoubled."""
+    return fill_placeholders(token, {"job_dir": job_dir} if job_dir is not None else {})
 
 
 @dataclass
@@ -369,7 +381,7 @@ class ReplayPlan:
     def command_line(self) -> str:
         """For display only: a shell-quoted rendering of the argv."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+        return (env + " " if env else "") + shlex.join(resolve(a) for a in self.argv)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -430,7 +442,10 @@ def plan_replay(
         "end": str(last),
         "stop": str(last + 1),
     }
-    argv = [substitute(t, values) for t in template.argv] + overrides
+    # Overrides are values too: their braces are literal.
+    argv = [substitute(t, values) for t in template.argv] + [
+        escape_placeholders(o) for o in overrides
+    ]
     env = {"CUDA_VISIBLE_DEVICES": format_gpus(gpus) if gpus else ""}
     return ReplayPlan(
         node=node,
