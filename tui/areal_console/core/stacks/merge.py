@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.stacks.model import Frame, RankStack, Stack, StackCapture
+from areal_console.core.stacks.model import Frame, RankStack, Stack, StackCapture, gc_paused
 
 
 def format_ranks(ranks: Iterable[int]) -> str:
@@ -240,13 +240,14 @@ def missing_ranks(ranks: list[RankStack], world_size: int | None) -> list[int]:
 
 
 def analyse(capture: StackCapture) -> StackAnalysis:
-    groups = group_ranks(capture.ranks)
-    world = expected_world_size(capture.ranks)
-    return StackAnalysis(
-        capture=capture,
-        groups=groups,
-        tree=build_tree(groups),
-        shared=common_prefix(groups),
-        world_size=world,
-        missing=missing_ranks(capture.ranks, world),
-    )
+    with gc_paused():
+        groups = group_ranks(capture.ranks)
+        world = expected_world_size(capture.ranks)
+        return StackAnalysis(
+            capture=capture,
+            groups=groups,
+            tree=build_tree(groups),
+            shared=common_prefix(groups),
+            world_size=world,
+            missing=missing_ranks(capture.ranks, world),
+        )
