@@ -15,6 +15,7 @@ from textual.message import Message
 
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
+from areal_console.core.stacks.store import SavedCapture
 from areal_console.workers import Ticket
 
 Severity = Literal["information", "warning", "error"]
@@ -74,3 +75,13 @@ class HealthPolled(Reply):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, HealthPolled)
+
+
+# App --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SavedCapturesListed(Reply):
+    """The newest saved captures, for the command palette."""
+
+    captures: list[SavedCapture]
