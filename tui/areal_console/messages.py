@@ -9,7 +9,7 @@ newest waiting one is handled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from textual.message import Message
 
@@ -85,3 +85,44 @@ class SavedCapturesListed(Reply):
     """The newest saved captures, for the command palette."""
 
     captures: list[SavedCapture]
+
+
+# Batches screen ---------------------------------------------------------------------------
+
+
+@dataclass
+class BatchSummaryLoaded(Reply):
+    """A dump's (`top`) or one step file's summary."""
+
+    summary: dict[str, Any]
+    top: bool
+
+
+@dataclass
+class BatchSamplesLoaded(Reply):
+    """One step file's sample table."""
+
+    table: dict[str, Any]
+
+
+@dataclass
+class BatchSampleLoaded(Reply):
+    """One sample, token by token."""
+
+    view: dict[str, Any]
+
+
+@dataclass
+class BatchCompareLoaded(Reply):
+    """Two steps side by side."""
+
+    result: dict[str, Any]
+
+
+@dataclass
+class BatchLoadFailed(Reply):
+    """A file that could not be read; `unsafe`: it needs pickle (ask before trusting it)."""
+
+    path: str
+    error: str
+    unsafe: bool
