@@ -15,6 +15,8 @@ from textual.message import Message
 
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
+from areal_console.core.stacks.diagnose import Diagnosis
+from areal_console.core.stacks.merge import StackAnalysis, TreeNode
 from areal_console.core.stacks.store import SavedCapture
 from areal_console.workers import Ticket
 
@@ -126,3 +128,36 @@ class BatchLoadFailed(Reply):
     path: str
     error: str
     unsafe: bool
+
+
+# Stacks screen ----------------------------------------------------------------------------
+
+
+@dataclass
+class StacksAnalysed(Reply):
+    """A capture merged into groups and trees, and its diagnosis."""
+
+    analysis: StackAnalysis
+    diagnosis: Diagnosis
+
+
+@dataclass
+class StackTreesReady(Reply):
+    """Merged trees per thread name (the all-threads view)."""
+
+    trees: dict[str, TreeNode]
+    all_threads: bool
+
+
+@dataclass
+class StacksExported(Reply):
+    """Where the report went, or why it did not."""
+
+    text: str
+
+
+@dataclass
+class StacksCaptureFailed(Reply):
+    """Taking a capture failed; the screen keeps the one it shows."""
+
+    error: str
