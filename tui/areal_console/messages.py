@@ -15,6 +15,7 @@ from textual.message import Message
 
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
+from areal_console.core.slurm import SlurmJob
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.merge import StackAnalysis, TreeNode
 from areal_console.core.stacks.store import SavedCapture
@@ -159,5 +160,22 @@ class StacksExported(Reply):
 @dataclass
 class StacksCaptureFailed(Reply):
     """Taking a capture failed; the screen keeps the one it shows."""
+
+    error: str
+
+
+# Slurm jobs screen ------------------------------------------------------------------------
+
+
+@dataclass
+class SlurmJobsLoaded(Reply):
+    """Slurm's job list."""
+
+    jobs: list[SlurmJob]
+
+
+@dataclass
+class SlurmJobsFailed(Reply):
+    """Why Slurm could not be asked (no squeue, the login host down, ...)."""
 
     error: str
