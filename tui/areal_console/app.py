@@ -104,7 +104,11 @@ class ConsoleApp(WorkerHost, App[None]):
         if monitor is None:
             if fleet is None:
                 raise ValueError("ConsoleApp needs a fleet or a monitor")
-            monitor = FleetMonitor(fleet, interval=self.refresh_interval)
+            monitor = FleetMonitor(
+                fleet,
+                interval=self.refresh_interval,
+                ping_timeout=self.settings.agent_timeout,
+            )
         self.monitor: Monitor = monitor
         # Screens other features register: mode -> factory. Missing ones say so when asked.
         self.screen_factories: dict[str, Callable[[], Screen[Any]]] = {
@@ -400,7 +404,11 @@ class ConsoleApp(WorkerHost, App[None]):
         """Watch other nodes (a Slurm job picked in the Slurm view) in place of the current ones."""
         old_fleet, old_monitor = self.fleet, self.monitor
         self.fleet = Fleet(specs, **fleet_options)
-        self.monitor = FleetMonitor(self.fleet, interval=self.refresh_interval)
+        self.monitor = FleetMonitor(
+            self.fleet,
+            interval=self.refresh_interval,
+            ping_timeout=self.settings.agent_timeout,
+        )
         self.monitor.start()
         old_monitor.stop()
         if old_fleet is not None:

@@ -124,7 +124,9 @@ DEFAULTS: dict[str, Any] = {
     "stats_logger": {"tensorboard": {"path": None}},
     # After the last step, stop making progress the way broken jobs do (for the demo and
     # for practising with the console): none | cleanup | mismatch | collective.
-    "debug": {"hang": "none"},
+    # flight_recorder: on CPU (gloo) with several ranks, record every collective with
+    # torch's Flight Recorder and serve the record to the console (bookkeeping only).
+    "debug": {"hang": "none", "flight_recorder": True},
 }
 
 HANG_PATTERNS = ("none", "cleanup", "mismatch", "collective")
@@ -302,6 +304,10 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if config["debug"]["hang"] not in HANG_PATTERNS:
         raise ConfigError(
             f"debug.hang must be one of {', '.join(HANG_PATTERNS)}, got {config['debug']['hang']!r}"
+        )
+    if not isinstance(config["debug"]["flight_recorder"], bool):
+        raise ConfigError(
+            f"debug.flight_recorder must be true or false, got {config['debug']['flight_recorder']!r}"
         )
     for key in ("steps", "start_step", "seed", "threads"):
         if not isinstance(config[key], int) or isinstance(config[key], bool):
@@ -928,6 +934,8 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
         device = torch.device("cpu")
         backend = "gloo"
     hang = config["debug"]["hang"]
+    if world_size > 1 and backend == "gloo" and config["debug"]["flight_recorder"]:
+        enable_flight_recorder()
     if world_size > 1:
         # A hung demo job should stay hung while someone looks at it, not time out.
         timeout = timedelta(hours=6) if hang != "none" else timedelta(minutes=30)
@@ -1087,9 +1095,44 @@ def cleanup_distributed(group: Any) -> None:
     dist.destroy_process_group()
 
 
-def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
+_FR_SERVER: Any = None
+
+
+def enable_flight_recorder() -> None:
+    """Turn on torch's Flight Recorder (every collective: group, sequence id, op, sizes)
+    and serve it from a C++ thread on `$TMPDIR/areal-fr-<pid>.sock`, where the console's
+    agent asks for it even while this rank is blocked in a collective. It only records
+    (2,000 entries, a few hundred KB); results are unchanged."""
+    global _FR_SERVER
+    hook = sys.modules.get("sitecustomize")
+    if getattr(hook, "HANDLER", None) == "areal_fr_trace":
+        return  # the console's launch hook runs in this process: it serves the record
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # read when the group starts
+    try:
+        from torch._C._distributed_c10d import _WorkerServer
+    except ImportError:  # a torch without it: the console shows stacks only
+        return
+    name = f"areal-fr-{os.getpid()}.sock"
+    # Where the agent looks, in order; a Unix socket path must stay short.
+    dirs = (os.environ.get("AREAL_FR_SOCKET_DIR"), os.environ.get("TMPDIR"), "/tmp")
+    path = next(os.path.join(d, name) for d in dirs if d and len(os.path.join(d, name)) < 100)
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # left by an earlier process with this pid
+    _FR_SERVER = _WorkerServer(path)
+
+
+# The console's Flight Recorder launch hook, when this file runs from the console's package:
+# on the ranks' PYTHONPATH it also records each process group's members.
+FR_HOOK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fr_hook")
+
+
+def relaunch_with_torchrun(nproc: int, argv: list[str], fr_hook: bool = False) -> int:
     """Run this script under torchrun with `nproc` ranks on this node."""
     import subprocess
+
+    env = dict(os.environ)
+    if fr_hook and os.path.isfile(os.path.join(FR_HOOK_DIR, "sitecustomize.py")):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [FR_HOOK_DIR, env.get("PYTHONPATH")]))
 
     cmd = [
         sys.executable,
@@ -1100,7 +1143,7 @@ def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
         os.path.abspath(__file__),
         *argv,
     ]
-    return subprocess.call(cmd)
+    return subprocess.call(cmd, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1149,7 +1192,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if nproc > 1 and not under_torchrun:
-        return relaunch_with_torchrun(nproc, passed_on)
+        on_cpu = not torch.cuda.is_available()
+        fr_hook = on_cpu and config["debug"]["flight_recorder"]
+        return relaunch_with_torchrun(nproc, passed_on, fr_hook=fr_hook)
     run(config, default_output_dir)
     return 0
 
