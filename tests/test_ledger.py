@@ -252,3 +252,20 @@ def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
     assert lines == [
         "Collective ledger: not in this capture (taken without Flight Recorder traces): stacks only"
     ]
+
+
+def test_hook_removes_sockets_of_processes_that_are_gone(tmp_path: Path) -> None:
+    import importlib.util
+
+    from areal_console.fr_hook import HOOK_DIR
+
+    spec = importlib.util.spec_from_file_location("fr_hook_module", HOOK_DIR / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # not as `sitecustomize`: enables nothing
+    gone, alive = tmp_path / "areal-fr-999999999.sock", tmp_path / f"areal-fr-{os.getppid()}.sock"
+    other = tmp_path / "areal-fr-notes.txt"
+    for f in (gone, alive, other):
+        f.write_text("")
+    hook.remove_stale_sockets(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])

@@ -1672,7 +1672,10 @@ def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
     try:
         conn.request("POST", url, body=b"", headers={"Content-Length": "0"})
         reply = conn.getresponse()
-        return reply.status, reply.read()
+        body = reply.read(FR_MAX_BYTES + 1)
+        if len(body) > FR_MAX_BYTES:
+            raise ValueError(f"reply larger than {FR_MAX_BYTES} bytes: not a trace")
+        return reply.status, body
     finally:
         conn.close()
 
