@@ -86,9 +86,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--connect-timeout",
         type=seconds,
-        default=10.0,
+        default=None,
         metavar="SECONDS",
-        help="give up reaching a node and starting its agent after this long (default 10)",
+        help=(
+            "give up reaching a node and starting its agent after this long "
+            "(default 10; an srun step's start: 30)"
+        ),
     )
     group.add_argument(
         "--accept-new-hosts",
@@ -138,6 +141,8 @@ def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
         "accept_new_hosts": bool(getattr(args, "accept_new_hosts", False)),
         "connect_timeout": DEFAULT_CONNECT_TIMEOUT if timeout is None else float(timeout),
     }
+    if timeout is not None:  # given: it bounds the agent's start too, on every transport
+        options["start_timeout"] = float(timeout)
     if getattr(args, "ssh_config", None):
         options["ssh_config"] = args.ssh_config
     return options
