@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -964,6 +965,28 @@ class Agent:
         }
 
 
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([a-z_]+)\}")
+
+
+def fill_placeholders(text: str, values: dict[str, str]) -> str:
+    """Fill `{name}` fields of a launch template in one pass: a value is never searched
+    for fields itself (a path containing `{job_dir}` stays as it is). `{{` and `}}` are
+    literal braces; unknown fields are kept for a later pass."""
+
+    def one(match: Any) -> str:
+        token, name = match.group(0), match.group(1)
+        if name is None:
+            return token[0]
+        return values.get(name, token)
+
+    return _PLACEHOLDER.sub(one, text)
+
+
+def escape_placeholders(value: str) -> str:
+    """`value` as literal text inside a template (braces doubled)."""
+    return value.replace("{", "{{").replace("}", "}}")
+
+
 def _arg(args: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     value = args.get(name, default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -1211,7 +1234,6 @@ def op_shutdown(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 # whether the job is running, how it ended, or that it vanished without a word ("unknown").
 
 import contextlib  # noqa: E402
-import re as _re  # noqa: E402 (this section's own imports, kept with it)
 import signal as _signal  # noqa: E402
 
 JOB_WRAPPER = (
@@ -1239,7 +1261,7 @@ JOB_WRAPPER = (
     "write('exit.json',{'exit_code':code,'ended':time.time(),'stopped':stopped[0]})\n"
 )
 
-JOB_ID = _re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 def node_cache_dir() -> str:
@@ -1344,9 +1366,10 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError(f"job {job_id} already exists on this node") from None
     except OSError as exc:
         raise OpError(f"cannot create job directory {path}: {exc.strerror}") from None
-    argv = [a.replace("{job_dir}", path) for a in argv]
+    # argv and log are templates: `{job_dir}` is filled here, `{{`/`}}` are literal braces.
+    argv = [fill_placeholders(a, {"job_dir": path}) for a in argv]
     log = _arg(args, "log", str, "") or "{job_dir}/output.log"
-    log = os.path.expanduser(log).replace("{job_dir}", path)
+    log = fill_placeholders(os.path.expanduser(log), {"job_dir": path})
     cwd = os.path.expanduser(_arg(args, "cwd", str, "") or path)
     if not os.path.isdir(cwd):
         raise OpError(f"working directory {cwd} does not exist on this node")
@@ -1483,7 +1506,7 @@ def op_stage_file(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
     name = _arg(args, "name", str, "")
     digest = _arg(args, "sha256", str, "")
-    if not _re.match(r"^[A-Za-z0-9_.-]+$", name) or not _re.match(r"^[0-9a-f]{64}$", digest):
+    if not re.match(r"^[A-Za-z0-9_.-]+$", name) or not re.match(r"^[0-9a-f]{64}$", digest):
         raise OpError("arguments 'name' and 'sha256' must be a plain file name and a hex digest")
     path = os.path.join(node_cache_dir(), "files", digest, name)
     if os.path.isfile(path):
@@ -1506,7 +1529,7 @@ def op_stage_file(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     return {"path": path, "present": True, "written": True}
 
 
-DUMP_FILE = _re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
+DUMP_FILE = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
 
 
 @op("replay_index")
@@ -1529,7 +1552,7 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         ckpts = sorted(
             int(n[5:-3])
             for n in os.listdir(os.path.join(path, "checkpoints"))
-            if _re.match(r"^ckpt_\d+\.pt$", n)
+            if re.match(r"^ckpt_\d+\.pt$", n)
         )
     except OSError:
         ckpts = []

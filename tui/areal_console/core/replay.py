@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from areal_agent.agent import escape_placeholders, fill_placeholders
+
 from areal_console.core.areal_keys import config_key
 from areal_console.core.errors import UserError
 
@@ -348,10 +350,15 @@ def load_templates(extra: dict[str, Any] | None = None) -> dict[str, LaunchTempl
 
 
 def substitute(token: str, values: dict[str, str]) -> str:
-    """Replace known `{placeholders}` in one argv element (plain text replace, no format())."""
-    for key, value in values.items():
-        token = token.replace("{" + key + "}", value)
-    return token
+    """Fill known `{placeholders}` of one template element in one pass. Values are written
+    with their braces doubled, so the later pass that fills `{job_dir}` on the node never
+    looks inside them (a dump path containing `{job_dir}` stays as it is)."""
+    return fill_placeholders(token, {k: escape_placeholders(v) for k, v in values.items()})
+
+
+def resolve(token: str, job_dir: str | None = None) -> str:
+    """A planned element as it runs: `{job_dir}` filled (when given), braces undoubled."""
+    return fill_placeholders(token, {"job_dir": job_dir} if job_dir is not None else {})
 
 
 @dataclass
@@ -374,7 +381,7 @@ class ReplayPlan:
     def command_line(self) -> str:
         """For display only: a shell-quoted rendering of the argv."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+        return (env + " " if env else "") + shlex.join(resolve(a) for a in self.argv)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -435,7 +442,10 @@ def plan_replay(
         "end": str(last),
         "stop": str(last + 1),
     }
-    argv = [substitute(t, values) for t in template.argv] + overrides
+    # Overrides are values too: their braces are literal.
+    argv = [substitute(t, values) for t in template.argv] + [
+        escape_placeholders(o) for o in overrides
+    ]
     env = {"CUDA_VISIBLE_DEVICES": format_gpus(gpus) if gpus else ""}
     return ReplayPlan(
         node=node,
