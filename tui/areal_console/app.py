@@ -68,6 +68,9 @@ class ConsoleApp(App[None]):
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
+        # Ctrl-C leaves at once from anywhere (an input box too), as in a shell: exit 130.
+        Binding("ctrl+c", "interrupt", "Quit", id="app.interrupt", show=False, priority=True,
+                tooltip="Leave the console at once (exit status 130)"),
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Show every key of this screen"),
         Binding("colon", "command_line", "Command", id="app.command", show=False,
@@ -345,6 +348,9 @@ class ConsoleApp(App[None]):
         else:
             known = ", ".join(f":{e.mode}" for e in SCREENS)
             self.notify(f"Unknown command {word!r}. Try {known}, :theme NAME, :q", severity="error")
+
+    def action_interrupt(self) -> None:
+        self.exit(return_code=130)
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             welcome=WELCOME,
         )
         app.run()
-        return 0
+        return app.return_code or 0  # 130 after Ctrl-C
     finally:
         killed = job.stop()
         job.remove_files()

@@ -102,12 +102,16 @@ def _capture(args: argparse.Namespace) -> Any:
             match=args.match,
             timeout=args.timeout,
             nonblocking=args.nonblocking,
+            progress=lambda text: print(f"stacks: {text} (Ctrl-C stops)", file=sys.stderr),
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
     fleet = Fleet(resolve_targets(args), accept_new_hosts=getattr(args, "accept_new_hosts", False))
     try:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
+    except KeyboardInterrupt:
+        options.cancel.set()  # no further samples; closing the fleet ends the dumps running
+        raise
     finally:
         fleet.close()
     return capture

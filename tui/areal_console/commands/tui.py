@@ -42,4 +42,4 @@ def run(args: argparse.Namespace) -> int:
         batches_node=args.batches_node,
     )
     app.run()
-    return 0
+    return app.return_code or 0  # 130 after Ctrl-C

@@ -12,6 +12,7 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,13 +184,22 @@ def refresh(session: NodeSession, record: JobRecord) -> JobRecord:
     return record
 
 
-def wait(session: NodeSession, record: JobRecord, timeout: float, poll: float = 0.25) -> JobRecord:
-    """Poll until the job ends (or `timeout` seconds pass: the state stays "running")."""
+def wait(
+    session: NodeSession,
+    record: JobRecord,
+    timeout: float,
+    poll: float = 0.25,
+    on_poll: Callable[[JobRecord], None] | None = None,
+) -> JobRecord:
+    """Poll until the job ends (or `timeout` seconds pass: the state stays "running");
+    `on_poll` sees the record after each poll (to show progress)."""
     deadline = time.monotonic() + timeout
     while True:
         refresh(session, record)
         if record.state in FINAL_STATES or record.state == "unknown":
             return record
+        if on_poll is not None:
+            on_poll(record)
         if time.monotonic() >= deadline:
             return record
         time.sleep(poll)

@@ -8,9 +8,10 @@ result is a raw capture (see `model.py`) turned into a `StackCapture` and saved.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
@@ -30,6 +31,9 @@ class CaptureOptions:
     match: str | None = None  # regex on the command line
     timeout: float = 15.0  # per py-spy run
     nonblocking: bool = False
+    # Set to stop between samples (Ctrl-C): what was sampled so far is kept.
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    progress: Progress | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -82,9 +86,14 @@ def capture_node(session: NodeSession, options: CaptureOptions) -> dict[str, Any
     for i in range(options.samples):
         if i:
             next_at += options.interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
+            if options.cancel.wait(max(0.0, next_at - time.monotonic())):
+                break
+        if options.cancel.is_set():
+            break
         reply = session.call("pyspy", args, timeout=options.timeout + 30)
         node["samples"].append(reply.get("dumps", []))
+        if options.progress is not None and options.samples > 1:
+            options.progress(f"{session.name}: sample {i + 1}/{options.samples}")
     return node
 
 
