@@ -278,7 +278,7 @@ class JobsScreen(Screen[None]):
                 if row.key in table.rows:
                     for name, value in zip(COLUMNS, cells, strict=True):
                         if table.get_cell(row.key, name) != value:
-                            table.update_cell(row.key, name, value)
+                            table.update_cell(row.key, name, value, update_width=True)
                 else:
                     table.add_row(*cells, key=row.key)
         if self._wanted in keys:

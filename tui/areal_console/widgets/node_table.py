@@ -76,7 +76,7 @@ class NodeTable(DataTable[str | Text]):
                 continue
             for key, _ in COLUMNS:
                 if str(self.get_cell(view.name, key)) != str(cells[key]):
-                    self.update_cell(view.name, key, cells[key])
+                    self.update_cell(view.name, key, cells[key], update_width=True)
 
     @property
     def selected_node(self) -> str | None:

@@ -78,7 +78,7 @@ class ProcessTable(DataTable[str | Text]):
                     continue
                 for column, _ in COLUMNS:
                     if str(self.get_cell(key, column)) != str(cells[column]):
-                        self.update_cell(key, column, cells[column])
+                        self.update_cell(key, column, cells[column], update_width=True)
             if added:
                 self.sort("rank", "node", "pid", key=_display_order)
 

@@ -28,8 +28,8 @@ class RankGroupTable(DataTable[object]):
         self.cursor_type = "row"
         self.zebra_stripes = True
         self.add_column(" ", key="mark", width=1)
-        self.add_column("RANKS", key="ranks", width=14)
-        self.add_column("N", key="size", width=5)
+        self.add_column("RANKS", key="ranks")  # widths follow the content
+        self.add_column("N", key="size")
         self.add_column("WHERE", key="where")
         self.groups: list[RankGroup] = []
         self.shown: list[int] = []
