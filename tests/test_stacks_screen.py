@@ -149,7 +149,8 @@ async def test_mark_diff_and_jump_between_differences() -> None:
         await pilot.press("right_square_bracket")
         row = view.get_row(str(view.cursor_row))
         assert str(row[2]) == "≠"
-        assert str(row[1]).startswith("Trainer.all_reduce_grads")
+        # At 120 columns a long name is cut, never the file:line that tells frames apart.
+        assert str(row[1]).startswith("Trainer.all_redu") and str(row[1]).endswith("hang.py:142")
         assert str(row[3]).startswith("Trainer.broadcast_params")
         await pilot.press("left_square_bracket")
         assert view.cursor_row == first
