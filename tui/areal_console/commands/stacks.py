@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UserError
+from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UserError
 from areal_console.core.targets import add_target_arguments, resolve_targets
 
 
@@ -84,6 +84,15 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(text_report(capture))
+    if not args.open and not any(r.state == "ok" for r in capture.ranks):
+        # Nothing to diagnose: say why, per rank (or node), and fail.
+        from areal_console.core.stacks.diagnose import failure_reasons
+
+        reasons = failure_reasons([r for r in capture.ranks if r.state != "ok"])
+        reasons += [f"node {e.node}: {e.error}" for e in capture.errors]
+        print("error: no stack captured" + (": " if reasons else ": no job processes found")
+              + "; ".join(reasons), file=sys.stderr)  # fmt: skip
+        return EXIT_ERROR
     if capture.errors and not args.open:
         for e in capture.errors:
             print(f"warning: {e.node}: {e.error}", file=sys.stderr)

@@ -40,8 +40,10 @@ class StackDiffView(DataTable[object]):
 
     def on_resize(self) -> None:
         # The halves follow the width the table has now (a resize, a pane shown later).
-        if self.diff is not None and self.size.width and self._side != self._side_for(
-            self.size.width
+        if (
+            self.diff is not None
+            and self.size.width
+            and self._side != self._side_for(self.size.width)
         ):
             row = self.cursor_row
             self.show_diff(self.diff, *self._titles)
