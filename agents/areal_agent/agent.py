@@ -276,6 +276,7 @@ def process_record(
         "state": p["state"],
         "gpus": gpus,
         "gpu_memory": gpu_memory,
+        "env": dict(env),  # the rank variables only (RANK_VARS), for the process detail
         "env_error": p["env_error"],
     }
 
@@ -687,6 +688,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     timeout = _arg(args, "timeout", float, 10.0)
     nonblocking = _arg(args, "nonblocking", bool, False)
     native = _arg(args, "native", bool, False)
+    with_locals = _arg(args, "locals", bool, False)
     pyspy = find_pyspy()
     if pyspy is None:
         return {
@@ -718,6 +720,8 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
             cmd.append("--nonblocking")
         if native:
             cmd.append("--native")
+        if with_locals:
+            cmd.append("--locals")
         started = time.monotonic()
         record: dict[str, Any] = {"pid": pid, "requested_pid": requested}
         try:

@@ -123,6 +123,8 @@ class ConsoleApp(App[None]):
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
         self._stacks_screen: StacksScreen | None = None
         self.capture_match: str | None = None
+        self.capture_native = False  # py-spy --native (Stacks screen: N)
+        self.capture_locals = False  # py-spy --locals (Stacks screen: L)
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
         if batches_path:
@@ -164,6 +166,8 @@ class ConsoleApp(App[None]):
             interval=self.settings.capture_interval,
             timeout=self.settings.pyspy_timeout,
             match=self.capture_match,
+            native=self.capture_native,
+            with_locals=self.capture_locals,
         )
 
     def take_capture(self) -> StackCapture:

@@ -48,6 +48,16 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not pause the ranks while dumping (less accurate)",
     )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="include C/C++ frames (py-spy --native), e.g. NCCL under a hung collective",
+    )
+    parser.add_argument(
+        "--locals",
+        action="store_true",
+        help="include each frame's local variables (py-spy --locals; slower, shows data)",
+    )
     parser.add_argument("--json", action="store_true", help="the capture as JSON")
     parser.add_argument(
         "--save", metavar="DIR", help="also write <id>.json and <id>.txt (report) into DIR"
@@ -111,6 +121,8 @@ def _capture(args: argparse.Namespace) -> Any:
             match=args.match,
             timeout=args.timeout,
             nonblocking=args.nonblocking,
+            native=args.native,
+            with_locals=args.locals,
             progress=lambda text: print(f"stacks: {text} (Ctrl-C stops)", file=sys.stderr),
         )
     except ValueError as exc:

@@ -28,6 +28,7 @@ from areal_console.core.fleet import Fleet
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
+from areal_console.widgets.vim_table import VimTable
 
 ReplayCallback = Callable[[str, list[int]], None]
 
@@ -240,7 +241,7 @@ class BatchesScreen(Screen[None]):
         with Horizontal(id="batches-body"):
             with Vertical(id="steps-pane"):
                 yield Static("steps x dp ranks", classes="pane-title")
-                yield DataTable(id="steps", cursor_type="row", zebra_stripes=True)
+                yield VimTable(id="steps", cursor_type="row", zebra_stripes=True)
             with Vertical(id="detail-pane"):
                 with VerticalScroll(id="summary-pane"):
                     yield Static("", id="summary")
@@ -250,7 +251,7 @@ class BatchesScreen(Screen[None]):
                     placeholder="filter samples: text, noeos, eos, reward=1, group=3",
                     id="sample-filter",
                 )
-                yield DataTable(id="samples", cursor_type="row", zebra_stripes=True)
+                yield VimTable(id="samples", cursor_type="row", zebra_stripes=True)
                 with VerticalScroll(id="sample-pane"):
                     yield TokenView(id="sample-view")
         yield Static("", id="batches-status")

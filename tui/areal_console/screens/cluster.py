@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Input, Label
 
 from areal_console.core.monitor import NodeView
 from areal_console.screens.host_key import HostKeyScreen
+from areal_console.screens.process_detail import ProcessDetailScreen
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
@@ -72,7 +73,8 @@ class ClusterScreen(Screen[None]):
             "Drill in",
             id="cluster.drill",
             show=False,
-            tooltip="Show only the highlighted node's processes",
+            tooltip="On a node: show only its processes. On a process: its command line, "
+            "rank variables, GPU memory and (s) its stack",
         ),
         Binding(
             "s",
@@ -95,6 +97,30 @@ class ClusterScreen(Screen[None]):
             "Sort nodes",
             id="cluster.sort",
             tooltip="Cycle the node order: name, state, GPU utilisation",
+        ),
+        Binding(
+            "P",
+            "sort_processes('cpu')",
+            "Sort by CPU",
+            id="cluster.sort_cpu",
+            show=False,
+            tooltip="Processes by CPU use, largest first (again: back to rank order)",
+        ),
+        Binding(
+            "M",
+            "sort_processes('rss')",
+            "Sort by RSS",
+            id="cluster.sort_rss",
+            show=False,
+            tooltip="Processes by resident memory, largest first (again: rank order)",
+        ),
+        Binding(
+            "V",
+            "sort_processes('gpumem')",
+            "Sort by GPU mem",
+            id="cluster.sort_gpumem",
+            show=False,
+            tooltip="Processes by GPU memory, largest first (again: rank order)",
         ),
         Binding(
             "p",
@@ -225,6 +251,21 @@ class ClusterScreen(Screen[None]):
     @on(DataTable.RowSelected, "#nodes")
     def _node_selected(self, event: DataTable.RowSelected) -> None:
         self.action_drill()
+
+    @on(DataTable.RowSelected, "#processes")
+    def _process_selected(self, event: DataTable.RowSelected) -> None:
+        """enter on a process: its full record and, one key away, its stack."""
+        chosen = self.query_one(ProcessTable).selected_process
+        if chosen is not None:
+            node, process = chosen
+            self.app.push_screen(ProcessDetailScreen(self.console.fleet, node, process))
+
+    def action_sort_processes(self, by: str) -> None:
+        table = self.query_one(ProcessTable)
+        by = "rank" if table.sort_by == by else by
+        table.set_sort(by)
+        names = {"rank": "rank", "cpu": "CPU", "rss": "RSS", "gpumem": "GPU memory"}
+        self.notify(f"Processes sorted by {names[by]}")
 
     # actions --------------------------------------------------------------------------
     def action_filter(self) -> None:

@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Log, Static
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet, NodeFailure
 from areal_console.screens.confirm_dialog import ConfirmDialog
+from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = ("job", "node", "state", "exit", "steps", "gpus", "verification")
 POLL_SECONDS = 1.0
@@ -192,7 +193,7 @@ class JobsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Input(placeholder="filter jobs…", id="jobs-filter")
-            table: DataTable[str] = DataTable(id="jobs-table", cursor_type="row")
+            table = VimTable(id="jobs-table", cursor_type="row")
             yield table
             yield Static("", id="jobs-detail")
             yield Log(id="jobs-log", max_lines=2000)

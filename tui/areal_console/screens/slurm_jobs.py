@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Input, Label
 
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import SlurmJob, job_matches, job_row
+from areal_console.widgets.vim_table import VimTable
 
 JobLister = Callable[[bool], list[SlurmJob]]  # all_users -> jobs (blocking: Slurm commands)
 
@@ -80,7 +81,7 @@ class SlurmJobsScreen(Screen[str | None]):
 
     def compose(self) -> ComposeResult:
         yield Label("Slurm jobs", id="slurm-title")
-        table: DataTable[str] = DataTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
+        table = VimTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
         yield table
         yield Input(placeholder="filter jobs (esc to clear)", id="slurm-filter")
         yield Label("asking Slurm…", id="slurm-status")

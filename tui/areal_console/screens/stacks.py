@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Static
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, thread_trees
-from areal_console.core.stacks.model import Frame, StackCapture
+from areal_console.core.stacks.model import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
 from areal_console.screens.source_view import SourceViewScreen
@@ -62,7 +62,7 @@ class StacksScreen(Screen[None]):
             tooltip="Jump to the previous differing frame in the diff",
         ),
         Binding(
-            "g",
+            "number_sign",
             "goto_rank",
             "Go to rank",
             id="stacks.goto",
@@ -112,6 +112,24 @@ class StacksScreen(Screen[None]):
             "Source",
             id="stacks.source",
             tooltip="Show the source lines around the highlighted frame",
+        ),
+        Binding(
+            "N",
+            "toggle_capture('native')",
+            "Native frames",
+            id="stacks.native",
+            show=False,
+            tooltip="Capture again with C/C++ frames too (py-spy --native: NCCL under a "
+            "collective), or without them",
+        ),
+        Binding(
+            "L",
+            "toggle_capture('locals')",
+            "Locals",
+            id="stacks.locals",
+            show=False,
+            tooltip="Capture again with each frame's local variables (py-spy --locals), or "
+            "without; o on a frame shows them",
         ),
         Binding(
             "slash",
@@ -462,7 +480,20 @@ class StacksScreen(Screen[None]):
         if frame is None:
             self.say("no frame highlighted")
             return
-        self.app.push_screen(SourceViewScreen(frame))
+        variables = variables_at(self.capture, frame) if self.capture is not None else []
+        self.app.push_screen(SourceViewScreen(frame, variables=variables))
+
+    def action_toggle_capture(self, what: str) -> None:
+        """`N` / `L`: py-spy's --native / --locals on or off, then capture again."""
+        flag = "capture_native" if what == "native" else "capture_locals"
+        if self.recapture is None or not hasattr(self.app, flag):
+            self.say("this capture was opened from disk: no live job to capture again")
+            return
+        value = not getattr(self.app, flag)
+        setattr(self.app, flag, value)
+        label = "native frames" if what == "native" else "local variables"
+        self.say(f"capturing every rank {'with' if value else 'without'} {label}…")
+        self._capture()
 
     def action_filter(self) -> None:
         self._open_prompt("filter", "filter groups: rank range, function or file", self.text_filter)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.monitor import NodeView
 from areal_console.core.textfmt import format_bytes
+from areal_console.widgets.vim_table import VimTable
 
 STATE_STYLE = {"up": "green", "down": "bold red", "connecting": "yellow"}
 
@@ -52,7 +52,7 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     }
 
 
-class NodeTable(DataTable[str | Text]):
+class NodeTable(VimTable):
     """Nodes with state, latency, GPUs and ranks; keyed by node name."""
 
     DEFAULT_CSS = """

@@ -6,10 +6,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.nodes import process_sort_key
 from areal_console.core.textfmt import format_bytes
+from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = (
     ("node", "NODE"),
@@ -19,6 +19,7 @@ COLUMNS = (
     ("pid", "PID"),
     ("cpu", "CPU%"),
     ("rss", "RSS"),
+    ("gpumem", "GPU MEM"),
     ("gpus", "GPUS"),
     ("state", "ST"),
     ("cmd", "COMMAND"),
@@ -46,14 +47,34 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "pid": str(p["pid"]),
         "cpu": "-" if p.get("cpu_percent") is None else f"{p['cpu_percent']:.0f}",
         "rss": format_bytes(p.get("rss")),
+        "gpumem": format_bytes(p.get("gpu_memory")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
         "state": Text(p.get("state") or "?", style="bold red" if p.get("state") == "Z" else ""),
-        "cmd": (p.get("cmdline") or "")[:200],
+        "cmd": one_line(p.get("cmdline") or "")[:CMD_WIDTH],
     }
 
 
-class ProcessTable(DataTable[str | Text]):
+CMD_WIDTH = 200  # the cut end of a longer command line is in the process detail (enter)
+
+
+def one_line(text: str) -> str:
+    """A command line on one row: `python -c "..."` code keeps its line breaks as ⏎."""
+    return " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip()) or text
+
+
+# Orders of the process pane: (name, key of the value, largest first).
+SORTS = {"rank": None, "cpu": "cpu_percent", "rss": "rss", "gpumem": "gpu_memory"}
+
+
+class ProcessTable(VimTable):
     """Rows keyed `node:pid`; only changed cells are redrawn."""
+
+    sort_by = "rank"  # a key of SORTS
+    select_on_click = False  # selecting (enter) opens the process detail
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.processes: dict[str, tuple[str, dict[str, Any]]] = {}
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -66,6 +87,7 @@ class ProcessTable(DataTable[str | Text]):
     ) -> None:
         ordered = sorted(rows, key=lambda r: (process_sort_key(r[1]), r[0]))
         wanted = {row_key(n, p["pid"]): (n, p) for n, p in ordered if _matches(n, p, text_filter)}
+        self.processes = wanted
         with self.app.batch_update():
             for key in [k.value for k in list(self.rows) if k.value and k.value not in wanted]:
                 self.remove_row(key)
@@ -79,8 +101,27 @@ class ProcessTable(DataTable[str | Text]):
                 for column, _ in COLUMNS:
                     if str(self.get_cell(key, column)) != str(cells[column]):
                         self.update_cell(key, column, cells[column], update_width=True)
-            if added:
-                self.sort("rank", "node", "pid", key=_display_order)
+            if added or self.sort_by != "rank":  # live values move rows: re-sort each time
+                self._sort_rows()
+
+    def set_sort(self, sort_by: str) -> None:
+        """Order rows by rank (default) or by CPU, RSS or GPU memory, largest first."""
+        self.sort_by = sort_by
+        self._sort_rows()
+
+    def _sort_rows(self) -> None:
+        field = SORTS.get(self.sort_by)
+        if field is None:
+            self.sort("rank", "node", "pid", key=_display_order)
+            return
+        values = {key: (proc.get(field) or 0) for key, (_, proc) in self.processes.items()}
+        self.sort("node", "pid", key=lambda cells: -values.get(f"{cells[0]}:{cells[1]}", 0))
+
+    @property
+    def selected_process(self) -> tuple[str, dict[str, Any]] | None:
+        """(node, process record) of the highlighted row."""
+        key = self.selected_key
+        return self.processes.get(key) if key else None
 
     @property
     def selected_key(self) -> str | None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.stacks.diagnose import short_where
 from areal_console.core.stacks.merge import RankGroup
+from areal_console.widgets.vim_table import VimTable
 
 MARK = "●"
 
@@ -21,7 +21,7 @@ def group_matches(group: RankGroup, text: str) -> bool:
     return any(needle in f.function.lower() or needle in f.file.lower() for f in group.frames)
 
 
-class RankGroupTable(DataTable[object]):
+class RankGroupTable(VimTable):
     """Rows are keyed by the group's index, so marks and filters never rebuild cells."""
 
     def on_mount(self) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.stacks.diff import StackDiff
 from areal_console.core.stacks.model import Frame
+from areal_console.widgets.vim_table import VimTable
 
 ROW_STYLE = {"same": "dim", "line": "yellow", "differ": "bold red"}
 MARKER = {"same": " ", "line": "~", "differ": "≠"}
@@ -29,7 +29,7 @@ def frame_cell(frame: Frame | None, kind: str, width: int | None = None) -> Text
     return text
 
 
-class StackDiffView(DataTable[object]):
+class StackDiffView(VimTable):
     """Rows keyed by position; `]`/`[` jump between differences."""
 
     def on_mount(self) -> None:

@@ -31,6 +31,8 @@ class CaptureOptions:
     match: str | None = None  # regex on the command line
     timeout: float = 15.0  # per py-spy run
     nonblocking: bool = False
+    native: bool = False  # py-spy --native: C/C++ frames too (NCCL under a collective)
+    with_locals: bool = False  # py-spy --locals: each frame's variables
     # Set to stop between samples (Ctrl-C): what was sampled so far is kept.
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     progress: Progress | None = field(default=None, compare=False, repr=False)
@@ -81,7 +83,8 @@ def capture_node(session: NodeSession, options: CaptureOptions) -> dict[str, Any
     pids = [p["pid"] for p in procs]
     if not pids:
         return node
-    args = {"pids": pids, "timeout": options.timeout, "nonblocking": options.nonblocking}
+    args = {"pids": pids, "timeout": options.timeout, "nonblocking": options.nonblocking,
+            "native": options.native, "locals": options.with_locals}  # fmt: skip
     next_at = time.monotonic()
     for i in range(options.samples):
         if i:

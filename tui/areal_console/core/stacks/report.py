@@ -31,6 +31,7 @@ def capture_json(
         doc_rank = r.to_json(with_threads=False)
         doc_rank["threads"] = [
             {"name": t.name, "tid": t.tid, "idle": t.idle, "frames": frames_json(t.frames)}
+            | ({"locals": t.locals} if t.locals is not None else {})
             for t in r.threads
         ]
         ranks.append(doc_rank)
@@ -94,9 +95,32 @@ def text_report(
             leaf = r.main_frames[0] if r.main_frames else None
             where = _frame_line(leaf) if leaf else "no frames"
             lines.append(f"  {r.role or 'process'} pid {r.pid} on {r.node}: {where}")
+    lines += _locals_lines(capture)
     failed = [r for r in capture.ranks if r.state != "ok"]
     if failed or capture.errors:
         lines += ["", "Errors:"]
         lines += [f"  {r.label} (pid {r.pid} on {r.node}): {r.state}: {r.error}" for r in failed]
         lines += [f"  node {e.node}: {e.error}" for e in capture.errors]
     return "\n".join(lines) + "\n"
+
+
+def _locals_lines(capture: StackCapture, max_per_rank: int = 30) -> list[str]:
+    """With --locals: each rank's main-thread variables, innermost frame first."""
+    lines: list[str] = []
+    for r in capture.ranks:
+        main = r.main_thread
+        if main is None or not main.locals:
+            continue
+        lines += ["", f"Locals of {r.label} (pid {r.pid} on {r.node}), main thread:"]
+        shown = 0
+        for frame, variables in zip(main.frames, main.locals, strict=False):
+            if not variables:
+                continue
+            lines.append(f"  {_frame_line(frame)}")
+            for v in variables:
+                lines.append(f"      {v['name']} = {v['repr']}")
+                shown += 1
+            if shown >= max_per_rank:
+                lines.append("      ...")
+                break
+    return lines
