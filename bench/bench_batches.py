@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
 
 MEASURE = r"""
 import json, os, sys, time
@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="write the dump here and keep it")
     args = parser.parse_args()
 
-    from areal_console.core import batch_fixtures as bf
+    from tests.fixtures import batch_dumps as bf
 
     tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="bench-batches-")
     directory = Path(args.keep or tmp.name)  # type: ignore[union-attr]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
 
 from areal_console.core.fleet import Fleet  # noqa: E402
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw  # noqa: E402
@@ -33,8 +33,8 @@ from areal_console.core.stacks.merge import analyse  # noqa: E402
 from areal_console.core.stacks.model import build_capture  # noqa: E402
 from areal_console.core.stacks.report import capture_json  # noqa: E402
 from areal_console.core.targets import NodeSpec  # noqa: E402
-from areal_console.scenarios import start_scenario  # noqa: E402
-from areal_console.scenarios.hang import rank_script  # noqa: E402
+
+from tests.fixtures.hang import rank_script, start_scenario  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "pyspy"
 RANKS_PER_NODE = 8
@@ -189,7 +189,6 @@ def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
     """32 ranks on the sshd test cluster: the loop on each node in turn vs one capture."""
     import uuid
 
-    sys.path.insert(0, str(ROOT))
     from tests.cluster import TestCluster, skip_reason
 
     reason = skip_reason()
@@ -208,7 +207,7 @@ def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
         tempfile.TemporaryDirectory(prefix="bench-stacks-") as tmp,
         TestCluster(tmp, nodes=nodes) as cluster,
     ):
-        script = rank_script("cleanup_deadlock", marker, str(ROOT / "tui"))
+        script = rank_script("cleanup_deadlock", marker, str(ROOT))
         t0 = time.perf_counter()
         with cluster.start_gloo_job(ranks_per_node=ranks_per_node, script=script, timeout=900):
             print(f"  job up in {time.perf_counter() - t0:.0f}s")

@@ -1,6 +1,6 @@
 """Re-record the py-spy fixtures in tests/data/pyspy/ from the real hang scenarios.
 
-    PYTHONPATH=tui:agents python scripts/record_pyspy_fixtures.py [PATTERN ...]
+    PYTHONPATH=tui:agents:. python scripts/record_pyspy_fixtures.py [PATTERN ...]
 
 Each scenario runs as a real 4-rank gloo job on this machine; the local agent captures
 it exactly as `areal-console stacks` does, and the raw capture (agent `sample` records
@@ -16,7 +16,8 @@ from pathlib import Path
 from areal_console.core.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw
 from areal_console.core.targets import NodeSpec
-from areal_console.scenarios.hang import PATTERNS, start_scenario
+
+from tests.fixtures.hang import PATTERNS, start_scenario
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "pyspy"
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from areal_console.app import ConsoleApp
-from areal_console.core import batch_fixtures as bf
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import HISTORY, NodeView, RecordedMonitor
@@ -24,6 +23,8 @@ from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.token_view import TokenView
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log
+
+from tests.fixtures import batch_dumps as bf
 
 DATA = Path(__file__).resolve().parent / "data"
 

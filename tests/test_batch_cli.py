@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from areal_console.core import batch_fixtures as bf
 from areal_console.core.batch_source import RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import local_node
+
+from tests.fixtures import batch_dumps as bf
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 import torch
-from areal_console.core import batch_fixtures as bf
 from areal_console.core import batches as b
 from areal_console.core.batches import BatchError, UnsafePickleError
+
+from tests.fixtures import batch_dumps as bf
 
 
 @pytest.fixture(scope="module")

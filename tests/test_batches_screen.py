@@ -7,13 +7,15 @@ from typing import Any
 
 import pytest
 import torch
-from areal_console.core import batch_fixtures as bf
 from areal_console.screens.batches import BatchesScreen, filter_rows
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
+from areal_console.styles import STYLESHEET
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
 from textual.app import App
 from textual.widgets import DataTable, Static
+
+from tests.fixtures import batch_dumps as bf
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +29,8 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class Host(App[None]):
+    CSS_PATH = STYLESHEET
+
     def __init__(self, screen: BatchesScreen) -> None:
         super().__init__()
         self.batches = screen

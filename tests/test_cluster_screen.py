@@ -121,8 +121,9 @@ async def test_killed_agent_shows_the_node_down_then_reconnects(gloo_job: GlooJo
 
 async def test_s_captures_the_filtered_job_and_diagnoses_it() -> None:
     """From the Cluster screen: filter to one hung job, press `s`, read the diagnosis."""
-    from areal_console.scenarios.hang import start_scenario
     from areal_console.screens.stacks import StacksScreen
+
+    from tests.fixtures.hang import start_scenario
 
     job = start_scenario("collective_mismatch", nproc=2)
     try:

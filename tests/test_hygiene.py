@@ -6,6 +6,7 @@ import ast
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import areal_console.core as core
 from areal_agent import AGENT_PATH
@@ -37,3 +38,45 @@ def test_agent_module_level_imports_are_stdlib_only() -> None:
             top_level.add(node.module.split(".")[0])
     assert top_level, "no imports found: the check would be vacuous"
     assert top_level <= set(sys.stdlib_module_names) | {"__future__"}, top_level
+
+
+def test_no_core_dump_is_tracked() -> None:
+    """A crashed daemon's core file once slipped into a commit; .gitignore keeps them out."""
+    root = Path(__file__).resolve().parent.parent
+    tracked = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    assert "tui/areal_console/app.py" in tracked
+    dumps = []
+    for name in filter(None, tracked):
+        path = root / name
+        if not path.is_file():
+            continue
+        with path.open("rb") as fh:
+            head = fh.read(18)
+        # ELF magic, then e_type (bytes 16-17, little-endian) 4 = ET_CORE.
+        if head[:4] == b"\x7fELF" and head[16:18] == b"\x04\x00":
+            dumps.append(name)
+    assert dumps == []
+    ignored = subprocess.run(
+        ["git", "-C", str(root), "check-ignore", "-q", "--no-index", "tests/core"], check=False
+    )
+    assert ignored.returncode == 0, "core files must be ignored"
+
+
+def test_installed_package_holds_no_test_code() -> None:
+    """Scenarios and dump writers live under tests/; the shipped package never imports them."""
+    package = Path(core.__path__[0]).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "tests"]
+    assert (package / "app.py").exists()
+    assert offenders == []
+    assert not (package / "scenarios").exists()
+    assert not (package / "core" / "batch_fixtures.py").exists()

@@ -17,6 +17,7 @@ from areal_console.core.targets import local_node
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.screens.jobs import JobsScreen, merge_jobs
 from areal_console.screens.replay_dialog import ReplayDialog
+from areal_console.styles import STYLESHEET
 from textual.app import App
 from textual.widgets import DataTable, Input, Label, Static
 
@@ -62,6 +63,8 @@ def fleet(home: Path) -> Iterator[Fleet]:
 
 
 class Host(App[None]):
+    CSS_PATH = STYLESHEET
+
     def __init__(self, screen_factory: Callable[[], Any]) -> None:
         super().__init__()
         self.screen_factory = screen_factory

@@ -9,6 +9,7 @@ import pytest
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.screens.jobs import JobsScreen
+from areal_console.styles import STYLESHEET
 from textual.app import App
 
 PLAN = {
@@ -20,6 +21,8 @@ PLAN = {
 
 
 class JobsHost(App[None]):
+    CSS_PATH = STYLESHEET
+
     def on_mount(self) -> None:
         self.push_screen(JobsScreen(Fleet([]), poll=3600))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import SlurmJob, parse_squeue_lines
 from areal_console.screens.slurm_jobs import SlurmJobsScreen
+from areal_console.styles import STYLESHEET
 from textual.app import App
 from textual.widgets import DataTable, Label
 
@@ -19,6 +20,8 @@ def recorded_jobs(all_users: bool) -> list[SlurmJob]:
 
 
 class SlurmApp(App[None]):
+    CSS_PATH = STYLESHEET
+
     def __init__(self, list_jobs) -> None:  # type: ignore[no-untyped-def]
         super().__init__()
         self.list_jobs = list_jobs

@@ -339,6 +339,8 @@ def test_json_matches_schema_and_round_trips(fixtures: dict[str, Any]) -> None:
         "state",
         "error",
         "progressing",
+        "job",
+        "server",
         "threads",
     }
     assert set(rank["threads"][0]) == {"name", "tid", "idle", "frames"}
@@ -396,7 +398,7 @@ def test_save_list_open_and_corrupt_files(tmp_path: Path) -> None:
 
 
 def test_unknown_scenario_pattern_is_refused() -> None:
-    from areal_console.scenarios import start_scenario
+    from tests.fixtures.hang import start_scenario
 
     with pytest.raises(ValueError, match="unknown pattern"):
         start_scenario("deadlock-of-the-week")

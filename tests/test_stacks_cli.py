@@ -15,8 +15,9 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw, take_capture
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
-from areal_console.scenarios import PATTERNS, ScenarioJob, start_scenario
 from conftest import run_cli
+
+from tests.fixtures.hang import PATTERNS, ScenarioJob, start_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -207,6 +208,7 @@ def test_capture_is_parallel_and_saved(jobs: dict[str, ScenarioJob]) -> None:
 async def test_screen_captures_a_live_job(jobs: dict[str, ScenarioJob]) -> None:
     """The Stacks screen taking a real capture through the local agent, end to end."""
     from areal_console.screens.stacks import StacksScreen
+    from areal_console.styles import STYLESHEET
     from areal_console.widgets.rank_group_table import RankGroupTable
     from textual.app import App
 
@@ -215,6 +217,8 @@ async def test_screen_captures_a_live_job(jobs: dict[str, ScenarioJob]) -> None:
     screen = StacksScreen(recapture=lambda: take_capture(fleet, options))
 
     class StacksApp(App[None]):
+        CSS_PATH = STYLESHEET
+
         def on_mount(self) -> None:
             self.push_screen(screen)
 

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.scenarios.hang import rank_script
+
+from tests.fixtures.hang import rank_script
 
 cluster_lib = pytest.importorskip("tests.cluster", reason="needs the sshd test cluster helpers")
 GlooJob = cluster_lib.GlooJob
@@ -30,7 +31,7 @@ def job(cluster: TestCluster) -> Iterator[GlooJob]:
     for node in cluster.nodes:
         if not node.running:
             node.start()
-    script = rank_script("cleanup_deadlock", MARKER, str(REPO / "tui"))
+    script = rank_script("cleanup_deadlock", MARKER, str(REPO))
     with cluster.start_gloo_job(
         ranks_per_node=RANKS_PER_NODE, script=script, timeout=180
     ) as running:

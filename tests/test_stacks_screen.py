@@ -7,17 +7,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-import areal_console.scenarios.hang as hang_module
 import pytest
 from areal_console.core.stacks.model import StackCapture, build_capture
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.screens.stacks import StacksScreen
+from areal_console.styles import STYLESHEET
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
 from textual.app import App
 from textual.widgets import Input, Static
+
+import tests.fixtures.hang as hang_module
 
 DATA = Path(__file__).parent / "data" / "pyspy"
 HANG_PY = str(Path(hang_module.__file__).resolve())
@@ -71,6 +73,8 @@ def big_capture(world: int) -> StackCapture:
 
 
 class StacksApp(App[None]):
+    CSS_PATH = STYLESHEET
+
     def __init__(self, screen: StacksScreen) -> None:
         super().__init__()
         self.stacks_screen = screen

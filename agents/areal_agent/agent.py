@@ -37,6 +37,45 @@ RANK_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES",
+    # Ranks set by other launchers: Slurm (`srun python ...`), Open MPI, MPICH/Intel MPI.
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+)
+
+# AReaL single-controller workers (`python3 -m areal.infra.rpc.rpc_server --role R
+# --worker-index N ...`, areal/infra/scheduler/local.py:777-814 at AReaL cbff54d6). RANK,
+# WORLD_SIZE and MASTER_* reach them later over HTTP (`POST /set_env`), never in their
+# /proc environment; the controller sets RANK = the worker's index in its role
+# (areal/infra/controller/train_controller.py:336-343).
+RPC_SERVER_MODULE = "areal.infra.rpc.rpc_server"
+TRAINING_ROLES = frozenset({"actor", "ref", "critic", "teacher"})
+AREAL_ROLES = TRAINING_ROLES | {"rollout", "eval-rollout", "data", "proxy-rollout"}
+# Inference servers: module -> (kind, default port). AReaL builds their command lines with
+# `get_py_cmd(module, args)` (areal/api/cli_args.py:2007-2022, 2121, 2255); both remote
+# engines check health with `GET /health` (areal/engine/sglang_remote.py:374-376,
+# areal/engine/vllm_remote.py:258-260).
+SERVER_MODULES = {
+    "areal.v2.inference_service.sglang.launch_server": ("sglang", 30000),
+    "areal.experimental.inference_service.sglang.launch_server": ("sglang", 30000),
+    "areal.engine.awex.sglang_plugin": ("sglang", 30000),
+    "sglang.launch_server": ("sglang", 30000),
+    "areal.engine.vllm_ext.areal_vllm_server": ("vllm", 8000),
+    "vllm.entrypoints.openai.api_server": ("vllm", 8000),
+}
+HEALTH_PATH = "/health"
+HEALTH_TIMEOUT = 1.0  # seconds per poll
+HEALTH_TTL = 3.0  # a poll younger than this is reused
+# Programs that only wrap a worker: LocalScheduler runs each one as `/bin/bash -c "ENV
+# stdbuf -oL python3 -m ... 2>&1 | tee -a LOG >(stdbuf -oL sed ... >> merged.log)"`
+# (areal/infra/utils/proc.py:26-121).
+WRAPPER_EXES = frozenset(
+    {"bash", "sh", "dash", "zsh", "stdbuf", "tee", "sed", "env", "nohup", "setsid", "timeout"}
 )
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -120,33 +159,102 @@ def is_python(cmdline: list[str], comm: str) -> bool:
     )
 
 
+def flag_value(cmdline: list[str], name: str) -> str | None:
+    """The value of `--name V` or `--name=V` on a command line (the last one wins)."""
+    found = None
+    for i, arg in enumerate(cmdline):
+        if arg == name and i + 1 < len(cmdline):
+            found = cmdline[i + 1]
+        elif arg.startswith(name + "="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def python_module(cmdline: list[str]) -> str | None:
+    """The module a Python command line runs with `-m` (None: a script or not Python)."""
+    for i, arg in enumerate(cmdline[1:], start=1):
+        if arg == "-m" and i + 1 < len(cmdline):
+            return cmdline[i + 1]
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:]
+        if arg == "-c" or not arg.startswith("-"):
+            return None
+    return None
+
+
+def _exe(cmdline: list[str]) -> str:
+    return os.path.basename(cmdline[0]) if cmdline else ""
+
+
+def is_agent(cmdline: list[str]) -> bool:
+    """An areal-console agent (ours or another user's): never part of a job."""
+    return len(cmdline) > 2 and cmdline[1] == "-c" and "areal-console" in cmdline[2]
+
+
+def is_wrapper_exe(cmdline: list[str]) -> bool:
+    return _exe(cmdline) in WRAPPER_EXES
+
+
+def server_kind(cmdline: list[str]) -> tuple[str, int] | None:
+    """(kind, default port) of an inference server command line."""
+    module = python_module(cmdline)
+    if module in SERVER_MODULES:
+        return SERVER_MODULES[module]
+    if _exe(cmdline) == "vllm" and len(cmdline) > 1 and cmdline[1] == "serve":
+        return ("vllm", 8000)
+    return None
+
+
 def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
-    """A role from the command line: launcher, AReaL rpc_server role, inference server, rank."""
-    joined = " ".join(cmdline)
-    if "areal.infra.rpc.rpc_server" in joined or ("rpc_server" in joined and "--role" in cmdline):
-        if "--role" in cmdline:
-            idx = cmdline.index("--role")
-            if idx + 1 < len(cmdline):
-                return cmdline[idx + 1]
-        for arg in cmdline:
-            if arg.startswith("--role="):
-                return arg.split("=", 1)[1]
-        return "rpc_server"
-    if "sglang.launch_server" in joined:
-        return "sglang"
-    if "vllm.entrypoints" in joined or (cmdline and os.path.basename(cmdline[0]) == "vllm"):
-        return "vllm"
-    exe = os.path.basename(cmdline[0]) if cmdline else ""
+    """A role from the command line: AReaL worker role, inference server, launcher, rank."""
+    if is_wrapper_exe(cmdline):
+        joined = " ".join(cmdline)
+        if RPC_SERVER_MODULE in joined or any(m in joined for m in SERVER_MODULES):
+            return "wrapper"  # a shell around a worker or server, not the worker
+        return None
+    if python_module(cmdline) == RPC_SERVER_MODULE:
+        return flag_value(cmdline, "--role") or "rpc_server"
+    kind = server_kind(cmdline)
+    if kind is not None:
+        return kind[0]
+    exe = _exe(cmdline)
     if (
         exe == "torchrun"
-        or "torch.distributed.run" in joined
-        or "torch.distributed.launch" in joined
+        or python_module(cmdline) in ("torch.distributed.run", "torch.distributed.launch")
         or (len(cmdline) > 1 and os.path.basename(cmdline[1]) == "torchrun")
     ):
         return "launcher"
     if "RANK" in env:
         return "trainer"
     return None
+
+
+def env_rank(env: dict[str, str]) -> tuple[int | None, int | None, int | None]:
+    """(rank, local rank, world size) from the environment, whichever launcher set it."""
+    for rank_var, local_var, size_var in (
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+        ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", None, "PMI_SIZE"),
+    ):
+        rank = _to_int(env.get(rank_var))
+        if rank is not None:
+            local = _to_int(env.get(local_var)) if local_var else None
+            return rank, local, _to_int(env.get(size_var))
+    return None, _to_int(env.get("LOCAL_RANK")), _to_int(env.get("WORLD_SIZE"))
+
+
+def rpc_worker(cmdline: list[str]) -> dict[str, Any] | None:
+    """What an AReaL rpc_server command line says about its worker (None: not one)."""
+    if python_module(cmdline) != RPC_SERVER_MODULE:
+        return None
+    return {
+        "role": flag_value(cmdline, "--role"),
+        "worker_index": _to_int(flag_value(cmdline, "--worker-index")),
+        "experiment": flag_value(cmdline, "--experiment-name"),
+        "trial": flag_value(cmdline, "--trial-name"),
+        "fileroot": flag_value(cmdline, "--fileroot"),
+    }
 
 
 def parse_cuda_visible(value: str | None) -> list[int]:
@@ -238,14 +346,105 @@ class ProcessCollector:
             return None
 
 
+def _server_address(cmdline: list[str], default_port: int) -> dict[str, Any]:
+    host = flag_value(cmdline, "--host")
+    port = _to_int(flag_value(cmdline, "--port")) or default_port
+    # A server bound to every interface answers on loopback, where the agent is.
+    target = {None: "127.0.0.1", "": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(
+        host, host
+    )
+    shown = f"[{target}]" if target and ":" in target else target
+    return {"host": host, "port": port, "url": f"http://{shown}:{port}{HEALTH_PATH}"}
+
+
+def identify(p: dict[str, Any]) -> None:
+    """Role, rank, job and server address of one process, from its command line and env."""
+    cmdline, env = p["cmdline"], p["env"]
+    p["role"] = detect_role(cmdline, env)
+    rank, local_rank, world_size = env_rank(env)
+    if "RANK" not in env and not is_python(cmdline, p["comm"]):
+        rank = local_rank = world_size = None  # a shell inside an srun step is no rank
+    p.update(rank=rank, local_rank=local_rank, world_size=world_size, job=None)
+    p.update(worker_index=None, server=None)
+    worker = rpc_worker(cmdline)
+    if worker is not None:
+        index = worker["worker_index"]
+        # AReaL itself lets SLURM_PROCID override --worker-index (guard/app.py:565-571).
+        if _to_int(env.get("SLURM_PROCID")) is not None:
+            index = _to_int(env.get("SLURM_PROCID"))
+        p["worker_index"] = index
+        if worker["experiment"] is not None or worker["trial"] is not None:
+            p["job"] = f"{worker['experiment']}/{worker['trial']}"
+        training = worker["role"] in TRAINING_ROLES
+        p.update(rank=index if training else None, local_rank=0 if training else None)
+        p["world_size"] = None  # counted over the job's workers below
+        return
+    kind = server_kind(cmdline)
+    if kind is not None:
+        p["server"] = {"kind": kind[0], **_server_address(cmdline, kind[1])}
+
+
+def _link_job_tree(procs: dict[int, dict[str, Any]]) -> None:
+    """Wrappers, the controller and servers take the job of the workers they belong to."""
+    for p in procs.values():
+        if p["job"] is None or p["worker_index"] is None:
+            continue
+        # Up from a worker: its wrappers (bash, stdbuf), then the controller that started it.
+        cur = procs.get(p["ppid"])
+        seen = 0
+        while cur is not None and seen < 8:
+            seen += 1
+            if is_wrapper_exe(cur["cmdline"]):
+                cur["role"], cur["job"] = "wrapper", p["job"]
+            elif cur["worker_index"] is None and is_python(cur["cmdline"], cur["comm"]):
+                if cur["role"] is None:
+                    cur["role"] = "controller"
+                cur["job"] = cur["job"] or p["job"]
+                break
+            else:
+                break
+            cur = procs.get(cur["ppid"])
+    # Down: tee/sed of a wrapper, servers started by a worker (rollout workers start SGLang).
+    children: dict[int, list[dict[str, Any]]] = {}
+    for p in procs.values():
+        children.setdefault(p["ppid"], []).append(p)
+    stack = [p for p in procs.values() if p["job"] is not None]
+    while stack:
+        parent = stack.pop()
+        for child in children.get(parent["pid"], []):
+            if child["job"] is not None:
+                continue
+            if is_wrapper_exe(child["cmdline"]) and parent["role"] == "wrapper":
+                child["role"] = "wrapper"
+            elif child["server"] is None and child["role"] is None:
+                continue
+            child["job"] = parent["job"]
+            stack.append(child)
+    # World size of a training role: its workers in the same experiment/trial.
+    counts: dict[tuple[str, str], int] = {}
+    for p in procs.values():
+        if p["worker_index"] is not None and p["rank"] is not None:
+            key = (p["job"] or "", p["role"] or "")
+            counts[key] = counts.get(key, 0) + 1
+    for p in procs.values():
+        if p["worker_index"] is not None and p["rank"] is not None:
+            p["world_size"] = counts[(p["job"] or "", p["role"] or "")]
+
+
 def select_processes(procs: dict[int, dict[str, Any]], include_all: bool) -> list[int]:
-    """Training processes (rank vars or a known role); with include_all, every Python process."""
+    """Training processes (ranks, known roles, their wrappers and controller); with
+    include_all, every Python process too."""
+    for pid in [pid for pid, p in procs.items() if is_agent(p["cmdline"])]:
+        procs.pop(pid)
+    for p in procs.values():
+        identify(p)
+    _link_job_tree(procs)
     chosen = []
     for pid, p in procs.items():
-        role = detect_role(p["cmdline"], p["env"])
-        p["role"] = role
-        ranked = any(k in p["env"] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-        if ranked or role is not None or (include_all and is_python(p["cmdline"], p["comm"])):
+        ranked = p["rank"] is not None or any(
+            k in p["env"] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+        )
+        if ranked or p["role"] is not None or (include_all and is_python(p["cmdline"], p["comm"])):
             chosen.append(pid)
     return sorted(chosen)
 
@@ -262,15 +461,22 @@ def process_record(
     else:
         gpus = parse_cuda_visible(env.get("CUDA_VISIBLE_DEVICES"))
         gpu_memory = None
+    if "rank" in p:
+        rank, local_rank, world_size = p["rank"], p["local_rank"], p["world_size"]
+    else:
+        rank, local_rank, world_size = env_rank(env)
     return {
         "pid": p["pid"],
         "ppid": p["ppid"],
         "cmdline": " ".join(p["cmdline"]) or f"[{p['comm']}]",
-        "rank": _to_int(env.get("RANK")),
-        "local_rank": _to_int(env.get("LOCAL_RANK")),
-        "world_size": _to_int(env.get("WORLD_SIZE")),
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": world_size,
         "master_addr": env.get("MASTER_ADDR"),
         "role": p.get("role"),
+        "job": p.get("job"),
+        "worker_index": p.get("worker_index"),
+        "server": p.get("server"),
         "cpu_percent": p["cpu_percent"],
         "rss": rss,
         "state": p["state"],
@@ -279,6 +485,78 @@ def process_record(
         "env": dict(env),  # the rank variables only (RANK_VARS), for the process detail
         "env_error": p["env_error"],
     }
+
+
+class HealthPoller:
+    """`GET /health` of inference servers, with a short timeout; answers are reused for
+    HEALTH_TTL seconds and refreshed in the background, so a sample never waits on a
+    server it has already asked (only a server seen for the first time costs a poll)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._running: dict[str, threading.Thread] = {}
+
+    @staticmethod
+    def poll(url: str, timeout: float = HEALTH_TIMEOUT) -> dict[str, Any]:
+        import http.client
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(url)
+        started = time.monotonic()
+        result: dict[str, Any] = {"ok": False, "status": None, "error": None}
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        try:
+            conn.request("GET", parts.path or "/")
+            response = conn.getresponse()
+            response.read(4096)
+            result["status"] = response.status
+            result["ok"] = response.status == 200
+            if not result["ok"]:
+                result["error"] = f"HTTP {response.status} {response.reason}".strip()
+        except TimeoutError:
+            result["error"] = f"no answer within {timeout:g}s"
+        except ConnectionRefusedError:
+            result["error"] = "connection refused (nothing listens on that port)"
+        except (OSError, http.client.HTTPException) as exc:
+            result["error"] = str(exc) or type(exc).__name__
+        finally:
+            conn.close()
+        result["latency_ms"] = round(1000 * (time.monotonic() - started), 1)
+        result["checked_at"] = time.time()
+        return result
+
+    def _refresh(self, url: str) -> None:
+        result = self.poll(url)
+        with self._lock:
+            self._cache[url] = dict(result, _mono=time.monotonic())
+            self._running.pop(url, None)
+
+    def health(self, urls: list[str]) -> dict[str, dict[str, Any]]:
+        """The latest answer of each URL (first-time URLs are polled now, in parallel)."""
+        now = time.monotonic()
+        waits = []
+        with self._lock:
+            for url in set(urls):
+                cached = self._cache.get(url)
+                if (cached is None or now - cached["_mono"] > HEALTH_TTL) and (
+                    url not in self._running
+                ):
+                    thread = threading.Thread(
+                        target=self._refresh, args=(url,), name="health", daemon=True
+                    )
+                    self._running[url] = thread
+                    thread.start()
+                if cached is None:
+                    waits.append(self._running[url])
+        for thread in waits:
+            thread.join(HEALTH_TIMEOUT + 1.0)
+        with self._lock:
+            return {
+                url: {k: v for k, v in self._cache[url].items() if k != "_mono"}
+                for url in urls
+                if url in self._cache
+            }
 
 
 # --------------------------------------------------------------------------------------
@@ -477,6 +755,7 @@ class Agent:
         self._write_lock = threading.Lock()
         self.processes = ProcessCollector()
         self.gpus = GpuCollector()
+        self.health = HealthPoller()
         self._sample_lock = threading.Lock()
         self._streams: dict[int, threading.Event] = {}
         self._stream_ids = 0
@@ -580,6 +859,11 @@ class Agent:
             records = [
                 process_record(procs[pid], self.processes.rss(pid), gpu_use) for pid in chosen
             ]
+        servers = [r["server"] for r in records if r.get("server")]
+        if servers:
+            answers = self.health.health([srv["url"] for srv in servers])
+            for srv in servers:
+                srv["health"] = answers.get(srv["url"])
         return {
             "time": time.time(),
             "hostname": socket.gethostname(),
@@ -1117,6 +1401,107 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         if meta
         else {},
     }
+
+
+# --------------------------------------------------------------------------------------
+# Following a training log (AReaL's main.log / trainer.log) and finding a run's log files
+
+TAIL_MAX_BYTES = 4 << 20
+LOG_NAMES = ("main.log", "trainer.log", "merged.log")  # preferred first
+EVENT_PREFIX = "events.out.tfevents."
+
+
+def read_chunk(path: str, offset: int, ident: str | None, max_bytes: int) -> dict[str, Any]:
+    """Bytes of `path` from `offset`, at most `max_bytes`; never the whole file again.
+
+    `ident` ("dev:inode" from the previous call) detects rotation: a different file under
+    the same name is read from its start, as is a file that shrank (truncated). The caller
+    keeps `ident` and `next` for its next call.
+    """
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+    except FileNotFoundError:
+        return {"exists": False, "now": time.time()}
+    with fh:
+        st = os.fstat(fh.fileno())
+        current = f"{st.st_dev}:{st.st_ino}"
+        rotated = ident is not None and ident != current
+        truncated = not rotated and st.st_size < offset
+        if rotated or truncated or offset < 0:
+            offset = 0
+        fh.seek(offset)
+        data = fh.read(max(0, min(max_bytes, st.st_size - offset)))
+    return {
+        "exists": True,
+        "ident": current,
+        "offset": offset,
+        "next": offset + len(data),
+        "size": st.st_size,
+        "mtime": st.st_mtime,
+        "rotated": rotated,
+        "truncated": truncated,
+        "eof": offset + len(data) >= st.st_size,
+        "now": time.time(),
+        "utc_offset": int(time.localtime().tm_gmtoff),
+        "data": data,
+    }
+
+
+@op("file_tail")
+def op_file_tail(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    """Follow a file: the bytes after `offset` (zlib + base64 in `data`), bounded by `max_bytes`."""
+    import base64
+    import zlib
+
+    path = os.path.expanduser(_arg(args, "path", str, ""))
+    ident = args.get("ident")
+    if ident is not None and not isinstance(ident, str):
+        raise OpError("argument 'ident' must be a string or null")
+    limit = max(1, min(_arg(args, "max_bytes", int, TAIL_MAX_BYTES), 64 << 20))
+    try:
+        result = read_chunk(path, _arg(args, "offset", int, 0), ident, limit)
+    except IsADirectoryError:
+        raise OpError(f"{path} is a directory on this node, not a log file") from None
+    except OSError as exc:
+        raise OpError(f"cannot read {path}: {exc.strerror}") from None
+    if not result["exists"]:
+        raise OpError(f"no such file on this node: {path}")
+    result["data"] = base64.b64encode(zlib.compress(result["data"], 1)).decode()
+    result["path"] = path
+    return result
+
+
+def find_logs(path: str, max_depth: int = 3, limit: int = 64) -> dict[str, Any]:
+    """A run's log files and tensorboard event files at `path` (a file or a directory)."""
+    path = os.path.normpath(os.path.expanduser(path))
+    if os.path.isfile(path):
+        is_events = os.path.basename(path).startswith(EVENT_PREFIX)
+        return {"path": path, "kind": "file", "logs": [] if is_events else [path],
+                "events": [path] if is_events else []}  # fmt: skip
+    if not os.path.isdir(path):
+        raise OpError(f"no such file or directory on this node: {path}")
+    logs: list[str] = []
+    events: list[str] = []
+    base_depth = path.rstrip(os.sep).count(os.sep)
+    for root, dirs, files in os.walk(path):
+        if root.count(os.sep) - base_depth >= max_depth:
+            dirs[:] = []
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            if name.startswith(EVENT_PREFIX) and len(events) < limit:
+                events.append(full)
+            elif root == path and name.endswith(".log"):
+                logs.append(full)
+    rank = {name: i for i, name in enumerate(LOG_NAMES)}
+    logs.sort(key=lambda p: (rank.get(os.path.basename(p), len(LOG_NAMES)), p))
+    return {"path": path, "kind": "dir", "logs": logs, "events": events}
+
+
+@op("log_find")
+def op_log_find(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    """Where a run logs: `main.log`, `trainer.log`, `merged.log`, other `*.log`, event files."""
+    return find_logs(_arg(args, "path", str, ""))
 
 
 def main() -> None:

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
+from areal_console.core.metrics.health import thresholds_from
+from areal_console.core.metrics.locate import HealthTarget, job_logs_in
 from areal_console.core.monitor import FleetMonitor, NodeView
 from areal_console.core.replay import load_templates
 from areal_console.core.settings import Settings
@@ -29,10 +30,13 @@ from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
+from areal_console.screens.health import HealthScreen
 from areal_console.screens.help import HelpScreen
 from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
+from areal_console.styles import STYLESHEET
+from areal_console.workers import Ticket, WorkerHost, background, cancelled
 
 
 class Monitor(Protocol):
@@ -58,13 +62,15 @@ SCREENS = (
     ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
     ScreenEntry("batches", "Batches", "3", ("batch", "b")),
     ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
+    ScreenEntry("health", "Health", "5", ("metrics",)),
 )
 
 
-class ConsoleApp(App[None]):
+class ConsoleApp(WorkerHost, App[None]):
     """areal-console: live GPUs and ranks of a training job, one key from a diagnosis."""
 
     TITLE = "areal-console"
+    CSS_PATH = STYLESHEET
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
@@ -74,7 +80,7 @@ class ConsoleApp(App[None]):
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Show every key of this screen"),
         Binding("colon", "command_line", "Command", id="app.command", show=False,
-                tooltip="Type a command: :nodes :stacks :batches [PATH] :jobs :slurm [LOGIN] :theme NAME :q"),
+                tooltip="Type a command: :nodes :stacks :batches [PATH] :jobs :health [PATH] :slurm [LOGIN] :theme NAME :q"),
         Binding("1", "goto('nodes')", "Cluster", id="app.goto.nodes", show=False,
                 tooltip="The Cluster screen: nodes, GPUs, ranks"),
         Binding("2", "goto('stacks')", "Stacks", id="app.goto.stacks", show=False,
@@ -83,6 +89,8 @@ class ConsoleApp(App[None]):
                 tooltip="The Batches screen: dumped rollout batches"),
         Binding("4", "goto('jobs')", "Jobs", id="app.goto.jobs", show=False,
                 tooltip="The Jobs screen: replay runs and their logs"),
+        Binding("5", "goto('health')", "Health", id="app.goto.health", show=False,
+                tooltip="The Health screen: the run's metrics from AReaL's log, checks, stalls"),
         Binding("ctrl+t", "toggle_theme", "Theme", id="app.theme", show=False,
                 tooltip="Switch between the dark and light theme"),
     ]  # fmt: skip
@@ -99,6 +107,7 @@ class ConsoleApp(App[None]):
         batches_node: str | None = None,
         initial_filter: str = "",
         welcome: str | None = None,
+        health_target: HealthTarget | None = None,
     ) -> None:
         super().__init__()
         self.welcome = welcome
@@ -131,6 +140,9 @@ class ConsoleApp(App[None]):
             self.screen_factories["batches"] = self._new_batches_screen
         if fleet is not None:
             self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
+        self.health_target = health_target
+        if health_target is not None:
+            self.screen_factories["health"] = self._new_health_screen
 
     # lifecycle ------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -261,6 +273,46 @@ class ConsoleApp(App[None]):
         )  # fmt: skip
         self.push_screen(dialog, launched)
 
+    # training health --------------------------------------------------------------------
+    def _new_health_screen(self) -> HealthScreen:
+        assert self.health_target is not None
+        try:
+            thresholds = thresholds_from(self.settings.health)
+        except KeyError as exc:
+            self.notify(f"settings: unknown health threshold {exc.args[0]!r}", severity="error")
+            thresholds = None
+        return HealthScreen(self.health_target, thresholds=thresholds)
+
+    def open_health(self, target: HealthTarget) -> None:
+        """Follow `target`'s metrics in the Health screen (`:health PATH`, `h` on Cluster)."""
+        self.health_target = target
+        if self.current_mode == "health":
+            self.switch_mode("nodes")
+        if "health" in self._modes:
+            self.remove_mode("health")
+        self.register_screen("health", self._new_health_screen)
+        self.switch_mode("health")
+
+    def open_health_for_job(self, match: str | None) -> None:
+        """The job's log directory from its processes' command lines (the Cluster screen's
+        filter picks the job), else the run already open."""
+        for view in self.monitor.snapshot():
+            try:
+                found = job_logs_in(view.processes, str(view.hello.get("user") or ""), match)
+            except UserError:
+                found = None
+            if found:
+                node = None if self.fleet is None else view.name
+                self.open_health(HealthTarget(found, node, match))
+                return
+        if self.health_target is not None:
+            self.action_goto("health")
+            return
+        what = f"matching {match!r} " if match else ""
+        self.notify(f"No process {what}names its AReaL log directory (--fileroot, "
+                    "--experiment-name, --trial-name). Open a log with :health PATH.",
+                    severity="warning")  # fmt: skip
+
     # slurm ------------------------------------------------------------------------------
     def open_slurm_view(self, login: str | None = None) -> None:
         """`:slurm [LOGIN]`: your Slurm jobs; enter opens one's nodes in the Cluster screen."""
@@ -274,15 +326,14 @@ class ConsoleApp(App[None]):
 
         self.push_screen(SlurmJobsScreen(job_lister(make_runner(login))), chosen)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="slurm-open")
-    def _resolve_slurm_job(self, job_id: str, login: str | None) -> None:
+    @background("slurm-open", doing="finding the Slurm job's nodes",
+                retry="pick the job again in :slurm")  # fmt: skip
+    def _resolve_slurm_job(self, ticket: Ticket, job_id: str, login: str | None) -> None:
         from areal_console.core.slurm_targets import resolve_slurm_targets
 
-        try:
-            plan = resolve_slurm_targets(job_id, login=login)
-        except (UserError, OSError) as exc:
-            self.call_from_thread(self.notify, str(exc), severity="error")
-            return
+        plan = resolve_slurm_targets(job_id, login=login)
+        if cancelled():
+            return  # another job was picked meanwhile
         for note in plan.notes:
             self.call_from_thread(self.notify, note, severity="warning")
         self.call_from_thread(self.replace_targets, plan.specs)
@@ -295,7 +346,7 @@ class ConsoleApp(App[None]):
         self.monitor.start()
         old_monitor.stop()
         if old_fleet is not None:
-            self.run_worker(old_fleet.close, thread=True, group="close-fleet", exit_on_error=False)
+            self._close_fleet(old_fleet)
         fleet = self.fleet
         self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
         self.action_goto("nodes")
@@ -306,12 +357,18 @@ class ConsoleApp(App[None]):
         self._stacks_screen = None
         self.notify(f"Now watching {len(specs)} node(s)")
 
+    @background("close-fleet", doing="closing the old nodes' sessions", exclusive=False)
+    def _close_fleet(self, ticket: Ticket, fleet: Fleet) -> None:
+        fleet.close()
+
     # navigation -----------------------------------------------------------------------
     def action_goto(self, mode: str) -> None:
         entry = next((e for e in SCREENS if e.mode == mode), None)
         if mode not in self.screen_factories:
             if mode == "batches":
                 self.notify("Open a dump first: :batches PATH (a step_*.pt file or its directory)")
+            elif mode == "health":
+                self.open_health_for_job(self.capture_match)
             else:
                 title = entry.title if entry else mode
                 self.notify(f"The {title} screen needs live nodes.", severity="warning")
@@ -333,6 +390,9 @@ class ConsoleApp(App[None]):
             return
         if word in ("batches", "batch", "b") and rest.strip():
             self.open_batches(rest.strip(), self.batches_node)
+            return
+        if word in ("health", "metrics") and rest.strip():
+            self.open_health(HealthTarget(rest.strip()))
             return
         for entry in SCREENS:
             if word in (entry.mode, *entry.aliases):

@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "areal_console.commands.trainer",
     "areal_console.commands.replay",
     "areal_console.commands.slurm",
+    "areal_console.commands.metrics",
 ]
 
 

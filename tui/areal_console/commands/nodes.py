@@ -9,7 +9,7 @@ from typing import Any
 
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
-from areal_console.core.nodes import node_report
+from areal_console.core.nodes import node_report, server_text
 from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
@@ -122,7 +122,7 @@ def render_nodes(nodes: list[dict[str, Any]]) -> str:
                     _pct(p["cpu_percent"]),
                     format_bytes(p["rss"]),
                     ",".join(map(str, p["gpus"])) or "-",
-                    _truncate(p["cmdline"], 60),
+                    _truncate(_command(p), 60),
                 ]
                 for p in node["processes"]
             ]
@@ -135,6 +135,12 @@ def render_nodes(nodes: list[dict[str, Any]]) -> str:
             out.append("   no training processes (use --all for every Python process)")
         out.append("")
     return "\n".join(out)
+
+
+def _command(p: dict[str, Any]) -> str:
+    """The command line, led by a server's address and health or a worker's job."""
+    lead = server_text(p.get("server")) or (p.get("job") or "")
+    return f"[{lead}] {p['cmdline']}" if lead else str(p["cmdline"])
 
 
 def _pct(value: float | None) -> str:

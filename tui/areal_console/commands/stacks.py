@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UserError
+from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.targets import add_target_arguments, resolve_targets
 
 
@@ -62,6 +62,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--save", metavar="DIR", help="also write <id>.json and <id>.txt (report) into DIR"
     )
+    parser.add_argument(
+        "--import",
+        dest="import_files",
+        nargs="+",
+        metavar="FILE",
+        help=(
+            "read plain `py-spy dump` text instead of capturing: one file per rank (rank "
+            "from the file name, e.g. rank3.txt) or a loop's output with `==== PID N ====` "
+            "headers; saved, diagnosed and comparable like any capture"
+        ),
+    )
     saved = parser.add_argument_group("saved captures")
     saved.add_argument("--list", action="store_true", help="list saved captures")
     saved.add_argument(
@@ -84,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
         return _list(list_captures(), args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
-    capture = load_capture(args.open) if args.open else _capture(args)
+    if args.import_files:
+        capture = _import(args.import_files)
+    else:
+        capture = load_capture(args.open) if args.open else _capture(args)
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     if args.save:
@@ -135,6 +149,27 @@ def _capture(args: argparse.Namespace) -> Any:
         raise
     finally:
         fleet.close()
+    return capture
+
+
+def _import(files: list[str]) -> Any:
+    from areal_console.core.stacks.pyspy_text import import_text_dumps
+    from areal_console.core.stacks.store import new_capture_id, save_capture
+
+    paths = [Path(f) for f in files]
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"--import: {path} is not a file")
+    try:
+        capture = import_text_dumps(paths, new_capture_id())
+    except ValueError as exc:
+        raise UsageError(f"--import: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"--import: cannot read {exc.filename}: {exc.strerror}") from None
+    try:
+        save_capture(capture)  # saved before it is shown, as a live capture is
+    except OSError as exc:
+        capture.save_error = f"capture not saved: {exc}"
     return capture
 
 

@@ -15,6 +15,9 @@ PROCESS_KEYS = (
     "local_rank",
     "world_size",
     "role",
+    "job",
+    "worker_index",
+    "server",
     "cpu_percent",
     "rss",
     "state",
@@ -52,3 +55,18 @@ def node_report(name: str, host: str, result: Any) -> dict[str, Any]:
         "gpu_error": result.get("gpu_error"),
         "processes": [{k: p.get(k) for k in PROCESS_KEYS} for p in processes],
     }
+
+
+def server_text(server: dict[str, Any] | None) -> str:
+    """`127.0.0.1:30000 ok 2ms` / `... down: connection refused`: a server's address and
+    its last health answer ('' for a process that is no server)."""
+    if not server:
+        return ""
+    address = str(server.get("url") or "").removeprefix("http://").split("/", 1)[0]
+    health = server.get("health")
+    if not isinstance(health, dict):
+        return f"{address} health ?"
+    took = f" {health['latency_ms']:.0f}ms" if health.get("latency_ms") is not None else ""
+    if health.get("ok"):
+        return f"{address} ok{took}"
+    return f"{address} down: {health.get('error') or 'no answer'}{took}"

@@ -54,6 +54,10 @@ class Settings:
     replay_template: str = "reference"
     """The launch template the Batches screen's `r` dialog uses."""
 
+    health: dict[str, float] = field(default_factory=dict)
+    """Training-health thresholds over their defaults, e.g. `no_eos_ratio_max: 0.1`,
+    `stall_factor: 10` (names: docs/health.md)."""
+
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "theme": (str,),
@@ -65,6 +69,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "capture_interval": (int, float),
     "launch_templates": (dict,),
     "replay_template": (str,),
+    "health": (dict,),
 }
 
 
@@ -102,7 +107,9 @@ def load_settings(path: Path | None = None) -> Settings:
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             want = " or ".join(t.__name__ for t in types)
             raise UserError(f"{where}: {key} must be {want}, got {value!r}")
-        if isinstance(value, dict) and not all(
+        if key == "health":
+            _check_health(where, value)
+        elif isinstance(value, dict) and not all(
             isinstance(k, str) and isinstance(v, str) for k, v in value.items()
         ):
             raise UserError(f"{where}: {key} must map names to strings")
@@ -113,6 +120,25 @@ def load_settings(path: Path | None = None) -> Settings:
             f"{path}:{lines.get('refresh_interval', 1)}: refresh_interval must be >= 0.1"
         )
     return settings
+
+
+def _check_health(where: str, value: Any) -> None:
+    from areal_console.core.metrics.health import thresholds_from
+
+    for name, number in value.items():
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise UserError(f"{where}: health.{name} must be a number, got {number!r}")
+    try:
+        thresholds_from(value)
+    except KeyError as exc:
+        from dataclasses import fields as dc_fields
+
+        from areal_console.core.metrics.health import HealthThresholds
+
+        known = ", ".join(f.name for f in dc_fields(HealthThresholds))
+        raise UserError(
+            f"{where}: unknown health threshold {exc.args[0]!r} (known: {known})"
+        ) from None
 
 
 def _key_lines(node: Any) -> dict[str, int]:

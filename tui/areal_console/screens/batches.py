@@ -106,7 +106,6 @@ def compare_text(c: dict[str, Any]) -> Text:
 class BatchesScreen(Screen[None]):
     """Browse a dump file or directory; `fleet` + `node` read it on that node."""
 
-    CSS_PATH = "../styles/batches.tcss"
     BINDINGS = [
         Binding(
             "escape",

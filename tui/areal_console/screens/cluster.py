@@ -51,7 +51,6 @@ def status_text(
 class ClusterScreen(Screen[None]):
     """Live GPUs and processes of every node, refreshed about once a second."""
 
-    CSS_PATH = "../styles/cluster.tcss"
     BINDINGS = [
         Binding(
             "slash",
@@ -83,6 +82,14 @@ class ClusterScreen(Screen[None]):
             id="cluster.capture",
             tooltip="py-spy every rank of every node at once (only the filtered job's "
             "processes while a / filter is set), then diagnose the hang",
+        ),
+        Binding(
+            "h",
+            "health",
+            "Health",
+            id="cluster.health",
+            tooltip="Training health of the filtered job: its metrics from AReaL's log, the "
+            "guide's checks, stalls",
         ),
         Binding(
             "a",
@@ -308,6 +315,10 @@ class ClusterScreen(Screen[None]):
     def action_capture(self) -> None:
         match = re.escape(self.text_filter) if self.text_filter else None
         self.console.action_capture_stacks(match=match)
+
+    def action_health(self) -> None:
+        match = re.escape(self.text_filter) if self.text_filter else None
+        self.console.open_health_for_job(match)
 
     def action_toggle_all(self) -> None:
         self.show_all = not self.show_all

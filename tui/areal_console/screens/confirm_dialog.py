@@ -12,7 +12,6 @@ from textual.widgets import Label
 class ConfirmDialog(ModalScreen[bool]):
     """Dismisses with True on `y`, False on `n` or `esc`."""
 
-    CSS_PATH = "../styles/confirm_dialog.tcss"
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes", tooltip="Confirm and go ahead"),
         Binding("n", "answer(False)", "No", id="confirm.no", tooltip="Cancel"),

@@ -11,19 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.message import Message
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Label, Log, Static
 
 from areal_console.core import jobs
+from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.vim_table import VimTable
+from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
 COLUMNS = ("job", "node", "state", "exit", "steps", "gpus", "verification")
 POLL_SECONDS = 1.0
@@ -106,10 +107,9 @@ def merge_jobs(
     return sorted(by_key.values(), key=lambda r: (-(r.launched_at or 0), r.node, r.job_id))
 
 
-class JobsScreen(Screen[None]):
+class JobsScreen(WorkerHost, Screen[None]):
     """Replays and other jobs on every node: state, exit code, verification, live log."""
 
-    CSS_PATH = "../styles/jobs.tcss"
     BINDINGS = [
         Binding(
             "slash",
@@ -158,24 +158,6 @@ class JobsScreen(Screen[None]):
         ),
     ]
 
-    class JobsRefreshed(Message):
-        def __init__(self, records: list[jobs.JobRecord]) -> None:
-            super().__init__()
-            self.records = records
-
-    class LogTail(Message):
-        def __init__(self, key: str, lines: list[str], error: str | None) -> None:
-            super().__init__()
-            self.key = key
-            self.lines = lines
-            self.error = error
-
-    class Notice(Message):
-        def __init__(self, text: str, severity: str = "information") -> None:
-            super().__init__()
-            self.text = text
-            self.severity = severity
-
     def __init__(self, fleet: Fleet, *, read_only: bool = False, poll: float = POLL_SECONDS):
         super().__init__()
         self.fleet = fleet
@@ -187,7 +169,9 @@ class JobsScreen(Screen[None]):
         self._verifying: set[str] = set()
         self.marked: set[str] = set()
         self._log_key: str | None = None
-        self._timer: Timer | None = None
+        # Hidden (another screen shown), the Jobs screen neither asks the nodes nor
+        # rewrites job files; a failed poll is retried later, not given up.
+        self.polls = PollChain(self, self.refresh_jobs, group="jobs-poll", interval=poll)
         self._wanted: str | None = None  # a job to put the cursor on once it is listed
 
     def compose(self) -> ComposeResult:
@@ -207,12 +191,14 @@ class JobsScreen(Screen[None]):
         table.focus()
         self.refresh_jobs()
 
-    # polling: one refresh at a time, the next scheduled when the last one landed ----------
-    @work(thread=True, exclusive=True, exit_on_error=False, group="jobs-poll")
-    def refresh_jobs(self) -> None:
+    # polling: one refresh at a time, the next armed when the last one ended (PollChain) ---
+    @background("jobs-poll", doing="reading every node's jobs", retry="press r to refresh")
+    def refresh_jobs(self, ticket: Ticket) -> None:
         answers: dict[str, list[dict[str, Any]] | str] = {}
         for node, result in self.fleet.call_all("jobs", timeout=15).items():
             answers[node] = result.error if isinstance(result, NodeFailure) else result["jobs"]
+        if cancelled():
+            return
         known = jobs.load_jobs()
         launched_here = {(r.node, r.job_id) for r in known}
         records = merge_jobs(known, answers)
@@ -222,31 +208,17 @@ class JobsScreen(Screen[None]):
                     jobs.refresh_slurm(r)  # Slurm, not a node's agent, knows these
                 except Exception as exc:
                     r.error = f"Slurm: {exc}"
+        if cancelled():
+            return  # a newer refresh writes the files
         for r in records:
             if (r.node, r.job_id) in launched_here:
                 jobs.save_job(r)  # the console's copy follows the node's state
-        self.post_message(self.JobsRefreshed(records))
-        key = self._log_key
-        if key is not None:
-            self._tail(key)
-
-    def _tail(self, key: str) -> None:
-        record = self.records.get(key)
-        if record is None:
-            return
-        try:
-            session = self.fleet.session(record.node)
-        except KeyError:
-            self.post_message(self.LogTail(key, [], f"node {record.node} is not connected"))
-            return
-        try:
-            lines = jobs.tail(session, record.job_id, TAIL_LINES)
-            self.post_message(self.LogTail(key, lines, None))
-        except Exception as exc:
-            self.post_message(self.LogTail(key, [], str(exc) or exc.__class__.__name__))
+        self.post_message(JobsRefreshed(records, ticket=ticket))
 
     @on(JobsRefreshed)
     def _refreshed(self, message: JobsRefreshed) -> None:
+        if not self.fresh(message):
+            return
         self.records = {jobs_row.key: jobs_row.record for jobs_row in map(JobRow, message.records)}
         self._draw()
         for row in map(JobRow, message.records):
@@ -259,9 +231,8 @@ class JobsScreen(Screen[None]):
             ):
                 self._verifying.add(row.key)
                 self.verify_job(row.key)
-        if self._timer is not None:
-            self._timer.stop()
-        self._timer = self.set_timer(self.poll, self.refresh_jobs)
+        if self._log_key is not None:
+            self.follow_log(self._log_key)
 
     def _draw(self) -> None:
         table = self.query_one("#jobs-table", DataTable)
@@ -338,7 +309,7 @@ class JobsScreen(Screen[None]):
 
     @on(LogTail)
     def _log_tail(self, message: LogTail) -> None:
-        if message.key != self._log_key:
+        if not self.fresh(message) or message.key != self._log_key:
             return
         log = self.query_one("#jobs-log", Log)
         log.clear()
@@ -351,7 +322,7 @@ class JobsScreen(Screen[None]):
 
     @on(Notice)
     def _notice(self, message: Notice) -> None:
-        self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
+        self.notify(message.text, severity=message.severity)
 
     def show_job(self, node: str, job_id: str) -> None:
         """Put the cursor and the log pane on this job (one just launched) once listed."""
@@ -366,9 +337,23 @@ class JobsScreen(Screen[None]):
         self._log_key = self.selected
         self.follow_log(self.selected)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="jobs-tail")
-    def follow_log(self, key: str) -> None:
-        self._tail(key)
+    @background("jobs-tail", doing="reading the job's log", retry="press enter to try again")
+    def follow_log(self, ticket: Ticket, key: str) -> None:
+        record = self.records.get(key)
+        if record is None:
+            return
+        try:
+            session = self.fleet.session(record.node)
+        except KeyError:
+            error = f"node {record.node} is not connected"
+            self.post_message(LogTail(key, [], error, ticket=ticket))
+            return
+        try:
+            lines = jobs.tail(session, record.job_id, TAIL_LINES)
+        except Exception as exc:  # shown in the log pane, where the user looks for it
+            self.post_message(LogTail(key, [], str(exc) or exc.__class__.__name__, ticket=ticket))
+            return
+        self.post_message(LogTail(key, lines, ticket=ticket))
 
     def action_refresh(self) -> None:
         self.refresh_jobs()
@@ -432,38 +417,36 @@ class JobsScreen(Screen[None]):
 
         self.app.push_screen(ConfirmDialog(question), answered)
 
-    @work(thread=True, exclusive=False, exit_on_error=False, group="jobs-stop")
-    def stop_job(self, key: str) -> None:
+    @background("jobs-stop", doing="stopping a job", retry="press s to try again",
+                exclusive=False)  # fmt: skip
+    def stop_job(self, ticket: Ticket, key: str) -> None:
         record = self.records.get(key)
         if record is None:
             return
         try:
             jobs.stop(self.fleet.session(record.node), record)
-            self.post_message(self.Notice(f"{record.job_id}: {record.state}"))
         except Exception as exc:
-            self.post_message(self.Notice(f"stop failed: {exc}", "error"))
-        self.app.call_from_thread(self.refresh_jobs)
+            raise UserError(f"{record.job_id} on {record.node}: {exc}") from exc
+        finally:
+            self.app.call_from_thread(self.refresh_jobs)
+        self.post_message(Notice(f"{record.job_id}: {record.state}"))
 
     def action_verify(self) -> None:
         if self.selected is not None:
             self.verify_job(self.selected)
 
-    @work(thread=True, exclusive=False, exit_on_error=False, group="jobs-verify")
-    def verify_job(self, key: str) -> None:
+    @background("jobs-verify", doing="verifying a replay", retry="press v to try again",
+                exclusive=False)  # fmt: skip
+    def verify_job(self, ticket: Ticket, key: str) -> None:
         record = self.records.get(key)
         if record is None:
             return
         try:
             result = jobs.verify_job(self.fleet.session(record.node), record)
         except Exception as exc:
-            self.post_message(self.Notice(f"verification failed: {exc}", "error"))
-            return
+            raise UserError(f"{record.job_id} on {record.node}: {exc}") from exc
         if result is None:
-            self.post_message(
-                self.Notice(f"{record.job_id}: no metrics to verify for this template")
-            )
+            self.post_message(Notice(f"{record.job_id}: no metrics to verify for this template"))
             return
-        self.post_message(
-            self.Notice(result.summary, "information" if result.matched else "warning")
-        )
+        self.post_message(Notice(result.summary, "information" if result.matched else "warning"))
         self.app.call_from_thread(self.refresh_jobs)

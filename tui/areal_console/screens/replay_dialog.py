@@ -47,7 +47,6 @@ class NodeFacts:
 class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
 
-    CSS_PATH = "../styles/replay_dialog.tcss"
     BINDINGS = [
         Binding(
             "enter",

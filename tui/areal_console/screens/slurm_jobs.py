@@ -28,7 +28,6 @@ class SlurmJobsScreen(Screen[str | None]):
     The app opens the chosen job in the Cluster screen (`--slurm-job` targets).
     """
 
-    CSS_PATH = "../styles/slurm_jobs.tcss"
     BINDINGS = [
         Binding(
             "enter",

@@ -31,7 +31,6 @@ class StacksScreen(Screen[None]):
     """One capture, analysed. Give it a `StackCapture`, or a `recapture` callable that
     takes (and saves) a new one; `r` calls it again. All analysis runs in workers."""
 
-    CSS_PATH = "../styles/stacks.tcss"
     BINDINGS = [
         Binding(
             "space",

@@ -12,7 +12,6 @@ from textual.widgets import Button, Static
 class TrustPickleDialog(ModalScreen[bool]):
     """Dismisses with True only on an explicit yes; the default answer is no."""
 
-    CSS_PATH = "../styles/batches.tcss"
     BINDINGS = [
         Binding(
             "y",

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.text import Text
 
-from areal_console.core.nodes import process_sort_key
+from areal_console.core.nodes import process_sort_key, server_text
 from areal_console.core.textfmt import format_bytes
 from areal_console.widgets.vim_table import VimTable
 
@@ -25,7 +25,15 @@ COLUMNS = (
     ("cmd", "COMMAND"),
 )
 
-ROLE_STYLE = {"launcher": "cyan", "trainer": "", "actor": "magenta", "sglang": "blue"}
+ROLE_STYLE = {
+    "launcher": "cyan",
+    "controller": "cyan",
+    "wrapper": "dim",
+    "trainer": "",
+    "actor": "magenta",
+    "sglang": "blue",
+    "vllm": "blue",
+}
 
 
 def row_key(node: str, pid: int) -> str:
@@ -39,18 +47,25 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
     role = p.get("role") or "-"
     rank = p.get("rank")
     world = p.get("world_size")
+    server = p.get("server")
+    health = server.get("health") if isinstance(server, dict) else None
+    role_style = ROLE_STYLE.get(role, "")
+    if isinstance(health, dict) and not health.get("ok"):
+        role_style = "bold red"  # an inference server that does not answer /health
+    address = server_text(server)
+    command = p.get("cmdline") or ""
     return {
         "node": node,
         "rank": f"{rank}/{world}" if rank is not None and world is not None else opt(rank),
         "local": opt(p.get("local_rank")),
-        "role": Text(role, style=ROLE_STYLE.get(role, ""), justify="left"),
+        "role": Text(role, style=role_style, justify="left"),
         "pid": str(p["pid"]),
         "cpu": "-" if p.get("cpu_percent") is None else f"{p['cpu_percent']:.0f}",
         "rss": format_bytes(p.get("rss")),
         "gpumem": format_bytes(p.get("gpu_memory")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
         "state": Text(p.get("state") or "?", style="bold red" if p.get("state") == "Z" else ""),
-        "cmd": one_line(p.get("cmdline") or "")[:CMD_WIDTH],
+        "cmd": one_line(f"[{address}] {command}" if address else command)[:CMD_WIDTH],
     }
 
 
@@ -145,5 +160,5 @@ def _display_order(cells: tuple[str | Text, ...]) -> tuple[int, int, str, int]:
 def _matches(node: str, p: dict[str, Any], text_filter: str) -> bool:
     if not text_filter:
         return True
-    hay = f"{node} {p.get('rank')} {p.get('role')} {p['pid']} {p.get('cmdline')}".lower()
+    hay = f"{node} {p.get('rank')} {p.get('role')} {p.get('job')} {p['pid']} {p.get('cmdline')}".lower()
     return text_filter.lower() in hay

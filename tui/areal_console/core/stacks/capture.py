@@ -18,8 +18,21 @@ from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.store import new_capture_id, save_capture
 
-# Roles of non-rank processes that belong to a job and are worth a stack.
-JOB_ROLES = frozenset({"launcher", "sglang", "vllm", "rpc_server"})
+# Roles of non-rank processes that belong to a job and are worth a stack: launchers,
+# inference servers, AReaL's single-controller controller and its non-training workers.
+JOB_ROLES = frozenset(
+    {
+        "launcher",
+        "sglang",
+        "vllm",
+        "rpc_server",
+        "controller",
+        "rollout",
+        "eval-rollout",
+        "data",
+        "proxy-rollout",
+    }
+)
 
 Progress = Callable[[str], None]
 
@@ -67,10 +80,18 @@ def select_job_processes(
         parent = by_pid.get(p.get("ppid"))
         if parent is None or parent["pid"] in chosen or parent.get("rank") is not None:
             continue
+        if parent.get("role") == "wrapper":
+            continue  # a shell around the rank: dumping it would dump the rank again
         if "python" in str(parent.get("cmdline") or "") or parent.get("role") == "launcher":
             chosen[parent["pid"]] = dict(parent, role=parent.get("role") or "launcher")
     for p in processes:
         if p["pid"] not in chosen and p.get("role") in JOB_ROLES and wanted(p):
+            chosen[p["pid"]] = p
+    # The rest of a chosen AReaL job (experiment/trial): its servers and controller, whose
+    # command lines need not match.
+    jobs = {p.get("job") for p in chosen.values()} - {None}
+    for p in processes:
+        if p["pid"] not in chosen and p.get("job") in jobs and p.get("role") in JOB_ROLES:
             chosen[p["pid"]] = p
     return sorted(chosen.values(), key=lambda p: p["pid"])
 

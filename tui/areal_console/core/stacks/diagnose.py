@@ -3,6 +3,8 @@
 Patterns, checked in this order (the first that fits wins):
 - `progressing`: repeated samples differ, so the job is slow rather than hung.
 - `missing_ranks`: WORLD_SIZE promises ranks that no node shows (a rank died).
+- `rollout_stall`: AReaL's controller (or the data-parallel heads) wait for rollout
+  results while trainers idle or wait at a barrier (staleness control, a dead server).
 - `cleanup_deadlock`: some ranks are in a cleanup/exit path, others in the training loop.
 - `collective_mismatch`: ranks wait in different collectives or at different call sites.
 - `same_collective`: every rank waits in the same collective (network/NCCL, or a straggler).
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack
 
@@ -82,6 +85,35 @@ LAUNCH_BLOCKING = (
 )
 
 
+# Where AReaL waits for rollout results (at AReaL cbff54d6): the dispatcher's blocking
+# waits (areal/infra/workflow_executor.py:570 `wait_results`, :631 `wait_for_task`, :660
+# `active_submit_and_wait`), reached from `prepare_batch`/`rollout_batch`/`wait` of the
+# executor (:1307-1445), of the single-controller RolloutController
+# (areal/infra/controller/rollout_controller.py:981-1065) and of the SPMD coordinator that
+# runs rollout on data-parallel heads only (areal/infra/dist_rollout.py:152-260).
+ROLLOUT_WAITS = frozenset({"wait_results", "wait_for_task", "active_submit_and_wait"})
+ROLLOUT_ENTRIES = frozenset({"prepare_batch", "rollout_batch", "wait"})
+ROLLOUT_FILES = frozenset(
+    {
+        "workflow_executor.py",
+        "rollout_controller.py",
+        "dist_rollout.py",
+        "sglang_remote.py",
+        "vllm_remote.py",
+    }
+)
+# The dispatcher's producer thread parks here when it may not submit: no staleness or
+# concurrency capacity (StalenessManager.get_capacity() <= 0), rollout paused, or no input
+# (areal/infra/workflow_executor.py:460-473).
+ROLLOUT_PRODUCER_WAIT = "_get_next_task_for_submission"
+STALENESS_KEYS = (
+    "Raise `rollout.max_head_offpolicyness` (default 0: no rollout may run ahead of the "
+    "trained weights) and `rollout.max_concurrent_rollouts` (default: the consumer batch "
+    "size); AReaL's debugging guide: if they are not large enough 'the rollout process "
+    "will block indefinitely due to staleness control'"
+)
+
+
 @dataclass
 class Diagnosis:
     pattern: str
@@ -105,14 +137,9 @@ def _short(fn: str) -> str:
 
 
 def _is_library(frame: Frame) -> bool:
-    f = frame.file
-    return (
-        "/torch/" in f
-        or "site-packages" in f
-        or "dist-packages" in f
-        or "/lib/python3" in f
-        or f.startswith("<")
-    )
+    """Library code by package (torch and its deps, the stdlib, known infrastructure),
+    never by install location: AReaL's frames and pip-installed trainers are user code."""
+    return is_library_file(frame.file)
 
 
 def collective_frame(frames: Stack) -> Frame | None:
@@ -141,6 +168,36 @@ def cleanup_frame(frames: Stack) -> Frame | None:
         if name in CLEANUP_FUNCTIONS or any(w in name for w in CLEANUP_WORDS):
             return frame
     return None
+
+
+def _basename(path: str) -> str:
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def rollout_wait_frame(frames: Stack) -> Frame | None:
+    """The outermost AReaL frame waiting for rollout results (None: not waiting on rollout)."""
+    wait = entry = None
+    for frame in frames:  # leaf first: the first wait is the innermost one
+        if _basename(frame.file) not in ROLLOUT_FILES:
+            continue
+        name = _short(frame.function)
+        if name in ROLLOUT_WAITS and wait is None:
+            wait = frame
+        elif name in ROLLOUT_ENTRIES:
+            entry = frame  # keep the outermost: the call the trainer made
+    found = wait or entry
+    if found is None or collective_frame(frames) is not None:
+        return None  # a data-parallel peer in a broadcast: waiting at a barrier instead
+    return found
+
+
+def rollout_entry_frame(frames: Stack) -> Frame | None:
+    """The outermost `prepare_batch`/`rollout_batch`/`wait` of AReaL's rollout code."""
+    found = None
+    for frame in frames:
+        if _basename(frame.file) in ROLLOUT_FILES and _short(frame.function) in ROLLOUT_ENTRIES:
+            found = frame
+    return found
 
 
 def describe(frames: Stack) -> str:
@@ -243,6 +300,13 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
             ],
         )
 
+    cleanup = [g for g in groups if cleanup_frame(g.frames) is not None]
+    training = [g for g in groups if cleanup_frame(g.frames) is None]
+    if not cleanup:
+        stall = rollout_stall(analysis, failed_note)
+        if stall is not None:
+            return stall
+
     if not groups and failed:
         return Diagnosis(
             "none",
@@ -266,8 +330,6 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
             ],
         )
 
-    cleanup = [g for g in groups if cleanup_frame(g.frames) is not None]
-    training = [g for g in groups if cleanup_frame(g.frames) is None]
     if cleanup and training:
         c_ranks = sorted(r for g in cleanup for r in g.ranks)
         t_ranks = sorted(r for g in training for r in g.ranks)
@@ -344,7 +406,8 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
         return Diagnosis(
             "same_collective",
             "Ranks wait in one collective for a straggler",
-            f"{_ranks_word(main.ranks).capitalize()} wait in {describe(main.frames)}; "
+            f"{_ranks_word(main.ranks).capitalize()} {'waits' if main.size == 1 else 'wait'} "
+            f"in {describe(main.frames)}; "
             f"{_ranks_word(stragglers)} never got there.",
             _group_evidence(groups) + failed_note,
             [
@@ -362,4 +425,122 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
         "No rank is blocked in a collective or a cleanup path.",
         _group_evidence(groups[:5]) + failed_note,
         ["Capture again with --samples 3 --interval 2 to see whether the job moves"],
+    )
+
+
+def _in_coll(r: RankStack) -> bool:
+    return collective_frame(r.work_frames) is not None
+
+
+def _who(r: RankStack) -> str:
+    return r.label if r.rank is not None else f"the {r.role or 'process'} (pid {r.pid} on {r.node})"
+
+
+def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis | None:
+    """The controller (or the data-parallel heads) wait for rollout results while the
+    trainers sit idle or at a barrier: rollout is blocked, not training."""
+    capture = analysis.capture
+    waiting: list[tuple[RankStack, Frame]] = []
+    producer: list[tuple[RankStack, Frame]] = []
+    for r in capture.ranks:
+        if r.state != "ok" or r.server is not None:
+            continue
+        hit = rollout_wait_frame(r.work_frames)
+        if hit is None and r.rank is None:
+            for t in r.threads:  # the controller's waiting thread need not be its main one
+                hit = rollout_wait_frame(t.frames)
+                if hit is not None:
+                    break
+        if hit is not None:
+            waiting.append((r, hit))
+        for t in r.threads:
+            for frame in t.frames:
+                if _short(frame.function) == ROLLOUT_PRODUCER_WAIT:
+                    producer.append((r, frame))
+                    break
+    if not waiting:
+        return None
+    waiter_ids = {id(r) for r, _ in waiting}
+    others = [
+        r
+        for r in capture.rank_stacks
+        if r.rank is not None and id(r) not in waiter_ids and r.state == "ok"
+    ]
+    at_barrier = sorted(r.rank for r in others if r.rank is not None and _in_coll(r))
+    idle = sorted(r.rank for r in others if r.rank is not None and not _in_coll(r))
+    servers = [r for r in capture.ranks if r.server is not None]
+    bad = [r for r in servers if r.server is not None and r.server.ok is False]
+    names = ", ".join(_who(r) for r, _ in waiting[:4]) + (" ..." if len(waiting) > 4 else "")
+    first_rank, first = waiting[0]
+    entry = next(
+        (
+            e
+            for t in first_rank.threads
+            if first in t.frames and (e := rollout_entry_frame(t.frames))
+        ),
+        None,
+    )
+    under = f", called from {_short(entry.function)} ({entry.location})" if entry else ""
+    trainers = []
+    if at_barrier:
+        trainers.append(f"{_ranks_word(at_barrier)} wait at a barrier or broadcast")
+    if idle:
+        trainers.append(f"{_ranks_word(idle)} sit idle")
+    detail = (
+        f"{names} {'waits' if len(waiting) == 1 else 'wait'} for rollout results in "
+        f"{_short(first.function)} ({first.location}){under if entry != first else ''}"
+        + (f"; {' and '.join(trainers)}" if trainers else "")
+        + ". Training is not hung: rollout does not deliver. Either AReaL's staleness "
+        "control allows no new rollout, or the rollouts in flight never finish "
+        "(an inference server is down or stuck)."
+    )
+    evidence = []
+    for r, wait in waiting[:8]:
+        stack = next((t.frames for t in r.threads if wait in t.frames), r.work_frames)
+        outer = rollout_entry_frame(stack)
+        chain = (
+            f"{_short(outer.function)} ({outer.location}) -> " if outer and outer != wait else ""
+        )
+        evidence.append(f"{_who(r)}: {chain}{_short(wait.function)} ({wait.location})")
+    for r, frame in producer[:2]:
+        evidence.append(
+            f"{_who(r)}: the rollout producer thread waits in {_short(frame.function)} "
+            f"({frame.location}): it may not submit (no staleness or concurrency "
+            "capacity, rollout paused, or no input)"
+        )
+    if at_barrier:
+        evidence.append(f"{_ranks_word(at_barrier)}: at a barrier or broadcast")
+    if idle:
+        evidence.append(f"{_ranks_word(idle)}: idle, no collective")
+    for r in servers:
+        assert r.server is not None
+        evidence.append(
+            f"{r.server.kind} server {r.server.address} (pid {r.pid} on {r.node}): "
+            f"{r.server.health_text}"
+        )
+    suggestions = []
+    if bad:
+        listed = ", ".join(
+            f"{r.server.kind} {r.server.address} on {r.node}" for r in bad if r.server
+        )
+        suggestions.append(
+            f"Inference server(s) not healthy: {listed}. Rollouts cannot finish while a "
+            "server is down: read its log (the rollout role's log in the experiment's log "
+            "dir), restart it or the rollout workers"
+        )
+    suggestions.append(STALENESS_KEYS)
+    if not bad:
+        suggestions.append(
+            "Check that every inference server answers `GET /health` (`areal-console "
+            "nodes` polls them) and read the rollout workers' logs"
+        )
+    suggestions.append(
+        "Capture again with --samples 3: if the waiting stack moves, rollout is slow, not blocked"
+    )
+    return Diagnosis(
+        "rollout_stall",
+        "Rollout stall: the trainers wait for rollout results that do not come",
+        detail,
+        evidence + failed_note,
+        suggestions,
     )

@@ -96,6 +96,6 @@ def compare_captures(before: Any, after: Any) -> list[RankChange]:
         elif b is None:
             out.append(RankChange(rank, "vanished", None))
         else:
-            d = diff_stacks(a.main_frames, b.main_frames)
+            d = diff_stacks(a.work_frames, b.work_frames)
             out.append(RankChange(rank, "same" if d.equal else "changed", d))
     return out

@@ -78,7 +78,7 @@ def group_ranks(ranks: Iterable[RankStack]) -> list[RankGroup]:
     for r in ranks:
         if r.rank is None or r.state != "ok":
             continue
-        frames = r.main_frames
+        frames = r.work_frames
         group = by_stack.get(frames)
         if group is None:
             group = by_stack[frames] = RankGroup([], frames)
@@ -146,16 +146,17 @@ def build_tree(groups: list[RankGroup]) -> TreeNode:
 
 
 def thread_trees(capture: StackCapture, include_idle: bool) -> dict[str, TreeNode]:
-    """Every thread of every rank, one merged tree per thread name (main thread first)."""
+    """Every thread of every rank, one merged tree per thread name (work threads first)."""
     by_name: dict[str, dict[Stack, RankGroup]] = {}
     main_names: set[str] = set()
     for r in capture.ranks:
         if r.rank is None or r.state != "ok":
             continue
+        work = r.work_thread
         for t in r.threads:
-            if t.idle and not include_idle:
+            if t.idle and not include_idle and t is not work:
                 continue
-            if t.is_main:
+            if t is work:
                 main_names.add(t.name)
             groups = by_name.setdefault(t.name, {})
             group = groups.get(t.frames)

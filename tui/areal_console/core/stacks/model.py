@@ -18,6 +18,9 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 MAIN_THREAD = "MainThread"
+# AReaL's single-controller workers run all engine work, and so every collective, in this
+# thread (areal/infra/rpc/guard/engine_blueprint.py:166 at AReaL cbff54d6).
+ENGINE_THREADS = frozenset({"EngineWorker"})
 
 # Leaf functions of threads that are parked waiting for work: hidden unless asked for.
 IDLE_LEAVES = frozenset(
@@ -119,6 +122,60 @@ def frame_variables(raw_frames: list[dict[str, Any]]) -> list[list[dict[str, Any
 
 
 @dataclass
+class ServerInfo:
+    """An inference server's address and its last `GET /health` answer (from the agent)."""
+
+    kind: str  # sglang | vllm
+    url: str
+    host: str | None = None
+    port: int | None = None
+    ok: bool | None = None  # None: not polled
+    status: int | None = None
+    latency_ms: float | None = None
+    error: str | None = None
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://").split("/", 1)[0]
+
+    @property
+    def health_text(self) -> str:
+        if self.ok is None:
+            return "health not known"
+        took = f" in {self.latency_ms:g} ms" if self.latency_ms is not None else ""
+        return f"healthy{took}" if self.ok else f"unhealthy: {self.error or 'no answer'}{took}"
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ServerInfo | None:
+        if not isinstance(raw, dict) or not raw.get("url"):
+            return None
+        polled = raw.get("health")
+        health: dict[str, Any] = polled if isinstance(polled, dict) else {}
+        return cls(
+            kind=str(raw.get("kind") or "server"),
+            url=str(raw["url"]),
+            host=raw.get("host"),
+            port=raw.get("port"),
+            ok=health.get("ok", raw.get("ok")),
+            status=health.get("status", raw.get("status")),
+            latency_ms=health.get("latency_ms", raw.get("latency_ms")),
+            error=health.get("error", raw.get("error")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "url": self.url,
+            "host": self.host,
+            "port": self.port,
+            "ok": self.ok,
+            "status": self.status,
+            "latency_ms": self.latency_ms,
+            "error": self.error,
+        }
+
+
+@dataclass
 class RankStack:
     """One process of the job (a rank, or a launcher/server with `rank` None)."""
 
@@ -133,6 +190,9 @@ class RankStack:
     error: str | None = None
     progressing: bool | None = None
     threads: list[Thread] = field(default_factory=list)
+    job: str | None = None  # AReaL experiment/trial, when the command line says
+    server: ServerInfo | None = None
+    _work: list[Thread | None] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @property
     def main_thread(self) -> Thread | None:
@@ -142,9 +202,33 @@ class RankStack:
         return self.threads[0] if self.threads else None
 
     @property
-    def main_frames(self) -> Stack:
+    def work_thread(self) -> Thread | None:
+        """The thread doing the job's work: the one inside torch.distributed (the main
+        thread first), else an engine thread (AReaL's `EngineWorker`), else the main thread."""
+        if self._work and self._work[0] in self.threads:
+            return self._work[0]
+        self._work[:] = [self._pick_work_thread()]
+        return self._work[0]
+
+    def _pick_work_thread(self) -> Thread | None:
         main = self.main_thread
-        return main.frames if main is not None else ()
+        if main is not None and in_distributed(main.frames):
+            return main
+        for t in self.threads:
+            if in_distributed(t.frames):
+                return t
+        for t in self.threads:
+            if t.name in ENGINE_THREADS:
+                return t
+        return main
+
+    @property
+    def work_frames(self) -> Stack:
+        """Frames of `work_thread`: what groups, diffs and the diagnosis compare."""
+        work = self.work_thread
+        return work.frames if work is not None else ()
+
+    main_frames = work_frames  # the name older callers use
 
     @property
     def label(self) -> str:
@@ -164,6 +248,8 @@ class RankStack:
             "state": self.state,
             "error": self.error,
             "progressing": self.progressing,
+            "job": self.job,
+            "server": self.server.to_json() if self.server else None,
         }
         if with_threads:
             doc["threads"] = [t.to_json() for t in self.threads]
@@ -278,10 +364,23 @@ def parse_pyspy_threads(
     return threads
 
 
+def is_distributed_frame(frame: Frame) -> bool:
+    """A frame of torch.distributed (by path, whatever the install location)."""
+    f = frame.file
+    return "torch/distributed/" in f or "c10d" in f or "torch\\distributed\\" in f
+
+
+def in_distributed(frames: Stack) -> bool:
+    return any(is_distributed_frame(f) for f in frames)
+
+
 def is_idle_stack(frames: Stack) -> bool:
-    """A thread parked in a wait (pool workers, queues, selectors) and not doing work."""
+    """A thread parked in a wait (pool workers, queues, selectors) and not doing work;
+    a wait inside torch.distributed (`recv`, `wait` of a collective) is work."""
     if not frames:
         return True
+    if is_distributed_frame(frames[0]):
+        return False
     return frames[0].function.rsplit(".", 1)[-1] in IDLE_LEAVES
 
 
@@ -347,6 +446,8 @@ def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankSta
         world_size=proc.get("world_size"),
         role=proc.get("role"),
         cmdline=str(proc.get("cmdline") or ""),
+        job=proc.get("job"),
+        server=ServerInfo.from_json(proc.get("server")),
         **extra,
     )
 
@@ -422,6 +523,8 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
                 error=r.get("error"),
                 progressing=r.get("progressing"),
                 threads=threads,
+                job=r.get("job"),
+                server=ServerInfo.from_json(r.get("server")),
             )
         )
     return StackCapture(

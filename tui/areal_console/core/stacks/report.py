@@ -92,9 +92,11 @@ def text_report(
     if others:
         lines += ["", "Other job processes:"]
         for r in others:
-            leaf = r.main_frames[0] if r.main_frames else None
+            leaf = r.work_frames[0] if r.work_frames else None
             where = _frame_line(leaf) if leaf else "no frames"
-            lines.append(f"  {r.role or 'process'} pid {r.pid} on {r.node}: {where}")
+            extra = f" [{r.server.address}: {r.server.health_text}]" if r.server else ""
+            job = f" of {r.job}" if r.job else ""
+            lines.append(f"  {r.role or 'process'}{job} pid {r.pid} on {r.node}{extra}: {where}")
     lines += _locals_lines(capture)
     failed = [r for r in capture.ranks if r.state != "ok"]
     if failed or capture.errors:

@@ -1,0 +1,45 @@
+"""Stand-in for `python3 -m areal.v2.inference_service.sglang.launch_server --host H --port
+P ...` (tests only): answers `GET /health` as SGLang's HTTP server does (AReaL's remote
+engine asks that path: areal/engine/sglang_remote.py:374-376 at cbff54d6). With
+STUB_HEALTH=unhealthy it answers 503, with STUB_HEALTH=hang it accepts and never answers,
+with STUB_HEALTH=dead it never listens (a server still loading, or wedged)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODE = os.environ.get("STUB_HEALTH", "healthy")
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if MODE == "hang":
+            time.sleep(3600)
+        code = 200 if MODE == "healthy" and self.path == "/health" else 503
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    args, _ = parser.parse_known_args()
+    if MODE == "dead":
+        while True:
+            time.sleep(3600)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+"""AReaL as it runs: single-controller workers, their wrappers and controller, inference
+servers and their health, ranks from Slurm/MPI launchers, and the stacks of all of them.
+
+The processes are real: `tests/jobs/areal_controller.py` starts workers exactly as AReaL's
+LocalScheduler does (a `/bin/bash -c "... stdbuf -oL python -m areal.infra.rpc.rpc_server
+... 2>&1 | tee -a LOG >(stdbuf -oL sed ...)"` per worker; areal/infra/scheduler/local.py:
+777-831, areal/infra/utils/proc.py:26-173 at AReaL cbff54d6), the stand-in modules under
+`tests/jobs/areal_stub/` run a real gloo job in a thread named `EngineWorker`
+(areal/infra/rpc/guard/engine_blueprint.py:166), and py-spy reads them for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from areal_console.app import ConsoleApp
+from areal_console.core.client import AgentClient
+from areal_console.core.fleet import Fleet
+from areal_console.core.targets import local_node
+from areal_console.core.transport import LocalChannel
+from areal_console.widgets.process_table import ProcessTable
+from conftest import JOBS, run_cli, wait_for
+
+STUB = JOBS / "areal_stub"
+
+
+class ArealRun:
+    """A controller and its workers; `mode` is `collective` or `rollout`."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        mode: str,
+        n_actors: int,
+        health: str = "healthy",
+        stub: Path = STUB,
+    ) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log = open(workdir / "controller.log", "wb")  # noqa: SIM115
+        env = {**os.environ, "PYTHONPATH": str(stub), "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(JOBS / "areal_controller.py"), str(workdir), mode,
+             str(n_actors), health],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+        ready = (
+            (lambda: len(list(workdir.glob("rank*.ready"))) == n_actors)
+            if mode == "collective"
+            else (lambda: (workdir / "controller.ready").exists())
+        )
+        try:
+            wait_for(lambda: ready() or self.proc.poll() is not None, 120, what="the AReaL run")
+        except TimeoutError:
+            self.stop()
+            raise
+        if self.proc.poll() is not None:
+            raise RuntimeError((workdir / "controller.log").read_text()[-3000:])
+
+    @property
+    def job(self) -> str:
+        return f"gsm8k-grpo/{self.workdir.name}"
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def collective_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
+    # AReaL as pip installs it: in site-packages, where its frames are still the user's code.
+    site = tmp_path_factory.mktemp("venv") / "lib" / "python3.11" / "site-packages"
+    shutil.copytree(STUB / "areal", site / "areal")
+    run = ArealRun(tmp_path_factory.mktemp("areal-sc"), "collective", 2, stub=site)
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+@pytest.fixture(scope="module")
+def rollout_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
+    run = ArealRun(tmp_path_factory.mktemp("areal-rollout"), "rollout", 2, health="unhealthy")
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+def job_processes(run: ArealRun) -> list[dict[str, Any]]:
+    out = run_cli("nodes", "--local", "--json")
+    assert out.returncode == 0, out.stderr
+    procs = json.loads(out.stdout)["nodes"][0]["processes"]
+    return [p for p in procs if p.get("job") == run.job]
+
+
+def environ_names(pid: int) -> set[str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return {entry.split(b"=", 1)[0].decode() for entry in raw.split(b"\0") if entry}
+
+
+def test_nodes_lists_single_controller_workers_with_role_rank_and_job(
+    collective_run: ArealRun,
+) -> None:
+    procs = job_processes(collective_run)
+    workers = sorted((p for p in procs if p["role"] == "actor"), key=lambda p: p["rank"])
+    assert [p["rank"] for p in workers] == [0, 1]
+    for p in workers:
+        # rank = --worker-index, world size = the actors of this experiment/trial, and
+        # LOCAL_RANK is 0 as AReaL's TrainController sets it (train_controller.py:342).
+        assert p["worker_index"] == p["rank"] and p["world_size"] == 2 and p["local_rank"] == 0
+        assert "-m areal.infra.rpc.rpc_server" in p["cmdline"] and "--role actor" in p["cmdline"]
+        # RANK reached the worker over POST /set_env: it is not in its /proc environment.
+        assert not {"RANK", "WORLD_SIZE", "MASTER_ADDR"} & environ_names(p["pid"])
+    controller = [p for p in procs if p["role"] == "controller"]
+    assert [p["pid"] for p in controller] == [collective_run.proc.pid]
+    assert controller[0]["rank"] is None
+    wrappers = [p for p in procs if p["role"] == "wrapper"]
+    kinds = sorted(p["cmdline"].split()[0].rsplit("/", 1)[-1] for p in wrappers)
+    assert kinds == ["bash", "bash", "sed", "sed", "tee", "tee"]
+    assert all(p["rank"] is None for p in wrappers)
+    bash = [p for p in wrappers if p["cmdline"].startswith("/bin/bash -c")]
+    assert {p["ppid"] for p in bash} == {collective_run.proc.pid}
+    assert {p["ppid"] for p in workers} == {p["pid"] for p in bash}
+    # Nothing else of this job claims a rank (the wrappers used to be listed as workers).
+    assert sorted(p["rank"] for p in procs if p["rank"] is not None) == [0, 1]
+
+
+def test_stacks_diagnose_the_collective_hang_in_the_engineworker_thread(
+    collective_run: ArealRun,
+) -> None:
+    out = run_cli("stacks", "--local", "--json", "--match", str(collective_run.workdir))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ranks = {r["rank"]: r for r in doc["ranks"] if r["rank"] is not None}
+    assert sorted(ranks) == [0, 1]
+    # The hang is in EngineWorker; MainThread serves HTTP and is not where the work is.
+    for r in ranks.values():
+        names = {t["name"] for t in r["threads"]}
+        assert {"MainThread", "EngineWorker"} <= names
+    engine0 = next(t for t in ranks[0]["threads"] if t["name"] == "EngineWorker")
+    group0 = next(g for g in doc["groups"] if g["ranks"] == [0])
+    assert group0["frames"] == engine0["frames"]
+    assert engine0["frames"][0]["function"] == "barrier"
+    diagnosis = doc["diagnosis"]
+    assert diagnosis["pattern"] == "same_collective", diagnosis
+    assert diagnosis["title"] == "Ranks wait in one collective for a straggler"
+    # AReaL's own frames are the call site (user code), not library code, though installed
+    # in site-packages beside torch: the evidence names train_batch, not torch's wrapper.
+    evidence0 = next(e for e in diagnosis["evidence"] if e.startswith("rank 0 (1): "))
+    assert evidence0.startswith("rank 0 (1): train_batch (") and "-> barrier (" in evidence0
+    assert "/site-packages/areal/infra/rpc/rpc_server.py:" in evidence0
+    assert any(e.startswith("rank 1 (1): slow_step (") for e in diagnosis["evidence"])
+    others = {r["role"] for r in doc["ranks"] if r["rank"] is None}
+    assert others == {"controller"}  # wrappers are not dumped (they would repeat the ranks)
+
+
+def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None:
+    server = json.loads((rollout_run.workdir / "server.json").read_text())
+    procs = job_processes(rollout_run)
+    sglang = [p for p in procs if p["role"] == "sglang"]
+    assert [p["pid"] for p in sglang] == [server["pid"]]
+    record = sglang[0]["server"]
+    assert record["url"] == f"http://127.0.0.1:{server['port']}/health"
+    assert record["health"]["ok"] is False and record["health"]["status"] == 503
+    assert {p["role"] for p in procs} >= {"controller", "actor", "rollout", "wrapper"}
+
+    out = run_cli("stacks", "--local", "--json", "--match", str(rollout_run.workdir))
+    assert out.returncode == 0, out.stderr
+    diagnosis = json.loads(out.stdout)["diagnosis"]
+    assert diagnosis["pattern"] == "rollout_stall", diagnosis
+    detail = diagnosis["detail"]
+    assert f"the controller (pid {rollout_run.proc.pid} " in detail
+    assert "waits for rollout results in wait_results (" in detail
+    assert "called from prepare_batch (" in detail and "ranks 0-1 sit idle" in detail
+    evidence = "\n".join(diagnosis["evidence"])
+    assert "prepare_batch" in evidence and "_get_next_task_for_submission" in evidence
+    assert f"sglang server 127.0.0.1:{server['port']}" in evidence
+    assert "unhealthy: HTTP 503" in evidence
+    suggestions = diagnosis["suggestions"]
+    assert f"sglang 127.0.0.1:{server['port']}" in suggestions[0]
+    keys = "\n".join(suggestions)
+    # Both keys exist in AReaL's InferenceEngineConfig (areal/api/cli_args.py:2487, 2502),
+    # the `rollout:` section of the experiment config (cli_args.py:3409).
+    assert (
+        "`rollout.max_head_offpolicyness`" in keys and "`rollout.max_concurrent_rollouts`" in keys
+    )
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_cluster_screen_shows_workers_controller_and_wrappers(
+    collective_run: ArealRun,
+) -> None:
+    from areal_console.screens.stacks import StacksScreen
+
+    node = local_node().name
+    procs = {p["pid"]: p for p in job_processes(collective_run)}
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        table = app.screen.query_one(ProcessTable)
+        keys = {f"{node}:{pid}" for pid in procs}
+        await until(lambda: keys <= {k.value for k in table.rows}, what="the job's rows")
+        for pid, p in procs.items():
+            key = f"{node}:{pid}"
+            assert str(table.get_cell(key, "role")) == p["role"]
+            expected = f"{p['rank']}/2" if p["role"] == "actor" else "-"
+            assert str(table.get_cell(key, "rank")) == expected
+        # `/` filters by the job (experiment/trial); `s` captures it and reads EngineWorker.
+        await pilot.press("slash", *collective_run.workdir.name, "enter")
+        await pilot.press("s")
+        await until(lambda: isinstance(app.screen, StacksScreen), what="the Stacks screen")
+        stacks = app.screen
+        assert isinstance(stacks, StacksScreen)
+        await until(lambda: stacks.diagnosis is not None, timeout=60, what="a diagnosis")
+        assert stacks.diagnosis is not None and stacks.diagnosis.pattern == "same_collective"
+
+
+def test_server_health_healthy_unhealthy_hung_and_dead(tmp_path: Path) -> None:
+    from tests.cluster import free_port
+
+    env = {**os.environ, "PYTHONPATH": str(STUB)}
+    servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
+    try:
+        for mode in ("healthy", "unhealthy", "hang", "dead"):
+            port = free_port()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "areal.v2.inference_service.sglang.launch_server",
+                 "--model-path", "stub-model", "--host", "127.0.0.1", "--port", str(port)],
+                env={**env, "STUB_HEALTH": mode}, start_new_session=True,
+            )  # fmt: skip
+            servers[mode] = (proc, port)
+        client = AgentClient(LocalChannel())
+        client.start()
+        try:
+
+            def listening() -> bool:
+                sample = client.request("sample")
+                by_pid = {p["pid"]: p for p in sample["processes"]}
+                return all(
+                    by_pid.get(proc.pid, {}).get("server", {}).get("health", {}).get("ok")
+                    for mode, (proc, _) in servers.items()
+                    if mode == "healthy"
+                )
+
+            wait_for(listening, 30, what="the healthy server to listen")
+            sample = client.request("sample")
+        finally:
+            client.close()
+        by_pid = {p["pid"]: p for p in sample["processes"]}
+        seen = {mode: by_pid[proc.pid] for mode, (proc, _) in servers.items()}
+        for mode, p in seen.items():
+            assert p["role"] == "sglang"
+            assert p["server"]["url"] == f"http://127.0.0.1:{servers[mode][1]}/health"
+        healthy = seen["healthy"]["server"]["health"]
+        assert healthy["ok"] is True and healthy["status"] == 200 and healthy["latency_ms"] < 1000
+        bad = seen["unhealthy"]["server"]["health"]
+        assert bad["ok"] is False and bad["status"] == 503 and bad["error"].startswith("HTTP 503")
+        hung = seen["hang"]["server"]["health"]
+        assert hung["ok"] is False and hung["error"] == "no answer within 1s"
+        dead = seen["dead"]["server"]["health"]
+        assert dead["ok"] is False and "connection refused" in dead["error"]
+    finally:
+        for proc, _ in servers.values():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_ranks_from_slurm_open_mpi_and_pmi_environments() -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        base.pop(key, None)
+    cases = {
+        "slurm": ({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8"}, (5, 1, 8)),
+        "ompi": (
+            {
+                "OMPI_COMM_WORLD_RANK": "3",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+                "OMPI_COMM_WORLD_SIZE": "4",
+            },
+            (3, 3, 4),
+        ),
+        "pmi": ({"PMI_RANK": "2", "PMI_SIZE": "6"}, (2, None, 6)),
+    }
+    procs = {
+        name: subprocess.Popen(sleeper, env={**base, **env}) for name, (env, _) in cases.items()
+    }
+    # A shell inside an srun step carries SLURM_PROCID too: it is no rank.
+    shell = subprocess.Popen(["/bin/sh", "-c", "sleep 600"], env={**base, "SLURM_PROCID": "0"})
+    client = AgentClient(LocalChannel())
+    client.start()
+    try:
+        wanted = {p.pid for p in procs.values()}
+        sample = wait_for(
+            lambda: (
+                (s := client.request("sample"))
+                and wanted <= {p["pid"] for p in s["processes"]}
+                and s
+            ),
+            30,
+            what="the three ranks",
+        )
+        by_pid = {p["pid"]: p for p in sample["processes"]}
+        for name, (_, expected) in cases.items():
+            p = by_pid[procs[name].pid]
+            assert (p["rank"], p["local_rank"], p["world_size"]) == expected, name
+        assert by_pid.get(shell.pid, {}).get("rank") is None
+    finally:
+        client.close()
+        for proc in [*procs.values(), shell]:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
+    collective_run: ArealRun, tmp_path: Path
+) -> None:
+    # AReaL's debugging guide, Step 2 (docs/en/best_practices/debugging.md:277-281), kept
+    # to this run's processes.
+    loop = (
+        "for pid in $(ps aux | grep 'python.*areal' | grep -v grep | grep -F \"$1\" "
+        "| awk '{print $2}'); do\n"
+        '    echo "========== PID $pid =========="\n'
+        "    py-spy dump --pid $pid\n"
+        "done"
+    )
+    text = subprocess.run(
+        ["/bin/bash", "-c", loop, "loop", str(collective_run.workdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+    ).stdout  # fmt: skip  (as a terminal shows it; a COLUMNS from the runner would cut ps)
+    (tmp_path / "pyspy.txt").write_text(text)
+    assert text.count("========== PID ") >= 5  # controller, two workers, two bash wrappers
+    out = run_cli("stacks", "--import", str(tmp_path / "pyspy.txt"), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert sorted(r["rank"] for r in doc["ranks"] if r["rank"] is not None) == [0, 1]
+    assert doc["diagnosis"]["pattern"] == "same_collective"
+    assert doc["diagnosis"]["title"] == "Ranks wait in one collective for a straggler"
+    assert {r["role"] for r in doc["ranks"] if r["rank"] is None} == {"controller", "wrapper"}

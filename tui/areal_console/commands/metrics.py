@@ -1,0 +1,174 @@
+"""`areal-console metrics`: a run's training metrics from AReaL's log, with the guide's checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from areal_console.core.errors import EXIT_OK, UsageError, UserError
+from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "metrics",
+        help="training health: a run's metrics from AReaL's log, checked against the guide",
+        description=(
+            "Read the metrics AReaL logs every step (the `Stats` table in main.log, "
+            "trainer.log or merged.log, or tensorboard event files) and check them the way "
+            "AReaL's performance guide says: importance weights near 1, truncation "
+            "(no_eos_ratios), sequence length growth, reward variance, flat reward, and "
+            "whether the run still makes progress. PATH is a log file or the run's log "
+            "directory (<fileroot>/logs/<user>/<experiment>/<trial>); with --job the "
+            "directory is found from the job's command lines on the target nodes."
+        ),
+    )
+    parser.add_argument("path", nargs="?", metavar="PATH", help="log file or log directory")
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--job",
+        metavar="REGEX",
+        help="find the log directory from the processes whose command line matches",
+    )
+    parser.add_argument("--node", metavar="NAME", help="the node that holds PATH")
+    parser.add_argument("--follow", action="store_true", help="keep reading as the run logs")
+    parser.add_argument(
+        "--interval", type=float, default=2.0, metavar="S", help="seconds between reads (--follow)"
+    )
+    parser.add_argument("--json", action="store_true", help="the report as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from areal_console.core.metrics.follow import LocalFiles, MetricsFollower, NodeFiles
+    from areal_console.core.metrics.health import thresholds_from
+    from areal_console.core.settings import load_settings
+
+    if not args.path and not args.job:
+        raise UsageError("metrics: give a log PATH, or --job REGEX with the job's nodes")
+    if args.interval <= 0:
+        raise UsageError("metrics: --interval must be positive")
+    thresholds = thresholds_from(load_settings().health)
+    remote = bool(args.hosts or args.inventory or args.slurm_job or args.job or args.node)
+    fleet = None
+    try:
+        if remote:
+            from areal_console.core.fleet import Fleet
+
+            fleet = Fleet(resolve_targets(args), **fleet_options(args))
+            session, path = _where(fleet, args)
+            follower = MetricsFollower(path, NodeFiles(session), thresholds)
+        else:
+            follower = MetricsFollower(args.path, LocalFiles(), thresholds)
+        follower.poll()
+        if not args.follow:
+            _print(follower, args.json)
+            return EXIT_OK
+        return _follow(follower, args)
+    finally:
+        if fleet is not None:
+            fleet.close()
+
+
+def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str]:
+    from areal_console.core.metrics.locate import find_job_logs
+
+    if args.path:
+        if args.node:
+            try:
+                return fleet.session(args.node), args.path
+            except KeyError:
+                names = ", ".join(s.name for s in fleet)
+                raise UsageError(
+                    f"metrics: no node {args.node!r} among the targets ({names})"
+                ) from None
+        if len(fleet) > 1:
+            raise UsageError("metrics: several nodes: say which holds PATH with --node NAME")
+        return fleet.sessions[0], args.path
+    session, found = find_job_logs(fleet, args.job)
+    print(f"note: {found.node}: {found.path}", file=sys.stderr)
+    return session, found.path
+
+
+def _follow(follower: Any, args: argparse.Namespace) -> int:
+    from areal_console.core.metrics.report import report_json
+
+    shown = -1
+    while True:
+        report = follower.report()
+        if len(report.steps) != shown or report.stall.stalled or follower.finished:
+            shown = len(report.steps)
+            if args.json:
+                sys.stdout.write(json.dumps(report_json(report)) + "\n")
+            else:
+                sys.stdout.write(_status_line(report) + "\n")
+            sys.stdout.flush()
+        if follower.finished:
+            return EXIT_OK
+        time.sleep(args.interval)
+        try:
+            follower.poll()
+        except UserError as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+
+
+def _status_line(report: Any) -> str:
+    from areal_console.core.metrics.health import GUIDE_METRICS
+
+    store = report.store
+    step = report.steps[-1] if report.steps else None
+    parts = [f"step {step}" if step is not None else "no step yet"]
+    for name in GUIDE_METRICS:
+        value = store.latest(name)
+        if value is not None:
+            parts.append(f"{name}={value:.4g}")
+    parts.append(report.stall.describe())
+    line = " ".join(parts)
+    for w in report.warnings:
+        line += f"\n  warning: {w.message}"
+    return line
+
+
+def _print(follower: Any, as_json: bool) -> None:
+    from areal_console.core.metrics.health import GUIDE_METRICS
+    from areal_console.core.metrics.report import iso, report_json, summarize
+    from areal_console.core.textfmt import render_table
+
+    report = follower.report()
+    if as_json:
+        json.dump(report_json(report), sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        return
+    steps = report.steps
+    print(f"source: {report.source}")
+    total = f" of {report.total_steps}" if report.total_steps else ""
+    span = f"{steps[0]}-{steps[-1]}" if steps else "none"
+    print(
+        f"steps:  {span} ({len(steps)} logged{total}); last at {iso(report.stall.last_step_at) or '-'}"
+    )
+    print(f"state:  {report.stall.describe()}")
+    summaries = {s.name: s for s in summarize(report.store, follower.thresholds.window)}
+    rows = []
+    for name in [n for n in GUIDE_METRICS if n in summaries]:
+        s = summaries[name]
+        rows.append([name, _fmt(s.latest), _fmt(s.minimum), _fmt(s.maximum),
+                     f"{s.trend:+.3g}", s.spark])  # fmt: skip
+    if rows:
+        print()
+        print(render_table(["metric", "latest", "min", "max", "trend", "last steps"], rows))
+    others = len(summaries) - len(rows)
+    if others:
+        print(f"\n   {others} more metrics (--json for every series)")
+    print()
+    if not report.warnings:
+        print("no warnings")
+    for w in report.warnings:
+        where = f" (step {w.step})" if w.step is not None else ""
+        print(f"warning{where}: {w.message}")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,263 @@
+"""Following a run's metrics: its log (or tensorboard files), here or on a node via the agent.
+
+Reads are offset-based and bounded (the agent's `file_tail` op, or the same function for
+local files): each poll reads only what was appended; a rotated or truncated file is read
+again from its start. Remote tensorboard files are mirrored chunk by chunk into a local
+cache file that the tensorboard loader follows.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from areal_agent.agent import OpError, find_logs, read_chunk
+
+from areal_console.core.errors import UserError
+from areal_console.core.metrics.health import HealthThresholds
+from areal_console.core.metrics.logparse import LogParser
+from areal_console.core.metrics.report import HealthReport, build_report
+from areal_console.core.metrics.store import MetricStore
+from areal_console.core.metrics.tboard import TensorboardReader
+
+CHUNK = 4 << 20
+
+
+class FileAccess(Protocol):
+    """Where the files are: this machine, or a node through its agent."""
+
+    node: str | None
+
+    def read(self, path: str, offset: int, ident: str | None, max_bytes: int) -> dict[str, Any]: ...
+    def find(self, path: str) -> dict[str, Any]: ...
+
+
+class LocalFiles:
+    node: str | None = None
+
+    def read(self, path: str, offset: int, ident: str | None, max_bytes: int) -> dict[str, Any]:
+        try:
+            result = read_chunk(path, offset, ident, max_bytes)
+        except OSError as exc:
+            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+        if not result["exists"]:
+            raise UserError(f"no such file: {path}")
+        return result
+
+    def find(self, path: str) -> dict[str, Any]:
+        try:
+            return find_logs(path)
+        except OpError as exc:
+            raise UserError(str(exc).replace(" on this node", "")) from None
+
+
+class Caller(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def call(self, op: str, args: dict[str, Any] | None = None, timeout: float = 30.0) -> Any: ...
+
+
+class NodeFiles:
+    """Files on a node, read by its agent (`file_tail`, `log_find`)."""
+
+    def __init__(self, session: Caller) -> None:
+        self.session = session
+        self.node: str | None = session.name
+
+    def read(self, path: str, offset: int, ident: str | None, max_bytes: int) -> dict[str, Any]:
+        result = dict(self._call("file_tail", {"path": path, "offset": offset, "ident": ident,
+                                                "max_bytes": max_bytes}))  # fmt: skip
+        result["data"] = zlib.decompress(base64.b64decode(result["data"]))
+        return result
+
+    def find(self, path: str) -> dict[str, Any]:
+        return dict(self._call("log_find", {"path": path}))
+
+    def _call(self, op: str, args: dict[str, Any]) -> Any:
+        try:
+            return self.session.call(op, args, timeout=60)
+        except Exception as exc:  # AgentError, AgentDisconnected, NodeUnavailable
+            raise UserError(f"{self.node}: {exc}") from None
+
+
+@dataclass
+class Tail:
+    """One followed file: where the next read starts."""
+
+    path: str
+    offset: int = 0
+    ident: str | None = None
+    size: int = 0
+
+    def read(self, files: FileAccess, max_bytes: int = CHUNK) -> dict[str, Any]:
+        result = files.read(self.path, self.offset, self.ident, max_bytes)
+        self.ident, self.offset, self.size = result["ident"], result["next"], result["size"]
+        return result
+
+
+class MetricsFollower:
+    """A run's metrics from `path` (a log file, an event file, or the run's log directory)."""
+
+    def __init__(
+        self,
+        path: str,
+        files: FileAccess | None = None,
+        thresholds: HealthThresholds | None = None,
+    ) -> None:
+        self.path = path
+        self.files: FileAccess = files or LocalFiles()
+        self.thresholds = thresholds or HealthThresholds()
+        self.store = MetricStore()
+        self.parser: LogParser | None = None
+        self.tensorboard: TensorboardReader | None = None
+        self.log: Tail | None = None
+        self.event_tails: list[tuple[Tail, str]] = []  # remote event file -> local mirror
+        self.source = ""
+        self._node_now: float | None = None
+        self._node_mono = 0.0
+        self._mirror_dir: str | None = None
+
+    # reading --------------------------------------------------------------------------
+    def open(self) -> None:
+        found = self.files.find(self.path)
+        where = f"{self.files.node}:" if self.files.node else ""
+        if found["logs"]:
+            self.log = Tail(found["logs"][0])
+            self.parser = LogParser(self.store)
+            self.source = where + self.log.path
+        elif found["events"]:
+            if self.files.node is None:
+                self.tensorboard = TensorboardReader(found["path"], self.store)
+            else:
+                self._mirror_dir = tempfile.mkdtemp(prefix="areal-console-tb-")
+                for i, remote in enumerate(found["events"]):
+                    local = os.path.join(self._mirror_dir, f"{i:03d}", os.path.basename(remote))
+                    os.makedirs(os.path.dirname(local))
+                    open(local, "wb").close()
+                    self.event_tails.append((Tail(remote), local))
+                self.tensorboard = TensorboardReader(self._mirror_dir, self.store)
+            self.source = where + found["path"]
+        else:
+            raise UserError(f"no AReaL log (main.log, trainer.log, merged.log, *.log) or "
+                            f"tensorboard events at {where}{found['path']}")  # fmt: skip
+
+    def poll(self, budget: int = 64 << 20) -> int:
+        """Read what was appended (at most `budget` bytes); returns how many new steps."""
+        if self.parser is None and self.tensorboard is None:
+            self.open()
+        before = len(self.store.steps)
+        if self.parser is not None and self.log is not None:
+            spent = 0
+            while spent < budget:
+                result = self.log.read(self.files, min(CHUNK, budget - spent))
+                self._clock(result)
+                if result["rotated"] or result["truncated"]:
+                    self.parser.reset()
+                if spent == 0 and self.parser.bytes_read == 0:
+                    self.parser.utc_offset = int(result.get("utc_offset", self.parser.utc_offset))
+                self.parser.feed(result["data"])
+                spent += len(result["data"])
+                if result["eof"] or not result["data"]:
+                    break
+        if self.tensorboard is not None:
+            for tail, local in self.event_tails:
+                while True:
+                    result = tail.read(self.files)
+                    self._clock(result)
+                    mode = "wb" if (result["rotated"] or result["truncated"]) else "ab"
+                    with open(local, mode) as fh:
+                        fh.write(result["data"])
+                    if result["eof"] or not result["data"]:
+                        break
+            self.tensorboard.poll()
+            if not self.event_tails:
+                self._node_now, self._node_mono = time.time(), time.monotonic()
+        return len(self.store.steps) - before
+
+    def _clock(self, result: dict[str, Any]) -> None:
+        self._node_now, self._node_mono = float(result["now"]), time.monotonic()
+
+    def node_now(self) -> float:
+        """The node's clock now (its last answer plus the time since)."""
+        if self._node_now is None:
+            return time.time()
+        return self._node_now + (time.monotonic() - self._node_mono)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.parser and self.parser.finished)
+
+    def report(self, now: float | None = None) -> HealthReport:
+        total = self.parser.total_steps if self.parser else None
+        return build_report(self.source or self.path, self.store, self.finished,
+                            self.node_now() if now is None else now, self.thresholds, total)  # fmt: skip
+
+    def close(self) -> None:
+        if self._mirror_dir:
+            import shutil
+
+            shutil.rmtree(self._mirror_dir, ignore_errors=True)
+            self._mirror_dir = None
+
+
+# Finding the log directory from a job's command lines --------------------------------
+
+FLAGS = {
+    "--fileroot": "fileroot",
+    "--experiment-name": "experiment",
+    "--trial-name": "trial",
+}
+OVERRIDES = {
+    "cluster.fileroot": "fileroot",
+    "stats_logger.fileroot": "fileroot",
+    "experiment_name": "experiment",
+    "trial_name": "trial",
+    "stats_logger.tensorboard.path": "tensorboard",
+}
+
+
+def run_identity(cmdline: str | list[str]) -> dict[str, str]:
+    """fileroot / experiment / trial (and the tensorboard path) from one command line.
+
+    Single-controller workers carry `--fileroot F --experiment-name E --trial-name T`
+    (areal/infra/rpc/guard/app.py:518-528 at cbff54d6); a controller or SPMD trainer carries AReaL's
+    config overrides `cluster.fileroot=F experiment_name=E trial_name=T`.
+    """
+    argv = cmdline.split() if isinstance(cmdline, str) else list(cmdline)
+    out: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in FLAGS:
+            if eq:
+                out[FLAGS[flag]] = value
+            elif i + 1 < len(argv):
+                out[FLAGS[flag]] = argv[i + 1]
+        elif eq and flag.lstrip("+") in OVERRIDES:
+            out[OVERRIDES[flag.lstrip("+")]] = value
+    return out
+
+
+def log_dir_of(identity: dict[str, str], user: str) -> str | None:
+    """AReaL's log directory: <fileroot>/logs/<user>/<experiment>/<trial> (stats_logger.py:179)."""
+    if not all(identity.get(k) for k in ("fileroot", "experiment", "trial")):
+        return None
+    return f"{identity['fileroot']}/logs/{user}/{identity['experiment']}/{identity['trial']}"
+
+
+def log_dir_from_processes(cmdlines: list[str], user: str) -> str | None:
+    """The first complete identity among a job's processes, as a log directory."""
+    merged: dict[str, str] = {}
+    for cmd in cmdlines:
+        identity = run_identity(cmd)
+        found = log_dir_of(identity, user)
+        if found:
+            return found
+        for k, v in identity.items():
+            merged.setdefault(k, v)
+    return log_dir_of(merged, user)

@@ -1,0 +1,78 @@
+"""Which node holds a job's AReaL logs, and where: from its processes' command lines."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from areal_console.core.errors import UsageError, UserError
+from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.metrics.follow import log_dir_from_processes, run_identity
+
+
+@dataclass(frozen=True)
+class JobLogs:
+    node: str
+    path: str
+    """The log directory (or the tensorboard directory when only that is known)."""
+    processes: int
+
+
+def job_logs_in(processes: list[dict[str, Any]], user: str, match: str | None) -> str | None:
+    """The log directory named by the command lines of the processes `match` selects."""
+    try:
+        pattern = re.compile(match) if match else None
+    except re.error as exc:
+        raise UsageError(f"bad --job regex {match!r}: {exc}") from None
+    cmdlines = [
+        str(p.get("cmdline") or "")
+        for p in processes
+        if pattern is None or pattern.search(str(p.get("cmdline") or ""))
+    ]
+    found = log_dir_from_processes(cmdlines, user)
+    if found:
+        return found
+    for cmd in cmdlines:
+        tensorboard = run_identity(cmd).get("tensorboard")
+        if tensorboard:
+            return tensorboard
+    return None
+
+
+def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs]:
+    """The first node whose processes (matching `match`) name an AReaL log directory."""
+
+    def look(session: NodeSession) -> tuple[str | None, int]:
+        sample = session.call("sample", {"all": True}, timeout=30)
+        procs = sample.get("processes", [])
+        user = str(session.hello.get("user") or "")
+        return job_logs_in(procs, user, match), len(procs)
+
+    results = fleet.fan_out(look)
+    errors = []
+    for session in fleet:
+        result = results.get(session.name)
+        if isinstance(result, NodeFailure):
+            errors.append(f"{session.name}: {result.error}")
+            continue
+        if result and result[0]:
+            return session, JobLogs(session.name, result[0], result[1])
+    what = f"matching {match!r} " if match else ""
+    detail = f" ({'; '.join(errors)})" if errors else ""
+    raise UserError(f"no process {what}names an AReaL log directory (--fileroot, "
+                    f"--experiment-name, --trial-name){detail}; give the log path instead")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HealthTarget:
+    """What the Health view follows: a path (on `node`, or here), or the job `match` selects."""
+
+    path: str | None = None
+    node: str | None = None
+    match: str | None = None
+
+    def describe(self) -> str:
+        if self.path:
+            return f"{self.node}:{self.path}" if self.node else self.path
+        return f"the job matching {self.match!r}" if self.match else "no run"

@@ -1,0 +1,218 @@
+"""An incremental parser of AReaL's metric log (main.log, merged.log, <role>.log, trainer.log).
+
+What AReaL writes per step (areal/utils/stats_logger.py:135-162 at cbff54d6):
+
+    (AReaL) 20250101-12:00:00.123 StatsLogger INFO: Epoch 1/3 Step 2/50 Train step 2/150 done.
+    (AReaL) 20250101-12:00:00.124 StatsLogger INFO: Stats (1/1):
+    (AReaL) 20250101-12:00:00.125 StatsLogger INFO:
+    ╒══════════════════════════╤═════════════╤═══ ...
+    │ ppo_actor/seq_len/avg    │  4.0000e+02 │ ...
+    ├──────────────────────────┼─────────────┼─── ...
+    ...
+    ╘══════════════════════════╧═════════════╧═══ ...
+
+The progress line is 1-based (N = global_step + 1); the table (areal/utils/printing.py:6-21)
+holds four key/value pairs per row in column-major order, values `%.4e`. Lines carry ANSI
+colour codes, and in `merged.log` a `[role]` prefix padded to 10 columns. Neither matters
+here: the patterns never span a colour code, and the table is cut at its `│` borders. At the
+end of a run AReaL logs `Training completes! Total time elapsed ...` (stats_logger.py:125).
+
+Speed: tables are not parsed line by line. A table is split at `│` in C, the border and
+separator segments are dropped with one slice deletion, and the values go through
+`map(float, ...)` into the store's arrays; key strings are decoded only when the layout
+changes.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+import time
+
+from areal_console.core.metrics.store import MetricStore
+
+PROGRESS = re.compile(rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\.")
+STATS = re.compile(rb"Stats \((\d+)/(\d+)\):")
+HEADS = re.compile(
+    rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\."
+    rb"|Stats \((\d+)/(\d+)\):"
+    rb"|Training completes!"
+)
+TIMESTAMP = re.compile(rb"(\d{4})(\d\d)(\d\d)-(\d\d):(\d\d):(\d\d)\.(\d{3}) ")
+BAR = "│".encode()
+TOP = "╒".encode()
+BOTTOM = "╘".encode()
+# The table's first line follows its log line within a few hundred bytes (more if another
+# process's lines got in between in merged.log); farther means this Stats record has none.
+TABLE_WINDOW = 8192
+
+
+def local_utc_offset() -> int:
+    """Seconds east of UTC of this machine's local time now."""
+    return int(time.localtime().tm_gmtoff)
+
+
+class LogParser:
+    """Feed it the log's bytes in any chunks; it fills a `MetricStore`.
+
+    Steps are AReaL's global steps (0-based), as tensorboard and wandb show them: the
+    progress line's `Train step N` is N - 1, and a commit of several stats dicts logs them at
+    consecutive steps from max(global_step, last + 1) (stats_logger.py:145-159).
+    `utc_offset` is the log writer's local time zone (log timestamps carry none).
+    """
+
+    def __init__(self, store: MetricStore | None = None, utc_offset: int | None = None) -> None:
+        self.store = store if store is not None else MetricStore()
+        self.utc_offset = local_utc_offset() if utc_offset is None else utc_offset
+        self.finished = False  # AReaL logged its completion line
+        self.finished_at: float | None = None
+        self.total_steps: int | None = None
+        self.last_step = -1
+        self._global: int | None = None  # from the latest progress line
+        self._base = 0
+        self._step_time = math.nan
+        self._pending = b""
+        self._layout_raw: list[bytes] = []
+        self._layout: tuple[str, ...] = ()
+        self._layout_n = 0
+        self._days: dict[bytes, int] = {}
+        self.bytes_read = 0
+
+    # feeding --------------------------------------------------------------------------
+    def feed(self, chunk: bytes) -> int:
+        """Parse what is complete; keep the rest for the next call. Returns new steps."""
+        self.bytes_read += len(chunk)
+        data = self._pending + chunk if self._pending else chunk
+        before = len(self.store.steps)
+        self._pending = data[self._parse(data) :]
+        return len(self.store.steps) - before
+
+    def reset(self) -> None:
+        """The file was truncated or replaced: forget the partial record (keep the data)."""
+        self._pending = b""
+
+    # parsing --------------------------------------------------------------------------
+    def _parse(self, data: bytes) -> int:
+        """Parse complete records of `data`; returns the offset up to which it was consumed."""
+        end = data.rfind(b"\n") + 1
+        pos = 0
+        while True:
+            m = HEADS.search(data, pos, end)
+            if m is None:
+                return end
+            if m.group(5) is not None:  # progress line
+                self._global = int(m.group(5)) - 1
+                self.total_steps = int(m.group(6))
+                self._step_time = self._time_of_line(data, m.start())
+                pos = m.end()
+            elif m.group(7) is not None:  # Stats (i/n): then the table
+                table_end = self._table(data, m, end)
+                if table_end < 0:
+                    return data.rfind(b"\n", 0, m.start()) + 1  # wait for the whole table
+                pos = table_end
+            else:
+                self.finished = True
+                self.finished_at = self._time_of_line(data, m.start())
+                pos = m.end()
+
+    def _table(self, data: bytes, m: re.Match[bytes], end: int) -> int:
+        """Parse the table after a `Stats (i/n):` record; -1 if it is not complete yet."""
+        top = data.find(TOP, m.end(), min(end, m.end() + TABLE_WINDOW))
+        if top < 0:
+            if end - m.end() < TABLE_WINDOW and HEADS.search(data, m.end(), end) is None:
+                return -1  # the table may still be on its way
+            return m.end()  # an empty stats dict: no table
+        if HEADS.search(data, m.end(), top) is not None:
+            return m.end()  # that table belongs to a later record
+        bottom = data.find(BOTTOM, top, end)
+        if bottom < 0:
+            return -1
+        stop = data.find(b"\n", bottom, end)
+        if stop < 0:
+            return -1
+        index = int(m.group(7))
+        if index == 1:
+            base = self.last_step + 1
+            if self._global is not None:
+                base = max(self._global, base)
+            self._base = base
+            self._global = None
+        step = self._base + index - 1
+        values = self._cells(data[top:bottom])
+        if values is not None:
+            self.store.add_row(step, self._layout, values)
+            self.store.mark_step(step, self._step_time)
+            self.last_step = step
+        return stop + 1
+
+    def _cells(self, table: bytes) -> list[float] | None:
+        # Rows are every other line after the top border; the separator lines between
+        # them are mostly multi-byte box characters, slow to search, so they go first.
+        rows = table.split(b"\n")[1::2]
+        if not rows:
+            return None
+        width = rows[0].count(BAR)  # bars per row: cells + 1
+        if width < 3:
+            return None
+        parts = b"".join(rows).split(BAR)
+        # parts: [prefix, c1 .. ck, gap, c1 .. ck, gap, ..., c1 .. ck, tail]
+        del parts[::width]
+        keys = parts[0::2]
+        if keys != self._layout_raw:
+            self._set_layout(keys)
+        try:
+            return list(map(float, parts[1::2][: self._layout_n]))
+        except ValueError:
+            return self._cells_slow(table)
+
+    def _set_layout(self, keys: list[bytes]) -> None:
+        names = [k.strip().decode(errors="replace") for k in keys]
+        self._layout_raw = keys
+        self._layout_n = sum(1 for n in names if n)
+        self._layout = tuple(names[: self._layout_n])
+
+    def _cells_slow(self, table: bytes) -> list[float] | None:
+        """Row by row, for a table the fast path could not read (odd values, damage)."""
+        pairs: dict[str, float] = {}
+        for line in table.split(b"\n"):
+            cells = [c.strip() for c in line.split(BAR)[1:-1]]
+            for k, v in zip(cells[0::2], cells[1::2], strict=False):
+                if not k:
+                    continue
+                try:
+                    pairs[k.decode(errors="replace")] = float(v)
+                except ValueError:
+                    pairs[k.decode(errors="replace")] = math.nan
+        if not pairs:
+            return None
+        self._layout_raw = []
+        self._layout = tuple(pairs)
+        self._layout_n = len(pairs)
+        return list(pairs.values())
+
+    def _time_of_line(self, data: bytes, at: int) -> float:
+        start = data.rfind(b"\n", 0, at) + 1
+        m = TIMESTAMP.search(data, start, at)
+        if m is None:
+            return math.nan
+        day = m.group(1) + m.group(2) + m.group(3)
+        days = self._days.get(day)
+        if days is None:
+            days = calendar.timegm((int(m.group(1)), int(m.group(2)), int(m.group(3)), 0, 0, 0))
+            self._days[day] = days
+        return (
+            days
+            + int(m.group(4)) * 3600
+            + int(m.group(5)) * 60
+            + int(m.group(6))
+            + int(m.group(7)) / 1000
+            - self.utc_offset
+        )
+
+
+def parse_log(data: bytes, utc_offset: int | None = None) -> LogParser:
+    """A whole log at once."""
+    parser = LogParser(utc_offset=utc_offset)
+    parser.feed(data if data.endswith(b"\n") else data + b"\n")
+    return parser

@@ -1,0 +1,124 @@
+"""What the Health view and `metrics --json` show: per-metric summaries, warnings, stall."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from areal_console.core.metrics.health import (
+    HealthThresholds,
+    HealthWarning,
+    StallState,
+    run_checks,
+    slope,
+    stall_state,
+)
+from areal_console.core.metrics.store import MetricStore
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float], width: int = 20) -> str:
+    """The last `width` values scaled between their own min and max."""
+    tail = [v for v in list(values)[-width:] if math.isfinite(v)]
+    if not tail:
+        return ""
+    lo, hi = min(tail), max(tail)
+    if hi == lo:
+        return SPARKS[3] * len(tail)
+    top = len(SPARKS) - 1
+    return "".join(SPARKS[round((v - lo) / (hi - lo) * top)] for v in tail)
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    name: str
+    points: int
+    latest: float | None
+    minimum: float | None
+    maximum: float | None
+    trend: float
+    """Fitted change over the last `window` steps (0 with fewer than 2 points)."""
+    spark: str
+
+
+def summarize(store: MetricStore, window: int = 20) -> list[MetricSummary]:
+    out = []
+    for name in store.names():
+        _, values = store.series(name)
+        finite = [v for v in values if math.isfinite(v)]
+        recent = finite[-window:]
+        out.append(MetricSummary(
+            name, len(values), values[-1] if values else None,
+            min(finite) if finite else None, max(finite) if finite else None,
+            slope(recent) * (len(recent) - 1) if len(recent) > 1 else 0.0,
+            sparkline(finite, window),
+        ))  # fmt: skip
+    return out
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    source: str
+    steps: list[int]
+    store: MetricStore
+    warnings: list[HealthWarning]
+    stall: StallState
+    total_steps: int | None = None
+
+
+def build_report(
+    source: str,
+    store: MetricStore,
+    finished: bool,
+    now: float,
+    thresholds: HealthThresholds | None = None,
+    total_steps: int | None = None,
+) -> HealthReport:
+    thresholds = thresholds or HealthThresholds()
+    series = {name: store.series(name) for name in store.names()}
+    warnings = run_checks(series, thresholds)
+    stall = stall_state(list(store.step_times), now, finished, thresholds)
+    if stall.stalled:
+        last = store.steps[-1] if store.steps else None
+        warnings.append(HealthWarning(
+            "stalled", "progress", last, stall.describe(),
+            "Capture every rank's stack to see where the job waits (the debugging guide's "
+            "first hang symptom is logs that stop updating)",
+        ))  # fmt: skip
+    return HealthReport(source, store.all_steps(), store, warnings, stall, total_steps)
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None or not math.isfinite(ts):
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _num(v: float) -> float | None:
+    return v if math.isfinite(v) else None  # JSON has no NaN/inf
+
+
+def report_json(report: HealthReport) -> dict[str, Any]:
+    """`metrics --json` (docs/cli-json.md)."""
+    store = report.store
+    series: dict[str, list[list[Any]]] = {}
+    latest: dict[str, float | None] = {}
+    for name in store.names():
+        steps, values = store.series(name)
+        series[name] = [[s, _num(v)] for s, v in zip(steps, values, strict=False)]
+        latest[name] = _num(values[-1]) if values else None
+    return {
+        "source": report.source,
+        "steps": report.steps,
+        "series": series,
+        "latest": latest,
+        "warnings": [
+            {"metric": w.metric, "step": w.step, "message": w.message} for w in report.warnings
+        ],
+        "last_step_at": iso(report.stall.last_step_at),
+        "stalled": report.stall.stalled,
+    }

@@ -1,0 +1,76 @@
+"""The messages workers post back to the UI thread: small typed dataclasses, one place.
+
+Every worker result is a `Reply` carrying the `Ticket` of the request it answers, so its
+handler can drop it when a newer request of the same group was made meanwhile
+(`WorkerHost.fresh`). Messages that can arrive in bursts say so with `can_replace`: only the
+newest waiting one is handled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from textual.message import Message
+
+from areal_console.core.jobs import JobRecord
+from areal_console.core.metrics.report import HealthReport, MetricSummary
+from areal_console.workers import Ticket
+
+Severity = Literal["information", "warning", "error"]
+
+
+@dataclass
+class Reply(Message):
+    """A worker's answer to one request."""
+
+    ticket: Ticket = field(kw_only=True)
+
+
+@dataclass
+class Notice(Message):
+    """Something to tell the user, from a worker (the UI thread shows it)."""
+
+    text: str
+    severity: Severity = "information"
+
+
+# Jobs screen ----------------------------------------------------------------------------
+
+
+@dataclass
+class JobsRefreshed(Reply):
+    """Every node's jobs, merged with the console's own records."""
+
+    records: list[JobRecord]
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, JobsRefreshed)
+
+
+@dataclass
+class LogTail(Reply):
+    """The last lines of one job's log (or why they could not be read)."""
+
+    key: str
+    lines: list[str]
+    error: str | None = None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LogTail) and message.key == self.key
+
+
+# Health screen --------------------------------------------------------------------------
+
+
+@dataclass
+class HealthPolled(Reply):
+    """One poll of a run's metrics: the report and what to draw, or why there is none."""
+
+    report: HealthReport | None
+    summaries: list[MetricSummary]
+    plotted: dict[str, tuple[list[int], list[float]]]
+    error: str | None = None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, HealthPolled)

@@ -1,0 +1,54 @@
+"""The Health screen's top line: running, stalled (with the key to capture stacks) or
+finished, and the guide's warnings with their remedies."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from areal_console.core.metrics.report import HealthReport
+
+
+def banner_text(
+    report: HealthReport | None, error: str | None = None, max_warnings: int = 4
+) -> Text:
+    text = Text()
+    if error:
+        text.append(" no data ", style="bold white on dark_red")
+        text.append(f" {error}")
+        return text
+    if report is None:
+        text.append(" … ", style="reverse")
+        text.append(" reading the run's log")
+        return text
+    stall = report.stall
+    if stall.stalled:
+        text.append(" STALLED ", style="bold white on dark_red")
+        text.append(f" {stall.describe()}. ", style="bold")
+        text.append("Press s to capture this job's stacks.", style="bold yellow")
+    elif stall.finished:
+        text.append(" finished ", style="bold black on green")
+        text.append(f" {stall.describe()}")
+    else:
+        text.append(" running ", style="bold black on green")
+        text.append(f" {stall.describe()}")
+    checks = [w for w in report.warnings if w.check != "stalled"]
+    if not checks:
+        text.append("\n  no warnings from the guide's checks", style="dim")
+    for w in checks[:max_warnings]:
+        text.append("\n  ⚠ ", style="bold yellow")
+        text.append(w.summary, style="yellow")
+        text.append("\n    → ", style="bold green")
+        text.append(w.remedy, style="green")
+    if len(checks) > max_warnings:
+        text.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
+    return text
+
+
+class HealthBanner(Static):
+    DEFAULT_CSS = """
+    HealthBanner { height: auto; max-height: 12; padding: 0 1; background: $boost; }
+    """
+
+    def show(self, report: HealthReport | None, error: str | None = None) -> None:
+        self.update(banner_text(report, error))
