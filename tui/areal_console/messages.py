@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rich.text import Text
 from textual.message import Message
 
 from areal_console.core.jobs import JobRecord
@@ -74,3 +75,13 @@ class HealthPolled(Reply):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, HealthPolled)
+
+
+# Process detail -------------------------------------------------------------------------
+
+
+@dataclass
+class ProcessStack(Reply):
+    """One process's stack dump, rendered (or why there is none)."""
+
+    text: Text

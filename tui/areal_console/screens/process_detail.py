@@ -6,17 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual import work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from areal_console.core.fleet import Fleet
 from areal_console.core.stacks.model import Thread, parse_pyspy_threads
 from areal_console.core.textfmt import format_bytes
+from areal_console.messages import ProcessStack
+from areal_console.workers import Ticket, WorkerHost, background
 
 
 def describe_process(node: str, p: dict[str, Any]) -> Text:
@@ -70,7 +71,7 @@ def describe_stack(threads: list[Thread], locals_by_thread: dict[int, Any]) -> T
     return text
 
 
-class ProcessDetailScreen(ModalScreen[None]):
+class ProcessDetailScreen(WorkerHost, ModalScreen[None]):
     """One process in full; `s` dumps its stack with py-spy through its node's agent."""
 
     DEFAULT_CSS = """
@@ -90,11 +91,6 @@ class ProcessDetailScreen(ModalScreen[None]):
                 tooltip="Dump it with each frame's local variables (py-spy --locals)"),
         Binding("escape,q", "dismiss", "Close", id="process.close", tooltip="Back to the table"),
     ]  # fmt: skip
-
-    class StackDumped(Message):
-        def __init__(self, text: Text) -> None:
-            super().__init__()
-            self.text = text
 
     def __init__(self, fleet: Fleet | None, node: str, process: dict[str, Any]) -> None:
         super().__init__()
@@ -118,21 +114,18 @@ class ProcessDetailScreen(ModalScreen[None]):
         self.query_one("#process-stack", Static).update(Text("dumping…", style="dim"))
         self._dump(mode)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="process-stack")
-    def _dump(self, mode: str) -> None:
+    @background("process-stack", doing="dumping the process's stack", retry="press s again")
+    def _dump(self, ticket: Ticket, mode: str) -> None:
         assert self.fleet is not None
         pid = int(self.process["pid"])
         args = {"pids": [pid], "timeout": 15.0, "native": mode == "native",
                 "locals": mode == "locals"}  # fmt: skip
-        try:
-            reply = self.fleet.session(self.node).call("pyspy", args, timeout=45)
-        except Exception as exc:  # shown in the pane; the screen keeps working
-            self.post_message(self.StackDumped(Text(f"stack dump failed: {exc}", style="red")))
-            return
+        reply = self.fleet.session(self.node).call("pyspy", args, timeout=45)
         dumps = reply.get("dumps") or []
         if not dumps or not dumps[0].get("ok"):
             error = dumps[0].get("error") if dumps else "no answer"
-            self.post_message(self.StackDumped(Text(f"no stack: {error}", style="yellow")))
+            text = Text(f"no stack: {error}", style="yellow")
+            self.post_message(ProcessStack(text, ticket=ticket))
             return
         raw = dumps[0].get("threads") or []
         threads = parse_pyspy_threads(raw, int(dumps[0].get("pid") or pid))
@@ -141,10 +134,12 @@ class ProcessDetailScreen(ModalScreen[None]):
         title = {"native": " (with native frames)", "locals": " (with locals)"}.get(mode, "")
         text = Text(f"stack of pid {dumps[0].get('pid')}{title}", style="bold")
         text.append_text(describe_stack(threads, raw_by_tid))
-        self.post_message(self.StackDumped(text))
+        self.post_message(ProcessStack(text, ticket=ticket))
 
-    def on_process_detail_screen_stack_dumped(self, message: StackDumped) -> None:
-        self.query_one("#process-stack", Static).update(message.text)
+    @on(ProcessStack)
+    def _stack_dumped(self, message: ProcessStack) -> None:
+        if self.fresh(message):
+            self.query_one("#process-stack", Static).update(message.text)
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(result)
