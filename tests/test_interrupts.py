@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core import batch_fixtures as bf
+from tests.fixtures import batch_dumps as bf
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import local_node

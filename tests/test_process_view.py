@@ -126,5 +126,8 @@ async def test_a_click_selects_the_node_and_updates_its_panes() -> None:
 
 def test_cells_of_a_process_without_gpu_data() -> None:
     cells = process_cells("n", _proc(1, 0, 1.0, 1, None, "a\n\nb"))
-    assert cells["gpumem"] == "-" and cells["cmd"] == "a ⏎ b"
+    assert cells["gpumem"] == "-" and str(cells["cmd"]) == "a ⏎ b"
     assert one_line("plain") == "plain"
+    # An argument with escape sequences and markup shows as text, never as markup.
+    hostile = process_cells("n", _proc(1, 0, 1.0, 1, None, "x \x1b]0;t\x07[red]y[/bold]"))
+    assert str(hostile["cmd"]) == "x ?]0;t?[red]y[/bold]"

@@ -26,6 +26,7 @@ from areal_console.core.stacks.capture import CaptureOptions, take_capture
 from areal_console.core.stacks.model import StackCapture
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
+from areal_console.core.textfmt import plural
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
@@ -151,6 +152,14 @@ class ConsoleApp(WorkerHost, App[None]):
         )
         if self.settings.keymap:
             self.set_keymap(self.settings.keymap)
+            unknown = sorted(set(self.settings.keymap) - known_binding_ids())
+            if unknown:
+                self.notify(
+                    f"settings: keymap names no key {', '.join(map(repr, unknown))}; the ids "
+                    "are listed with ? on each screen (e.g. cluster.capture)",
+                    severity="warning",
+                    timeout=15,
+                )
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
@@ -158,7 +167,15 @@ class ConsoleApp(WorkerHost, App[None]):
             self.add_mode(mode, factory)
         self.switch_mode("nodes")
         if self.welcome:
-            self.notify(self.welcome, timeout=20)
+            # A hint for the Cluster screen: short, and gone once another screen opens (its
+            # keys mean other things there).
+            self.notify(self.welcome, timeout=8)
+            self.mode_change_signal.subscribe(self, self._welcome_done)
+
+    def _welcome_done(self, mode: str) -> None:
+        if mode != "nodes":
+            self.clear_notifications()
+            self.mode_change_signal.unsubscribe(self)
 
     def on_unmount(self) -> None:
         self.monitor.stop()
@@ -213,9 +230,9 @@ class ConsoleApp(WorkerHost, App[None]):
 
     def _saved_capture_entries(self) -> list[tuple[str, str, Callable[[], Any]]]:
         entries: list[tuple[str, str, Callable[[], Any]]] = []
-        for saved in list_captures()[:20]:
+        for saved in list_captures():  # every one: the palette searches them
             entries.append((f"Capture {saved.capture_id}: {saved.title}",
-                            f"{saved.captured_at} · {saved.ranks} ranks · {saved.pattern}",
+                            f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}",
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
         return entries
 
@@ -436,6 +453,27 @@ class ConsoleApp(WorkerHost, App[None]):
         nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})") for e in SCREENS]
         seen = {k for k, _, _ in own}
         self.push_screen(HelpScreen(title, own + [n for n in nav if n[0] not in seen] + generic))
+
+
+def known_binding_ids() -> set[str]:
+    """Every binding id of the console (what a keymap in the settings may name)."""
+    import importlib
+    import pkgutil
+
+    import areal_console.screens
+    import areal_console.widgets
+
+    classes: list[type] = [ConsoleApp]
+    for package in (areal_console.screens, areal_console.widgets):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            classes += [v for v in vars(module).values() if isinstance(v, type)]
+    ids: set[str] = set()
+    for cls in classes:
+        for binding in getattr(cls, "BINDINGS", []) or []:
+            if isinstance(binding, Binding) and binding.id:
+                ids.add(binding.id)
+    return ids
 
 
 def create_app(specs: list[NodeSpec], **options: Any) -> ConsoleApp:

@@ -49,6 +49,10 @@ STEP_FILE = re.compile(r"^step_(\d+)(?:_dp_(\d+))?\.pt$")
 EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
 
 
+# How a refused pickle is opened anyway, in CLI words; the console says its own key instead.
+TRUST_HINT = "open it with --trust-pickle only if you trust who wrote it"
+
+
 class BatchError(Exception):
     """A file or directory that cannot be shown, with a one-line reason."""
 
@@ -133,7 +137,7 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
             what = f" ({found.group(1)})" if found else ""
             raise UnsafePickleError(
                 f"{path}: refused to load: it holds pickled objects that could run code when "
-                f"loaded{what}; open it with --trust-pickle only if you trust who wrote it"
+                f"loaded{what}; {TRUST_HINT}"
             ) from None
         raise BatchError(f"{path}: corrupt pickle data: {_one_line(text)}") from None
     except RuntimeError as exc:

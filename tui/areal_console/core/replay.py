@@ -231,6 +231,14 @@ def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int, exact: bo
 # GPUs on the node
 
 
+class NoGpuError(UserError):
+    """GPUs were asked for on a node without any (the message is in CLI words)."""
+
+    def __init__(self, message: str, node: str, why: str) -> None:
+        super().__init__(message)
+        self.node, self.why = node, why
+
+
 def free_gpus(sample: dict[str, Any]) -> list[int]:
     """GPUs of a node sample with no process on them."""
     busy: set[int] = set()
@@ -246,7 +254,7 @@ def check_gpus(requested: list[int], sample: dict[str, Any], node: str) -> None:
         return
     if not have:
         why = sample.get("gpu_error") or "no GPUs found"
-        raise UserError(f"node {node} has no GPUs ({why}); use --gpus cpu")
+        raise NoGpuError(f"node {node} has no GPUs ({why}); use --gpus cpu", node, why)
     raise UserError(
         f"node {node} has no GPU {','.join(map(str, missing))} (it has {format_gpus(have)})"
     )

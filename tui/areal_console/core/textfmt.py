@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 job`, `2 jobs` (`many` for irregular words: plural(n, "process", "processes"))."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
 def format_bytes(value: int | float | None) -> str:
     if value is None:
         return "-"

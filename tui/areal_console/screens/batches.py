@@ -25,6 +25,7 @@ from areal_console.core import batches
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
+from areal_console.core.textfmt import plural
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
@@ -272,6 +273,10 @@ class BatchesScreen(Screen[None]):
         for label in ("#", "group", "row", "seq", "prompt", "resp", "reward", "eos", "ver"):
             samples.add_column(label, key=label)
         self.query_one("#sample-filter", Input).display = False
+        # Keys go to the step list first, and tab goes straight on to the samples: the
+        # summary box above them scrolls with the mouse but takes no focus.
+        self.query_one("#summary-pane").can_focus = False
+        steps.focus()
         self.load_top()
 
     # status -----------------------------------------------------------------------
@@ -354,7 +359,7 @@ class BatchesScreen(Screen[None]):
             self.query_one("#samples").loading = False
             self._status(f"{s['path']} is not a rollout batch: {s['description']}", error=True)
         else:
-            self._status(f"{s['path']}: {len(s.get('warnings') or [])} warning(s)")
+            self._status(f"{s['path']}: {plural(len(s.get('warnings') or []), 'warning')}")
 
     def _fill_steps(self, s: dict[str, Any]) -> None:
         table = self.query_one("#steps", DataTable)
@@ -443,9 +448,12 @@ class BatchesScreen(Screen[None]):
     def _load_failed(self, message: LoadFailed) -> None:
         for selector in ("#summary-pane", "#samples", "#sample-pane"):
             self.query_one(selector).loading = False
-        self.last_error = message.error
-        self._status(message.error, error=True)
-        self.query_one("#summary", Static).update(Text(message.error, style="bold red"))
+        error = message.error.replace(
+            batches.TRUST_HINT, "press t to load it anyway, only if you trust who wrote it"
+        )
+        self.last_error = error
+        self._status(error, error=True)
+        self.query_one("#summary", Static).update(Text(error, style="bold red"))
         if message.unsafe and not self.trust_pickle:
             self._ask_trust(message.path, message.error)
 

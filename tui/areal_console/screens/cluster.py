@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label
 
 from areal_console.core.monitor import NodeView
+from areal_console.core.textfmt import plural
 from areal_console.screens.host_key import HostKeyScreen
 from areal_console.screens.process_detail import ProcessDetailScreen
 from areal_console.widgets.gpu_pane import GpuPane
@@ -30,7 +31,7 @@ def status_text(
     up = sum(v.state == "up" for v in views)
     ranks = sum(1 for v in views for p in v.processes if p.get("rank") is not None)
     worlds = {p.get("world_size") for v in views for p in v.processes if p.get("world_size")}
-    parts = [f"{up}/{len(views)} nodes up", f"{ranks} ranks"]
+    parts = [f"{up}/{len(views)} nodes up", plural(ranks, "rank")]
     if len(worlds) == 1:
         world = worlds.pop()
         parts[-1] += f" of world size {world}"

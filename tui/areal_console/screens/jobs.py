@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Input, Label, Log, Static
 from areal_console.core import jobs
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.core.textfmt import plural
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.vim_table import VimTable
@@ -263,7 +264,7 @@ class JobsScreen(WorkerHost, Screen[None]):
             table.move_cursor(row=keys.index(self.selected))
         self._show_detail()
         running = sum(r.state == "running" for r in self.records.values())
-        status = f"{len(self.records)} jobs, {running} running"
+        status = f"{plural(len(self.records), 'job')}, {running} running"
         if self.text_filter:
             status += f" · filter: {self.text_filter!r}"
         if self.read_only:

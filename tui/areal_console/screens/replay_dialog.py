@@ -25,6 +25,7 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.replay import (
     DumpIndex,
     LaunchTemplate,
+    NoGpuError,
     ReplayPlan,
     format_gpus,
     free_gpus,
@@ -122,7 +123,9 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
             )
 
     def on_mount(self) -> None:
-        self.query_one("#replay-gpus", Input).focus()
+        # Nothing focused: enter launches what the preview shows, and a stray key types
+        # nowhere; tab reaches the fields (GPUs first).
+        self.set_focus(None)
         self.load_node_facts()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-load")
@@ -191,6 +194,10 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
                 self.query_one("#replay-steps", Input).value,
                 self.query_one("#replay-overrides", Input).value,
             )
+        except NoGpuError as exc:
+            self.plan = None
+            self._show_error(f"node {exc.node} has no GPUs ({exc.why}): set GPUs to cpu")
+            return
         except UserError as exc:
             self.plan = None
             self._show_error(str(exc))

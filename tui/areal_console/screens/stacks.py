@@ -18,6 +18,7 @@ from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, th
 from areal_console.core.stacks.model import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
+from areal_console.core.textfmt import plural
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.rank_group_table import RankGroupTable
@@ -297,7 +298,7 @@ class StacksScreen(Screen[None]):
         ranks = capture.rank_stacks
         others = sum(1 for r in capture.ranks if r.rank is None)
         failed = sum(1 for r in ranks if r.state != "ok")
-        parts = [f"{len(ranks)} ranks", f"{len(analysis.groups)} groups"]
+        parts = [plural(len(ranks), "rank"), plural(len(analysis.groups), "group")]
         if analysis.world_size:
             parts[0] += f" of {analysis.world_size}"
         if analysis.missing:
@@ -305,9 +306,9 @@ class StacksScreen(Screen[None]):
         if failed:
             parts.append(f"{failed} not captured")
         if others:
-            parts.append(f"{others} other job processes")
+            parts.append(plural(others, "other job process", "other job processes"))
         if capture.errors:
-            parts.append(f"{len(capture.errors)} node errors")
+            parts.append(plural(len(capture.errors), "node error"))
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         if self.text_filter:
             parts.append(f"filter: {self.text_filter!r}")

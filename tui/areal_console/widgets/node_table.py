@@ -48,7 +48,7 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
         "util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
         "mem": f"{format_bytes(used)}/{format_bytes(total)}" if total else "-",
         "ranks": str(len(ranks)),
-        "detail": detail,
+        "detail": Text(detail),  # error text from the node: never markup ("[Errno 111] ...")
     }
 
 

@@ -65,7 +65,8 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "gpumem": format_bytes(p.get("gpu_memory")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
         "state": Text(p.get("state") or "?", style="bold red" if p.get("state") == "Z" else ""),
-        "cmd": one_line(f"[{address}] {command}" if address else command)[:CMD_WIDTH],
+        # Text, not str: a command line is untrusted and must never be read as markup.
+        "cmd": Text(one_line(f"[{address}] {command}" if address else command)[:CMD_WIDTH]),
     }
 
 
@@ -73,8 +74,10 @@ CMD_WIDTH = 200  # the cut end of a longer command line is in the process detail
 
 
 def one_line(text: str) -> str:
-    """A command line on one row: `python -c "..."` code keeps its line breaks as ⏎."""
-    return " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip()) or text
+    """A command line on one row: `python -c "..."` code keeps its line breaks as ⏎, and
+    control characters (escape sequences in an argument) show as `?`."""
+    joined = " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip()) or text
+    return "".join(ch if ch.isprintable() else "?" for ch in joined)
 
 
 # Orders of the process pane: (name, key of the value, largest first).

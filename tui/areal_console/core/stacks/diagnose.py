@@ -325,8 +325,7 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
             [f"node {e.node}: {e.error}" for e in capture.errors],
             [
                 "Check that the job runs on the chosen nodes",
-                "Narrow the capture to the job's processes (a filter on the Cluster screen, "
-                "--match on the command line)",
+                "Narrow the capture to the job's processes by their command line",
             ],
         )
 

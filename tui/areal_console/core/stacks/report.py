@@ -7,6 +7,7 @@ from typing import Any
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.model import Frame, Stack, StackCapture
+from areal_console.core.textfmt import plural
 
 
 def capture_json(
@@ -66,7 +67,7 @@ def text_report(
     ok = sum(1 for r in ranks if r.state == "ok")
     lines = [
         f"Stack capture {capture.capture_id or ''} at {capture.captured_at}".replace("  ", " "),
-        f"{len(ranks)} ranks ({ok} captured)"
+        f"{plural(len(ranks), 'rank')} ({ok} captured)"
         + (f", world size {analysis.world_size}" if analysis.world_size else "")
         + f", {len(analysis.groups)} group(s), {capture.samples} sample(s)",
         "",
