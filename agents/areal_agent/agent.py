@@ -1397,7 +1397,10 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         "steps": {str(k): v for k, v in sorted(steps.items())},
         "checkpoints": ckpts,
         "metrics": os.path.isfile(os.path.join(path, "metrics.jsonl")),
-        "meta": {k: meta.get(k) for k in ("trainer", "trainer_version", "world_size")}
+        "meta": {
+            k: meta.get(k)
+            for k in ("trainer", "trainer_version", "world_size", "device", "device_name")
+        }
         if meta
         else {},
     }

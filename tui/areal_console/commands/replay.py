@@ -135,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
             config=args.trainer_config or "",
             overrides=args.overrides,
         )
+        if not args.json:
+            _say(plan.device_note)  # before anything runs: which device, and how compared
         if args.dry_run:
             print(json.dumps(plan.to_json(), indent=1) if args.json else plan.command_line)
             return EXIT_OK
@@ -172,6 +174,9 @@ def run(args: argparse.Namespace) -> int:
             "job_id": record.job_id,
             "node": record.node,
             "gpus": plan.gpus or "cpu",
+            "device": plan.device,
+            "recorded_device": plan.recorded_device,
+            "tolerance": plan.tolerance,
             "command": record.extra.get("argv", plan.argv),
             "env": plan.env,
             "log": record.log,

@@ -50,8 +50,10 @@ class JobRow:
         v = r.verification
         if v is None:
             verdict = "—" if r.state != "finished" or not (r.plan or {}).get("metrics") else "…"
+        elif v.get("comparable") is False:
+            verdict = "cannot compare"
         elif v.get("matched"):
-            verdict = "matches recording"
+            verdict = "matches recording" + (" (within tol.)" if v.get("tolerance") else "")
         else:
             m = v.get("first_mismatch") or {}
             verdict = f"differs at step {m.get('step')}" + (

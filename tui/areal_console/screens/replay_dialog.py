@@ -114,6 +114,7 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
                 yield Label("overrides")
                 yield Input(placeholder="actor.eps_clip=0.1 ...", id="replay-overrides")
             yield Static("reading the dump on the node…", id="replay-command")
+            yield Label("", id="replay-device")
             yield Label("", id="replay-error")
             yield Label(
                 "read-only mode: launching is disabled"
@@ -204,6 +205,7 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
             return
         self._show_error("")
         self.query_one("#replay-command", Static).update(self.plan.command_line)
+        self.query_one("#replay-device", Label).update(self.plan.device_note)
 
     def _show_error(self, text: str) -> None:
         self.query_one("#replay-error", Label).update(text)
