@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from areal_console.core import batches
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
@@ -27,6 +27,7 @@ from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.textfmt import plural
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
 from areal_console.widgets.vim_table import VimTable
@@ -53,14 +54,14 @@ def summary_text(s: dict[str, Any]) -> Text:
         )
     out.append("  ".join(where) + "\n")
     st = s.get("stats") or {}
+    # A grid 36 columns wide: it fits beside the step list in an 80-column terminal.
+    out.append(f"{'':<12}{'mean':>6}{'std':>6}{'min':>6}{'max':>6}\n", style="dim")
     for name in ("seq_len", "prompt_len", "response_len", "reward"):
         d = st.get(name) or {}
         digits = 3 if name == "reward" else 1
-        out.append(f"{name:<13}", style="bold")
-        out.append(
-            f"mean {_fmt(d.get('mean'), digits)}  std {_fmt(d.get('std'), digits)}  "
-            f"min {_fmt(d.get('min'), digits)}  max {_fmt(d.get('max'), digits)}\n"
-        )
+        out.append(f"{name:<12}", style="bold")
+        out.append("".join(f"{_fmt(d.get(k), digits):>6}" for k in ("mean", "std", "min", "max")))
+        out.append("\n")
     out.append(f"{'no_eos_ratio':<13}", style="bold")
     eos = s.get("eos_token_ids")
     out.append(
@@ -255,7 +256,7 @@ class BatchesScreen(Screen[None]):
                 with VerticalScroll(id="sample-pane"):
                     yield TokenView(id="sample-view")
         yield Static("", id="batches-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         steps = self.query_one("#steps", DataTable)
@@ -263,7 +264,7 @@ class BatchesScreen(Screen[None]):
         for label, key in (
             ("step", "step"),
             ("dp", "dp"),
-            ("samples", "samples"),
+            ("n", "samples"),
             ("resp", "resp"),
             ("reward", "reward"),
             ("no_eos", "no_eos"),

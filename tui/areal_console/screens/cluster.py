@@ -10,12 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from areal_console.core.monitor import NodeView
 from areal_console.core.textfmt import plural
 from areal_console.screens.host_key import HostKeyScreen
 from areal_console.screens.process_detail import ProcessDetailScreen
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
@@ -176,7 +177,7 @@ class ClusterScreen(Screen[None]):
             yield ProcessTable(id="processes")
         yield Input(placeholder="filter: text in node, rank, role, pid or command", id="filter")
         yield StatusLine("connecting…", id="status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False

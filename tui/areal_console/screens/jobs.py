@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Log, Static
+from textual.widgets import DataTable, Input, Label, Log, Static
 
 from areal_console.core import jobs
 from areal_console.core.errors import UserError
@@ -24,6 +24,7 @@ from areal_console.core.fleet import Fleet, NodeFailure
 from areal_console.core.textfmt import plural
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
@@ -185,7 +186,7 @@ class JobsScreen(WorkerHost, Screen[None]):
             yield Static("", id="jobs-detail")
             yield Log(id="jobs-log", max_lines=2000)
             yield Label("", id="jobs-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#jobs-table", DataTable)

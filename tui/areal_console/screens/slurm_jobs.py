@@ -10,10 +10,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import SlurmJob, job_matches, job_row
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.vim_table import VimTable
 
 JobLister = Callable[[bool], list[SlurmJob]]  # all_users -> jobs (blocking: Slurm commands)
@@ -84,7 +85,7 @@ class SlurmJobsScreen(Screen[str | None]):
         yield table
         yield Input(placeholder="filter jobs (esc to clear)", id="slurm-filter")
         yield Label("asking Slurm…", id="slurm-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.refresh_table()

@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Static
+from textual.widgets import DataTable, Input, Label, Static
 
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.diff import diff_stacks
@@ -20,6 +20,7 @@ from areal_console.core.stacks.report import text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
 from areal_console.core.textfmt import plural
 from areal_console.screens.source_view import SourceViewScreen
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
@@ -112,6 +113,14 @@ class StacksScreen(Screen[None]):
             "Source",
             id="stacks.source",
             tooltip="Show the source lines around the highlighted frame",
+        ),
+        Binding(
+            "f",
+            "toggle_diagnosis",
+            "Full diagnosis",
+            id="stacks.full_diagnosis",
+            tooltip="The diagnosis in full (wrapped, every piece of evidence and advice), or "
+            "one line each again",
         ),
         Binding(
             "N",
@@ -218,7 +227,7 @@ class StacksScreen(Screen[None]):
                 yield StackDiffView(id="diff")
         yield Input(id="prompt")
         yield Static("", id="status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one("#prompt", Input).display = False
@@ -482,6 +491,10 @@ class StacksScreen(Screen[None]):
             return
         variables = variables_at(self.capture, frame) if self.capture is not None else []
         self.app.push_screen(SourceViewScreen(frame, variables=variables))
+
+    def action_toggle_diagnosis(self) -> None:
+        full = self.query_one(DiagnosisBanner).toggle_full()
+        self.say("the diagnosis in full (f: one line each)" if full else "diagnosis: one line each")
 
     def action_toggle_capture(self, what: str) -> None:
         """`N` / `L`: py-spy's --native / --locals on or off, then capture again."""
