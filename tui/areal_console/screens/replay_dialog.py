@@ -48,6 +48,10 @@ class NodeFacts:
 class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
 
+    # Nothing focused when it opens: enter launches what the preview shows, and a stray key
+    # types nowhere; tab reaches the fields (GPUs first).
+    AUTO_FOCUS = None
+
     BINDINGS = [
         Binding(
             "enter",
@@ -124,9 +128,6 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
             )
 
     def on_mount(self) -> None:
-        # Nothing focused: enter launches what the preview shows, and a stray key types
-        # nowhere; tab reaches the fields (GPUs first).
-        self.set_focus(None)
         self.load_node_facts()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-load")
