@@ -102,18 +102,14 @@ def test_killed_agent_is_reported_with_the_reason() -> None:
     assert not client.alive
 
 
-def test_agent_is_shipped_and_cached_by_content_hash(tmp_path) -> None:
-    env_home = {"HOME": str(tmp_path)}
-    saved = os.environ.get("HOME")
-    os.environ.update(env_home)
-    try:
-        for _ in range(2):  # the second start finds the cached copy
-            client = AgentClient(LocalChannel())
-            client.start()
-            client.close()
-    finally:
-        if saved is not None:
-            os.environ["HOME"] = saved
+def test_agent_is_shipped_and_cached_by_content_hash(tmp_path, monkeypatch) -> None:
+    # The bootstrap caches where the agent keeps its files: $XDG_CACHE_HOME, else ~/.cache.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    for _ in range(2):  # the second start finds the cached copy
+        client = AgentClient(LocalChannel())
+        client.start()
+        client.close()
     cached = list((tmp_path / ".cache" / "areal-console").glob("agent-*.py"))
     assert len(cached) == 1 and cached[0].read_bytes() == agent_source()
 
@@ -144,6 +140,26 @@ def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: Gl
         (["python", "-m", "torch.distributed.run", "train.py"], {}, "launcher"),
         (["python", "train.py"], {"RANK": "3"}, "trainer"),
         (["python", "notebook.py"], {}, None),
+        # AReaL's launcher shell around a worker is a wrapper, not the worker
+        # (areal/infra/utils/proc.py:104-121 at AReaL cbff54d6).
+        (
+            [
+                "/bin/bash",
+                "-c",
+                "OMP_NUM_THREADS=1 stdbuf -oL python3 -m areal.infra.rpc.rpc_server"
+                " --role actor --worker-index 0 2>&1 | tee -a actor.log",
+            ],
+            {},
+            "wrapper",
+        ),
+        (["tee", "-a", "/logs/actor.log", "/dev/fd/63"], {}, None),
+        (
+            ["python3", "-m", "areal.v2.inference_service.sglang.launch_server", "--port", "1"],
+            {},
+            "sglang",
+        ),
+        (["python3", "-m", "areal.engine.vllm_ext.areal_vllm_server"], {}, "vllm"),
+        (["vllm", "serve", "model"], {}, "vllm"),
     ],
 )
 def test_detect_role(cmdline: list[str], env: dict[str, str], role: str | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -48,7 +49,13 @@ class ArealRun:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = open(workdir / "controller.log", "wb")  # noqa: SIM115
-        env = {**os.environ, "PYTHONPATH": str(stub), "OMP_NUM_THREADS": "1"}
+        self.trial = f"{workdir.name}-{os.getpid()}-{secrets.token_hex(3)}"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(stub),
+            "OMP_NUM_THREADS": "1",
+            "AREAL_STUB_TRIAL": self.trial,
+        }
         self.proc = subprocess.Popen(
             [sys.executable, str(JOBS / "areal_controller.py"), str(workdir), mode,
              str(n_actors), health],
@@ -69,7 +76,7 @@ class ArealRun:
 
     @property
     def job(self) -> str:
-        return f"gsm8k-grpo/{self.workdir.name}"
+        return f"gsm8k-grpo/{self.trial}"
 
     def stop(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -232,7 +239,7 @@ async def test_cluster_screen_shows_workers_controller_and_wrappers(
             expected = f"{p['rank']}/2" if p["role"] == "actor" else "-"
             assert str(table.get_cell(key, "rank")) == expected
         # `/` filters by the job (experiment/trial); `s` captures it and reads EngineWorker.
-        await pilot.press("slash", *collective_run.workdir.name, "enter")
+        await pilot.press("slash", *collective_run.trial, "enter")
         await pilot.press("s")
         await until(lambda: isinstance(app.screen, StacksScreen), what="the Stacks screen")
         stacks = app.screen
@@ -350,6 +357,8 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
         "    py-spy dump --pid $pid\n"
         "done"
     )
+    # Output as a terminal shows it (py-spy's errors too); a COLUMNS inherited from the test
+    # runner would cut `ps aux` lines.
     text = subprocess.run(
         ["/bin/bash", "-c", loop, "loop", str(collective_run.workdir)],
         stdout=subprocess.PIPE,
@@ -358,7 +367,7 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
         timeout=120,
         check=False,
         env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
-    ).stdout  # fmt: skip  (as a terminal shows it; a COLUMNS from the runner would cut ps)
+    ).stdout
     (tmp_path / "pyspy.txt").write_text(text)
     assert text.count("========== PID ") >= 5  # controller, two workers, two bash wrappers
     out = run_cli("stacks", "--import", str(tmp_path / "pyspy.txt"), "--json")
@@ -368,3 +377,16 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
     assert doc["diagnosis"]["pattern"] == "same_collective"
     assert doc["diagnosis"]["title"] == "Ranks wait in one collective for a straggler"
     assert {r["role"] for r in doc["ranks"] if r["rank"] is None} == {"controller", "wrapper"}
+
+
+def test_world_size_counts_a_roles_workers_over_every_node() -> None:
+    from areal_console.core.nodes import count_areal_world_sizes
+
+    def worker(role: str, index: int, job: str = "exp/t1") -> dict[str, Any]:
+        rank = index if role == "actor" else None
+        return {"role": role, "worker_index": index, "rank": rank, "job": job, "world_size": 1}
+
+    node1 = [worker("actor", 0), worker("actor", 1), worker("rollout", 0)]
+    node2 = [worker("actor", 2), worker("actor", 3), worker("actor", 0, job="exp/t2")]
+    count_areal_world_sizes([node1, node2])
+    assert [p["world_size"] for p in node1 + node2] == [4, 4, 1, 4, 4, 1]

@@ -81,7 +81,9 @@ def test_json_summary_of_a_file_matches_design_schema(dump: Path, env: dict[str,
     assert s["keys"]["attention_mask"] == {
         "shape": [16, s["keys"]["input_ids"]["shape"][1]],
         "dtype": "bool",
+        "kind": "tensor",
     }
+    assert set(s["stats"]["task_reward"]) == {"mean", "std", "min", "max"}
     assert set(s["stats"]["reward"]) == {"mean", "std", "min", "max"}
     assert s["stats"]["no_eos_ratio"] is not None
 

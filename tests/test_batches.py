@@ -96,7 +96,9 @@ def test_summary_of_a_step_file(step_file: Path) -> None:
     assert st["seq_len"]["mean"] == pytest.approx(float(seq.mean()))
     assert st["response_len"]["max"] == float(resp.max())
     assert st["prompt_len"]["mean"] == pytest.approx(float((seq - resp).mean()))
-    assert st["reward"]["std"] == pytest.approx(float(rewards.std(unbiased=False)))
+    # No original_rewards: AReaL's task_reward is the rewards themselves.
+    assert st["task_reward"]["std"] == pytest.approx(float(rewards.std(unbiased=False)))
+    assert st["task_reward"] == st["reward"]
     # EOS id 2 from generation_config.json next to the dump.
     assert s["eos_token_ids"] == [2] and s["eos_source"].endswith("generation_config.json")
     last = [
@@ -104,19 +106,25 @@ def test_summary_of_a_step_file(step_file: Path) -> None:
         for g in groups
         for r in range(g["input_ids"].shape[0])
     ]
-    assert st["no_eos_ratio"] == pytest.approx(sum(t != 2 for t in last) / len(last))
+    assert st["no_eos_token_ratio"] == pytest.approx(sum(t != 2 for t in last) / len(last))
+    # AReaL's no_eos_ratio: sequences as long as the rank's padded batch.
+    width = max(g["attention_mask"].shape[1] for g in groups)
+    assert st["no_eos_ratio"] == pytest.approx(float((seq == width).double().mean()))
+    assert 0 < st["no_eos_ratio"] < st["no_eos_token_ratio"]
     equal = sum(int(g["rewards"].max() == g["rewards"].min()) for g in groups)
     assert st["equal_reward_groups"] == equal == 2
-    iw = st["importance_weight"]
+    iw = st["behave_imp_weight"]
     assert iw["mean"] == pytest.approx(1.0, abs=0.01) and iw["sampled"] is False
+    assert "importance_weight" not in st  # pi_theta/pi_prox: not in a dump
     assert st["version"]["max"] == 1 and st["version"]["staleness_max"] <= 2
     json.dumps(s, allow_nan=False)
 
 
 def test_eos_flag_overrides_config_and_warns(step_file: Path) -> None:
     s = b.summarize(str(step_file), eos_token_id=31999)  # never generated: all "truncated"
-    assert s["stats"]["no_eos_ratio"] == 1.0
-    assert any(w.startswith("no_eos_ratio 1.000 > 0.05") for w in s["warnings"])
+    assert s["stats"]["no_eos_token_ratio"] == 1.0
+    assert s["stats"]["no_eos_ratio"] < 0.05  # AReaL's own figure needs no EOS id
+    assert any("do not end in the EOS token" in w for w in s["warnings"])
 
 
 def test_directory_timeline_and_length_growth(dump_dir: Path) -> None:
@@ -180,7 +188,9 @@ def _row(seq: int, resp: int, reward: float, eos: bool | None, head: int = 3) ->
         "seq_len": seq,
         "prompt_len": seq - resp,
         "response_len": resp,
+        "task_reward": reward,
         "reward": reward,
+        "no_eos": seq == 12,  # 12: the padded width of this batch
         "eos": eos,
         "head_version": head,
         "tail_version": head,
@@ -195,18 +205,22 @@ def test_batch_stats_and_thresholds() -> None:
         _row(9, 5, 1.0, True),
     ]
     st = b.batch_stats(rows, [[1.0, 0.0], [1.0, 1.0]], None, [0, 0, 0, 1])
-    assert st["no_eos_ratio"] == 0.25
+    assert st["no_eos_ratio"] == 0.25 and st["no_eos_token_ratio"] == 0.25
     assert st["equal_reward_group_ratio"] == 0.5
-    assert st["reward"] == {"mean": 0.75, "std": pytest.approx(0.4330127), "min": 0.0, "max": 1.0}
+    want = {"mean": 0.75, "std": pytest.approx(0.4330127), "min": 0.0, "max": 1.0}
+    assert st["task_reward"] == want
     assert st["version"]["staleness_max"] == 2 and st["version"]["mixed_version_ratio"] == 0.25
     warnings = b.batch_warnings(st)
     assert any("no_eos_ratio 0.250 > 0.05" in w for w in warnings)
     assert any(w.startswith("50% of groups have all-equal rewards") for w in warnings)
     # At the threshold no_eos does not warn (AReaL: above 0.05).
     assert not any("no_eos" in w for w in b.batch_warnings({"no_eos_ratio": 0.05}))
-    far = {"importance_weight": {"mean": 1.4, "min": 0.1, "max": 9.0, "over_cap_ratio": 0.01}}
+    far = {"behave_imp_weight": {"mean": 1.4, "min": 0.1, "max": 9.0, "above_upper_ratio": 0.01}}
     text = " ".join(b.batch_warnings(far))
-    assert "far from 1.0" in text and "behav_imp_weight_cap 5" in text
+    assert "behave_imp_weight mean 1.400 is far from 1.0" in text
+    assert "rollout.max_head_offpolicyness" in text
+    # The removed behav_imp_weight_cap is now actor.rejection_sampling (cli_args.py:1505).
+    assert "actor.rejection_sampling.upper=5" in text and "imp_weight_cap" not in text
 
 
 def test_length_trend_needs_steady_growth() -> None:
@@ -318,7 +332,7 @@ def test_keys_differ_between_groups(tmp_path: Path) -> None:
     assert s["keys"]["prox_logp"]["missing_in_groups"] == 2
     assert "input_ids" in s["keys"] and "missing_in_groups" not in s["keys"]["input_ids"]
     assert any("'prox_logp' is missing in 2 group(s)" in w for w in s["warnings"])
-    assert s["stats"]["importance_weight"]["tokens"] > 0  # from the groups that have it
+    assert s["stats"]["behave_imp_weight"]["tokens"] > 0  # from the groups that have it
 
 
 def test_unreadable_file_in_a_directory_is_reported_not_fatal(tmp_path: Path) -> None:
@@ -395,16 +409,48 @@ def test_batches_module_can_be_shipped_to_a_node() -> None:
     import ast
 
     tree = ast.parse(Path(b.__file__).read_text())
+    guarded = {
+        id(n)
+        for t in ast.walk(tree)
+        if isinstance(t, ast.Try)
+        and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in t.handlers)
+        for n in t.body
+    }
     roots = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
+        elif isinstance(node, ast.ImportFrom) and id(node) not in guarded:
             assert node.level == 0 and node.module is not None
             roots.add(node.module.split(".")[0])
     allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "tokenizers", "transformers"}
     assert roots and roots <= allowed, roots - allowed
     assert set(b.OPS) == {"batch_summary", "batch_sample", "batch_samples", "batch_list"}
+
+
+def test_node_source_runs_without_the_console_installed(step_file: Path) -> None:
+    """What a node's agent execs (batches.py plus the key registry) needs no areal_console."""
+    from areal_console.core.batch_source import node_source
+
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["areal_console"] = None  # as on a node without the console: imports fail
+        ns = {{"__name__": "areal_agent_ext_batches"}}
+        exec(compile(sys.stdin.read(), "<ext>", "exec"), ns)
+        s = ns["summarize"]({str(step_file)!r}, eos_token_id=31999)
+        print("|".join(s["warnings"]))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        input=node_source(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "gconfig.max_new_tokens" in out.stdout
 
 
 def test_directory_analyzes_only_the_newest_steps(dump_dir: Path) -> None:
@@ -414,7 +460,9 @@ def test_directory_analyzes_only_the_newest_steps(dump_dir: Path) -> None:
     assert s["samples"] == 4 * 64 and "newest 2 steps analyzed" in s["description"]
 
 
-def test_multi_turn_lengths_count_tool_tokens_as_prompt(tmp_path: Path) -> None:
+def test_multi_turn_prompt_len_is_the_first_generated_position(tmp_path: Path) -> None:
+    """AReaL's prompt_len (actor.py:52-65): where generation starts; tool replies after it
+    are neither prompt nor trained response."""
     groups = bf.make_trajectory(4, n_groups=2, group_size=3, multi_turn=True, max_new_tokens=64)
     path = tmp_path / "step_000004.pt"
     torch.save(groups, path)
@@ -423,7 +471,8 @@ def test_multi_turn_lengths_count_tool_tokens_as_prompt(tmp_path: Path) -> None:
         g = groups[row["group"]]
         r = row["row"]
         assert row["response_len"] == int(g["loss_mask"][r].sum())
-        assert row["prompt_len"] == int(g["attention_mask"][r].sum()) - row["response_len"]
+        first = int(g["loss_mask"][r].argmax())
+        assert row["prompt_len"] == first
         if int(g["turn_ids"][r].max()) == 1:  # a tool reply sits inside the completion
-            first = int(g["loss_mask"][r].argmax())
-            assert row["prompt_len"] > first
+            seq = int(g["attention_mask"][r].sum())
+            assert row["prompt_len"] + row["response_len"] < seq

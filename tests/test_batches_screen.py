@@ -72,7 +72,7 @@ async def test_browse_steps_samples_and_tokens(dump: Path) -> None:
         assert screen.current_file.endswith("step_000002_dp_1.pt")
         summary = text_of(screen.query_one("#summary", Static))
         assert "AReaL trajectory dump: 3 prompt groups" in summary
-        assert "no_eos_ratio" in summary and "imp. weight" in summary
+        assert "no_eos_ratio" in summary and "behave_imp_w" in summary
         assert sum(screen.query_one("#reward-hist", MiniHistogram).counts) == 12
         assert sum(screen.query_one("#length-hist", MiniHistogram).counts) == 12
 
@@ -182,6 +182,13 @@ def test_filter_rows_terms() -> None:
     assert [r["index"] for r in filter_rows(rows, "noeos")] == [1, 2]
     assert [r["index"] for r in filter_rows(rows, "noeos reward=1")] == [2]
     assert [r["index"] for r in filter_rows(rows, "")] == [0, 1, 2]
+    # Without an EOS id, AReaL's own rule (length == padded width) decides.
+    unknown = [
+        {"index": 0, "eos": None, "no_eos": False},
+        {"index": 1, "eos": None, "no_eos": True},
+    ]
+    assert [r["index"] for r in filter_rows(unknown, "noeos")] == [1]
+    assert [r["index"] for r in filter_rows(unknown, "eos")] == [0]
 
 
 async def test_wrong_format_and_text_rollout(tmp_path: Path) -> None:

@@ -38,7 +38,10 @@ def test_same_host_on_two_ports_gets_distinct_names() -> None:
         ("@node", "empty user"),
         ("a,a", "listed twice"),
         (" , ", "names no host"),
-        ("gpu[5-2]", "5 > 2"),
+        ("gpu[5-2]", "runs backwards"),
+        ("node:22.7", "bad port"),
+        ("n[1-", "without a matching"),
+        ("n[a-b]", "not a number"),
     ],
 )
 def test_bad_hosts_are_user_errors(text: str, message: str) -> None:
@@ -156,5 +159,8 @@ def test_cli_reports_malformed_inventory_in_one_line(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.strip() == f"error: {path}:3: bad port 'twenty' in 'node'"
+    assert (
+        proc.stderr.strip()
+        == f"error: {path}:3: bad port 'twenty' in 'node': must be a whole number"
+    )
     assert proc.stdout == ""

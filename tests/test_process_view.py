@@ -130,4 +130,4 @@ def test_cells_of_a_process_without_gpu_data() -> None:
     assert one_line("plain") == "plain"
     # An argument with escape sequences and markup shows as text, never as markup.
     hostile = process_cells("n", _proc(1, 0, 1.0, 1, None, "x \x1b]0;t\x07[red]y[/bold]"))
-    assert str(hostile["cmd"]) == "x ?]0;t?[red]y[/bold]"
+    assert str(hostile["cmd"]) == "x \\x1b]0;t\\x07[red]y[/bold]"

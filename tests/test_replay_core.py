@@ -247,9 +247,19 @@ def test_trainer_config_file_and_dotted_overrides(tmp_path: Path) -> None:
         "  path: /tmp/d\n"
         "  dump_steps: [2, 4]\n"
     )
-    config = rt.load_config(str(config_file), ["steps=8", "actor.lr=0.001"])
+    config = rt.load_config(str(config_file), ["steps=8", "actor.optimizer.lr=0.001"])
     assert config["steps"] == 8 and config["actor"]["eps_clip"] == 0.1
-    assert config["actor"]["lr"] == 0.001 and config["trajectory_debug"]["dump_steps"] == [2, 4]
+    assert config["actor"]["optimizer"]["lr"] == 0.001
+    assert config["trajectory_debug"]["dump_steps"] == [2, 4]
+    # AReaL's names: the filter is actor.rejection_sampling, off-policyness under rollout.
+    assert config["actor"]["rejection_sampling"]["upper"] == 5.0
+    assert config["rollout"]["max_head_offpolicyness"] == 1
+    off = rt.load_config(None, ["actor.rejection_sampling=null"])
+    assert off["actor"]["rejection_sampling"] is None
+    with pytest.raises(rt.ConfigError, match=r"unknown config key 'actor\.behav_imp_weight_cap'"):
+        rt.load_config(None, ["actor.behav_imp_weight_cap=2"])
+    with pytest.raises(rt.ConfigError, match="level=token, metric=ratio"):
+        rt.load_config(None, ["actor.rejection_sampling.metric=kl_k3"])
     with pytest.raises(rt.ConfigError, match=r"unknown config key 'actor\.epsilon'"):
         rt.load_config(None, ["actor.epsilon=0.3"])
     with pytest.raises(rt.ConfigError, match="max_keep must be a positive integer"):

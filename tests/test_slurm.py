@@ -33,9 +33,10 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def console(
-    cluster: SlurmCluster, *args: str, timeout: float = 90
+    cluster: SlurmCluster, *args: str, timeout: float = 90, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = cluster.env()
+    extra = env or {}
+    env = cluster.env(**extra)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     return subprocess.run(
         [sys.executable, "-m", "areal_console", *args],
@@ -147,6 +148,39 @@ def test_stacks_of_every_rank_through_one_srun_step(
             assert in_barrier == (node != "node3" or dump is not result["dumps"][-1]), names
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "export"), [("step", "NONE"), ("node", "NONE"), ("step", "ALL")])
+def test_the_agents_python_is_chosen_on_the_node(
+    slurm_cluster: SlurmCluster,
+    slurm_gloo_job: SlurmGlooJob,
+    tmp_path: Path,
+    mode: str,
+    export: str,
+) -> None:
+    """A site with `--export=NONE` (srun passes no PATH), or a caller whose `python3` is too
+    old: the node resolves its own interpreter, and the report says which one it used."""
+    old = sorted(
+        Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")).glob("versions/3.6.*/bin/python3.6")
+    )
+    if not old:
+        pytest.skip("no Python 3.6 on this machine")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(old[-1])
+    env_path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    result = console(
+        slurm_cluster, "nodes", "--slurm-job", slurm_gloo_job.job_id, "--slurm-mode", mode,
+        "--json", env={"SLURM_EXPORT_ENV": export, "PATH": env_path},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [n["state"] for n in report["nodes"]] == ["up", "up", "up"]
+    for node in report["nodes"]:
+        major, minor = map(int, node["python"].split(".")[:2])
+        assert (major, minor) >= (3, 9)
+        assert node["python_executable"] and str(bin_dir) not in node["python_executable"]
+
+
 def test_unknown_job_is_a_clear_error(slurm_cluster: SlurmCluster) -> None:
     result = console(slurm_cluster, "nodes", "--slurm-job", "987654")
     assert result.returncode == 1
@@ -155,7 +189,7 @@ def test_unknown_job_is_a_clear_error(slurm_cluster: SlurmCluster) -> None:
         " (it may have ended long ago: Slurm forgets jobs after MinJobAge)"
     )
     bad = console(slurm_cluster, "nodes", "--slurm-job", "12;rm")
-    assert bad.returncode == 1 and "is not a Slurm job id" in bad.stderr
+    assert bad.returncode == 2 and "is not a Slurm job id" in bad.stderr
 
 
 def test_finished_and_pending_jobs_are_clear_errors(slurm_cluster: SlurmCluster) -> None:

@@ -134,7 +134,8 @@ def test_srun_argv_is_an_argv_list() -> None:
     assert argv[:3] == ["srun", "--overlap", "--jobid=42"]
     assert "--nodelist=a1,a2" in argv and "--ntasks-per-node=1" in argv
     assert "--gres=gpu:8" in argv and "--input=all" in argv and "--label" in argv
-    assert argv[-4] == "/opt/py/bin/python3" and argv[-3] == "-c"
+    # The node's /bin/sh picks the interpreter: the configured one first (see transport).
+    assert argv[-7:-5] == ["/bin/sh", "-c"] and argv[-3] == "/opt/py/bin/python3"
     single = srun_argv(SlurmTarget(job_id="42"), ["a1"])
     assert "--label" not in single and not any(a.startswith("--gres") for a in single)
 

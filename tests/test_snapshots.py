@@ -25,6 +25,14 @@ def test_stacks_screen_snapshot(snap_compare: Any) -> None:
 
 
 @pytest.mark.slow
+def test_stacks_ledger_snapshot(snap_compare: Any) -> None:
+    """A recorded capture with Flight Recorder traces: the collective ledger beside the
+    groups and the mismatch named by sequence id in the diagnosis."""
+    app = recorded.stacks_app("ledger_op")
+    assert snap_compare(app, terminal_size=SIZE, run_before=recorded.open_stacks)
+
+
+@pytest.mark.slow
 def test_stacks_diff_snapshot(snap_compare: Any) -> None:
     """Two rank groups side by side, their first differing frame marked."""
 

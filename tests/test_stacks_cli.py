@@ -144,7 +144,7 @@ def test_unsavable_capture_is_still_shown(jobs: dict[str, ScenarioJob], tmp_path
 
 def test_bad_regex_is_a_clear_error() -> None:
     result = run_cli("stacks", "--match", "(")
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.startswith("error: bad --match regex")
 
 

@@ -1407,6 +1407,208 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------
+# Flight Recorder traces (the collective ledger): live from a rank's worker server, or
+# from the dump files torch (NCCL on timeout) or our launch hook (gloo on a fatal error)
+# wrote. Dumps are pickles: decoded with an unpickler that builds only plain containers.
+
+FR_ENV = (
+    "RANK",
+    "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "AREAL_FR_SOCKET_DIR",
+    "TORCH_WORKER_SERVER_SOCKET",
+)
+FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
+FR_MAX_BYTES = 256 << 20
+# Per entry, what the ledger reads (stack frames are left on the node).
+FR_ENTRY_KEYS = (
+    "record_id",
+    "pg_id",
+    "process_group",
+    "collective_seq_id",
+    "p2p_seq_id",
+    "op_id",
+    "profiling_name",
+    "input_sizes",
+    "input_dtypes",
+    "output_sizes",
+    "output_dtypes",
+    "state",
+    "retired",
+    "is_p2p",
+    "time_created_ns",
+    "timeout_ms",
+)
+
+
+def safe_unpickle(data: bytes) -> Any:
+    """Decode a pickle that may hold only None, bools, numbers, strings and containers."""
+    import io
+    import pickle
+
+    class PlainUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a trace dump")
+
+        def persistent_load(self, pid: Any) -> Any:
+            raise pickle.UnpicklingError("refusing persistent ids in a trace dump")
+
+    return PlainUnpickler(io.BytesIO(data)).load()
+
+
+def slim_trace(data: Any) -> dict[str, Any]:
+    """The parts of a Flight Recorder dump the ledger needs (a dict, JSON-ready)."""
+    if not isinstance(data, dict):
+        raise ValueError("not a Flight Recorder dump (not a mapping)")
+    if "entries" not in data and "pg_status" not in data:
+        raise ValueError("not a Flight Recorder dump (no entries, no pg_status)")
+    entries = []
+    for e in data.get("entries") or []:
+        if isinstance(e, dict):
+            entries.append({k: e.get(k) for k in FR_ENTRY_KEYS if k in e})
+    return {
+        "version": data.get("version"),
+        "pg_config": data.get("pg_config") or {},
+        "pg_status": data.get("pg_status") or {},
+        "entries": entries,
+    }
+
+
+def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
+    import http.client
+
+    class UnixConnection(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(path)
+            self.sock = sock
+
+    conn = UnixConnection("localhost", timeout=timeout)
+    try:
+        conn.request("POST", url, body=b"", headers={"Content-Length": "0"})
+        reply = conn.getresponse()
+        return reply.status, reply.read()
+    finally:
+        conn.close()
+
+
+def fr_live(pid: int, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Ask a rank's worker server (our launch hook's, or torch's `worker_main`) for its trace."""
+    sockets = [os.path.join(env.get("AREAL_FR_SOCKET_DIR") or "/tmp", f"areal-fr-{pid}.sock")]
+    if env.get("TORCH_WORKER_SERVER_SOCKET"):
+        sockets.append(env["TORCH_WORKER_SERVER_SOCKET"])
+    errors = []
+    for path in sockets:
+        if not os.path.exists(path):
+            continue
+        for handler in ("areal_fr_trace", "fr_trace_json"):
+            try:
+                status, body = _unix_post(path, f"/handler/{handler}", timeout)
+            except (OSError, ValueError) as exc:
+                errors.append(f"{path}: {exc}")
+                break
+            if status == 200:
+                try:
+                    return {"ok": True, "socket": path, "trace": slim_trace(json.loads(body))}
+                except ValueError as exc:
+                    errors.append(f"{path} {handler}: {exc}")
+            else:
+                errors.append(f"{path} {handler}: HTTP {status}")
+    if not errors:
+        return {"ok": False, "error": "no Flight Recorder socket (recorder access not enabled)"}
+    return {"ok": False, "error": "; ".join(errors)}
+
+
+def fr_dump_files(prefixes: list[str], since: float | None) -> list[dict[str, Any]]:
+    """Every `<prefix><rank>` file under the given prefixes, decoded safely."""
+    found = []
+    seen = set()
+    for prefix in prefixes:
+        directory, stem = os.path.split(prefix)
+        try:
+            names = os.listdir(directory or ".")
+        except OSError:
+            continue
+        for name in names:
+            tail = name[len(stem) :]
+            if not name.startswith(stem) or not tail.isdigit():
+                continue
+            path = os.path.join(directory, name)
+            if path in seen:
+                continue
+            seen.add(path)
+            record: dict[str, Any] = {"path": path, "rank": int(tail)}
+            try:
+                st = os.stat(path)
+                record["mtime"] = st.st_mtime
+                if since is not None and st.st_mtime < since:
+                    record.update(ok=False, stale=True, error="older than the job's processes")
+                elif st.st_size > FR_MAX_BYTES:
+                    record.update(ok=False, error=f"{st.st_size} bytes: too large for a trace")
+                else:
+                    with open(path, "rb") as fh:
+                        record.update(ok=True, trace=slim_trace(safe_unpickle(fh.read())))
+            except Exception as exc:  # one bad file must not hide the others
+                record.update(ok=False, error=f"{type(exc).__name__}: {exc}")
+            found.append(record)
+    return found
+
+
+def _boot_time() -> float:
+    for line in _read("/proc/stat").decode().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+@op("fr_traces")
+def op_fr_traces(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    """Flight Recorder traces of the given rank PIDs (live) and of dump files on this node."""
+    pids = args.get("pids")
+    if not isinstance(pids, list) or not all(isinstance(p, int) for p in pids):
+        raise OpError("argument 'pids' must be a list of integers")
+    extra = args.get("prefixes") or []
+    if not isinstance(extra, list) or not all(isinstance(p, str) for p in extra):
+        raise OpError("argument 'prefixes' must be a list of strings")
+    timeout = _arg(args, "timeout", float, 5.0)
+    live = _arg(args, "live", bool, True)
+    envs: dict[int, dict[str, str]] = {}
+    starts = []
+    for pid in pids:
+        try:
+            envs[pid] = parse_environ(_read(f"/proc/{pid}/environ"), FR_ENV)
+        except OSError:
+            envs[pid] = {}
+        ticks = _start_ticks(pid)
+        if ticks is not None:
+            starts.append(ticks)
+    prefixes = list(extra)
+    for env in envs.values():
+        for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+            if env.get(name):
+                prefixes.append(env[name])
+                break
+        else:
+            prefixes.append(FR_DEFAULT_PREFIX)
+    if not prefixes:
+        prefixes.append(FR_DEFAULT_PREFIX)
+    since = _boot_time() + min(starts) / CLK_TCK if starts else None
+    ranks = []
+    if live:
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(pids)))) as pool:
+            replies = list(pool.map(lambda p: fr_live(p, envs[p], timeout), pids))
+        for pid, reply in zip(pids, replies, strict=True):
+            rank = _to_int(envs[pid].get("RANK"))
+            ranks.append({"pid": pid, "rank": rank, **reply})
+    return {
+        "live": ranks,
+        "files": fr_dump_files(list(dict.fromkeys(prefixes)), since),
+        "prefixes": list(dict.fromkeys(prefixes)),
+    }
+
+
+# --------------------------------------------------------------------------------------
 # Following a training log (AReaL's main.log / trainer.log) and finding a run's log files
 
 TAIL_MAX_BYTES = 4 << 20

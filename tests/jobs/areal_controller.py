@@ -19,6 +19,7 @@ Usage: areal_controller.py WORKDIR MODE N_ACTORS [SERVER_HEALTH]
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -81,7 +82,8 @@ def post(port: int, path: str, body: dict) -> dict:
 def main() -> None:
     global TRIAL
     workdir, mode, n_actors = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    TRIAL = workdir.name  # one trial per run: parallel test runs never share a job
+    # One trial per run: test runs in parallel on one machine never share a job.
+    TRIAL = os.environ.get("AREAL_STUB_TRIAL") or workdir.name
     health = sys.argv[4] if len(sys.argv) > 4 else "healthy"
     ports = [start_worker("actor", i, workdir) for i in range(n_actors)]
     master_port = free_port()

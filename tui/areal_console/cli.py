@@ -20,6 +20,12 @@ from areal_console.core.errors import (
     UsageError,
     UserError,
 )
+from areal_console.core.textfmt import PrintableStream, printable
+
+# Commands whose whole output is text for a terminal (not the TUI, not a training run's
+# own log): it is written through `PrintableStream`, so no remote string reaches the
+# terminal with its control characters.
+PRINTABLE_COMMANDS = {"nodes", "stacks", "batch", "replay", "slurm", "metrics"}
 
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES = [
@@ -74,15 +80,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "handler", None):
             parser.print_help()
             return EXIT_USAGE
+        if args.command in PRINTABLE_COMMANDS:
+            return _run_printable(args)
         return int(args.handler(args))
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return EXIT_ERROR
+
+
+def _run_printable(args: argparse.Namespace) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = PrintableStream(out), PrintableStream(err)
+    try:
+        return int(args.handler(args))
+    finally:
+        sys.stdout, sys.stderr = out, err

@@ -9,8 +9,8 @@ from typing import Any
 
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BATCH_FORMATS, BatchError, compare
-from areal_console.core.errors import UserError
-from areal_console.core.targets import add_target_arguments, resolve_targets
+from areal_console.core.errors import UsageError, UserError
+from areal_console.core.targets import add_target_arguments, index, open_fleet, resolve_targets
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +23,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("path", metavar="PATH", help="a .pt file or a dump directory")
-    parser.add_argument("--sample", type=int, metavar="I", help="show sample I (0-based)")
+    parser.add_argument("--sample", type=index, metavar="I", help="show sample I (0-based)")
     parser.add_argument(
         "--step",
         type=int,
@@ -45,7 +45,8 @@ def register(subparsers: Any) -> None:
         "--eos-token-id",
         type=int,
         metavar="N",
-        help="EOS token id for no_eos_ratio (default: from config files next to the dump)",
+        help="EOS token id for the EOS-based no_eos_token_ratio (default: from the model's "
+        "config files next to the dump or named by the experiment's config.yaml)",
     )
     parser.add_argument(
         "--trust-pickle",
@@ -76,13 +77,11 @@ def run(args: argparse.Namespace) -> int:
 def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
     if args.node is None and not (args.hosts or args.inventory):
         return LocalBatchSource(), None
-    from areal_console.core.fleet import Fleet
-
     specs = resolve_targets(args)
     if args.node is None:
         if len(specs) != 1:
             names = ", ".join(s.name for s in specs)
-            raise UserError(f"the targets name {len(specs)} nodes ({names}): pick one with --node")
+            raise UsageError(f"the targets name {len(specs)} nodes ({names}): pick one with --node")
         spec = specs[0]
     else:
         matches = [s for s in specs if args.node in (s.name, s.host)]
@@ -95,12 +94,9 @@ def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
             matches = specs
         if not matches:
             names = ", ".join(s.name for s in specs)
-            raise UserError(f"no node named {args.node!r} among the targets ({names})")
+            raise UsageError(f"no node named {args.node!r} among the targets ({names})")
         spec = matches[0]
-    options: dict[str, Any] = {}
-    if getattr(args, "accept_new_hosts", False):
-        options["accept_new_hosts"] = True
-    fleet = Fleet([spec], **options)
+    fleet = open_fleet(args, [spec])
     return RemoteBatchSource(fleet.sessions[0]), fleet
 
 
@@ -175,13 +171,13 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("")
         lines.append(
             f"  {'step':>6} {'files':>5} {'samples':>8} {'seq_len':>8} "
-            f"{'resp_len':>8} {'reward':>7} {'no_eos':>7}"
+            f"{'resp_len':>8} {'task_rw':>7} {'no_eos':>7}"
         )
         for p in s["per_step"]:
             lines.append(
                 f"  {p['step']:>6} {p['files']:>5} {_num(p['samples']):>8} "
                 f"{_num(p['seq_len_mean']):>8} {_num(p['response_len_mean']):>8} "
-                f"{_num(p['reward_mean'], 3):>7} {_num(p['no_eos_ratio'], 3):>7}"
+                f"{_num(p['task_reward_mean'], 3):>7} {_num(p['no_eos_ratio'], 3):>7}"
             )
         bad = [e for e in s.get("timeline", []) if e.get("error")]
         for e in bad:
@@ -195,20 +191,32 @@ def format_summary(s: dict[str, Any]) -> str:
                 if meta.get("missing_in_groups")
                 else ""
             )
-            lines.append(f"    {name:<18} {meta['dtype']:<9} {meta['shape']}{extra}")
+            value = f"  = {meta['value']!r}" if "value" in meta else ""
+            lines.append(f"    {name:<18} {meta['dtype']:<9} {meta['shape']}{value}{extra}")
     st = s.get("stats") or {}
     if st:
         lines.append("")
         lines.append(f"  {'stat':<14} {'mean':>10} {'std':>10} {'min':>10} {'max':>10}")
-        for name in ("seq_len", "prompt_len", "response_len", "reward"):
+        names = ["seq_len", "prompt_len", "response_len", "task_reward"]
+        if st.get("reward") and st.get("reward") != st.get("task_reward"):
+            names.append("reward")  # the (normalised) rewards beside original_rewards
+        for name in names:
             d = st.get(name) or {}
-            digits = 3 if name == "reward" else 1
+            digits = 3 if name in ("task_reward", "reward") else 1
             lines.append(
                 f"  {name:<14} {_num(d.get('mean'), digits):>10} "
                 f"{_num(d.get('std'), digits):>10} {_num(d.get('min'), digits):>10} "
                 f"{_num(d.get('max'), digits):>10}"
             )
-        lines.append(f"  no_eos_ratio   {_num(st.get('no_eos_ratio'), 3)}")
+        eos_ids = s.get("eos_token_ids")
+        lines.append(
+            f"  no_eos_ratio   {_num(st.get('no_eos_ratio'), 3)}  (length == padded width)"
+            + (
+                f"   not ending in EOS {_num(st.get('no_eos_token_ratio'), 3)}"
+                if eos_ids
+                else "   (EOS id unknown: --eos-token-id N for the EOS-based figure)"
+            )
+        )
         if st.get("equal_reward_group_ratio") is not None:
             lines.append(
                 f"  all-equal reward groups  {st.get('equal_reward_groups')} "
@@ -221,13 +229,17 @@ def format_summary(s: dict[str, Any]) -> str:
                 f"{v['staleness_mean']:.2f} max {v['staleness_max']}  "
                 f"mixed-version samples {v['mixed_version_ratio']:.0%}"
             )
-        iw = st.get("importance_weight")
+        iw = st.get("behave_imp_weight")
         if iw:
             lines.append(
-                f"  importance weight mean {iw['mean']:.3f} min {iw['min']:.3f} "
-                f"max {iw['max']:.3f} over cap {iw['over_cap_ratio']:.2%} "
+                f"  behave_imp_weight mean {iw['mean']:.3f} min {iw['min']:.3f} "
+                f"max {iw['max']:.3f} above {iw['upper']:g} {iw['above_upper_ratio']:.2%} "
                 f"({_num(iw['tokens'])} tokens{', sampled' if iw['sampled'] else ''})"
             )
+    if s.get("remote"):
+        lines.append("")
+        lines.append(f"  RTensor shards {s['remote']['shards']} on workers:")
+        lines += [f"    {addr}  {n}" for addr, n in sorted(s["remote"]["nodes"].items())]
     if s.get("warnings"):
         lines.append("")
         lines.append("  warnings")
@@ -239,10 +251,12 @@ def format_sample(v: dict[str, Any]) -> str:
     lines = [
         f"sample {v['index']} (group {v['group']}, row {v['row']}) of {v['path']}",
         f"  seq_len {v['seq_len']}  prompt_len {v['prompt_len']}  response_len "
-        f"{v['response_len']}  reward {_num(v['reward'], 3)}  eos "
+        f"{v['response_len']}  task_reward {_num(v.get('task_reward'), 3)}  eos "
         f"{'-' if v.get('eos') is None else 'yes' if v['eos'] else 'NO'}  versions "
         f"{_num(v.get('head_version'))}..{_num(v.get('tail_version'))}",
     ]
+    for name, value in (v.get("extras") or {}).items():
+        lines.append(f"  {name}: {value}")
     if v.get("prompt") is not None or v.get("completion") is not None:
         lines += [
             "",

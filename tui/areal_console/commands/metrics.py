@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from areal_console.core.errors import EXIT_OK, UsageError, UserError
-from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets
 
 
 def register(subparsers: Any) -> None:
@@ -56,9 +56,7 @@ def run(args: argparse.Namespace) -> int:
     fleet = None
     try:
         if remote:
-            from areal_console.core.fleet import Fleet
-
-            fleet = Fleet(resolve_targets(args), **fleet_options(args))
+            fleet = open_fleet(args, resolve_targets(args))
             session, path = _where(fleet, args)
             follower = MetricsFollower(path, NodeFiles(session), thresholds)
         else:

@@ -8,9 +8,9 @@ import sys
 from typing import Any
 
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
-from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
-from areal_console.core.nodes import node_report, server_text
-from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.fleet import NodeFailure, NodeSession
+from areal_console.core.nodes import count_areal_world_sizes, node_report, server_text
+from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
 
@@ -24,17 +24,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--all", action="store_true", help="every Python process, not only ranks")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for each node (default 30)"
+        "--timeout", type=seconds, default=30.0, help="seconds to wait for each node (default 30)"
     )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     specs = resolve_targets(args)
-    fleet = Fleet(specs, **fleet_options(args))
+    fleet = open_fleet(args, specs)
     try:
         results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
         nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
+        count_areal_world_sizes(n["processes"] for n in nodes)
     finally:
         fleet.close()
     if args.json:
@@ -45,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
     failed = [n for n in nodes if n["state"] != "up"]
     if not failed:
         return EXIT_OK
+    # All down: an error. Some down: the others' results stand, the rest are warnings.
+    every = len(failed) == len(nodes)
     for n in failed:
-        print(f"error: {n['name']}: {n['error']}", file=sys.stderr)
-    return EXIT_ERROR if len(failed) == len(nodes) else EXIT_PARTIAL
+        print(f"{'error' if every else 'warning'}: {n['name']}: {n['error']}", file=sys.stderr)
+    return EXIT_ERROR if every else EXIT_PARTIAL
 
 
 def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
@@ -57,6 +60,7 @@ def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
     sampled = result.get("hostname") if isinstance(result, dict) else None
     record["hostname"] = sampled or session.hello.get("hostname")
     record["python"] = session.hello.get("python")
+    record["python_executable"] = session.hello.get("python_executable")
     record["tools"] = session.hello.get("tools")
     record["latency_ms"] = round(session.latency * 1000, 2) if session.latency is not None else None
     key = session.unknown_host_key
@@ -91,7 +95,10 @@ def render_summary(nodes: list[dict[str, Any]]) -> str:
 def render_nodes(nodes: list[dict[str, Any]]) -> str:
     out: list[str] = [render_summary(nodes), ""] if len(nodes) > 1 else []
     for node in nodes:
-        out.append(f"== {node['name']} ({node['host']}): {node['state']}")
+        header = f"== {node['name']} ({node['host']}): {node['state']}"
+        if node.get("python"):  # the interpreter the node chose for the agent
+            header += f", python {node['python']} ({node.get('python_executable') or '?'})"
+        out.append(header)
         if node["state"] != "up":
             out.append(f"   {node['error']}")
             out.append("")

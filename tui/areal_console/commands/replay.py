@@ -10,8 +10,7 @@ from typing import Any
 
 from areal_console.core import jobs
 from areal_console.core.client import AgentDisconnected, AgentError
-from areal_console.core.errors import EXIT_ERROR, EXIT_OK, UserError
-from areal_console.core.fleet import Fleet
+from areal_console.core.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
 from areal_console.core.replay import (
     format_gpus,
     load_templates,
@@ -21,7 +20,13 @@ from areal_console.core.replay import (
 )
 from areal_console.core.settings import load_settings
 from areal_console.core.slurm import make_runner
-from areal_console.core.targets import NodeSpec, add_target_arguments, resolve_targets
+from areal_console.core.targets import (
+    NodeSpec,
+    add_target_arguments,
+    open_fleet,
+    resolve_targets,
+    seconds,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run as a new sbatch job (default with --slurm-job: srun --overlap into that job)",
     )
     parser.add_argument("--wait", action="store_true", help="wait for the end and verify")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits")
+    parser.add_argument("--timeout", type=seconds, default=3600.0, help="seconds --wait waits")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, launch nothing")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="trainer overrides")
@@ -90,27 +95,27 @@ def pick_node(specs: list[NodeSpec], name: str | None) -> NodeSpec:
     if name is None:
         if len(specs) > 1:
             names = ", ".join(s.name for s in specs)
-            raise UserError(f"several targets ({names}): choose one with --node")
+            raise UsageError(f"several targets ({names}): choose one with --node")
         return specs[0]
     for spec in specs:
         if spec.name == name or spec.host == name:
             return spec
     names = ", ".join(s.name for s in specs)
-    raise UserError(f"no node {name!r} among the targets ({names})")
+    raise UsageError(f"no node {name!r} among the targets ({names})")
 
 
 def run(args: argparse.Namespace) -> int:
     spec = pick_node(resolve_targets(args), args.node)
-    first, last = parse_step_range(args.steps)
-    gpus = parse_gpus(args.gpus)
+    try:  # bad values on the command line: exit 2
+        first, last = parse_step_range(args.steps)
+        gpus = parse_gpus(args.gpus)
+    except UserError as exc:
+        raise UsageError(str(exc)) from None
     templates = load_templates(load_settings().launch_templates)
     if args.template not in templates:
-        raise UserError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
+        raise UsageError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
     template = templates[args.template]
-    options: dict[str, Any] = (
-        {"accept_new_hosts": True} if getattr(args, "accept_new_hosts", False) else {}
-    )
-    fleet = Fleet([spec], **options)
+    fleet = open_fleet(args, [spec])
     session = fleet.session(spec.name)
     try:
         try:

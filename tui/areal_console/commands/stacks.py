@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError, UserError
-from areal_console.core.targets import add_target_arguments, resolve_targets
+from areal_console.core.targets import (
+    add_target_arguments,
+    count,
+    open_fleet,
+    resolve_targets,
+    seconds,
+    seconds_or_zero,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -25,14 +32,14 @@ def register(subparsers: Any) -> None:
     add_target_arguments(parser)
     parser.add_argument(
         "--samples",
-        type=int,
+        type=count,
         default=1,
         metavar="N",
         help="dumps per rank; with 2+ a rank whose stack changes is progressing",
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=seconds_or_zero,
         default=1.0,
         metavar="S",
         help="seconds between samples (default 1)",
@@ -41,7 +48,7 @@ def register(subparsers: Any) -> None:
         "--match", metavar="REGEX", help="only processes whose command line matches"
     )
     parser.add_argument(
-        "--timeout", type=float, default=15.0, metavar="S", help="per py-spy dump (default 15)"
+        "--timeout", type=seconds, default=15.0, metavar="S", help="per py-spy dump (default 15)"
     )
     parser.add_argument(
         "--nonblocking",
@@ -95,10 +102,13 @@ def run(args: argparse.Namespace) -> int:
         return _list(list_captures(), args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
+    live = not (args.open or args.import_files)
     if args.import_files:
-        capture = _import(args.import_files)
+        capture, nodes = _import(args.import_files), 0
+    elif args.open:
+        capture, nodes = load_capture(args.open), 0
     else:
-        capture = load_capture(args.open) if args.open else _capture(args)
+        capture, nodes = _capture(args)
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     if args.save:
@@ -108,24 +118,43 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(text_report(capture))
-    if not args.open and not any(r.state == "ok" for r in capture.ranks):
-        # Nothing to diagnose: say why, per rank (or node), and fail.
-        from areal_console.core.stacks.diagnose import failure_reasons
+    if not live:
+        return EXIT_OK
+    return _outcome(capture, nodes, args.match)
 
-        reasons = failure_reasons([r for r in capture.ranks if r.state != "ok"])
-        reasons += [f"node {e.node}: {e.error}" for e in capture.errors]
-        print("error: no stack captured" + (": " if reasons else ": no job processes found")
-              + "; ".join(reasons), file=sys.stderr)  # fmt: skip
+
+def _outcome(capture: Any, nodes: int, match: str | None) -> int:
+    """The exit code, with a line on stderr for each thing that went wrong."""
+    every_node_failed = len(capture.errors) >= nodes
+    for e in capture.errors:
+        print(
+            f"{'error' if every_node_failed else 'warning'}: {e.node}: {e.error}", file=sys.stderr
+        )
+    if every_node_failed:
+        print(f"error: no node answered ({nodes} tried): nothing was captured", file=sys.stderr)
         return EXIT_ERROR
-    if capture.errors and not args.open:
-        for e in capture.errors:
-            print(f"warning: {e.node}: {e.error}", file=sys.stderr)
-        return EXIT_PARTIAL
-    return EXIT_OK
+    ranks = [r for r in capture.ranks if r.rank is not None]
+    captured = [r for r in ranks if r.state == "ok"]
+    if not captured:
+        if ranks:
+            from areal_console.core.stacks.diagnose import failure_reasons
+
+            found = "1 rank" if len(ranks) == 1 else f"{len(ranks)} ranks"
+            why = f"{found} found, no stack dumped: " + "; ".join(failure_reasons(ranks))
+        elif match:
+            why = f"no process with rank variables matches --match {match!r}"
+        else:
+            why = (
+                "no process with rank variables (RANK, SLURM_PROCID, ...) is running "
+                "on the nodes that answered"
+            )
+        print(f"error: no rank captured: {why}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_PARTIAL if capture.errors else EXIT_OK
 
 
-def _capture(args: argparse.Namespace) -> Any:
-    from areal_console.core.fleet import Fleet
+def _capture(args: argparse.Namespace) -> tuple[Any, int]:
+    """A new capture (saved before it is shown), and how many nodes were asked."""
     from areal_console.core.stacks.capture import CaptureOptions, take_capture
 
     try:
@@ -140,8 +169,8 @@ def _capture(args: argparse.Namespace) -> Any:
             progress=lambda text: print(f"stacks: {text} (Ctrl-C stops)", file=sys.stderr),
         )
     except ValueError as exc:
-        raise UserError(str(exc)) from None
-    fleet = Fleet(resolve_targets(args), accept_new_hosts=getattr(args, "accept_new_hosts", False))
+        raise UsageError(str(exc)) from None
+    fleet = open_fleet(args, resolve_targets(args))
     try:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
     except KeyboardInterrupt:
@@ -149,7 +178,7 @@ def _capture(args: argparse.Namespace) -> Any:
         raise
     finally:
         fleet.close()
-    return capture
+    return capture, len(fleet)
 
 
 def _import(files: list[str]) -> Any:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from areal_console.core import batches
+from areal_console.core import areal_keys, batches
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.fleet import NodeSession
@@ -120,8 +120,7 @@ class RemoteBatchSource:
         with self._lock:
             if self.session.client is not None and self._loaded_client is self.session.client:
                 return
-            source = Path(batches.__file__).read_text(encoding="utf-8")
-            self._call("load", {"name": EXTENSION_NAME, "source": source})
+            self._call("load", {"name": EXTENSION_NAME, "source": node_source()})
             # A reconnect starts a fresh agent that has to be taught again.
             self._loaded_client = self.session.client
 
@@ -193,6 +192,19 @@ class RemoteBatchSource:
 
     def list_dir(self, path: str) -> dict[str, Any]:
         return self._op("batch_list", {"path": path})
+
+
+def node_source() -> str:
+    """What a node's agent runs: batches.py, then the config-key registry it names keys with.
+
+    The registry comes second (it has no `from __future__` line, which must open a module)
+    and batches.py only calls it at run time, so one namespace holds both.
+    """
+    return (
+        Path(batches.__file__).read_text(encoding="utf-8")
+        + "\n\n"
+        + Path(areal_keys.__file__).read_text(encoding="utf-8")
+    )
 
 
 def is_unsafe_pickle_error(message: str) -> bool:

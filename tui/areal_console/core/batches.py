@@ -23,30 +23,40 @@ import zipfile
 from collections import OrderedDict
 from typing import Any
 
+try:
+    from areal_console.core.areal_keys import config_key, rejection_sampling_example
+except ImportError:  # on a node: batch_source.py appends areal_keys.py's source to this one's
+    pass
+
 # Formats a path can hold.
-TRAJECTORY = "trajectory_dump"  # list[dict[str, Tensor]], one dict per prompt group
+TRAJECTORY = "trajectory_dump"  # list[dict[str, Tensor | Any]], one dict per prompt group
+TRAJECTORY_REFS = "trajectory_refs"  # the same, holding single-controller RTensor references
 TRAJECTORY_DIR = "trajectory_dir"  # a directory of step_NNNNNN[_dp_K].pt files
 DICT_BATCH = "dict_batch"  # one dict of [B, T] tensors
 TEXT_ROLLOUT = "text_rollout"  # rollout/<version>/<task_id>.jsonl
 CHECKPOINT = "checkpoint"  # a model or optimizer state_dict
 UNKNOWN = "unknown"
-BATCH_FORMATS = (TRAJECTORY, TRAJECTORY_DIR, DICT_BATCH, TEXT_ROLLOUT)
+BATCH_FORMATS = (TRAJECTORY, TRAJECTORY_REFS, TRAJECTORY_DIR, DICT_BATCH, TEXT_ROLLOUT)
 
-# AReaL's thresholds (performance and debugging guides).
+# AReaL's thresholds (performance and debugging guides, areal/api/cli_args.py).
 NO_EOS_WARN = 0.05
-IMPORTANCE_WEIGHT_CAP = 5.0  # behav_imp_weight_cap recommended value
-IMPORTANCE_WEIGHT_DRIFT = 0.1  # mean further than this from 1.0 warns
+# The bound AReaL's own warning suggests for actor.rejection_sampling (metric=ratio), the
+# old default of the removed behave_imp_weight_cap (cli_args.py:1941-1952 at cbff54d6).
+REJECTION_UPPER = 5.0
+BEHAVE_IMP_WEIGHT_DRIFT = 0.1  # mean further than this from 1.0 warns
 EQUAL_REWARD_GROUPS_WARN = 0.5
 LENGTH_GROWTH_WARN = 0.2  # growth of mean response length over the steps shown
 
 # A directory summary analyzes this many of the newest steps (each with all its dp ranks).
 MAX_DIR_STEPS = 32
 
-# Per-token statistics (importance weights) read at most this many tokens per file.
+# Per-token statistics (behave_imp_weight) read at most this many tokens per file.
 TOKEN_BUDGET = 1 << 20
 
 STEP_FILE = re.compile(r"^step_(\d+)(?:_dp_(\d+))?\.pt$")
 EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
+# AReaL's multi-modal keys (areal/utils/data.py:88-90): lists of per-sample dicts.
+MULTI_MODAL_PREFIX = "multi_modal_input"
 
 
 # How a refused pickle is opened anyway, in CLI words; the console says its own key instead.
@@ -109,6 +119,64 @@ def load_pt(path: str, trust_pickle: bool = False) -> Any:
     return _cached(key, lambda: _load_pt_uncached(path, trust_pickle))
 
 
+# --------------------------------------------------------------------------------------
+# AReaL's single-controller tensor references
+#
+# In single-controller mode the workers keep every tensor they produce and hand the
+# controller an `RTensor` (areal/infra/rpc/rtensor.py:352-356 at cbff54d6): a dataclass of
+# a `TensorShardInfo(shard_id, node_addr)` (rtensor.py:69-84) and a `meta` tensor (shape
+# and dtype, no data). `RTensor.remotize` (rtensor.py:372-425) builds them on the worker
+# (trimming padding first); `RTensor.localize` (rtensor.py:427-) fetches the data back with
+# HTTP GETs to `http://<node_addr>/data/<shard_id>` on the worker's RPC server, and the
+# trainer deletes the shards when the step ends (`clear_batches`). A batch the controller
+# saves with `torch.save` therefore pickles the references (class
+# `areal.infra.rpc.rtensor.RTensor`), not the data. These two inert classes stand in for
+# AReaL's when such a file is read with `weights_only=True`: no AReaL code is imported or run.
+
+RTENSOR_CLASS = "areal.infra.rpc.rtensor.RTensor"
+SHARD_CLASS = "areal.infra.rpc.rtensor.TensorShardInfo"
+
+
+class RTensorRef:
+    """An unpickled `RTensor`: `shard` (a ShardRef) and `data` (a meta tensor).
+
+    `shape` and `dtype` read the meta tensor, as AReaL's own properties do (rtensor.py:546-554).
+    """
+
+    shard: Any = None
+    data: Any = None
+
+    @property
+    def shape(self) -> Any:
+        return getattr(self.data, "shape", ())
+
+    @property
+    def dtype(self) -> Any:
+        return getattr(self.data, "dtype", None)
+
+
+class ShardRef:
+    """An unpickled `TensorShardInfo`: where the data of an RTensor lives."""
+
+    shard_id: Any = None
+    node_addr: Any = None
+
+
+_refs_allowed = False
+
+
+def _allow_rtensor_refs() -> None:
+    """Let `weights_only=True` unpickle AReaL's references as the inert classes above."""
+    global _refs_allowed
+    if _refs_allowed:
+        return
+    import torch
+
+    with contextlib.suppress(AttributeError, TypeError):  # torch without (class, name) pairs
+        torch.serialization.add_safe_globals([(RTensorRef, RTENSOR_CLASS), (ShardRef, SHARD_CLASS)])
+    _refs_allowed = True
+
+
 def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
     import pickle
 
@@ -127,33 +195,63 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
         )
     if not is_zip and head[:1] != b"\x80":
         raise BatchError(f"{path}: not a torch.save file (neither a zip archive nor a pickle)")
+    _allow_rtensor_refs()
     try:
         # mmap needs the zip format; legacy torch.save and plain pickles are read normally.
-        return torch.load(path, weights_only=not trust_pickle, mmap=is_zip, map_location="cpu")
+        # The safe loader is tried first even with trust_pickle: most files need no more.
+        return torch.load(path, weights_only=True, mmap=is_zip, map_location="cpu")
     except pickle.UnpicklingError as exc:
         text = str(exc)
         if "Weights only load failed" in text or "Unsupported global" in text:
             found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+            if trust_pickle:
+                return _load_trusted(path, is_zip)
             what = f" ({found.group(1)})" if found else ""
+            if found and found.group(1).startswith("areal."):
+                what += (
+                    ": AReaL objects that only AReaL itself can unpickle; with AReaL installed "
+                    "they load with --trust-pickle"
+                )
             raise UnsafePickleError(
                 f"{path}: refused to load: it holds pickled objects that could run code when "
                 f"loaded{what}; {TRUST_HINT}"
             ) from None
         raise BatchError(f"{path}: corrupt pickle data: {_one_line(text)}") from None
-    except RuntimeError as exc:
-        text = str(exc)
+    except Exception as exc:
+        raise _load_error(path, exc) from None
+
+
+def _load_trusted(path: str, is_zip: bool) -> Any:
+    import torch
+
+    try:
+        return torch.load(path, weights_only=False, mmap=is_zip, map_location="cpu")
+    except ModuleNotFoundError as exc:
+        raise BatchError(
+            f"{path}: its pickle needs the Python module {exc.name!r}, which is not installed "
+            "here (open it where the program that wrote it is installed)"
+        ) from None
+    except Exception as exc:
+        raise _load_error(path, exc) from None
+
+
+def _load_error(path: str, exc: Exception) -> BatchError:
+    text = str(exc)
+    if isinstance(exc, RuntimeError):
         if "central directory" in text or "zip archive" in text:
-            raise BatchError(f"{path}: truncated or corrupt torch.save archive") from None
-        raise BatchError(f"{path}: cannot load: {_one_line(text)}") from None
-    except (EOFError, UnicodeDecodeError, ValueError, KeyError, OSError, zipfile.BadZipFile) as exc:
-        raise BatchError(
+            return BatchError(f"{path}: truncated or corrupt torch.save archive")
+        return BatchError(f"{path}: cannot load: {_one_line(text)}")
+    if isinstance(
+        exc, (EOFError, UnicodeDecodeError, ValueError, KeyError, OSError, zipfile.BadZipFile)
+    ):
+        return BatchError(
             f"{path}: truncated or corrupt torch.save archive ({exc.__class__.__name__}: "
-            f"{_one_line(str(exc))})"
-        ) from None
-    except Exception as exc:  # garbage bytes can trip the unpickler in any way (IndexError, ...)
-        raise BatchError(
-            f"{path}: corrupt torch.save data ({exc.__class__.__name__}: {_one_line(str(exc))})"
-        ) from None
+            f"{_one_line(text)})"
+        )
+    # Garbage bytes can trip the unpickler in any way (IndexError, ...).
+    return BatchError(
+        f"{path}: corrupt torch.save data ({exc.__class__.__name__}: {_one_line(text)})"
+    )
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -171,31 +269,66 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
+def _is_tensorish(value: Any) -> bool:
+    """A tensor, or an RTensor reference standing for one."""
+    return _is_tensor(value) or isinstance(value, RTensorRef)
+
+
 def _dtype_name(t: Any) -> str:
     return str(t.dtype).replace("torch.", "")
+
+
+def _is_group(g: Any) -> bool:
+    """A trajectory dict: a tensor-ish `input_ids` or `attention_mask` of [G, T]."""
+    if not isinstance(g, dict):
+        return False
+    for key in ("input_ids", "attention_mask"):
+        v: Any = g.get(key)
+        if _is_tensorish(v) and len(v.shape) == 2:
+            return True
+    return False
+
+
+def _has_refs(obj: Any) -> bool:
+    if isinstance(obj, RTensorRef):
+        return True
+    if isinstance(obj, dict):
+        return any(_has_refs(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_refs(v) for v in obj)
+    return False
 
 
 def detect_format(obj: Any) -> tuple[str, str]:
     """(format, a short description of what the object holds)."""
     if isinstance(obj, list):
-        if obj and all(isinstance(g, dict) for g in obj):
-            tensor_dicts = [g for g in obj if g and all(_is_tensor(v) for v in g.values())]
-            if len(tensor_dicts) == len(obj) and any(
-                "input_ids" in g or "attention_mask" in g for g in obj
-            ):
-                return TRAJECTORY, f"AReaL trajectory dump: {len(obj)} prompt groups"
+        if obj and all(_is_group(g) for g in obj):
+            if _has_refs(obj):
+                return TRAJECTORY_REFS, (
+                    f"AReaL single-controller dump: {len(obj)} trajectories of RTensor "
+                    "references (shapes only; the tensors stayed on the workers)"
+                )
+            return TRAJECTORY, f"AReaL trajectory dump: {len(obj)} prompt groups"
         kinds = sorted({type(x).__name__ for x in obj})
         return UNKNOWN, f"a list of {len(obj)} items ({', '.join(kinds) or 'empty'})"
     if isinstance(obj, dict):
         tensors = {k: v for k, v in obj.items() if _is_tensor(v)}
-        if "input_ids" in tensors and tensors["input_ids"].dim() == 2 and len(tensors) == len(obj):
-            rows = tensors["input_ids"].shape[0]
-            return DICT_BATCH, f"a batch dict of {len(tensors)} tensors, {rows} samples"
+        ids: Any = obj.get("input_ids")
+        if _is_tensor(ids) and ids.dim() == 2:
+            rows = ids.shape[0]
+            extra = len(obj) - len(tensors)
+            more = f" and {extra} other entr{'y' if extra == 1 else 'ies'}" if extra else ""
+            return DICT_BATCH, f"a batch dict of {len(tensors)} tensors{more}, {rows} samples"
+        if _is_group(obj) and _has_refs(obj):
+            return TRAJECTORY_REFS, (
+                "AReaL single-controller batch of RTensor references (shapes only; the "
+                "tensors stayed on the workers)"
+            )
         nested = [k for k in ("state_dict", "model", "module", "model_state_dict") if k in obj]
         if nested and isinstance(obj[nested[0]], dict):
             inner = obj[nested[0]]
-            extra = sorted(k for k in obj if k != nested[0])
-            more = f"; also {', '.join(map(str, extra[:5]))}" if extra else ""
+            extra_keys = sorted(k for k in obj if k != nested[0])
+            more = f"; also {', '.join(map(str, extra_keys[:5]))}" if extra_keys else ""
             text = _state_dict_text(inner)
             return CHECKPOINT, f"a training checkpoint ({nested[0]}: {text}{more})"
         if "optimizer" in obj or "optimizer_state_dict" in obj:
@@ -239,15 +372,79 @@ def _count_text(n: float) -> str:
 
 
 def find_eos_token_ids(path: str) -> tuple[list[int] | None, str | None]:
-    """EOS ids from config files in the dump's directory or its parent: (ids, source file)."""
+    """EOS ids and where they came from: (ids, source), or (None, None).
+
+    Looked for in `generation_config.json` / `config.json` / `tokenizer_config.json` in the
+    dump's directory or its parent, then through the experiment's `config.yaml`: next to
+    the dump, or in AReaL's log directory of the trial the dump belongs to (the dump's
+    default place is `<fileroot>/<experiment>/<trial>/debug_trajectories/`, the config's
+    `<fileroot>/logs/<user>/<experiment>/<trial>/config.yaml`), whose `tokenizer_path` or
+    `actor.path` names the model directory holding those files.
+    """
     start = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     for directory in (start, os.path.dirname(start)):
-        for name in EOS_CONFIG_FILES:
-            candidate = os.path.join(directory, name)
-            ids = _eos_from_config(candidate)
+        found = _eos_in_model_dir(directory)
+        if found[0]:
+            return found
+    for config in _experiment_configs(start):
+        for model_dir in _model_dirs_from_config(config):
+            ids, source = _eos_in_model_dir(model_dir)
             if ids:
-                return ids, candidate
+                return ids, f"{source} (via {config})"
     return None, None
+
+
+def _eos_in_model_dir(directory: str) -> tuple[list[int] | None, str | None]:
+    for name in EOS_CONFIG_FILES:
+        candidate = os.path.join(directory, name)
+        ids = _eos_from_config(candidate)
+        if ids:
+            return ids, candidate
+    return None, None
+
+
+def _experiment_configs(start: str) -> list[str]:
+    """`config.yaml` files of the experiment a dump directory belongs to."""
+    out = [os.path.join(d, "config.yaml") for d in (start, os.path.dirname(start))]
+    trial_dir = os.path.dirname(start)
+    trial = os.path.basename(trial_dir)
+    experiment = os.path.basename(os.path.dirname(trial_dir))
+    fileroot = os.path.dirname(os.path.dirname(trial_dir))
+    logs = os.path.join(fileroot, "logs")
+    if trial and experiment and os.path.isdir(logs):
+        with contextlib.suppress(OSError):
+            for user in sorted(os.listdir(logs)):
+                out.append(os.path.join(logs, user, experiment, trial, "config.yaml"))
+    return [c for c in out if os.path.isfile(c)]
+
+
+def _model_dirs_from_config(path: str) -> list[str]:
+    """`tokenizer_path` and `actor.path` of an AReaL config.yaml (as `save_config` writes it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return []
+    found: dict[str, str] = {}
+    section = ""
+    # yaml.dump(asdict(cfg), default_flow_style=False): top-level keys at column 0, their
+    # fields indented by two; read just the two keys, without needing PyYAML on the node.
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, sep, value = line.strip().partition(":")
+        if not sep:
+            continue
+        value = value.strip().strip("'\"")
+        if indent == 0:
+            section = key
+            if key == "tokenizer_path" and value:
+                found["tokenizer_path"] = value
+        elif indent == 2 and section == "actor" and key == "path" and value:
+            found["actor.path"] = value
+    dirs = [found[k] for k in ("tokenizer_path", "actor.path") if k in found]
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
 def _eos_from_config(path: str) -> list[int] | None:
@@ -309,14 +506,25 @@ def _decoder_for(path: str) -> Any:
 
 def _groups_of(obj: Any, fmt: str) -> list[dict[str, Any]]:
     """Prompt groups: the dump's own, or for a dict batch rows sharing a prompt."""
-    if fmt == TRAJECTORY:
-        return list(obj)
+    if fmt in (TRAJECTORY, TRAJECTORY_REFS):
+        return list(obj) if isinstance(obj, list) else [obj]
     return [_split_rows(obj, rows) for rows in _prompt_groups(obj)]
 
 
 def _split_rows(batch: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    """Rows lo..hi of a batch dict; per-sample lists are sliced, other values kept."""
     lo, hi = rows[0], rows[-1] + 1
-    return {k: v[lo:hi] for k, v in batch.items() if v.dim() >= 1 and v.shape[0] >= hi}
+    n = int(batch["input_ids"].shape[0])
+    out: dict[str, Any] = {}
+    for k, v in batch.items():
+        if _is_tensor(v):
+            if v.dim() >= 1 and v.shape[0] == n:
+                out[k] = v[lo:hi]
+        elif isinstance(v, list) and len(v) == n:
+            out[k] = v[lo:hi]
+        else:
+            out[k] = v
+    return out
 
 
 def _prompt_groups(batch: dict[str, Any]) -> list[list[int]]:
@@ -325,7 +533,9 @@ def _prompt_groups(batch: dict[str, Any]) -> list[list[int]]:
 
     ids = batch["input_ids"]
     n = ids.shape[0]
-    lm = batch.get("loss_mask")
+    lm: Any = batch.get("loss_mask")
+    if not _is_tensor(lm) or lm.shape[:1] != ids.shape[:1]:
+        lm = None
     groups: list[list[int]] = []
     last: tuple[int, ...] | None = None
     for i in range(n):
@@ -340,6 +550,58 @@ def _prompt_groups(batch: dict[str, Any]) -> list[list[int]]:
             groups.append([i])
         last = key
     return groups
+
+
+def _tensor(g: dict[str, Any], key: str, dim: int | None = None) -> Any:
+    """`g[key]` when it is a tensor (of `dim` dimensions), else None."""
+    v: Any = g.get(key)
+    if not _is_tensor(v) or (dim is not None and v.dim() != dim):
+        return None
+    return v
+
+
+def _value_meta(key: str, v: Any) -> dict[str, Any]:
+    """What `batch --json` says about one entry of a group dict: shape and dtype."""
+    if _is_tensorish(v):
+        shape = list(v.shape)
+        kind = "rtensor" if isinstance(v, RTensorRef) else "tensor"
+        return {"shape": shape, "dtype": _dtype_name(v), "kind": kind}
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return {"shape": [], "dtype": type(v).__name__, "kind": "value", "value": v}
+    if isinstance(v, (list, tuple)):
+        meta: dict[str, Any] = {
+            "shape": [len(v)],
+            "dtype": f"list[{'|'.join(sorted({type(x).__name__ for x in v})) or '-'}]",
+            "kind": "list",
+        }
+        if key.startswith(MULTI_MODAL_PREFIX):
+            # One dict per sample (areal/workflow/vision_rlvr.py:148-156): pixel_values, ...
+            fields: dict[str, Any] = {}
+            for item in v:
+                if isinstance(item, dict):
+                    for name, t in item.items():
+                        if _is_tensorish(t):
+                            fields.setdefault(
+                                name, {"shape": list(t.shape), "dtype": _dtype_name(t)}
+                            )
+            meta["fields"] = fields
+        return meta
+    return {"shape": [], "dtype": type(v).__name__, "kind": "object"}
+
+
+def _merge_meta(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Key metadata of several groups: rows add up, widths take the maximum."""
+    out = dict(old)
+    if new["kind"] in ("tensor", "rtensor", "list") and old["kind"] == new["kind"]:
+        a, b = old["shape"], new["shape"]
+        if a and b:
+            out["shape"] = [a[0] + b[0], *[max(x, y) for x, y in zip(a[1:], b[1:])]]  # noqa: B905
+    if new["dtype"] not in old["dtype"].split("|"):
+        out["dtype"] = "|".join(sorted(set(old["dtype"].split("|")) | {new["dtype"]}))
+    if "value" in old and old.get("value") != new.get("value"):
+        out.pop("value", None)
+        out["values_differ"] = True
+    return out
 
 
 _STRUCT_CODES = {
@@ -488,9 +750,15 @@ def _analyze_groups(
                 "loss_mask",
                 *(("prox_logp", "logprobs") if gi in iw_groups else ()),
             )
-            if (t := g.get(key)) is not None
+            if (t := _tensor(g, key)) is not None
         ]
     )
+    # AReaL's no_eos_ratios (areal/trainer/ppo/actor.py:371-419 at cbff54d6): a sequence
+    # counts when its length equals the width of the batch the actor trains on, which is
+    # the file's groups concatenated by concat_padded_tensors (areal/utils/data.py:241-298):
+    # every group right-padded to the widest one. No EOS id is involved.
+    widths = [int(_group_width(g)) for g in groups]
+    batch_width = max(widths) if widths else 0
     rows: list[dict[str, Any]] = []
     group_rewards: list[list[float]] = []
     key_counts: dict[str, int] = {}
@@ -504,16 +772,13 @@ def _analyze_groups(
     for gi, g in enumerate(groups):
         for k, v in g.items():
             key_counts[k] = key_counts.get(k, 0) + 1
-            meta = key_meta.setdefault(k, {"rows": 0, "width": 0, "dtypes": set(), "dim": v.dim()})
-            meta["rows"] += v.shape[0] if v.dim() else 1
-            if v.dim() >= 2:
-                meta["width"] = max(meta["width"], v.shape[1])
-            meta["dtypes"].add(_dtype_name(v))
-        ids = g.get("input_ids")
-        am = g.get("attention_mask")
-        lm = g.get("loss_mask")
+            meta = _value_meta(k, v)
+            key_meta[k] = _merge_meta(key_meta[k], meta) if k in key_meta else meta
+        ids = _tensor(g, "input_ids", 2)
+        am = _tensor(g, "attention_mask", 2)
+        lm = _tensor(g, "loss_mask", 2)
         ref = ids if ids is not None else am if am is not None else lm
-        if ref is None or ref.dim() != 2:
+        if ref is None:
             continue
         n, width = ref.shape[0], ref.shape[1]
         # One pass over each mask and no temporaries: count_nonzero, not .ne().sum().
@@ -534,18 +799,20 @@ def _analyze_groups(
             first = torch.zeros(n, dtype=torch.int64)
         last = (seq - 1).clamp(min=0).tolist()
         last_tok: list[Any] = reader.gather(ids, last) if ids is not None else [None] * n
-        vers = g.get("versions")
+        vers = _tensor(g, "versions", 2)
         head: list[Any] = [None] * n
         tail: list[Any] = [None] * n
-        if vers is not None and vers.dim() == 2:
+        if vers is not None:
             # Two values per sample, not the whole versions tensor.
             head, tail = reader.gather(vers, first.tolist()), reader.gather(vers, last)
-        rew = g.get("rewards")
-        rewards: list[Any] = [None] * n
-        if rew is not None and rew.numel() == n:
-            rewards = rew.reshape(-1).tolist()
-            group_rewards.append([float(r) for r in rewards])
-        seq_l, resp_l = seq.tolist(), resp.tolist()
+        rewards = _per_sample(g, "rewards", n)
+        # AReaL's task_reward (actor.py:376-380): original_rewards when the workflow kept
+        # them (agent workflows store group-normalised `rewards`), else rewards.
+        original = _per_sample(g, "original_rewards", n)
+        task = original if any(x is not None for x in original) else rewards
+        if any(x is not None for x in rewards):
+            group_rewards.append([float(r) for r in rewards if r is not None])
+        seq_l, resp_l, first_l = seq.tolist(), resp.tolist(), first.tolist()
         for r in range(n):
             eos = None
             if eos_ids is not None and last_tok[r] is not None and resp_l[r] > 0:
@@ -555,36 +822,49 @@ def _analyze_groups(
             t = tail[r] if has_resp else None
             if h is not None and t is not None and h >= 0 and t >= 0:
                 version_span.append(int(t) - int(h))
+            # actor.py:52-65: the first generated position, or the length without one.
+            prompt_len = int(first_l[r]) if has_resp else int(seq_l[r])
             rows.append(
                 {
                     "index": len(rows),
                     "group": gi,
                     "row": r,
                     "seq_len": int(seq_l[r]),
-                    "prompt_len": int(seq_l[r]) - int(resp_l[r]),
+                    "prompt_len": prompt_len,
                     "response_len": int(resp_l[r]),
-                    "reward": None if rewards[r] is None else float(rewards[r]),
+                    "task_reward": task[r],
+                    "reward": rewards[r],
+                    "no_eos": int(seq_l[r]) == batch_width,
                     "eos": eos,
                     "head_version": None if h is None else int(h),
                     "tail_version": None if t is None else int(t),
                 }
             )
-        if gi in iw_groups and "prox_logp" in g and "logprobs" in g and lm is not None:
-            # Each read is copied out (by ne / boolean indexing) before the next one.
-            mask = reader.read(lm).ne(0)
+        prox = _tensor(g, "prox_logp", 2)
+        behave = _tensor(g, "logprobs", 2)
+        if gi in iw_groups and prox is not None and behave is not None and lm is not None:
+            # behave_imp_weight = pi_prox / pi_behave as the actor forms it: prox_logp is
+            # next-token aligned (compute_logp: position t scores token t+1), logprobs are
+            # token aligned, so AReaL rolls logprobs and loss_mask by -1 first
+            # (actor.py:214-215, 239) and compares under the rolled mask
+            # (areal/utils/functional/functional.py:231, 263). Each read is copied out (by
+            # roll / boolean indexing) before the next one.
+            mask = torch.roll(reader.read(lm), shifts=-1, dims=-1).ne(0)
             if mask.any():
-                prox = reader.read(g["prox_logp"])[mask].double()
-                behave = reader.read(g["logprobs"])[mask].double()
-                w = torch.exp(prox - behave)
+                p = reader.read(prox)[mask].double()
+                b = torch.roll(reader.read(behave), shifts=-1, dims=-1)[mask].double()
+                log_ratio = p - b
+                # functional.py:233: non-finite log ratios count as 0 (weight 1).
+                log_ratio = torch.where(torch.isfinite(log_ratio), log_ratio, 0.0)
+                w = torch.exp(log_ratio)
                 iw_sum += float(w.sum())
                 iw_n += int(w.numel())
                 iw_min = min(iw_min, float(w.min()))
                 iw_max = max(iw_max, float(w.max()))
-                iw_over += int((w > IMPORTANCE_WEIGHT_CAP).sum())
+                iw_over += int((w > REJECTION_UPPER).sum())
     keys = {
         k: {
-            "shape": [m["rows"], m["width"]] if m["dim"] >= 2 else [m["rows"]],
-            "dtype": "|".join(sorted(m["dtypes"])),
+            **m,
             **(
                 {"missing_in_groups": len(groups) - key_counts[k]}
                 if key_counts[k] != len(groups)
@@ -599,7 +879,8 @@ def _analyze_groups(
             "mean": iw_sum / iw_n,
             "min": iw_min,
             "max": iw_max,
-            "over_cap_ratio": iw_over / iw_n,
+            "above_upper_ratio": iw_over / iw_n,
+            "upper": REJECTION_UPPER,
             "tokens": iw_n,
             "sampled": len(iw_groups) < sum(1 for g in groups if "prox_logp" in g),
         }
@@ -607,16 +888,33 @@ def _analyze_groups(
         "rows": rows,
         "group_rewards": group_rewards,
         "keys": keys,
-        "importance_weight": iw,
+        "behave_imp_weight": iw,
         "version_span": version_span,
+        "batch_width": batch_width,
     }
+
+
+def _group_width(g: dict[str, Any]) -> int:
+    for key in ("attention_mask", "input_ids"):
+        t = _tensor(g, key, 2)
+        if t is not None:
+            return int(t.shape[1])
+    return 0
+
+
+def _per_sample(g: dict[str, Any], key: str, n: int) -> list[float | None]:
+    """A `[G]` (or `[G, 1]`) per-sample value as floats; Nones when absent or misshapen."""
+    t = _tensor(g, key)
+    if t is None or t.numel() != n:
+        return [None] * n
+    return [float(x) for x in t.reshape(-1).tolist()]
 
 
 def _budgeted_groups(groups: list[dict[str, Any]], budget: int) -> set[int]:
     """Evenly spread groups whose tokens fit the per-token budget (all when they fit)."""
     sizes = []
     for g in groups:
-        lp = g.get("logprobs")
+        lp = _tensor(g, "logprobs")
         sizes.append(int(lp.numel()) if lp is not None else 0)
     total = sum(sizes)
     if budget <= 0:
@@ -665,15 +963,17 @@ def histogram(values: list[float], bins: int = 10) -> dict[str, list[float]]:
 def batch_stats(
     rows: list[dict[str, Any]],
     group_rewards: list[list[float]],
-    importance_weight: dict[str, Any] | None = None,
+    behave_imp_weight: dict[str, Any] | None = None,
     version_span: list[int] | None = None,
 ) -> dict[str, Any]:
-    """The `stats` of `batch --json` from per-sample rows."""
+    """The `stats` of `batch --json` from per-sample rows, named as AReaL's actor names them."""
     seq = [float(r["seq_len"]) for r in rows]
     prompt = [float(r["prompt_len"]) for r in rows]
     resp = [float(r["response_len"]) for r in rows]
-    rewards = [float(r["reward"]) for r in rows if r["reward"] is not None]
-    judged = [r["eos"] for r in rows if r["eos"] is not None]
+    task = [float(r["task_reward"]) for r in rows if r.get("task_reward") is not None]
+    rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None]
+    cut = [r["no_eos"] for r in rows if r.get("no_eos") is not None]
+    judged = [r["eos"] for r in rows if r.get("eos") is not None]
     multi = [g for g in group_rewards if len(g) > 1]
     equal = [g for g in multi if max(g) - min(g) == 0]
     heads = [
@@ -699,43 +999,56 @@ def batch_stats(
         "seq_len": describe(seq),
         "prompt_len": describe(prompt),
         "response_len": describe(resp),
+        "task_reward": describe(task),
         "reward": describe(rewards),
-        "no_eos_ratio": (sum(1 for e in judged if not e) / len(judged)) if judged else None,
+        # AReaL's: length == the padded width of the rank's batch (no EOS id needed).
+        "no_eos_ratio": (sum(1 for c in cut if c) / len(cut)) if cut else None,
+        # Beside it when an EOS id is known: responses whose last token is not EOS.
+        "no_eos_token_ratio": (sum(1 for e in judged if not e) / len(judged)) if judged else None,
         "equal_reward_group_ratio": (len(equal) / len(multi)) if multi else None,
         "equal_reward_groups": len(equal),
         "version": version,
-        "importance_weight": importance_weight,
+        "behave_imp_weight": behave_imp_weight,
     }
 
 
 def batch_warnings(
     stats: dict[str, Any], keys: dict[str, Any] | None = None, eos_known: bool = True
 ) -> list[str]:
-    """Health checks with AReaL's thresholds, as sentences a user can act on."""
+    """Health checks with AReaL's thresholds, as sentences a user can act on.
+
+    `eos_known` is kept for callers; AReaL's no_eos_ratio needs no EOS id.
+    """
     out: list[str] = []
+    max_new = config_key("gconfig.max_new_tokens")
     ratio = stats.get("no_eos_ratio")
     if ratio is not None and ratio > NO_EOS_WARN:
         out.append(
-            f"no_eos_ratio {ratio:.3f} > {NO_EOS_WARN}: {ratio:.0%} of responses hit the length "
-            "limit without EOS; raise max_new_tokens or filter truncated samples"
+            f"no_eos_ratio {ratio:.3f} > {NO_EOS_WARN}: {ratio:.0%} of sequences are as long as "
+            f"the padded batch (cut at the length limit); raise {max_new} or filter "
+            "truncated samples"
         )
-    if not eos_known:
+    by_eos = stats.get("no_eos_token_ratio")
+    if by_eos is not None and by_eos > NO_EOS_WARN and (ratio is None or ratio <= NO_EOS_WARN):
         out.append(
-            "EOS id unknown: pass --eos-token-id N (or put generation_config.json next "
-            "to the dump) to get no_eos_ratio"
+            f"{by_eos:.0%} of responses do not end in the EOS token (AReaL's no_eos_ratio, "
+            f"{_ratio_text(ratio)}, only counts those as long as the padded batch): "
+            f"truncated or stopped by another stop token; check {max_new} and "
+            f"{config_key('gconfig.stop_token_ids')}"
         )
-    iw = stats.get("importance_weight")
+    iw = stats.get("behave_imp_weight")
     if iw:
-        if abs(iw["mean"] - 1.0) > IMPORTANCE_WEIGHT_DRIFT:
+        if abs(iw["mean"] - 1.0) > BEHAVE_IMP_WEIGHT_DRIFT:
             out.append(
-                f"importance weight mean {iw['mean']:.3f} is far from 1.0: behaviour and proximal "
-                "policies diverge (stale rollouts or an inference/training mismatch)"
+                f"behave_imp_weight mean {iw['mean']:.3f} is far from 1.0: the proximal and "
+                "behaviour policies diverge (stale rollouts or an inference/training "
+                f"mismatch); lower {config_key('rollout.max_head_offpolicyness')}"
             )
-        if iw["max"] > IMPORTANCE_WEIGHT_CAP:
+        if iw["max"] > REJECTION_UPPER:
             out.append(
-                f"importance weights up to {iw['max']:.2f} exceed {IMPORTANCE_WEIGHT_CAP:g} on "
-                f"{iw['over_cap_ratio']:.2%} of tokens: set behav_imp_weight_cap "
-                f"{IMPORTANCE_WEIGHT_CAP:g}"
+                f"behave_imp_weight up to {iw['max']:.2f} exceeds {REJECTION_UPPER:g} on "
+                f"{iw['above_upper_ratio']:.2%} of tokens: filter them with "
+                f"{rejection_sampling_example(REJECTION_UPPER)}"
             )
     eq = stats.get("equal_reward_group_ratio")
     if eq is not None and eq >= EQUAL_REWARD_GROUPS_WARN:
@@ -748,19 +1061,23 @@ def batch_warnings(
             f"{stats.get('equal_reward_groups', 0)} group(s) ({eq:.0%}) have all-equal "
             "rewards: zero advantage, no gradient from them"
         )
-    reward = stats.get("reward") or {}
+    reward = stats.get("task_reward") or {}
     if (
         reward.get("std") is not None
         and reward.get("mean")
         and reward["std"] > 2 * abs(reward["mean"])
         and reward["std"] > 1.0
     ):
-        out.append("high reward variance: a larger batch would steady the gradient")
+        out.append("high task_reward variance: a larger batch would steady the gradient")
     for name, meta in (keys or {}).items():
         missing = meta.get("missing_in_groups")
         if missing:
             out.append(f"keys differ between groups: '{name}' is missing in {missing} group(s)")
     return out
+
+
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def length_trend_warnings(per_step: list[dict[str, Any]]) -> list[str]:
@@ -783,7 +1100,7 @@ def length_trend_warnings(per_step: list[dict[str, Any]]) -> list[str]:
     if first is not None and eos[-1] is not None and eos[-1] > first:
         msg += (
             f", with no_eos_ratio {first:.3f} -> {eos[-1]:.3f}: generations are running "
-            "into max_new_tokens"
+            f"into {config_key('gconfig.max_new_tokens')}"
         )
     return [msg]
 
@@ -794,14 +1111,14 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for top in ("groups", "samples", "tokens"):
         rows.append(_compare_row(top, a.get(top), b.get(top)))
     sa, sb = a.get("stats") or {}, b.get("stats") or {}
-    for name in ("seq_len", "prompt_len", "response_len", "reward"):
+    for name in ("seq_len", "prompt_len", "response_len", "task_reward"):
         for part in ("mean", "std", "min", "max"):
             rows.append(
                 _compare_row(
                     f"{name}.{part}", (sa.get(name) or {}).get(part), (sb.get(name) or {}).get(part)
                 )
             )
-    for name in ("no_eos_ratio", "equal_reward_group_ratio"):
+    for name in ("no_eos_ratio", "no_eos_token_ratio", "equal_reward_group_ratio"):
         rows.append(_compare_row(name, sa.get(name), sb.get(name)))
     for part in ("staleness_mean", "staleness_max"):
         rows.append(
@@ -813,9 +1130,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         )
     rows.append(
         _compare_row(
-            "importance_weight.mean",
-            (sa.get("importance_weight") or {}).get("mean"),
-            (sb.get("importance_weight") or {}).get("mean"),
+            "behave_imp_weight.mean",
+            (sa.get("behave_imp_weight") or {}).get("mean"),
+            (sb.get("behave_imp_weight") or {}).get("mean"),
         )
     )
     return {"a": a.get("path"), "b": b.get("path"), "rows": rows}
@@ -876,6 +1193,8 @@ def _analysis(
     def make() -> tuple[str, str, dict[str, Any] | None]:
         obj = load_pt(path, trust_pickle)
         fmt, description = detect_format(obj)
+        if fmt == TRAJECTORY_REFS:
+            return fmt, description, references_summary(_groups_of(obj, fmt))
         if fmt not in (TRAJECTORY, DICT_BATCH):
             return fmt, description, None
         groups = _groups_of(obj, fmt)
@@ -884,6 +1203,40 @@ def _analysis(
         return fmt, description, result
 
     return _cached(key, make)
+
+
+def references_summary(groups: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a batch of RTensor references tells without its data: shapes, and where it was."""
+    keys: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, int] = {}
+    samples = 0
+    for g in groups:
+        for k, v in g.items():
+            meta = _value_meta(k, v)
+            keys[k] = _merge_meta(keys[k], meta) if k in keys else meta
+            if isinstance(v, RTensorRef) and isinstance(v.shard, ShardRef):
+                addr = str(v.shard.node_addr)
+                nodes[addr] = nodes.get(addr, 0) + 1
+        for key in ("attention_mask", "input_ids"):
+            t: Any = g.get(key)
+            if _is_tensorish(t) and len(t.shape) == 2:
+                samples += int(t.shape[0])
+                break
+    return {"n_groups": len(groups), "samples": samples, "keys": keys, "nodes": nodes}
+
+
+def references_text(path: str, nodes: dict[str, int]) -> str:
+    """One line: what RTensor references are and how to get the data behind them."""
+    where = ", ".join(f"{n} on {addr}" for addr, n in sorted(nodes.items())[:4])
+    more = f" and {len(nodes) - 4} more workers" if len(nodes) > 4 else ""
+    return (
+        f"{path}: holds AReaL RTensor references, not tensors: in single-controller mode "
+        "the controller saved its view of the batch, whose tensors stay in the RPC servers "
+        f"of the workers that made them ({where}{more} shards) and are deleted when the "
+        "step ends (clear_batches); the file has only their shapes and dtypes. To get the "
+        "data, save RTensor.localize(batch) instead (it fetches every shard over HTTP, "
+        "GET http://<node_addr>/data/<shard_id>, while the trial runs), or dump in SPMD mode"
+    )
 
 
 def summarize_file(
@@ -910,9 +1263,20 @@ def summarize_file(
     if result is None:
         summary.update(groups=0, samples=0, tokens=0, keys={}, stats={}, warnings=[])
         return summary
+    if fmt == TRAJECTORY_REFS:
+        summary.update(
+            groups=result["n_groups"],
+            samples=result["samples"],
+            tokens=None,
+            keys=result["keys"],
+            stats={},
+            remote={"nodes": result["nodes"], "shards": sum(result["nodes"].values())},
+            warnings=[references_text(path, result["nodes"])],
+        )
+        return summary
     rows = result["rows"]
     stats = batch_stats(
-        rows, result["group_rewards"], result["importance_weight"], result["version_span"]
+        rows, result["group_rewards"], result["behave_imp_weight"], result["version_span"]
     )
     summary.update(
         groups=result["n_groups"],
@@ -928,7 +1292,9 @@ def summarize_file(
 
 def _distributions(rows: list[dict[str, Any]], bins: int) -> dict[str, Any]:
     return {
-        "reward": histogram([r["reward"] for r in rows if r["reward"] is not None], bins),
+        "task_reward": histogram(
+            [r["task_reward"] for r in rows if r.get("task_reward") is not None], bins
+        ),
         "seq_len": histogram([float(r["seq_len"]) for r in rows], bins),
         "response_len": histogram([float(r["response_len"]) for r in rows], bins),
     }
@@ -968,6 +1334,7 @@ def summarize_dir(
     warnings: list[str] = []
     keys: dict[str, Any] = {}
     file_versions: list[tuple[int, dict[str, Any]]] = []
+    file_weights: list[dict[str, Any]] = []
     n_groups = 0
     newest = sorted({e["step"] for e in entries})[-max_steps:] if max_steps > 0 else []
     recent = set(newest)
@@ -981,12 +1348,18 @@ def summarize_dir(
             e["error"] = str(exc)
             warnings.append(f"unreadable: {exc}")
             continue
-        if result is None:
-            e["error"] = f"not a rollout batch: {description}"
-            warnings.append(f"{e['file']}: not a rollout batch: {description}")
+        if result is None or fmt == TRAJECTORY_REFS:
+            e["error"] = (
+                references_text(e["file"], result["nodes"])
+                if result is not None
+                else f"not a rollout batch: {description}"
+            )
+            warnings.append(e["error"] if result is not None else f"{e['file']}: {e['error']}")
             continue
         file_rows = result["rows"]
-        file_stats = batch_stats(file_rows, result["group_rewards"], None, None)
+        file_stats = batch_stats(
+            file_rows, result["group_rewards"], result["behave_imp_weight"], None
+        )
         e.update(
             format=fmt,
             groups=result["n_groups"],
@@ -994,30 +1367,23 @@ def summarize_dir(
             tokens=sum(r["seq_len"] for r in file_rows),
             seq_len_mean=file_stats["seq_len"]["mean"],
             response_len_mean=file_stats["response_len"]["mean"],
-            reward_mean=file_stats["reward"]["mean"],
+            task_reward_mean=file_stats["task_reward"]["mean"],
             no_eos_ratio=file_stats["no_eos_ratio"],
+            no_eos_token_ratio=file_stats["no_eos_token_ratio"],
             equal_reward_group_ratio=file_stats["equal_reward_group_ratio"],
         )
         if file_stats["version"]:
             file_versions.append((len(file_rows), file_stats["version"]))
+        if result["behave_imp_weight"]:
+            file_weights.append(result["behave_imp_weight"])
         rows.extend(file_rows)
         group_rewards.extend(result["group_rewards"])
         spans.extend(result["version_span"])
         n_groups += result["n_groups"]
         for k, meta in result["keys"].items():
-            if k not in keys:
-                keys[k] = dict(meta)
-            else:
-                keys[k]["shape"] = [
-                    keys[k]["shape"][0] + meta["shape"][0],
-                    *(
-                        [max(keys[k]["shape"][1], meta["shape"][1])]
-                        if len(meta["shape"]) > 1 and len(keys[k]["shape"]) > 1
-                        else []
-                    ),
-                ]
+            keys[k] = _merge_meta(keys[k], meta) if k in keys else dict(meta)
     per_step = _per_step(entries)
-    stats = batch_stats(rows, group_rewards, None, spans)
+    stats = batch_stats(rows, group_rewards, _pooled_weights(file_weights), spans)
     stats["version"] = _pooled_versions(file_versions, stats["version"])
     warnings = batch_warnings(stats, keys, eos_known=eos_ids is not None) + warnings
     warnings += length_trend_warnings(per_step)
@@ -1064,6 +1430,22 @@ def _pooled_versions(
     }
 
 
+def _pooled_weights(per_file: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """behave_imp_weight over several files, token-weighted."""
+    if not per_file:
+        return None
+    n = sum(w["tokens"] for w in per_file)
+    return {
+        "mean": sum(w["mean"] * w["tokens"] for w in per_file) / n,
+        "min": min(w["min"] for w in per_file),
+        "max": max(w["max"] for w in per_file),
+        "above_upper_ratio": sum(w["above_upper_ratio"] * w["tokens"] for w in per_file) / n,
+        "upper": per_file[0]["upper"],
+        "tokens": n,
+        "sampled": any(w["sampled"] for w in per_file),
+    }
+
+
 def _per_step(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Sample-weighted means per step across its dp-rank files."""
     by_step: dict[int, list[dict[str, Any]]] = {}
@@ -1088,8 +1470,9 @@ def _per_step(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "samples": n,
                 "seq_len_mean": mean("seq_len_mean"),
                 "response_len_mean": mean("response_len_mean"),
-                "reward_mean": mean("reward_mean"),
+                "task_reward_mean": mean("task_reward_mean"),
                 "no_eos_ratio": mean("no_eos_ratio"),
+                "no_eos_token_ratio": mean("no_eos_token_ratio"),
             }
         )
     return out
@@ -1163,6 +1546,8 @@ def _text_rows(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
         seq = int(rec.get("seqlen") or 0)
         plen = int(rec.get("prompt_len") or 0)
         reward = rec.get("reward")
+        # workflow_executor.py:1036-1038: the un-normalised reward, when there is one.
+        original = rec.get("original_reward", reward)
         task = (rec.get("version"), rec.get("task_id"))
         group = tasks.setdefault(task, len(tasks))
         if isinstance(reward, (int, float)):
@@ -1176,7 +1561,9 @@ def _text_rows(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], lis
                 "seq_len": seq,
                 "prompt_len": plen,
                 "response_len": max(0, seq - plen),
+                "task_reward": float(original) if isinstance(original, (int, float)) else None,
                 "reward": float(reward) if isinstance(reward, (int, float)) else None,
+                "no_eos": None,
                 "eos": None,
                 "head_version": rec.get("head_version"),
                 "tail_version": rec.get("tail_version"),
@@ -1272,9 +1659,11 @@ def sample_table(
         rows, _ = _text_rows(read_text_rollout(path))
     else:
         eos_ids, _ = _resolve_eos(path, eos_token_id)
-        _, description, result = _analysis(path, eos_ids, trust_pickle, TOKEN_BUDGET)
+        fmt, description, result = _analysis(path, eos_ids, trust_pickle, TOKEN_BUDGET)
         if result is None:
             raise BatchError(f"{path}: not a rollout batch: {description}")
+        if fmt == TRAJECTORY_REFS:
+            raise BatchError(references_text(path, result["nodes"]))
         rows = result["rows"]
     end = len(rows) if limit is None else offset + limit
     return {"path": path, "total": len(rows), "offset": offset, "rows": rows[offset:end]}
@@ -1303,6 +1692,8 @@ def sample_view(
     eos_ids, _ = _resolve_eos(path, eos_token_id)
     obj = load_pt(path, trust_pickle)
     fmt, description = detect_format(obj)
+    if fmt == TRAJECTORY_REFS:
+        raise BatchError(references_text(path, references_summary(_groups_of(obj, fmt))["nodes"]))
     if fmt not in (TRAJECTORY, DICT_BATCH):
         raise BatchError(f"{path}: not a rollout batch: {description}")
     groups = _groups_of(obj, fmt)
@@ -1316,7 +1707,10 @@ def sample_view(
     group = groups[gi]
     local = analyze_groups([group], eos_ids, 0, path)["rows"][index - start]
     row = {**local, "index": index, "group": gi}
+    # AReaL's no_eos is relative to the whole batch's padded width, not the group's.
+    row["no_eos"] = row["seq_len"] == max(_group_width(g) for g in groups)
     n = row["seq_len"]
+    r = row["row"]
     per_token: dict[str, Any] = {}
     for key in (
         "input_ids",
@@ -1326,16 +1720,18 @@ def sample_view(
         "turn_ids",
         "prox_logp",
         "ref_logp",
+        "teacher_logp",
         "advantages",
     ):
-        t = group.get(key)
-        if t is not None and t.dim() == 2:
-            per_token[key] = t[row["row"], :n].tolist()
+        t = _tensor(group, key, 2)
+        if t is not None:
+            per_token[key] = t[r, :n].tolist()
     scalars = {
-        k: float(v.reshape(-1)[row["row"]])
+        k: float(v.reshape(-1)[r])
         for k, v in group.items()
-        if v.dim() == 1 and v.numel() > row["row"] and v.is_floating_point()
+        if _is_tensor(v) and v.dim() == 1 and v.numel() > r and v.is_floating_point()
     }
+    extras = _sample_extras(group, r)
     tokens = per_token.get("input_ids")
     text = None
     if tokens is not None:
@@ -1354,15 +1750,54 @@ def sample_view(
         "versions": per_token.get("versions"),
         "turn_ids": per_token.get("turn_ids"),
         "prox_logp": per_token.get("prox_logp"),
+        "teacher_logp": per_token.get("teacher_logp"),
         "scalars": scalars,
+        "extras": extras,
         "text": text,
     }
 
 
+def _sample_extras(group: dict[str, Any], row: int) -> dict[str, Any]:
+    """The group's non-tensor entries for one sample, as short JSON-able values.
+
+    Python numbers and strings (`rl_loss_weight`, `distill_loss_weight`, `task_id`) are
+    shared by the group; a multi-modal list has one dict per sample (its tensors' shapes).
+    """
+    out: dict[str, Any] = {}
+    for k, v in group.items():
+        if _is_tensorish(v):
+            continue
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, (list, tuple)):
+            item = v[row] if len(v) > row else None
+            if isinstance(item, dict):
+                out[k] = {
+                    name: (
+                        {"shape": list(t.shape), "dtype": _dtype_name(t)}
+                        if _is_tensorish(t)
+                        else _short(t)
+                    )
+                    for name, t in item.items()
+                }
+            else:
+                out[k] = _short(item) if len(v) > row else _short(v)
+        else:
+            out[k] = _short(v)
+    return out
+
+
+def _short(value: Any, limit: int = 200) -> Any:
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _group_size(group: dict[str, Any]) -> int:
     for key in ("input_ids", "attention_mask", "loss_mask"):
-        t = group.get(key)
-        if t is not None and t.dim() == 2:
+        t = _tensor(group, key, 2)
+        if t is not None:
             return int(t.shape[0])
     return 0
 

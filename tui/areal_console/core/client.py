@@ -25,6 +25,16 @@ class AgentError(Exception):
     """The agent answered with an error."""
 
 
+class AgentNotResponding(AgentError):
+    """No answer in time while the channel stays open: the agent is frozen or overloaded."""
+
+    def __init__(self, op: str, seconds: float) -> None:
+        super().__init__(
+            f"{op}: agent not responding for {seconds:g} s (the connection is still open)"
+        )
+        self.op, self.seconds = op, seconds
+
+
 class AgentDisconnected(Exception):
     """The channel to the agent ended; the message says why."""
 
@@ -88,12 +98,14 @@ class AgentClient:
         try:
             return fut.result(timeout)
         except FutureTimeout:
-            raise AgentError(f"{op}: no answer from the agent within {timeout:g}s") from None
+            # The link is still there (a dropped one ends the future at once): the agent
+            # itself is stuck, stopped or overloaded.
+            raise AgentNotResponding(op, timeout) from None
 
-    def round_trip(self) -> float:
+    def round_trip(self, timeout: float = 10.0) -> float:
         """Seconds for one `ping`."""
         t0 = time.perf_counter()
-        self.request("ping", timeout=10)
+        self.request("ping", timeout=timeout)
         return time.perf_counter() - t0
 
     # reader ---------------------------------------------------------------------------

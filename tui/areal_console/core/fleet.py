@@ -29,6 +29,7 @@ from areal_console.core.transport import Channel, LocalChannel
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
 
 MAX_PARALLEL = 64
+DEFAULT_START_TIMEOUT = 30.0  # connect + agent start, when no connect_timeout is given
 MAX_CONNECTING = 32  # concurrent SSH handshakes: key exchange is CPU-heavy on both ends
 
 
@@ -154,13 +155,20 @@ class NodeSession:
         )
 
     # connecting -------------------------------------------------------------------------
-    def connect(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+    @property
+    def start_timeout(self) -> float:
+        """How long a connect may take, agent start included: the `connect_timeout` option
+        (--connect-timeout), else `DEFAULT_START_TIMEOUT`."""
+        value = self.options.get("connect_timeout")
+        return float(value) if value else DEFAULT_START_TIMEOUT
+
+    def connect(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """(Re)connect and handshake; returns `hello`. On failure the session is `down`.
 
         While in backoff after a failed attempt, fails fast with the last reason unless
         `force` is given (a user pressing "retry").
         """
-        return self._connect(timeout, force, reopen=True)
+        return self._connect(self.start_timeout if timeout is None else timeout, force, reopen=True)
 
     def _connect(self, timeout: float, force: bool, reopen: bool) -> dict[str, Any]:
         with self._lock:
@@ -243,7 +251,7 @@ class NodeSession:
             if wait > 0 and self._closed.wait(wait):
                 return
             try:
-                self._connect(30.0, force=False, reopen=False)
+                self._connect(self.start_timeout, force=False, reopen=False)
                 return
             except AgentDisconnected:
                 continue
@@ -352,7 +360,7 @@ class Fleet:
         pool.shutdown()
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
-    def connect_all(self, timeout: float = 30.0, force: bool = False) -> dict[str, Any]:
+    def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """Connect every node in parallel: name -> `hello` or `NodeFailure`."""
         return self.fan_out(lambda s: s.connect(timeout, force=force))
 

@@ -22,15 +22,17 @@ and line.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from areal_console.core import safe_yaml
 from areal_console.core.errors import UserError
+from areal_console.core.hostlist import expand_hostlist, split_hostlist
 from areal_console.core.targets import NodeSpec
+from areal_console.core.textfmt import clip, clip_repr
 
 NODE_FIELDS = {
     "name",
@@ -45,38 +47,22 @@ NODE_FIELDS = {
 }
 DEFAULT_FIELDS = NODE_FIELDS - {"name", "host", "groups"}
 TOP_LEVEL = {"defaults", "nodes", "groups"}
-_RANGE = re.compile(r"^(?P<head>[^\[\]]+)\[(?P<body>[0-9][0-9,\-]*)\](?P<tail>[^\[\]]*)$")
 
 
 # --------------------------------------------------------------------------------------
 # --hosts
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """`gpu[01-03,7]` -> gpu01 gpu02 gpu03 gpu7 (one bracket group; zero padding kept)."""
-    host, sep, rest = text.partition(":") if not text.startswith("[") else (text, "", "")
-    user = ""
-    if "@" in host:
-        user, host = host.split("@", 1)
-        user += "@"
-    match = _RANGE.match(host)
-    if not match:
+def expand_destinations(text: str) -> list[str]:
+    """`[user@]HOSTLIST[:port]` -> one `[user@]host[:port]` per host of the Slurm hostlist
+    (`alice@n[01-03,7]:2222`); an IPv6 literal (`[fe80::1]:22`) is taken as it is."""
+    user, at, host = text.rpartition("@")
+    if host.startswith("[") and ":" in host.partition("]")[0]:
         return [text]
-    names = []
-    for part in match["body"].split(","):
-        lo, dash, hi = part.partition("-")
-        if not lo or (dash and not hi):
-            raise UserError(f"bad host range {text!r}: {part!r}")
-        if not dash:
-            names.append(lo)
-            continue
-        if int(hi) < int(lo):
-            raise UserError(f"bad host range {text!r}: {lo} > {hi}")
-        if int(hi) - int(lo) > 100_000:
-            raise UserError(f"host range {text!r} is too large")
-        width = len(lo) if lo.startswith("0") else 0
-        names.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
-    return [f"{user}{match['head']}{n}{match['tail']}{sep}{rest}" for n in names]
+    base, colon, port = host.rpartition(":")
+    if not colon or "]" in port or "[" in port:
+        base, colon, port = host, "", ""
+    return [f"{user}{at}{name}{colon}{port}" for name in expand_hostlist(base)]
 
 
 def parse_destination(text: str) -> tuple[str | None, str, int | None]:
@@ -86,29 +72,31 @@ def parse_destination(text: str) -> tuple[str | None, str, int | None]:
     if "@" in text:
         user, text = text.rsplit("@", 1)
         if not user:
-            raise UserError(f"bad host {original!r}: empty user name")
+            raise UserError(f"bad host {clip_repr(original)}: empty user name")
     port_text = None
     if text.startswith("["):
         host, close, rest = text[1:].partition("]")
         if not close or (rest and not rest.startswith(":")):
-            raise UserError(f"bad host {original!r}: expected [address]:port")
+            raise UserError(f"bad host {clip_repr(original)}: expected [address]:port")
         port_text = rest[1:] or None
     elif text.count(":") == 1:
         host, port_text = text.split(":")
     else:
         host = text
     if not host or any(c.isspace() for c in host):
-        raise UserError(f"bad host {original!r}")
+        raise UserError(f"bad host {clip_repr(original)}")
     return user, host, _port(port_text, original) if port_text is not None else None
 
 
 def _port(value: Any, what: str) -> int:
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        raise UserError(f"bad port {value!r} in {what!r}") from None
-    if isinstance(value, bool) or not 1 <= port <= 65535:
-        raise UserError(f"bad port {value!r} in {what!r}: must be 1-65535")
+    """A TCP port: a whole number 1-65535 (`22.7`, `true` and `0x16` are refused)."""
+    if isinstance(value, bool) or not (
+        isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+    ):
+        raise UserError(f"bad port {clip_repr(value)} in {clip_repr(what)}: must be a whole number")
+    port = int(value)
+    if not 1 <= port <= 65535:
+        raise UserError(f"bad port {clip_repr(value)} in {clip_repr(what)}: must be 1-65535")
     return port
 
 
@@ -130,12 +118,10 @@ def _unique_names(specs: list[NodeSpec]) -> list[NodeSpec]:
 
 
 def parse_hosts(text: str) -> list[NodeSpec]:
-    """`--hosts [user@]host[:port],...` (with `host[1-4]` ranges) -> SSH node specs."""
+    """`--hosts [user@]host[:port],...` (Slurm hostlists: `n[1-4,7]`) -> SSH node specs."""
     specs = []
-    for item in (p.strip() for p in text.split(",")):
-        if not item:
-            continue
-        for dest in expand_hostlist(item):
+    for item in split_hostlist(text):
+        for dest in expand_destinations(item):
             user, host, port = parse_destination(dest)
             specs.append(NodeSpec(name=host, transport="ssh", host=host, port=port, user=user))
     if not specs:
@@ -211,7 +197,7 @@ def _check_fields(where: _Where, entry: _Mapping, allowed: set[str], what: str) 
         if key not in allowed:
             raise where.error(
                 _line_of(entry, key),
-                f"unknown {what} field {key!r} (known: {', '.join(sorted(allowed))})",
+                f"unknown {what} field {clip_repr(key)} (known: {', '.join(sorted(allowed))})",
             )
 
 
@@ -220,7 +206,7 @@ def _string(where: _Where, entry: _Mapping, key: str) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise where.error(_line_of(entry, key), f"{key} must be a string, got {value!r}")
+        raise where.error(_line_of(entry, key), f"{key} must be a string, got {clip_repr(value)}")
     return str(value)
 
 
@@ -247,14 +233,9 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
     """Node specs from a cluster.yaml, optionally only those in the named groups."""
     path = Path(path).expanduser()
     where = _Where(path)
+    text = safe_yaml.read_text(path, "inventory")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"inventory {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read inventory {path}: {exc}") from None
-    try:
-        doc = yaml.load(text, Loader=_LineLoader)  # a SafeLoader subclass: no object tags
+        doc = safe_yaml.load(text, _LineLoader)  # a SafeLoader subclass: no object tags
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -263,7 +244,9 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
             problem += f" ({exc.context} on line {exc.context_mark.line + 1})"
         raise where.error(line, f"invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: invalid YAML: {exc}") from None
+        raise UserError(f"{path}: invalid YAML: {clip(exc)}") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: {exc}") from None
     if not isinstance(doc, _Mapping):
         raise where.error(1, "expected a mapping with a 'nodes' list")
     _check_fields(where, doc, TOP_LEVEL, "top-level")
@@ -287,7 +270,7 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
                 item = _Mapping({"host": name})
                 item.line, item.key_lines = line, {}
             if not isinstance(item, _Mapping):
-                raise where.error(line, f"node {name!r} must be a mapping of fields")
+                raise where.error(line, f"node {clip_repr(name)} must be a mapping of fields")
             if "name" not in item:
                 item["name"] = str(name)
             entries.append((line, item))
@@ -299,7 +282,7 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
     for line, item in entries:
         if isinstance(item, str):
             try:
-                expanded = expand_hostlist(item.strip())
+                expanded = expand_destinations(item.strip())
                 parsed = [parse_destination(d) for d in expanded]
             except UserError as exc:
                 raise where.error(line, str(exc)) from None
@@ -312,7 +295,9 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
                 specs.append(_spec(where, line, fields))
             continue
         if not isinstance(item, _Mapping):
-            raise where.error(line, f"a node must be a host string or a mapping, got {item!r}")
+            raise where.error(
+                line, f"a node must be a host string or a mapping, got {clip_repr(item)}"
+            )
         _check_fields(where, item, NODE_FIELDS, "node")
         fields = {**base, **_node_fields(where, item, "node")}
         if not fields.get("host") and not fields.get("name"):
@@ -332,7 +317,7 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
     names = [s.name for s in specs]
     for name in names:
         if names.count(name) > 1:
-            raise where.error(raw_nodes.line, f"node {name!r} is listed twice")
+            raise where.error(raw_nodes.line, f"node {clip_repr(name)} is listed twice")
 
     raw_groups = doc.get("groups") or _Mapping()
     if not isinstance(raw_groups, _Mapping):
@@ -342,11 +327,13 @@ def load_inventory(path: str | Path, groups: Iterable[str] | None = None) -> lis
         if isinstance(members, str):
             members = [m.strip() for m in members.split(",") if m.strip()]
         if not isinstance(members, list):
-            raise where.error(line, f"group {group!r} must be a list of node names")
+            raise where.error(line, f"group {clip_repr(group)} must be a list of node names")
         for member in members:
             for name in expand_hostlist(str(member)):
                 if name not in names:
-                    raise where.error(line, f"group {group!r} names unknown node {name!r}")
+                    raise where.error(
+                        line, f"group {clip_repr(group)} names unknown node {clip_repr(name)}"
+                    )
                 member_of.setdefault(name, []).append(str(group))
 
     specs = [

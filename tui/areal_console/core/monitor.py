@@ -15,8 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.client import AgentDisconnected, AgentError
+from areal_console.core.client import AgentDisconnected, AgentError, AgentNotResponding
 from areal_console.core.fleet import Fleet, NodeSession
+from areal_console.core.nodes import count_areal_world_sizes
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
 
@@ -27,7 +28,7 @@ class NodeView:
 
     name: str
     address: str
-    state: str = "connecting"  # connecting | up | down
+    state: str = "connecting"  # connecting | up | unresponsive | down
     error: str | None = None
     latency: float | None = None
     sample: dict[str, Any] | None = None
@@ -55,10 +56,17 @@ class FleetMonitor:
         fleet: Fleet,
         interval: float = 1.0,
         include_all: bool = False,
+        *,
+        ping_every: float = 5.0,
+        ping_timeout: float = 5.0,
     ) -> None:
         self.fleet = fleet
         self.interval = interval
         self.include_all = include_all
+        # While a node streams, a ping every `ping_every` s measures latency; one without an
+        # answer in `ping_timeout` s marks the agent unresponsive (not the link down).
+        self.ping_every = ping_every
+        self.ping_timeout = ping_timeout
         self._views = {s.name: NodeView(s.name, s.spec.address) for s in fleet.sessions}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -98,7 +106,8 @@ class FleetMonitor:
                     v.host_key,
                 )
                 out.append(copy)
-            return out
+        count_areal_world_sizes(v.processes for v in out)
+        return out
 
     def trust_host_key(self, name: str) -> None:
         """The user accepted the node's unknown host key: remember it and connect now."""
@@ -213,13 +222,31 @@ class FleetMonitor:
                 self._wake[name].clear()
                 continue
             # Measure latency now and then while the stream runs; wait for the link to drop.
-            while not self._stop.is_set() and not closed.wait(5.0):
-                try:
-                    assert session.client is not None
-                    latency = session.client.round_trip()
-                    self._update(name, latency=latency)
-                except (AgentDisconnected, AgentError, AssertionError):
+            # A ping without an answer while the link stays open is a frozen or overloaded
+            # agent: say so, keep the link, and keep asking until it answers again.
+            silent_since: float | None = None
+            while not self._stop.is_set() and not closed.wait(self.ping_every):
+                client = session.client
+                if client is None:
                     break
+                try:
+                    latency = client.round_trip(timeout=self.ping_timeout)
+                except AgentNotResponding:
+                    now = time.monotonic()
+                    silent_since = silent_since or now - self.ping_timeout
+                    self._update(
+                        name,
+                        state="unresponsive",
+                        error=f"agent not responding for {now - silent_since:.0f} s "
+                        "(the connection is still open)",
+                    )
+                    continue
+                except (AgentDisconnected, AgentError):
+                    break
+                if silent_since is not None:
+                    silent_since = None
+                    self._update(name, state="up", error=None)
+                self._update(name, latency=latency)
             if self._stop.is_set():
                 break
             reason = session.client.closed_reason if session.client else None

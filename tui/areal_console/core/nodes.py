@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from areal_console.core.fleet import NodeFailure
@@ -70,3 +71,24 @@ def server_text(server: dict[str, Any] | None) -> str:
     if health.get("ok"):
         return f"{address} ok{took}"
     return f"{address} down: {health.get('error') or 'no answer'}{took}"
+
+
+def count_areal_world_sizes(process_lists: Iterable[list[dict[str, Any]]]) -> None:
+    """World size of AReaL single-controller training workers over every node: the workers
+    of one role in one experiment/trial (each node's agent can count only its own)."""
+    lists = list(process_lists)
+
+    def key(p: dict[str, Any]) -> tuple[Any, Any] | None:
+        if p.get("worker_index") is None or p.get("rank") is None or not p.get("job"):
+            return None
+        return (p.get("job"), p.get("role"))
+
+    counts: dict[tuple[Any, Any], int] = {}
+    for procs in lists:
+        for p in procs:
+            if (k := key(p)) is not None:
+                counts[k] = counts.get(k, 0) + 1
+    for procs in lists:
+        for p in procs:
+            if (k := key(p)) is not None:  # never below what one node counted alone
+                p["world_size"] = max(counts[k], p.get("world_size") or 0)

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from areal_console.core import safe_yaml
 from areal_console.core.errors import UserError
 from areal_console.core.locations import config_file
+from areal_console.core.textfmt import clip, clip_repr
 
 
 @dataclass
@@ -80,17 +82,16 @@ def load_settings(path: Path | None = None) -> Settings:
     path = path or config_file()
     if not path.exists():
         return Settings()
+    text = safe_yaml.read_text(path, "settings file")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read settings: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text)  # for line numbers; aliases stay shared here
+        data = safe_yaml.load(text)
+    except ValueError as exc:
+        raise UserError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = getattr(exc, "problem", None) or clip(exc)
         raise UserError(f"{where}: invalid YAML: {problem}") from None
     if data is None:
         return Settings()
@@ -102,11 +103,13 @@ def load_settings(path: Path | None = None) -> Settings:
     for key, value in data.items():
         where = f"{path}:{lines.get(str(key), 1)}"
         if key not in known:
-            raise UserError(f"{where}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
+            raise UserError(
+                f"{where}: unknown setting {clip_repr(key)} (known: {', '.join(sorted(known))})"
+            )
         types = FIELD_TYPES[key]
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             want = " or ".join(t.__name__ for t in types)
-            raise UserError(f"{where}: {key} must be {want}, got {value!r}")
+            raise UserError(f"{where}: {key} must be {want}, got {clip_repr(value)}")
         if key == "health":
             _check_health(where, value)
         elif isinstance(value, dict) and not all(
@@ -127,7 +130,9 @@ def _check_health(where: str, value: Any) -> None:
 
     for name, number in value.items():
         if isinstance(number, bool) or not isinstance(number, (int, float)):
-            raise UserError(f"{where}: health.{name} must be a number, got {number!r}")
+            raise UserError(
+                f"{where}: health.{clip(name)} must be a number, got {clip_repr(number)}"
+            )
     try:
         thresholds_from(value)
     except KeyError as exc:
@@ -137,7 +142,7 @@ def _check_health(where: str, value: Any) -> None:
 
         known = ", ".join(f.name for f in dc_fields(HealthThresholds))
         raise UserError(
-            f"{where}: unknown health threshold {exc.args[0]!r} (known: {known})"
+            f"{where}: unknown health threshold {clip_repr(exc.args[0])} (known: {known})"
         ) from None
 
 

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from areal_console.core import locations
-from areal_console.core.errors import UserError
+from areal_console.core.errors import UsageError, UserError
+from areal_console.core.hostlist import expand_hostlist
+from areal_console.core.textfmt import clip_repr
 
 # Job states with processes to inspect; everything else is waiting or over.
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"})
@@ -336,47 +338,6 @@ def parse_gres_gpus(gres: str) -> list[int]:
     return out
 
 
-def split_hostlist(expr: str) -> list[str]:
-    """Split a hostlist expression at top-level commas: `a[1-2,5],b` -> [`a[1-2,5]`, `b`]."""
-    parts, depth, cur = [], 0, ""
-    for ch in expr:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        parts.append(cur)
-    return parts
-
-
-def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist expansion (`node[01-03,7]`), for when `scontrol` isn't at hand."""
-    out: list[str] = []
-    for part in split_hostlist(expr.strip()):
-        m = re.fullmatch(r"(.*?)\[([^\]]+)\](.*)", part)
-        if not m:
-            out.append(part)
-            continue
-        prefix, ranges, rest = m.groups()
-        for r in ranges.split(","):
-            if "-" in r:
-                lo, hi = r.split("-", 1)
-                width = len(lo)
-                out.extend(
-                    f"{prefix}{i:0{width}d}{suffix}"
-                    for i in range(int(lo), int(hi) + 1)
-                    for suffix in expand_hostlist(rest) or [""]
-                )
-            else:
-                out.extend(f"{prefix}{r}{suffix}" for suffix in expand_hostlist(rest) or [""])
-    return out
-
-
 def parse_job_record(line: str, expand: Any = expand_hostlist) -> SlurmJob:
     """One `scontrol show job -d -o` line -> `SlurmJob` (steps and node states empty)."""
     pairs = parse_scontrol_record(line)
@@ -533,7 +494,9 @@ class SlurmClient:
     def job(self, job_id: str, with_steps: bool = True, with_nodes: bool = True) -> SlurmJob:
         """The job as Slurm sees it now; a clear `UserError` if it doesn't exist."""
         if not re.fullmatch(r"\d+(_\d+)?(\+\d+)?", job_id):
-            raise UserError(f"{job_id!r} is not a Slurm job id (expected a number such as 12345)")
+            raise UsageError(  # a bad value: exit 2
+                f"{clip_repr(job_id)} is not a Slurm job id (expected a number such as 12345)"
+            )
         result = self._run(["scontrol", "show", "job", "-d", "-o", job_id])
         if result.returncode != 0 or not result.stdout.strip():
             why = result.error_line

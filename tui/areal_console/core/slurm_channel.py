@@ -27,7 +27,12 @@ from areal_agent import agent_source
 
 from areal_console.core.slurm import CommandRunner, StepProcess, make_runner
 from areal_console.core.targets import NodeSpec, SlurmTarget
-from areal_console.core.transport import BOOTSTRAP, ChannelClosed, agent_hash
+from areal_console.core.transport import (
+    BOOTSTRAP,
+    SHARED_BOOTSTRAP,
+    ChannelClosed,
+    resolving_argv,
+)
 
 # slurmstepd cuts labelled output into chunks of this many bytes, each on its own line;
 # a shorter (possibly empty) chunk ends the original line.
@@ -40,27 +45,6 @@ ACK_REPLY_PREFIX = b'{"id":"ack",'
 AGENT_STEP_NAME = "areal-console-agent"
 
 
-# The shared step's bootstrap: like transport.BOOTSTRAP (same cache file), but the source
-# arrives as one JSON line addressed to no node, so agents that already run (a cache hit on
-# their node) drop it like any request for another node.
-SHARED_BOOTSTRAP = (
-    "import sys,os,hashlib,json;h=sys.argv[1];"
-    "d=os.path.join(os.path.expanduser('~'),'.cache','areal-console');"
-    "p=os.path.join(d,'agent-'+h+'.py');"
-    "s=open(p,'rb').read() if os.path.exists(p) else b''\n"
-    "if hashlib.sha256(s).hexdigest()!=h:\n"
-    ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
-    " while True:\n"
-    "  l=sys.stdin.buffer.readline()\n"
-    "  if not l:sys.exit(1)\n"
-    "  try:m=json.loads(l)\n"
-    "  except ValueError:continue\n"
-    "  if isinstance(m,dict) and 'source' in m:s=m['source'].encode();break\n"
-    " try:\n"
-    "  os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"
-    " except OSError:pass\n"
-    "g={'__name__':'__areal_agent__'};exec(compile(s,p,'exec'),g)"
-)
 SOURCE_NODE = "(source)"  # an address no agent has
 
 
@@ -91,10 +75,12 @@ def srun_argv(
     if target.gpus:
         # Without the job's GPUs in the step, cgroup device limits would hide them from NVML.
         argv.append(f"--gres=gpu:{target.gpus}")
+    # The interpreter is chosen on the node (not from the caller's PATH, which srun may
+    # pass on or, with --export=NONE, not at all); /bin/sh by its absolute path.
     if len(nodes) > 1:
         argv += ["--input=all", "--label"]
-        return [*argv, python, "-c", SHARED_BOOTSTRAP, agent_hash()]
-    return [*argv, python, "-c", BOOTSTRAP, agent_hash()]
+        return [*argv, *resolving_argv(python, SHARED_BOOTSTRAP)]
+    return [*argv, *resolving_argv(python, BOOTSTRAP)]
 
 
 def open_node_step(spec: NodeSpec, runner: CommandRunner | None = None) -> StepProcess:

@@ -45,7 +45,9 @@ def probe_srun(
         "--nodes=1",
         "--ntasks=1",
         "--quiet",
-        "true",
+        "/bin/sh",  # by its path: under --export=NONE the step has no PATH
+        "-c",
+        "exit 0",
     ]
     result = runner.run(argv, timeout)
     if result.returncode == 0:

@@ -34,7 +34,7 @@ from areal_console.core import locations
 from areal_console.core.errors import UserError
 from areal_console.core.inventory import parse_destination
 from areal_console.core.targets import NodeSpec
-from areal_console.core.transport import ChannelClosed, bootstrap_argv
+from areal_console.core.transport import ChannelClosed, bootstrap_argv, bootstrap_problem
 
 # paramiko logs transport errors itself; with no handler Python would print them on
 # stderr, over the TUI. Every failure reaches the user through SshError instead.
@@ -635,6 +635,9 @@ class SshChannel:
             # they usually say why (e.g. "python3: command not found").
             self._stderr_reader.join(1.0)
         tail_lines = b"".join(self._stderr).decode(errors="replace").strip().splitlines()
+        problem = bootstrap_problem(tail_lines, self.python, self.node)
+        if problem:
+            return problem
         tail = tail_lines[-1] if tail_lines else ""
         if status == 127 or "command not found" in tail or "No such file" in tail:
             return (

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import math
 import socket
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.errors import UserError
+from areal_console.core.errors import UsageError, UserError
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,50 @@ def local_node() -> NodeSpec:
     return NodeSpec(name=socket.gethostname() or "local", transport="local")
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0 (not 0, not negative, not nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds > 0")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds >= 0")
+    return value
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
+
+
+def index(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
+    return value
+
+
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     """`--local | --hosts ... | --inventory FILE`, shared by every subcommand and the TUI."""
     group = parser.add_argument_group("targets")
@@ -94,10 +141,10 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--connect-timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
-        help="give up reaching a node after this long (default 10)",
+        help="give up reaching a node and starting its agent after this long (default 10)",
     )
     group.add_argument(
         "--accept-new-hosts",
@@ -110,8 +157,6 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
     slurm_job = getattr(args, "slurm_job", None)
     if getattr(args, "login", None) and not slurm_job:
-        from areal_console.core.errors import UsageError
-
         raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
     if slurm_job:
         from areal_console.core.slurm_targets import resolve_slurm_targets
@@ -131,18 +176,33 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
 
         if hosts:
             if getattr(args, "group", None):
-                raise UserError("--group selects from an --inventory, not from --hosts")
-            return inv.parse_hosts(hosts)
+                raise UsageError("--group selects from an --inventory, not from --hosts")
+            try:
+                return inv.parse_hosts(hosts)
+            except UsageError:
+                raise
+            except UserError as exc:  # a bad value on the command line: exit 2
+                raise UsageError(f"--hosts: {exc}") from None
         return inv.load_inventory(str(inventory), groups=getattr(args, "group", None))
     return [local_node()]
 
 
 def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
     """Transport options from the parsed target options, for `Fleet(specs, **options)`."""
+    timeout = getattr(args, "connect_timeout", None)
     options: dict[str, Any] = {
         "accept_new_hosts": bool(getattr(args, "accept_new_hosts", False)),
-        "connect_timeout": float(getattr(args, "connect_timeout", None) or 10.0),
+        "connect_timeout": DEFAULT_CONNECT_TIMEOUT if timeout is None else float(timeout),
     }
     if getattr(args, "ssh_config", None):
         options["ssh_config"] = args.ssh_config
     return options
+
+
+def open_fleet(args: argparse.Namespace, specs: list[NodeSpec], **extra: Any) -> Any:
+    """The `Fleet` for `specs` with the parsed target options: every command that reaches
+    nodes goes through here, so --ssh-config, --connect-timeout and --accept-new-hosts
+    mean the same everywhere."""
+    from areal_console.core.fleet import Fleet
+
+    return Fleet(specs, **{**fleet_options(args), **extra})

@@ -2,7 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+# Characters a terminal acts on: C0 controls, DEL, C1 controls (8-bit CSI/OSC...), and
+# the bidirectional overrides that reorder what the reader sees ("Trojan source").
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_KEEP_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: object, layout: bool = False) -> str:
+    """`text` safe to show in a terminal: every control character is written as an escape
+    (`ESC` -> `\\x1b`), so remote text (command lines, frame names, file names, errors)
+    can never move the cursor, retitle the window or clear the screen. With `layout`,
+    tab and newline are kept (multi-line reports)."""
+    value = text if isinstance(text, str) else str(text)
+    pattern = _CONTROL_KEEP_LAYOUT if layout else _CONTROL
+    return pattern.sub(_escape, value) if pattern.search(value) else value
+
+
+def clip_repr(value: object, limit: int = 200) -> str:
+    """`repr(value)` for an error message, cut to `limit` characters."""
+    return clip(repr(value), limit)
+
+
+def clip(text: object, limit: int = 200) -> str:
+    """`text` cut to `limit` characters for an error message (with how much was cut)."""
+    value = printable(text)
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}… ({len(value) - limit} more characters)"
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:
@@ -23,6 +58,7 @@ def format_bytes(value: int | float | None) -> str:
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "   ") -> str:
     """Left-aligned columns separated by two spaces; the last column is not padded."""
+    rows = [[printable(cell) for cell in row] for row in rows]  # one cell, one line
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -67,3 +103,26 @@ def rank_summary(ranks: Sequence[int]) -> str:
         out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
         i = j + 1
     return ",".join(out)
+
+
+class PrintableStream:
+    """A text stream that writes everything through `printable(..., layout=True)`.
+
+    The CLI's commands write to it, so no remote string reaches the terminal raw,
+    whichever print statement it travels through. JSON output is unchanged by it
+    (`json.dumps` already escapes every control character).
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(text, layout=True))
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

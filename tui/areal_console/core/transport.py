@@ -8,6 +8,7 @@ A reconnect to a node that has the agent therefore costs a single round trip.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,21 +18,161 @@ from typing import Protocol
 
 from areal_agent import agent_hash, agent_source
 
-# Kept on one line so it survives any remote shell's quoting as a single argument.
-BOOTSTRAP = (
-    "import sys,os,hashlib;h=sys.argv[1];"
-    "d=os.path.join(os.path.expanduser('~'),'.cache','areal-console');"
-    "p=os.path.join(d,'agent-'+h+'.py');"
-    "s=open(p,'rb').read() if os.path.exists(p) else b'';"
-    "ok=hashlib.sha256(s).hexdigest()==h\n"
-    "if not ok:\n"
+# The oldest Python the agent runs on (it is checked first, before anything else runs).
+MIN_PYTHON = (3, 9)
+# Exit statuses of the bootstrap, with one `areal-agent: ...` line on stderr saying why.
+EXIT_OLD_PYTHON = 86
+EXIT_UNSAFE_CACHE = 87
+
+# The bootstrap the node's python runs (`python3 -c BOOTSTRAP HASH`). It looks for the
+# agent in the node's cache by content hash; on a miss it asks for the source and caches
+# it. Written for Python 2.7 and 3.x syntax, so that an old interpreter can still say why
+# it cannot run the agent. The cache is trusted only when it is a real directory (not a
+# link) owned by the user and writable by no one else; the file is read without following
+# links or blocking (a FIFO there must not hang), and written to a new temp file
+# (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600) renamed into place.
+_BOOTSTRAP_HEAD = (
+    "import sys,os,hashlib,stat\n"
+    "def die(c,m):\n"
+    " sys.stderr.write('areal-agent: '+m+'\\n');sys.stderr.flush();os._exit(c)\n"
+    "if sys.version_info<@MIN@:\n"
+    " import socket\n"
+    " die(@OLD@,'python-too-old %d.%d.%d @NEED@ %s %s'%(sys.version_info[:3]+"
+    "(socket.gethostname(),sys.executable)))\n"
+    "h=sys.argv[1]\n"
+    "d=os.path.join(os.environ.get('XDG_CACHE_HOME') or "
+    "os.path.join(os.path.expanduser('~'),'.cache'),'areal-console')\n"
+    "p=os.path.join(d,'agent-'+h+'.py')\n"
+    "try:\n"
+    " os.makedirs(d,0o700)\n"
+    "except OSError:\n"
+    " pass\n"
+    "try:\n"
+    " st=os.lstat(d)\n"
+    "except OSError as e:\n"
+    " die(@CACHE@,'cannot use the agent cache %s: %s'%(d,e.strerror))\n"
+    "if not stat.S_ISDIR(st.st_mode):\n"
+    " die(@CACHE@,'the agent cache %s is not a directory (a link or a file): remove it'%d)\n"
+    "if st.st_uid!=os.getuid():\n"
+    " die(@CACHE@,'the agent cache %s belongs to uid %d, not to you (uid %d): refusing to use it'"
+    "%(d,st.st_uid,os.getuid()))\n"
+    "if st.st_mode&0o022:\n"
+    " die(@CACHE@,'the agent cache %s is writable by others (mode %o): refusing to use it; "
+    "chmod 700 it'%(d,stat.S_IMODE(st.st_mode)))\n"
+    "s=b''\n"
+    "try:\n"
+    " f=os.open(p,os.O_RDONLY|os.O_NOFOLLOW|os.O_NONBLOCK)\n"
+    "except OSError as e:\n"
+    " f=None\n"
+    " if os.path.lexists(p) and not os.path.isfile(p) or os.path.islink(p):\n"
+    "  die(@CACHE@,'the agent cache file %s is not a regular file: remove it'%p)\n"
+    "if f is not None:\n"
+    " if not stat.S_ISREG(os.fstat(f).st_mode):\n"
+    "  os.close(f);die(@CACHE@,'the agent cache file %s is not a regular file (a FIFO or a "
+    "device?): remove it'%p)\n"
+    " while True:\n"
+    "  b=os.read(f,1<<20)\n"
+    "  if not b:break\n"
+    "  s+=b\n"
+    " os.close(f)\n"
+    "if hashlib.sha256(s).hexdigest()!=h:\n"
     ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
-    " n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
+)
+# The source as a length-prefixed frame on stdin.
+_SOURCE_FROM_FRAME = " n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
+# The source as the one JSON line addressed to no node (the shared Slurm step: agents that
+# already run drop it like any request for another node).
+_SOURCE_FROM_JSON = (
+    " import json\n"
+    " while True:\n"
+    "  l=sys.stdin.buffer.readline()\n"
+    "  if not l:sys.exit(1)\n"
+    "  try:m=json.loads(l)\n"
+    "  except ValueError:continue\n"
+    "  if isinstance(m,dict) and 'source' in m:s=m['source'].encode();break\n"
+)
+_BOOTSTRAP_TAIL = (
+    " if hashlib.sha256(s).hexdigest()!=h:die(@CACHE@,'the agent source arrived damaged')\n"
+    " t=p+'.%d.tmp'%os.getpid()\n"
     " try:\n"
-    "  os.makedirs(d,exist_ok=True);t=p+'.%d.tmp'%os.getpid();open(t,'wb').write(s);os.replace(t,p)\n"
-    " except OSError:pass\n"
+    "  f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)\n"
+    "  with os.fdopen(f,'wb') as o:o.write(s)\n"
+    "  os.replace(t,p)\n"
+    " except OSError as e:\n"
+    "  try:os.unlink(t)\n"
+    "  except OSError:pass\n"
+    "  sys.stderr.write('areal-agent: note: not cached (%s: %s)\\n'%(p,e.strerror))\n"
     "g={'__name__':'__areal_agent__'};exec(compile(s,p,'exec'),g)"
 )
+
+
+def _fill(script: str) -> str:
+    return (
+        script.replace("@MIN@", repr(MIN_PYTHON))
+        .replace("@NEED@", ".".join(map(str, MIN_PYTHON)))
+        .replace("@OLD@", str(EXIT_OLD_PYTHON))
+        .replace("@CACHE@", str(EXIT_UNSAFE_CACHE))
+    )
+
+
+BOOTSTRAP = _fill(_BOOTSTRAP_HEAD + _SOURCE_FROM_FRAME + _BOOTSTRAP_TAIL)
+SHARED_BOOTSTRAP = _fill(_BOOTSTRAP_HEAD + _SOURCE_FROM_JSON + _BOOTSTRAP_TAIL)
+
+
+# Where the node's own environment decides the interpreter (Slurm: `srun` passes on the
+# caller's PATH, or none at all under `--export=NONE`): a POSIX sh runs on the node, tries
+# the configured python, then `python3` on the node's PATH, then the usual places, and
+# starts the first one new enough. None found: one `areal-agent: no-python` line naming
+# every candidate and why it was passed over. argv: sh -c SCRIPT NAME PYTHON CODE HASH.
+RESOLVE_PYTHON = (
+    "want=$1; code=$2; hash=$3; PATH=${PATH:-/usr/local/bin:/usr/bin:/bin}; export PATH\n"
+    'seen="|"; tried=""\n'
+    'for py in "$want" python3 /usr/bin/python3 /usr/local/bin/python3; do\n'
+    '  exe=$(command -v "$py" 2>/dev/null) || { tried="$tried, $py: not found"; continue; }\n'
+    '  case "$seen" in *"|$exe|"*) continue;; esac\n'
+    '  seen="$seen$exe|"\n'
+    '  ver=$("$exe" -c \'import sys;sys.stdout.write("%d.%d.%d"%sys.version_info[:3]);'
+    'sys.exit(sys.version_info<@MIN@)\' 2>/dev/null) && exec "$exe" -c "$code" "$hash"\n'
+    '  tried="$tried, $exe is ${ver:-not runnable}"\n'
+    "done\n"
+    'echo "areal-agent: no-python $(hostname) @NEED@ ${tried#, }" >&2\n'
+    "exit @OLD@\n"
+)
+
+
+def resolving_argv(python: str, code: str) -> list[str]:
+    """`/bin/sh` choosing the interpreter on the node, then running `code` with it."""
+    return ["/bin/sh", "-c", _fill(RESOLVE_PYTHON), "areal-agent", python, code, agent_hash()]
+
+
+_BOOTSTRAP_LINE = re.compile(r"areal-agent: (?!note:)(.+)")
+
+
+def bootstrap_problem(
+    lines: list[str], python: str | None = None, node: str | None = None
+) -> str | None:
+    """Why the bootstrap refused to run the agent (its `areal-agent:` stderr line), said
+    for the user; None when it did not."""
+    for line in reversed(lines):
+        found = _BOOTSTRAP_LINE.search(line)
+        if not found:
+            continue
+        text = found.group(1).strip()
+        if text.startswith("python-too-old "):
+            _, version, need, host, exe = [*text.split(" ", 4), "", "", "", ""][:5]
+            return (
+                f"{python or exe} on {node or host} is {version} ({exe}); the agent needs "
+                f">= {need}: install a newer Python there, or name one in the inventory "
+                "(`python: /path/to/python3`)"
+            )
+        if text.startswith("no-python "):
+            _, host, need, tried = [*text.split(" ", 3), "", "", ""][:4]
+            return (
+                f"no Python >= {need} on {node or host} (tried {tried}): install one there, "
+                "or name it in the inventory (`python: /path/to/python3`)"
+            )
+        return f"{node}: {text}" if node else text
+    return None
 
 
 def bootstrap_argv(python: str = "python3") -> list[str]:
@@ -72,8 +213,12 @@ class ProcessChannel:
         what: str,
         env: dict[str, str] | None = None,
         on_stderr: Callable[[str], None] | None = None,
+        *,
+        python: str | None = None,
+        node: str | None = None,
     ) -> None:
         self.what = what
+        self.python, self.node = python, node  # for the bootstrap's own errors
         self.on_stderr = on_stderr
         try:
             self.proc = subprocess.Popen(
@@ -149,6 +294,9 @@ class ProcessChannel:
                 code = self.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 return f"{self.what}: agent stopped answering"
+        problem = bootstrap_problem(self.stderr_lines(), self.python, self.node)
+        if problem:
+            return problem
         errors = [ln for ln in self.stderr_lines() if "error" in ln.lower()] or self.stderr_lines()
         why = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         return f"{self.what} {why}" + (f": {errors[0]}" if errors else "")
@@ -158,7 +306,8 @@ class LocalChannel(ProcessChannel):
     """The agent as a child process of the console, on this machine."""
 
     def __init__(self, python: str | None = None) -> None:
-        super().__init__(bootstrap_argv(python or sys.executable), "agent")
+        python = python or sys.executable
+        super().__init__(bootstrap_argv(python), "agent", python=python, node="this machine")
 
     @property
     def pid(self) -> int:

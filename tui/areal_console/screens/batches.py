@@ -54,19 +54,27 @@ def summary_text(s: dict[str, Any]) -> Text:
         )
     out.append("  ".join(where) + "\n")
     st = s.get("stats") or {}
+    names = ["seq_len", "prompt_len", "response_len", "task_reward"] if st else []
+    if st.get("reward") and st.get("reward") != st.get("task_reward"):
+        names.append("reward")  # normalised rewards beside original_rewards
     # A grid 36 columns wide: it fits beside the step list in an 80-column terminal.
-    out.append(f"{'':<12}{'mean':>6}{'std':>6}{'min':>6}{'max':>6}\n", style="dim")
-    for name in ("seq_len", "prompt_len", "response_len", "reward"):
+    if names:
+        out.append(f"{'':<12}{'mean':>6}{'std':>6}{'min':>6}{'max':>6}\n", style="dim")
+    for name in names:
         d = st.get(name) or {}
-        digits = 3 if name == "reward" else 1
+        digits = 3 if name in ("task_reward", "reward") else 1
         out.append(f"{name:<12}", style="bold")
         out.append("".join(f"{_fmt(d.get(k), digits):>6}" for k in ("mean", "std", "min", "max")))
         out.append("\n")
-    out.append(f"{'no_eos_ratio':<13}", style="bold")
-    eos = s.get("eos_token_ids")
-    out.append(
-        f"{_fmt(st.get('no_eos_ratio'), 3)}{f'  (EOS {eos})' if eos else '  (EOS id unknown)'}\n"
-    )
+    if st:
+        out.append(f"{'no_eos_ratio':<13}", style="bold")
+        eos = s.get("eos_token_ids")
+        by_eos = (
+            f"  not ending in EOS {eos}: {_fmt(st.get('no_eos_token_ratio'), 3)}"
+            if eos
+            else "  (EOS id unknown)"
+        )
+        out.append(f"{_fmt(st.get('no_eos_ratio'), 3)}{by_eos}\n")
     if st.get("equal_reward_group_ratio") is not None:
         out.append(f"{'equal reward':<13}", style="bold")
         n = st["equal_reward_groups"]
@@ -81,13 +89,18 @@ def summary_text(s: dict[str, Any]) -> Text:
             f"{v['min']}..{v['max']}  staleness mean {v['staleness_mean']:.2f} "
             f"max {v['staleness_max']}  mixed {v['mixed_version_ratio']:.0%}\n"
         )
-    iw = st.get("importance_weight")
+    iw = st.get("behave_imp_weight")
     if iw:
-        out.append(f"{'imp. weight':<13}", style="bold")
+        out.append(f"{'behave_imp_w':<13}", style="bold")
         out.append(
             f"mean {iw['mean']:.3f}  min {iw['min']:.3f}  max {iw['max']:.3f}  "
-            f"over cap {iw['over_cap_ratio']:.2%}\n"
+            f"above {iw['upper']:g} {iw['above_upper_ratio']:.2%}\n"
         )
+    remote = s.get("remote")
+    if remote:
+        out.append(f"{'RTensors':<13}", style="bold")
+        nodes = ", ".join(f"{a} ({n})" for a, n in sorted(remote["nodes"].items()))
+        out.append(f"{remote['shards']} shards on {nodes}\n")
     for w in s.get("warnings") or []:
         out.append(f"! {w}\n", style="bold yellow")
     return out
@@ -246,10 +259,10 @@ class BatchesScreen(Screen[None]):
             with Vertical(id="detail-pane"):
                 with VerticalScroll(id="summary-pane"):
                     yield Static("", id="summary")
-                yield MiniHistogram("reward", digits=2, id="reward-hist")
+                yield MiniHistogram("task_reward", digits=2, id="reward-hist")
                 yield MiniHistogram("response len", digits=0, id="length-hist")
                 yield Input(
-                    placeholder="filter samples: text, noeos, eos, reward=1, group=3",
+                    placeholder="filter samples: text, noeos, eos, task_reward=1, group=3",
                     id="sample-filter",
                 )
                 yield VimTable(id="samples", cursor_type="row", zebra_stripes=True)
@@ -266,12 +279,12 @@ class BatchesScreen(Screen[None]):
             ("dp", "dp"),
             ("n", "samples"),
             ("resp", "resp"),
-            ("reward", "reward"),
+            ("reward", "reward"),  # the mean task_reward (AReaL's name) of the file
             ("no_eos", "no_eos"),
         ):
             steps.add_column(label, key=key)
         samples = self.query_one("#samples", DataTable)
-        for label in ("#", "group", "row", "seq", "prompt", "resp", "reward", "eos", "ver"):
+        for label in ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver"):
             samples.add_column(label, key=label)
         self.query_one("#sample-filter", Input).display = False
         # Keys go to the step list first, and tab goes straight on to the samples: the
@@ -354,7 +367,7 @@ class BatchesScreen(Screen[None]):
         self.file_summary = s
         self.query_one("#summary", Static).update(summary_text(s))
         dist = s.get("distributions") or {}
-        self.query_one("#reward-hist", MiniHistogram).show(dist.get("reward"))
+        self.query_one("#reward-hist", MiniHistogram).show(dist.get("task_reward"))
         self.query_one("#length-hist", MiniHistogram).show(dist.get("response_len"))
         if s["format"] not in batches.BATCH_FORMATS:
             self.query_one("#samples").loading = False
@@ -377,7 +390,7 @@ class BatchesScreen(Screen[None]):
                     "response_len_mean": (s["stats"].get("response_len") or {}).get("mean")
                     if s.get("stats")
                     else None,
-                    "reward_mean": (s["stats"].get("reward") or {}).get("mean")
+                    "task_reward_mean": (s["stats"].get("task_reward") or {}).get("mean")
                     if s.get("stats")
                     else None,
                     "no_eos_ratio": (s.get("stats") or {}).get("no_eos_ratio"),
@@ -391,7 +404,7 @@ class BatchesScreen(Screen[None]):
                 _fmt(e.get("dp_rank")),
                 Text("error", style="red") if bad else _fmt(e.get("samples")),
                 _fmt(e.get("response_len_mean"), 0),
-                _fmt(e.get("reward_mean"), 2),
+                _fmt(e.get("task_reward_mean"), 2),
                 _fmt(e.get("no_eos_ratio"), 3),
                 key=str(i),
             )
@@ -421,6 +434,8 @@ class BatchesScreen(Screen[None]):
         table.clear()
         for r in filter_rows(self.sample_rows, self.filter_text):
             eos = r.get("eos")
+            if eos is None and r.get("no_eos") is not None:
+                eos = not r["no_eos"]  # AReaL's rule when no EOS id is known
             table.add_row(
                 str(r["index"]),
                 _fmt(r["group"]),
@@ -428,7 +443,7 @@ class BatchesScreen(Screen[None]):
                 str(r["seq_len"]),
                 str(r["prompt_len"]),
                 str(r["response_len"]),
-                _fmt(r["reward"], 2),
+                _fmt(r.get("task_reward"), 2),
                 "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
                 f"{_fmt(r.get('head_version'))}..{_fmt(r.get('tail_version'))}",
                 key=str(r["index"]),
@@ -572,10 +587,10 @@ def filter_rows(rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     for r in rows:
         ok = True
         for term in terms:
-            if term == "noeos":
-                ok = r.get("eos") is False
-            elif term == "eos":
-                ok = r.get("eos") is True
+            if term in ("noeos", "eos"):
+                # By the EOS id when known, else AReaL's rule (length == padded width).
+                cut = r.get("eos") is False if r.get("eos") is not None else bool(r.get("no_eos"))
+                ok = cut if term == "noeos" else not cut
             elif "=" in term:
                 key, _, value = term.partition("=")
                 have = r.get(key)

@@ -41,6 +41,9 @@ def status_text(
         parts.append(
             f"down: {', '.join(v.name for v in down[:3])}" + ("…" if len(down) > 3 else "")
         )
+    silent = [v for v in views if v.state == "unresponsive"]
+    if silent:
+        parts.append(f"not responding: {', '.join(v.name for v in silent[:3])}")
     if drilled:
         parts.append(f"node: {drilled} (esc: all nodes)")
     if text_filter:

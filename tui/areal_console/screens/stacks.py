@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,16 +13,17 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Static
 
-from areal_console.core.stacks.diagnose import Diagnosis, diagnose
+from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, thread_trees
 from areal_console.core.stacks.model import Frame, StackCapture, variables_at
-from areal_console.core.stacks.report import text_report
+from areal_console.core.stacks.report import full_diagnosis, text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
-from areal_console.core.textfmt import plural
+from areal_console.core.textfmt import plural, printable
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
+from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
@@ -221,6 +223,10 @@ class StacksScreen(Screen[None]):
             with Vertical(id="groups-box"):
                 yield Label("Groups", classes="pane-title", id="groups-title")
                 yield RankGroupTable(id="groups")
+                yield Label(
+                    "Collectives (Flight Recorder)", classes="pane-title", id="ledger-title"
+                )
+                yield LedgerPane(id="ledger")
             with Vertical(id="detail-box"):
                 yield Label("Merged stacks (main thread)", classes="pane-title", id="detail-title")
                 yield StackTree(id="tree")
@@ -238,13 +244,13 @@ class StacksScreen(Screen[None]):
             self.action_recapture()
 
     def say(self, text: str) -> None:
-        self.query_one("#status", Static).update(text)
+        self.query_one("#status", Static).update(Text(printable(text)))
 
     # workers: never touch widgets, only post messages --------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-analyse")
     def _analyse(self, capture: StackCapture) -> None:
         analysis = analyse(capture)
-        self.post_message(self.Analysed(analysis, diagnose(analysis)))
+        self.post_message(self.Analysed(analysis, full_diagnosis(analysis)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-capture")
     def _capture(self) -> None:
@@ -255,7 +261,7 @@ class StacksScreen(Screen[None]):
             self.post_message(self.CaptureFailed(str(exc) or exc.__class__.__name__))
             return
         analysis = analyse(capture)
-        self.post_message(self.Analysed(analysis, diagnose(analysis)))
+        self.post_message(self.Analysed(analysis, full_diagnosis(analysis)))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-trees")
     def _build_threads(self, capture: StackCapture, include_idle: bool) -> None:
@@ -279,6 +285,7 @@ class StacksScreen(Screen[None]):
         self.capture = message.analysis.capture
         self.marked, self.diffing = [], None
         self.query_one(DiagnosisBanner).show(message.diagnosis)
+        self.query_one(LedgerPane).show(self.capture.ledger)
         self._show_groups()
         self._show_trees()
         self._close_diff()
@@ -297,7 +304,9 @@ class StacksScreen(Screen[None]):
 
     def on_stacks_screen_capture_failed(self, message: CaptureFailed) -> None:
         if self.analysis is None:
-            self.query_one(DiagnosisBanner).update(f"capture failed: {message.error}")
+            self.query_one(DiagnosisBanner).update(
+                Text(printable(f"capture failed: {message.error}"))
+            )
         self.say(f"capture failed: {message.error}")
 
     def _say_summary(self) -> None:

@@ -17,8 +17,11 @@ PPO objective
     L = -E[ (pi_prox / pi_behave) * min(r * A, clip(r, 1 - eps, 1 + eps) * A) ],
     r = pi_theta / pi_prox,
 
-with tokens whose behaviour importance weight exceeds `actor.behav_imp_weight_cap` masked
-out. Ranks are data parallel (gloo on CPU, NCCL on GPUs; torchrun when N > 1).
+with AReaL's `actor.rejection_sampling` (token level, ratio metric): tokens whose
+pi_prox / pi_behave exceeds `upper` are masked out (`action: mask`) or the weight clamped
+to it (`action: clamp`); `actor.rejection_sampling=null` turns the filter and the
+behaviour weighting off, as in AReaL (areal/utils/functional/functional.py:500-575).
+Ranks are data parallel (gloo on CPU, NCCL on GPUs; torchrun when N > 1).
 
 With `trajectory_debug.dump_rollout_data=true` every chosen step's rollout batch is saved
 in AReaL's layout (`step_{step:06d}.pt`, or `step_{step:06d}_dp_{rank}.pt` with several
@@ -95,15 +98,15 @@ DEFAULTS: dict[str, Any] = {
     "train_dataset": {"batch_size": 4},
     "gconfig": {"n_samples": 4, "max_new_tokens": 3, "temperature": 1.0},
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2},
+    # Names as in AReaL's PPOConfig (areal/api/cli_args.py).
     "actor": {
-        "lr": 0.01,
+        "optimizer": {"lr": 0.01, "gradient_clipping": 1.0},
         "eps_clip": 0.2,
-        "behav_imp_weight_cap": 5.0,
+        "rejection_sampling": {"level": "token", "action": "mask", "metric": "ratio", "upper": 5.0},
         "use_decoupled_loss": True,
         "ppo_n_minibatches": 2,
-        "gradient_clipping": 1.0,
-        "max_head_offpolicyness": 1,
     },
+    "rollout": {"max_head_offpolicyness": 1},
     "trajectory_debug": {
         "dump_rollout_data": False,
         "replay_rollout_data": False,
@@ -223,7 +226,13 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def check_known_keys(config: dict[str, Any]) -> None:
     known = set(flatten(DEFAULTS))
-    unknown = sorted(k for k in flatten(config) if k not in known)
+    # A section may be switched off as a whole (`actor.rejection_sampling=null`).
+    sections = {k.rsplit(".", i)[0] for k in known for i in range(1, k.count(".") + 1)}
+    unknown = sorted(
+        k
+        for k, v in flatten(config).items()
+        if k not in known and not (v is None and k in sections)
+    )
     if unknown:
         raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
@@ -263,6 +272,20 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             f"trajectory_debug.dump_scope must be 'rollout' or 'full', got {td['dump_scope']!r}"
         )
+    rs = config["actor"]["rejection_sampling"]
+    if rs is not None:
+        if (rs["level"], rs["metric"]) != ("token", "ratio") or rs["action"] not in (
+            "mask",
+            "clamp",
+        ):
+            raise ConfigError(
+                "this trainer supports actor.rejection_sampling with level=token, metric=ratio "
+                f"and action mask or clamp, got {rs!r}"
+            )
+        if not isinstance(rs["upper"], (int, float)) or isinstance(rs["upper"], bool):
+            raise ConfigError(
+                f"actor.rejection_sampling.upper must be a number, got {rs['upper']!r}"
+            )
     if config["debug"]["hang"] not in HANG_PATTERNS:
         raise ConfigError(
             f"debug.hang must be one of {', '.join(HANG_PATTERNS)}, got {config['debug']['hang']!r}"
@@ -635,33 +658,30 @@ def train_step(
     world_size: int,
     device: torch.device,
     trainer_view: list[dict[str, torch.Tensor]] | None = None,
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Decoupled PPO on one rollout batch; returns the step's global metrics.
 
-    `trainer_view`, when given, receives the groups with the keys the trainer added
-    (`prox_logp`, `advantages`), as AReaL's full-scope dumps hold them.
+    `trainer_view`, when given, receives the groups with the proximal log-probabilities
+    the trainer computed, stored as AReaL's `compute_logp` returns them: next-token aligned
+    (position t scores token t+1), under the loss mask rolled by -1 the same way.
     """
     actor = config["actor"]
     eps = float(actor["eps_clip"])
-    cap = actor["behav_imp_weight_cap"]
+    rs = actor["rejection_sampling"] if actor["use_decoupled_loss"] else None
     groups = [{k: g[k] for k in ROLLOUT_KEYS} for g in groups]  # ignore trainer-added keys
     advantages = group_advantages(groups)
     with torch.no_grad():
         prox = [model.token_logprobs(g["input_ids"].long().to(device)).cpu() for g in groups]
-    for g, adv, p in zip(groups, advantages, prox):  # noqa: B905 (nodes may run Python < 3.10)
-        g["advantages"] = adv
-        g["prox_logp"] = p * g["loss_mask"]
     if trainer_view is not None:
-        trainer_view.extend(groups)
+        for g, p in zip(groups, prox):  # noqa: B905 (nodes may run Python < 3.10)
+            next_mask = torch.roll(g["loss_mask"], shifts=-1, dims=-1)
+            trainer_view.append({**g, "prox_logp": torch.roll(p, shifts=-1, dims=-1) * next_mask})
 
     full = stack_groups(groups)
     lengths = full["attention_mask"].sum(-1)
-    no_eos = torch.tensor(
-        [
-            0.0 if EOS in row[: int(n)].tolist() else 1.0
-            for row, n in zip(full["input_ids"], lengths)  # noqa: B905
-        ]
-    )
+    # AReaL's no_eos_ratios (areal/trainer/ppo/actor.py:419): length == the batch's padded
+    # width, no EOS token involved.
+    no_eos = (lengths == full["attention_mask"].shape[-1]).to(torch.float64)
     summary = all_reduce_sum(
         torch.tensor(
             [
@@ -681,6 +701,7 @@ def train_step(
     ratio_sum = torch.zeros((), dtype=torch.float64)
     behave_sum = torch.zeros((), dtype=torch.float64)
     tokens = torch.zeros((), dtype=torch.float64)
+    behave_tokens = torch.zeros((), dtype=torch.float64)
     for i in range(n_mb):
         mb_groups = groups[bounds[i] : bounds[i + 1]]
         mb = stack_groups(mb_groups)
@@ -697,23 +718,28 @@ def train_step(
         prox_mb = torch.cat(
             [F.pad(p, (0, width - p.shape[1])) for p in prox[bounds[i] : bounds[i + 1]]]
         )
-        mask = mb["loss_mask"].float()
-        behave_w = torch.exp(prox_mb - mb["logprobs"]) * mask
-        if actor["use_decoupled_loss"]:
-            # AReaL drops tokens whose behaviour weight is above the cap instead of clipping.
-            if cap is not None:
-                mask = mask * (behave_w <= float(cap)).float()
-            anchor = prox_mb
-        else:
-            anchor = mb["logprobs"]  # standard PPO: the behaviour policy is the anchor
-        n_tokens = all_reduce_sum(mask.sum().to(torch.float64), world_size).item()
+        stat_mask = mb["loss_mask"].float()
+        mask = stat_mask
+        behave_w = torch.exp(prox_mb - mb["logprobs"]) * stat_mask
+        anchor = prox_mb if actor["use_decoupled_loss"] else mb["logprobs"]
+        # AReaL keeps the denominator at the tokens before filtering (functional.py:500-504).
+        n_tokens = all_reduce_sum(stat_mask.sum().to(torch.float64), world_size).item()
+        if rs is not None:
+            # functional.py:262-431 for level=token, metric=ratio: mask drops the tokens
+            # above `upper`, clamp bounds their weight; the weight then scales the loss.
+            upper = float(rs["upper"])
+            if rs["action"] == "mask":
+                mask = stat_mask * (behave_w <= upper).float()
+            else:
+                behave_w = behave_w.clamp(max=upper)
+            behave_w = behave_w * mask
 
         optimizer.zero_grad(set_to_none=True)
         logp = model.token_logprobs(mb["input_ids"].long().to(device)).cpu()
-        ratio = torch.exp(logp - anchor) * mask
+        ratio = torch.exp(logp - anchor) * stat_mask
         clipped = ratio.clamp(1.0 - eps, 1.0 + eps)
         pg = -torch.min(ratio * adv, clipped * adv)
-        if actor["use_decoupled_loss"]:
+        if rs is not None:
             pg = pg * behave_w.detach()
         loss = (pg * mask).sum() / max(n_tokens, 1.0)
         loss.backward()
@@ -721,16 +747,24 @@ def train_step(
             for p in model.parameters():
                 if p.grad is not None:
                     dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float(actor["gradient_clipping"]))
+        norm = torch.nn.utils.clip_grad_norm_(
+            model.parameters(), float(actor["optimizer"]["gradient_clipping"])
+        )
         optimizer.step()
 
         loss_total += all_reduce_sum(loss.detach().to(torch.float64), world_size).item()
         norm_total += float(norm)
-        ratio_sum += (ratio.detach() * mask).sum().to(torch.float64)
-        behave_sum += (behave_w * mask).sum().to(torch.float64)
-        tokens += mask.sum().to(torch.float64)
+        # AReaL's stats (actor.py:675-695): importance_weight (pi_theta/pi_prox) over the
+        # loss-mask tokens; behave_imp_weight over the tokens the filter kept.
+        kept = (behave_w > 0) & mask.bool()
+        ratio_sum += (ratio.detach() * stat_mask).sum().to(torch.float64)
+        tokens += stat_mask.sum().to(torch.float64)
+        behave_sum += (behave_w * kept).sum().to(torch.float64)
+        behave_tokens += kept.sum().to(torch.float64)
 
-    weights = all_reduce_sum(torch.stack([ratio_sum, behave_sum, tokens]), world_size)
+    weights = all_reduce_sum(
+        torch.stack([ratio_sum, behave_sum, tokens, behave_tokens]), world_size
+    )
     n_tok = max(float(weights[2]), 1.0)
     n_samples = float(summary[3])
     return {
@@ -738,7 +772,10 @@ def train_step(
         "seq_len": float(summary[1]) / n_samples,
         "no_eos_ratio": float(summary[2]) / n_samples,
         "importance_weight": float(weights[0]) / n_tok,
-        "behave_imp_weight": float(weights[1]) / n_tok,
+        # Logged only with rejection sampling, as AReaL does (null otherwise).
+        "behave_imp_weight": (
+            float(weights[1]) / max(float(weights[3]), 1.0) if rs is not None else None
+        ),
         "actor_loss": loss_total / n_mb,
         "grad_norm": norm_total / n_mb,
     }
@@ -746,6 +783,10 @@ def train_step(
 
 # --------------------------------------------------------------------------------------
 # The run
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
 
 
 def write_jsonl(path: str, record: dict[str, Any]) -> None:
@@ -815,13 +856,13 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
     torch.manual_seed(config["seed"])
     m = config["model"]
     model = TinyCausalLM(m["d_model"], m["n_layers"], m["n_heads"]).to(device)
-    optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["lr"]))
+    optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["optimizer"]["lr"]))
     first, last = config["start_step"], config["steps"]
     if replaying and first > 1:
         state = torch.load(checkpoint_path(dump_dir, first), map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-    lag = int(config["actor"]["max_head_offpolicyness"])
+    lag = int(config["rollout"]["max_head_offpolicyness"])
     history: list[dict[str, torch.Tensor]] = []  # recent weights, for a stale rollout policy
     rollout_model = copy.deepcopy(model)
 
@@ -862,7 +903,7 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
                 write_jsonl(os.path.join(dump_dir, METRICS_FILE), record)
             print(
                 f"step {step}: "
-                + " ".join(f"{k}={metrics[k]:.6g}" for k in METRIC_NAMES)
+                + " ".join(f"{k}={_g(metrics[k])}" for k in METRIC_NAMES)
                 + (" (replayed)" if replaying else ""),
                 flush=True,
             )

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.monitor import NodeView
-from areal_console.core.textfmt import bar, format_bytes, sparkline
+from areal_console.core.textfmt import bar, format_bytes, printable, sparkline
 
 BAR_WIDTH = 16
 HISTORY_WIDTH = 20
@@ -30,14 +30,14 @@ def render_gpus(view: NodeView | None) -> RenderableType:
         return Text("No node selected.", style="dim")
     if view.state != "up" and not view.sample:
         return Text(
-            f"{view.name}: {view.state}" + (f" — {view.error}" if view.error else ""),
+            printable(f"{view.name}: {view.state}" + (f" — {view.error}" if view.error else "")),
             style="yellow",
         )
     if not view.gpus:
         reason = view.gpu_error or "no NVIDIA GPUs on this node"
         return Text.assemble(
-            (f"{view.name}: no GPU data. ", "bold"),
-            (reason, "yellow"),
+            (printable(f"{view.name}: no GPU data. "), "bold"),
+            (printable(reason), "yellow"),
             ("\nProcesses are still shown below; GPU columns use CUDA_VISIBLE_DEVICES.", "dim"),
         )
     table = Table(box=None, expand=True, pad_edge=False, padding=(0, 1))
@@ -59,7 +59,7 @@ def render_gpus(view: NodeView | None) -> RenderableType:
         history: list[float] = list(view.gpu_history.get(gpu["index"], []))
         table.add_row(
             str(gpu["index"]),
-            (gpu.get("name") or "?").replace("NVIDIA ", ""),
+            Text(printable(gpu.get("name") or "?").replace("NVIDIA ", "")),
             Text.assemble(
                 (bar(util_frac, BAR_WIDTH), _level_style(util_frac)),
                 f" {util if util is not None else '-':>3}%",

@@ -7,10 +7,15 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from areal_console.core.monitor import NodeView
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.textfmt import format_bytes, printable
 from areal_console.widgets.vim_table import VimTable
 
-STATE_STYLE = {"up": "green", "down": "bold red", "connecting": "yellow"}
+STATE_STYLE = {
+    "up": "green",
+    "down": "bold red",
+    "connecting": "yellow",
+    "unresponsive": "bold yellow",
+}
 
 COLUMNS = (
     ("node", "NODE"),
@@ -32,8 +37,8 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     ranks = [p for p in view.processes if p.get("rank") is not None]
     if view.host_key:
         detail = f"unknown host key {view.host_key}: trust it? (y/n)"
-    elif view.state == "down":
-        detail = view.error or "down"
+    elif view.state in ("down", "unresponsive"):
+        detail = view.error or view.state
     elif view.state == "connecting":
         detail = "connecting…"
     elif view.gpu_error and not gpus:
@@ -41,14 +46,15 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     else:
         detail = view.hello.get("hostname", "")
     return {
-        "node": view.name,
+        "node": Text(printable(view.name)),
         "state": Text(view.state, style=STATE_STYLE.get(view.state, "")),
         "latency": f"{view.latency * 1000:.0f} ms" if view.latency is not None else "-",
         "gpus": str(len(gpus)) if gpus else "-",
         "util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
         "mem": f"{format_bytes(used)}/{format_bytes(total)}" if total else "-",
         "ranks": str(len(ranks)),
-        "detail": Text(detail),  # error text from the node: never markup ("[Errno 111] ...")
+        # Text of printable characters: node errors are never markup ("[Errno 111] ...").
+        "detail": Text(printable(detail)),
     }
 
 

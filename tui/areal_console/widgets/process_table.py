@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 
 from areal_console.core.nodes import process_sort_key, server_text
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.textfmt import format_bytes, printable
 from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = (
@@ -44,7 +44,7 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
     def opt(value: Any) -> str:
         return "-" if value is None else str(value)
 
-    role = p.get("role") or "-"
+    role = printable(p.get("role") or "-")
     rank = p.get("rank")
     world = p.get("world_size")
     server = p.get("server")
@@ -64,9 +64,13 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "rss": format_bytes(p.get("rss")),
         "gpumem": format_bytes(p.get("gpu_memory")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
-        "state": Text(p.get("state") or "?", style="bold red" if p.get("state") == "Z" else ""),
+        "state": Text(
+            printable(p.get("state") or "?"), style="bold red" if p.get("state") == "Z" else ""
+        ),
         # Text, not str: a command line is untrusted and must never be read as markup.
-        "cmd": Text(one_line(f"[{address}] {command}" if address else command)[:CMD_WIDTH]),
+        "cmd": Text(
+            printable(one_line(f"[{address}] {command}" if address else command))[:CMD_WIDTH]
+        ),
     }
 
 
@@ -74,10 +78,8 @@ CMD_WIDTH = 200  # the cut end of a longer command line is in the process detail
 
 
 def one_line(text: str) -> str:
-    """A command line on one row: `python -c "..."` code keeps its line breaks as ⏎, and
-    control characters (escape sequences in an argument) show as `?`."""
-    joined = " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip()) or text
-    return "".join(ch if ch.isprintable() else "?" for ch in joined)
+    """A command line on one row: `python -c "..."` code keeps its line breaks as ⏎."""
+    return " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip()) or text
 
 
 # Orders of the process pane: (name, key of the value, largest first).

@@ -31,10 +31,13 @@ def sample_text(view: dict[str, Any], detailed: bool = False) -> Text:
     out.append(
         f"sample {view['index']}  group {view['group']} row {view['row']}  "
         f"seq {view['seq_len']}  prompt {view['prompt_len']}  response {view['response_len']}  "
-        f"reward {view.get('reward')}  eos {'-' if eos is None else 'yes' if eos else 'NO'}  "
+        f"task_reward {view.get('task_reward', view.get('reward'))}  "
+        f"eos {'-' if eos is None else 'yes' if eos else 'NO'}  "
         f"versions {view.get('head_version')}..{view.get('tail_version')}\n",
         style="bold",
     )
+    for name, value in (view.get("extras") or {}).items():
+        out.append(f"{name}: {value}\n", style="dim")
     if view.get("tokens") is None:
         out.append("prompt\n", style="bold dim")
         out.append(f"{view.get('prompt') or ''}\n", style="dim")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.nodes import count_areal_world_sizes
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.store import new_capture_id, save_capture
 
@@ -49,6 +50,7 @@ class CaptureOptions:
     # Set to stop between samples (Ctrl-C): what was sampled so far is kept.
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     progress: Progress | None = field(default=None, compare=False, repr=False)
+    ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -118,19 +120,31 @@ def capture_node(session: NodeSession, options: CaptureOptions) -> dict[str, Any
         node["samples"].append(reply.get("dumps", []))
         if options.progress is not None and options.samples > 1:
             options.progress(f"{session.name}: sample {i + 1}/{options.samples}")
+    if options.ledger:
+        node["fr"] = fr_traces(session, procs)
     return node
+
+
+def fr_traces(session: NodeSession, procs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The node's Flight Recorder traces (live and dump files), or why there are none."""
+    pids = [p["pid"] for p in procs if p.get("rank") is not None]
+    try:
+        return session.call("fr_traces", {"pids": pids, "timeout": 5.0}, timeout=60)
+    except Exception as exc:  # an older agent, a node gone: the ledger says so, stacks stay
+        return {"error": f"Flight Recorder traces not read: {exc}"}
 
 
 def capture_raw(fleet: Fleet, options: CaptureOptions) -> dict[str, Any]:
     """All nodes in parallel; a node that fails becomes an error entry, not an exception."""
     started = now_iso()
     results = fleet.fan_out(lambda s: capture_node(s, options))
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for name, result in results.items():
         if isinstance(result, NodeFailure):
             nodes.append({"node": name, "error": result.error, "processes": [], "samples": []})
         else:
             nodes.append(result)
+    count_areal_world_sizes(n["processes"] for n in nodes)
     return {"captured_at": started, "interval": options.interval, "nodes": nodes}
 
 

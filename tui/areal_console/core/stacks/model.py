@@ -15,7 +15,12 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from areal_console.core.ledger.analyse import Ledger
+
+from areal_console.core.textfmt import printable
 
 MAIN_THREAD = "MainThread"
 # AReaL's single-controller workers run all engine work, and so every collective, in this
@@ -274,6 +279,7 @@ class StackCapture:
     interval: float = 0.0
     capture_id: str | None = None
     save_error: str | None = None  # why it could not be saved (shown, never silent)
+    ledger: Ledger | None = None  # Flight Recorder's view; None: not read
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -308,7 +314,9 @@ class FrameTable:
         key = (function, file, line)
         found = self._frames.get(key)
         if found is None:
-            found = self._frames[key] = Frame(function, file, line)
+            # Names and paths come from the node (or a saved file): never raw control
+            # characters into a terminal, whichever view shows them.
+            found = self._frames[key] = Frame(printable(function), printable(file), line)
         return found
 
     def pyspy_stack(self, raw_frames: list[dict[str, Any]]) -> Stack:
@@ -434,7 +442,14 @@ def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> Stack
         errors=errors,
         interval=float(raw.get("interval") or 0.0),
         capture_id=raw.get("id"),
+        ledger=_ledger_from_raw(raw),
     )
+
+
+def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
+    from areal_console.core.ledger.collect import ledger_from_raw  # it imports this module
+
+    return ledger_from_raw(raw)
 
 
 def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankStack:
@@ -445,7 +460,7 @@ def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankSta
         local_rank=proc.get("local_rank"),
         world_size=proc.get("world_size"),
         role=proc.get("role"),
-        cmdline=str(proc.get("cmdline") or ""),
+        cmdline=printable(proc.get("cmdline") or ""),
         job=proc.get("job"),
         server=ServerInfo.from_json(proc.get("server")),
         **extra,
@@ -534,4 +549,11 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         errors=[NodeError(str(e.get("node")), str(e.get("error"))) for e in data.get("errors", [])],
         interval=float(data.get("interval") or 0.0),
         capture_id=data.get("id"),
+        ledger=_ledger_from_json(data.get("ledger")),
     )
+
+
+def _ledger_from_json(doc: Any) -> Ledger | None:
+    from areal_console.core.ledger.analyse import ledger_from_json
+
+    return ledger_from_json(doc) if isinstance(doc, dict) else None

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from areal_console.core.ledger.collect import ABSENT_HINT
+from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-from areal_console.core.stacks.merge import StackAnalysis, analyse
+from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks
 from areal_console.core.stacks.model import Frame, Stack, StackCapture
 from areal_console.core.textfmt import plural
 
@@ -17,7 +19,7 @@ def capture_json(
 ) -> dict[str, Any]:
     """The DESIGN.md `stacks --json` document (plus `id` and `interval` when known)."""
     analysis = analysis or analyse(capture)
-    diagnosis = diagnosis or diagnose(analysis)
+    diagnosis = diagnosis or full_diagnosis(analysis)
     # Ranks share interned stacks: encode each distinct stack once.
     encoded: dict[Stack, list[dict[str, Any]]] = {}
 
@@ -43,11 +45,31 @@ def capture_json(
         "groups": [g.to_json() for g in analysis.groups],
         "diagnosis": diagnosis.to_json(),
         "errors": [e.to_json() for e in capture.errors],
+        "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
     }
     if capture.capture_id:
         doc["id"] = capture.capture_id
     doc["interval"] = capture.interval
     return doc
+
+
+def full_diagnosis(analysis: StackAnalysis) -> Diagnosis:
+    """The stacks' diagnosis, with the collective ledger's findings when there is one."""
+    return with_ledger(diagnose(analysis), analysis.capture.ledger)
+
+
+def ledger_lines(capture: StackCapture) -> list[str]:
+    """The report's "Collective ledger" section (one line when there is none)."""
+    ledger = capture.ledger
+    if ledger is None or not ledger.groups:
+        notes = ledger.notes if ledger is not None else []
+        return ["", "Collective ledger: " + (notes[0] if notes else ABSENT_HINT)]
+    lines = ["", "Collective ledger (Flight Recorder):"]
+    for g in ledger.used_groups:
+        lines.append(f"  {g.label}, ranks {format_ranks(g.members)}: {g.summary()}")
+        lines += [f"    ! {p}" for p in g.problems()]
+    lines += [f"  note: {n}" for n in ledger.notes]
+    return lines
 
 
 def _frame_line(frame: Frame) -> str:
@@ -62,7 +84,7 @@ def text_report(
 ) -> str:
     """A report to read in a terminal or paste into an issue."""
     analysis = analysis or analyse(capture)
-    diagnosis = diagnosis or diagnose(analysis)
+    diagnosis = diagnosis or full_diagnosis(analysis)
     ranks = capture.rank_stacks
     ok = sum(1 for r in ranks if r.state == "ok")
     lines = [
@@ -80,6 +102,7 @@ def text_report(
     if diagnosis.suggestions:
         lines.append("  Next steps:")
         lines += [f"    - {s}" for s in diagnosis.suggestions]
+    lines += ledger_lines(capture)
     if analysis.divergence is not None:
         lines += ["", f"Divergence point: {_frame_line(analysis.divergence)}"]
     for i, g in enumerate(analysis.groups, start=1):

@@ -1,0 +1,62 @@
+"""Re-record the collective-ledger fixtures from real 4-rank gloo jobs run with the
+Flight Recorder hook (tests/jobs/fr_ranks.py):
+
+    PYTHONPATH=tui:agents:. python scripts/record_ledger_fixtures.py
+
+- tests/data/fr/<mode>/rank_<N>: the dump files the ranks wrote when their 4 s
+  process-group timeout failed them (mode op, size, behind, died);
+- tests/data/pyspy/ledger_op.json: a raw capture (agent records, py-spy dumps and the
+  `fr_traces` reply) of the hung `op` job, as `areal-console stacks` takes it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from areal_console.core.fleet import Fleet
+from areal_console.core.stacks.capture import CaptureOptions, capture_raw
+from areal_console.core.targets import NodeSpec
+
+from tests.fixtures.fr_jobs import FrJob
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
+
+
+def record_dumps(mode: str) -> None:
+    job = FrJob(mode, Path(tempfile.mkdtemp(prefix=f"fr-{mode}-")), timeout_s=4)
+    try:
+        job.wait_ready()
+        job.wait_exited(60)
+        out = DATA / "fr" / mode
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        for f in sorted(job.dump_dir.iterdir()):
+            shutil.copy(f, out / f.name)
+    finally:
+        job.stop()
+
+
+def record_capture() -> None:
+    job = FrJob("op", Path(tempfile.mkdtemp(prefix="fr-op-")))
+    fleet = Fleet([NodeSpec(name="node0", transport="local")])
+    try:
+        job.wait_ready()
+        raw = capture_raw(fleet, CaptureOptions(match=str(job.workdir)))
+    finally:
+        fleet.close()
+        job.stop()
+    raw["scenario"] = "ledger_op"
+    (DATA / "pyspy" / "ledger_op.json").write_text(json.dumps(raw, indent=1) + "\n")
+
+
+def main() -> None:
+    for mode in ("op", "size", "behind", "died"):
+        record_dumps(mode)
+    record_capture()
+
+
+if __name__ == "__main__":
+    main()

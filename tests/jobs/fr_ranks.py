@@ -1,0 +1,57 @@
+"""A real 4-rank gloo job for the collective ledger: three matching all_reduces (#1-#3 on
+the default group), then each rank writes `rank<N>.ready` and does what MODE says:
+
+- `op`: rank 3 calls broadcast while the others call all_reduce (#4).
+- `size`: rank 2 all_reduces 5 floats, the others 8 (#4); gloo lets rank 2's call
+  return, so it waits in the barrier that follows (#5).
+- `behind`: rank 1 waits in a barrier of the `grads` group the others never enter; the
+  others are in all_reduce #4 of the default group, so rank 1 is one call behind there.
+- `crashed`: rank 3 raises (the hook writes its dump file on the way out; a stand-in
+  keeps its sockets open); the others wait in all_reduce #4.
+- `died`: rank 3 exits at once (a stand-in keeps its sockets open, so the others hang as
+  they would on GPUs); the others wait in all_reduce #4.
+
+Run with the recorder hook on PYTHONPATH. `FR_TIMEOUT_S` (default a day) is the
+process-group timeout: a short one makes the ranks fail and write their dump files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    mode, ready_dir = sys.argv[1], sys.argv[2]
+    timeout = datetime.timedelta(seconds=float(os.environ.get("FR_TIMEOUT_S", "86400")))
+    dist.init_process_group("gloo", timeout=timeout)
+    rank = dist.get_rank()
+    grads = dist.new_group(list(range(dist.get_world_size())), group_desc="grads")
+    x = torch.ones(8)
+    for _ in range(3):
+        dist.all_reduce(x)
+    with open(os.path.join(ready_dir, f"rank{rank}.ready"), "w") as fh:
+        fh.write(str(os.getpid()))
+    if mode == "op" and rank == 3:
+        dist.broadcast(x, src=0)
+    elif mode == "size":
+        dist.all_reduce(torch.ones(5 if rank == 2 else 8))
+    elif mode == "behind" and rank == 1:
+        dist.barrier(group=grads)
+    elif mode in ("died", "crashed") and rank == 3:
+        if os.fork() == 0:
+            os.execve("/bin/sleep", ["sleep", "86400"], {"PATH": "/usr/bin:/bin"})
+        if mode == "crashed":
+            raise RuntimeError("rank 3: loss is NaN")
+        os._exit(1)
+    else:
+        dist.all_reduce(x)
+    dist.barrier()  # a rank whose mismatched call returned waits here (#5)
+
+
+if __name__ == "__main__":
+    main()

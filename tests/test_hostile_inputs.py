@@ -1,0 +1,562 @@
+"""The threat model in one place: hostile or unlucky inputs, and what the console does.
+
+Each test below reproduces one way an input broke the console, and checks the fix: a clear
+one-line error (no traceback), the exit code of the contract (0 ok, 1 runtime error,
+2 usage or bad value, 3 partial), and the rest of the work carrying on. The threats:
+
+1. terminal escapes in remote text (process command lines, frame and file names);
+2. the node's agent cache (planted symlinks, foreign or shared directories, FIFOs);
+3. YAML alias bombs and huge values in the inventory and settings files;
+4. `@cert-authority` / `@revoked` lines in known_hosts;
+5. every command that reaches nodes honours the same target options;
+6. the Slurm hostlist grammar (checked against the real `scontrol show hostnames`);
+7. unreadable `.pt` files in a dump directory;
+8. a malformed saved capture among good ones;
+9. a node whose python3 is too old for the agent;
+10. the CLI contract (exit codes, warnings, bad values, torch noise, random bytes);
+11. launch templates: fields substituted in the template only, never inside values;
+12. bounded waits (an SSH banner without a newline, the agent start);
+13. a frozen (SIGSTOPped) agent, told apart from a dropped connection;
+14. through Slurm, the node's interpreter resolved on the node.
+
+Cases that need the sshd test cluster or the Slurm cluster live in test_ssh.py,
+test_fleet_cluster.py and test_slurm.py; they are listed by name at the end of this file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli, wait_for
+
+ESC = "\x1b"
+HOSTILE_ARG = "\x1b]0;pwned\x07\x1b[2J\x9b31m[red]markup[/bold]"
+
+
+# --------------------------------------------------------------------------------------
+# 1. terminal escapes in remote text
+
+HOSTILE_RANK = r"""
+import sys, time
+def hang():
+    time.sleep(600)
+name = "hang\x1b]0;pwned\x07\x1b[2J"
+code = hang.__code__.replace(co_name=name)
+if hasattr(code, "co_qualname"):
+    code = code.replace(co_qualname=name)
+hang.__code__ = code
+exec(compile("print('ready', flush=True)\nhang()", "/tmp/evil\x1b[31m.py", "exec"))
+"""
+
+
+@pytest.fixture(scope="module")
+def hostile_rank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Popen[str]]:
+    """A real process posing as rank 0, with escape sequences in its argv, its function
+    name and its file name."""
+    where = tmp_path_factory.mktemp("hostile")
+    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-", HOSTILE_ARG, where.name],  # the script on stdin: a short argv
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(HOSTILE_RANK)
+    proc.stdin.close()
+    assert proc.stdout.readline().strip() == "ready"
+    proc.marker = where.name  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_nodes_text_escapes_control_characters(hostile_rank: subprocess.Popen[str]) -> None:
+    for extra in ([], ["--all"]):
+        result = run_cli("nodes", "--local", *extra)
+        assert result.returncode == 0, result.stderr
+        assert (
+            ESC not in result.stdout and "\x9b" not in result.stdout and "\x07" not in result.stdout
+        )
+        line = next(ln for ln in result.stdout.splitlines() if str(hostile_rank.pid) in ln)
+        assert "\\x1b]0;pwned\\x07" in line or "\\x1b]0;pwn" in line
+
+
+def test_stacks_text_escapes_frame_and_file_names(hostile_rank: subprocess.Popen[str]) -> None:
+    result = run_cli("stacks", "--local", "--match", hostile_rank.marker)  # type: ignore[attr-defined]
+    assert result.returncode == 0, result.stderr
+    assert ESC not in result.stdout and "\x07" not in result.stdout
+    assert "hang\\x1b]0;pwned\\x07\\x1b[2J" in result.stdout
+    assert "/tmp/evil\\x1b[31m.py" in result.stdout
+
+
+async def test_cluster_and_stacks_screens_escape_remote_text(
+    hostile_rank: subprocess.Popen[str],
+) -> None:
+    from areal_console.app import ConsoleApp
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.stacks.capture import CaptureOptions, take_capture
+    from areal_console.core.targets import local_node
+    from areal_console.screens.stacks import StacksScreen
+    from areal_console.widgets.process_table import ProcessTable
+
+    fleet = Fleet([local_node()])
+    app = ConsoleApp(fleet, refresh_interval=0.2)
+    key = f"{local_node().name}:{hostile_rank.pid}"
+    async with app.run_test(size=(200, 40)) as pilot:
+        table = app.screen.query_one(ProcessTable)
+        deadline = time.monotonic() + 30
+        while key not in table.rows:
+            assert time.monotonic() < deadline, "the hostile rank never appeared"
+            await pilot.pause(0.1)
+        await pilot.pause(0.3)
+        svg = app.export_screenshot()
+        assert ESC not in svg and "\x9b" not in svg
+        assert "\\x1b]0;pwned\\x07" in svg.replace("&#x27;", "'")
+        assert "[red]markup[/bold]" in svg  # shown as text, not read as markup
+
+        capture = take_capture(
+            fleet,
+            CaptureOptions(match=hostile_rank.marker),  # type: ignore[attr-defined]
+            save=False,
+        )
+        screen = StacksScreen(capture)
+        await app.push_screen(screen)
+        deadline = time.monotonic() + 30
+        while screen.analysis is None:
+            assert time.monotonic() < deadline
+            await pilot.pause(0.1)
+        await pilot.pause(0.3)
+        svg = app.export_screenshot()
+        assert ESC not in svg and "\x07" not in svg
+        assert "hang\\x1b]0;pwned" in svg
+
+
+# --------------------------------------------------------------------------------------
+# 2. the agent cache on the node (the bootstrap that runs there)
+
+
+def _bootstrap(home: Path, python: str = sys.executable) -> Any:
+    """The real bootstrap in a child process, with HOME (and its cache) at `home`."""
+    from areal_console.core.transport import ProcessChannel, bootstrap_argv
+
+    env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+    env.pop("PYTHONPATH", None)
+    return ProcessChannel(bootstrap_argv(python), "agent", env=env, python=python, node="n07")
+
+
+def _start(channel: Any, timeout: float = 10) -> Any:
+    from areal_console.core.client import AgentClient
+
+    client = AgentClient(channel)
+    try:
+        return client.start(timeout=timeout)
+    finally:
+        client.close()
+
+
+def _cache_file(home: Path) -> Path:
+    from areal_agent import agent_hash
+
+    return home / ".cache" / "areal-console" / f"agent-{agent_hash()}.py"
+
+
+def test_cache_write_never_follows_a_planted_symlink(tmp_path: Path) -> None:
+    from areal_console.core.client import AgentClient
+    from areal_console.core.transport import source_frame
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    channel = _bootstrap(tmp_path)
+    try:
+        assert b"need_source" in channel.recv_line()  # the bootstrap now waits for the source
+        temp = Path(f"{_cache_file(tmp_path)}.{channel.proc.pid}.tmp")
+        temp.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temp.symlink_to(victim)  # planted at the temp name it is about to write
+        channel.send(source_frame())
+        client = AgentClient(channel)
+        client._ready.wait(10)
+        assert client.request("ping", timeout=10) is not None  # it still runs, uncached
+    finally:
+        channel.close()
+    assert victim.read_text() == "precious"
+    assert (tmp_path / ".cache" / "areal-console").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink"])
+def test_cache_path_that_is_not_a_file_is_a_clear_error(tmp_path: Path, kind: str) -> None:
+    from areal_console.core.client import AgentDisconnected
+
+    path = _cache_file(tmp_path)
+    path.parent.mkdir(parents=True, mode=0o700)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "elsewhere")
+    t0 = time.monotonic()
+    with pytest.raises(AgentDisconnected, match="is not a regular file"):
+        _start(_bootstrap(tmp_path))
+    assert time.monotonic() - t0 < 5  # an error, not a hang
+
+
+@pytest.mark.parametrize("problem", ["world-writable", "foreign", "link"])
+def test_unsafe_cache_directory_is_refused(tmp_path: Path, problem: str) -> None:
+    from areal_console.core.client import AgentDisconnected
+
+    cache = tmp_path / ".cache" / "areal-console"
+    cache.parent.mkdir()
+    if problem == "link":
+        (tmp_path / "shared").mkdir(mode=0o700)
+        cache.symlink_to(tmp_path / "shared")
+        why = "is not a directory"
+    else:
+        cache.mkdir(mode=0o700)
+        if problem == "world-writable":
+            cache.chmod(0o777)
+            why = "writable by others"
+        else:
+            if os.geteuid() != 0:
+                pytest.skip("giving a directory to another user needs root")
+            os.chown(cache, 4242, 4242)
+            why = "belongs to uid 4242"
+    with pytest.raises(AgentDisconnected, match=why):
+        _start(_bootstrap(tmp_path))
+    assert not any(cache.iterdir()) if cache.is_dir() else True
+
+
+# --------------------------------------------------------------------------------------
+# 9. a node whose python3 is too old: real interpreters where this machine has them
+
+PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+
+
+def _old_python(version: str) -> str:
+    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
+    if not found:
+        pytest.skip(f"no Python {version} on this machine")
+    return str(found[-1])
+
+
+@pytest.mark.parametrize("version", ["3.6", "3.7", "3.8"])
+def test_too_old_python_is_named_with_the_minimum(tmp_path: Path, version: str) -> None:
+    from areal_console.core.client import AgentDisconnected
+
+    python = _old_python(version)
+    with pytest.raises(AgentDisconnected) as err:
+        _start(_bootstrap(tmp_path, python))
+    message = str(err.value)
+    assert message.startswith(f"{python} on n07 is {version}.")
+    assert "the agent needs >= 3.9" in message and "Traceback" not in message
+
+
+def test_the_minimum_python_really_runs_the_agent(tmp_path: Path) -> None:
+    """MIN_PYTHON is what the agent needs: the oldest accepted version answers `sample`."""
+    from areal_console.core.client import AgentClient
+    from areal_console.core.transport import MIN_PYTHON
+
+    python = _old_python(".".join(map(str, MIN_PYTHON)))
+    client = AgentClient(_bootstrap(tmp_path, python))
+    try:
+        hello = client.start(timeout=20)
+        assert hello["python"].startswith(".".join(map(str, MIN_PYTHON)))
+        assert "processes" in client.request("sample", {"all": True}, timeout=20)
+    finally:
+        client.close()
+
+
+# --------------------------------------------------------------------------------------
+# 14. the interpreter is chosen on the node (the Slurm form; real Slurm in test_slurm.py)
+
+FAKE_OLD_PYTHON = (
+    "#!/bin/sh\n# answers the version probe as Python 3.6 would: too old\nprintf 3.6.15\nexit 1\n"
+)
+
+
+def test_no_usable_python_on_the_node_names_every_candidate(tmp_path: Path) -> None:
+    """No Python >= the minimum anywhere: every candidate is named with its version. The old
+    interpreters here are a stand-in script (answering the version probe as 3.6 does),
+    bound over /usr/bin/python3 in a private mount namespace."""
+    from areal_console.core.client import AgentDisconnected
+    from areal_console.core.transport import BOOTSTRAP, ProcessChannel, resolving_argv
+
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a mount namespace here")
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_OLD_PYTHON)
+    fake.chmod(0o755)
+    hide = f"mount --bind {fake} /usr/bin/python3"
+    if Path("/usr/local/bin/python3").exists():
+        hide += f" && mount --bind {fake} /usr/local/bin/python3"
+    argv = ["unshare", "--mount", "/bin/sh", "-c", f'{hide} && exec "$@"', "sh"]
+    argv += resolving_argv("python3", BOOTSTRAP)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    channel = ProcessChannel(argv, "srun", env=env, python="python3", node="n07")
+    with pytest.raises(AgentDisconnected) as err:
+        _start(channel)
+    message = str(err.value)
+    assert message.startswith("no Python >= 3.9 on n07 (tried ")
+    assert f"{fake} is 3.6.15" in message and "/usr/bin/python3 is 3.6.15" in message
+
+
+# --------------------------------------------------------------------------------------
+# 13. a frozen agent is not a dropped connection
+
+
+def test_frozen_agent_is_unresponsive_and_keeps_its_link() -> None:
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.monitor import FleetMonitor
+    from areal_console.core.targets import local_node
+
+    fleet = Fleet([local_node()])
+    monitor = FleetMonitor(fleet, interval=0.2, ping_every=0.2, ping_timeout=1.0)
+    name = fleet.sessions[0].name
+    monitor.start()
+    try:
+        wait_for(lambda: monitor.snapshot()[0].state == "up", 30, what="the node up")
+        client = fleet.sessions[0].client
+        assert client is not None
+        pid = fleet.sessions[0].hello["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            view = wait_for(
+                lambda: next((v for v in monitor.snapshot() if v.state != "up"), None),
+                30,
+                what="the frozen agent noticed",
+            )
+            assert view.name == name and view.state == "unresponsive", view
+            assert view.error.startswith("agent not responding for ")
+            time.sleep(1.5)  # it stays unresponsive (not down, not reconnected)
+            assert monitor.snapshot()[0].state == "unresponsive"
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: monitor.snapshot()[0].state == "up", 30, what="the agent back")
+        assert fleet.sessions[0].client is client and client.alive  # the same link
+        assert fleet.sessions[0].hello["pid"] == pid
+    finally:
+        monitor.stop()
+        fleet.close()
+
+
+def test_frozen_agent_in_the_cli_says_not_responding(tmp_path: Path) -> None:
+    from areal_console.core.client import AgentClient, AgentNotResponding
+    from areal_console.core.transport import LocalChannel
+
+    channel = LocalChannel()
+    client = AgentClient(channel)
+    try:
+        client.start(timeout=20)
+        os.kill(channel.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(AgentNotResponding, match=r"sample: agent not responding for 1 s"):
+                client.request("sample", timeout=1.0)
+            assert client.alive
+        finally:
+            os.kill(channel.pid, signal.SIGCONT)
+        assert client.request("ping", timeout=10) is not None
+    finally:
+        client.close()
+
+
+# --------------------------------------------------------------------------------------
+# 3. YAML: alias bombs, huge files, huge values in messages
+
+ALIAS_BOMB = "\n".join(
+    ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]"
+        for i in range(8)
+    ]
+    + ["nodes: [*i]"]
+)
+
+
+@pytest.mark.parametrize("command", ["inventory", "settings"])
+def test_yaml_alias_bomb_is_refused_quickly(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(ALIAS_BOMB + "\n")
+    t0 = time.monotonic()
+    if command == "inventory":
+        result = run_cli("nodes", "--inventory", str(path), timeout=60)
+    else:
+        result = run_cli("tui", "--local", timeout=60, AREAL_CONSOLE_CONFIG=str(path))
+    assert time.monotonic() - t0 < 20
+    assert result.returncode == 1, result.stderr
+    assert "expands to more than 100,000 values" in result.stderr
+    assert len(result.stderr) < 500 and "Traceback" not in result.stderr
+
+
+def test_huge_inventory_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("nodes:\n" + "  - host-x\n" * 200_000)
+    result = run_cli("nodes", "--inventory", str(path))
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        == f"error: inventory {path} is larger than 1 MiB: refusing to read it"
+    )
+
+
+def test_huge_values_are_cut_in_messages(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("nodes:\n  - name: a\n    port: " + "9x" * 150_000 + "\n")
+    result = run_cli("nodes", "--inventory", str(path))
+    assert result.returncode == 1
+    line = result.stderr.strip()
+    assert "\n" not in line and len(line) < 700, len(line)
+    assert "more characters)" in line
+
+
+# --------------------------------------------------------------------------------------
+# 5 and 12. every command that reaches nodes takes the same target options; an SSH
+# server that sends a banner without a newline costs --connect-timeout, not more
+
+
+@pytest.fixture
+def banner_without_newline() -> Iterator[int]:
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            conn.sendall(b"SSH-2.0-evil")  # and never a newline
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["nodes"],
+        ["stacks"],
+        ["batch", "/data/step_000001.pt"],
+        ["replay", "/data", "--dry-run"],
+    ],
+)
+def test_every_command_honours_ssh_config_and_connect_timeout(
+    tmp_path: Path, banner_without_newline: int, command: list[str]
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host fakenode\n  HostName 127.0.0.1\n  Port {banner_without_newline}\n")
+    t0 = time.monotonic()
+    result = run_cli(
+        *command, "--hosts", "fakenode", "--ssh-config", str(config), "--connect-timeout", "1.5"
+    )
+    elapsed = time.monotonic() - t0
+    assert result.returncode == 1, result.stderr
+    assert f"127.0.0.1:{banner_without_newline}" in result.stderr  # the config was read
+    assert "within 1.5s" in result.stderr and "Traceback" not in result.stderr
+    assert elapsed < 8, elapsed
+
+
+# --------------------------------------------------------------------------------------
+# 6. the Slurm hostlist grammar, checked against the real `scontrol show hostnames`
+
+HOSTLISTS = [
+    "n[0-1,3]",
+    "n[01-03,7]",
+    "n[1-010]",
+    "n[8-11]",
+    "n[001-3]",
+    "n[009-011]",
+    "n[1,01]",
+    "a[1-2]b[3-4]",
+    "a[1-2],b[3-4]",
+    "a[1-2]b[3-4]c[5-6]",
+    "a[1-2]b[3-4]c[5-6]d[7-8]",
+    "x[1,3]y[5-6]z[8]",
+    "n[1-2][3-4]",
+    "n[1-3,5-6,8]",
+    "rack1-n[1-2],rack2-n[3]",
+    "a,,b",
+    "n2,n1,n2",
+    "[1-2]",
+    "gpu-[0001-0003]",
+]
+
+
+@pytest.fixture(scope="module")
+def scontrol(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import shutil
+
+    binary = shutil.which("scontrol")
+    if binary is None:
+        pytest.skip("scontrol (slurm-wlm) is not installed")
+    conf = tmp_path_factory.mktemp("slurm") / "slurm.conf"
+    conf.write_text("ClusterName=t\nSlurmctldHost=localhost\nNodeName=n1 CPUs=1\n")
+
+    def hostnames(expr: str) -> list[str] | None:
+        out = subprocess.run(
+            [binary, "show", "hostnames", expr],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, SLURM_CONF=str(conf)),
+            timeout=30,
+            check=False,
+        )
+        lines = out.stdout.split()
+        return None if (out.returncode or "Invalid hostlist" in out.stdout + out.stderr) else lines
+
+    return hostnames
+
+
+def test_hostlists_expand_exactly_as_scontrol_does(scontrol: Any) -> None:
+    from areal_console.core.inventory import expand_hostlist
+
+    for expr in HOSTLISTS:
+        assert expand_hostlist(expr) == scontrol(expr), expr
+
+
+@pytest.mark.parametrize("expr", ["n[5-3]", "n[a-b]", "n[]", "n[1-2,]", "n[-2]", "n[0-100000]"])
+def test_hostlists_scontrol_refuses_are_refused(scontrol: Any, expr: str) -> None:
+    from areal_console.core.errors import UserError
+    from areal_console.core.inventory import expand_hostlist
+
+    assert scontrol(expr) is None
+    with pytest.raises(UserError, match="bad host"):
+        expand_hostlist(expr)
+
+
+def test_hosts_option_takes_the_hostlist_grammar() -> None:
+    from areal_console.core.inventory import parse_hosts
+
+    specs = parse_hosts("alice@n[0-1,3]:2222,m[08-10]")
+    assert [s.address for s in specs] == [
+        "alice@n0:2222",
+        "alice@n1:2222",
+        "alice@n3:2222",
+        "m08",
+        "m09",
+        "m10",
+    ]
+    bad = run_cli("nodes", "--hosts", "n[3-1]")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "runs backwards" in bad.stderr

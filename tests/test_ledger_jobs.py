@@ -1,0 +1,126 @@
+"""The collective ledger on real hung 4-rank gloo jobs started with the recorder hook on
+PYTHONPATH (tests/jobs/fr_ranks.py): read live from each rank's worker-server socket, and
+from the dump file a crashed rank wrote, through the local agent; shown by `stacks`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from areal_console.core.fleet import Fleet
+from areal_console.core.stacks.capture import CaptureOptions, take_capture
+from areal_console.core.targets import NodeSpec
+from conftest import run_cli, wait_for
+
+from tests.fixtures.fr_jobs import FrJob
+
+pytestmark = pytest.mark.slow
+
+MODES = ("op", "size", "behind", "died", "crashed")
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, FrJob]]:
+    """One hung job per scenario, all started at once; killed at the end."""
+    started: dict[str, FrJob] = {}
+    try:
+        for mode in MODES:
+            started[mode] = FrJob(mode, tmp_path_factory.mktemp(f"fr-{mode}"))
+        for job in started.values():
+            job.wait_ready()
+        yield started
+    finally:
+        for job in started.values():
+            job.stop()
+
+
+def ledger_doc(job: FrJob, done: Any) -> dict[str, Any]:
+    """`stacks --json` of the job's ledger, retaken until `done(ledger)` (the ready mark
+    is written just before the last collective is enqueued)."""
+    found: dict[str, Any] = {}
+
+    def settled() -> bool:
+        fleet = Fleet([NodeSpec(name="node0")])
+        try:
+            capture = take_capture(fleet, CaptureOptions(match=str(job.workdir)), save=False)
+        finally:
+            fleet.close()
+        ledger = capture.ledger.to_json() if capture.ledger else None
+        found["ledger"] = ledger
+        return ledger is not None and bool(done(ledger))
+
+    wait_for(settled, timeout=60, interval=0.5, what=f"the {job.mode} job's ledger")
+    return found["ledger"]
+
+
+def group(ledger: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(g for g in ledger["groups"] if g["name"] == name)
+
+
+def test_op_mismatch_live_through_the_cli(jobs: dict[str, FrJob]) -> None:
+    job = jobs["op"]
+    ledger_doc(job, lambda lg: group(lg, "0")["mismatch"])
+    result = run_cli("stacks", "--match", str(job.workdir), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    g = group(doc["ledger"], "0")
+    assert g["mismatch"]["seq"] == 4 and g["mismatch"]["kind"] == "op"
+    assert g["summary"] == "ranks 0-2 all_reduce #4 [8] float32 · rank 3 broadcast #4 [8] float32"
+    assert all(s.startswith("live:/tmp/areal-fr-") for s in doc["ledger"]["sources"].values())
+    assert doc["diagnosis"]["title"] == "Ranks disagree at collective #4 of group 0 (default_pg)"
+    text = run_cli("stacks", "--open", doc["id"])
+    assert "Collective ledger (Flight Recorder):" in text.stdout
+    assert "group 0 (default_pg), ranks 0-3: ranks 0-2 all_reduce #4 [8] float32" in text.stdout
+
+
+def test_size_mismatch_live(jobs: dict[str, FrJob]) -> None:
+    lg = ledger_doc(jobs["size"], lambda lg: group(lg, "0")["mismatch"])
+    g = group(lg, "0")
+    assert (g["mismatch"]["seq"], g["mismatch"]["kind"]) == (4, "sizes")
+    assert [v["ranks"] for v in g["mismatch"]["variants"]] == [[0, 1, 3], [2]]
+    assert g["summary"] == "rank 2 barrier #5 · ranks 0-1,3 all_reduce #4 [8] float32"
+
+
+def test_one_rank_one_call_behind_live(jobs: dict[str, FrJob]) -> None:
+    lg = ledger_doc(jobs["behind"], lambda lg: group(lg, "0")["behind"] == {"1": 1})
+    g = group(lg, "0")
+    assert g["mismatch"] is None and g["absent"] == []
+    assert (
+        g["summary"] == "ranks 0,2-3 all_reduce #4 [8] float32 · rank 1 all_reduce #3 [8] float32"
+    )
+    assert group(lg, "1")["summary"] == "rank 1 barrier #1 · ranks 0,2-3 no collective"
+
+
+def test_dead_rank_is_absent_live(jobs: dict[str, FrJob]) -> None:
+    lg = ledger_doc(jobs["died"], lambda lg: group(lg, "0")["positions"])
+    g = group(lg, "0")
+    assert g["absent"] == [3] and g["behind"] == {} and g["mismatch"] is None
+    assert sorted(lg["sources"]) == ["0", "1", "2"]
+    assert "group 0 (default_pg): no trace from rank 3" in lg["findings"]
+
+
+def test_crashed_rank_read_from_its_dump_file(jobs: dict[str, FrJob]) -> None:
+    """The crashed rank wrote `${TORCH_FR_DUMP_TEMP_FILE}3`; the agent found the prefix in
+    the survivors' environment and decoded the file; the survivors answered live."""
+    job = jobs["crashed"]
+    wait_for(lambda: (job.dump_dir / "rank_3").exists(), timeout=30, what="rank 3's dump")
+    lg = ledger_doc(job, lambda lg: "3" in lg["sources"])
+    assert lg["sources"]["3"] == f"file:{job.dump_dir / 'rank_3'}"
+    assert all(lg["sources"][str(r)].startswith("live:") for r in range(3))
+    g = group(lg, "0")
+    assert g["behind"] == {"3": 1} and g["absent"] == []
+    assert g["summary"] == "ranks 0-2 all_reduce #4 [8] float32 · rank 3 all_reduce #3 [8] float32"
+
+
+def test_job_without_recorder_falls_back_to_stacks(gloo_job: Any, tmp_path: Path) -> None:
+    """A job started without the hook: stacks as before, the ledger says once why not."""
+    result = run_cli("stacks", "--match", str(gloo_job.workdir))
+    assert result.returncode == 0, result.stderr
+    lines = [ln for ln in result.stdout.splitlines() if "Collective ledger" in ln]
+    assert lines == [
+        "Collective ledger: no Flight Recorder trace from any rank: stacks only "
+        "(start the job with the recorder hook on PYTHONPATH, see docs/ledger.md)"
+    ]

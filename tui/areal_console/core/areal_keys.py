@@ -1,0 +1,89 @@
+"""The AReaL config keys the console suggests, in one place.
+
+Every warning, diagnosis, template and doc that tells the user to set an AReaL key names
+it through `config_key`, so a test can check the whole registry against the fields of
+AReaL's own config classes (`areal/api/cli_args.py`, generated into tests/data by
+scripts/areal_config_fields.py). Keys of the trajectory dump/replay feature exist only in
+its pull request (#1407), not yet on AReaL's main branch; they are marked as such.
+
+Standard library only, and no `from __future__` import: on a node this source is appended
+to `batches.py`'s before the agent runs it (see batch_source.py).
+"""
+
+# AReaL's main branch as checked (areal-project/AReaL).
+AREAL_COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
+# The trajectory dump/replay pull request (refs/pull/1407/head), not merged at AREAL_COMMIT.
+AREAL_PR_1407_COMMIT = "6250a6e8c0ac17336f5f272c2267014f60eb0409"
+
+MAIN = "main"
+PR_1407 = "pr1407"
+
+# dotted key -> (where it exists, what the console suggests it for)
+AREAL_KEYS = {
+    "rollout.max_head_offpolicyness": (
+        MAIN,
+        "how many versions a rollout may lag the trainer; 0 is synchronous RL",
+    ),
+    "rollout.max_concurrent_rollouts": (MAIN, "rollouts in flight at once"),
+    "rollout.dump_to_file": (MAIN, "write text rollouts to <log dir>/rollout/<version>/"),
+    "actor.rejection_sampling": (
+        MAIN,
+        "drop or clamp tokens whose pi_prox/pi_behave leaves [lower, upper] "
+        "(replaces the removed behave_imp_weight_cap)",
+    ),
+    "actor.rejection_sampling.level": (MAIN, "token or sequence"),
+    "actor.rejection_sampling.action": (MAIN, "mask (drop) or clamp"),
+    "actor.rejection_sampling.metric": (MAIN, "ratio, kl_k1, kl_k2, kl_k3 or binary_kl"),
+    "actor.rejection_sampling.upper": (MAIN, "upper bound of the metric"),
+    "actor.rejection_sampling.lower": (MAIN, "lower bound of the metric"),
+    "actor.use_decoupled_loss": (MAIN, "decoupled PPO: weight by pi_prox/pi_behave"),
+    "actor.recompute_logprob": (MAIN, "recompute log-probabilities before the update"),
+    "actor.eps_clip": (MAIN, "PPO clipping of pi_theta/pi_prox"),
+    "actor.ppo_n_minibatches": (MAIN, "minibatches per PPO update"),
+    "actor.optimizer.lr": (MAIN, "learning rate"),
+    "actor.optimizer.gradient_clipping": (MAIN, "gradient norm clipping"),
+    "actor.mask_no_eos_with_zero": (MAIN, "zero the reward of sequences cut without EOS"),
+    "gconfig.max_new_tokens": (MAIN, "the generation length limit"),
+    "gconfig.n_samples": (MAIN, "completions per prompt (the GRPO group size)"),
+    "gconfig.temperature": (MAIN, "sampling temperature"),
+    "gconfig.stop_token_ids": (MAIN, "token ids that end a generation"),
+    "train_dataset.batch_size": (MAIN, "prompts per step"),
+    "total_train_steps": (MAIN, "stop after this many global steps"),
+    "tokenizer_path": (MAIN, "the tokenizer (and its EOS id)"),
+    "actor.path": (MAIN, "the model (and its generation_config.json)"),
+    "stats_logger.tensorboard.path": (MAIN, "write tensorboard events"),
+    "trajectory_debug.dump_rollout_data": (PR_1407, "save each step's batch as step_NNNNNN.pt"),
+    "trajectory_debug.replay_rollout_data": (PR_1407, "train on the saved batches instead"),
+    "trajectory_debug.path": (PR_1407, "the dump directory"),
+    "trajectory_debug.dump_steps": (PR_1407, "only these global steps"),
+    "trajectory_debug.max_keep": (PR_1407, "keep the newest N dumped steps"),
+    "trajectory_debug.pin_steps": (PR_1407, "steps never rotated away"),
+    "trajectory_debug.dump_scope": (PR_1407, "rollout, or full (after ref/critic/teacher)"),
+}
+
+
+def config_key(name: str) -> str:
+    """`name`, after checking that the registry knows it (a typo fails loudly in tests)."""
+    if name not in AREAL_KEYS:
+        raise KeyError("not a registered AReaL config key: " + name)
+    return name
+
+
+def rejection_sampling_example(upper: float) -> str:
+    """The override that restores AReaL's old default filter (cli_args.py:1941-1952)."""
+    key = config_key("actor.rejection_sampling")
+    return (
+        key
+        + ".level=token "
+        + key
+        + ".action=mask "
+        + key
+        + ".metric=ratio "
+        + key
+        + ".upper="
+        + format(upper, "g")
+    )
+
+
+# Keys of the console's own reference trainer that AReaL does not have (documented as such).
+REFERENCE_TRAINER_KEYS = ("trajectory_debug.save_checkpoints",)
