@@ -35,7 +35,9 @@ def test_no_pyspy_says_why_per_rank_and_exits_1(gloo_job: GlooJob, tmp_path: Pat
                           timeout=120, check=False)  # fmt: skip
     assert text.returncode == 1, text.stderr
     assert text.stderr.count("\n") == 1 and "Traceback" not in text.stderr
-    assert text.stderr.startswith("error: no stack captured: ranks 0-3: py-spy not found")
+    assert text.stderr.startswith(
+        "error: no rank captured: 4 ranks found, no stack dumped: ranks 0-3: py-spy not found"
+    )
     assert "DIAGNOSIS [none] Nothing captured: no rank's stack could be read" in text.stdout
     assert "ranks 0-3: py-spy not found on this node: pip install py-spy" in text.stdout
     doc = json.loads(subprocess.run([python, *args, "--json"], env=env, capture_output=True,

@@ -38,7 +38,8 @@ async def test_enter_on_a_rank_shows_it_in_full_and_s_dumps_its_stack(gloo_job: 
         table = app.screen.query_one(ProcessTable)
         key = f"{node}:{pid}"
         await until(lambda: key in table.rows, what="rank 1's row")
-        await pilot.press("p")
+        await pilot.press("slash", *str(gloo_job.workdir), "enter")  # this job only
+        await until(lambda: table.row_count == 5, what="the job's rows only")
         table.move_cursor(row=table.get_row_index(key))
         await pilot.press("enter")
         await until(lambda: isinstance(app.screen, ProcessDetailScreen), what="the detail")

@@ -360,6 +360,7 @@ class JobsScreen(WorkerHost, Screen[None]):
         self.post_message(LogTail(key, lines, ticket=ticket))
 
     def action_refresh(self) -> None:
+        self.notify("Asking every node for its jobs…", timeout=2)  # seen even if nothing changed
         self.refresh_jobs()
 
     def action_filter(self) -> None:

@@ -50,7 +50,7 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
 
     # Nothing focused when it opens: enter launches what the preview shows, and a stray key
     # types nowhere; tab reaches the fields (GPUs first).
-    AUTO_FOCUS = None
+    AUTO_FOCUS = ""
 
     BINDINGS = [
         Binding(

@@ -609,6 +609,11 @@ class StacksScreen(Screen[None]):
         if goto is not None:
             goto("nodes")
 
+    @on(DataTable.RowSelected, "#groups")
+    def _group_selected(self, event: DataTable.RowSelected) -> None:
+        # The table takes enter (and a click) for itself: selecting a group drills in.
+        self.action_drill()
+
     @on(DataTable.RowHighlighted, "#groups")
     def _group_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if self.diffing is None:

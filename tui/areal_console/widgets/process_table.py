@@ -130,12 +130,18 @@ class ProcessTable(VimTable):
         self._sort_rows()
 
     def _sort_rows(self) -> None:
+        # The cursor stays on its process when rows move (as in htop), not on its index.
+        selected = self.selected_key
         field = SORTS.get(self.sort_by)
         if field is None:
             self.sort("rank", "node", "pid", key=_display_order)
-            return
-        values = {key: (proc.get(field) or 0) for key, (_, proc) in self.processes.items()}
-        self.sort("node", "pid", key=lambda cells: -values.get(f"{cells[0]}:{cells[1]}", 0))
+        else:
+            values = {key: (proc.get(field) or 0) for key, (_, proc) in self.processes.items()}
+            self.sort("node", "pid", key=lambda cells: -values.get(f"{cells[0]}:{cells[1]}", 0))
+        if selected is not None and selected in self.rows:
+            index = self.get_row_index(selected)
+            if index != self.cursor_row:
+                self.move_cursor(row=index, animate=False)
 
     @property
     def selected_process(self) -> tuple[str, dict[str, Any]] | None:
