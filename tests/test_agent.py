@@ -13,7 +13,7 @@ import pytest
 from areal_agent import agent as agent_mod
 from areal_agent import agent_source
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
-from areal_console.core.transport import LocalChannel
+from areal_console.core.transport import InProcessChannel, LocalChannel
 from conftest import GlooJob, wait_for
 
 
@@ -112,6 +112,42 @@ def test_agent_is_shipped_and_cached_by_content_hash(tmp_path, monkeypatch) -> N
         client.close()
     cached = list((tmp_path / ".cache" / "areal-console").glob("agent-*.py"))
     assert len(cached) == 1 and cached[0].read_bytes() == agent_source()
+
+
+def test_in_process_agent_serves_the_same_protocol(gloo_job: GlooJob) -> None:
+    client = AgentClient(InProcessChannel())
+    try:
+        hello = client.start(gpus=False)
+        assert hello["pid"] == os.getpid()
+        # gpus=False: the handshake leaves NVML alone and says it did not look
+        assert hello["tools"]["pynvml"] is None and hello["tools"]["nvml_error"] is None
+        # cpu=False: no CPU% baseline wait, so no CPU% in the very first sample
+        t0 = time.monotonic()
+        result = client.request("sample", {"cpu": False, "gpus": False})
+        assert time.monotonic() - t0 < 5
+        ranks = {p["pid"]: p for p in result["processes"] if p["rank"] is not None}
+        assert set(gloo_job.rank_pids().values()) <= set(ranks)
+        assert all(p["cpu_percent"] is None for p in result["processes"])
+        assert result["gpus"] == [] and result["gpu_error"] is None
+        rank0 = ranks[gloo_job.rank_pids()[0]]
+        assert rank0["master_addr"] and isinstance(rank0["master_port"], int)
+        assert rank0["torchelastic_run_id"]  # torchrun sets it (its default is "none")
+    finally:
+        client.close()
+    wait_for(lambda: not client.alive, timeout=10, what="the in-process agent to stop")
+
+
+def test_pyspy_reports_each_dump_as_it_finishes(client: AgentClient, gloo_job: GlooJob) -> None:
+    events: list[dict] = []
+    client.on_event = events.append
+    pids = sorted(gloo_job.rank_pids().values())
+    reply = client.request("pyspy", {"pids": pids, "progress": "t1", "parallel": 2}, timeout=120)
+    assert all(d["ok"] for d in reply["dumps"])
+    progress = [e for e in events if e["event"] == "pyspy_progress"]
+    assert [e["done"] for e in progress] == [1, 2, 3, 4]
+    assert {e["pid"] for e in progress} == set(pids)
+    assert all(e["token"] == "t1" and e["total"] == 4 and e["ok"] for e in progress)
+    assert 1 <= agent_mod.cpu_count() <= (os.cpu_count() or 1)
 
 
 def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: GlooJob) -> None:

@@ -11,7 +11,6 @@ LocalScheduler does (a `/bin/bash -c "... stdbuf -oL python -m areal.infra.rpc.r
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -19,7 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from areal_console.core.targets import local_node
 from areal_console.core.transport import LocalChannel
 from areal_console.widgets.process_table import ProcessTable
 from conftest import JOBS, run_cli, wait_for
+from test_cluster_screen import until
 
 STUB = JOBS / "areal_stub"
 
@@ -196,7 +196,7 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
     diagnosis = json.loads(out.stdout)["diagnosis"]
     assert diagnosis["pattern"] == "rollout_stall", diagnosis
     detail = diagnosis["detail"]
-    assert f"the controller (pid {rollout_run.proc.pid} " in detail
+    assert f"The controller (pid {rollout_run.proc.pid} " in detail
     assert "waits for rollout results in wait_results (" in detail
     assert "called from prepare_batch (" in detail and "ranks 0-1 sit idle" in detail
     evidence = "\n".join(diagnosis["evidence"])
@@ -211,14 +211,6 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
     assert (
         "`rollout.max_head_offpolicyness`" in keys and "`rollout.max_concurrent_rollouts`" in keys
     )
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def test_cluster_screen_shows_workers_controller_and_wrappers(
@@ -390,3 +382,18 @@ def test_world_size_counts_a_roles_workers_over_every_node() -> None:
     node2 = [worker("actor", 2), worker("actor", 3), worker("actor", 0, job="exp/t2")]
     count_areal_world_sizes([node1, node2])
     assert [p["world_size"] for p in node1 + node2] == [4, 4, 1, 4, 4, 1]
+
+
+async def test_cluster_screen_shows_the_servers_address_and_health(rollout_run: ArealRun) -> None:
+    server = json.loads((rollout_run.workdir / "server.json").read_text())
+    key = f"{local_node().name}:{server['pid']}"
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(160, 40)):
+        table = app.screen.query_one(ProcessTable)
+        await until(lambda: key in {k.value for k in table.rows}, what="the server's row")
+        await until(lambda: "health ?" not in str(table.get_cell(key, "cmd")), what="health")
+        role = table.get_cell(key, "role")
+        assert str(role) == "sglang" and "red" in str(getattr(role, "style", ""))
+        assert str(table.get_cell(key, "cmd")).startswith(
+            f"[127.0.0.1:{server['port']} down: HTTP 503"
+        )

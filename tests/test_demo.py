@@ -63,6 +63,11 @@ def test_demo_diagnoses_the_hang_shows_batches_and_cleans_up(tmp_path: Path) -> 
         text = wait_for(lambda: showing(session, "AReaL trajectory dump"), timeout=60,
                         what="the dumped batches")  # fmt: skip
         assert "no_eos_ratio" in text
+        # Training health from the job's own AReaL-format log: the drift, then the stall.
+        subprocess.run(["tmux", "send-keys", "-t", session, "5"], check=True)
+        text = wait_for(lambda: showing(session, "STALLED", "behave_imp_weight/avg ="),
+                        timeout=90, what="the Health view's stall and drift")  # fmt: skip
+        assert "rollout.max_head_offpolicyness" in text
         assert len(demo_processes(tmp_path)) >= 3  # launcher and two ranks
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         wait_for(lambda: showing(session, "EXITED=0"), timeout=60, what="a clean exit")

@@ -318,3 +318,57 @@ def test_report_of_a_run_with_no_steps_yet(tmp_path: Path) -> None:
     report = follower.report()
     assert report.steps == [] and not report.stall.stalled and report.warnings == []
     assert build_report("x", follower.store, False, 0.0).stall.last_step_at is None
+
+
+# The reference trainer writes AReaL's format without tabulate/colorlog: same bytes ------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 9, 13])
+def test_trainer_table_is_byte_identical_to_tabulate(n: int) -> None:
+    from areal_console.trainer import reference_trainer as rt
+
+    rng = random.Random(n)
+    values = [rng.uniform(-5, 5) * 10 ** rng.randint(-6, 6) for _ in range(n)]
+    if n > 3:
+        values[1], values[2] = math.nan, -math.inf
+    stats = {f"ppo_actor/metric_{i}/avg" if i % 2 else f"k{i}": v for i, v in enumerate(values)}
+    assert rt.stats_table(stats) == tabulate_stats(stats)
+
+
+def test_trainer_log_line_is_areals_stdout_format(tmp_path: Path) -> None:
+    from areal_console.trainer import reference_trainer as rt
+
+    writer = AReaLLogWriter(tmp_path, mode="spmd")
+    writer.now = 1_700_000_123.456
+    writer.info("StatsLogger", "Stats (1/1):")
+    writer.release()
+    expected = (tmp_path / "trainer.log").read_text().rstrip("\n")
+    assert rt.areal_log_line("Stats (1/1):", 1_700_000_123.456) == expected
+
+
+def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
+    """A real (1-rank) run: its stdout and tensorboard events carry the metrics.jsonl values."""
+    import json
+    import sys
+
+    from areal_console.trainer import reference_trainer as rt
+
+    out = subprocess.run(
+        [sys.executable, rt.__file__, "steps=4", f"output_dir={tmp_path / 'out'}",
+         f"stats_logger.tensorboard.path={tmp_path / 'tb'}"],
+        capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    parser = parse_log(out.stdout)
+    records = [
+        json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert list(parser.store.steps) == [0, 1, 2, 3]  # trainer steps 1-4 = global steps 0-3
+    assert parser.finished and parser.total_steps == 4
+    for name, areal_name in rt.AREAL_NAMES.items():
+        assert parser.store.series(areal_name)[1] == [rounded(r[name]) for r in records]
+    reader = TensorboardReader(str(tmp_path / "tb"))
+    reader.poll()
+    steps, values = reader.store.series(BEHAVE_IMP_WEIGHT)
+    assert steps == [0, 1, 2, 3]
+    assert values == pytest.approx([r["behave_imp_weight"] for r in records], rel=1e-6)

@@ -37,6 +37,13 @@ def jobs() -> Iterator[dict[str, ScenarioJob]]:
             job.stop()
 
 
+def _master_port(job: ScenarioJob) -> str:
+    """MASTER_PORT from a rank's environment (the scenario picks a free port)."""
+    raw = Path(f"/proc/{job.rank_pids()[0]}/environ").read_bytes()
+    env = dict(e.split(b"=", 1) for e in raw.split(b"\0") if b"=" in e)
+    return env[b"MASTER_PORT"].decode()
+
+
 EXPECTED = {
     "cleanup_deadlock": ("cleanup_deadlock", ["0-2", "3"]),
     "collective_mismatch": ("collective_mismatch", ["0,2", "1,3"]),
@@ -58,7 +65,9 @@ def test_stacks_json_diagnoses_each_hang(jobs: dict[str, ScenarioJob], pattern: 
     ranks = [r for r in doc["ranks"] if r["rank"] is not None]
     assert all(r["state"] == "ok" and r["world_size"] == 4 for r in ranks)
     assert all(r["threads"][0]["name"] == "MainThread" for r in ranks)
-    assert [r["role"] for r in doc["ranks"] if r["rank"] is None] == ["launcher"]
+    # the ranks only: their launcher is never dumped; the capture names its job
+    assert [r for r in doc["ranks"] if r["rank"] is None] == []
+    assert doc["job"].endswith(":" + _master_port(job))
     # saved before it was printed, under the data dir, with the same content
     saved = load_capture(doc["id"])
     assert [r.rank for r in saved.rank_stacks] == [r["rank"] for r in ranks]
@@ -199,8 +208,8 @@ def test_capture_is_parallel_and_saved(jobs: dict[str, ScenarioJob]) -> None:
     finally:
         fleet.close()
     dumps = raw["nodes"][0]["samples"][0]
-    assert len(dumps) == 5 and all(d["ok"] for d in dumps)
-    # all dumps overlap in time: the whole round costs about one dump, not five
+    assert len(dumps) == 4 and all(d["ok"] for d in dumps)
+    # the dumps overlap in time: the whole round costs less than the dumps in a row
     assert elapsed < sum(d["seconds"] for d in dumps) + 1.0
     assert any(c.capture_id == capture.capture_id for c in list_captures())
 

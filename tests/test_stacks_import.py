@@ -147,3 +147,44 @@ def test_bad_import_files_are_one_line_errors(tmp_path: Path) -> None:
         f"error: --import: {empty}: no py-spy stack found (expected `py-spy dump` output)"
     ]
     assert "Traceback" not in result.stderr
+
+
+def test_spmd_rollout_stall_from_areal_frames() -> None:
+    """SPMD: the data-parallel head waits for rollout in AReaL's dispatcher while its peer
+    waits for the batch in a broadcast. Frames are AReaL's call chain at cbff54d6:
+    areal/trainer/rl_trainer.py:699 -> areal/engine/fsdp_engine.py:609 ->
+    areal/infra/dist_rollout.py:257 (head) or :271 -> :141 (peers) ->
+    areal/engine/sglang_remote.py:637 -> areal/infra/remote_inf_engine.py:1415 ->
+    areal/infra/workflow_executor.py:1445 -> :729 -> :611; the producer thread at :471."""
+    doc = imported("spmd_rollout_stall.txt")
+    d = doc["diagnosis"]
+    assert d["pattern"] == "rollout_stall", d
+    assert d["detail"].startswith(
+        "Rank 0 waits for rollout results in wait_results "
+        "(areal/infra/workflow_executor.py:611), called from prepare_batch "
+        "(areal/infra/dist_rollout.py:257); rank 1 waits at a barrier or broadcast. "
+    )
+    assert d["evidence"][0] == (
+        "rank 0: prepare_batch (areal/infra/dist_rollout.py:257) -> wait_results "
+        "(areal/infra/workflow_executor.py:611)"
+    )
+    assert any("_get_next_task_for_submission (areal/infra/workflow_executor.py:471)" in e
+               for e in d["evidence"])  # fmt: skip
+    assert "rank 1: at a barrier or broadcast" in d["evidence"]
+
+
+def test_pasted_text_on_stdin() -> None:
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    result = subprocess.run(
+        [sys.executable, "-m", "areal_console", "stacks", "--import", "-", "--json"],
+        input=(DATA / "guide_pattern_b.txt").read_text(),
+        capture_output=True, text=True, timeout=120, env=cli_env(), check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["diagnosis"]["pattern"] == "collective_mismatch"
+    assert {r["node"] for r in doc["ranks"]} == {"stdin"}

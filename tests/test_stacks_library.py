@@ -63,3 +63,29 @@ def test_pip_installed_user_code_is_the_call_site_in_evidence_and_labels() -> No
         f"({SITE}/torch/distributed/distributed_c10d.py:4811)"
     )
     assert {short_where(g.frames) for g in analysis.groups} == {"train_batch > barrier"}
+
+
+def test_the_work_thread_is_the_one_in_torch_distributed_or_the_engine() -> None:
+    serve = (Frame("select", "selectors.py", 415), Frame("serve_forever", "socketserver.py", 233))
+    coll = (
+        Frame("all_reduce", "torch/distributed/distributed_c10d.py", 2501),
+        Frame("train_batch", "areal/engine/fsdp_engine.py", 700),
+    )
+    engine = (
+        Frame("forward", "torch/nn/modules/module.py", 1500),
+        Frame("train_batch", "areal/engine/fsdp_engine.py", 690),
+    )
+    parked = (Frame("get", "queue.py", 171), Frame("engine_worker", "areal/infra/rpc/x.py", 9))
+
+    def rank(*threads: Thread) -> RankStack:
+        return RankStack("n", 1, rank=0, threads=list(threads))
+
+    main = Thread("MainThread", 1, serve, is_main=True)
+    # In a collective: wins over any name.
+    assert rank(main, Thread("Thread-7", 2, coll)).work_frames == coll
+    # AReaL's engine thread, even parked (it says: no work arrived).
+    assert rank(main, Thread("EngineWorker", 3, parked, idle=True)).work_frames == parked
+    # A busy thread in AReaL's engine code, whatever its name.
+    assert rank(main, Thread("worker", 4, engine)).work_frames == engine
+    # Otherwise the main thread.
+    assert rank(main, Thread("pool", 5, parked, idle=True)).work_frames == serve

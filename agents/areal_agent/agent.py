@@ -37,6 +37,8 @@ RANK_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
     # Ranks set by other launchers: Slurm (`srun python ...`), Open MPI, MPICH/Intel MPI.
     "SLURM_PROCID",
     "SLURM_LOCALID",
@@ -81,6 +83,7 @@ WRAPPER_EXES = frozenset(
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 YOUNG_SECONDS = 3.0
+FULL_SAMPLE_EVERY = 10  # every Nth sample reads every process's stat again
 
 
 class OpError(Exception):
@@ -115,6 +118,23 @@ def _read(path: str) -> bytes:
                 break
             chunks.append(chunk)
         return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _read_small(path: str) -> bytes:
+    """A one-line /proc file (stat, statm): one read, unless it fills the buffer."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, 4096)
+        if len(data) < 4096:
+            return data
+        chunks = [data]
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
     finally:
         os.close(fd)
 
@@ -276,6 +296,7 @@ class ProcessCollector:
         # pid -> (start ticks, cmdline, rank env, env error, first seen)
         self._static: dict[int, tuple[int, list[str], dict[str, str], str | None, float]] = {}
         self._last_cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (start, ticks, t)
+        self._last_stat: dict[int, tuple[str, str, int, int, int]] = {}  # parse_stat's
         self._boot_time = time.time()
 
     def _static_info(self, pid: int, start: int) -> tuple[list[str], dict[str, str], str | None]:
@@ -303,20 +324,42 @@ class ProcessCollector:
         self._static[pid] = (start, cmdline, env, env_error, first_seen)
         return cmdline, env, env_error
 
-    def snapshot(self) -> dict[int, dict[str, Any]]:
-        """Every process: pid -> basic facts (no filtering)."""
+    def snapshot(self, watch: set[int] | None = None) -> dict[int, dict[str, Any]]:
+        """Every process: pid -> basic facts (no filtering).
+
+        With `watch`, a process seen before that is not in it (and is past its young
+        seconds) keeps its last `stat` reading instead of a new one: no CPU%, its state and
+        parent as last read. A 1 Hz sample then reads only the processes it reports."""
         now = time.monotonic()
         procs: dict[int, dict[str, Any]] = {}
         seen: set[int] = set()
+        last_stat = self._last_stat
         for name in os.listdir(self.proc_root):
             if not name.isdigit():
                 continue
             pid = int(name)
-            base = f"{self.proc_root}/{pid}"
+            known = last_stat.get(pid)
+            if watch is not None and known is not None and pid not in watch:
+                cached = self._static.get(pid)
+                if cached is not None and now - cached[4] > YOUNG_SECONDS:
+                    seen.add(pid)
+                    procs[pid] = {
+                        "pid": pid,
+                        "ppid": known[2],
+                        "comm": known[0],
+                        "state": known[1],
+                        "cmdline": cached[1],
+                        "env": cached[2],
+                        "env_error": cached[3],
+                        "cpu_percent": None,
+                    }
+                    continue
             try:
-                comm, state, ppid, ticks, start = parse_stat(_read(base + "/stat"))
+                stat = parse_stat(_read_small(f"{self.proc_root}/{pid}/stat"))
             except (OSError, ValueError, IndexError):
                 continue
+            comm, state, ppid, ticks, start = stat
+            last_stat[pid] = stat
             seen.add(pid)
             cmdline, env, env_error = self._static_info(pid, start)
             prev = self._last_cpu.get(pid)
@@ -334,14 +377,15 @@ class ProcessCollector:
                 "env_error": env_error,
                 "cpu_percent": cpu_percent,
             }
-        for gone in set(self._static) - seen:
+        for gone in set(last_stat) - seen:
             self._static.pop(gone, None)
             self._last_cpu.pop(gone, None)
+            last_stat.pop(gone, None)
         return procs
 
     def rss(self, pid: int) -> int | None:
         try:
-            return int(_read(f"{self.proc_root}/{pid}/statm").split()[1]) * PAGE_SIZE
+            return int(_read_small(f"{self.proc_root}/{pid}/statm").split()[1]) * PAGE_SIZE
         except (OSError, ValueError, IndexError):
             return None
 
@@ -431,13 +475,33 @@ def _link_job_tree(procs: dict[int, dict[str, Any]]) -> None:
             p["world_size"] = counts[(p["job"] or "", p["role"] or "")]
 
 
-def select_processes(procs: dict[int, dict[str, Any]], include_all: bool) -> list[int]:
+IDENTITY_KEYS = ("role", "rank", "local_rank", "world_size", "job", "worker_index", "server")
+
+
+def select_processes(
+    procs: dict[int, dict[str, Any]],
+    include_all: bool,
+    cache: dict[int, tuple[Any, Any, dict[str, Any]]] | None = None,
+) -> list[int]:
     """Training processes (ranks, known roles, their wrappers and controller); with
-    include_all, every Python process too."""
+    include_all, every Python process too.
+
+    `cache` (pid -> (cmdline, env, identity)) keeps each process's `identify` result while
+    its command line and environment are the same objects (the collector re-reads them
+    only for a new or young process), so a 1 Hz sample does not parse them again."""
     for pid in [pid for pid, p in procs.items() if is_agent(p["cmdline"])]:
         procs.pop(pid)
-    for p in procs.values():
+    for pid, p in procs.items():
+        known = cache.get(pid) if cache is not None else None
+        if known is not None and known[0] is p["cmdline"] and known[1] is p["env"]:
+            p.update(known[2])
+            continue
         identify(p)
+        if cache is not None:
+            cache[pid] = (p["cmdline"], p["env"], {k: p[k] for k in IDENTITY_KEYS})
+    if cache is not None:
+        for gone in [pid for pid in cache if pid not in procs]:
+            del cache[gone]
     _link_job_tree(procs)
     chosen = []
     for pid, p in procs.items():
@@ -473,6 +537,9 @@ def process_record(
         "local_rank": local_rank,
         "world_size": world_size,
         "master_addr": env.get("MASTER_ADDR"),
+        "master_port": _to_int(env.get("MASTER_PORT")),
+        "torchelastic_run_id": env.get("TORCHELASTIC_RUN_ID"),
+        "slurm_job_id": env.get("SLURM_JOB_ID"),
         "role": p.get("role"),
         "job": p.get("job"),
         "worker_index": p.get("worker_index"),
@@ -690,6 +757,14 @@ def _is_function_not_found(nvml: Any, exc: Exception) -> bool:
 # py-spy
 
 
+def cpu_count() -> int:
+    """The cores this process may run on (its affinity, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def find_pyspy() -> str | None:
     found = shutil.which("py-spy")
     if found:
@@ -763,6 +838,9 @@ class Agent:
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
         self._primed = False
+        self._samples = 0
+        self._watch: set[int] | None = None  # pids whose /proc/PID/stat each sample reads
+        self._identities: dict[int, tuple[Any, Any, dict[str, Any]]] = {}
         # Under `srun`, one step may carry the agents of many nodes on one stdin (the
         # console broadcasts); a request naming another node is for another agent.
         self.node_name: str | None = os.environ.get("SLURMD_NODENAME") or None
@@ -845,17 +923,31 @@ class Agent:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # sampling ------------------------------------------------------------------------
-    def sample(self, include_all: bool = False) -> dict[str, Any]:
+    def sample(
+        self, include_all: bool = False, cpu: bool = True, gpus: bool = True
+    ) -> dict[str, Any]:
+        """Processes (and GPUs). `cpu=False` skips the first call's CPU% baseline wait
+        (a capture needs no CPU%); `gpus=False` leaves NVML alone."""
         with self._sample_lock:
-            if not self._primed:
+            if cpu and not self._primed:
                 # CPU% needs two readings: take a short baseline on the first sample.
                 self.processes.snapshot()
                 time.sleep(0.2)
                 self._primed = True
-            procs = self.processes.snapshot()
-            gpus, gpu_use, gpu_error = self.gpus.collect()
+            # Between full readings (every FULL_SAMPLE_EVERY samples, a pid reused meanwhile
+            # is caught then), only the processes reported last time, their parents and
+            # new processes are read again.
+            self._samples += 1
+            full = include_all or self._watch is None or self._samples % FULL_SAMPLE_EVERY == 0
+            procs = self.processes.snapshot(None if full else self._watch)
+            gpu_list: list[dict[str, Any]] = []
+            gpu_use: dict[int, list[tuple[int, int | None]]] = {}
+            gpu_error: str | None = None
+            if gpus:
+                gpu_list, gpu_use, gpu_error = self.gpus.collect()
             procs.pop(os.getpid(), None)  # the agent itself is not part of any job
-            chosen = select_processes(procs, include_all)
+            chosen = select_processes(procs, include_all, self._identities)
+            self._watch = set(chosen) | {procs[pid]["ppid"] for pid in chosen}
             records = [
                 process_record(procs[pid], self.processes.rss(pid), gpu_use) for pid in chosen
             ]
@@ -867,7 +959,7 @@ class Agent:
         return {
             "time": time.time(),
             "hostname": socket.gethostname(),
-            "gpus": gpus,
+            "gpus": gpu_list,
             "gpu_error": gpu_error,
             "processes": records,
         }
@@ -892,7 +984,11 @@ def op_hello(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         except (ImportError, ValueError):
             return False
 
-    ok, nvml_error = agent.gpus.available()
+    # Loading NVML can take a second on a GPU node: only when the console asks.
+    ok: bool | None = None
+    nvml_error: str | None = None
+    if _arg(args, "gpus", bool, True):
+        ok, nvml_error = agent.gpus.available()
     return {
         "protocol": PROTOCOL_VERSION,
         "agent_version": AGENT_VERSION,
@@ -927,7 +1023,11 @@ def op_ping(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("sample")
 def op_sample(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
-    return agent.sample(_arg(args, "all", bool, False))
+    return agent.sample(
+        _arg(args, "all", bool, False),
+        cpu=_arg(args, "cpu", bool, True),
+        gpus=_arg(args, "gpus", bool, True),
+    )
 
 
 @op("stream")
@@ -973,6 +1073,10 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     nonblocking = _arg(args, "nonblocking", bool, False)
     native = _arg(args, "native", bool, False)
     with_locals = _arg(args, "locals", bool, False)
+    # Echoed in one `pyspy_progress` event per finished dump (for a progress display).
+    progress = args.get("progress")
+    # py-spy is CPU-bound while it reads a process: more at once than cores only queues.
+    parallel = _arg(args, "parallel", int, 0) or cpu_count()
     pyspy = find_pyspy()
     if pyspy is None:
         return {
@@ -1029,9 +1133,51 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         record.update(ok=False, reason=reason, error=message)
         return record
 
-    with ThreadPoolExecutor(max_workers=max(1, min(64, len(targets)))) as pool:
-        dumps = list(pool.map(dump, targets))
-    return {"dumps": dumps, "pyspy": pyspy}
+    done = 0
+    done_lock = threading.Lock()
+
+    def dump_and_report(pair: tuple[int, int]) -> dict[str, Any]:
+        nonlocal done
+        record = dump(pair)
+        if progress is not None:
+            with done_lock:
+                done += 1
+                count = done
+            agent.emit(
+                "pyspy_progress",
+                token=progress,
+                pid=record["pid"],
+                ok=record.get("ok", False),
+                done=count,
+                total=len(targets),
+            )
+        return record
+
+    with ThreadPoolExecutor(max_workers=max(1, min(64, parallel, len(targets)))) as pool:
+        dumps = list(pool.map(dump_and_report, targets))
+    return {"dumps": key_stacks(dumps), "pyspy": pyspy}
+
+
+def key_stacks(dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every thread a `key` (a digest of its frames) and send each distinct stack's
+    frames once: ranks of a job mostly share their stacks, so a node's reply shrinks to a
+    few stacks, and the console interns a stack by one lookup instead of reading frames."""
+    import hashlib
+
+    sent: set[str] = set()
+    for d in dumps:
+        for thread in d.get("threads") or []:
+            if "key" in thread:
+                continue
+            frames = thread.get("frames") or []
+            text = json.dumps(frames, separators=(",", ":"), sort_keys=True)
+            key = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+            thread["key"] = key
+            if key in sent:
+                del thread["frames"]
+            else:
+                sent.add(key)
+    return dumps
 
 
 @op("load")

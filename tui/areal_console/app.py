@@ -6,7 +6,9 @@ Screens are Textual modes, reached with number keys (k9s/nvitop style), `:` comm
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -22,8 +24,9 @@ from areal_console.core.metrics.locate import HealthTarget, job_logs_in
 from areal_console.core.monitor import FleetMonitor, NodeView
 from areal_console.core.replay import load_templates
 from areal_console.core.settings import Settings
-from areal_console.core.stacks.capture import CaptureOptions, take_capture
+from areal_console.core.stacks.capture import CaptureOptions, scope_processes, take_capture
 from areal_console.core.stacks.model import StackCapture
+from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
 from areal_console.core.textfmt import plural
@@ -33,6 +36,7 @@ from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
 from areal_console.screens.health import HealthScreen
 from areal_console.screens.help import HelpScreen
+from areal_console.screens.job_choice import JobChoiceDialog
 from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
@@ -135,6 +139,12 @@ class ConsoleApp(WorkerHost, App[None]):
         self.capture_match: str | None = None
         self.capture_native = False  # py-spy --native (Stacks screen: N)
         self.capture_locals = False  # py-spy --locals (Stacks screen: L)
+        self.capture_job: str | None = None  # the job chosen for the last capture
+        # `s` starts the capture here, before the Stacks screen exists to wait for it.
+        self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
+        self._pending_capture: Future[StackCapture] | None = None
+        self._progress_lock = threading.Lock()
+        self._dumped: dict[str, tuple[int, int, int]] = {}  # node -> (done, total, failed)
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
         if batches_path:
@@ -179,6 +189,7 @@ class ConsoleApp(WorkerHost, App[None]):
 
     def on_unmount(self) -> None:
         self.monitor.stop()
+        self._capture_pool.shutdown(wait=False, cancel_futures=True)
         if self.fleet is not None:
             self.fleet.close()
 
@@ -200,28 +211,82 @@ class ConsoleApp(WorkerHost, App[None]):
         )
 
     def take_capture(self) -> StackCapture:
-        """Capture every rank of every node (runs in the Stacks screen's worker thread)."""
+        """Capture every rank of the job (runs in the Stacks screen's worker thread): the
+        capture `s` already started, else a new one from the monitor's latest sample."""
+        pending, self._pending_capture = self._pending_capture, None
+        if pending is not None:
+            return pending.result()
         if self.fleet is None:
             raise UserError("no live nodes to capture (this console shows recorded data)")
-        return take_capture(self.fleet, self.capture_options())
+        options = self.capture_options()
+        options.job = self.capture_job
+        return take_capture(
+            self.fleet, options, sampled=self._latest_processes(), progress=self._progress
+        )
 
     def _new_stacks_screen(self) -> StacksScreen:
         self._stacks_screen = StacksScreen(recapture=self.take_capture)
         return self._stacks_screen
 
-    def action_capture_stacks(self, match: str | None = None) -> None:
-        """`s`: capture every rank now and show the Stacks screen.
+    def _latest_processes(self) -> dict[str, list[dict[str, Any]]]:
+        """The monitor's newest process sample of every node that is up (no new scan)."""
+        return {
+            v.name: v.processes
+            for v in self.monitor.snapshot()
+            if v.state == "up" and v.sample is not None
+        }
 
-        `match` (a regex on command lines) narrows the capture to one job when a node runs
-        several; the Cluster screen passes its filter.
+    def _progress(self, node: str, pid: int, ok: bool, done: int, total: int) -> None:
+        """One dump finished (an agent's reader thread): tell the Stacks screen."""
+        with self._progress_lock:
+            self._dumped[node] = (done, total, self._dumped.get(node, (0, 0, 0))[2] + (not ok))
+            done_all = sum(d for d, _, _ in self._dumped.values())
+            total_all = sum(t for _, t, _ in self._dumped.values())
+            failed = sum(f for _, _, f in self._dumped.values())
+        screen = self._stacks_screen
+        if screen is not None:
+            screen.post_message(StacksScreen.CaptureProgress(done_all, total_all, failed))
+
+    def action_capture_stacks(self, match: str | None = None) -> None:
+        """`s`: capture the job's ranks now and show the Stacks screen.
+
+        The capture starts at the keypress, from the monitor's latest sample, before the
+        screen switch. `match` (a regex on command lines; the Cluster screen passes its
+        filter) narrows it; when the nodes still run several jobs, a dialog asks which.
         """
         self.capture_match = match
         if self.fleet is None:
             self.notify("No live nodes to capture: this console shows recorded data.",
                         severity="warning")  # fmt: skip
             return
+        options = self.capture_options()
+        sampled = self._latest_processes()
+        try:
+            scope_processes(sampled, options)
+        except JobChoiceError as exc:
+            self.push_screen(JobChoiceDialog(exc.jobs), partial(self._job_chosen, options))
+            return
+        self._start_capture(options, sampled)
+
+    def _job_chosen(self, options: CaptureOptions, key: str | None) -> None:
+        if key is None:
+            self.notify("Capture cancelled: no job chosen.")
+            return
+        options.job = key
+        self._start_capture(options, self._latest_processes())
+
+    def _start_capture(
+        self, options: CaptureOptions, sampled: dict[str, list[dict[str, Any]]]
+    ) -> None:
+        assert self.fleet is not None
+        self.capture_job = options.job  # `r` on the Stacks screen recaptures the same job
+        with self._progress_lock:
+            self._dumped = {}
+        self._pending_capture = self._capture_pool.submit(
+            take_capture, self.fleet, options, True, dict(sampled), self._progress
+        )
         existing = self._stacks_screen
-        self.switch_mode("stacks")  # a new Stacks screen captures as it mounts
+        self.switch_mode("stacks")  # a new Stacks screen takes the capture as it mounts
         if existing is not None:
             existing.action_recapture()
 

@@ -27,7 +27,8 @@ from areal_console.core.textfmt import PrintableStream, printable
 # terminal with its control characters.
 PRINTABLE_COMMANDS = {"nodes", "stacks", "batch", "replay", "slurm", "metrics"}
 
-# Subcommand modules, in the order `--help` lists them.
+# Subcommand modules, in the order `--help` lists them; each registers the command named
+# like its module (`areal_console.commands.stacks` -> `stacks`).
 COMMAND_MODULES = [
     "areal_console.commands.tui",
     "areal_console.commands.demo",
@@ -46,14 +47,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `command`, only that subcommand's module is imported (a
+    command's start must not pay for importing every other command)."""
     parser = _Parser(
         prog="areal-console",
         description="Debug distributed RL training jobs: live GPUs and ranks, stacks, batches.",
     )
     parser.add_argument("--version", action="version", version=f"areal-console {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    modules = [m for m in COMMAND_MODULES if m.rsplit(".", 1)[1] == command] or COMMAND_MODULES
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     return parser
 
@@ -64,7 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
         # No subcommand (or only target options) opens the TUI.
         if not args_list or (
             args_list[0].startswith("-")
@@ -76,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         ):
             args_list = ["tui", *args_list]
+        parser = build_parser(args_list[0] if args_list else None)
         args = parser.parse_args(args_list)
         if not getattr(args, "handler", None):
             parser.print_help()

@@ -14,7 +14,8 @@ from areal_console.core.settings import load_settings
 
 WELCOME = (
     "Demo job running: its ranks are below. Press s to capture every rank's stack and see "
-    "the diagnosis, 3 for the dumped batches (r there replays a step), 4 for jobs, ? for keys."
+    "the diagnosis, 3 for the dumped batches (r there replays a step), 4 for jobs, 5 (or h) "
+    "for its training health, ? for keys."
 )
 
 
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(0.5)
             return 0
         from areal_console.app import create_app
+        from areal_console.core.metrics.locate import HealthTarget
         from areal_console.core.targets import local_node
 
         app = create_app(
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             batches_path=str(job.dump_dir),
             initial_filter=job.tag,
             welcome=WELCOME,
+            health_target=HealthTarget(str(job.log_path), match=job.tag),
         )
         app.run()
         return app.return_code or 0  # 130 after Ctrl-C

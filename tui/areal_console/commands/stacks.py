@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.errors import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    UsageError,
+    UserError,
+)
 from areal_console.core.targets import (
     add_target_arguments,
     count,
@@ -17,6 +24,7 @@ from areal_console.core.targets import (
     seconds,
     seconds_or_zero,
 )
+from areal_console.core.textfmt import printable
 
 
 def register(subparsers: Any) -> None:
@@ -46,6 +54,17 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--match", metavar="REGEX", help="only processes whose command line matches"
+    )
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--job",
+        metavar="KEY",
+        help="the job to capture when the nodes run several (a key from the list shown)",
+    )
+    scope.add_argument(
+        "--all-jobs",
+        action="store_true",
+        help="capture the ranks of every job on the nodes (default: the one job there is)",
     )
     parser.add_argument(
         "--timeout", type=seconds, default=15.0, metavar="S", help="per py-spy dump (default 15)"
@@ -77,7 +96,8 @@ def register(subparsers: Any) -> None:
         help=(
             "read plain `py-spy dump` text instead of capturing: one file per rank (rank "
             "from the file name, e.g. rank3.txt) or a loop's output with `==== PID N ====` "
-            "headers; saved, diagnosed and comparable like any capture"
+            "headers, `-` for pasted text on stdin; saved, diagnosed and comparable like "
+            "any capture"
         ),
     )
     saved = parser.add_argument_group("saved captures")
@@ -108,14 +128,19 @@ def run(args: argparse.Namespace) -> int:
     elif args.open:
         capture, nodes = load_capture(args.open), 0
     else:
-        capture, nodes = _capture(args)
+        try:
+            capture, nodes = _capture(args)
+        except _JobChoice as choice:  # several jobs: say so, list them, pick none
+            print(f"error: {printable(choice.lines[0])}", file=sys.stderr)
+            for line in choice.lines[1:]:
+                print(printable(line), file=sys.stderr)
+            return EXIT_USAGE
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     if args.save:
         _export(capture, Path(args.save))
     if args.json:
-        json.dump(capture_json(capture), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        sys.stdout.write(json.dumps(capture_json(capture), indent=1) + "\n")  # one write
     else:
         sys.stdout.write(text_report(capture))
     if not live:
@@ -153,9 +178,17 @@ def _outcome(capture: Any, nodes: int, match: str | None) -> int:
     return EXIT_PARTIAL if capture.errors else EXIT_OK
 
 
+class _JobChoice(Exception):
+    """The nodes run several jobs and none was chosen: the message's lines list them."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines[0] if lines else "")
+        self.lines = lines or ["several jobs"]
+
+
 def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     """A new capture (saved before it is shown), and how many nodes were asked."""
-    from areal_console.core.stacks.capture import CaptureOptions, take_capture
+    from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, take_capture
 
     try:
         options = CaptureOptions(
@@ -164,15 +197,22 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
             match=args.match,
             timeout=args.timeout,
             nonblocking=args.nonblocking,
+            job=args.job,
+            all_jobs=args.all_jobs,
+            # --slurm-job names the job, not only its nodes: other jobs there stay out.
+            slurm_job=getattr(args, "slurm_job", None),
             native=args.native,
             with_locals=args.locals,
-            progress=lambda text: print(f"stacks: {text} (Ctrl-C stops)", file=sys.stderr),
+            on_sample=lambda text: print(f"stacks: {text} (Ctrl-C stops)", file=sys.stderr),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    fleet = open_fleet(args, resolve_targets(args))
+    # One-shot: a local agent runs as a thread of this process, and nobody loads NVML.
+    fleet = open_fleet(args, resolve_targets(args), probe_gpus=False, in_process=True)
     try:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
+    except JobChoiceError as exc:
+        raise _JobChoice(str(exc).splitlines()) from None
     except KeyboardInterrupt:
         options.cancel.set()  # no further samples; closing the fleet ends the dumps running
         raise
@@ -187,10 +227,10 @@ def _import(files: list[str]) -> Any:
 
     paths = [Path(f) for f in files]
     for path in paths:
-        if not path.is_file():
+        if str(path) != "-" and not path.is_file():
             raise UsageError(f"--import: {path} is not a file")
     try:
-        capture = import_text_dumps(paths, new_capture_id())
+        capture = import_text_dumps(paths, new_capture_id(), stdin=sys.stdin)
     except ValueError as exc:
         raise UsageError(f"--import: {exc}") from None
     except OSError as exc:

@@ -53,15 +53,22 @@ class AgentClient:
         self._reader.start()
 
     # lifecycle ------------------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> dict[str, Any]:
-        """Wait for the agent to come up, then handshake; returns the `hello` result."""
+    def start(self, timeout: float = 30.0, gpus: bool = True) -> dict[str, Any]:
+        """Wait for the agent to come up, then handshake; returns the `hello` result.
+
+        `gpus=False` asks the agent not to load NVML to report on it."""
         if not self._ready.wait(timeout):
             raise AgentDisconnected(
                 self.closed_reason or f"agent did not start within {timeout:g}s"
             )
         if self.closed_reason:
             raise AgentDisconnected(self.closed_reason)
-        self.hello = self.request("hello", {"protocol": PROTOCOL_VERSION}, timeout=timeout)
+        args = (
+            {"protocol": PROTOCOL_VERSION}
+            if gpus
+            else {"protocol": PROTOCOL_VERSION, "gpus": False}
+        )
+        self.hello = self.request("hello", args, timeout=timeout)
         if self.hello.get("protocol") != PROTOCOL_VERSION:
             raise AgentError(
                 f"agent speaks protocol {self.hello.get('protocol')}, console {PROTOCOL_VERSION}"

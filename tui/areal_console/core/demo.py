@@ -2,7 +2,10 @@
 and then stops making progress in a chosen way, to practise on. No Textual here.
 
 The job is the reference trainer (torchrun, gloo on CPU) with AReaL's trajectory-dump flags
-and `debug.hang=PATTERN`. Everything it starts is killed by `stop()`, which walks the
+and `debug.hang=PATTERN`. It trains `TRAIN_STEPS` steps (dumping the first few) with stale
+rollouts (`rollout.max_head_offpolicyness`) and a high learning rate, so its
+`behave_imp_weight` drifts away from 1; its AReaL-format log (`trainer.log`) and
+tensorboard events (`tb/`) feed the Health view, and the log stops where the job hangs. Everything it starts is killed by `stop()`, which walks the
 process tree (torchrun gives each worker its own session, so a process-group kill is not
 enough).
 """
@@ -23,6 +26,10 @@ from pathlib import Path
 from areal_console.core.errors import UserError
 
 PATTERNS = ("cleanup", "mismatch", "collective", "none")
+TRAIN_STEPS = 30
+# Rollouts up to 16 versions stale and a high learning rate: the behaviour policy falls
+# behind and behave_imp_weight leaves 1 (what AReaL's guide warns about).
+DRIFT = ("rollout.max_head_offpolicyness=16", "actor.optimizer.lr=0.02")
 TRAINER = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
 
 Progress = Callable[[str], None]
@@ -68,6 +75,10 @@ class DemoJob:
         return self.workdir / "dump"
 
     @property
+    def tensorboard_dir(self) -> Path:
+        return self.workdir / "tb"
+
+    @property
     def tag(self) -> str:
         """A string found in every rank's command line: filters the console to this job."""
         return self.workdir.name
@@ -75,10 +86,13 @@ class DemoJob:
     def argv(self) -> list[str]:
         # Without a hang the job keeps training slowly past the dumped steps ("slow, not
         # hung": its stacks change between samples).
-        steps = self.dump_steps if self.pattern != "none" else self.dump_steps + 100_000
+        steps = max(self.dump_steps, TRAIN_STEPS)
+        if self.pattern == "none":
+            steps += 100_000
         return [
             sys.executable, str(TRAINER), "--nproc", str(self.nproc),
-            f"steps={steps}", "seed=1",
+            f"steps={steps}", "seed=1", *DRIFT,
+            f"stats_logger.tensorboard.path={self.tensorboard_dir}",
             "trajectory_debug.dump_rollout_data=true",
             f"trajectory_debug.path={self.dump_dir}",
             f"trajectory_debug.dump_steps=[{','.join(str(s) for s in range(1, self.dump_steps + 1))}]",

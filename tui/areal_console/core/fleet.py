@@ -24,7 +24,7 @@ from typing import Any
 
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
 from areal_console.core.targets import NodeSpec
-from areal_console.core.transport import Channel, LocalChannel
+from areal_console.core.transport import Channel, InProcessChannel, LocalChannel
 
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
 
@@ -73,9 +73,9 @@ class NodeStatus:
     unknown_host_key: str | None  # the fingerprint waiting for the user's decision
 
 
-def open_channel(spec: NodeSpec, **options: Any) -> Channel:
+def open_channel(spec: NodeSpec, in_process: bool = False, **options: Any) -> Channel:
     if spec.transport == "local":
-        return LocalChannel()
+        return InProcessChannel() if in_process else LocalChannel()
     if spec.transport == "ssh":
         from areal_console.core.ssh import open_ssh_channel
 
@@ -103,10 +103,16 @@ class NodeSession:
         auto_reconnect: bool = False,
         backoff: Backoff | None = None,
         connect_slots: threading.Semaphore | None = None,
+        probe_gpus: bool = True,
+        in_process: bool = False,
         **options: Any,
     ):
         self.spec = spec
         self.options = options  # passed to the transport (ssh: accept_new_hosts, ...)
+        # False: the handshake leaves NVML alone (a stack capture never reads GPUs).
+        self.probe_gpus = probe_gpus
+        # A local node's agent as a thread of this process (one-shot commands).
+        self.in_process = in_process
         self.on_event = on_event
         self.auto_reconnect = auto_reconnect
         self.backoff = backoff or Backoff()
@@ -123,6 +129,8 @@ class NodeSession:
         self._connect_slots = connect_slots
         self._closed = threading.Event()
         self._reconnector: threading.Thread | None = None
+        # token -> callback for the agent's `pyspy_progress` events of a running capture
+        self.progress_listeners: dict[str, Callable[[dict[str, Any]], None]] = {}
 
     @property
     def name(self) -> str:
@@ -189,13 +197,13 @@ class NodeSession:
                 if slots is not None:
                     slots.acquire()
                 try:
-                    channel = open_channel(self.spec, **self.options)
+                    channel = open_channel(self.spec, self.in_process, **self.options)
                 finally:
                     if slots is not None:
                         slots.release()
                 client = AgentClient(channel, on_event=self._client_event)
                 self.client = client
-                hello = client.start(timeout=timeout)
+                hello = client.start(timeout=timeout, gpus=self.probe_gpus)
             except Exception as exc:  # every failure is data: the node is down, and why
                 self.client = None
                 if client is not None:
@@ -224,6 +232,12 @@ class NodeSession:
             self._start_reconnector()
 
     def _client_event(self, message: dict[str, Any]) -> None:
+        if message.get("event") == "pyspy_progress":
+            listener = self.progress_listeners.get(str(message.get("token")))
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    listener(message)
+            return
         # Only the current client's end matters; an old one closing is history.
         current_ended = self.client is not None and not self.client.alive
         if message.get("event") == "closed" and current_ended and not self._closed.is_set():

@@ -7,6 +7,7 @@ A reconnect to a node that has the agent therefore costs a single round trip.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -312,3 +313,64 @@ class LocalChannel(ProcessChannel):
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def close(self) -> None:
+        """EOF ends the agent; it is reaped in the background (nobody waits on its exit)."""
+        if self.proc.poll() is not None:
+            return
+        threading.Thread(target=super().close, name="agent-reaper", daemon=True).start()
+
+
+class InProcessChannel:
+    """The agent served by a thread of this process, over a pair of pipes.
+
+    For one-shot commands on this machine: no interpreter to start, nothing to compile,
+    the same protocol and code path as a child agent.
+    """
+
+    def __init__(self) -> None:
+        from areal_agent.agent import Agent
+
+        to_agent_r, to_agent_w = os.pipe()
+        from_agent_r, from_agent_w = os.pipe()
+        self._to_agent = os.fdopen(to_agent_w, "wb")
+        self._from_agent = os.fdopen(from_agent_r, "rb")
+        agent_in = os.fdopen(to_agent_r, "rb")
+        agent_out = os.fdopen(from_agent_w, "wb")
+        self._send_lock = threading.Lock()
+        self._closed = False
+
+        def serve() -> None:
+            try:
+                Agent(stdin=agent_in, stdout=agent_out).serve()
+            finally:
+                agent_in.close()
+                agent_out.close()  # EOF for the reader
+
+        self._thread = threading.Thread(target=serve, name="in-process-agent", daemon=True)
+        self._thread.start()
+
+    def send(self, data: bytes) -> None:
+        with self._send_lock:
+            try:
+                self._to_agent.write(data)
+                self._to_agent.flush()
+            except (BrokenPipeError, ValueError, OSError) as exc:
+                raise ChannelClosed(self.exit_reason()) from exc
+
+    def recv_line(self) -> bytes:
+        try:
+            return self._from_agent.readline()
+        except (ValueError, OSError):
+            return b""
+
+    def close(self) -> None:
+        with self._send_lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(OSError):
+                self._to_agent.close()  # EOF: the agent's loop ends
+
+    def exit_reason(self) -> str:
+        return "in-process agent stopped" if self._closed else "in-process agent ended"

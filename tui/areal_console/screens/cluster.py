@@ -163,6 +163,7 @@ class ClusterScreen(Screen[None]):
         self.node_order = "name"
         self._views: list[NodeView] = []
         self._asked_host_keys: set[tuple[str, str]] = set()
+        self._gpu_title = ""
 
     @property
     def console(self) -> ConsoleApp:
@@ -199,7 +200,9 @@ class ClusterScreen(Screen[None]):
         selected = self._selected_view()
         self.query_one(GpuPane).show(selected)
         title = f"GPUs — {selected.name}" if selected else "GPUs"
-        self.query_one("#gpus-title", Label).update(title)
+        if title != self._gpu_title:  # an unchanged title costs no layout pass
+            self._gpu_title = title
+            self.query_one("#gpus-title", Label).update(title)
         rows = [
             (v.name, p)
             for v in views

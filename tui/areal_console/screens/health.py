@@ -23,7 +23,7 @@ from areal_console.core.errors import UserError
 from areal_console.core.metrics.follow import FileAccess, LocalFiles, MetricsFollower, NodeFiles
 from areal_console.core.metrics.health import TASK_REWARD, HealthThresholds
 from areal_console.core.metrics.locate import HealthTarget, find_job_logs
-from areal_console.core.metrics.report import HealthReport, summarize
+from areal_console.core.metrics.report import HealthReport, MetricSummary, summarize
 from areal_console.messages import HealthPolled
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.health_banner import HealthBanner
@@ -72,6 +72,8 @@ class HealthScreen(WorkerHost, Screen[None]):
         self.follower: MetricsFollower | None = None
         self.report: HealthReport | None = None
         self._reading = threading.Lock()
+        self._summaries: list[MetricSummary] | None = None
+        self._plotted_series: dict[str, tuple[list[int], list[float]]] = {}
         self.polls = PollChain(self, self.poll, group="health-poll", interval=poll_seconds)
 
     @property
@@ -109,13 +111,17 @@ class HealthScreen(WorkerHost, Screen[None]):
             try:
                 if self.follower is None:
                     self.follower = self._open_follower()
-                self.follower.poll()
+                new = self.follower.poll()
             except UserError as exc:  # no such path, a node that dropped: in the banner
                 self.post_message(HealthPolled(None, [], {}, str(exc), ticket=ticket))
                 return
-            report = self.follower.report()
-            summaries = summarize(self.follower.store, self.thresholds.window)
-            plotted = {n: self.follower.store.series(n) for n in self._plot_names(report)}
+            report = self.follower.report()  # the stall verdict changes with time alone
+            names = self._plot_names(report)
+            if new or self._summaries is None or names != list(self._plotted_series):
+                # Everything else changes only with new steps: recomputed only then.
+                self._summaries = summarize(self.follower.store, self.thresholds.window)
+                self._plotted_series = {n: self.follower.store.series(n) for n in names}
+            summaries, plotted = self._summaries, self._plotted_series
         self.post_message(HealthPolled(report, summaries, plotted, ticket=ticket))
 
     def _open_follower(self) -> MetricsFollower:

@@ -25,6 +25,7 @@ from areal_console.core.textfmt import plural
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.keyed_rows import sync_rows
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
@@ -244,19 +245,7 @@ class JobsScreen(WorkerHost, Screen[None]):
         visible = [row for row in rows if row.matches(self.text_filter)]
         keys = [row.key for row in visible]
         with self.app.batch_update():
-            for key in list(table.rows):
-                if key.value not in keys:
-                    table.remove_row(key)
-            if [k.value for k in table.rows] != keys[: len(table.rows)]:
-                table.clear()  # a job listed before older ones: rebuild in order
-            for row in visible:
-                cells = row.cells()
-                if row.key in table.rows:
-                    for name, value in zip(COLUMNS, cells, strict=True):
-                        if table.get_cell(row.key, name) != value:
-                            table.update_cell(row.key, name, value, update_width=True)
-                else:
-                    table.add_row(*cells, key=row.key)
+            sync_rows(table, COLUMNS, [(row.key, row.cells()) for row in visible])
         if self._wanted in keys:
             self.selected, self._wanted = self._wanted, None
             self.action_follow()

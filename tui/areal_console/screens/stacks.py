@@ -194,6 +194,13 @@ class StacksScreen(Screen[None]):
             super().__init__()
             self.error = error
 
+    class CaptureProgress(Message):
+        """Dumps finished so far (posted from the capture's thread as each rank is done)."""
+
+        def __init__(self, done: int, total: int, failed: int) -> None:
+            super().__init__()
+            self.done, self.total, self.failed = done, total, failed
+
     def __init__(
         self,
         capture: StackCapture | None = None,
@@ -301,6 +308,14 @@ class StacksScreen(Screen[None]):
 
     def on_stacks_screen_exported(self, message: Exported) -> None:
         self.say(message.text)
+
+    def on_stacks_screen_capture_progress(self, message: CaptureProgress) -> None:
+        text = f"capturing: {message.done}/{message.total} ranks dumped"
+        if message.failed:
+            text += f", {message.failed} failed"
+        self.say(text + "…")
+        if self.analysis is None:
+            self.query_one(DiagnosisBanner).update(Text(printable(text + "…")))
 
     def on_stacks_screen_capture_failed(self, message: CaptureFailed) -> None:
         if self.analysis is None:

@@ -82,5 +82,11 @@ class GpuPane(Static):
     GpuPane { height: auto; min-height: 3; padding: 0 1; }
     """
 
+    _shape: tuple[object, ...] | None = None
+
     def show(self, view: NodeView | None) -> None:
-        self.update(render_gpus(view))
+        """Redraw for `view`; the layout is redone only when the pane's shape changes (a
+        1 Hz sample of the same GPUs changes their figures, not the pane's height)."""
+        shape = None if view is None else (view.name, view.state, len(view.gpus), view.gpu_error)
+        self.update(render_gpus(view), layout=shape != self._shape)
+        self._shape = shape

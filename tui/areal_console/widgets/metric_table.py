@@ -9,6 +9,7 @@ from textual.widgets import DataTable
 
 from areal_console.core.metrics.health import GUIDE_METRICS
 from areal_console.core.metrics.report import MetricSummary
+from areal_console.widgets.keyed_rows import sync_rows
 
 COLUMNS = ("plot", "metric", "latest", "min", "max", "trend", "last steps")
 
@@ -49,22 +50,9 @@ class MetricTable(DataTable[str | Text]):
         warned: frozenset[str] = frozenset(),
     ) -> None:
         needle = text_filter.lower()
-        visible = [s for s in ordered(summaries) if needle in s.name.lower()]
-        keys = [s.name for s in visible]
-        wanted = set(keys)
-        for key in list(self.rows):
-            if key.value not in wanted:
-                self.remove_row(key)
-        if [k.value for k in self.rows] != keys[: len(self.rows)]:
-            self.clear()  # order changed (a new metric appeared early): redraw
-        for s in visible:
-            row = cells(s, s.name in plotted, s.name in warned)
-            if s.name in self.rows:
-                for column, value in zip(COLUMNS, row, strict=True):
-                    if self.get_cell(s.name, column) != value:
-                        self.update_cell(s.name, column, value)
-            else:
-                self.add_row(*row, key=s.name)
+        rows = [(s.name, cells(s, s.name in plotted, s.name in warned))
+                for s in ordered(summaries) if needle in s.name.lower()]  # fmt: skip
+        sync_rows(self, COLUMNS, rows)
 
     def highlighted_metric(self) -> str | None:
         if not self.row_count:

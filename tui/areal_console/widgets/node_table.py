@@ -53,7 +53,6 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
         "util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
         "mem": f"{format_bytes(used)}/{format_bytes(total)}" if total else "-",
         "ranks": str(len(ranks)),
-        # Text of printable characters: node errors are never markup ("[Errno 111] ...").
         "detail": Text(printable(detail)),
     }
 
@@ -69,19 +68,30 @@ class NodeTable(VimTable):
         self.cursor_type = "row"
         for key, label in COLUMNS:
             self.add_column(label, key=key)
+        self._shown: dict[str, tuple[str, ...]] = {}  # node -> each cell's text as shown
+
+    def clear(self, columns: bool = False) -> NodeTable:
+        self._shown = {}
+        super().clear(columns)
+        return self
 
     def update_nodes(self, views: Sequence[NodeView], text_filter: str = "") -> None:
         wanted = [v for v in views if _matches(v, text_filter)]
         wanted_keys = {v.name for v in wanted}
-        for key in [k.value for k in list(self.rows) if k.value and k.value not in wanted_keys]:
+        shown = self._shown
+        for key in [k for k in shown if k not in wanted_keys]:
             self.remove_row(key)
+            del shown[key]
         for view in wanted:
             cells = node_cells(view)
-            if view.name not in self.rows:
+            texts = tuple(str(cells[k]) for k, _ in COLUMNS)
+            before = shown.get(view.name)
+            shown[view.name] = texts
+            if before is None:
                 self.add_row(*(cells[k] for k, _ in COLUMNS), key=view.name)
                 continue
-            for key, _ in COLUMNS:
-                if str(self.get_cell(view.name, key)) != str(cells[key]):
+            for i, (key, _) in enumerate(COLUMNS):
+                if before[i] != texts[i]:
                     self.update_cell(view.name, key, cells[key], update_width=True)
 
     @property

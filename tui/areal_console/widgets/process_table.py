@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.text import Text
 
-from areal_console.core.nodes import process_sort_key, server_text
+from areal_console.core.nodes import server_text
 from areal_console.core.textfmt import format_bytes, printable
 from areal_console.widgets.vim_table import VimTable
 
@@ -40,6 +40,10 @@ def row_key(node: str, pid: int) -> str:
     return f"{node}:{pid}"
 
 
+def cpu_text(cpu_percent: float | None) -> str:
+    return "-" if cpu_percent is None else f"{cpu_percent:.0f}"
+
+
 def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
     def opt(value: Any) -> str:
         return "-" if value is None else str(value)
@@ -60,7 +64,7 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "local": opt(p.get("local_rank")),
         "role": Text(role, style=role_style, justify="left"),
         "pid": str(p["pid"]),
-        "cpu": "-" if p.get("cpu_percent") is None else f"{p['cpu_percent']:.0f}",
+        "cpu": cpu_text(p.get("cpu_percent")),
         "rss": format_bytes(p.get("rss")),
         "gpumem": format_bytes(p.get("gpu_memory")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
@@ -86,8 +90,30 @@ def one_line(text: str) -> str:
 SORTS = {"rank": None, "cpu": "cpu_percent", "rss": "rss", "gpumem": "gpu_memory"}
 
 
+# The record fields the cells are made of: a row whose fields did not change is skipped
+# without building its cells. CPU% and RSS (what a sample mostly changes) come first.
+CELL_FIELDS = (
+    "cpu_percent",
+    "rss",
+    "rank",
+    "world_size",
+    "local_rank",
+    "role",
+    "gpus",
+    "gpu_memory",
+    "state",
+    "cmdline",
+    "server",
+)
+
+
+CPU_COLUMN = [c for c, _ in COLUMNS].index("cpu")
+RSS_COLUMN = [c for c, _ in COLUMNS].index("rss")
+
+
 class ProcessTable(VimTable):
-    """Rows keyed `node:pid`; only changed cells are redrawn."""
+    """Rows keyed `node:pid`; only changed cells are touched (a 1 Hz sample of a thousand
+    ranks changes little more than their CPU%)."""
 
     sort_by = "rank"  # a key of SORTS
     select_on_click = False  # selecting (enter) opens the process detail
@@ -101,25 +127,51 @@ class ProcessTable(VimTable):
         self.zebra_stripes = True
         for key, label in COLUMNS:
             self.add_column(label, key=key)
+        # row key -> (the record's cell fields, each cell's text) as shown
+        self._shown: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {}
+
+    def clear(self, columns: bool = False) -> ProcessTable:
+        self._shown = {}
+        super().clear(columns)
+        return self
 
     def update_processes(
         self, rows: Iterable[tuple[str, dict[str, Any]]], text_filter: str = ""
     ) -> None:
-        ordered = sorted(rows, key=lambda r: (process_sort_key(r[1]), r[0]))
-        wanted = {row_key(n, p["pid"]): (n, p) for n, p in ordered if _matches(n, p, text_filter)}
+        wanted = {row_key(n, p["pid"]): (n, p) for n, p in rows if _matches(n, p, text_filter)}
         self.processes = wanted
+        shown = self._shown
         with self.app.batch_update():
-            for key in [k.value for k in list(self.rows) if k.value and k.value not in wanted]:
+            for key in [k for k in shown if k not in wanted]:
                 self.remove_row(key)
+                del shown[key]
             added = False
             for key, (node, proc) in wanted.items():
+                fields = tuple(map(proc.get, CELL_FIELDS))
+                before = shown.get(key)
+                if before is not None and before[0][2:] == fields[2:]:
+                    # only CPU% and RSS may differ: those two cells, nothing else built
+                    if before[0] == fields:
+                        continue
+                    cpu, rss = cpu_text(fields[0]), format_bytes(fields[1])
+                    old_cpu, old_rss = before[1][CPU_COLUMN], before[1][RSS_COLUMN]
+                    now = list(before[1])
+                    now[CPU_COLUMN], now[RSS_COLUMN] = cpu, rss
+                    shown[key] = (fields, tuple(now))
+                    if cpu != old_cpu:
+                        self.update_cell(key, "cpu", cpu, update_width=True)
+                    if rss != old_rss:
+                        self.update_cell(key, "rss", rss, update_width=True)
+                    continue
                 cells = process_cells(node, proc)
-                if key not in self.rows:
+                texts = tuple(str(cells[c]) for c, _ in COLUMNS)
+                shown[key] = (fields, texts)
+                if before is None:
                     self.add_row(*(cells[c] for c, _ in COLUMNS), key=key)
                     added = True
                     continue
-                for column, _ in COLUMNS:
-                    if str(self.get_cell(key, column)) != str(cells[column]):
+                for i, (column, _) in enumerate(COLUMNS):
+                    if before[1][i] != texts[i]:
                         self.update_cell(key, column, cells[column], update_width=True)
             if added or self.sort_by != "rank":  # live values move rows: re-sort each time
                 self._sort_rows()

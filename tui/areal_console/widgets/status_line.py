@@ -10,5 +10,10 @@ class StatusLine(Static):
     StatusLine { height: 1; padding: 0 1; background: $panel; color: $text-muted; }
     """
 
+    _said: str | None = None
+
     def say(self, text: str) -> None:
-        self.update(text)
+        """Show `text`; the same text again costs nothing, and one line never re-lays out."""
+        if text != self._said:
+            self._said = text
+            self.update(text, layout=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -79,8 +79,7 @@ def build_report(
     total_steps: int | None = None,
 ) -> HealthReport:
     thresholds = thresholds or HealthThresholds()
-    series = {name: store.series(name) for name in store.names()}
-    warnings = run_checks(series, thresholds)
+    warnings = run_checks(SeriesView(store), thresholds)
     stall = stall_state(list(store.step_times), now, finished, thresholds)
     if stall.stalled:
         last = store.steps[-1] if store.steps else None
@@ -90,6 +89,24 @@ def build_report(
             "first hang symptom is logs that stop updating)",
         ))  # fmt: skip
     return HealthReport(source, store.all_steps(), store, warnings, stall, total_steps)
+
+
+class SeriesView(Mapping[str, tuple[list[int], list[float]]]):
+    """A store's series by name, each extracted only when asked for (the checks read six)."""
+
+    def __init__(self, store: MetricStore) -> None:
+        self.store = store
+
+    def __getitem__(self, name: str) -> tuple[list[int], list[float]]:
+        if name not in self.store:
+            raise KeyError(name)
+        return self.store.series(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store.names())
+
+    def __len__(self) -> int:
+        return len(self.store.names())
 
 
 def iso(ts: float | None) -> str | None:

@@ -12,27 +12,20 @@ import math
 import os
 from typing import Any
 
+from areal_agent.agent import OpError, find_logs
+
 from areal_console.core.metrics.store import MetricStore
 
-EVENT_PREFIX = "events.out.tfevents."
 
-
-def find_event_files(path: str, max_depth: int = 3, limit: int = 64) -> list[str]:
-    """Event files at `path` (a file, or a directory searched `max_depth` levels down)."""
+def find_event_files(path: str) -> list[str]:
+    """Event files at `path`: the file itself, or those under the directory (the agent's
+    `log_find` rule: three levels down)."""
     if os.path.isfile(path):
         return [path]
-    found: list[str] = []
-    base_depth = path.rstrip(os.sep).count(os.sep)
-    for root, dirs, files in os.walk(path):
-        if root.count(os.sep) - base_depth >= max_depth:
-            dirs[:] = []
-        dirs.sort()
-        for name in sorted(files):
-            if name.startswith(EVENT_PREFIX):
-                found.append(os.path.join(root, name))
-                if len(found) >= limit:
-                    return found
-    return found
+    try:
+        return list(find_logs(path)["events"])
+    except OpError:
+        return []
 
 
 def scalar_of(value: Any) -> float | None:

@@ -1,8 +1,13 @@
 """Capture every rank's stack on every node at once, through the fleet's agents.
 
-Per node, in parallel across nodes: one `sample` picks the job's processes, then `pyspy`
-dumps all of them in parallel (the agent runs one py-spy per PID), `samples` times. The
-result is a raw capture (see `model.py`) turned into a `StackCapture` and saved.
+1. Every node's processes (one `sample` per node, in parallel; no CPU% wait, no NVML) --
+   or the latest sample the caller already has (the TUI's monitor).
+2. Group them into jobs (`scope.py`) and choose ONE: the only job there is, `job`, or all
+   with `all_jobs`. Several jobs and no choice raise `JobChoiceError` (listing them).
+3. `pyspy` on every node in parallel (the agent runs py-spy on its cores in parallel),
+   `samples` times.
+
+The result is a raw capture (see `model.py`) turned into a `StackCapture` and saved.
 """
 
 from __future__ import annotations
@@ -10,32 +15,25 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.nodes import count_areal_world_sizes
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
+from areal_console.core.stacks.scope import (
+    JobChoiceError,
+    JobGroup,
+    choose_job,
+    group_jobs,
+)
 from areal_console.core.stacks.store import new_capture_id, save_capture
 
-# Roles of non-rank processes that belong to a job and are worth a stack: launchers,
-# inference servers, AReaL's single-controller controller and its non-training workers.
-JOB_ROLES = frozenset(
-    {
-        "launcher",
-        "sglang",
-        "vllm",
-        "rpc_server",
-        "controller",
-        "rollout",
-        "eval-rollout",
-        "data",
-        "proxy-rollout",
-    }
-)
+__all__ = ["CaptureOptions", "JobChoiceError", "capture_raw", "sample_nodes", "take_capture"]
 
-Progress = Callable[[str], None]
+# (node, pid, ok, done on that node, total on that node) after each dump
+Progress = Callable[[str, int, bool, int, int], None]
 
 
 @dataclass
@@ -45,11 +43,14 @@ class CaptureOptions:
     match: str | None = None  # regex on the command line
     timeout: float = 15.0  # per py-spy run
     nonblocking: bool = False
+    job: str | None = None  # a job key (or a unique part of one); see scope.py
+    all_jobs: bool = False  # every job on the nodes (opt out of the one-job scope)
+    slurm_job: str | None = None  # only processes whose SLURM_JOB_ID is this
     native: bool = False  # py-spy --native: C/C++ frames too (NCCL under a collective)
     with_locals: bool = False  # py-spy --locals: each frame's variables
     # Set to stop between samples (Ctrl-C): what was sampled so far is kept.
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
-    progress: Progress | None = field(default=None, compare=False, repr=False)
+    on_sample: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
 
     def __post_init__(self) -> None:
@@ -62,64 +63,72 @@ class CaptureOptions:
                 re.compile(self.match)
             except re.error as exc:
                 raise ValueError(f"bad --match regex {self.match!r}: {exc}") from None
+        if self.job is not None and self.all_jobs:
+            raise ValueError("--job and --all-jobs exclude each other")
 
 
-def select_job_processes(
-    processes: list[dict[str, Any]], match: str | None = None
-) -> list[dict[str, Any]]:
-    """Ranks, their launcher (the ranks' Python parent) and known job servers."""
-    pattern = re.compile(match) if match else None
-
-    def wanted(p: dict[str, Any]) -> bool:
-        return pattern is None or bool(pattern.search(str(p.get("cmdline") or "")))
-
-    by_pid = {p["pid"]: p for p in processes}
-    chosen: dict[int, dict[str, Any]] = {}
-    for p in processes:
-        if p.get("rank") is not None and wanted(p):
-            chosen[p["pid"]] = p
-    for p in list(chosen.values()):
-        parent = by_pid.get(p.get("ppid"))
-        if parent is None or parent["pid"] in chosen or parent.get("rank") is not None:
-            continue
-        if parent.get("role") == "wrapper":
-            continue  # a shell around the rank: dumping it would dump the rank again
-        if "python" in str(parent.get("cmdline") or "") or parent.get("role") == "launcher":
-            chosen[parent["pid"]] = dict(parent, role=parent.get("role") or "launcher")
-    for p in processes:
-        if p["pid"] not in chosen and p.get("role") in JOB_ROLES and wanted(p):
-            chosen[p["pid"]] = p
-    # The rest of a chosen AReaL job (experiment/trial): its servers and controller, whose
-    # command lines need not match.
-    jobs = {p.get("job") for p in chosen.values()} - {None}
-    for p in processes:
-        if p["pid"] not in chosen and p.get("job") in jobs and p.get("role") in JOB_ROLES:
-            chosen[p["pid"]] = p
-    return sorted(chosen.values(), key=lambda p: p["pid"])
+def sample_nodes(
+    fleet: Fleet, sessions: list[NodeSession] | None = None
+) -> dict[str, list[dict[str, Any]] | NodeFailure]:
+    """Every node's candidate processes (no CPU% baseline wait, NVML untouched)."""
+    args = {"all": False, "cpu": False, "gpus": False}
+    results = fleet.fan_out(lambda s: s.call("sample", args, timeout=30), sessions)
+    return {
+        name: r if isinstance(r, NodeFailure) else list(r.get("processes", []))
+        for name, r in results.items()
+    }
 
 
-def capture_node(session: NodeSession, options: CaptureOptions) -> dict[str, Any]:
-    """Raw capture of one node: its job processes and `samples` rounds of dumps."""
-    sample = session.call("sample", {"all": True}, timeout=30)
-    procs = select_job_processes(sample.get("processes", []), options.match)
+def scope_processes(
+    sampled: dict[str, list[dict[str, Any]]], options: CaptureOptions
+) -> list[JobGroup]:
+    """The job(s) a capture with `options` takes from these processes."""
+    jobs = group_jobs(sampled, options.match, options.slurm_job)
+    return jobs if options.all_jobs else choose_job(jobs, options.job)
+
+
+def dump_node(
+    session: NodeSession,
+    procs: list[dict[str, Any]],
+    options: CaptureOptions,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Raw capture of one node: `samples` rounds of dumps of `procs`."""
+    procs = sorted(procs, key=lambda p: p["pid"])
     node: dict[str, Any] = {"node": session.name, "error": None, "processes": procs, "samples": []}
     pids = [p["pid"] for p in procs]
     if not pids:
         return node
-    args = {"pids": pids, "timeout": options.timeout, "nonblocking": options.nonblocking,
-            "native": options.native, "locals": options.with_locals}  # fmt: skip
-    next_at = time.monotonic()
-    for i in range(options.samples):
-        if i:
-            next_at += options.interval
-            if options.cancel.wait(max(0.0, next_at - time.monotonic())):
+    args: dict[str, Any] = {
+        "pids": pids,
+        "timeout": options.timeout,
+        "nonblocking": options.nonblocking,
+        "native": options.native,
+        "locals": options.with_locals,
+    }
+    token = None
+    if progress is not None:
+        token = f"capture-{id(node)}"
+        args["progress"] = token
+        session.progress_listeners[token] = lambda m: progress(
+            session.name, int(m["pid"]), bool(m["ok"]), int(m["done"]), int(m["total"])
+        )
+    try:
+        next_at = time.monotonic()
+        for i in range(options.samples):
+            if i:
+                next_at += options.interval
+                if options.cancel.wait(max(0.0, next_at - time.monotonic())):
+                    break
+            if options.cancel.is_set():
                 break
-        if options.cancel.is_set():
-            break
-        reply = session.call("pyspy", args, timeout=options.timeout + 30)
-        node["samples"].append(reply.get("dumps", []))
-        if options.progress is not None and options.samples > 1:
-            options.progress(f"{session.name}: sample {i + 1}/{options.samples}")
+            reply = session.call("pyspy", args, timeout=options.timeout + 30)
+            node["samples"].append(reply.get("dumps", []))
+            if options.on_sample is not None and options.samples > 1:
+                options.on_sample(f"{session.name}: sample {i + 1}/{options.samples}")
+    finally:
+        if token is not None:
+            session.progress_listeners.pop(token, None)
     if options.ledger:
         node["fr"] = fr_traces(session, procs)
     return node
@@ -134,26 +143,59 @@ def fr_traces(session: NodeSession, procs: list[dict[str, Any]]) -> dict[str, An
         return {"error": f"Flight Recorder traces not read: {exc}"}
 
 
-def capture_raw(fleet: Fleet, options: CaptureOptions) -> dict[str, Any]:
-    """All nodes in parallel; a node that fails becomes an error entry, not an exception."""
+def capture_raw(
+    fleet: Fleet,
+    options: CaptureOptions,
+    sampled: Mapping[str, list[dict[str, Any]] | NodeFailure] | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """All nodes in parallel; a node that fails becomes an error entry, not an exception.
+
+    `sampled` (node -> process records) skips the sampling round; a node missing from it
+    is sampled now. Raises `JobChoiceError` when the job must be chosen first.
+    """
     started = now_iso()
-    results = fleet.fan_out(lambda s: capture_node(s, options))
-    nodes: list[dict[str, Any]] = []
+    sampled = dict(sampled or {})
+    missing = [s for s in fleet.sessions if s.name not in sampled]
+    if missing:
+        sampled.update(sample_nodes(fleet, missing))
+    failed = {n: r for n, r in sampled.items() if isinstance(r, NodeFailure)}
+    ok = {n: r for n, r in sampled.items() if not isinstance(r, NodeFailure)}
+    jobs = scope_processes(ok, options)
+    chosen: dict[str, list[dict[str, Any]]] = {}
+    for job in jobs:
+        for name, procs in job.processes.items():
+            chosen.setdefault(name, []).extend(procs)
+    sessions = [s for s in fleet.sessions if s.name in chosen]
+    results = fleet.fan_out(lambda s: dump_node(s, chosen[s.name], options, progress), sessions)
+    nodes: list[dict[str, Any]] = [
+        {"node": name, "error": f.error, "processes": [], "samples": []}
+        for name, f in failed.items()
+    ]
     for name, result in results.items():
         if isinstance(result, NodeFailure):
             nodes.append({"node": name, "error": result.error, "processes": [], "samples": []})
         else:
             nodes.append(result)
     count_areal_world_sizes(n["processes"] for n in nodes)
-    return {"captured_at": started, "interval": options.interval, "nodes": nodes}
+    return {
+        "captured_at": started,
+        "interval": options.interval,
+        "job": ", ".join(j.key for j in jobs) or None,
+        "nodes": nodes,
+    }
 
 
 def take_capture(
-    fleet: Fleet, options: CaptureOptions | None = None, save: bool = True
+    fleet: Fleet,
+    options: CaptureOptions | None = None,
+    save: bool = True,
+    sampled: Mapping[str, list[dict[str, Any]] | NodeFailure] | None = None,
+    progress: Progress | None = None,
 ) -> StackCapture:
     """Capture, build and (before anyone sees it) save atomically to the data dir."""
     options = options or CaptureOptions()
-    raw = capture_raw(fleet, options)
+    raw = capture_raw(fleet, options, sampled, progress)
     raw["id"] = new_capture_id()
     capture = build_capture(raw)
     if save:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.areal_keys import config_key
 from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack
@@ -88,7 +89,8 @@ LAUNCH_BLOCKING = (
 # Where AReaL waits for rollout results (at AReaL cbff54d6): the dispatcher's blocking
 # waits (areal/infra/workflow_executor.py:570 `wait_results`, :631 `wait_for_task`, :660
 # `active_submit_and_wait`), reached from `prepare_batch`/`rollout_batch`/`wait` of the
-# executor (:1307-1445), of the single-controller RolloutController
+# executor (:1307-1445), of the remote engines (areal/infra/remote_inf_engine.py:1367-1415,
+# areal/engine/sglang_remote.py:602-637), of the single-controller RolloutController
 # (areal/infra/controller/rollout_controller.py:981-1065) and of the SPMD coordinator that
 # runs rollout on data-parallel heads only (areal/infra/dist_rollout.py:152-260).
 ROLLOUT_WAITS = frozenset({"wait_results", "wait_for_task", "active_submit_and_wait"})
@@ -96,6 +98,7 @@ ROLLOUT_ENTRIES = frozenset({"prepare_batch", "rollout_batch", "wait"})
 ROLLOUT_FILES = frozenset(
     {
         "workflow_executor.py",
+        "remote_inf_engine.py",
         "rollout_controller.py",
         "dist_rollout.py",
         "sglang_remote.py",
@@ -107,10 +110,10 @@ ROLLOUT_FILES = frozenset(
 # (areal/infra/workflow_executor.py:460-473).
 ROLLOUT_PRODUCER_WAIT = "_get_next_task_for_submission"
 STALENESS_KEYS = (
-    "Raise `rollout.max_head_offpolicyness` (default 0: no rollout may run ahead of the "
-    "trained weights) and `rollout.max_concurrent_rollouts` (default: the consumer batch "
-    "size); AReaL's debugging guide: if they are not large enough 'the rollout process "
-    "will block indefinitely due to staleness control'"
+    f"Raise `{config_key('rollout.max_head_offpolicyness')}` (default 0: no rollout may run "
+    f"ahead of the trained weights) and `{config_key('rollout.max_concurrent_rollouts')}` "
+    "(default: the consumer batch size); AReaL's debugging guide: if they are not large "
+    "enough 'the rollout process will block indefinitely due to staleness control'"
 )
 
 
@@ -482,9 +485,10 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
     under = f", called from {_short(entry.function)} ({entry.location})" if entry else ""
     trainers = []
     if at_barrier:
-        trainers.append(f"{_ranks_word(at_barrier)} wait at a barrier or broadcast")
+        verb = "waits" if len(at_barrier) == 1 else "wait"
+        trainers.append(f"{_ranks_word(at_barrier)} {verb} at a barrier or broadcast")
     if idle:
-        trainers.append(f"{_ranks_word(idle)} sit idle")
+        trainers.append(f"{_ranks_word(idle)} {'sits' if len(idle) == 1 else 'sit'} idle")
     detail = (
         f"{names} {'waits' if len(waiting) == 1 else 'wait'} for rollout results in "
         f"{_short(first.function)} ({first.location}){under if entry != first else ''}"
@@ -539,7 +543,7 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
     return Diagnosis(
         "rollout_stall",
         "Rollout stall: the trainers wait for rollout results that do not come",
-        detail,
+        detail[:1].upper() + detail[1:],
         evidence + failed_note,
         suggestions,
     )

@@ -13,7 +13,7 @@ Frames are kept leaf first, as py-spy gives them.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -115,6 +115,20 @@ def variables_at(
     return found
 
 
+def variables_of(
+    table: FrameTable, key: str | None, raw_frames: list[dict[str, Any]] | None
+) -> list[list[dict[str, Any]]] | None:
+    """A thread's --locals: from its frames, or (a keyed stack sent once per node) from the
+    first thread that had the same key."""
+    found = frame_variables(raw_frames or [])
+    if key is not None:
+        if found is not None:
+            table.variables[key] = found
+        else:
+            found = table.variables.get(key)
+    return found
+
+
 def frame_variables(raw_frames: list[dict[str, Any]]) -> list[list[dict[str, Any]]] | None:
     """py-spy --locals' variables per frame (name, repr, arg); None without --locals."""
     if not any(f.get("locals") for f in raw_frames):
@@ -168,16 +182,7 @@ class ServerInfo:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "url": self.url,
-            "host": self.host,
-            "port": self.port,
-            "ok": self.ok,
-            "status": self.status,
-            "latency_ms": self.latency_ms,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -209,7 +214,8 @@ class RankStack:
     @property
     def work_thread(self) -> Thread | None:
         """The thread doing the job's work: the one inside torch.distributed (the main
-        thread first), else an engine thread (AReaL's `EngineWorker`), else the main thread."""
+        thread first), else an engine thread (AReaL's `EngineWorker`), else a busy thread in
+        AReaL's engine code, else the main thread."""
         if self._work and self._work[0] in self.threads:
             return self._work[0]
         self._work[:] = [self._pick_work_thread()]
@@ -225,6 +231,11 @@ class RankStack:
         for t in self.threads:
             if t.name in ENGINE_THREADS:
                 return t
+        if main is not None and main.idle is False and in_engine(main.frames):
+            return main
+        for t in self.threads:
+            if not t.idle and in_engine(t.frames):
+                return t  # a busy thread in AReaL's engine code, whatever its name
         return main
 
     @property
@@ -279,6 +290,7 @@ class StackCapture:
     interval: float = 0.0
     capture_id: str | None = None
     save_error: str | None = None  # why it could not be saved (shown, never silent)
+    job: str | None = None  # the job key(s) the capture was scoped to (see scope.py)
     ledger: Ledger | None = None  # Flight Recorder's view; None: not read
 
     @property
@@ -307,8 +319,24 @@ class FrameTable:
     less memory, and grouping 16k ranks compares a handful of distinct tuples."""
 
     def __init__(self) -> None:
+        self.variables: dict[str, list[list[dict[str, Any]]]] = {}  # stack key -> --locals
         self._frames: dict[tuple[str, str, int], Frame] = {}
         self._stacks: dict[tuple[Any, ...], Stack] = {}
+        self._keyed: dict[str, Stack] = {}  # the agent's stack digest -> stack
+        self._idle: dict[Stack, bool] = {}
+
+    def keyed_stack(self, key: str, raw_frames: list[dict[str, Any]] | None) -> Stack:
+        """The stack the agent named `key` (its frames come with the first thread only)."""
+        found = self._keyed.get(key)
+        if found is None:
+            found = self._keyed[key] = self.pyspy_stack(raw_frames or [])
+        return found
+
+    def is_idle(self, frames: Stack) -> bool:
+        idle = self._idle.get(frames)
+        if idle is None:
+            idle = self._idle[frames] = is_idle_stack(frames)
+        return idle
 
     def frame(self, function: str, file: str, line: int) -> Frame:
         key = (function, file, line)
@@ -348,28 +376,39 @@ def parse_pyspy_threads(
     """py-spy `dump --json` threads -> `Thread`s (frames leaf first, idle marked)."""
     table = table or FrameTable()
     threads: list[Thread] = []
+    has_main = False
     for raw in raw_threads:
-        frames = table.pyspy_stack(raw.get("frames") or [])
+        key = raw.get("key")
+        if key is not None:
+            frames = table.keyed_stack(key, raw.get("frames"))
+        else:  # recorded before the agent keyed its stacks
+            frames = table.pyspy_stack(raw.get("frames") or [])
         name = str(raw.get("thread_name") or "")
         tid = int(raw.get("os_thread_id") or raw.get("thread_id") or 0)
         is_main = name == MAIN_THREAD or (pid is not None and tid == pid)
+        has_main = has_main or is_main
         threads.append(
             Thread(
-                name=name or f"thread {tid}",
-                tid=tid,
-                frames=frames,
-                active=raw.get("active"),
-                owns_gil=raw.get("owns_gil"),
-                is_main=is_main,
-                idle=(not is_main) and is_idle_stack(frames),
-                locals=frame_variables(raw.get("frames") or []),
+                name or f"thread {tid}",
+                tid,
+                frames,
+                (not is_main) and table.is_idle(frames),
+                raw.get("active"),
+                raw.get("owns_gil"),
+                is_main,
+                variables_of(table, key, raw.get("frames")),
             )
         )
-    if threads and not any(t.is_main for t in threads):
+    if threads and not has_main:
         threads[0].is_main = True
         threads[0].idle = False
-    threads.sort(key=lambda t: (not t.is_main, t.idle, t.name))
+    if len(threads) > 1:
+        threads.sort(key=_thread_order)
     return threads
+
+
+def _thread_order(t: Thread) -> tuple[bool, bool, str]:
+    return (not t.is_main, t.idle, t.name)
 
 
 def is_distributed_frame(frame: Frame) -> bool:
@@ -380,6 +419,14 @@ def is_distributed_frame(frame: Frame) -> bool:
 
 def in_distributed(frames: Stack) -> bool:
     return any(is_distributed_frame(f) for f in frames)
+
+
+# AReaL's training and inference engines (areal/engine/, areal/experimental/engine/).
+_ENGINE_DIRS = ("areal/engine/", "areal/experimental/engine/", "areal\\engine\\")
+
+
+def in_engine(frames: Stack) -> bool:
+    return any(d in f.file for f in frames for d in _ENGINE_DIRS)
 
 
 def is_idle_stack(frames: Stack) -> bool:
@@ -442,6 +489,7 @@ def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> Stack
         errors=errors,
         interval=float(raw.get("interval") or 0.0),
         capture_id=raw.get("id"),
+        job=raw.get("job"),
         ledger=_ledger_from_raw(raw),
     )
 
@@ -549,6 +597,7 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         errors=[NodeError(str(e.get("node")), str(e.get("error"))) for e in data.get("errors", [])],
         interval=float(data.get("interval") or 0.0),
         capture_id=data.get("id"),
+        job=data.get("job"),
         ledger=_ledger_from_json(data.get("ledger")),
     )
 

@@ -21,6 +21,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from areal_agent.agent import TRAINING_ROLES, detect_role, rpc_worker
 
@@ -218,13 +219,19 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
     return StackCapture(captured_at=now_iso(), samples=1, ranks=ranks, capture_id=capture_id)
 
 
-def import_text_dumps(paths: list[Path], capture_id: str | None = None) -> StackCapture:
-    """A capture from py-spy text files. Raises ValueError when a file holds no stack."""
+def import_text_dumps(
+    paths: list[Path], capture_id: str | None = None, stdin: TextIO | None = None
+) -> StackCapture:
+    """A capture from py-spy text files (`-`: `stdin`). Raises ValueError when a file
+    holds no stack."""
     sections: list[DumpSection] = []
     for path in paths:
-        text = path.read_text(encoding="utf-8", errors="replace")
-        found = parse_text(text, str(path))
+        if str(path) == "-" and stdin is not None:
+            text, source = stdin.read(), "stdin"
+        else:
+            text, source = path.read_text(encoding="utf-8", errors="replace"), str(path)
+        found = parse_text(text, source)
         if not any(s.threads for s in found):
-            raise ValueError(f"{path}: no py-spy stack found (expected `py-spy dump` output)")
+            raise ValueError(f"{source}: no py-spy stack found (expected `py-spy dump` output)")
         sections.extend(found)
     return sections_to_capture(sections, capture_id)

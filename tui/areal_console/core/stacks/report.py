@@ -50,6 +50,8 @@ def capture_json(
     if capture.capture_id:
         doc["id"] = capture.capture_id
     doc["interval"] = capture.interval
+    if capture.job:
+        doc["job"] = capture.job
     return doc
 
 
@@ -91,7 +93,8 @@ def text_report(
         f"Stack capture {capture.capture_id or ''} at {capture.captured_at}".replace("  ", " "),
         f"{plural(len(ranks), 'rank')} ({ok} captured)"
         + (f", world size {analysis.world_size}" if analysis.world_size else "")
-        + f", {len(analysis.groups)} group(s), {capture.samples} sample(s)",
+        + f", {len(analysis.groups)} group(s), {capture.samples} sample(s)"
+        + (f", job {capture.job}" if capture.job else ""),
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
         f"  {diagnosis.detail}",

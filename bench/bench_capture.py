@@ -1,0 +1,138 @@
+"""`areal-console stacks --local --json`, whole process, against the shell loops it replaces.
+
+    flock /tmp/areal-heavy.lock python bench/bench_capture.py --ranks 16,64 --repeat 5
+
+For each job size, a real hung gloo job (`collective_mismatch` scenario) runs on this
+machine, and each repeat times, interleaved so background load hits all alike:
+
+- loop: AReaL's recipe, `for pid in ...; do py-spy dump --pid $pid; done` (sequential);
+- floor: the same dumps all at once (`py-spy dump ... &` for each, then `wait`), the CPU
+  floor of dumping these processes;
+- console: `python -m areal_console stacks --local --json --job KEY`, the whole process
+  (interpreter start, imports, agent, capture, diagnosis, save, JSON out).
+
+Plus the fixed cost: the console capturing a single Python process with rank variables
+(its own job), against one `py-spy dump` of it and a bare `python -c pass`.
+
+The console runs with bytecode caching on (`PYTHONPYCACHEPREFIX` in a temp directory), as
+an installed package does; this machine's shell sets PYTHONDONTWRITEBYTECODE, which would
+otherwise recompile every module at every start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
+
+from tests.fixtures.hang import free_port, start_scenario  # noqa: E402
+
+
+def console_env(pycache: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = pycache
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env.setdefault("AREAL_CONSOLE_DATA_DIR", os.path.join(pycache, "data"))
+    return env
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    elapsed = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{argv[:4]} failed ({out.returncode}): {out.stderr[-500:]}")
+    return elapsed, out.stdout
+
+
+def job_port(pid: int) -> str:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    env = dict(e.split(b"=", 1) for e in raw.split(b"\0") if b"=" in e)
+    return env[b"MASTER_PORT"].decode()
+
+
+def measure(pids: list[int], job: str, env: dict[str, str], repeat: int) -> dict[str, float]:
+    ids = " ".join(map(str, pids))
+    loop = ["bash", "-c", f"for pid in {ids}; do py-spy dump --pid $pid; done"]
+    floor = ["bash", "-c", f"for pid in {ids}; do py-spy dump --pid $pid >/dev/null & done; wait"]
+    console = [sys.executable, "-m", "areal_console", "stacks", "--local", "--json", "--job", job]
+    import json
+
+    timed(console, env)  # warm the bytecode cache and the page cache
+    times: dict[str, list[float]] = {"loop": [], "floor": [], "console": []}
+    for _ in range(repeat):
+        t, out = timed(loop)
+        assert out.count("Thread ") >= len(pids), out[-500:]
+        times["loop"].append(t)
+        times["floor"].append(timed(floor)[0])
+        t, out = timed(console, env)
+        doc = json.loads(out)
+        ok = [r for r in doc["ranks"] if r["state"] == "ok"]
+        assert {r["pid"] for r in ok} == set(pids), (len(ok), len(pids))
+        times["console"].append(t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def bench_job(nproc: int, env: dict[str, str], repeat: int) -> None:
+    t0 = time.perf_counter()
+    with start_scenario("collective_mismatch", nproc=nproc) as scenario:
+        scenario.wait_ready(900)
+        pids = scenario.rank_pids()
+        started = time.perf_counter() - t0
+        m = measure(pids, f"127.0.0.1:{job_port(pids[0])}", env, repeat)
+    load = os.getloadavg()[0]
+    print(
+        f"\n{nproc} ranks (job up in {started:.0f}s; median of {repeat}; "
+        f"{os.cpu_count()} CPUs, load average {load:.1f})"
+    )
+    print(f"  sequential loop             {m['loop']:.3f}s")
+    print(f"  all dumps at once (floor)   {m['floor']:.3f}s")
+    print(
+        f"  areal-console stacks --json {m['console']:.3f}s  "
+        f"= {m['console'] / m['loop']:.2f}x the loop, {m['console'] / m['floor']:.2f}x the floor"
+    )
+
+
+def bench_fixed(env: dict[str, str], repeat: int) -> None:
+    """One Python process with rank variables: its own one-rank job."""
+    port = str(free_port())
+    proc_env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+    proc_env["MASTER_PORT"] = port
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], env=proc_env)
+    try:
+        time.sleep(1.0)  # let it settle past the interpreter start
+        m = measure([proc.pid], f"127.0.0.1:{port}", env, repeat)
+        bare = statistics.median(timed([sys.executable, "-c", "pass"])[0] for _ in range(repeat))
+    finally:
+        proc.kill()
+        proc.wait()
+    print(f"\nfixed cost: a capture of 1 rank (median of {repeat})")
+    print(f"  python -c pass              {bare:.3f}s")
+    print(f"  one py-spy dump             {m['loop']:.3f}s")
+    print(f"  areal-console stacks --json {m['console']:.3f}s  (bar: 0.150s)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="16,64", help="job sizes, comma-separated")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-capture-") as tmp:
+        env = console_env(tmp)
+        bench_fixed(env, args.repeat)
+        for n in (int(x) for x in args.ranks.split(",") if x):
+            bench_job(n, env, args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Training-health metrics: parsing AReaL's stats log, and the cost of following a live one.
+
+    python bench/bench_metrics.py parse  [--steps 100000] [--repeats 3]
+    python bench/bench_metrics.py follow [--seconds 30] [--step-interval 1] [--poll 2]
+
+`parse`: a log of `--steps` steps in AReaL's format (every table made by the real
+`tabulate` through tests/areal_logfmt.py, a cited transcription of AReaL's StatsLogger),
+for two table widths: the reference trainer's 9 metrics and an AReaL PPO actor's 83. It
+times, in the same run, a plain read of the file in 4 MiB chunks (the baseline) and the
+console's parser fed the same chunks; median of `--repeats`, ratio parse / plain read.
+
+`follow`: a writer appends one AReaL step (83 metrics) every `--step-interval` seconds to a
+log that already holds 2,000 steps. The console follows it as the Health screen does
+(every `--poll` seconds: `file_tail` through a real agent, parse, report; summaries and
+plot series only when a step arrived). Measured: the agent process's CPU (node side, from
+/proc) and the polling thread's CPU (console side, thread time), as % of one core; baseline
+in the same run: re-reading and re-parsing the whole file every poll.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
+
+from areal_console.core.client import AgentClient  # noqa: E402
+from areal_console.core.metrics.follow import MetricsFollower, NodeFiles  # noqa: E402
+from areal_console.core.metrics.logparse import LogParser  # noqa: E402
+from areal_console.core.metrics.report import summarize  # noqa: E402
+from areal_console.core.transport import LocalChannel  # noqa: E402
+from areal_console.trainer.reference_trainer import AREAL_NAMES  # noqa: E402
+
+from tests.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats  # noqa: E402
+
+CHUNK = 4 << 20
+TCK = os.sysconf("SC_CLK_TCK")
+
+
+def trainer_stats(step: int) -> dict[str, float]:
+    full = actor_stats(step)
+    stats = {name: full.get(name, 0.5 + step * 1e-4) for name in AREAL_NAMES.values()}
+    stats["rollout/reward"] = full["rollout/reward"]
+    stats["timeperf/train_step"] = full["timeperf/train_step"]
+    return stats
+
+
+def write_log(path: Path, steps: int, stats, pool: int = 64) -> None:  # type: ignore[no-untyped-def]
+    """`steps` steps as AReaL writes them: headers formatted per step, tables from a pool of
+    `pool` distinct real tables (tabulate takes ~1 ms a table; 100,000 would take minutes)."""
+    writer = AReaLLogWriter(path.parent / "gen", mode="spmd")
+    fmt = writer.streams[0][1]
+    writer.release()
+    tables = [tabulate_stats(stats(i)) for i in range(pool)]
+    import logging
+
+    def line(message: str, when: float) -> str:
+        record = logging.LogRecord("StatsLogger", logging.INFO, __file__, 0, message, None, None)
+        record.created, record.msecs = when, (when - int(when)) * 1000
+        return fmt.format(record) + "\n"
+
+    with open(path, "w") as fh:
+        t0 = 1_700_000_000.0
+        for s in range(steps):
+            when = t0 + 30 * s
+            fh.write(line(f"Epoch 1/1 Step {s + 1}/{steps} Train step {s + 1}/{steps} done.", when))
+            fh.write(line("Stats (1/1):", when))
+            fh.write(line("\n" + tables[s % pool], when))
+
+
+def plain_read(path: Path) -> float:
+    t0 = time.perf_counter()
+    with open(path, "rb") as fh:
+        while fh.read(CHUNK):
+            pass
+    return time.perf_counter() - t0
+
+
+def parse(path: Path) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    parser = LogParser()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            parser.feed(chunk)
+    return time.perf_counter() - t0, len(parser.store.steps)
+
+
+def bench_parse(steps: int, repeats: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
+        for label, stats in (("reference trainer, 9 metrics", trainer_stats),
+                             ("AReaL PPO actor, 83 metrics", actor_stats)):  # fmt: skip
+            path = Path(tmp) / "trainer.log"
+            write_log(path, steps, stats)
+            size = path.stat().st_size
+            reads, parses = [], []
+            for _ in range(repeats):
+                reads.append(plain_read(path))
+                seconds, got = parse(path)
+                assert got == steps, (got, steps)
+                parses.append(seconds)
+            r, p = statistics.median(reads), statistics.median(parses)
+            print(f"{label}: {steps} steps, {size / 2**20:.0f} MiB")
+            print(f"  plain read {r:.2f} s ({size / 2**20 / r:.0f} MiB/s)")
+            print(
+                f"  parse      {p:.2f} s ({steps / p:,.0f} steps/s, {p / steps * 1e6:.1f} us/step)"
+            )
+            print(f"  ratio parse / plain read: {p / r:.1f}")
+            path.unlink()
+
+
+def cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TCK
+
+
+class Session:
+    name = "local"
+
+    def __init__(self, client: AgentClient) -> None:
+        self.client = client
+
+    def call(self, op, args=None, timeout=30.0):  # type: ignore[no-untyped-def]
+        return self.client.request(op, args, timeout=timeout)
+
+
+def bench_follow(seconds: float, step_interval: float, poll: float) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-follow-") as tmp:
+        log_dir = Path(tmp)
+        writer = AReaLLogWriter(log_dir, mode="spmd")
+        for s in range(2000):
+            writer.now = time.time() - 2000 + s
+            writer.commit(0, s, s, actor_stats(s))
+        log = log_dir / "trainer.log"
+        stop = threading.Event()
+
+        def write() -> None:
+            s = 2000
+            while not stop.wait(step_interval):
+                writer.now = time.time()
+                writer.commit(0, s, s, actor_stats(s))
+                s += 1
+
+        channel = LocalChannel()
+        client = AgentClient(channel)
+        client.start()
+        agent_pid = client.request("hello")["pid"]
+        follower = MetricsFollower(str(log), NodeFiles(Session(client)))
+        follower.poll()  # catching up with the 2,000 steps is not the steady cost
+        summarize(follower.store)
+        results: dict[str, float] = {}
+
+        def follow() -> None:
+            cpu0, polls, new_total = time.thread_time(), 0, 0
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                new = follower.poll()
+                follower.report()
+                if new:
+                    summarize(follower.store)
+                    follower.store.series("ppo_actor/task_reward/avg")
+                polls += 1
+                new_total += new
+                time.sleep(poll)
+            results["cpu"] = time.thread_time() - cpu0
+            results["polls"] = polls
+            results["steps"] = new_total
+
+        agent0 = cpu_of(agent_pid)
+        wall0 = time.monotonic()
+        feeder = threading.Thread(target=write)
+        feeder.start()
+        follower_thread = threading.Thread(target=follow)
+        follower_thread.start()
+        follower_thread.join()
+        wall = time.monotonic() - wall0
+        agent_cpu = cpu_of(agent_pid) - agent0
+        stop.set()
+        feeder.join()
+
+        # Baseline, same run: the whole file read and parsed again at every poll.
+        t0 = time.thread_time()
+        for _ in range(3):
+            parser = LogParser()
+            parser.feed(log.read_bytes())
+        naive = (time.thread_time() - t0) / 3
+        client.close()
+        writer.release()
+
+    print(
+        f"following {log.name}: {wall:.0f} s, a step every {step_interval:g} s, poll every {poll:g} s"
+    )
+    print(f"  {results['polls']:.0f} polls, {results['steps']:.0f} new steps read")
+    print(f"  agent (node side):     {100 * agent_cpu / wall:.2f} % of one core")
+    print(f"  console (poll thread): {100 * results['cpu'] / wall:.2f} % of one core")
+    print(f"  baseline, re-read and re-parse the whole file each poll: "
+          f"{100 * naive / poll:.1f} % of one core ({naive * 1000:.0f} ms a poll)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("parse")
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--repeats", type=int, default=3)
+    f = sub.add_parser("follow")
+    f.add_argument("--seconds", type=float, default=30.0)
+    f.add_argument("--step-interval", type=float, default=1.0)
+    f.add_argument("--poll", type=float, default=2.0)
+    args = parser.parse_args()
+    if args.what == "parse":
+        bench_parse(args.steps, args.repeats)
+    else:
+        bench_follow(args.seconds, args.step_interval, args.poll)
+
+
+if __name__ == "__main__":
+    main()
