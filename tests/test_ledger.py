@@ -72,7 +72,7 @@ def test_one_rank_one_call_behind() -> None:
     assert default.mismatch is None and default.behind == {1: 1}
     assert {p.rank: p.head for p in default.positions} == {0: 4, 1: 3, 2: 4, 3: 4}
     assert grads.desc == "grads" and grads.behind == {0: 1, 2: 1, 3: 1}
-    assert "group 0 (default_pg): rank 1 1 call behind" in ledger.findings()
+    assert "group 0 (default_pg): rank 1 is 1 call behind" in ledger.findings()
     # gloo tracks enqueued and completed, not started
     pos = next(p for p in default.positions if p.rank == 0)
     assert pos.started is None and pos.completed == 4  # the timed-out call counts as done
@@ -220,3 +220,14 @@ def test_diagnosis_names_the_mismatch_by_sequence_id() -> None:
         "Flight Recorder: group 1 (grads): no trace from rank 3",
     ]
     assert with_ledger(base, None) is base
+
+
+def test_diagnosis_names_the_rank_behind_when_stacks_look_alike() -> None:
+    """Every rank at the same line (stacks: same collective), but rank 1 one call behind."""
+    base = Diagnosis("same_collective", "All ranks wait in all_reduce", "detail", [], [])
+    got = with_ledger(base, ledger_of("behind"))
+    assert got.pattern == "same_collective"
+    assert got.title == (
+        "Rank 1 is 1 call behind in group 0 (default_pg); the others wait in all_reduce #4 [8] float32"
+    )
+    assert "Flight Recorder: group 0 (default_pg): rank 1 is 1 call behind" in got.evidence

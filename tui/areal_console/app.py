@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -30,6 +29,7 @@ from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import list_captures, load_capture
 from areal_console.core.targets import NodeSpec
 from areal_console.core.textfmt import plural
+from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
@@ -50,25 +50,6 @@ class Monitor(Protocol):
     def snapshot(self) -> list[NodeView]: ...
     def set_include_all(self, include_all: bool) -> None: ...
     def trust_host_key(self, name: str) -> None: ...
-
-
-@dataclass(frozen=True)
-class ScreenEntry:
-    """A top-level screen: its mode name, title and number key."""
-
-    mode: str
-    title: str
-    key: str
-    aliases: tuple[str, ...] = ()
-
-
-SCREENS = (
-    ScreenEntry("nodes", "Cluster", "1", ("cluster", "n")),
-    ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
-    ScreenEntry("batches", "Batches", "3", ("batch", "b")),
-    ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
-    ScreenEntry("health", "Health", "5", ("metrics",)),
-)
 
 
 class ConsoleApp(WorkerHost, App[None]):
@@ -125,7 +106,11 @@ class ConsoleApp(WorkerHost, App[None]):
         if monitor is None:
             if fleet is None:
                 raise ValueError("ConsoleApp needs a fleet or a monitor")
-            monitor = FleetMonitor(fleet, interval=self.refresh_interval)
+            monitor = FleetMonitor(
+                fleet,
+                interval=self.refresh_interval,
+                ping_timeout=self.settings.agent_timeout,
+            )
         self.monitor: Monitor = monitor
         # Screens other features register: mode -> factory. Missing ones say so when asked.
         self.screen_factories: dict[str, Callable[[], Screen[Any]]] = {
@@ -136,6 +121,7 @@ class ConsoleApp(WorkerHost, App[None]):
         # Extra command-palette entries: callables returning (label, help, action) triples.
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
         self._stacks_screen: StacksScreen | None = None
+        self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
         self.capture_match: str | None = None
         self.capture_native = False  # py-spy --native (Stacks screen: N)
         self.capture_locals = False  # py-spy --locals (Stacks screen: L)
@@ -173,8 +159,8 @@ class ConsoleApp(WorkerHost, App[None]):
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
-        for mode, factory in self.screen_factories.items():
-            self.add_mode(mode, factory)
+        for mode, factory in list(self.screen_factories.items()):
+            self.register_screen(mode, factory)
         self.switch_mode("nodes")
         if self.welcome:
             # A hint for the Cluster screen: short, and gone once another screen opens (its
@@ -194,10 +180,25 @@ class ConsoleApp(WorkerHost, App[None]):
             self.fleet.close()
 
     def register_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
-        """Make a top-level screen reachable by its number key, `:` command and palette."""
+        """Make a top-level screen reachable by its number key, `:` command and palette.
+
+        Registering a mode again replaces its screen: the next visit builds a new one. The
+        mode must not be the one shown (`reopen_screen` handles that case).
+        """
         self.screen_factories[mode] = factory
-        if self.is_running:
-            self.add_mode(mode, factory)
+        if not self.is_running:
+            return  # on_mount installs every registered mode
+        if mode in self._installed_modes:
+            self.remove_mode(mode)
+        self.add_mode(mode, factory)
+        self._installed_modes.add(mode)
+
+    async def reopen_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
+        """Replace `mode`'s screen with a new one from `factory` and show it."""
+        if self.current_mode == mode:
+            await self.switch_mode("nodes")  # a mode cannot be removed while it is shown
+        self.register_screen(mode, factory)
+        await self.switch_mode(mode)
 
     # stacks ---------------------------------------------------------------------------
     def capture_options(self) -> CaptureOptions:
@@ -314,13 +315,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_batches(self, path: str, node: str | None = None) -> None:
         """Browse `path` (on `node`, or where the console runs): `:batches PATH`."""
         self.batches_path, self.batches_node = path, node
-        if "batches" in self.screen_factories and self.current_mode != "batches":
-            self.remove_mode("batches")
-        elif self.current_mode == "batches":
-            self.switch_mode("nodes")
-            self.remove_mode("batches")
-        self.register_screen("batches", self._new_batches_screen)
-        self.switch_mode("batches")
+        self.call_later(self.reopen_screen, "batches", self._new_batches_screen)
 
     def open_replay_dialog(self, path: str, steps: list[int]) -> None:
         """`r` in the Batches screen: the launch dialog for the node that holds the dump."""
@@ -368,12 +363,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_health(self, target: HealthTarget) -> None:
         """Follow `target`'s metrics in the Health screen (`:health PATH`, `h` on Cluster)."""
         self.health_target = target
-        if self.current_mode == "health":
-            self.switch_mode("nodes")
-        if "health" in self._modes:
-            self.remove_mode("health")
-        self.register_screen("health", self._new_health_screen)
-        self.switch_mode("health")
+        self.call_later(self.reopen_screen, "health", self._new_health_screen)
 
     def open_health_for_job(self, match: str | None) -> None:
         """The job's log directory from its processes' command lines (the Cluster screen's
@@ -424,18 +414,20 @@ class ConsoleApp(WorkerHost, App[None]):
         """Watch other nodes (a Slurm job picked in the Slurm view) in place of the current ones."""
         old_fleet, old_monitor = self.fleet, self.monitor
         self.fleet = Fleet(specs, **fleet_options)
-        self.monitor = FleetMonitor(self.fleet, interval=self.refresh_interval)
+        self.monitor = FleetMonitor(
+            self.fleet,
+            interval=self.refresh_interval,
+            ping_timeout=self.settings.agent_timeout,
+        )
         self.monitor.start()
         old_monitor.stop()
         if old_fleet is not None:
             self._close_fleet(old_fleet)
         fleet = self.fleet
-        self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
         self.action_goto("nodes")
-        for mode in ("jobs", "stacks"):
-            if mode in self._modes and self.current_mode != mode:
-                self.remove_mode(mode)
-                self.add_mode(mode, self.screen_factories[mode])
+        # Screens built on the old nodes are dropped; the next visit builds new ones.
+        self.register_screen("jobs", lambda: JobsScreen(fleet, read_only=self.read_only))
+        self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None
         self.notify(f"Now watching {len(specs)} node(s)")
 

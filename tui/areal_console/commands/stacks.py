@@ -116,10 +116,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from areal_console.core.stacks.report import capture_json, text_report
-    from areal_console.core.stacks.store import list_captures, load_capture
+    from areal_console.core.stacks.store import load_capture, scan_captures
 
     if args.list:
-        return _list(list_captures(), args.json)
+        saved, bad = scan_captures()
+        for b in bad:  # the rest are listed; each bad file is named
+            print(f"warning: skipped {b.path}: {b.error}", file=sys.stderr)
+        return _list(saved, args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
     live = not (args.open or args.import_files)

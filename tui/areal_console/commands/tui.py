@@ -24,11 +24,16 @@ def register(subparsers: Any) -> None:
                         help="a dump (step_*.pt or its directory) to open in the Batches screen")  # fmt: skip
     parser.add_argument("--batches-node", metavar="NODE",
                         help="the node that holds --batches (default: where the console runs)")  # fmt: skip
+    parser.add_argument("--health", metavar="PATH",
+                        help="a run's AReaL log (file or log directory) for the Health screen")  # fmt: skip
+    parser.add_argument("--health-node", metavar="NODE",
+                        help="the node that holds --health (default: where the console runs)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from areal_console.app import create_app
+    from areal_console.core.metrics.locate import HealthTarget
 
     settings = load_settings()  # before the screen opens: a bad file is a one-line error
     specs = resolve_targets(args)
@@ -40,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         refresh_interval=args.interval,
         batches_path=args.batches,
         batches_node=args.batches_node,
+        health_target=HealthTarget(args.health, args.health_node) if args.health else None,
     )
     app.run()
     return app.return_code or 0  # 130 after Ctrl-C

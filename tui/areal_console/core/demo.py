@@ -95,7 +95,7 @@ class DemoJob:
             f"stats_logger.tensorboard.path={self.tensorboard_dir}",
             "trajectory_debug.dump_rollout_data=true",
             f"trajectory_debug.path={self.dump_dir}",
-            f"trajectory_debug.dump_steps=[{','.join(str(s) for s in range(1, self.dump_steps + 1))}]",
+            f"trajectory_debug.dump_steps=[{','.join(str(s) for s in range(self.dump_steps))}]",
             f"debug.hang={self.pattern}",
             f"output_dir={self.workdir / 'out'}",
         ]  # fmt: skip

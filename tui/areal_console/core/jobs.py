@@ -27,6 +27,7 @@ from areal_console.core.replay import (
     ReplayPlan,
     Verification,
     parse_metrics,
+    resolve,
     trainer_hash,
     trainer_source,
     verify,
@@ -206,8 +207,7 @@ def wait(
 
 
 def read_metrics(session: NodeSession, path: str, job_dir: str | None) -> dict[int, dict[str, Any]]:
-    if job_dir:
-        path = path.replace("{job_dir}", job_dir)
+    path = resolve(path, job_dir or None)
     return parse_metrics(session.call("file_read", {"path": path})["text"])
 
 
@@ -272,7 +272,7 @@ class SlurmLaunch:
 
 def slurm_command(plan: ReplayPlan, job_dir: str) -> list[str]:
     """The plan's argv with `{job_dir}` resolved; CPU runs hide every GPU from it."""
-    argv = [a.replace("{job_dir}", job_dir) for a in plan.argv]
+    argv = [resolve(a, job_dir) for a in plan.argv]
     if not plan.gpus:
         argv = ["env", "CUDA_VISIBLE_DEVICES=", *argv]
     return argv

@@ -10,6 +10,7 @@ field typed into the UI is only ever one argv element, never parsed by a shell.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -18,39 +19,53 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from areal_agent.agent import escape_placeholders, fill_placeholders
+
+from areal_console.core.areal_keys import config_key
 from areal_console.core.errors import UserError
 
-# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
-METRIC_NAMES = (
-    "task_reward",
-    "seq_len",
-    "no_eos_ratio",
-    "importance_weight",
-    "behave_imp_weight",
-    "actor_loss",
-    "grad_norm",
-)
-
 TRAINER_PATH = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
+
+
+def _trainer_constant(name: str) -> Any:
+    """A literal the reference trainer defines, read from its source (importing it would
+    import torch; it is shipped to nodes as one self-contained file, so it owns these)."""
+    for node in ast.parse(TRAINER_PATH.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{TRAINER_PATH.name} defines no {name}")
+
+
+# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
+METRIC_NAMES: tuple[str, ...] = _trainer_constant("METRIC_NAMES")
 TRAINER_FILE_NAME = "reference_trainer.py"
 
 # Placeholders a template may use; each is substituted inside one argv element.
-PLACEHOLDERS = ("python", "script", "config", "dir", "nproc", "start", "end", "job_dir")
+# Steps are AReaL's global steps (from 0): {start} and {end} are the first and last replayed,
+# {stop} is one past the last (what a `total_train_steps`-style bound takes).
+PLACEHOLDERS = ("python", "script", "config", "dir", "nproc", "start", "end", "stop", "job_dir")
+STEP_PLACEHOLDERS = ("{start}", "{end}", "{stop}")
 
 DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
     "reference": {
         "argv": (
             "{python} {script} --nproc {nproc} "
             "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir} "
-            "start_step={start} steps={end} output_dir={job_dir}/out"
+            "start_step={start} steps={stop} output_dir={job_dir}/out"
         ),
         "metrics": "{job_dir}/out/metrics.jsonl",
         "recorded_metrics": "{dir}/metrics.jsonl",
     },
+    # AReaL's replay has no start-step option: it trains from global step 0 (or after a
+    # recovered checkpoint), loading step_{global_step:06d}.pt each step (PR #1407,
+    # rl_trainer.py:660-716); plan_replay adds total_train_steps to stop after the dump.
     "areal": {
         "argv": (
             "{python} {script} --config {config} "
-            "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir}"
+            f"{config_key('trajectory_debug.replay_rollout_data')}=true "
+            f"{config_key('trajectory_debug.path')}={{dir}}"
         ),
     },
 }
@@ -83,10 +98,12 @@ def parse_step_range(text: str | None) -> tuple[int | None, int | None]:
         last = int(b) if b.strip() else None
     except ValueError:
         raise UserError(f"bad step range {text!r}: use A:B, A:, :B or N") from None
-    if (first is not None and first < 1) or (
-        first is not None and last is not None and last < first
+    if (
+        (first is not None and first < 0)
+        or (last is not None and last < 0)
+        or (first is not None and last is not None and last < first)
     ):
-        raise UserError(f"bad step range {text!r}: need 1 <= A <= B")
+        raise UserError(f"bad step range {text!r}: need 0 <= A <= B (global steps start at 0)")
     return first, last
 
 
@@ -188,8 +205,8 @@ def choose_steps(index: DumpIndex, first: int | None, last: int | None) -> tuple
         raise UserError(f"no step_*.pt dumps in {index.path}")
     listing = format_steps(available)
     if first is None:
-        # Earliest step we can start at: step 1 or a checkpointed step.
-        starts = [s for s in available if s == 1 or s in index.checkpoints]
+        # Earliest step we can start at: step 0 or a checkpointed step.
+        starts = [s for s in available if s == 0 or s in index.checkpoints]
         first = starts[0] if starts else available[0]
     if last is None:
         last = first
@@ -198,12 +215,35 @@ def choose_steps(index: DumpIndex, first: int | None, last: int | None) -> tuple
     for step in range(first, last + 1):
         if step not in index.steps:
             raise UserError(f"no dump for step {step} in {index.path}; available steps: {listing}")
-    if first > 1 and index.is_reference and first not in index.checkpoints:
+    if first > 0 and index.is_reference and first not in index.checkpoints:
         raise UserError(
             f"cannot start at step {first}: no checkpoint was saved with that dump "
             f"(checkpoints: {format_steps(index.checkpoints)})"
         )
     return first, last
+
+
+def takes_steps(template: LaunchTemplate) -> bool:
+    """Whether a template can start a replay at a chosen step (AReaL's cannot)."""
+    return any(p in token for token in template.argv for p in STEP_PLACEHOLDERS)
+
+
+def areal_steps(index: DumpIndex) -> tuple[int, int]:
+    """What AReaL's replay trains on: global step 0 up to the last of the steps dumped
+    without a gap (it stops with FileNotFoundError at the first missing file)."""
+    if not index.steps:
+        raise UserError(f"no step_*.pt dumps in {index.path}")
+    if 0 not in index.steps:
+        raise UserError(
+            f"AReaL's replay starts at global step 0 and {index.path} has no step 0 "
+            f"(steps: {format_steps(index.step_numbers)}): it would stop at once with "
+            "FileNotFoundError; dump from the start of the run, or replay with the reference "
+            "template"
+        )
+    last = 0
+    while last + 1 in index.steps:
+        last += 1
+    return 0, last
 
 
 def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int, exact: bool = True) -> int:
@@ -318,10 +358,15 @@ def load_templates(extra: dict[str, Any] | None = None) -> dict[str, LaunchTempl
 
 
 def substitute(token: str, values: dict[str, str]) -> str:
-    """Replace known `{placeholders}` in one argv element (plain text replace, no format())."""
-    for key, value in values.items():
-        token = token.replace("{" + key + "}", value)
-    return token
+    """Fill known `{placeholders}` of one template element in one pass. Values are written
+    with their braces doubled, so the later pass that fills `{job_dir}` on the node never
+    looks inside them (a dump path containing `{job_dir}` stays as it is)."""
+    return fill_placeholders(token, {k: escape_placeholders(v) for k, v in values.items()})
+
+
+def resolve(token: str, job_dir: str | None = None) -> str:
+    """A planned element as it runs: `{job_dir}` filled (when given), braces undoubled."""
+    return fill_placeholders(token, {"job_dir": job_dir} if job_dir is not None else {})
 
 
 @dataclass
@@ -362,7 +407,7 @@ class ReplayPlan:
     def command_line(self) -> str:
         """For display only: a shell-quoted rendering of the argv."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+        return (env + " " if env else "") + shlex.join(resolve(a) for a in self.argv)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -390,7 +435,20 @@ def plan_replay(
     """Check the request against the dump and the node, and build the launch plan."""
     overrides = list(overrides or [])
     check_overrides(overrides)
-    first, last = choose_steps(index, first, last)
+    if takes_steps(template):
+        first, last = choose_steps(index, first, last)
+    else:
+        chosen = (first, last)
+        first, last = areal_steps(index)
+        if chosen != (None, None) and chosen != (first, last):
+            raise UserError(
+                f"the {template.name} template cannot choose steps: AReaL's replay has no "
+                f"start-step option and trains from global step 0; it will replay steps "
+                f"{first}-{last} (leave the step range empty)"
+            )
+        total = config_key("total_train_steps")
+        if not any(o.partition("=")[0].strip() == total for o in overrides):
+            overrides.append(f"{total}={last + 1}")  # stop after the last dumped step
     if gpus is None:
         size = check_dp_size(index, first, last, 0)
         free = free_gpus(sample)
@@ -410,8 +468,12 @@ def plan_replay(
         "nproc": str(size),
         "start": str(first),
         "end": str(last),
+        "stop": str(last + 1),
     }
-    argv = [substitute(t, values) for t in template.argv] + overrides
+    # Overrides are values too: their braces are literal.
+    argv = [substitute(t, values) for t in template.argv] + [
+        escape_placeholders(o) for o in overrides
+    ]
     env = {"CUDA_VISIBLE_DEVICES": format_gpus(gpus) if gpus else ""}
     recorded = index.meta.get("device")
     recorded_device = str(recorded) if recorded in ("cuda", "cpu") else None

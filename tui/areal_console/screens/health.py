@@ -137,7 +137,10 @@ class HealthScreen(WorkerHost, Screen[None]):
         elif target.node is not None:
             if fleet is None:
                 raise UserError(f"node {target.node} is not connected")
-            files = NodeFiles(fleet.session(target.node))
+            try:
+                files = NodeFiles(fleet.session(target.node))
+            except KeyError:
+                raise UserError(f"no node {target.node} among the console's nodes") from None
         return MetricsFollower(path, files, self.thresholds)
 
     def _plot_names(self, report: HealthReport) -> list[str]:

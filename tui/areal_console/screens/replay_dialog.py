@@ -33,6 +33,7 @@ from areal_console.core.replay import (
     parse_gpus,
     parse_step_range,
     plan_replay,
+    takes_steps,
 )
 
 
@@ -161,7 +162,15 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
         if not steps_text and index.step_numbers:
             steps_text = f"{index.step_numbers[0]}:{index.step_numbers[-1]}"
         self.query_one("#replay-gpus", Input).value = gpus_text
-        self.query_one("#replay-steps", Input).value = steps_text
+        steps_input = self.query_one("#replay-steps", Input)
+        template = self.templates.get(self.template_name)
+        if template is not None and not takes_steps(template):
+            # AReaL's replay has no start-step option: it always trains from global step 0.
+            steps_input.value = ""
+            steps_input.placeholder = "from step 0 (AReaL's replay has no start step)"
+            steps_input.disabled = True
+        else:
+            steps_input.value = steps_text
         self.replan()
 
     def _make_plan(self, gpus_text: str, steps_text: str, overrides_text: str) -> ReplayPlan:

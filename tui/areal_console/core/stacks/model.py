@@ -547,7 +547,7 @@ def _rank_from_dump(
 
 
 # --------------------------------------------------------------------------------------
-# The saved / exported JSON (DESIGN.md `stacks --json`) back into records
+# The saved / exported JSON (`stacks --json`, docs/cli-json.md) back into records
 
 
 def capture_from_json(data: dict[str, Any]) -> StackCapture:

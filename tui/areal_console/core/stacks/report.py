@@ -7,7 +7,7 @@ from typing import Any
 from areal_console.core.ledger.collect import ABSENT_HINT
 from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks
+from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.model import Frame, Stack, StackCapture
 from areal_console.core.textfmt import plural
 
@@ -17,7 +17,7 @@ def capture_json(
     analysis: StackAnalysis | None = None,
     diagnosis: Diagnosis | None = None,
 ) -> dict[str, Any]:
-    """The DESIGN.md `stacks --json` document (plus `id` and `interval` when known)."""
+    """The `stacks --json` document (docs/cli-json.md) (plus `id` and `interval` when known)."""
     analysis = analysis or analyse(capture)
     diagnosis = diagnosis or full_diagnosis(analysis)
     # Ranks share interned stacks: encode each distinct stack once.
@@ -68,7 +68,7 @@ def ledger_lines(capture: StackCapture) -> list[str]:
         return ["", "Collective ledger: " + (notes[0] if notes else ABSENT_HINT)]
     lines = ["", "Collective ledger (Flight Recorder):"]
     for g in ledger.used_groups:
-        lines.append(f"  {g.label}, ranks {format_ranks(g.members)}: {g.summary()}")
+        lines.append(f"  {g.label}, {g.members_label}: {g.summary()}")
         lines += [f"    ! {p}" for p in g.problems()]
     lines += [f"  note: {n}" for n in ledger.notes]
     return lines
