@@ -335,13 +335,13 @@ def test_cross_device_replay_is_compared_within_a_stated_tolerance() -> None:
 
 def test_plan_says_which_device_recorded_and_which_replays() -> None:
     template = load_templates()["reference"]
-    cuda_recording = index({1: [None]})
+    cuda_recording = index({0: [None]})
     cuda_recording.meta["device"] = "cuda"
     on_cpu = plan_replay(cuda_recording, "n", NO_GPU_SAMPLE, template, gpus=[], script="t.py")
     assert (on_cpu.recorded_device, on_cpu.device, on_cpu.tolerance) == ("cuda", "cpu", 1e-3)
     assert on_cpu.device_note.startswith("recorded on cuda, replaying on cpu: cross-device")
     on_gpu = plan_replay(cuda_recording, "n", GPU_SAMPLE, template, gpus=[0], script="t.py")
     assert on_gpu.tolerance is None and on_gpu.device_note.endswith("bit for bit")
-    unknown = plan_replay(index({1: [None]}), "n", NO_GPU_SAMPLE, template, gpus=[], script="t")
+    unknown = plan_replay(index({0: [None]}), "n", NO_GPU_SAMPLE, template, gpus=[], script="t")
     assert unknown.tolerance is None and "does not say its device" in unknown.device_note
     assert on_cpu.to_json()["tolerance"] == 1e-3
