@@ -62,12 +62,15 @@ async def test_the_welcome_hint_leaves_with_the_cluster_screen() -> None:
         assert "Press s to capture" not in [n.message for n in app._notifications]
 
 
-def test_the_palette_lists_every_saved_capture() -> None:
+async def test_the_palette_lists_every_saved_capture() -> None:
     for i in range(25):
         save_capture(StackCapture(captured_at=f"2026-01-01T00:00:{i:02d}+00:00", samples=1,
                                   ranks=[], capture_id=f"c{i:03d}"))  # fmt: skip
     app = ConsoleApp(None, RecordedMonitor([]))
-    labels = [label for label, _, _ in app._saved_capture_entries()]
+    async with app.run_test(size=(120, 36)):
+        app.refresh_saved_captures()  # what opening the palette does
+        await until(lambda: len(app.saved_captures) == 25, what="every capture listed")
+        labels = [label for label, _, _ in app._saved_capture_entries()]
     assert len(labels) == 25 and any("c000" in label for label in labels)
 
 

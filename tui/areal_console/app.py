@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, Protocol
 
+from textual import on
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
@@ -26,9 +27,10 @@ from areal_console.core.settings import Settings
 from areal_console.core.stacks.capture import CaptureOptions, scope_processes, take_capture
 from areal_console.core.stacks.model import StackCapture
 from areal_console.core.stacks.scope import JobChoiceError
-from areal_console.core.stacks.store import list_captures, load_capture
+from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
 from areal_console.core.targets import NodeSpec
 from areal_console.core.textfmt import plural
+from areal_console.messages import SavedCapturesListed
 from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
@@ -133,6 +135,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self._dumped: dict[str, tuple[int, int, int]] = {}  # node -> (done, total, failed)
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
+        self.saved_captures: list[SavedCapture] = []  # refreshed when the palette opens
         if batches_path:
             self.screen_factories["batches"] = self._new_batches_screen
         if fleet is not None:
@@ -294,9 +297,21 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_saved_capture(self, capture_id: str) -> None:
         self.push_screen(StacksScreen(recapture=lambda: load_capture(capture_id)))
 
+    @background("saved-captures", doing="listing the saved captures",
+                retry="open the palette again")  # fmt: skip
+    def refresh_saved_captures(self, ticket: Ticket) -> None:
+        """Re-read the saved captures off the UI thread (the palette shows the last list)."""
+        # Every one: the palette searches them (the newest first).
+        self.post_message(SavedCapturesListed(list_captures(), ticket=ticket))
+
+    @on(SavedCapturesListed)
+    def _saved_captures_listed(self, message: SavedCapturesListed) -> None:
+        if self.fresh(message):
+            self.saved_captures = message.captures
+
     def _saved_capture_entries(self) -> list[tuple[str, str, Callable[[], Any]]]:
         entries: list[tuple[str, str, Callable[[], Any]]] = []
-        for saved in list_captures():  # every one: the palette searches them
+        for saved in self.saved_captures:  # cached: the palette asks at every keystroke
             entries.append((f"Capture {saved.capture_id}: {saved.title}",
                             f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}",
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -21,6 +21,7 @@ from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
 from areal_console.widgets.status_line import StatusLine
+from areal_console.workers import Ticket, WorkerHost, background
 
 if TYPE_CHECKING:
     from areal_console.app import ConsoleApp
@@ -53,7 +54,7 @@ def status_text(
     return " · ".join(parts)
 
 
-class ClusterScreen(Screen[None]):
+class ClusterScreen(WorkerHost, Screen[None]):
     """Live GPUs and processes of every node, refreshed about once a second."""
 
     BINDINGS = [
@@ -234,8 +235,13 @@ class ClusterScreen(Screen[None]):
             self.app.push_screen(HostKeyScreen(view.name, view.address, view.host_key), answered)
             return  # one question at a time
 
-    @work(thread=True, group="host-keys", exit_on_error=False)
-    def _trust_host_key(self, name: str) -> None:
+    @background(
+        "host-keys",
+        doing="trusting the host key",
+        retry="restart the console to be asked again",
+        exclusive=False,
+    )
+    def _trust_host_key(self, ticket: Ticket, name: str) -> None:
         self.console.monitor.trust_host_key(name)
         self.app.call_from_thread(self.notify, f"{name}: host key trusted; connecting")
 

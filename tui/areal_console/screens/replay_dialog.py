@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
@@ -35,6 +35,7 @@ from areal_console.core.replay import (
     plan_replay,
     takes_steps,
 )
+from areal_console.workers import Ticket, WorkerHost, background
 
 
 @dataclass
@@ -46,7 +47,7 @@ class NodeFacts:
     script: str
 
 
-class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
+class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
 
     # Nothing focused when it opens: enter launches what the preview shows, and a stray key
@@ -131,8 +132,9 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
     def on_mount(self) -> None:
         self.load_node_facts()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-load")
-    def load_node_facts(self) -> None:
+    # One-shot dialog work: failures are shown in the dialog itself, so these catch them.
+    @background("replay-dialog-load", doing="reading the node's dump and GPUs")
+    def load_node_facts(self, ticket: Ticket) -> None:
         try:
             session = self.fleet.session(self.node)
             index = jobs.dump_index(session, self.path)
@@ -231,8 +233,8 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
         self.query_one("#replay-hint", Label).update("launching…")
         self.launch_plan(self.plan)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-launch")
-    def launch_plan(self, plan: ReplayPlan) -> None:
+    @background("replay-dialog-launch", doing="launching the replay", retry="press enter to retry")
+    def launch_plan(self, ticket: Ticket, plan: ReplayPlan) -> None:
         try:
             record = jobs.launch(self.fleet.session(plan.node), plan)
             self.post_message(self.Launched(record, None))

@@ -6,7 +6,6 @@ from typing import Any
 
 from rich.syntax import Syntax
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -16,9 +15,10 @@ from textual.widgets import Label, Static
 
 from areal_console.core.stacks.model import Frame
 from areal_console.core.stacks.source import SourceSnippet, read_snippet
+from areal_console.workers import Ticket, WorkerHost, background
 
 
-class SourceViewScreen(ModalScreen[None]):
+class SourceViewScreen(WorkerHost, ModalScreen[None]):
     """A snippet around `frame.line`, read in a worker; esc, q or o closes it."""
 
     DEFAULT_CSS = """
@@ -67,8 +67,8 @@ class SourceViewScreen(ModalScreen[None]):
     def on_mount(self) -> None:
         self._read()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="source-read")
-    def _read(self) -> None:
+    @background("source-read", doing="reading the source file", retry="press o to try again")
+    def _read(self, ticket: Ticket) -> None:
         self.post_message(self.Loaded(read_snippet(self.frame.file, self.frame.line, self.context)))
 
     def on_source_view_screen_loaded(self, message: Loaded) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -13,13 +13,20 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Static
 
+from areal_console.core.errors import UserError
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
-from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, thread_trees
+from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
 from areal_console.core.stacks.model import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import full_diagnosis, text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
 from areal_console.core.textfmt import plural, printable
+from areal_console.messages import (
+    StacksAnalysed,
+    StacksCaptureFailed,
+    StacksExported,
+    StackTreesReady,
+)
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
@@ -27,11 +34,12 @@ from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
+from areal_console.workers import Ticket, WorkerHost, background
 
 CaptureFn = Callable[[], StackCapture]
 
 
-class StacksScreen(Screen[None]):
+class StacksScreen(WorkerHost, Screen[None]):
     """One capture, analysed. Give it a `StackCapture`, or a `recapture` callable that
     takes (and saves) a new one; `r` calls it again. All analysis runs in workers."""
 
@@ -172,28 +180,6 @@ class StacksScreen(Screen[None]):
         ),
     ]
 
-    class Analysed(Message):
-        def __init__(self, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
-            super().__init__()
-            self.analysis = analysis
-            self.diagnosis = diagnosis
-
-    class TreesReady(Message):
-        def __init__(self, trees: dict[str, TreeNode], all_threads: bool) -> None:
-            super().__init__()
-            self.trees = trees
-            self.all_threads = all_threads
-
-    class Exported(Message):
-        def __init__(self, text: str) -> None:
-            super().__init__()
-            self.text = text
-
-    class CaptureFailed(Message):
-        def __init__(self, error: str) -> None:
-            super().__init__()
-            self.error = error
-
     class CaptureProgress(Message):
         """Dumps finished so far (posted from the capture's thread as each rank is done)."""
 
@@ -254,40 +240,50 @@ class StacksScreen(Screen[None]):
         self.query_one("#status", Static).update(Text(printable(text)))
 
     # workers: never touch widgets, only post messages --------------------------------
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-analyse")
-    def _analyse(self, capture: StackCapture) -> None:
+    @background("stacks-analyse", doing="analysing the capture", retry="press r to capture again")
+    def _analyse(self, ticket: Ticket, capture: StackCapture) -> None:
         analysis = analyse(capture)
-        self.post_message(self.Analysed(analysis, full_diagnosis(analysis)))
+        self.post_message(StacksAnalysed(analysis, full_diagnosis(analysis), ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-capture")
-    def _capture(self) -> None:
-        assert self.recapture is not None
+    @background(
+        "stacks-capture", doing="capturing every rank's stack", retry="press r to capture again"
+    )
+    def _capture(self, ticket: Ticket) -> None:
+        if self.recapture is None:
+            raise UserError("this Stacks screen shows a saved capture: nothing to recapture")
         try:
             capture = self.recapture()
         except Exception as exc:  # shown to the user; the screen keeps working
-            self.post_message(self.CaptureFailed(str(exc) or exc.__class__.__name__))
+            self.post_message(
+                StacksCaptureFailed(str(exc) or exc.__class__.__name__, ticket=ticket)
+            )
             return
         analysis = analyse(capture)
-        self.post_message(self.Analysed(analysis, full_diagnosis(analysis)))
+        self.post_message(StacksAnalysed(analysis, full_diagnosis(analysis), ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-trees")
-    def _build_threads(self, capture: StackCapture, include_idle: bool) -> None:
-        self.post_message(self.TreesReady(thread_trees(capture, include_idle), True))
+    @background("stacks-trees", doing="merging every thread's stacks", retry="press t to try again")
+    def _build_threads(self, ticket: Ticket, capture: StackCapture, include_idle: bool) -> None:
+        self.post_message(StackTreesReady(thread_trees(capture, include_idle), True, ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-export")
-    def _export(self, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
+    @background("stacks-export", doing="exporting the report", retry="press e to try again")
+    def _export(self, ticket: Ticket, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
         capture = analysis.capture
         try:
             json_path = save_capture(capture)  # same file when it was saved already
             text_path = json_path.with_suffix(".txt")
             write_atomic(text_path, text_report(capture, analysis, diagnosis))
         except OSError as exc:
-            self.post_message(self.Exported(f"export failed: {exc}"))
+            self.post_message(StacksExported(f"export failed: {exc}", ticket=ticket))
             return
-        self.post_message(self.Exported(f"exported {text_path} and {json_path.name}"))
+        self.post_message(
+            StacksExported(f"exported {text_path} and {json_path.name}", ticket=ticket)
+        )
 
     # results --------------------------------------------------------------------------
-    def on_stacks_screen_analysed(self, message: Analysed) -> None:
+    @on(StacksAnalysed)
+    def _analysed(self, message: StacksAnalysed) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         self.analysis, self.diagnosis = message.analysis, message.diagnosis
         self.capture = message.analysis.capture
         self.marked, self.diffing = [], None
@@ -298,7 +294,10 @@ class StacksScreen(Screen[None]):
         self._close_diff()
         self._say_summary()
 
-    def on_stacks_screen_trees_ready(self, message: TreesReady) -> None:
+    @on(StackTreesReady)
+    def _trees_ready(self, message: StackTreesReady) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         if message.all_threads != self.all_threads or self.analysis is None:
             return  # the user toggled back meanwhile
         self.query_one(StackTree).show_tree(
@@ -306,7 +305,10 @@ class StacksScreen(Screen[None]):
         )
         self._set_detail_title()
 
-    def on_stacks_screen_exported(self, message: Exported) -> None:
+    @on(StacksExported)
+    def _exported(self, message: StacksExported) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         self.say(message.text)
 
     def on_stacks_screen_capture_progress(self, message: CaptureProgress) -> None:
@@ -317,7 +319,10 @@ class StacksScreen(Screen[None]):
         if self.analysis is None:
             self.query_one(DiagnosisBanner).update(Text(printable(text + "…")))
 
-    def on_stacks_screen_capture_failed(self, message: CaptureFailed) -> None:
+    @on(StacksCaptureFailed)
+    def _capture_failed(self, message: StacksCaptureFailed) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         if self.analysis is None:
             self.query_one(DiagnosisBanner).update(
                 Text(printable(f"capture failed: {message.error}"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_console.core.ledger.collect import ABSENT_HINT
+from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
@@ -64,8 +64,7 @@ def ledger_lines(capture: StackCapture) -> list[str]:
     """The report's "Collective ledger" section (one line when there is none)."""
     ledger = capture.ledger
     if ledger is None or not ledger.groups:
-        notes = ledger.notes if ledger is not None else []
-        return ["", "Collective ledger: " + (notes[0] if notes else ABSENT_HINT)]
+        return ["", "Collective ledger: " + absent_note(ledger)]
     lines = ["", "Collective ledger (Flight Recorder):"]
     for g in ledger.used_groups:
         lines.append(f"  {g.label}, {g.members_label}: {g.summary()}")
