@@ -335,8 +335,14 @@ class Fleet:
                 return NodeFailure(session.name, _describe(exc))
 
         workers = max(1, min(self.max_parallel, len(chosen)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet") as pool:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet")
+        try:
             results = list(pool.map(guarded, chosen))
+        except BaseException:
+            # Ctrl-C: return now; the caller closes the sessions, which ends the calls.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
     def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
