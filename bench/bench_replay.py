@@ -1,13 +1,13 @@
 """Replay speed and exactness of the reference trainer.
 
-1. Time to reach and run step N: the original run (sampling rollouts for steps 1..N, no
-   dumping) vs a replay that starts at step N from the checkpoint saved with its dump.
+1. Time to reach and run step N: the original run (sampling rollouts for steps 0..N-1, no
+   dumping) vs a replay that starts at step N-1 from the checkpoint saved with its dump.
    Whole processes, best of `--repeat`, in the same run on the same machine; the ratio is
    what matters. The cost of `import torch` alone is measured too, since it is part of both.
-2. The same inside the process, from the metrics' per-step `time_s`: steps 1..N with
-   rollouts vs the replayed step N.
-3. Bit-for-bit check: several seeds, each replayed from step 1, from the middle
-   checkpoint and from step N alone, compared metric by metric with the recording.
+2. The same inside the process, from the metrics' per-step `time_s`: steps 0..N-1 with
+   rollouts vs the replayed step N-1.
+3. Bit-for-bit check: several seeds, each replayed from step 0, from the middle
+   checkpoint and from step N-1 alone, compared metric by metric with the recording.
 
     python bench/bench_replay.py [--steps 16] [--seeds 1,2,3] [--batch 16] [--repeat 3]
 """
@@ -90,7 +90,8 @@ def main() -> None:
             )
             recorded = metrics(dump / "metrics.jsonl")
             checks = {}
-            for first in sorted({1, max(1, n // 2), n}):
+            last = n - 1  # global steps run 0..n-1, as AReaL numbers them
+            for first in sorted({0, max(0, n // 2), last}):
                 out = root / f"replay-{seed}-{first}"
                 trainer(
                     *common,
@@ -100,8 +101,8 @@ def main() -> None:
                     f"trajectory_debug.path={dump}",
                     f"output_dir={out}",
                 )
-                result = verify(recorded, metrics(out / "metrics.jsonl"), (first, n))
-                checks[f"{first}-{n}"] = result.matched
+                result = verify(recorded, metrics(out / "metrics.jsonl"), (first, last))
+                checks[f"{first}-{last}"] = result.matched
             exact.append({"seed": seed, "checks": checks})
 
         # Speed: best of --repeat whole processes (wall and CPU time).
@@ -121,7 +122,7 @@ def main() -> None:
             lambda: trainer(
                 *common,
                 *replay,
-                f"start_step={n}",
+                f"start_step={n - 1}",
                 f"steps={n}",
                 f"trajectory_debug.path={dump}",
                 f"output_dir={root / 'jump'}",
@@ -129,8 +130,8 @@ def main() -> None:
         )
         jump_steps = metrics(root / "jump" / "metrics.jsonl")
 
-    in_orig = sum(orig_steps[s]["time_s"] for s in range(1, n + 1))
-    in_replay = jump_steps[n]["time_s"]
+    in_orig = sum(orig_steps[s]["time_s"] for s in range(n))
+    in_replay = jump_steps[n - 1]["time_s"]
     print(
         f"reference trainer: {n} steps, {opts.batch} prompts x 4 samples per step, CPU, "
         f"1 thread; best of {opts.repeat}"
@@ -138,8 +139,8 @@ def main() -> None:
     print(f"{'':34}{'wall':>8}{'CPU':>8}")
     rows = [
         ("import torch alone", import_s, import_cpu),
-        (f"original run, steps 1..{n}", original_s, original_cpu),
-        (f"replay from checkpoint, step {n}", replay_s, replay_cpu),
+        (f"original run, steps 0..{n - 1}", original_s, original_cpu),
+        (f"replay from checkpoint, step {n - 1}", replay_s, replay_cpu),
     ]
     for label, wall, cpu in rows:
         print(f"  {label:32}{wall:7.2f}s{cpu:7.2f}s")
@@ -160,7 +161,7 @@ def main() -> None:
         f"{beyond_import(replay_cpu, original_cpu, import_cpu):>8}"
     )
     print(
-        f"  in-process (the steps' time_s): steps 1..{n} {in_orig * 1e3:.1f} ms vs step {n} "
+        f"  in-process (the steps' time_s): steps 0..{n - 1} {in_orig * 1e3:.1f} ms vs step {n - 1} "
         f"replayed {in_replay * 1e3:.1f} ms, ratio {in_replay / in_orig:.3f}"
     )
     print("bit-identical replays (recorded metrics vs replayed, every step):")

@@ -2,7 +2,7 @@
 
 python scripts/export_screenshots.py [--text]
 
-Cluster, Stacks (and a side-by-side diff), Batches and Jobs, each in the real app shell at
+Cluster, Stacks (and a side-by-side diff), Batches, Jobs and Health, each in the real app shell at
 130x36: recorded agent samples, recorded py-spy captures, a seeded dump written with
 torch.save and recorded replay jobs; no clock, no host names, no pids of this machine.
 `--text` prints each screen's text instead of writing files.
@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT / "tests"), str(ROOT)]
 OUT = ROOT / "screenshots"
 
 
@@ -62,6 +62,7 @@ async def main(text: bool) -> None:
     recorded.write_batches_dump("dumps")  # relative: the screen shows the path as given
     await render("batches", recorded.batches_app("dumps"), recorded.open_sample)
     await render("jobs", recorded.jobs_app(), recorded.open_jobs)
+    await render("health", recorded.health_app("run"), recorded.open_health)
 
 
 if __name__ == "__main__":

@@ -130,12 +130,14 @@ async def open_sample(pilot: Pilot[None], row: int = 2) -> None:
 REPLAY_PLAN = {
     "steps": [11, 12],
     "gpus": [0, 1],
-    "argv": ["python3", "reference_trainer.py", "--nproc", "2", "start_step=11", "steps=12"],
+    "argv": ["python3", "reference_trainer.py", "--nproc", "2", "start_step=11", "steps=13"],
     "metrics": "{job_dir}/out/metrics.jsonl",
 }
 REPLAY_LOG = [  # what the reference trainer prints while it replays steps 11-12
+    "Epoch 1/1 Step 12/13 Train step 12/13 done.",
     "step 11: task_reward=0.416667 seq_len=37.4167 no_eos_ratio=0.166667 importance_weight=1"
     " behave_imp_weight=1 actor_loss=-0.0183627 grad_norm=0.842131 (replayed)",
+    "Epoch 1/1 Step 13/13 Train step 13/13 done.",
     "step 12: task_reward=0.5 seq_len=38.25 no_eos_ratio=0.25 importance_weight=0.998125"
     " behave_imp_weight=1.00412 actor_loss=-0.0211984 grad_norm=0.790513 (replayed)",
 ]
@@ -205,4 +207,31 @@ async def open_jobs(pilot: Pilot[None]) -> None:
     table = screen.query_one("#jobs-table", DataTable)
     log = screen.query_one("#jobs-log", Log)
     await wait_until(pilot, lambda: table.row_count == 3 and log.line_count == len(REPLAY_LOG))
+    await pilot.pause()
+
+
+# --------------------------------------------------------------------------------------
+# Health: a finished run whose behave_imp_weight drifted, written by AReaL's logging code
+
+
+def health_app(path: str = "run", steps: int = 40) -> ConsoleApp:
+    """The app with the Health screen on a run at `path` (relative: shown as given)."""
+    from areal_console.core.metrics.health import BEHAVE_IMP_WEIGHT
+    from areal_console.core.metrics.locate import HealthTarget
+    from areal_logfmt import actor_stats, write_run
+
+    def drifting(step: int) -> dict[str, float]:
+        return actor_stats(step, **{BEHAVE_IMP_WEIGHT: 1.0 + 0.01 * step})
+
+    write_run(Path(path), steps, stats=drifting, finished=True)
+    return ConsoleApp(None, recorded_monitor(), health_target=HealthTarget(path))
+
+
+async def open_health(pilot: Pilot[None]) -> None:
+    from areal_console.screens.health import HealthScreen
+
+    app = pilot.app
+    await pilot.press("5")
+    await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen)
+                     and app.screen.report is not None)  # fmt: skip
     await pilot.pause()

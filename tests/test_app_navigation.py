@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+import recorded
 from areal_console.app import ConsoleApp
 from areal_console.core.settings import Settings
+from areal_console.core.targets import local_node
+from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
+from areal_console.screens.jobs import JobsScreen
 from areal_console.widgets.process_table import ProcessTable
 from recorded import recorded_monitor
 from textual.command import CommandPalette
@@ -58,3 +66,64 @@ async def test_read_only_is_shown() -> None:
     app = ConsoleApp(None, recorded_monitor(), settings=Settings(read_only=True))
     async with app.run_test(size=(120, 36)):
         assert app.read_only and app.sub_title == "read-only"
+
+
+async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Path) -> None:
+    """`:batches PATH` again (even while shown) and a new set of nodes replace the screens
+    built before, through the app's own bookkeeping of its modes."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    recorded.write_batches_dump(first)
+    recorded.write_batches_dump(second)
+    app = recorded.jobs_app()
+    async with app.run_test(size=recorded.SIZE) as pilot:
+        await pilot.press("4")
+        await recorded.wait_until(pilot, lambda: isinstance(app.screen, JobsScreen))
+        old_jobs = app.screen
+        app.run_command(f"batches {first}")
+        await recorded.wait_until(pilot, lambda: isinstance(app.screen, BatchesScreen))
+        shown = app.screen
+        assert isinstance(shown, BatchesScreen) and shown.path == str(first)
+        app.run_command(f"batches {second}")  # while the first one is shown
+        await recorded.wait_until(
+            pilot, lambda: isinstance(app.screen, BatchesScreen) and app.screen is not shown
+        )
+        assert isinstance(app.screen, BatchesScreen) and app.screen.path == str(second)
+        app.replace_targets([local_node()])
+        assert app.current_mode == "nodes"
+        await pilot.press("4")
+        await recorded.wait_until(pilot, lambda: isinstance(app.screen, JobsScreen))
+        assert app.screen is not old_jobs
+        assert isinstance(app.screen, JobsScreen) and app.screen.fleet is app.fleet
+
+
+async def test_palette_lists_saved_captures_from_a_cache_read_off_the_ui_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    import areal_console.app as app_module
+    from areal_console.core.stacks.store import save_capture
+
+    save_capture(recorded.recorded_capture())
+    reads: list[str] = []
+    real = app_module.list_captures
+
+    def counting() -> list[Any]:
+        reads.append(threading.current_thread().name)
+        return real()
+
+    monkeypatch.setattr(app_module, "list_captures", counting)
+    app = ConsoleApp(None, recorded_monitor())
+    async with app.run_test(size=(120, 36)) as pilot:
+        ui_thread = threading.current_thread().name
+        await pilot.press("ctrl+p")
+        await recorded.wait_until(pilot, lambda: app.saved_captures)
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"Capture recorded")  # a search per keystroke, no disk read each
+        await pilot.pause()
+        labels = [label for label, _, _ in app._saved_capture_entries()]
+        assert any(label.startswith("Capture recorded-cleanup_deadlock") for label in labels)
+        assert len(reads) == 1 and ui_thread not in reads  # once per opening, in a worker
+        await pilot.press("escape")
+        await pilot.press("ctrl+p")
+        await recorded.wait_until(pilot, lambda: len(reads) == 2)

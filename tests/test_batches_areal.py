@@ -192,3 +192,36 @@ def test_trusted_rtensor_file_without_areal_installed(sc_dump: Path) -> None:
     """--trust-pickle never runs AReaL's code unless it is installed; here it is not."""
     s = b.summarize(str(sc_dump), trust_pickle=True)
     assert s["format"] == b.TRAJECTORY_REFS  # the safe loader read it; nothing else ran
+
+
+def test_reference_trainer_full_dump_reads_as_on_policy(tmp_path: Path) -> None:
+    """The reference trainer stores prox_logp as AReaL's compute_logp returns it; with
+    on-policy rollouts (rollout.max_head_offpolicyness=0) pi_prox/pi_behave is 1."""
+    from areal_console.core.replay import TRAINER_PATH
+
+    dump = tmp_path / "dump"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(TRAINER_PATH),
+            "steps=2",
+            "rollout.max_head_offpolicyness=0",
+            "trajectory_debug.dump_rollout_data=true",
+            "trajectory_debug.dump_scope=full",
+            f"trajectory_debug.path={dump}",
+            f"output_dir={tmp_path / 'out'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    s = b.summarize(str(dump / "step_000001.pt"))
+    iw = s["stats"]["behave_imp_weight"]
+    assert iw["mean"] == pytest.approx(1.0, abs=1e-4) and iw["max"] < 1.001
+    assert not any("behave_imp_weight" in w for w in s["warnings"])
+    # AReaL's no_eos_ratio, as the trainer logged it for that step.
+    logged = json.loads((dump / "metrics.jsonl").read_text().splitlines()[1])
+    assert logged["step"] == 1 and s["stats"]["no_eos_ratio"] == pytest.approx(
+        logged["no_eos_ratio"]
+    )

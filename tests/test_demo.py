@@ -93,7 +93,7 @@ def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
                 break
         assert any("3/3 steps dumped" in line for line in lines), lines
         dumps = sorted(p.name for p in tmp_path.glob("areal-console-demo-*/dump/step_*.pt"))
-        assert dumps == [f"step_00000{s}_dp_{r}.pt" for s in (1, 2, 3) for r in (0, 1)]
+        assert dumps == [f"step_00000{s}_dp_{r}.pt" for s in (0, 1, 2) for r in (0, 1)]
         assert len(demo_processes(tmp_path)) >= 3
         proc.send_signal(signal.SIGINT)
         rest = proc.stderr.read()

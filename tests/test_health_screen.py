@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import recorded
 from areal_console.app import ConsoleApp
 from areal_console.core.metrics.health import (
     BEHAVE_IMP_WEIGHT,
@@ -140,13 +141,4 @@ def test_health_screen_snapshot(
 ) -> None:
     """A finished run whose behave_imp_weight drifted (relative path: deterministic)."""
     monkeypatch.chdir(tmp_path)
-    write_run(Path("run"), 40, stats=drifting, finished=True)
-    app = ConsoleApp(None, recorded_monitor(), health_target=HealthTarget("run"))
-
-    async def run_before(pilot: Any) -> None:
-        await pilot.press("5")
-        await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen)
-                         and app.screen.report is not None)  # fmt: skip
-        await pilot.pause()
-
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(recorded.health_app(), terminal_size=SIZE, run_before=recorded.open_health)

@@ -560,3 +560,260 @@ def test_hosts_option_takes_the_hostlist_grammar() -> None:
     bad = run_cli("nodes", "--hosts", "n[3-1]")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "runs backwards" in bad.stderr
+
+
+# --------------------------------------------------------------------------------------
+# 7. an unreadable .pt: that file's error, the rest of the directory summarised
+
+WITHOUT_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.fixture(scope="module")
+def dump_with_unreadable_step(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real dump directory whose step 1 file has mode 000. The CLI runs without the
+    capabilities that let root read anything, so "permission denied" is real here."""
+    from tests.fixtures import batch_dumps as bf
+
+    if subprocess.run([*WITHOUT_DAC, "true"], capture_output=True).returncode != 0:
+        pytest.skip("setpriv cannot drop capabilities here")
+    d = tmp_path_factory.mktemp("dump")
+    bf.write_trajectory_dump(d, steps=[0, 1, 2], dp_size=1, n_groups=2, group_size=2)
+    (d / "step_000001_dp_0.pt").chmod(0)
+    return d
+
+
+def _batch_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    from conftest import cli_env
+
+    return subprocess.run(
+        [*WITHOUT_DAC, sys.executable, "-m", "areal_console", "batch", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cli_env(),
+        check=False,
+    )
+
+
+def test_unreadable_step_is_reported_and_the_directory_summarised(
+    dump_with_unreadable_step: Path,
+) -> None:
+    import json
+
+    result = _batch_cli(str(dump_with_unreadable_step), "--json")
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"warning: {dump_with_unreadable_step}/step_000001_dp_0.pt: cannot read: Permission denied"
+    )
+    doc = json.loads(result.stdout)
+    errors = {e["file"]: e.get("error") for e in doc["timeline"]}
+    assert errors["step_000000_dp_0.pt"] is None and errors["step_000002_dp_0.pt"] is None
+    assert "Permission denied" in errors["step_000001_dp_0.pt"]
+    assert doc["samples"] == 8  # the two readable steps, 2 groups x 2 samples each
+
+
+def test_unreadable_file_alone_is_one_line(dump_with_unreadable_step: Path) -> None:
+    path = dump_with_unreadable_step / "step_000001_dp_0.pt"
+    result = _batch_cli(str(path))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"error: {path}: cannot read: Permission denied"
+
+
+# --------------------------------------------------------------------------------------
+# 8. a malformed saved capture among good ones
+
+
+def test_stacks_list_names_the_bad_capture_and_lists_the_rest(tmp_path: Path) -> None:
+    import json
+
+    from areal_console.core.stacks.model import StackCapture
+    from areal_console.core.stacks.store import save_capture
+
+    data = tmp_path / "data"
+    captures = data / "captures"
+    good = StackCapture(captured_at="2026-01-01T00:00:00+00:00", samples=1, ranks=[], errors=[])
+    good.capture_id = "20260101-000000-good"
+    save_capture(good, captures)
+    (captures / "20260101-000001-list.json").write_text("[1, 2, 3]")
+    (captures / "20260101-000002-ranks.json").write_text('{"ranks": [1, 2]}')
+    (captures / "20260101-000003-text.json").write_text("{not json")
+    os.mkfifo(captures / "20260101-000004-fifo.json")
+    t0 = time.monotonic()
+    result = run_cli("stacks", "--list", "--json", AREAL_CONSOLE_DATA_DIR=str(data))
+    assert time.monotonic() - t0 < 30
+    assert result.returncode == 0, result.stderr
+    assert [c["id"] for c in json.loads(result.stdout)["captures"]] == ["20260101-000000-good"]
+    warned = sorted(line.split(":")[1].strip() for line in result.stderr.splitlines())
+    assert warned == sorted(
+        f"skipped {captures}/20260101-00000{i}-{name}.json"
+        for i, name in enumerate(["list", "ranks", "text", "fifo"], start=1)
+    )
+    opened = run_cli(
+        "stacks", "--open", str(captures / "20260101-000002-ranks.json"),
+        AREAL_CONSOLE_DATA_DIR=str(data),
+    )  # fmt: skip
+    assert opened.returncode == 1 and "Traceback" not in opened.stderr
+    assert "is not a valid stack capture" in opened.stderr
+
+
+# --------------------------------------------------------------------------------------
+# 10. the CLI contract: exit codes, warnings, bad values, noise, random bytes
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["nodes", "--connect-timeout", "0"],
+        ["nodes", "--connect-timeout", "-3"],
+        ["nodes", "--connect-timeout", "nan"],
+        ["nodes", "--hosts", "node:22.7"],
+        ["nodes", "--hosts", "node:0"],
+        ["stacks", "--samples", "0"],
+        ["stacks", "--match", "("],
+        ["stacks", "--interval", "-1"],
+        ["batch", "x.pt", "--sample", "-1"],
+        ["replay", "/tmp", "--gpus", "zero"],
+        ["replay", "/tmp", "--steps", "5:2"],
+        ["slurm", "12;rm"],
+    ],
+)
+def test_bad_values_exit_2_in_one_line(args: list[str]) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "Traceback" not in result.stderr
+
+
+def test_inventory_port_that_is_not_a_whole_number(tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text("nodes:\n  - name: a\n    port: 22.7\n")
+    result = run_cli("nodes", "--inventory", str(path))
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip() == f"error: {path}:3: bad port 22.7 in 'node': must be a whole number"
+    )
+
+
+def test_stacks_with_no_node_answering_is_an_error_naming_why(tmp_path: Path) -> None:
+    result = run_cli("stacks", "--hosts", "127.0.0.1:1", "--connect-timeout", "2")
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("error: 127.0.0.1: connection refused by 127.0.0.1:1")
+    assert lines[-1] == "error: no node answered (1 tried): nothing was captured"
+
+
+def test_stacks_with_no_rank_captured_is_an_error_naming_why() -> None:
+    result = run_cli("stacks", "--local", "--match", "no-such-process-zq81")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == (
+        "error: no rank captured: no process with rank variables matches --match "
+        "'no-such-process-zq81'"
+    )
+
+
+def test_nodes_partial_failure_is_a_warning_not_an_error() -> None:
+    from areal_console.commands.nodes import outcome
+
+    result = run_cli("nodes", "--hosts", "127.0.0.1:1,127.0.0.2:1", "--connect-timeout", "2")
+    assert result.returncode == 1  # every node down: an error
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("error: 127.0.0.") for line in lines)
+    nodes = [
+        {"name": "up1", "state": "up", "error": None},
+        {"name": "down1", "state": "down", "error": "connection refused"},
+    ]
+    assert outcome(nodes) == (3, ["warning: down1: connection refused"])
+
+
+def test_random_bytes_are_not_a_torch_file(tmp_path: Path) -> None:
+    """4 KB of random bytes, starting as a pickle would: not a torch file, not "unsafe"."""
+    import random
+
+    rng = random.Random(7)
+    for name, head in (("a.pt", b"\x80\x02"), ("b.pt", b"\x80\x04"), ("c.pt", b"")):
+        path = tmp_path / name
+        path.write_bytes(head + bytes(rng.getrandbits(8) for _ in range(4096 - len(head))))
+        result = run_cli("batch", str(path))
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.strip() == (
+            f"error: {path}: not a torch.save file (neither a zip archive nor torch's "
+            "legacy format)"
+        )
+
+
+def test_batch_prints_no_torch_warnings(tmp_path: Path) -> None:
+    from tests.fixtures import batch_dumps as bf
+
+    bf.write_trajectory_dump(tmp_path, steps=[0], dp_size=1, n_groups=2, group_size=2)
+    result = run_cli("batch", str(tmp_path / "step_000000_dp_0.pt"))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+# --------------------------------------------------------------------------------------
+# 11. templates: fields are filled in the template, never inside the values
+
+WRITE_ARGS = "import sys; open(sys.argv[2], 'w').write(sys.argv[1] + chr(10) + sys.argv[3])"
+
+
+def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> None:
+    from areal_console.core import jobs
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.replay import parse_template, plan_replay
+    from areal_console.core.targets import local_node
+
+    from tests.fixtures import batch_dumps as bf
+
+    dump = tmp_path / "run-{job_dir}-{python}"
+    dump.mkdir()
+    bf.write_trajectory_dump(dump, steps=[0], dp_size=1, n_groups=2, group_size=2)
+    template = parse_template(
+        "probe", {"argv": f'{{python}} -c "{WRITE_ARGS}" {{dir}} {{job_dir}}/seen'}
+    )
+    fleet = Fleet([local_node()])
+    session = fleet.sessions[0]
+    try:
+        index = jobs.dump_index(session, str(dump))
+        plan = plan_replay(
+            index, session.name, session.call("sample"), template, gpus=[],
+            python=sys.executable, overrides=["note={job_dir}"],
+        )  # fmt: skip
+        assert str(dump) in plan.command_line  # shown as it will run
+        record = jobs.launch(session, plan)
+        record = jobs.wait(session, record, timeout=60)
+        assert record.state == "finished", record
+        seen = (Path(str(record.job_dir)) / "seen").read_text().splitlines()
+        assert seen == [str(dump), "note={job_dir}"]
+        # The Slurm form resolves the same way.
+        argv = jobs.slurm_command(plan, "/jobs/j1")
+        assert str(dump) in argv and "/jobs/j1/seen" in argv and "note={job_dir}" in argv
+    finally:
+        fleet.close()
+
+
+# --------------------------------------------------------------------------------------
+# Cases that need the sshd test cluster or the Slurm cluster live with those fixtures:
+
+ELSEWHERE = {
+    "test_ssh.py": [
+        "test_known_hosts_markers_revoke_one_host_and_fail_no_other",  # 4
+        "test_connect_timeout_bounds_the_agent_start",  # 12
+    ],
+    "test_fleet_faults.py": [
+        "test_hung_agent_costs_only_its_own_timeout",  # 13, over SSH
+    ],
+    "test_slurm.py": [
+        "test_the_agents_python_is_chosen_on_the_node",  # 14 (and 9 through Slurm)
+        "test_unknown_job_is_a_clear_error",  # 10: a bad job id exits 2
+    ],
+}
+
+
+def test_the_cases_listed_elsewhere_exist() -> None:
+    import ast
+
+    here = Path(__file__).parent
+    for module, names in ELSEWHERE.items():
+        tree = ast.parse((here / module).read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert set(names) <= defined, (module, set(names) - defined)

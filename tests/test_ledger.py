@@ -72,7 +72,7 @@ def test_one_rank_one_call_behind() -> None:
     assert default.mismatch is None and default.behind == {1: 1}
     assert {p.rank: p.head for p in default.positions} == {0: 4, 1: 3, 2: 4, 3: 4}
     assert grads.desc == "grads" and grads.behind == {0: 1, 2: 1, 3: 1}
-    assert "group 0 (default_pg): rank 1 1 call behind" in ledger.findings()
+    assert "group 0 (default_pg): rank 1 is 1 call behind" in ledger.findings()
     # gloo tracks enqueued and completed, not started
     pos = next(p for p in default.positions if p.rank == 0)
     assert pos.started is None and pos.completed == 4  # the timed-out call counts as done
@@ -220,3 +220,52 @@ def test_diagnosis_names_the_mismatch_by_sequence_id() -> None:
         "Flight Recorder: group 1 (grads): no trace from rank 3",
     ]
     assert with_ledger(base, None) is base
+
+
+def test_diagnosis_names_the_rank_behind_when_stacks_look_alike() -> None:
+    """Every rank at the same line (stacks: same collective), but rank 1 one call behind."""
+    base = Diagnosis("same_collective", "All ranks wait in all_reduce", "detail", [], [])
+    got = with_ledger(base, ledger_of("behind"))
+    assert got.pattern == "same_collective"
+    assert got.title == (
+        "Rank 1 is 1 call behind in group 0 (default_pg); the others wait in all_reduce #4 [8] float32"
+    )
+    assert "Flight Recorder: group 0 (default_pg): rank 1 is 1 call behind" in got.evidence
+
+
+def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
+    from areal_console.core.stacks.model import build_capture, capture_from_json
+    from areal_console.core.stacks.report import capture_json, text_report
+
+    pyspy = Path(__file__).parent / "data" / "pyspy"
+    with_fr = build_capture(json.loads((pyspy / "ledger_op.json").read_text()))
+    assert with_fr.ledger is not None
+    doc = json.loads(json.dumps(capture_json(with_fr)))
+    assert doc["ledger"]["groups"][0]["mismatch"]["seq"] == 4
+    reopened = capture_from_json(doc)
+    assert reopened.ledger is not None and reopened.ledger.to_json() == doc["ledger"]
+    assert "Ranks disagree at collective #4 of group 0 (default_pg)" in text_report(reopened)
+
+    old = build_capture(json.loads((pyspy / "same_collective.json").read_text()))
+    assert old.ledger is None and capture_json(old)["ledger"] is None
+    lines = [ln for ln in text_report(old).splitlines() if "Collective ledger" in ln]
+    assert lines == [
+        "Collective ledger: not in this capture (taken without Flight Recorder traces): stacks only"
+    ]
+
+
+def test_hook_removes_sockets_of_processes_that_are_gone(tmp_path: Path) -> None:
+    import importlib.util
+
+    from areal_console.fr_hook import HOOK_DIR
+
+    spec = importlib.util.spec_from_file_location("fr_hook_module", HOOK_DIR / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # not as `sitecustomize`: enables nothing
+    gone, alive = tmp_path / "areal-fr-999999999.sock", tmp_path / f"areal-fr-{os.getppid()}.sock"
+    other = tmp_path / "areal-fr-notes.txt"
+    for f in (gone, alive, other):
+        f.write_text("")
+    hook.remove_stale_sockets(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])

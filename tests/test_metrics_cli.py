@@ -171,3 +171,30 @@ def test_cli_follow_prints_steps_until_the_run_completes(tmp_path: Path) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_tui_takes_a_health_path() -> None:
+    from areal_console.cli import build_parser
+
+    args = build_parser().parse_args(["tui", "--health", "/runs/x", "--health-node", "n1"])
+    assert (args.health, args.health_node) == ("/runs/x", "n1")
+
+
+@pytest.mark.slow
+def test_cli_finds_a_single_controller_runs_log_from_its_real_workers(tmp_path: Path) -> None:
+    """Workers started as AReaL's LocalScheduler starts them (bash -c ... stdbuf ... rpc_server
+    --experiment-name E --trial-name T --fileroot F | tee); the controller's log where
+    AReaL's StatsLogger puts it."""
+    from test_areal_processes import ArealRun
+
+    run = ArealRun(tmp_path / "run", "collective", 2)
+    try:
+        log_dir = tmp_path / "run" / "logs" / getpass.getuser() / "gsm8k-grpo" / run.trial
+        write_run(log_dir, 6, finished=True)
+        out = run_cli("metrics", "--local", "--job", run.trial, "--json")
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert report["source"].endswith(f"{log_dir}/main.log")
+        assert report["steps"] == list(range(6)) and report["stalled"] is False
+    finally:
+        run.stop()

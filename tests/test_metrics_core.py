@@ -309,6 +309,10 @@ def test_log_dir_from_worker_and_controller_command_lines() -> None:
     assert run_identity(controller)["tensorboard"] == "/fs/tb"
     assert log_dir_from_processes([controller], "bob") == "/fs/logs/bob/e/t"
     assert log_dir_from_processes(["python3 train.py"], "bob") is None
+    # no fileroot on the command line: AReaL's default (cli_args.py:3048-3049)
+    assert log_dir_from_processes(["python3 t.py experiment_name=e trial_name=t"], "bob") == (
+        "/tmp/areal/logs/bob/e/t"
+    )
 
 
 def test_report_of_a_run_with_no_steps_yet(tmp_path: Path) -> None:
@@ -363,7 +367,7 @@ def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
     records = [
         json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert list(parser.store.steps) == [0, 1, 2, 3]  # trainer steps 1-4 = global steps 0-3
+    assert list(parser.store.steps) == [0, 1, 2, 3]  # global steps, logged as Train step 1-4
     assert parser.finished and parser.total_steps == 4
     for name, areal_name in rt.AREAL_NAMES.items():
         assert parser.store.series(areal_name)[1] == [rounded(r[name]) for r in records]

@@ -14,7 +14,7 @@ def test_nodes_json_reports_exactly_the_jobs_ranks(gloo_job: GlooJob) -> None:
     report = json.loads(result.stdout)
     [node] = report["nodes"]
     design = ["name", "host", "state", "error", "gpus", "gpu_error", "processes"]
-    assert list(node)[: len(design)] == design  # DESIGN.md's fields first, extras after
+    assert list(node)[: len(design)] == design  # the documented fields first, extras after
     assert node["hostname"] and node["python"] and node["tools"]["torch"] is True
     assert node["state"] == "up" and node["host"] == "local" and node["error"] is None
     assert node["gpus"] == [] and "NVML unavailable" in node["gpu_error"]

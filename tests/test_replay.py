@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from areal_console.core.replay import METRIC_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,7 +72,7 @@ def replay_json(home: Path, *args: str) -> tuple[int, dict, str]:
 @pytest.mark.slow
 def test_dumps_use_areal_layout(recording: Path) -> None:
     names = sorted(p.name for p in recording.glob("step_*.pt"))
-    assert names == [f"step_{s:06d}.pt" for s in range(1, 5)]
+    assert names == [f"step_{s:06d}.pt" for s in range(4)]  # AReaL's global steps, from 0
     groups = torch.load(recording / "step_000002.pt", weights_only=True)
     assert isinstance(groups, list) and len(groups) == 4  # one dict per prompt group
     g = groups[0]
@@ -91,21 +92,13 @@ def test_dumps_use_areal_layout(recording: Path) -> None:
     )
     prompt = g["loss_mask"] == 0
     assert (g["versions"][prompt & g["attention_mask"]] == -1).all()
-    assert (g["versions"][g["loss_mask"].bool()] == 0).all()  # step 2 sampled by version 0 (lag 1)
+    assert (g["versions"][g["loss_mask"].bool()] == 1).all()  # step 2 sampled by version 1 (lag 1)
     assert (g["logprobs"][g["loss_mask"].bool()] < 0).all()
     recorded = [json.loads(x) for x in (recording / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in recorded] == [1, 2, 3, 4]
-    assert {
-        "task_reward",
-        "seq_len",
-        "no_eos_ratio",
-        "importance_weight",
-        "behave_imp_weight",
-        "actor_loss",
-        "grad_norm",
-    } <= set(recorded[0])
+    assert [r["step"] for r in recorded] == [0, 1, 2, 3]
+    assert set(METRIC_NAMES) <= set(recorded[0])
     assert sorted(p.name for p in (recording / "checkpoints").iterdir()) == [
-        f"ckpt_{s:06d}.pt" for s in range(1, 5)
+        f"ckpt_{s:06d}.pt" for s in range(4)
     ]
 
 
@@ -115,7 +108,7 @@ def test_replay_reproduces_every_step_bit_for_bit(home: Path, recording: Path) -
     assert code == 0, err
     assert out["state"] == "finished" and out["exit_code"] == 0 and out["gpus"] == "cpu"
     assert out["verification"]["matched"] is True
-    assert out["verification"]["steps"] == [1, 2, 3, 4]
+    assert out["verification"]["steps"] == [0, 1, 2, 3]
     assert out["verification"]["first_mismatch"] is None
     assert (
         isinstance(out["command"], list)
@@ -126,9 +119,9 @@ def test_replay_reproduces_every_step_bit_for_bit(home: Path, recording: Path) -
 
 @pytest.mark.slow
 def test_replay_from_a_checkpointed_later_step(home: Path, recording: Path) -> None:
-    code, out, err = replay_json(home, str(recording / "step_000003.pt"), "--steps", "3:4")
+    code, out, err = replay_json(home, str(recording / "step_000002.pt"), "--steps", "2:3")
     assert code == 0, err
-    assert out["verification"]["matched"] is True and out["verification"]["steps"] == [3, 4]
+    assert out["verification"]["matched"] is True and out["verification"]["steps"] == [2, 3]
 
 
 @pytest.mark.slow
@@ -138,20 +131,73 @@ def test_tampered_dump_is_reported_as_differing(home: Path, recording: Path) -> 
     groups = torch.load(tampered / "step_000002.pt", weights_only=True)
     groups[0]["rewards"] = 1.0 - groups[0]["rewards"]
     torch.save(groups, tampered / "step_000002.pt")
-    code, out, err = replay_json(home, str(tampered), "--steps", "1:3")
+    code, out, err = replay_json(home, str(tampered), "--steps", "0:2")
     assert code == 1
     assert out["state"] == "finished"
     mismatch = out["verification"]["first_mismatch"]
     assert out["verification"]["matched"] is False and mismatch["step"] == 2
     assert mismatch["recorded"] != mismatch["replayed"]
-    assert out["verification"]["steps"] == [1]
+    assert out["verification"]["steps"] == [0, 1]
     assert "replay differs from recording at step 2" in err
+
+
+@pytest.mark.slow
+def test_cross_device_recording_says_so_and_compares_within_tolerance(
+    home: Path, recording: Path
+) -> None:
+    """A recording made on CUDA (its trajectory_meta.json says so), replayed on this CPU:
+    the device of each is said before launch and the comparison is within a tolerance."""
+    meta = json.loads((recording / "trajectory_meta.json").read_text())
+    assert meta["device"] == "cpu" and meta["device_name"] == "cpu"  # what was recorded here
+    on_cuda = home / "cuda-recording"
+    shutil.copytree(recording, on_cuda)
+    meta.update(device="cuda", device_name="NVIDIA H100 80GB HBM3")
+    (on_cuda / "trajectory_meta.json").write_text(json.dumps(meta))
+    dry = console(home, "replay", str(on_cuda), "--steps", "1:2", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        "recorded on cuda, replaying on cpu: cross-device, compared within a relative "
+        "tolerance of 0.001" in dry.stderr
+    )
+    code, out, err = replay_json(home, str(on_cuda), "--steps", "1:2")
+    assert code == 0, err
+    assert (out["recorded_device"], out["device"], out["tolerance"]) == ("cuda", "cpu", 0.001)
+    assert out["verification"]["matched"] is True
+    assert "within relative tolerance 0.001, cross-device" in out["verification"]["summary"]
+
+
+@pytest.mark.slow
+def test_verifying_after_the_recording_is_gone_cannot_compare(home: Path, recording: Path) -> None:
+    from areal_console.core import jobs
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.targets import local_node
+    from areal_console.screens.jobs import JobRow
+
+    copy = home / "soon-gone"
+    shutil.copytree(recording, copy)
+    code, out, err = replay_json(home, str(copy), "--steps", "1:1")
+    assert code == 0 and out["verification"]["matched"] is True, err
+    shutil.rmtree(copy)  # the recording (and its metrics) deleted after the replay
+    env = console_env(home)
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("AREAL_CONSOLE_DATA_DIR", "XDG_CACHE_HOME"):
+            mp.setenv(key, env[key])
+        record = next(r for r in jobs.load_jobs() if r.job_id == out["job_id"])
+        fleet = Fleet([local_node()])
+        try:
+            result = jobs.verify_job(fleet.sessions[0], record)  # what `v` does
+        finally:
+            fleet.close()
+    assert result is not None and not result.matched and not result.comparable
+    assert result.summary.startswith("cannot compare with the recording: ")
+    assert "differs" not in result.summary
+    assert JobRow(record).cells()[-1] == "cannot compare"
 
 
 def test_missing_step_lists_available_steps(home: Path, recording: Path) -> None:
     proc = console(home, "replay", str(recording), "--steps", "2:9", "--wait")
     assert proc.returncode == 1
-    assert "no dump for step 5" in proc.stderr and "available steps: 1-4" in proc.stderr
+    assert "no dump for step 4" in proc.stderr and "available steps: 0-3" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -195,7 +241,9 @@ def test_trainer_writes_into_the_data_dir_and_says_where(home: Path, tmp_path: P
     assert first.startswith("metrics: "), proc.stdout
     metrics = Path(first.removeprefix("metrics: "))
     assert metrics.is_relative_to(home / "data" / "trainer-runs")
-    assert json.loads(metrics.read_text().splitlines()[0])["step"] == 1
+    assert json.loads(metrics.read_text().splitlines()[0])["step"] == 0
+    # AReaL's progress line: "Train step N" is global step N-1.
+    assert "Epoch 1/1 Step 1/1 Train step 1/1 done." in proc.stdout
 
 
 @pytest.mark.slow
@@ -204,7 +252,7 @@ def test_dump_rotation_keeps_pinned_steps(home: Path) -> None:
     proc = console(
         home,
         "trainer",
-        "steps=5",
+        "steps=6",
         "trajectory_debug.dump_rollout_data=true",
         f"trajectory_debug.path={dump}",
         "trajectory_debug.dump_steps=[1,2,4,5]",
@@ -240,10 +288,10 @@ def test_two_rank_recording_replays_and_rejects_other_dp_sizes(home: Path) -> No
     )
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in dump.glob("step_*.pt")) == [
+        "step_000000_dp_0.pt",
+        "step_000000_dp_1.pt",
         "step_000001_dp_0.pt",
         "step_000001_dp_1.pt",
-        "step_000002_dp_0.pt",
-        "step_000002_dp_1.pt",
     ]
     wrong = console(
         home,
@@ -262,4 +310,4 @@ def test_two_rank_recording_replays_and_rejects_other_dp_sizes(home: Path) -> No
     assert (
         "--nproc" in out["command"] and out["command"][out["command"].index("--nproc") + 1] == "2"
     )
-    assert out["verification"]["matched"] is True and out["verification"]["steps"] == [1, 2]
+    assert out["verification"]["matched"] is True and out["verification"]["steps"] == [0, 1]

@@ -36,21 +36,42 @@ def index(
     )
 
 
-def test_metric_names_match_the_trainer() -> None:
+def test_metric_names_and_dump_names_come_from_one_place() -> None:
+    """The console reads METRIC_NAMES from the trainer's source. Dump names are matched
+    by three files each shipped to nodes on its own (agent, batch extension, trainer),
+    so each holds the pattern, and here the three are one pattern."""
+    from areal_agent.agent import DUMP_FILE
+    from areal_console.core.batches import STEP_FILE, parse_step_name
     from areal_console.trainer import reference_trainer
 
     assert reference_trainer.METRIC_NAMES == METRIC_NAMES
+    assert "grad_norm" in METRIC_NAMES
+    assert STEP_FILE.pattern == DUMP_FILE.pattern
+    assert reference_trainer.DUMP_NAME.pattern == DUMP_FILE.pattern
+    # AReaL writes f"step_{step:06d}.pt" and f"step_{step:06d}_dp_{dp_rank}.pt".
+    assert parse_step_name(f"step_{12:06d}.pt") == (12, None)
+    assert parse_step_name(f"step_{12:06d}_dp_{3}.pt") == (12, 3)
+    assert parse_step_name(f"step_{1234567:06d}_dp_{0}.pt") == (1234567, 0)
+    for other in ("step_12.pt", "step_000012_dp_.pt", "step_000012.pt.tmp", "xstep_000012.pt"):
+        assert parse_step_name(other) is None, other
 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("2:5", (2, 5)), ("3", (3, 3)), (":4", (None, 4)), ("2:", (2, None)), (None, (None, None))],
+    [
+        ("2:5", (2, 5)),
+        ("3", (3, 3)),
+        (":4", (None, 4)),
+        ("2:", (2, None)),
+        ("0:3", (0, 3)),  # AReaL's global steps start at 0
+        (None, (None, None)),
+    ],
 )
 def test_step_ranges(text: str | None, expected: tuple[int | None, int | None]) -> None:
     assert parse_step_range(text) == expected
 
 
-@pytest.mark.parametrize("text", ["5:2", "a:b", "0:3"])
+@pytest.mark.parametrize("text", ["5:2", "a:b", "-1:3"])
 def test_bad_step_ranges(text: str) -> None:
     with pytest.raises(UserError, match="bad step range"):
         parse_step_range(text)
@@ -69,7 +90,7 @@ def test_gpu_lists() -> None:
 def test_plan_picks_free_gpus_and_keeps_file_names_as_single_arguments() -> None:
     templates = load_templates()
     plan = plan_replay(
-        index({1: [0, 1], 2: [0, 1]}),
+        index({0: [0, 1], 1: [0, 1]}),
         "node1",
         GPU_SAMPLE,
         templates["reference"],
@@ -78,14 +99,15 @@ def test_plan_picks_free_gpus_and_keeps_file_names_as_single_arguments() -> None
     )
     assert plan.gpus == [0, 2]  # GPU 1 is busy
     assert plan.env == {"CUDA_VISIBLE_DEVICES": "0,2"}
-    assert plan.steps == (1, 2) and plan.nproc == 2
+    assert plan.steps == (0, 1) and plan.nproc == 2
+    assert "start_step=0" in plan.argv and "steps=2" in plan.argv  # global steps 0 and 1
     assert "trajectory_debug.path=/data/dumps/run 1" in plan.argv  # one element, spaces kept
     assert plan.argv[-1] == "actor.eps_clip=0.1"
 
 
 def test_areal_template_from_the_guide() -> None:
     plan = plan_replay(
-        index({7: [None]}, areal=True),
+        index({0: [None], 1: [None], 2: [None], 5: [None]}, areal=True),
         "n",
         NO_GPU_SAMPLE,
         load_templates()["areal"],
@@ -99,8 +121,32 @@ def test_areal_template_from_the_guide() -> None:
         "gsm8k.yaml",
         "trajectory_debug.replay_rollout_data=true",
         "trajectory_debug.path=/data/dumps/run 1",
+        # AReaL's replay runs from global step 0 until total_train_steps; steps 0-2 are
+        # dumped without a gap, so it stops after step 2.
+        "total_train_steps=3",
     ]
-    assert plan.gpus == [] and plan.metrics is None
+    assert plan.gpus == [] and plan.metrics is None and plan.steps == (0, 2)
+
+
+def test_areal_template_offers_no_start_step() -> None:
+    areal = load_templates()["areal"]
+    dump = index({0: [None], 1: [None]}, areal=True)
+    with pytest.raises(UserError, match="has no start-step option"):
+        plan_replay(dump, "n", NO_GPU_SAMPLE, areal, script="s.py", config="c.yaml", first=1)
+    with pytest.raises(UserError, match=r"starts at global step 0 .* has no step 0"):
+        plan_replay(
+            index({3: [None], 4: [None]}, areal=True),
+            "n",
+            NO_GPU_SAMPLE,
+            areal,
+            script="s.py",
+            config="c.yaml",
+        )
+    mine = plan_replay(
+        dump, "n", NO_GPU_SAMPLE, areal, script="s.py", config="c.yaml",
+        overrides=["total_train_steps=1"],
+    )  # fmt: skip
+    assert [a for a in mine.argv if a.startswith("total_train_steps")] == ["total_train_steps=1"]
 
 
 def test_templates_from_config_and_unknown_placeholders() -> None:
@@ -134,18 +180,18 @@ def test_later_start_needs_a_checkpoint() -> None:
 def test_dp_size_must_match_the_chosen_gpus() -> None:
     with pytest.raises(UserError, match=r"made with 2 data-parallel rank\(s\), but 1 GPU"):
         plan_replay(
-            index({1: [0, 1]}), "n", GPU_SAMPLE, load_templates()["reference"], script="t", gpus=[0]
+            index({0: [0, 1]}), "n", GPU_SAMPLE, load_templates()["reference"], script="t", gpus=[0]
         )
 
 
 def test_gpu_indices_the_node_lacks() -> None:
     with pytest.raises(UserError, match=r"node n has no GPU 7 \(it has 0,1,2,3\)"):
         plan_replay(
-            index({1: [None]}), "n", GPU_SAMPLE, load_templates()["reference"], script="t", gpus=[7]
+            index({0: [None]}), "n", GPU_SAMPLE, load_templates()["reference"], script="t", gpus=[7]
         )
     with pytest.raises(UserError, match=r"has no GPUs .*NVML unavailable.*--gpus cpu"):
         plan_replay(
-            index({1: [None]}),
+            index({0: [None]}),
             "n",
             NO_GPU_SAMPLE,
             load_templates()["reference"],
@@ -193,7 +239,7 @@ def test_verify_reports_first_differing_step_and_metric() -> None:
 
 
 def test_areal_template_may_use_more_gpus_than_dp_ranks() -> None:
-    dump = index({1: [0, 1]}, areal=True)
+    dump = index({0: [0, 1]}, areal=True)
     areal = load_templates()["areal"]
     plan = plan_replay(dump, "n", GPU_SAMPLE, areal, script="s.py", config="c.yaml", gpus=[0, 2, 3])
     assert plan.env == {"CUDA_VISIBLE_DEVICES": "0,2,3"}
@@ -264,5 +310,38 @@ def test_trainer_config_file_and_dotted_overrides(tmp_path: Path) -> None:
         rt.load_config(None, ["actor.epsilon=0.3"])
     with pytest.raises(rt.ConfigError, match="max_keep must be a positive integer"):
         rt.load_config(None, ["trajectory_debug.max_keep=0"])
-    with pytest.raises(rt.ConfigError, match="start_step > 1 needs"):
+    with pytest.raises(rt.ConfigError, match="start_step > 0 needs"):
         rt.load_config(None, ["start_step=3", "steps=5"])
+    with pytest.raises(rt.ConfigError, match="global steps start at 0"):
+        rt.load_config(None, ["start_step=5", "steps=5"])
+
+
+def test_cross_device_replay_is_compared_within_a_stated_tolerance() -> None:
+    """The numbers from a CUDA recording replayed on CPU: not bit for bit, and that is
+    expected; a real divergence still fails."""
+    recorded = {1: {"importance_weight": 0.99213773554}}
+    on_cpu = {1: {"importance_weight": 0.99213769219}}
+    exact = verify(recorded, on_cpu, (1, 1), metrics=("importance_weight",))
+    assert not exact.matched and "bit for bit" in exact.summary
+    close = verify(recorded, on_cpu, (1, 1), metrics=("importance_weight",), rel_tol=1e-3)
+    assert close.matched and close.comparable
+    assert "within relative tolerance 0.001, cross-device" in close.summary
+    wrong = verify(recorded, {1: {"importance_weight": 0.95}}, (1, 1),
+                   metrics=("importance_weight",), rel_tol=1e-3)  # fmt: skip
+    assert not wrong.matched and "differs" in wrong.summary
+    gone = verify({}, on_cpu, (1, 1), metrics=("importance_weight",))
+    assert not gone.comparable and gone.summary.startswith("cannot compare")
+
+
+def test_plan_says_which_device_recorded_and_which_replays() -> None:
+    template = load_templates()["reference"]
+    cuda_recording = index({0: [None]})
+    cuda_recording.meta["device"] = "cuda"
+    on_cpu = plan_replay(cuda_recording, "n", NO_GPU_SAMPLE, template, gpus=[], script="t.py")
+    assert (on_cpu.recorded_device, on_cpu.device, on_cpu.tolerance) == ("cuda", "cpu", 1e-3)
+    assert on_cpu.device_note.startswith("recorded on cuda, replaying on cpu: cross-device")
+    on_gpu = plan_replay(cuda_recording, "n", GPU_SAMPLE, template, gpus=[0], script="t.py")
+    assert on_gpu.tolerance is None and on_gpu.device_note.endswith("bit for bit")
+    unknown = plan_replay(index({0: [None]}), "n", NO_GPU_SAMPLE, template, gpus=[], script="t")
+    assert unknown.tolerance is None and "does not say its device" in unknown.device_note
+    assert on_cpu.to_json()["tolerance"] == 1e-3

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
-from areal_console.core.replay import TRAINER_PATH
+from areal_console.core.replay import TRAINER_PATH, load_templates
 from areal_console.core.targets import local_node
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.screens.jobs import JobsScreen, merge_jobs
@@ -98,9 +98,10 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
         assert dialog.query_one("#replay-gpus", Input).value == "cpu"  # no GPUs here
-        assert dialog.query_one("#replay-steps", Input).value == "1:2"
+        assert dialog.focused is None  # enter launches what is shown; tab reaches the fields
+        assert dialog.query_one("#replay-steps", Input).value == "0:1"  # AReaL's global steps
         command = text_of(dialog, "#replay-command")
-        assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=1 steps=2" in command
+        assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=0 steps=2" in command
         await pilot.press("enter")
         await until(pilot, lambda: app.result != "pending")
     record = app.result
@@ -120,7 +121,7 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         )
         assert table.get_cell(key, "state") == "finished"
         assert table.get_cell(key, "exit") == "0"
-        assert table.get_cell(key, "steps") == "1-2"
+        assert table.get_cell(key, "steps") == "0-1"
         await pilot.press("enter")
         log = screen.query_one("#jobs-log")
         await until(pilot, lambda: any("(replayed)" in line for line in log.lines))
@@ -137,13 +138,33 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, 
         await until(pilot, lambda: "has no GPUs" in text_of(dialog, "#replay-error"))
         dialog.query_one("#replay-gpus", Input).value = "cpu"
         dialog.query_one("#replay-steps", Input).value = "1:7"
-        await until(pilot, lambda: "available steps: 1-2" in text_of(dialog, "#replay-error"))
-        dialog.query_one("#replay-steps", Input).value = "1:2"
+        await until(pilot, lambda: "available steps: 0-1" in text_of(dialog, "#replay-error"))
+        dialog.query_one("#replay-steps", Input).value = "0:1"
         await until(pilot, lambda: text_of(dialog, "#replay-error") == "")
         await pilot.press("enter")
         await pilot.pause(0.1)
         assert "read-only" in text_of(dialog, "#replay-error")
         assert app.result == "pending"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.result is None)
+
+
+async def test_template_without_steps_replays_from_step_zero(fleet: Fleet, dump: Path) -> None:
+    """AReaL's replay has no start step: the field is disabled and the run is bounded by
+    total_train_steps after the dumped steps (0 and 1 here)."""
+    node = fleet.sessions[0].name
+    templates = load_templates({"like-areal": "python3 -c pass trajectory_debug.path={dir}"})
+    app = Host(
+        lambda: ReplayDialog(
+            fleet, str(dump), node, template="like-areal", templates=templates, read_only=True
+        )
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        dialog = app.screen
+        await until(pilot, lambda: "total_train_steps" in text_of(dialog, "#replay-command"))
+        steps = dialog.query_one("#replay-steps", Input)
+        assert steps.disabled and steps.value == "" and "step 0" in steps.placeholder
+        assert text_of(dialog, "#replay-command").endswith("total_train_steps=2")
         await pilot.press("escape")
         await until(pilot, lambda: app.result is None)
 

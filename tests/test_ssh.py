@@ -359,3 +359,73 @@ def test_changed_host_key_is_always_refused(live_cluster: TestCluster, tmp_path:
         assert ssh_keygen_fingerprint(impostor.with_suffix(".pub")) in message
         assert "\n" not in message
     assert known.read_text().count("\n") == 1  # nothing was added
+
+
+def test_known_hosts_markers_revoke_one_host_and_fail_no_other(
+    live_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """`@revoked` refuses that host, clearly; `@cert-authority` is skipped with one warning;
+    the other nodes connect (paramiko alone rejects the whole file). Listed in
+    test_hostile_inputs.py (item 4)."""
+    import json
+
+    from conftest import run_cli
+
+    revoked = live_cluster.nodes[1]
+    ca_key = revoked.host_key.with_suffix(".pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"@cert-authority *.example.org {ca_key[0]} {ca_key[1]}\n"
+        + "".join(n.host_key_line() + "\n" for n in live_cluster.nodes)
+        + f"@revoked {revoked.host_key_line()}\n"
+        + f"@cert-authority *.other.org {ca_key[0]} {ca_key[1]}\n"
+    )
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        live_cluster.ssh_config.read_text().replace(str(live_cluster.known_hosts), str(known))
+    )
+    result = run_cli(
+        "nodes", "--hosts", live_cluster.hosts_arg(), "--ssh-config", str(config), "--json"
+    )
+    assert result.returncode == 3, result.stderr
+    states = {n["name"]: (n["state"], n["error"]) for n in json.loads(result.stdout)["nodes"]}
+    assert {name: s for name, (s, _) in states.items()} == {
+        n.name: ("down" if n is revoked else "up") for n in live_cluster.nodes
+    }
+    error = states[revoked.name][1]
+    assert f"host key for [{revoked.address}]:{revoked.port}" in error
+    line = len(live_cluster.nodes) + 2  # after the first CA line and one line per node
+    assert f"is REVOKED in {known}:{line}: refusing to connect" in error
+    warnings = [ln for ln in result.stderr.splitlines() if "@cert-authority" in ln]
+    assert warnings == [
+        f"warning: {known}: 2 @cert-authority line(s) skipped: host certificates are not "
+        "checked, so hosts known only through a CA are treated as unknown"
+    ]
+    # A revoked key is never learnt either, even with --accept-new-hosts.
+    known.write_text(f"@revoked {revoked.host_key_line()}\n")
+    again = run_cli(
+        "nodes", "--hosts", revoked.name, "--ssh-config", str(config), "--accept-new-hosts"
+    )
+    assert again.returncode == 1 and "is REVOKED" in again.stderr
+
+
+def test_connect_timeout_bounds_the_agent_start(live_cluster: TestCluster, tmp_path: Path) -> None:
+    """A node whose python never answers (here a stand-in that sleeps): --connect-timeout
+    bounds the wait for the agent, not a fixed 30 s. Listed in test_hostile_inputs.py (12)."""
+    from conftest import run_cli
+
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nexec sleep 120\n")
+    slow.chmod(0o755)
+    node = live_cluster.nodes[0]
+    inventory = tmp_path / "cluster.yaml"
+    inventory.write_text(f"nodes:\n  - name: {node.name}\n    python: {slow}\n")
+    t0 = time.monotonic()
+    result = run_cli(
+        "nodes", "--inventory", str(inventory), "--ssh-config", str(live_cluster.ssh_config),
+        "--connect-timeout", "2",
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == f"error: {node.name}: agent did not start within 2s"
+    assert elapsed < 10, elapsed

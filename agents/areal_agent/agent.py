@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -549,6 +550,7 @@ def process_record(
         "state": p["state"],
         "gpus": gpus,
         "gpu_memory": gpu_memory,
+        "env": dict(env),  # the rank variables only (RANK_VARS), for the process detail
         "env_error": p["env_error"],
     }
 
@@ -964,6 +966,28 @@ class Agent:
         }
 
 
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([a-z_]+)\}")
+
+
+def fill_placeholders(text: str, values: dict[str, str]) -> str:
+    """Fill `{name}` fields of a launch template in one pass: a value is never searched
+    for fields itself (a path containing `{job_dir}` stays as it is). `{{` and `}}` are
+    literal braces; unknown fields are kept for a later pass."""
+
+    def one(match: Any) -> str:
+        token, name = match.group(0), match.group(1)
+        if name is None:
+            return token[0]
+        return values.get(name, token)
+
+    return _PLACEHOLDER.sub(one, text)
+
+
+def escape_placeholders(value: str) -> str:
+    """`value` as literal text inside a template (braces doubled)."""
+    return value.replace("{", "{{").replace("}", "}}")
+
+
 def _arg(args: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     value = args.get(name, default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -1071,6 +1095,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     timeout = _arg(args, "timeout", float, 10.0)
     nonblocking = _arg(args, "nonblocking", bool, False)
     native = _arg(args, "native", bool, False)
+    with_locals = _arg(args, "locals", bool, False)
     # Echoed in one `pyspy_progress` event per finished dump (for a progress display).
     progress = args.get("progress")
     # py-spy is CPU-bound while it reads a process: more at once than cores only queues.
@@ -1106,6 +1131,8 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
             cmd.append("--nonblocking")
         if native:
             cmd.append("--native")
+        if with_locals:
+            cmd.append("--locals")
         started = time.monotonic()
         record: dict[str, Any] = {"pid": pid, "requested_pid": requested}
         try:
@@ -1211,7 +1238,6 @@ def op_shutdown(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 # whether the job is running, how it ended, or that it vanished without a word ("unknown").
 
 import contextlib  # noqa: E402
-import re as _re  # noqa: E402 (this section's own imports, kept with it)
 import signal as _signal  # noqa: E402
 
 JOB_WRAPPER = (
@@ -1239,7 +1265,7 @@ JOB_WRAPPER = (
     "write('exit.json',{'exit_code':code,'ended':time.time(),'stopped':stopped[0]})\n"
 )
 
-JOB_ID = _re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 def node_cache_dir() -> str:
@@ -1344,9 +1370,10 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError(f"job {job_id} already exists on this node") from None
     except OSError as exc:
         raise OpError(f"cannot create job directory {path}: {exc.strerror}") from None
-    argv = [a.replace("{job_dir}", path) for a in argv]
+    # argv and log are templates: `{job_dir}` is filled here, `{{`/`}}` are literal braces.
+    argv = [fill_placeholders(a, {"job_dir": path}) for a in argv]
     log = _arg(args, "log", str, "") or "{job_dir}/output.log"
-    log = os.path.expanduser(log).replace("{job_dir}", path)
+    log = fill_placeholders(os.path.expanduser(log), {"job_dir": path})
     cwd = os.path.expanduser(_arg(args, "cwd", str, "") or path)
     if not os.path.isdir(cwd):
         raise OpError(f"working directory {cwd} does not exist on this node")
@@ -1483,7 +1510,7 @@ def op_stage_file(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
     name = _arg(args, "name", str, "")
     digest = _arg(args, "sha256", str, "")
-    if not _re.match(r"^[A-Za-z0-9_.-]+$", name) or not _re.match(r"^[0-9a-f]{64}$", digest):
+    if not re.match(r"^[A-Za-z0-9_.-]+$", name) or not re.match(r"^[0-9a-f]{64}$", digest):
         raise OpError("arguments 'name' and 'sha256' must be a plain file name and a hex digest")
     path = os.path.join(node_cache_dir(), "files", digest, name)
     if os.path.isfile(path):
@@ -1506,7 +1533,7 @@ def op_stage_file(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     return {"path": path, "present": True, "written": True}
 
 
-DUMP_FILE = _re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
+DUMP_FILE = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
 
 
 @op("replay_index")
@@ -1529,7 +1556,7 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         ckpts = sorted(
             int(n[5:-3])
             for n in os.listdir(os.path.join(path, "checkpoints"))
-            if _re.match(r"^ckpt_\d+\.pt$", n)
+            if re.match(r"^ckpt_\d+\.pt$", n)
         )
     except OSError:
         ckpts = []
@@ -1539,7 +1566,10 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         "steps": {str(k): v for k, v in sorted(steps.items())},
         "checkpoints": ckpts,
         "metrics": os.path.isfile(os.path.join(path, "metrics.jsonl")),
-        "meta": {k: meta.get(k) for k in ("trainer", "trainer_version", "world_size")}
+        "meta": {
+            k: meta.get(k)
+            for k in ("trainer", "trainer_version", "world_size", "device", "device_name")
+        }
         if meta
         else {},
     }
@@ -1555,29 +1585,11 @@ FR_ENV = (
     "TORCH_FR_DUMP_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "AREAL_FR_SOCKET_DIR",
+    "TMPDIR",
     "TORCH_WORKER_SERVER_SOCKET",
 )
 FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 FR_MAX_BYTES = 256 << 20
-# Per entry, what the ledger reads (stack frames are left on the node).
-FR_ENTRY_KEYS = (
-    "record_id",
-    "pg_id",
-    "process_group",
-    "collective_seq_id",
-    "p2p_seq_id",
-    "op_id",
-    "profiling_name",
-    "input_sizes",
-    "input_dtypes",
-    "output_sizes",
-    "output_dtypes",
-    "state",
-    "retired",
-    "is_p2p",
-    "time_created_ns",
-    "timeout_ms",
-)
 
 
 def safe_unpickle(data: bytes) -> Any:
@@ -1596,20 +1608,60 @@ def safe_unpickle(data: bytes) -> Any:
 
 
 def slim_trace(data: Any) -> dict[str, Any]:
-    """The parts of a Flight Recorder dump the ledger needs (a dict, JSON-ready)."""
+    """A Flight Recorder dump reduced to what the ledger reads, per process group, as
+    columns: the collectives' sequence ids (a range when they run without gaps) and, per
+    collective, an index into a small table of what ranks must agree on (op, input and
+    output sizes and dtypes). Thousands of entries become two short integer lists, so a
+    large job's traces travel and compare cheaply. Point-to-point calls are left out."""
     if not isinstance(data, dict):
         raise ValueError("not a Flight Recorder dump (not a mapping)")
     if "entries" not in data and "pg_status" not in data:
         raise ValueError("not a Flight Recorder dump (no entries, no pg_status)")
-    entries = []
+    groups: dict[str, dict[str, Any]] = {}
+    tables: dict[str, dict[str, int]] = {}
     for e in data.get("entries") or []:
-        if isinstance(e, dict):
-            entries.append({k: e.get(k) for k in FR_ENTRY_KEYS if k in e})
+        if not isinstance(e, dict) or e.get("is_p2p"):
+            continue
+        pg = e.get("process_group") or ("", "")
+        name = str(pg[0])
+        group = groups.get(name)
+        if group is None:
+            desc = str(pg[1]) if len(pg) > 1 else ""
+            group = groups[name] = {
+                "name": name, "desc": desc, "pg_id": e.get("pg_id"),
+                "rows": [], "table": [],
+            }  # fmt: skip
+            tables[name] = {}
+        sig = [
+            str(e.get("profiling_name") or "?"),
+            e.get("input_sizes") or [],
+            e.get("output_sizes") or [],
+            e.get("input_dtypes") or [],
+        ]
+        text = json.dumps(sig)
+        index = tables[name].get(text)
+        if index is None:
+            index = tables[name][text] = len(group["table"])
+            group["table"].append(sig)
+        group["rows"].append((int(e.get("collective_seq_id") or 0), index, e))
+    out = []
+    for group in groups.values():
+        rows = sorted(group.pop("rows"), key=lambda r: r[0])
+        seqs = [r[0] for r in rows]
+        if seqs and seqs[-1] - seqs[0] == len(seqs) - 1:
+            group["seq_range"] = [seqs[0], len(seqs)]
+        else:
+            group["seqs"] = seqs
+        group["keys"] = [r[1] for r in rows]
+        last = rows[-1][2] if rows else {}
+        group["last_state"] = str(last.get("state") or "")
+        group["last_retired"] = bool(last.get("retired"))
+        out.append(group)
     return {
         "version": data.get("version"),
         "pg_config": data.get("pg_config") or {},
         "pg_status": data.get("pg_status") or {},
-        "entries": entries,
+        "groups": out,
     }
 
 
@@ -1627,14 +1679,18 @@ def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
     try:
         conn.request("POST", url, body=b"", headers={"Content-Length": "0"})
         reply = conn.getresponse()
-        return reply.status, reply.read()
+        body = reply.read(FR_MAX_BYTES + 1)
+        if len(body) > FR_MAX_BYTES:
+            raise ValueError(f"reply larger than {FR_MAX_BYTES} bytes: not a trace")
+        return reply.status, body
     finally:
         conn.close()
 
 
 def fr_live(pid: int, env: dict[str, str], timeout: float) -> dict[str, Any]:
     """Ask a rank's worker server (our launch hook's, or torch's `worker_main`) for its trace."""
-    sockets = [os.path.join(env.get("AREAL_FR_SOCKET_DIR") or "/tmp", f"areal-fr-{pid}.sock")]
+    dirs = (env.get("AREAL_FR_SOCKET_DIR"), env.get("TMPDIR"), "/tmp")
+    sockets = list(dict.fromkeys(os.path.join(d, f"areal-fr-{pid}.sock") for d in dirs if d))
     if env.get("TORCH_WORKER_SERVER_SOCKET"):
         sockets.append(env["TORCH_WORKER_SERVER_SOCKET"])
     errors = []

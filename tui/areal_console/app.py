@@ -9,10 +9,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
+from textual import on
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
@@ -27,8 +27,11 @@ from areal_console.core.settings import Settings
 from areal_console.core.stacks.capture import CaptureOptions, scope_processes, take_capture
 from areal_console.core.stacks.model import StackCapture
 from areal_console.core.stacks.scope import JobChoiceError
-from areal_console.core.stacks.store import list_captures, load_capture
+from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
 from areal_console.core.targets import NodeSpec
+from areal_console.core.textfmt import plural
+from areal_console.messages import SavedCapturesListed
+from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
@@ -51,25 +54,6 @@ class Monitor(Protocol):
     def trust_host_key(self, name: str) -> None: ...
 
 
-@dataclass(frozen=True)
-class ScreenEntry:
-    """A top-level screen: its mode name, title and number key."""
-
-    mode: str
-    title: str
-    key: str
-    aliases: tuple[str, ...] = ()
-
-
-SCREENS = (
-    ScreenEntry("nodes", "Cluster", "1", ("cluster", "n")),
-    ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
-    ScreenEntry("batches", "Batches", "3", ("batch", "b")),
-    ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
-    ScreenEntry("health", "Health", "5", ("metrics",)),
-)
-
-
 class ConsoleApp(WorkerHost, App[None]):
     """areal-console: live GPUs and ranks of a training job, one key from a diagnosis."""
 
@@ -78,6 +62,9 @@ class ConsoleApp(WorkerHost, App[None]):
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
+        # Ctrl-C leaves at once from anywhere (an input box too), as in a shell: exit 130.
+        Binding("ctrl+c", "interrupt", "Quit", id="app.interrupt", show=False, priority=True,
+                tooltip="Leave the console at once (exit status 130)"),
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Show every key of this screen"),
         Binding("colon", "command_line", "Command", id="app.command", show=False,
@@ -121,7 +108,11 @@ class ConsoleApp(WorkerHost, App[None]):
         if monitor is None:
             if fleet is None:
                 raise ValueError("ConsoleApp needs a fleet or a monitor")
-            monitor = FleetMonitor(fleet, interval=self.refresh_interval)
+            monitor = FleetMonitor(
+                fleet,
+                interval=self.refresh_interval,
+                ping_timeout=self.settings.agent_timeout,
+            )
         self.monitor: Monitor = monitor
         # Screens other features register: mode -> factory. Missing ones say so when asked.
         self.screen_factories: dict[str, Callable[[], Screen[Any]]] = {
@@ -132,7 +123,10 @@ class ConsoleApp(WorkerHost, App[None]):
         # Extra command-palette entries: callables returning (label, help, action) triples.
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
         self._stacks_screen: StacksScreen | None = None
+        self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
         self.capture_match: str | None = None
+        self.capture_native = False  # py-spy --native (Stacks screen: N)
+        self.capture_locals = False  # py-spy --locals (Stacks screen: L)
         self.capture_job: str | None = None  # the job chosen for the last capture
         # `s` starts the capture here, before the Stacks screen exists to wait for it.
         self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
@@ -141,6 +135,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self._dumped: dict[str, tuple[int, int, int]] = {}  # node -> (done, total, failed)
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
+        self.saved_captures: list[SavedCapture] = []  # refreshed when the palette opens
         if batches_path:
             self.screen_factories["batches"] = self._new_batches_screen
         if fleet is not None:
@@ -156,14 +151,30 @@ class ConsoleApp(WorkerHost, App[None]):
         )
         if self.settings.keymap:
             self.set_keymap(self.settings.keymap)
+            unknown = sorted(set(self.settings.keymap) - known_binding_ids())
+            if unknown:
+                self.notify(
+                    f"settings: keymap names no key {', '.join(map(repr, unknown))}; the ids "
+                    "are listed with ? on each screen (e.g. cluster.capture)",
+                    severity="warning",
+                    timeout=15,
+                )
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
-        for mode, factory in self.screen_factories.items():
-            self.add_mode(mode, factory)
+        for mode, factory in list(self.screen_factories.items()):
+            self.register_screen(mode, factory)
         self.switch_mode("nodes")
         if self.welcome:
-            self.notify(self.welcome, timeout=20)
+            # A hint for the Cluster screen: short, and gone once another screen opens (its
+            # keys mean other things there).
+            self.notify(self.welcome, timeout=8)
+            self.mode_change_signal.subscribe(self, self._welcome_done)
+
+    def _welcome_done(self, mode: str) -> None:
+        if mode != "nodes":
+            self.clear_notifications()
+            self.mode_change_signal.unsubscribe(self)
 
     def on_unmount(self) -> None:
         self.monitor.stop()
@@ -172,10 +183,25 @@ class ConsoleApp(WorkerHost, App[None]):
             self.fleet.close()
 
     def register_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
-        """Make a top-level screen reachable by its number key, `:` command and palette."""
+        """Make a top-level screen reachable by its number key, `:` command and palette.
+
+        Registering a mode again replaces its screen: the next visit builds a new one. The
+        mode must not be the one shown (`reopen_screen` handles that case).
+        """
         self.screen_factories[mode] = factory
-        if self.is_running:
-            self.add_mode(mode, factory)
+        if not self.is_running:
+            return  # on_mount installs every registered mode
+        if mode in self._installed_modes:
+            self.remove_mode(mode)
+        self.add_mode(mode, factory)
+        self._installed_modes.add(mode)
+
+    async def reopen_screen(self, mode: str, factory: Callable[[], Screen[Any]]) -> None:
+        """Replace `mode`'s screen with a new one from `factory` and show it."""
+        if self.current_mode == mode:
+            await self.switch_mode("nodes")  # a mode cannot be removed while it is shown
+        self.register_screen(mode, factory)
+        await self.switch_mode(mode)
 
     # stacks ---------------------------------------------------------------------------
     def capture_options(self) -> CaptureOptions:
@@ -184,6 +210,8 @@ class ConsoleApp(WorkerHost, App[None]):
             interval=self.settings.capture_interval,
             timeout=self.settings.pyspy_timeout,
             match=self.capture_match,
+            native=self.capture_native,
+            with_locals=self.capture_locals,
         )
 
     def take_capture(self) -> StackCapture:
@@ -269,11 +297,23 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_saved_capture(self, capture_id: str) -> None:
         self.push_screen(StacksScreen(recapture=lambda: load_capture(capture_id)))
 
+    @background("saved-captures", doing="listing the saved captures",
+                retry="open the palette again")  # fmt: skip
+    def refresh_saved_captures(self, ticket: Ticket) -> None:
+        """Re-read the saved captures off the UI thread (the palette shows the last list)."""
+        # Every one: the palette searches them (the newest first).
+        self.post_message(SavedCapturesListed(list_captures(), ticket=ticket))
+
+    @on(SavedCapturesListed)
+    def _saved_captures_listed(self, message: SavedCapturesListed) -> None:
+        if self.fresh(message):
+            self.saved_captures = message.captures
+
     def _saved_capture_entries(self) -> list[tuple[str, str, Callable[[], Any]]]:
         entries: list[tuple[str, str, Callable[[], Any]]] = []
-        for saved in list_captures()[:20]:
+        for saved in self.saved_captures:  # cached: the palette asks at every keystroke
             entries.append((f"Capture {saved.capture_id}: {saved.title}",
-                            f"{saved.captured_at} · {saved.ranks} ranks · {saved.pattern}",
+                            f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}",
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
         return entries
 
@@ -290,13 +330,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_batches(self, path: str, node: str | None = None) -> None:
         """Browse `path` (on `node`, or where the console runs): `:batches PATH`."""
         self.batches_path, self.batches_node = path, node
-        if "batches" in self.screen_factories and self.current_mode != "batches":
-            self.remove_mode("batches")
-        elif self.current_mode == "batches":
-            self.switch_mode("nodes")
-            self.remove_mode("batches")
-        self.register_screen("batches", self._new_batches_screen)
-        self.switch_mode("batches")
+        self.call_later(self.reopen_screen, "batches", self._new_batches_screen)
 
     def open_replay_dialog(self, path: str, steps: list[int]) -> None:
         """`r` in the Batches screen: the launch dialog for the node that holds the dump."""
@@ -344,12 +378,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_health(self, target: HealthTarget) -> None:
         """Follow `target`'s metrics in the Health screen (`:health PATH`, `h` on Cluster)."""
         self.health_target = target
-        if self.current_mode == "health":
-            self.switch_mode("nodes")
-        if "health" in self._modes:
-            self.remove_mode("health")
-        self.register_screen("health", self._new_health_screen)
-        self.switch_mode("health")
+        self.call_later(self.reopen_screen, "health", self._new_health_screen)
 
     def open_health_for_job(self, match: str | None) -> None:
         """The job's log directory from its processes' command lines (the Cluster screen's
@@ -400,18 +429,20 @@ class ConsoleApp(WorkerHost, App[None]):
         """Watch other nodes (a Slurm job picked in the Slurm view) in place of the current ones."""
         old_fleet, old_monitor = self.fleet, self.monitor
         self.fleet = Fleet(specs, **fleet_options)
-        self.monitor = FleetMonitor(self.fleet, interval=self.refresh_interval)
+        self.monitor = FleetMonitor(
+            self.fleet,
+            interval=self.refresh_interval,
+            ping_timeout=self.settings.agent_timeout,
+        )
         self.monitor.start()
         old_monitor.stop()
         if old_fleet is not None:
             self._close_fleet(old_fleet)
         fleet = self.fleet
-        self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
         self.action_goto("nodes")
-        for mode in ("jobs", "stacks"):
-            if mode in self._modes and self.current_mode != mode:
-                self.remove_mode(mode)
-                self.add_mode(mode, self.screen_factories[mode])
+        # Screens built on the old nodes are dropped; the next visit builds new ones.
+        self.register_screen("jobs", lambda: JobsScreen(fleet, read_only=self.read_only))
+        self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None
         self.notify(f"Now watching {len(specs)} node(s)")
 
@@ -471,6 +502,9 @@ class ConsoleApp(WorkerHost, App[None]):
             known = ", ".join(f":{e.mode}" for e in SCREENS)
             self.notify(f"Unknown command {word!r}. Try {known}, :theme NAME, :q", severity="error")
 
+    def action_interrupt(self) -> None:
+        self.exit(return_code=130)
+
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
@@ -491,6 +525,27 @@ class ConsoleApp(WorkerHost, App[None]):
         nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})") for e in SCREENS]
         seen = {k for k, _, _ in own}
         self.push_screen(HelpScreen(title, own + [n for n in nav if n[0] not in seen] + generic))
+
+
+def known_binding_ids() -> set[str]:
+    """Every binding id of the console (what a keymap in the settings may name)."""
+    import importlib
+    import pkgutil
+
+    import areal_console.screens
+    import areal_console.widgets
+
+    classes: list[type] = [ConsoleApp]
+    for package in (areal_console.screens, areal_console.widgets):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            classes += [v for v in vars(module).values() if isinstance(v, type)]
+    ids: set[str] = set()
+    for cls in classes:
+        for binding in getattr(cls, "BINDINGS", []) or []:
+            if isinstance(binding, Binding) and binding.id:
+                ids.add(binding.id)
+    return ids
 
 
 def create_app(specs: list[NodeSpec], **options: Any) -> ConsoleApp:

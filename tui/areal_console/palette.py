@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from areal_console.navigation import SCREENS
+from areal_console.screens.cluster import ClusterScreen
+
 if TYPE_CHECKING:
     from areal_console.app import ConsoleApp
 
@@ -18,8 +21,6 @@ class ConsoleCommands(Provider):
     """Everything the console can jump to or do, searchable by name."""
 
     def _entries(self) -> list[Entry]:
-        from areal_console.app import SCREENS
-
         app: ConsoleApp = self.app  # type: ignore[assignment]
         entries: list[Entry] = []
         for screen in SCREENS:
@@ -43,8 +44,6 @@ class ConsoleCommands(Provider):
         return entries
 
     def _show_node(self, name: str) -> None:
-        from areal_console.screens.cluster import ClusterScreen
-
         app: ConsoleApp = self.app  # type: ignore[assignment]
         app.action_goto("nodes")
         screen = app.screen
@@ -52,13 +51,17 @@ class ConsoleCommands(Provider):
             screen.show_node(name)
 
     def _show_process(self, node: str, pid: int) -> None:
-        from areal_console.screens.cluster import ClusterScreen
-
         app: ConsoleApp = self.app  # type: ignore[assignment]
         app.action_goto("nodes")
         screen = app.screen
         if isinstance(screen, ClusterScreen):
             screen.show_node(node, text_filter=str(pid))
+
+    async def startup(self) -> None:
+        """The palette opened: refresh the saved captures in the background; searches use
+        the list the app holds (no disk reads on the UI thread per keystroke)."""
+        app: ConsoleApp = self.app  # type: ignore[assignment]
+        app.refresh_saved_captures()
 
     async def discover(self) -> Hits:
         for label, help_text, action in self._entries()[:12]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BATCH_FORMATS, BatchError, compare
-from areal_console.core.errors import UsageError, UserError
+from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.targets import add_target_arguments, index, open_fleet, resolve_targets
 
 
@@ -116,7 +116,11 @@ def _run(args: argparse.Namespace, source: BatchSource) -> int:
         _emit(compare(summary, other), args.json, format_compare)
         return 0
     _emit(summary, args.json, format_summary)
-    return 0
+    # A directory whose files partly failed to load: the rest is summarised (exit 3).
+    failed = [e for e in summary.get("timeline") or [] if e.get("unreadable")]
+    for e in failed:
+        print(f"warning: {e['error']}", file=sys.stderr)
+    return EXIT_PARTIAL if failed else EXIT_OK
 
 
 def _emit(data: dict[str, Any], as_json: bool, fmt: Any) -> None:

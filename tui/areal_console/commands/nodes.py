@@ -43,19 +43,28 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_nodes(nodes))
+    code, lines = outcome(nodes)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return code
+
+
+def outcome(nodes: list[dict[str, Any]]) -> tuple[int, list[str]]:
+    """The exit code and the stderr lines: all nodes down is an error (1); some down is
+    partial (3): the others' results stand, and the failures are warnings."""
     failed = [n for n in nodes if n["state"] != "up"]
     if not failed:
-        return EXIT_OK
-    # All down: an error. Some down: the others' results stand, the rest are warnings.
+        return EXIT_OK, []
     every = len(failed) == len(nodes)
-    for n in failed:
-        print(f"{'error' if every else 'warning'}: {n['name']}: {n['error']}", file=sys.stderr)
-    return EXIT_ERROR if every else EXIT_PARTIAL
+    kind = "error" if every else "warning"
+    lines = [f"{kind}: {n['name']}: {n['error']}" for n in failed]
+    return (EXIT_ERROR if every else EXIT_PARTIAL), lines
 
 
 def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
-    """DESIGN.md's node entry, plus what the session learned: host name, Python, tools,
-    latency, and the host key waiting for a decision when that is why it failed."""
+    """The documented node entry (docs/cli-json.md), plus what the session learned: host
+    name, Python, tools, latency, and the host key waiting for a decision when that is
+    why it failed."""
     record = node_report(session.name, session.spec.address, result)
     sampled = result.get("hostname") if isinstance(result, dict) else None
     record["hostname"] = sampled or session.hello.get("hostname")

@@ -17,18 +17,23 @@ def register(subparsers: Any) -> None:
     )
     add_target_arguments(parser)
     parser.add_argument("--read-only", action="store_true", default=None,
-                        help="disable kill, stop and launch")  # fmt: skip
+                        help="disable stopping jobs and launching replays")  # fmt: skip
     parser.add_argument("--interval", type=float, default=None,
                         help="seconds between samples (default 1, or the settings file)")  # fmt: skip
     parser.add_argument("--batches", metavar="PATH",
                         help="a dump (step_*.pt or its directory) to open in the Batches screen")  # fmt: skip
     parser.add_argument("--batches-node", metavar="NODE",
                         help="the node that holds --batches (default: where the console runs)")  # fmt: skip
+    parser.add_argument("--health", metavar="PATH",
+                        help="a run's AReaL log (file or log directory) for the Health screen")  # fmt: skip
+    parser.add_argument("--health-node", metavar="NODE",
+                        help="the node that holds --health (default: where the console runs)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from areal_console.app import create_app
+    from areal_console.core.metrics.locate import HealthTarget
 
     settings = load_settings()  # before the screen opens: a bad file is a one-line error
     specs = resolve_targets(args)
@@ -40,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         refresh_interval=args.interval,
         batches_path=args.batches,
         batches_node=args.batches_node,
+        health_target=HealthTarget(args.health, args.health_node) if args.health else None,
     )
     app.run()
-    return 0
+    return app.return_code or 0  # 130 after Ctrl-C

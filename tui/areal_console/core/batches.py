@@ -19,6 +19,7 @@ import math
 import os
 import re
 import threading
+import warnings
 import zipfile
 from collections import OrderedDict
 from typing import Any
@@ -53,10 +54,17 @@ MAX_DIR_STEPS = 32
 # Per-token statistics (behave_imp_weight) read at most this many tokens per file.
 TOKEN_BUDGET = 1 << 20
 
-STEP_FILE = re.compile(r"^step_(\d+)(?:_dp_(\d+))?\.pt$")
+# AReaL's dump names, `step_{step:06d}.pt` / `step_{step:06d}_dp_{dp_rank}.pt`. This module
+# runs inside the agent as a self-contained extension, so it cannot import the agent's
+# DUMP_FILE; tests/test_replay_core.py holds the agent's, this and the trainer's equal.
+STEP_FILE = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
 EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
 # AReaL's multi-modal keys (areal/utils/data.py:88-90): lists of per-sample dicts.
 MULTI_MODAL_PREFIX = "multi_modal_input"
+
+
+# How a refused pickle is opened anyway, in CLI words; the console says its own key instead.
+TRUST_HINT = "open it with --trust-pickle only if you trust who wrote it"
 
 
 class BatchError(Exception):
@@ -70,6 +78,10 @@ class UnsafePickleError(BatchError):
 # --------------------------------------------------------------------------------------
 # Loading
 
+
+# torch's legacy format: a pickle (any protocol) whose first object is this magic number
+# (torch/serialization.py MAGIC_NUMBER), after the two-byte protocol header.
+LEGACY_HEAD = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
 _cache_lock = threading.Lock()
 # Keyed by (kind, real path, mtime, size, ...): a rewritten file is a new entry. Loaded
@@ -178,27 +190,37 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
 
     import torch
 
-    size = os.path.getsize(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(len(LEGACY_HEAD) + 2)
+    except OSError as exc:  # e.g. permission denied: this file only, said in one line
+        raise BatchError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if size == 0:
         raise BatchError(f"{path}: empty file")
-    with open(path, "rb") as f:
-        head = f.read(4)
-    is_zip = head == b"PK\x03\x04"
+    is_zip = head[:4] == b"PK\x03\x04"
     if is_zip and not zipfile.is_zipfile(path):
         raise BatchError(
             f"{path}: truncated or corrupt torch.save archive (no zip central directory; "
             "was the copy or the dump interrupted?)"
         )
-    if not is_zip and head[:1] != b"\x80":
-        raise BatchError(f"{path}: not a torch.save file (neither a zip archive nor a pickle)")
+    # The legacy (non-zip) format is a pickle that starts with torch's magic number; bytes
+    # that merely start like a pickle are not a torch file (and not an "unsafe pickle").
+    if not is_zip and not (head[:1] == b"\x80" and head[2:] == LEGACY_HEAD):
+        raise BatchError(
+            f"{path}: not a torch.save file (neither a zip archive nor torch's legacy format)"
+        )
     _allow_rtensor_refs()
     try:
-        # mmap needs the zip format; legacy torch.save and plain pickles are read normally.
-        # The safe loader is tried first even with trust_pickle: most files need no more.
-        return torch.load(path, weights_only=True, mmap=is_zip, map_location="cpu")
+        # mmap needs the zip format; the legacy format is read normally. The safe loader is
+        # tried first even with trust_pickle: most files need no more. torch's own warnings
+        # (e.g. about the legacy format) are not the user's business here.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, weights_only=True, mmap=is_zip, map_location="cpu")
     except pickle.UnpicklingError as exc:
         text = str(exc)
-        if "Weights only load failed" in text or "Unsupported global" in text:
+        if "Unsupported global" in text:
             found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
             if trust_pickle:
                 return _load_trusted(path, is_zip)
@@ -210,7 +232,7 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
                 )
             raise UnsafePickleError(
                 f"{path}: refused to load: it holds pickled objects that could run code when "
-                f"loaded{what}; open it with --trust-pickle only if you trust who wrote it"
+                f"loaded{what}; {TRUST_HINT}"
             ) from None
         raise BatchError(f"{path}: corrupt pickle data: {_one_line(text)}") from None
     except Exception as exc:
@@ -1340,8 +1362,8 @@ def summarize_dir(
             continue
         try:
             fmt, description, result = _analysis(e["path"], eos_ids, trust_pickle, token_budget)
-        except BatchError as exc:
-            e["error"] = str(exc)
+        except BatchError as exc:  # this file only: the summary goes on without it
+            e["error"], e["unreadable"] = str(exc), True
             warnings.append(f"unreadable: {exc}")
             continue
         if result is None or fmt == TRAJECTORY_REFS:

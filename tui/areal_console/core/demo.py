@@ -27,9 +27,9 @@ from areal_console.core.errors import UserError
 
 PATTERNS = ("cleanup", "mismatch", "collective", "none")
 TRAIN_STEPS = 30
-# Rollouts up to 16 versions stale and a high learning rate: the behaviour policy falls
+# Rollouts up to 32 versions stale and a high learning rate: the behaviour policy falls
 # behind and behave_imp_weight leaves 1 (what AReaL's guide warns about).
-DRIFT = ("rollout.max_head_offpolicyness=16", "actor.optimizer.lr=0.02")
+DRIFT = ("rollout.max_head_offpolicyness=32", "actor.optimizer.lr=0.01")
 TRAINER = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
 
 Progress = Callable[[str], None]
@@ -95,7 +95,7 @@ class DemoJob:
             f"stats_logger.tensorboard.path={self.tensorboard_dir}",
             "trajectory_debug.dump_rollout_data=true",
             f"trajectory_debug.path={self.dump_dir}",
-            f"trajectory_debug.dump_steps=[{','.join(str(s) for s in range(1, self.dump_steps + 1))}]",
+            f"trajectory_debug.dump_steps=[{','.join(str(s) for s in range(self.dump_steps))}]",
             f"debug.hang={self.pattern}",
             f"output_dir={self.workdir / 'out'}",
         ]  # fmt: skip

@@ -6,8 +6,8 @@ the others; its failure comes back as data (`NodeFailure`) next to the other res
 A session is `new`, `connecting`, `up` or `down` (with the reason in `error`). A dropped
 link (sshd gone, agent killed) makes it `down`; the next call reconnects at once, and
 after a failed connect further attempts wait with exponential backoff, failing fast in
-between with the last reason. With `auto_reconnect`, a background thread keeps retrying
-on that schedule, so a node comes back by itself when its sshd does. State changes are
+between with the last reason. Bringing a node back by itself, on that schedule, is the
+monitor's job (`monitor.FleetMonitor`, one supervising thread per node). State changes are
 reported to `on_event` as `{"event": "state", "state", "error"}` messages.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
-from areal_console.core.targets import NodeSpec
+from areal_console.core.specs import NodeSpec
 from areal_console.core.transport import Channel, InProcessChannel, LocalChannel
 
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
@@ -100,7 +100,6 @@ class NodeSession:
         spec: NodeSpec,
         on_event: EventCallback | None = None,
         *,
-        auto_reconnect: bool = False,
         backoff: Backoff | None = None,
         connect_slots: threading.Semaphore | None = None,
         probe_gpus: bool = True,
@@ -108,13 +107,14 @@ class NodeSession:
         **options: Any,
     ):
         self.spec = spec
+        # How long a connect may take, agent start included (None: see `start_timeout`).
+        self._start_limit: float | None = options.pop("start_timeout", None)
         self.options = options  # passed to the transport (ssh: accept_new_hosts, ...)
         # False: the handshake leaves NVML alone (a stack capture never reads GPUs).
         self.probe_gpus = probe_gpus
         # A local node's agent as a thread of this process (one-shot commands).
         self.in_process = in_process
         self.on_event = on_event
-        self.auto_reconnect = auto_reconnect
         self.backoff = backoff or Backoff()
         self.state = "new"  # new | connecting | up | down
         self.error: str | None = None
@@ -128,7 +128,6 @@ class NodeSession:
         self._lock = threading.Lock()
         self._connect_slots = connect_slots
         self._closed = threading.Event()
-        self._reconnector: threading.Thread | None = None
         # token -> callback for the agent's `pyspy_progress` events of a running capture
         self.progress_listeners: dict[str, Callable[[dict[str, Any]], None]] = {}
 
@@ -165,10 +164,16 @@ class NodeSession:
     # connecting -------------------------------------------------------------------------
     @property
     def start_timeout(self) -> float:
-        """How long a connect may take, agent start included: the `connect_timeout` option
-        (--connect-timeout), else `DEFAULT_START_TIMEOUT`."""
+        """How long a connect may take, agent start included: `start_timeout` when given
+        (--connect-timeout on the command line); else the transport's `connect_timeout`,
+        except for a Slurm step, whose launch alone may take srun's MessageTimeout (10 s
+        by default) and a fallback: `DEFAULT_START_TIMEOUT` there."""
+        if self._start_limit is not None:
+            return float(self._start_limit)
         value = self.options.get("connect_timeout")
-        return float(value) if value else DEFAULT_START_TIMEOUT
+        if self.spec.transport == "slurm" or not value:
+            return DEFAULT_START_TIMEOUT
+        return float(value)
 
     def connect(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """(Re)connect and handshake; returns `hello`. On failure the session is `down`.
@@ -176,16 +181,11 @@ class NodeSession:
         While in backoff after a failed attempt, fails fast with the last reason unless
         `force` is given (a user pressing "retry").
         """
-        return self._connect(self.start_timeout if timeout is None else timeout, force, reopen=True)
-
-    def _connect(self, timeout: float, force: bool, reopen: bool) -> dict[str, Any]:
+        timeout = self.start_timeout if timeout is None else timeout
         with self._lock:
             if self.client is not None and self.client.alive:
                 return self.hello
-            if self._closed.is_set():
-                if not reopen:  # the background reconnector never revives a closed session
-                    raise AgentDisconnected("session closed")
-                self._closed.clear()  # an explicit connect reopens a closed session
+            self._closed.clear()  # an explicit connect reopens a closed session
             now = time.monotonic()
             if not force and self.retry_at is not None and now < self.retry_at:
                 raise AgentDisconnected(f"{self.error} (next retry in {self.retry_at - now:.0f}s)")
@@ -228,8 +228,6 @@ class NodeSession:
         self.failures += 1
         self.retry_at = time.monotonic() + self.backoff.delay(self.failures)
         self._set_state("down", _describe(exc))
-        if self.auto_reconnect and not from_ssh:  # an unknown key waits for the user
-            self._start_reconnector()
 
     def _client_event(self, message: dict[str, Any]) -> None:
         if message.get("event") == "pyspy_progress":
@@ -242,33 +240,8 @@ class NodeSession:
         current_ended = self.client is not None and not self.client.alive
         if message.get("event") == "closed" and current_ended and not self._closed.is_set():
             self._set_state("down", message.get("reason"))
-            if self.auto_reconnect:
-                self._start_reconnector()
         if self.on_event is not None:
             self.on_event(self, message)
-
-    def _start_reconnector(self) -> None:
-        if self._reconnector is not None and self._reconnector.is_alive():
-            return
-        self._reconnector = threading.Thread(
-            target=self._reconnect_loop, name=f"reconnect-{self.name}", daemon=True
-        )
-        self._reconnector.start()
-
-    def _reconnect_loop(self) -> None:
-        while not self._closed.is_set():
-            if self.client is not None and self.client.alive:
-                return
-            if self.unknown_host_key is not None:
-                return  # needs the user's decision first
-            wait = 0.0 if self.retry_at is None else self.retry_at - time.monotonic()
-            if wait > 0 and self._closed.wait(wait):
-                return
-            try:
-                self._connect(self.start_timeout, force=False, reopen=False)
-                return
-            except AgentDisconnected:
-                continue
 
     def trust_host_key(self) -> None:
         """Accept the unknown host key the last connect saw, and allow a retry at once."""
@@ -319,7 +292,6 @@ class Fleet:
         max_parallel: int = MAX_PARALLEL,
         *,
         max_connecting: int = MAX_CONNECTING,
-        auto_reconnect: bool = False,
         backoff: Backoff | None = None,
         **options: Any,
     ) -> None:
@@ -328,7 +300,6 @@ class Fleet:
             NodeSession(
                 spec,
                 on_event=on_event,
-                auto_reconnect=auto_reconnect,
                 backoff=backoff,
                 connect_slots=slots,
                 **options,
@@ -364,8 +335,14 @@ class Fleet:
                 return NodeFailure(session.name, _describe(exc))
 
         workers = max(1, min(self.max_parallel, len(chosen)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet") as pool:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet")
+        try:
             results = list(pool.map(guarded, chosen))
+        except BaseException:
+            # Ctrl-C: return now; the caller closes the sessions, which ends the calls.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
     def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:

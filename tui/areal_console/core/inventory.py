@@ -31,7 +31,7 @@ import yaml
 from areal_console.core import safe_yaml
 from areal_console.core.errors import UserError
 from areal_console.core.hostlist import expand_hostlist, split_hostlist
-from areal_console.core.targets import NodeSpec
+from areal_console.core.specs import NodeSpec
 from areal_console.core.textfmt import clip, clip_repr
 
 NODE_FIELDS = {

@@ -1,4 +1,4 @@
-"""Node reports in the `nodes --json` shape (DESIGN.md), from agent samples."""
+"""Node reports in the `nodes --json` shape (docs/cli-json.md), from agent samples."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ field typed into the UI is only ever one argv element, never parsed by a shell.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -18,39 +19,53 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from areal_agent.agent import escape_placeholders, fill_placeholders
+
+from areal_console.core.areal_keys import config_key
 from areal_console.core.errors import UserError
 
-# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
-METRIC_NAMES = (
-    "task_reward",
-    "seq_len",
-    "no_eos_ratio",
-    "importance_weight",
-    "behave_imp_weight",
-    "actor_loss",
-    "grad_norm",
-)
-
 TRAINER_PATH = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
+
+
+def _trainer_constant(name: str) -> Any:
+    """A literal the reference trainer defines, read from its source (importing it would
+    import torch; it is shipped to nodes as one self-contained file, so it owns these)."""
+    for node in ast.parse(TRAINER_PATH.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{TRAINER_PATH.name} defines no {name}")
+
+
+# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
+METRIC_NAMES: tuple[str, ...] = _trainer_constant("METRIC_NAMES")
 TRAINER_FILE_NAME = "reference_trainer.py"
 
 # Placeholders a template may use; each is substituted inside one argv element.
-PLACEHOLDERS = ("python", "script", "config", "dir", "nproc", "start", "end", "job_dir")
+# Steps are AReaL's global steps (from 0): {start} and {end} are the first and last replayed,
+# {stop} is one past the last (what a `total_train_steps`-style bound takes).
+PLACEHOLDERS = ("python", "script", "config", "dir", "nproc", "start", "end", "stop", "job_dir")
+STEP_PLACEHOLDERS = ("{start}", "{end}", "{stop}")
 
 DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
     "reference": {
         "argv": (
             "{python} {script} --nproc {nproc} "
             "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir} "
-            "start_step={start} steps={end} output_dir={job_dir}/out"
+            "start_step={start} steps={stop} output_dir={job_dir}/out"
         ),
         "metrics": "{job_dir}/out/metrics.jsonl",
         "recorded_metrics": "{dir}/metrics.jsonl",
     },
+    # AReaL's replay has no start-step option: it trains from global step 0 (or after a
+    # recovered checkpoint), loading step_{global_step:06d}.pt each step (PR #1407,
+    # rl_trainer.py:660-716); plan_replay adds total_train_steps to stop after the dump.
     "areal": {
         "argv": (
             "{python} {script} --config {config} "
-            "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir}"
+            f"{config_key('trajectory_debug.replay_rollout_data')}=true "
+            f"{config_key('trajectory_debug.path')}={{dir}}"
         ),
     },
 }
@@ -83,10 +98,12 @@ def parse_step_range(text: str | None) -> tuple[int | None, int | None]:
         last = int(b) if b.strip() else None
     except ValueError:
         raise UserError(f"bad step range {text!r}: use A:B, A:, :B or N") from None
-    if (first is not None and first < 1) or (
-        first is not None and last is not None and last < first
+    if (
+        (first is not None and first < 0)
+        or (last is not None and last < 0)
+        or (first is not None and last is not None and last < first)
     ):
-        raise UserError(f"bad step range {text!r}: need 1 <= A <= B")
+        raise UserError(f"bad step range {text!r}: need 0 <= A <= B (global steps start at 0)")
     return first, last
 
 
@@ -188,8 +205,8 @@ def choose_steps(index: DumpIndex, first: int | None, last: int | None) -> tuple
         raise UserError(f"no step_*.pt dumps in {index.path}")
     listing = format_steps(available)
     if first is None:
-        # Earliest step we can start at: step 1 or a checkpointed step.
-        starts = [s for s in available if s == 1 or s in index.checkpoints]
+        # Earliest step we can start at: step 0 or a checkpointed step.
+        starts = [s for s in available if s == 0 or s in index.checkpoints]
         first = starts[0] if starts else available[0]
     if last is None:
         last = first
@@ -198,12 +215,35 @@ def choose_steps(index: DumpIndex, first: int | None, last: int | None) -> tuple
     for step in range(first, last + 1):
         if step not in index.steps:
             raise UserError(f"no dump for step {step} in {index.path}; available steps: {listing}")
-    if first > 1 and index.is_reference and first not in index.checkpoints:
+    if first > 0 and index.is_reference and first not in index.checkpoints:
         raise UserError(
             f"cannot start at step {first}: no checkpoint was saved with that dump "
             f"(checkpoints: {format_steps(index.checkpoints)})"
         )
     return first, last
+
+
+def takes_steps(template: LaunchTemplate) -> bool:
+    """Whether a template can start a replay at a chosen step (AReaL's cannot)."""
+    return any(p in token for token in template.argv for p in STEP_PLACEHOLDERS)
+
+
+def areal_steps(index: DumpIndex) -> tuple[int, int]:
+    """What AReaL's replay trains on: global step 0 up to the last of the steps dumped
+    without a gap (it stops with FileNotFoundError at the first missing file)."""
+    if not index.steps:
+        raise UserError(f"no step_*.pt dumps in {index.path}")
+    if 0 not in index.steps:
+        raise UserError(
+            f"AReaL's replay starts at global step 0 and {index.path} has no step 0 "
+            f"(steps: {format_steps(index.step_numbers)}): it would stop at once with "
+            "FileNotFoundError; dump from the start of the run, or replay with the reference "
+            "template"
+        )
+    last = 0
+    while last + 1 in index.steps:
+        last += 1
+    return 0, last
 
 
 def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int, exact: bool = True) -> int:
@@ -231,6 +271,14 @@ def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int, exact: bo
 # GPUs on the node
 
 
+class NoGpuError(UserError):
+    """GPUs were asked for on a node without any (the message is in CLI words)."""
+
+    def __init__(self, message: str, node: str, why: str) -> None:
+        super().__init__(message)
+        self.node, self.why = node, why
+
+
 def free_gpus(sample: dict[str, Any]) -> list[int]:
     """GPUs of a node sample with no process on them."""
     busy: set[int] = set()
@@ -246,7 +294,7 @@ def check_gpus(requested: list[int], sample: dict[str, Any], node: str) -> None:
         return
     if not have:
         why = sample.get("gpu_error") or "no GPUs found"
-        raise UserError(f"node {node} has no GPUs ({why}); use --gpus cpu")
+        raise NoGpuError(f"node {node} has no GPUs ({why}); use --gpus cpu", node, why)
     raise UserError(
         f"node {node} has no GPU {','.join(map(str, missing))} (it has {format_gpus(have)})"
     )
@@ -310,10 +358,15 @@ def load_templates(extra: dict[str, Any] | None = None) -> dict[str, LaunchTempl
 
 
 def substitute(token: str, values: dict[str, str]) -> str:
-    """Replace known `{placeholders}` in one argv element (plain text replace, no format())."""
-    for key, value in values.items():
-        token = token.replace("{" + key + "}", value)
-    return token
+    """Fill known `{placeholders}` of one template element in one pass. Values are written
+    with their braces doubled, so the later pass that fills `{job_dir}` on the node never
+    looks inside them (a dump path containing `{job_dir}` stays as it is)."""
+    return fill_placeholders(token, {k: escape_placeholders(v) for k, v in values.items()})
+
+
+def resolve(token: str, job_dir: str | None = None) -> str:
+    """A planned element as it runs: `{job_dir}` filled (when given), braces undoubled."""
+    return fill_placeholders(token, {"job_dir": job_dir} if job_dir is not None else {})
 
 
 @dataclass
@@ -331,17 +384,37 @@ class ReplayPlan:
     log: str = "{job_dir}/train.log"
     metrics: str | None = None
     recorded_metrics: str | None = None
+    recorded_device: str | None = None  # "cuda" / "cpu" from the recording, when it says
+    tolerance: float | None = None  # relative tolerance of a cross-device comparison
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpus else "cpu"
+
+    @property
+    def device_note(self) -> str:
+        """Which device recorded, which replays, and how the metrics will be compared."""
+        if self.recorded_device is None:
+            return f"replaying on {self.device} (the recording does not say its device)"
+        if self.tolerance is None:
+            return f"recorded on {self.recorded_device}, replaying on {self.device}: bit for bit"
+        return (
+            f"recorded on {self.recorded_device}, replaying on {self.device}: cross-device, "
+            f"compared within a relative tolerance of {self.tolerance:g} (not bit for bit)"
+        )
 
     @property
     def command_line(self) -> str:
         """For display only: a shell-quoted rendering of the argv."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+        return (env + " " if env else "") + shlex.join(resolve(a) for a in self.argv)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["steps"] = list(self.steps)
         data["gpus"] = self.gpus or "cpu"
+        data["device"] = self.device
+        data["device_note"] = self.device_note
         return data
 
 
@@ -362,7 +435,20 @@ def plan_replay(
     """Check the request against the dump and the node, and build the launch plan."""
     overrides = list(overrides or [])
     check_overrides(overrides)
-    first, last = choose_steps(index, first, last)
+    if takes_steps(template):
+        first, last = choose_steps(index, first, last)
+    else:
+        chosen = (first, last)
+        first, last = areal_steps(index)
+        if chosen != (None, None) and chosen != (first, last):
+            raise UserError(
+                f"the {template.name} template cannot choose steps: AReaL's replay has no "
+                f"start-step option and trains from global step 0; it will replay steps "
+                f"{first}-{last} (leave the step range empty)"
+            )
+        total = config_key("total_train_steps")
+        if not any(o.partition("=")[0].strip() == total for o in overrides):
+            overrides.append(f"{total}={last + 1}")  # stop after the last dumped step
     if gpus is None:
         size = check_dp_size(index, first, last, 0)
         free = free_gpus(sample)
@@ -382,9 +468,16 @@ def plan_replay(
         "nproc": str(size),
         "start": str(first),
         "end": str(last),
+        "stop": str(last + 1),
     }
-    argv = [substitute(t, values) for t in template.argv] + overrides
+    # Overrides are values too: their braces are literal.
+    argv = [substitute(t, values) for t in template.argv] + [
+        escape_placeholders(o) for o in overrides
+    ]
     env = {"CUDA_VISIBLE_DEVICES": format_gpus(gpus) if gpus else ""}
+    recorded = index.meta.get("device")
+    recorded_device = str(recorded) if recorded in ("cuda", "cpu") else None
+    cross = recorded_device is not None and recorded_device != ("cuda" if gpus else "cpu")
     return ReplayPlan(
         node=node,
         gpus=list(gpus),
@@ -398,11 +491,20 @@ def plan_replay(
         recorded_metrics=(
             substitute(template.recorded_metrics, values) if template.recorded_metrics else None
         ),
+        recorded_device=recorded_device,
+        tolerance=CROSS_DEVICE_RTOL if cross else None,
     )
 
 
 # --------------------------------------------------------------------------------------
 # Verification
+
+
+# CPU and CUDA kernels (and two GPU models) sum in different orders: float32 metrics of
+# the same step then differ in the last few digits (0.99213773554 vs 0.99213769219 is a
+# relative 4e-8), and the difference grows over steps. 1e-3 passes that and still catches a
+# replay that went wrong (another batch, another loss).
+CROSS_DEVICE_RTOL = 1e-3
 
 
 @dataclass
@@ -412,22 +514,33 @@ class Verification:
     matched: bool
     steps: list[int]
     first_mismatch: dict[str, Any] | None = None
+    tolerance: float | None = None  # relative; None: bit for bit
+    comparable: bool = True  # False: nothing to compare (the recording's metrics are gone)
 
     @property
     def summary(self) -> str:
-        if self.matched:
-            return f"replay matches recording (steps {format_steps(self.steps)}, bit for bit)"
         m = self.first_mismatch or {}
+        if not self.comparable:
+            return f"cannot compare with the recording: {m.get('reason')}"
+        how = (
+            "bit for bit"
+            if self.tolerance is None
+            else f"within relative tolerance {self.tolerance:g}, cross-device"
+        )
+        if self.matched:
+            return f"replay matches recording (steps {format_steps(self.steps)}, {how})"
         if m.get("metric") is None:
             return f"replay differs from recording at step {m.get('step')}: {m.get('reason')}"
         return (
             f"replay differs from recording at step {m['step']}: {m['metric']} "
-            f"recorded {m['recorded']!r}, replayed {m['replayed']!r}"
+            f"recorded {m['recorded']!r}, replayed {m['replayed']!r} ({how})"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "matched": self.matched,
+            "comparable": self.comparable,
+            "tolerance": self.tolerance,
             "steps": self.steps,
             "first_mismatch": self.first_mismatch,
             "summary": self.summary,
@@ -454,13 +567,25 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _close(a: Any, b: Any, rel_tol: float) -> bool:
+    """Equal within `rel_tol` for numbers (NaN equals NaN), exactly equal otherwise."""
+    if _same(a, b):
+        return True
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=1e-12)
+    return False
+
+
 def verify(
     recorded: dict[int, dict[str, Any]],
     replayed: dict[int, dict[str, Any]],
     steps: tuple[int, int],
     metrics: tuple[str, ...] = METRIC_NAMES,
+    rel_tol: float | None = None,
 ) -> Verification:
-    """Exact comparison of every metric of every replayed step, in step order."""
+    """Every metric of every replayed step, in step order: exactly, or within `rel_tol`
+    (a replay on another device than the recording)."""
     first, last = steps
     checked: list[int] = []
     for step in range(first, last + 1):
@@ -477,18 +602,17 @@ def verify(
                     "replayed": None,
                     "reason": f"step {step} is missing from the {where} metrics",
                 },
+                tolerance=rel_tol,
+                comparable=rec is not None,  # nothing recorded for it: nothing to compare
             )
         for name in metrics:
-            if not _same(rec.get(name), rep.get(name)):
+            a, b = rec.get(name), rep.get(name)
+            if not (_same(a, b) if rel_tol is None else _close(a, b, rel_tol)):
                 return Verification(
                     False,
                     checked,
-                    {
-                        "step": step,
-                        "metric": name,
-                        "recorded": rec.get(name),
-                        "replayed": rep.get(name),
-                    },
+                    {"step": step, "metric": name, "recorded": a, "replayed": b},
+                    tolerance=rel_tol,
                 )
         checked.append(step)
-    return Verification(True, checked)
+    return Verification(True, checked, tolerance=rel_tol)

@@ -40,6 +40,9 @@ class Settings:
     keymap: dict[str, str] = field(default_factory=dict)
     """Binding id -> keys (comma-separated), overriding the defaults; `?` lists the ids' keys."""
 
+    agent_timeout: float = 5.0
+    """Seconds a node's agent may leave a ping unanswered before the node is shown as
+    "not responding" (its connection is kept; it turns back to "up" when it answers)."""
     pyspy_timeout: float = 10.0
     """Seconds to wait for one py-spy dump before giving that rank up as timed out."""
 
@@ -66,6 +69,7 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "refresh_interval": (int, float),
     "read_only": (bool,),
     "keymap": (dict,),
+    "agent_timeout": (int, float),
     "pyspy_timeout": (int, float),
     "capture_samples": (int,),
     "capture_interval": (int, float),
@@ -118,6 +122,9 @@ def load_settings(path: Path | None = None) -> Settings:
             raise UserError(f"{where}: {key} must map names to strings")
         values[key] = value
     settings = Settings(**values)
+    for name in ("agent_timeout", "pyspy_timeout"):
+        if not 0 < getattr(settings, name) < float("inf"):
+            raise UserError(f"{path}:{lines.get(name, 1)}: {name} must be a number of seconds > 0")
     if settings.refresh_interval < 0.1:
         raise UserError(
             f"{path}:{lines.get('refresh_interval', 1)}: refresh_interval must be >= 0.1"

@@ -26,7 +26,7 @@ from typing import Any
 from areal_agent import agent_source
 
 from areal_console.core.slurm import CommandRunner, StepProcess, make_runner
-from areal_console.core.targets import NodeSpec, SlurmTarget
+from areal_console.core.specs import NodeSpec, SlurmTarget
 from areal_console.core.transport import (
     BOOTSTRAP,
     SHARED_BOOTSTRAP,

@@ -18,7 +18,7 @@ from areal_console.core.slurm import (
     make_runner,
     running_job,
 )
-from areal_console.core.targets import NodeSpec, SlurmTarget
+from areal_console.core.specs import NodeSpec, SlurmTarget
 
 SLURM_MODES = ("step", "node", "ssh")
 

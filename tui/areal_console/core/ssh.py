@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shlex
 import socket
 import threading
@@ -33,7 +34,7 @@ import paramiko
 from areal_console.core import locations
 from areal_console.core.errors import UserError
 from areal_console.core.inventory import parse_destination
-from areal_console.core.targets import NodeSpec
+from areal_console.core.specs import NodeSpec
 from areal_console.core.transport import ChannelClosed, bootstrap_argv, bootstrap_problem
 
 # paramiko logs transport errors itself; with no handler Python would print them on
@@ -102,6 +103,18 @@ class ChangedHostKey(HostKeyError):
         self.expected = expected
 
 
+class RevokedHostKey(HostKeyError):
+    """The host offered a key marked `@revoked` in a known-hosts file: refused, always."""
+
+    def __init__(self, host: str, key: paramiko.PKey, where: str) -> None:
+        super().__init__(
+            f"host key for {host} ({key.get_name()} {fingerprint(key)}) is REVOKED in "
+            f"{where}: refusing to connect",
+            host,
+            key,
+        )
+
+
 def fingerprint(key: paramiko.PKey) -> str:
     """OpenSSH-style SHA256 fingerprint (`SHA256:...`, base64 without padding)."""
     digest = hashlib.sha256(key.asbytes()).digest()
@@ -122,6 +135,120 @@ def remember_host_key(host: str, key: paramiko.PKey, path: Path | None = None) -
 
 
 _KNOWN_HOSTS_LOCK = threading.Lock()
+
+
+# --------------------------------------------------------------------------------------
+# reading known-hosts files (paramiko's own reader fails the whole file on a marker line)
+
+
+@dataclass(frozen=True)
+class KnownHostsFile:
+    """One known-hosts file: the usable entries, the `@revoked` ones, and what was skipped."""
+
+    entries: tuple[tuple[tuple[str, ...], paramiko.PKey], ...]
+    revoked: tuple[tuple[tuple[str, ...], paramiko.PKey, str], ...]  # patterns, key, file:line
+    notes: tuple[str, ...]
+
+
+_NOTES: dict[str, None] = {}  # said once per process (a CLI run prints them at its end)
+_NOTES_LOCK = threading.Lock()
+
+
+def _note(text: str) -> None:
+    with _NOTES_LOCK:
+        _NOTES.setdefault(text, None)
+
+
+def take_notes() -> list[str]:
+    """Warnings about known-hosts files gathered so far (each once), emptied."""
+    with _NOTES_LOCK:
+        notes = list(_NOTES)
+        _NOTES.clear()
+    return notes
+
+
+def read_known_hosts(path: Path) -> KnownHostsFile:
+    """Parse an OpenSSH known-hosts file line by line: `@revoked` lines are kept to refuse
+    their keys, `@cert-authority` lines are skipped (host certificates are not checked),
+    and a line that cannot be read is skipped; none of them fails the rest of the file."""
+    entries: list[tuple[tuple[str, ...], paramiko.PKey]] = []
+    revoked: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
+    notes: list[str] = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise SshError(f"cannot read known hosts file {path}: {exc.strerror or exc}") from None
+    authorities = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        marker = None
+        if line.startswith("@"):
+            marker, _, line = line.partition(" ")
+            line = line.strip()
+            if marker == "@cert-authority":
+                authorities += 1
+                continue
+            if marker != "@revoked":
+                notes.append(f"{path}:{number}: unknown marker {marker!r}: line skipped")
+                continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+        except (paramiko.SSHException, ValueError, TypeError) as exc:
+            notes.append(f"{path}:{number}: unreadable entry skipped ({exc.__class__.__name__})")
+            continue
+        if entry is None or entry.key is None:
+            notes.append(f"{path}:{number}: unreadable or unsupported entry skipped")
+            continue
+        names = tuple(entry.hostnames)
+        if marker == "@revoked":
+            revoked.append((names, entry.key, f"{path}:{number}"))
+        else:
+            entries.append((names, entry.key))
+    if authorities:
+        notes.append(
+            f"{path}: {authorities} @cert-authority line(s) skipped: host certificates are "
+            "not checked, so hosts known only through a CA are treated as unknown"
+        )
+    return KnownHostsFile(tuple(entries), tuple(revoked), tuple(notes))
+
+
+def _host_matches(name: str, patterns: tuple[str, ...]) -> bool:
+    """OpenSSH host patterns: `*`/`?` wildcards, `!` negation, hashed `|1|` names."""
+    matched = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        if body.startswith("|1|"):
+            hit = paramiko.HostKeys.hash_host(name, body) == body
+        else:  # only * and ? are special (a `[host]:port` name has literal brackets)
+            wild = re.escape(body).replace(r"\*", ".*").replace(r"\?", ".")
+            hit = re.fullmatch(wild, name, flags=re.IGNORECASE) is not None
+        if hit and negated:
+            return False
+        matched = matched or hit
+    return matched
+
+
+class _VerifyingClient(paramiko.SSHClient):
+    """An SSHClient that refuses `@revoked` host keys, known or not, before authenticating."""
+
+    def __init__(self, host_name: str) -> None:
+        super().__init__()
+        self.host_name = host_name  # as known_hosts writes it: name or [name]:port
+        self.revoked: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
+
+    def refuse_revoked(self, key: paramiko.PKey) -> None:
+        for patterns, bad, where in self.revoked:
+            if bad == key and _host_matches(self.host_name, patterns):
+                raise RevokedHostKey(self.host_name, key, where)
+
+    def _auth(self, *args: Any, **kwargs: Any) -> Any:
+        transport = self.get_transport()
+        if transport is not None:
+            self.refuse_revoked(transport.get_remote_server_key())
+        return super()._auth(*args, **kwargs)  # type: ignore[misc]
 
 
 # --------------------------------------------------------------------------------------
@@ -261,6 +388,8 @@ class _VerifyingPolicy(paramiko.MissingHostKeyPolicy):
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
         # paramiko passes `[host]:port` already for non-default ports.
+        if isinstance(client, _VerifyingClient):
+            client.refuse_revoked(key)  # a revoked key is never learnt
         if self.accept_new:
             remember_host_key(hostname, key, self.console_file)
             return
@@ -304,13 +433,17 @@ def _connect_hop(
     look_for_keys: bool,
     console_known_hosts: Path,
 ) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
+    client = _VerifyingClient(known_hosts_name(hop.hostname, hop.port))
+    known = client.get_host_keys()
     for path in [*_known_host_files(hop), console_known_hosts]:
         if path.exists():
-            try:
-                client.load_system_host_keys(str(path))
-            except (OSError, paramiko.SSHException) as exc:
-                raise SshError(f"cannot read known hosts file {path}: {exc}") from None
+            parsed = read_known_hosts(path)
+            for names, key in parsed.entries:
+                for name in names:
+                    known.add(name, key.get_name(), key)
+            client.revoked.extend(parsed.revoked)
+            for note in parsed.notes:
+                _note(note)
     client.set_missing_host_key_policy(
         _VerifyingPolicy(accept_new_hosts or hop.accept_new_key, console_known_hosts, hop.port)
     )
@@ -693,6 +826,7 @@ def describe_route(spec: NodeSpec, ssh_config: str | None = None) -> str:
 __all__ = [
     "ChangedHostKey",
     "HostKeyError",
+    "RevokedHostKey",
     "SshChannel",
     "SshError",
     "UnknownHostKey",

@@ -4,105 +4,49 @@ from __future__ import annotations
 
 import argparse
 import math
-import socket
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.errors import UsageError, UserError
 
+# The records live in specs.py (the resolvers import them from there); named here too.
+from areal_console.core.specs import NodeSpec as NodeSpec
+from areal_console.core.specs import SlurmTarget as SlurmTarget
+from areal_console.core.specs import local_node as local_node
+
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
-@dataclass(frozen=True)
-class SlurmTarget:
-    """How a "slurm" node is reached: a step of `job_id`, started where Slurm's commands are.
-
-    `nodes` are all nodes of the fan-out (one multiplexed `srun` step serves them all in
-    `mode="step"`; `mode="node"` starts one step per node). `unreachable` is Slurm's own
-    reason when it already knows the node can't run a step (down, not responding).
-    """
-
-    job_id: str
-    login: str | None = None
-    nodes: tuple[str, ...] = ()
-    mode: str = "step"
-    gpus: int = 0
-    unreachable: str | None = None
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """One node to reach: `transport` is "local" (a child process), "ssh" or "slurm"."""
-
-    name: str
-    transport: str = "local"
-    host: str | None = None
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    proxy_jump: str | None = None
-    python: str = "python3"
-    groups: tuple[str, ...] = field(default=())
-    slurm: SlurmTarget | None = None
-
-    @property
-    def address(self) -> str:
-        if self.transport == "local":
-            return "local"
-        if self.transport == "slurm" and self.slurm is not None:
-            return f"slurm:{self.slurm.job_id}:{self.host}"
-        user = f"{self.user}@" if self.user else ""
-        port = f":{self.port}" if self.port else ""
-        return f"{user}{self.host}{port}"
-
-
-def local_node() -> NodeSpec:
-    return NodeSpec(name=socket.gethostname() or "local", transport="local")
+def _number(text: str, kind: type, least: float, strict: bool, unit: str) -> Any:
+    """`text` as a `kind` (int or float) >= `least` (> with `strict`), finite, for argparse."""
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {unit}") from None
+    if not math.isfinite(value) or value < least or (strict and value == least):
+        bound = f"{'>' if strict else '>='} {least:g}"
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a {unit} {bound}")
+    return value
 
 
 def seconds(text: str) -> float:
     """An argparse type: a number of seconds > 0 (not 0, not negative, not nan or inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds > 0")
-    return value
+    return float(_number(text, float, 0, True, "number of seconds"))
 
 
 def seconds_or_zero(text: str) -> float:
     """An argparse type: a number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds >= 0")
-    return value
+    return float(_number(text, float, 0, False, "number of seconds"))
 
 
 def count(text: str) -> int:
     """An argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
+    return int(_number(text, int, 1, False, "whole number"))
 
 
 def index(text: str) -> int:
     """An argparse type: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
-    return value
+    return int(_number(text, int, 0, False, "whole number"))
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,9 +86,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--connect-timeout",
         type=seconds,
-        default=10.0,
+        default=None,
         metavar="SECONDS",
-        help="give up reaching a node and starting its agent after this long (default 10)",
+        help=(
+            "give up reaching a node and starting its agent after this long "
+            "(default 10; an srun step's start: 30)"
+        ),
     )
     group.add_argument(
         "--accept-new-hosts",
@@ -194,6 +141,8 @@ def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
         "accept_new_hosts": bool(getattr(args, "accept_new_hosts", False)),
         "connect_timeout": DEFAULT_CONNECT_TIMEOUT if timeout is None else float(timeout),
     }
+    if timeout is not None:  # given: it bounds the agent's start too, on every transport
+        options["start_timeout"] = float(timeout)
     if getattr(args, "ssh_config", None):
         options["ssh_config"] = args.ssh_config
     return options

@@ -8,7 +8,7 @@ rank (has `RANK` set) it
 - turns torch's Flight Recorder on (`TORCH_FR_BUFFER_SIZE`, default 2000 entries) unless
   the job set it;
 - once torch is imported, starts torch's own per-process worker server on a Unix socket,
-  `/tmp/areal-fr-<pid>.sock` (`AREAL_FR_SOCKET_DIR` moves it), which answers from a C++
+  `areal-fr-<pid>.sock` in `AREAL_FR_SOCKET_DIR`, `TMPDIR` or /tmp, which answers from a C++
   thread even while the main thread is blocked in a collective. Besides torch's handlers
   (`fr_trace_json`, `dump_traceback`, ...) it serves `areal_fr_trace`: the trace as JSON
   with each process group's name, description and ranks filled in (gloo leaves them out);
@@ -38,10 +38,31 @@ DEFAULT_DUMP_PREFIX = "/tmp/nccl_trace_rank_"
 _state: dict[str, Any] = {}
 
 
-def socket_path(pid: int | None = None) -> str:
-    """Where this process's worker server listens."""
-    directory = os.environ.get("AREAL_FR_SOCKET_DIR") or "/tmp"
-    return os.path.join(directory, f"areal-fr-{pid or os.getpid()}.sock")
+def socket_path() -> str:
+    """Where this process's worker server listens: the first of `AREAL_FR_SOCKET_DIR`,
+    `TMPDIR`, /tmp that keeps the path short enough for a Unix socket (the agent looks
+    in the same order)."""
+    name = f"areal-fr-{os.getpid()}.sock"
+    dirs = (os.environ.get("AREAL_FR_SOCKET_DIR"), os.environ.get("TMPDIR"), "/tmp")
+    return next(os.path.join(d, name) for d in dirs if d and len(os.path.join(d, name)) < 100)
+
+
+def remove_stale_sockets(directory: str) -> None:
+    """Remove `areal-fr-<pid>.sock` files of processes that are gone (a killed rank cannot
+    remove its own), and one of an earlier process with this pid."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len("areal-fr-") : -len(".sock")]
+        if not (name.startswith("areal-fr-") and name.endswith(".sock") and pid.isdigit()):
+            continue
+        if int(pid) == os.getpid() or not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
 
 
 def dump_prefix() -> str:
@@ -134,10 +155,7 @@ def start() -> str | None:
     from torch._C import _distributed_c10d as c10d
 
     path = socket_path()
-    try:
-        os.unlink(path)  # a stale socket of an earlier process with this pid
-    except OSError:
-        pass
+    remove_stale_sockets(os.path.dirname(path))
     c10d._register_handler(HANDLER, _serve_trace)
     _state["server"] = c10d._WorkerServer(path)
     _state["socket"] = path

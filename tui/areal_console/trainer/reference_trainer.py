@@ -91,7 +91,10 @@ PROMPT_LEN = 5  # BOS a + b =
 
 DEFAULTS: dict[str, Any] = {
     "steps": 4,
-    "start_step": 1,
+    # Steps are numbered as AReaL's global_step, from 0; `steps` of them run (AReaL's
+    # total_train_steps). `start_step` is this trainer's own: AReaL's replay always starts
+    # at 0 (or after a recovered checkpoint).
+    "start_step": 0,
     "seed": 1,
     "threads": 1,
     "output_dir": "",
@@ -121,7 +124,9 @@ DEFAULTS: dict[str, Any] = {
     "stats_logger": {"tensorboard": {"path": None}},
     # After the last step, stop making progress the way broken jobs do (for the demo and
     # for practising with the console): none | cleanup | mismatch | collective.
-    "debug": {"hang": "none"},
+    # flight_recorder: on CPU (gloo) with several ranks, record every collective with
+    # torch's Flight Recorder and serve the record to the console (bookkeeping only).
+    "debug": {"hang": "none", "flight_recorder": True},
 }
 
 HANG_PATTERNS = ("none", "cleanup", "mismatch", "collective")
@@ -300,16 +305,20 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(
             f"debug.hang must be one of {', '.join(HANG_PATTERNS)}, got {config['debug']['hang']!r}"
         )
+    if not isinstance(config["debug"]["flight_recorder"], bool):
+        raise ConfigError(
+            f"debug.flight_recorder must be true or false, got {config['debug']['flight_recorder']!r}"
+        )
     for key in ("steps", "start_step", "seed", "threads"):
         if not isinstance(config[key], int) or isinstance(config[key], bool):
             raise ConfigError(f"{key} must be an integer, got {config[key]!r}")
-    if config["steps"] < 1 or config["start_step"] < 1 or config["start_step"] > config["steps"]:
+    if config["steps"] < 1 or config["start_step"] < 0 or config["start_step"] >= config["steps"]:
         raise ConfigError(
-            "need 1 <= start_step <= steps, got "
+            "need 0 <= start_step < steps (global steps start at 0), got "
             f"start_step={config['start_step']} steps={config['steps']}"
         )
-    if config["start_step"] > 1 and not td["replay_rollout_data"]:
-        raise ConfigError("start_step > 1 needs trajectory_debug.replay_rollout_data=true")
+    if config["start_step"] > 0 and not td["replay_rollout_data"]:
+        raise ConfigError("start_step > 0 needs trajectory_debug.replay_rollout_data=true")
     return config
 
 
@@ -422,11 +431,11 @@ def check_replay_input(directory: str, first: int, last: int, world_size: int) -
                 f"step {step} was dumped with {dp} data-parallel rank(s) but this run has "
                 f"{world_size}: replay with --nproc {dp}"
             )
-    if first > 1 and first not in scan_checkpoints(directory):
+    if first > 0 and first not in scan_checkpoints(directory):
         ckpts = format_steps(scan_checkpoints(directory))
         raise ConfigError(
             f"cannot start replay at step {first}: no checkpoint saved with the dump at that "
-            f"step (checkpoints: {ckpts}); start at step 1 or at a checkpointed step"
+            f"step (checkpoints: {ckpts}); start at step 0 or at a checkpointed step"
         )
 
 
@@ -925,6 +934,8 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
         device = torch.device("cpu")
         backend = "gloo"
     hang = config["debug"]["hang"]
+    if world_size > 1 and backend == "gloo" and config["debug"]["flight_recorder"]:
+        enable_flight_recorder()
     if world_size > 1:
         # A hung demo job should stay hung while someone looks at it, not time out.
         timeout = timedelta(hours=6) if hang != "none" else timedelta(minutes=30)
@@ -953,6 +964,12 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
                         "trainer": TRAINER_NAME,
                         "trainer_version": TRAINER_VERSION,
                         "world_size": world_size,
+                        # What a replay on another device compares against (CUDA and CPU
+                        # kernels round differently: not bit for bit across devices).
+                        "device": device.type,
+                        "device_name": (
+                            torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+                        ),
                         "config": config,
                         "metric_names": list(METRIC_NAMES),
                     },
@@ -966,8 +983,8 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
     m = config["model"]
     model = TinyCausalLM(m["d_model"], m["n_layers"], m["n_heads"]).to(device)
     optimizer = Adam(list(model.parameters()), lr=float(config["actor"]["optimizer"]["lr"]))
-    first, last = config["start_step"], config["steps"]
-    if replaying and first > 1:
+    first, last = config["start_step"], config["steps"] - 1
+    if replaying and first > 0:
         state = torch.load(checkpoint_path(dump_dir, first), map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -981,7 +998,7 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
 
     for step in range(first, last + 1):
         t0 = time.perf_counter()
-        version = step - 1  # optimizer updates applied so far
+        version = step  # optimizer updates applied so far (AReaL's global_step)
         if replaying:
             groups = torch.load(dump_path(dump_dir, step, dp_suffix), weights_only=True)
         else:
@@ -1021,7 +1038,9 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
                 + (" (replayed)" if replaying else ""),
                 flush=True,
             )
-            log_areal_step(step, last, areal_stats(metrics, elapsed), tb_writer)
+            # AReaL's log is 1-based: "Train step N/T" is global step N-1 (stats_logger.py:
+            # 138-141); T is total_train_steps, here `steps`.
+            log_areal_step(step + 1, config["steps"], areal_stats(metrics, elapsed), tb_writer)
     if tb_writer is not None:
         tb_writer.close()
     if rank == 0 and hang == "none":
@@ -1082,9 +1101,44 @@ def cleanup_distributed(group: Any) -> None:
     dist.destroy_process_group()
 
 
-def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
+_FR_SERVER: Any = None
+
+
+def enable_flight_recorder() -> None:
+    """Turn on torch's Flight Recorder (every collective: group, sequence id, op, sizes)
+    and serve it from a C++ thread on `$TMPDIR/areal-fr-<pid>.sock`, where the console's
+    agent asks for it even while this rank is blocked in a collective. It only records
+    (2,000 entries, a few hundred KB); results are unchanged."""
+    global _FR_SERVER
+    hook = sys.modules.get("sitecustomize")
+    if getattr(hook, "HANDLER", None) == "areal_fr_trace":
+        return  # the console's launch hook runs in this process: it serves the record
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # read when the group starts
+    try:
+        from torch._C._distributed_c10d import _WorkerServer
+    except ImportError:  # a torch without it: the console shows stacks only
+        return
+    name = f"areal-fr-{os.getpid()}.sock"
+    # Where the agent looks, in order; a Unix socket path must stay short.
+    dirs = (os.environ.get("AREAL_FR_SOCKET_DIR"), os.environ.get("TMPDIR"), "/tmp")
+    path = next(os.path.join(d, name) for d in dirs if d and len(os.path.join(d, name)) < 100)
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # left by an earlier process with this pid
+    _FR_SERVER = _WorkerServer(path)
+
+
+# The console's Flight Recorder launch hook, when this file runs from the console's package:
+# on the ranks' PYTHONPATH it also records each process group's members.
+FR_HOOK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fr_hook")
+
+
+def relaunch_with_torchrun(nproc: int, argv: list[str], fr_hook: bool = False) -> int:
     """Run this script under torchrun with `nproc` ranks on this node."""
     import subprocess
+
+    env = dict(os.environ)
+    if fr_hook and os.path.isfile(os.path.join(FR_HOOK_DIR, "sitecustomize.py")):
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [FR_HOOK_DIR, env.get("PYTHONPATH")]))
 
     cmd = [
         sys.executable,
@@ -1095,7 +1149,7 @@ def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
         os.path.abspath(__file__),
         *argv,
     ]
-    return subprocess.call(cmd)
+    return subprocess.call(cmd, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1139,12 +1193,14 @@ def main(argv: list[str] | None = None) -> int:
         world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
         td = config["trajectory_debug"]
         if td["replay_rollout_data"]:
-            check_replay_input(str(td["path"]), config["start_step"], config["steps"], world)
+            check_replay_input(str(td["path"]), config["start_step"], config["steps"] - 1, world)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if nproc > 1 and not under_torchrun:
-        return relaunch_with_torchrun(nproc, passed_on)
+        on_cpu = not torch.cuda.is_available()
+        fr_hook = on_cpu and config["debug"]["flight_recorder"]
+        return relaunch_with_torchrun(nproc, passed_on, fr_hook=fr_hook)
     run(config, default_output_dir)
     return 0
 

@@ -8,12 +8,13 @@ dtypes), and the members with no trace at all (dead, or their dump never written
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace
-from areal_console.core.stacks.merge import format_ranks
+from areal_console.core.rankset import format_ranks
 
 DEFAULT_GROUP_DESC = "default_pg"
 
@@ -69,6 +70,12 @@ class GroupLedger:
     behind: dict[int, int] = field(default_factory=dict)  # rank -> calls behind the furthest
     mismatch: Disagreement | None = None
     absent: tuple[int, ...] = ()  # members with no trace
+    members_known: bool = True  # False: the dumps did not say (gloo); members = ranks seen
+
+    @property
+    def members_label(self) -> str:
+        seen = "" if self.members_known else " (seen; membership not recorded)"
+        return f"{_ranks(self.members)}{seen}"
 
     @property
     def label(self) -> str:
@@ -104,7 +111,8 @@ class GroupLedger:
         for rank, gap in self.behind.items():
             by_gap.setdefault(gap, []).append(rank)
         for gap, ranks in sorted(by_gap.items()):
-            out.append(f"{_ranks(ranks)} {gap} {'call' if gap == 1 else 'calls'} behind")
+            verb = "is" if len(ranks) == 1 else "are"
+            out.append(f"{_ranks(ranks)} {verb} {gap} {'call' if gap == 1 else 'calls'} behind")
         if self.absent:
             out.append(f"no trace from {_ranks(self.absent)}")
         return out
@@ -118,6 +126,7 @@ class GroupLedger:
             "name": self.name,
             "desc": self.desc,
             "members": list(self.members),
+            "members_known": self.members_known,
             "summary": self.summary(),
             "positions": [p.to_json() for p in self.positions],
             "behind": {str(r): n for r, n in sorted(self.behind.items())},
@@ -158,14 +167,17 @@ def _ranks(ranks: Iterable[int]) -> str:
     return f"{'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}"
 
 
-def _members(name: str, traces: dict[int, GroupTrace], world: tuple[int, ...]) -> tuple[int, ...]:
-    """Who belongs: what the dumps say, else everyone for the default group, else who used it."""
+def _members(
+    name: str, traces: dict[int, GroupTrace], world: tuple[int, ...]
+) -> tuple[tuple[int, ...], bool]:
+    """Who belongs, and whether that is known: what the dumps say, else everyone for the
+    default group, else (not known) the ranks seen using it."""
     for t in traces.values():
         if t.ranks:
-            return t.ranks
+            return t.ranks, True
     if any(t.desc == DEFAULT_GROUP_DESC for t in traces.values()) or name == "0":
-        return tuple(sorted(set(world) | set(traces)))
-    return tuple(sorted(traces))
+        return tuple(sorted(set(world) | set(traces))), bool(world)
+    return tuple(sorted(traces)), False
 
 
 def _first_difference(a: list[Any], b: list[Any]) -> int:
@@ -180,33 +192,46 @@ def _first_difference(a: list[Any], b: list[Any]) -> int:
     return lo
 
 
+def _global_keys(per_rank: dict[int, GroupTrace]) -> dict[int, list[int]]:
+    """Each rank's keys renumbered into one table shared by all ranks (ranks that met
+    their collectives in the same order, the usual case, keep their list as it is)."""
+    ids: dict[str, int] = {}
+    out = {}
+    for rank, t in per_rank.items():
+        local = [ids.setdefault(json.dumps(sig), len(ids)) for sig in t.table]
+        same = all(i == g for i, g in enumerate(local))
+        out[rank] = t.keys if same else [local[k] for k in t.keys]
+    return out
+
+
 def _first_disagreement(per_rank: dict[int, GroupTrace]) -> int | None:
-    """Lowest sequence id at which two ranks' recorded keys differ."""
+    """Lowest sequence id at which two ranks' recorded collectives differ."""
     usable = {r: t for r, t in per_rank.items() if t.seqs}
     if len(usable) < 2:
         return None
+    keys = _global_keys(usable)
     if all(t.contiguous for t in usable.values()):
         start = max(t.seqs[0] for t in usable.values())
         ref_rank = max(usable, key=lambda r: usable[r].seqs[-1])
-        ref = usable[ref_rank]
+        ref, ref_keys = usable[ref_rank], keys[ref_rank]
         first: int | None = None
-        for t in usable.values():
-            if t is ref:
+        for rank, t in usable.items():
+            if rank == ref_rank:
                 continue
             end = min(t.seqs[-1], ref.seqs[-1])
             if end < start:
                 continue
-            mine = t.keys[start - t.seqs[0] : end - t.seqs[0] + 1]
-            theirs = ref.keys[start - ref.seqs[0] : end - ref.seqs[0] + 1]
+            mine = keys[rank][start - t.seqs[0] : end - t.seqs[0] + 1]
+            theirs = ref_keys[start - ref.seqs[0] : end - ref.seqs[0] + 1]
             if mine != theirs:
                 seq = start + _first_difference(mine, theirs)
                 first = seq if first is None else min(first, seq)
         return first
     # Gaps or repeated ids (coalesced calls): compare by id.
-    seen: dict[int, Any] = {}
+    seen: dict[int, int] = {}
     bad: int | None = None
-    for t in usable.values():
-        for seq, key in zip(t.seqs, t.keys, strict=True):
+    for rank, t in usable.items():
+        for seq, key in zip(t.seqs, keys[rank], strict=True):
             other = seen.setdefault(seq, key)
             if other != key and (bad is None or seq < bad):
                 bad = seq
@@ -231,7 +256,7 @@ def _disagreement(seq: int, per_rank: dict[int, GroupTrace]) -> Disagreement:
 def analyse_group(
     name: str, per_rank: dict[int, GroupTrace], world: tuple[int, ...], traced: set[int]
 ) -> GroupLedger:
-    members = _members(name, per_rank, world)
+    members, known = _members(name, per_rank, world)
     desc = next((t.desc for t in per_rank.values() if t.desc), "")
     positions = []
     for rank in members:
@@ -249,7 +274,7 @@ def analyse_group(
     seq = _first_disagreement(per_rank)
     mismatch = _disagreement(seq, per_rank) if seq is not None else None
     absent = tuple(r for r in members if r not in traced)
-    return GroupLedger(name, desc, members, positions, behind, mismatch, absent)
+    return GroupLedger(name, desc, members, positions, behind, mismatch, absent, known)
 
 
 def build_ledger(
@@ -306,6 +331,7 @@ def ledger_from_json(doc: dict[str, Any]) -> Ledger:
                 behind={int(r): int(n) for r, n in (g.get("behind") or {}).items()},
                 mismatch=mismatch,
                 absent=tuple(int(r) for r in g.get("absent") or []),
+                members_known=bool(g.get("members_known", True)),
             )
         )
     sources = {int(r): str(s) for r, s in (doc.get("sources") or {}).items()}

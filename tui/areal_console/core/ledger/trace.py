@@ -4,19 +4,19 @@ A dump (torch's pickle or JSON layout, `version` 2.x) has `entries` (one per col
 or point-to-point call, oldest first, a ring of `TORCH_FR_BUFFER_SIZE`), `pg_status` (per
 process group id: last enqueued / started / completed collective sequence id) and
 `pg_config` (per group name: description and member ranks; NCCL fills it in, gloo leaves
-it empty). Parsing keeps each entry's raw dict and one comparable key per collective, so
-lining up thousands of ranks compares lists in C instead of building objects.
+it empty). The agent sends it per process group as columns (see the agent's
+`slim_trace`): sequence ids, and per collective an index into a small table of what ranks
+must agree on. Lining up thousands of ranks then compares integer lists in C.
 """
 
 from __future__ import annotations
 
 import ast
-import operator
+import functools
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-# What two ranks must agree on for the same collective.
-_KEY = operator.itemgetter("profiling_name", "input_sizes", "output_sizes", "input_dtypes")
 
 # torch's scalar type names (as the recorder writes them) -> the dtype users know.
 DTYPES = {
@@ -52,16 +52,17 @@ class Call:
     retired: bool
 
     @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> Call:
-        name = str(entry.get("profiling_name") or "?")
+    def from_sig(cls, sig: Any, seq: int, state: str = "", retired: bool = False) -> Call:
+        """From a table row `[profiling_name, input_sizes, output_sizes, input_dtypes]`."""
+        name, inputs, outputs, dtypes = sig
         return cls(
-            seq=int(entry.get("collective_seq_id") or 0),
-            op=name.split(":", 1)[-1],
-            input_sizes=_sizes(entry.get("input_sizes")),
-            output_sizes=_sizes(entry.get("output_sizes")),
-            dtypes=tuple(DTYPES.get(str(d), str(d)) for d in entry.get("input_dtypes") or ()),
-            state=str(entry.get("state") or ""),
-            retired=bool(entry.get("retired")),
+            seq=seq,
+            op=str(name).split(":", 1)[-1],
+            input_sizes=_sizes(inputs),
+            output_sizes=_sizes(outputs),
+            dtypes=tuple(DTYPES.get(str(d), str(d)) for d in dtypes or ()),
+            state=state,
+            retired=retired,
         )
 
     @property
@@ -117,9 +118,11 @@ class GroupTrace:
     name: str
     desc: str
     ranks: tuple[int, ...] | None  # members, when the dump says
-    entries: list[dict[str, Any]] = field(default_factory=list)  # collectives, by seq
-    keys: list[tuple[Any, ...]] = field(default_factory=list)  # what must match, per entry
-    seqs: list[int] = field(default_factory=list)
+    seqs: Sequence[int] = range(0)  # collectives' sequence ids, ascending
+    keys: list[int] = field(default_factory=list)  # per collective: a row of `table`
+    table: list[Any] = field(default_factory=list)  # what ranks must agree on
+    last_state: str = ""
+    last_retired: bool = False
     last_enqueued: int | None = None
     last_started: int | None = None
     last_completed: int | None = None
@@ -127,7 +130,9 @@ class GroupTrace:
     @property
     def contiguous(self) -> bool:
         """Sequence ids run without gaps or repeats (then index = seq - first)."""
-        return not self.seqs or self.seqs[-1] - self.seqs[0] == len(self.seqs) - 1
+        return isinstance(self.seqs, range) or (
+            not self.seqs or self.seqs[-1] - self.seqs[0] == len(self.seqs) - 1
+        )
 
     @property
     def head(self) -> int:
@@ -140,11 +145,16 @@ class GroupTrace:
             return None
         if self.contiguous:
             i = seq - self.seqs[0]
-            return Call.from_entry(self.entries[i]) if 0 <= i < len(self.entries) else None
-        for e, s in zip(self.entries, self.seqs, strict=True):
-            if s == seq:
-                return Call.from_entry(e)
-        return None
+            if not 0 <= i < len(self.keys):
+                return None
+        else:
+            found = [j for j, s in enumerate(self.seqs) if s == seq]
+            if not found:
+                return None
+            i = found[-1]
+        if i == len(self.keys) - 1:
+            return Call.from_sig(self.table[self.keys[i]], seq, self.last_state, self.last_retired)
+        return Call.from_sig(self.table[self.keys[i]], seq)
 
 
 @dataclass
@@ -169,36 +179,51 @@ def _status_value(raw: Any) -> int | None:
 
 def _members(raw: Any) -> tuple[int, ...] | None:
     if isinstance(raw, str):
-        try:
-            raw = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            return None
+        return _members_text(raw)
     if isinstance(raw, (list, tuple)) and raw and all(isinstance(r, int) for r in raw):
         return tuple(sorted(raw))
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _members_text(raw: str) -> tuple[int, ...] | None:
+    """`"[0, 1, 2]"` as the recorder writes member lists (every rank repeats the same
+    string, hence the cache)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return None
+    return _members(value) if not isinstance(value, str) else None
+
+
 def parse_trace(rank: int, node: str, source: str, where: str, data: dict[str, Any]) -> RankTrace:
-    """A `RankTrace` from a decoded dump (either layout). Point-to-point calls are skipped."""
+    """A `RankTrace` from the agent's reduced trace (`slim_trace`)."""
     config = data.get("pg_config") or {}
     groups: dict[str, GroupTrace] = {}
     pg_ids: dict[str, str] = {}  # pg_status is keyed by the recorder's numeric pg id
-    for entry in data.get("entries") or ():
-        if entry.get("is_p2p"):
-            continue
-        pg = entry.get("process_group") or ("", "")
-        name = str(pg[0])
-        group = groups.get(name)
-        if group is None:
-            conf = config.get(name) or {}
-            desc = str(pg[1] if len(pg) > 1 else "") or str(conf.get("desc") or "")
-            group = groups[name] = GroupTrace(name, desc, _members(conf.get("ranks")))
-            pg_ids[str(entry.get("pg_id"))] = name
-        group.entries.append(entry)
-    for group in groups.values():
-        group.entries.sort(key=operator.itemgetter("collective_seq_id"))
-        group.seqs = [int(s) for s in map(operator.itemgetter("collective_seq_id"), group.entries)]
-        group.keys = list(map(_KEY, group.entries))
+    for g in data.get("groups") or ():
+        name = str(g.get("name"))
+        conf = config.get(name) or {}
+        seq_range = g.get("seq_range")
+        seqs: Sequence[int] = (
+            range(int(seq_range[0]), int(seq_range[0]) + int(seq_range[1]))
+            if seq_range
+            else [int(s) for s in g.get("seqs") or ()]
+        )
+        groups[name] = GroupTrace(
+            name=name,
+            desc=str(g.get("desc") or conf.get("desc") or ""),
+            ranks=_members(conf.get("ranks")),
+            seqs=seqs,
+            keys=list(g.get("keys") or ()),
+            table=list(g.get("table") or ()),
+            last_state=str(g.get("last_state") or ""),
+            last_retired=bool(g.get("last_retired")),
+        )
+        pg_ids[str(g.get("pg_id"))] = name
     for name, conf in config.items():
         if name and name not in groups and isinstance(conf, dict):
             desc = str(conf.get("desc") or "")

@@ -21,6 +21,15 @@ def with_ledger(diagnosis: Diagnosis, ledger: Ledger | None) -> Diagnosis:
         evidence.insert(0, EVIDENCE_PREFIX + "every group's ranks agree on their collectives")
     mismatched = [g for g in ledger.groups if g.mismatch is not None]
     if not mismatched:
+        lagging = [g for g in ledger.groups if g.behind]
+        if lagging and diagnosis.pattern in ("same_collective", "none"):
+            # Same line on every stack, but not the same call: a rank is behind.
+            g = lagging[0]
+            title = f"{g.problems()[0].capitalize()} in {g.label}"
+            ahead = max(g.positions, key=lambda p: p.head)
+            if ahead.call is not None:
+                title += f"; the others wait in {ahead.call.describe()}"
+            return replace(diagnosis, title=title, evidence=evidence)
         return replace(diagnosis, evidence=evidence)
     first = mismatched[0]
     assert first.mismatch is not None

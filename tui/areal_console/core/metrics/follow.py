@@ -243,11 +243,17 @@ def run_identity(cmdline: str | list[str]) -> dict[str, str]:
     return out
 
 
+# AReaL's default `cluster.fileroot` (areal/api/cli_args.py:3048-3049 at cbff54d6), for a
+# run whose command line names its experiment and trial but not its fileroot.
+DEFAULT_FILEROOT = "/tmp/areal"
+
+
 def log_dir_of(identity: dict[str, str], user: str) -> str | None:
     """AReaL's log directory: <fileroot>/logs/<user>/<experiment>/<trial> (stats_logger.py:179)."""
-    if not all(identity.get(k) for k in ("fileroot", "experiment", "trial")):
+    if not (identity.get("experiment") and identity.get("trial")):
         return None
-    return f"{identity['fileroot']}/logs/{user}/{identity['experiment']}/{identity['trial']}"
+    root = (identity.get("fileroot") or DEFAULT_FILEROOT).rstrip("/")
+    return f"{root}/logs/{user}/{identity['experiment']}/{identity['trial']}"
 
 
 def log_dir_from_processes(cmdlines: list[str], user: str) -> str | None:
@@ -255,9 +261,8 @@ def log_dir_from_processes(cmdlines: list[str], user: str) -> str | None:
     merged: dict[str, str] = {}
     for cmd in cmdlines:
         identity = run_identity(cmd)
-        found = log_dir_of(identity, user)
-        if found:
-            return found
+        if all(identity.get(k) for k in ("fileroot", "experiment", "trial")):
+            return log_dir_of(identity, user)
         for k, v in identity.items():
             merged.setdefault(k, v)
     return log_dir_of(merged, user)

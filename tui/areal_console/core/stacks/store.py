@@ -10,11 +10,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from areal_console.core import locations
 from areal_console.core.errors import UserError
 from areal_console.core.stacks.model import StackCapture, capture_from_json
+from areal_console.core.textfmt import clip
 
 
 def new_capture_id() -> str:
@@ -59,30 +59,57 @@ class SavedCapture:
     title: str
 
 
-def list_captures(directory: Path | None = None) -> list[SavedCapture]:
-    """Saved captures, newest first; unreadable files are skipped."""
+@dataclass
+class BadCapture:
+    """A file in the captures directory that is not a readable capture, and why."""
+
+    path: Path
+    error: str
+
+
+def _summary(path: Path) -> SavedCapture:
+    """One saved capture's list entry; `ValueError` saying why when the file is not one."""
+    if not path.is_file():  # a FIFO or a directory named *.json must not hang or crash us
+        raise ValueError("not a regular file")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
+    except ValueError as exc:  # bad JSON or not UTF-8
+        raise ValueError(f"not JSON ({exc})") from None
+    ranks = doc.get("ranks") if isinstance(doc, dict) else None
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+        raise ValueError("not a stack capture (no list of ranks)")
+    diag = doc.get("diagnosis") if isinstance(doc.get("diagnosis"), dict) else {}
+    return SavedCapture(
+        capture_id=str(doc.get("id") or path.stem),
+        path=path,
+        captured_at=str(doc.get("captured_at") or ""),
+        ranks=sum(1 for r in ranks if r.get("rank") is not None),
+        pattern=str(diag.get("pattern") or "?"),
+        title=str(diag.get("title") or ""),
+    )
+
+
+def scan_captures(directory: Path | None = None) -> tuple[list[SavedCapture], list[BadCapture]]:
+    """Saved captures, newest first, and the files that are not captures (with why)."""
     directory = directory or locations.captures_dir()
     if not directory.is_dir():
-        return []
-    out = []
-    for path in directory.glob("*.json"):
+        return [], []
+    out: list[SavedCapture] = []
+    bad: list[BadCapture] = []
+    for path in sorted(directory.glob("*.json")):
         try:
-            doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        diag = doc.get("diagnosis") or {}
-        out.append(
-            SavedCapture(
-                capture_id=str(doc.get("id") or path.stem),
-                path=path,
-                captured_at=str(doc.get("captured_at") or ""),
-                ranks=sum(1 for r in doc.get("ranks", []) if r.get("rank") is not None),
-                pattern=str(diag.get("pattern") or "?"),
-                title=str(diag.get("title") or ""),
-            )
-        )
+            out.append(_summary(path))
+        except ValueError as exc:
+            bad.append(BadCapture(path, str(exc)))
     out.sort(key=lambda c: (c.captured_at, c.capture_id), reverse=True)
-    return out
+    return out, bad
+
+
+def list_captures(directory: Path | None = None) -> list[SavedCapture]:
+    """Saved captures, newest first; files that are not captures are left out."""
+    return scan_captures(directory)[0]
 
 
 def resolve_capture(ref: str, directory: Path | None = None) -> Path:
@@ -112,8 +139,11 @@ def load_capture(ref: str, directory: Path | None = None) -> StackCapture:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read capture {path}: {exc}") from None
-    if not isinstance(doc, dict) or "ranks" not in doc:
+    if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
         raise UserError(f"{path} is not a stack capture")
-    capture = capture_from_json(doc)
+    try:
+        capture = capture_from_json(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"{path} is not a valid stack capture ({clip(exc)})") from None
     capture.capture_id = capture.capture_id or path.stem
     return capture

@@ -1,0 +1,41 @@
+"""docs/agent-protocol.md documents every op: the agent's op table and the batch
+extension's, no more and no fewer."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from areal_agent import agent
+from areal_console.core import batches
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "agent-protocol.md"
+ROW = re.compile(r"^\| `([a-z_]+)` \|", re.MULTILINE)
+
+
+def documented() -> tuple[set[str], set[str]]:
+    """(ops in the agent's table, ops in the extension's table)."""
+    text = DOC.read_text()
+    core, _, extension = text.partition("Extension ops")
+    return set(ROW.findall(core)), set(ROW.findall(extension))
+
+
+def agent_ops() -> set[str]:
+    """The agent's own op table (its `@op(...)` handlers; `load` may add extension ops to
+    the live `OPS` dict of an agent running in this process)."""
+    source = Path(agent.__file__).read_text()
+    own = set(re.findall(r'^@op\("([a-z_]+)"\)$', source, re.MULTILINE))
+    assert own <= set(agent.OPS)
+    return own
+
+
+def test_every_agent_op_is_documented() -> None:
+    core, _ = documented()
+    assert {"hello", "sample", "job_launch", "replay_index"} <= agent_ops()
+    assert core == agent_ops()
+
+
+def test_every_extension_op_is_documented() -> None:
+    _, extension = documented()
+    assert extension == set(batches.OPS)
+    assert not extension & agent_ops()

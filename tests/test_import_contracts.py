@@ -1,0 +1,165 @@
+"""Import contracts (the role import-linter plays in Harlequin), on the static import graph
+of the console and the agent: no cycles, and layers that point one way:
+
+    app, palette, cli, commands  ->  screens  ->  widgets  ->  core  ->  agent protocol
+
+Deferred imports inside functions count (they are still dependencies); imports under
+`if TYPE_CHECKING:` do not (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"areal_console": ROOT / "tui" / "areal_console", "areal_agent": ROOT / "agents" / "areal_agent"}  # fmt: skip
+
+
+def module_name(package_dir: Path, path: Path) -> str:
+    parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {
+        module_name(base, path): path for base in PACKAGES.values() for path in base.rglob("*.py")
+    }
+
+
+def imported(module: str, path: Path, known: set[str]) -> set[str]:
+    """Modules of this project that `module` imports at run time."""
+    tree = ast.parse(path.read_text())
+    type_only = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and "TYPE_CHECKING" in ast.unparse(branch.test)
+        for node in ast.walk(branch)
+    }
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{module}: relative import (this project imports absolutely)"
+            base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in names if name in known and name != module}
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imported(name, path, set(found)) for name, path in found.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def under(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def violations(edges: dict[str, set[str]], source: str, forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(
+        f"{m} -> {t}" for m, targets in edges.items() if under(m, source) for t in targets
+        if under(t, *forbidden)
+    )  # fmt: skip
+
+
+UI = ("areal_console.app", "areal_console.palette", "areal_console.cli", "areal_console.commands")
+
+
+def test_the_graph_is_read() -> None:
+    edges = graph()
+    assert "areal_console.screens.jobs" in edges["areal_console.app"]
+    assert "areal_console.core.fleet" in edges["areal_console.core.monitor"]
+    assert "areal_agent.agent" in edges["areal_console.core.client"]
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(graph()) == []
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_layers_point_one_way() -> None:
+    edges = graph()
+    screens, widgets = "areal_console.screens", "areal_console.widgets"
+    assert violations(edges, "areal_agent", ("areal_console",)) == []
+    core_may_not = (screens, widgets, "areal_console.workers", "areal_console.messages", *UI)
+    assert violations(edges, "areal_console.core", core_may_not) == []
+    assert violations(edges, widgets, (screens, *UI)) == []
+    assert violations(edges, screens, UI) == []
+    for shared in ("areal_console.workers", "areal_console.messages", "areal_console.navigation"):
+        assert violations(edges, shared, (screens, widgets, *UI)) == [], shared
+
+
+def test_core_source_never_names_textual() -> None:
+    core = PACKAGES["areal_console"] / "core"
+    offenders = []
+    for path in core.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+                offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "textual"]  # fmt: skip
+    assert offenders == []
+
+
+def test_every_project_import_names_an_existing_module() -> None:
+    """A module moved or renamed leaves no import of its old name behind (deferred ones
+    included, which only fail when their function first runs)."""
+    found = modules()
+    missing = []
+    for name, path in found.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] in PACKAGES and target not in found:
+                    missing.append(f"{name}: {target}")
+    assert missing == []

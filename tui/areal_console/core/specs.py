@@ -1,0 +1,54 @@
+"""Node specs: the records naming what the console connects to (no parsing here, so the
+inventory and Slurm resolvers that build them import only this)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SlurmTarget:
+    """How a "slurm" node is reached: a step of `job_id`, started where Slurm's commands are.
+
+    `nodes` are all nodes of the fan-out (one multiplexed `srun` step serves them all in
+    `mode="step"`; `mode="node"` starts one step per node). `unreachable` is Slurm's own
+    reason when it already knows the node can't run a step (down, not responding).
+    """
+
+    job_id: str
+    login: str | None = None
+    nodes: tuple[str, ...] = ()
+    mode: str = "step"
+    gpus: int = 0
+    unreachable: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node to reach: `transport` is "local" (a child process), "ssh" or "slurm"."""
+
+    name: str
+    transport: str = "local"
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    identity_file: str | None = None
+    proxy_jump: str | None = None
+    python: str = "python3"
+    groups: tuple[str, ...] = field(default=())
+    slurm: SlurmTarget | None = None
+
+    @property
+    def address(self) -> str:
+        if self.transport == "local":
+            return "local"
+        if self.transport == "slurm" and self.slurm is not None:
+            return f"slurm:{self.slurm.job_id}:{self.host}"
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{self.host}{port}"
+
+
+def local_node() -> NodeSpec:
+    return NodeSpec(name=socket.gethostname() or "local", transport="local")
