@@ -151,6 +151,8 @@ async def test_unsafe_pickle_asks_before_loading(tmp_path: Path) -> None:
         assert not marker.exists()
         status = text_of(screen.query_one("#batches-status", Static))
         assert "could run code when loaded" in status
+        # The console's own key, not the CLI's flag.
+        assert "press t to load it anyway" in status and "--trust-pickle" not in status
         await pilot.press("n")  # the default: nothing is loaded
         await wait_for(pilot, lambda: app.screen is screen)
         assert not marker.exists() and screen.trust_pickle is False

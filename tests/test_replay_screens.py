@@ -92,6 +92,7 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
         assert dialog.query_one("#replay-gpus", Input).value == "cpu"  # no GPUs here
+        assert dialog.focused is None  # enter launches what is shown; tab reaches the fields
         assert dialog.query_one("#replay-steps", Input).value == "0:1"  # AReaL's global steps
         command = text_of(dialog, "#replay-command")
         assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=0 steps=2" in command

@@ -146,8 +146,9 @@ async def test_mark_diff_and_jump_between_differences() -> None:
         await pilot.press("right_square_bracket")
         row = view.get_row(str(view.cursor_row))
         assert str(row[2]) == "≠"
-        assert str(row[1]).startswith("Trainer.all_reduce_grads")
-        assert str(row[3]).startswith("Trainer.broadcast_params")
+        # At 120 columns a long name is cut, never the file:line that tells frames apart.
+        assert str(row[1]).startswith("Trainer.all_redu") and str(row[1]).endswith("hang.py:142")
+        assert str(row[3]).startswith("Trainer.broadcas") and str(row[3]).endswith("hang.py:145")
         await pilot.press("left_square_bracket")
         assert view.cursor_row == first
         await pilot.press("left_square_bracket")
@@ -162,12 +163,12 @@ async def test_goto_rank_filter_and_missing_rank() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         assert "missing_ranks" in str(screen.query_one(DiagnosisBanner).render())
-        await pilot.press("g")
+        await pilot.press("number_sign")
         prompt = screen.query_one("#prompt", Input)
         assert prompt.display and prompt.has_focus
         await pilot.press("3", "enter")
         assert "rank 3 is missing" in status(screen)
-        await pilot.press("g", "1", "enter")
+        await pilot.press("number_sign", "1", "enter")
         assert "rank 1 is in group 1: ranks 0-2 (3)" in status(screen)
         await pilot.press("slash")
         await pilot.press(*"broadcast")
@@ -222,7 +223,7 @@ async def test_four_thousand_ranks_stay_responsive() -> None:
         opened = time.perf_counter() - t0
         table = screen.query_one(RankGroupTable)
         assert len(table.shown) == 2 and table.groups[0].size == 4096 - 5
-        await pilot.press("g", *"3993", "enter")
+        await pilot.press("number_sign", *"3993", "enter")
         assert "rank 3993 is in group 2" in status(screen)
         await pilot.press("d")
         assert screen.query_one(StackDiffView).display

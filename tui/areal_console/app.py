@@ -29,6 +29,7 @@ from areal_console.core.stacks.model import StackCapture
 from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
 from areal_console.core.targets import NodeSpec
+from areal_console.core.textfmt import plural
 from areal_console.messages import SavedCapturesListed
 from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
@@ -61,6 +62,9 @@ class ConsoleApp(WorkerHost, App[None]):
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
+        # Ctrl-C leaves at once from anywhere (an input box too), as in a shell: exit 130.
+        Binding("ctrl+c", "interrupt", "Quit", id="app.interrupt", show=False, priority=True,
+                tooltip="Leave the console at once (exit status 130)"),
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Show every key of this screen"),
         Binding("colon", "command_line", "Command", id="app.command", show=False,
@@ -121,6 +125,8 @@ class ConsoleApp(WorkerHost, App[None]):
         self._stacks_screen: StacksScreen | None = None
         self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
         self.capture_match: str | None = None
+        self.capture_native = False  # py-spy --native (Stacks screen: N)
+        self.capture_locals = False  # py-spy --locals (Stacks screen: L)
         self.capture_job: str | None = None  # the job chosen for the last capture
         # `s` starts the capture here, before the Stacks screen exists to wait for it.
         self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
@@ -145,6 +151,14 @@ class ConsoleApp(WorkerHost, App[None]):
         )
         if self.settings.keymap:
             self.set_keymap(self.settings.keymap)
+            unknown = sorted(set(self.settings.keymap) - known_binding_ids())
+            if unknown:
+                self.notify(
+                    f"settings: keymap names no key {', '.join(map(repr, unknown))}; the ids "
+                    "are listed with ? on each screen (e.g. cluster.capture)",
+                    severity="warning",
+                    timeout=15,
+                )
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
@@ -152,7 +166,15 @@ class ConsoleApp(WorkerHost, App[None]):
             self.register_screen(mode, factory)
         self.switch_mode("nodes")
         if self.welcome:
-            self.notify(self.welcome, timeout=20)
+            # A hint for the Cluster screen: short, and gone once another screen opens (its
+            # keys mean other things there).
+            self.notify(self.welcome, timeout=8)
+            self.mode_change_signal.subscribe(self, self._welcome_done)
+
+    def _welcome_done(self, mode: str) -> None:
+        if mode != "nodes":
+            self.clear_notifications()
+            self.mode_change_signal.unsubscribe(self)
 
     def on_unmount(self) -> None:
         self.monitor.stop()
@@ -188,6 +210,8 @@ class ConsoleApp(WorkerHost, App[None]):
             interval=self.settings.capture_interval,
             timeout=self.settings.pyspy_timeout,
             match=self.capture_match,
+            native=self.capture_native,
+            with_locals=self.capture_locals,
         )
 
     def take_capture(self) -> StackCapture:
@@ -277,7 +301,8 @@ class ConsoleApp(WorkerHost, App[None]):
                 retry="open the palette again")  # fmt: skip
     def refresh_saved_captures(self, ticket: Ticket) -> None:
         """Re-read the saved captures off the UI thread (the palette shows the last list)."""
-        self.post_message(SavedCapturesListed(list_captures()[:20], ticket=ticket))
+        # Every one: the palette searches them (the newest first).
+        self.post_message(SavedCapturesListed(list_captures(), ticket=ticket))
 
     @on(SavedCapturesListed)
     def _saved_captures_listed(self, message: SavedCapturesListed) -> None:
@@ -288,7 +313,7 @@ class ConsoleApp(WorkerHost, App[None]):
         entries: list[tuple[str, str, Callable[[], Any]]] = []
         for saved in self.saved_captures:  # cached: the palette asks at every keystroke
             entries.append((f"Capture {saved.capture_id}: {saved.title}",
-                            f"{saved.captured_at} · {saved.ranks} ranks · {saved.pattern}",
+                            f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}",
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
         return entries
 
@@ -477,6 +502,9 @@ class ConsoleApp(WorkerHost, App[None]):
             known = ", ".join(f":{e.mode}" for e in SCREENS)
             self.notify(f"Unknown command {word!r}. Try {known}, :theme NAME, :q", severity="error")
 
+    def action_interrupt(self) -> None:
+        self.exit(return_code=130)
+
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
@@ -497,6 +525,27 @@ class ConsoleApp(WorkerHost, App[None]):
         nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})") for e in SCREENS]
         seen = {k for k, _, _ in own}
         self.push_screen(HelpScreen(title, own + [n for n in nav if n[0] not in seen] + generic))
+
+
+def known_binding_ids() -> set[str]:
+    """Every binding id of the console (what a keymap in the settings may name)."""
+    import importlib
+    import pkgutil
+
+    import areal_console.screens
+    import areal_console.widgets
+
+    classes: list[type] = [ConsoleApp]
+    for package in (areal_console.screens, areal_console.widgets):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            classes += [v for v in vars(module).values() if isinstance(v, type)]
+    ids: set[str] = set()
+    for cls in classes:
+        for binding in getattr(cls, "BINDINGS", []) or []:
+            if isinstance(binding, Binding) and binding.id:
+                ids.add(binding.id)
+    return ids
 
 
 def create_app(specs: list[NodeSpec], **options: Any) -> ConsoleApp:

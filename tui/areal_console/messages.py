@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rich.text import Text
 from textual.message import Message
 
 from areal_console.core.jobs import JobRecord
@@ -179,3 +180,13 @@ class SlurmJobsFailed(Reply):
     """Why Slurm could not be asked (no squeue, the login host down, ...)."""
 
     error: str
+
+
+# Process detail -------------------------------------------------------------------------
+
+
+@dataclass
+class ProcessStack(Reply):
+    """One process's stack dump, rendered (or why there is none)."""
+
+    text: Text

@@ -27,9 +27,9 @@ from areal_console.core.errors import UserError
 
 PATTERNS = ("cleanup", "mismatch", "collective", "none")
 TRAIN_STEPS = 30
-# Rollouts up to 16 versions stale and a high learning rate: the behaviour policy falls
+# Rollouts up to 32 versions stale and a high learning rate: the behaviour policy falls
 # behind and behave_imp_weight leaves 1 (what AReaL's guide warns about).
-DRIFT = ("rollout.max_head_offpolicyness=16", "actor.optimizer.lr=0.02")
+DRIFT = ("rollout.max_head_offpolicyness=32", "actor.optimizer.lr=0.01")
 TRAINER = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
 
 Progress = Callable[[str], None]

@@ -19,12 +19,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from areal_console.core import batches
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
+from areal_console.core.textfmt import plural
 from areal_console.messages import (
     BatchCompareLoaded,
     BatchLoadFailed,
@@ -33,8 +34,10 @@ from areal_console.messages import (
     BatchSummaryLoaded,
 )
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
+from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
 
 ReplayCallback = Callable[[str, list[int]], None]
@@ -62,14 +65,15 @@ def summary_text(s: dict[str, Any]) -> Text:
     names = ["seq_len", "prompt_len", "response_len", "task_reward"] if st else []
     if st.get("reward") and st.get("reward") != st.get("task_reward"):
         names.append("reward")  # normalised rewards beside original_rewards
+    # A grid 36 columns wide: it fits beside the step list in an 80-column terminal.
+    if names:
+        out.append(f"{'':<12}{'mean':>6}{'std':>6}{'min':>6}{'max':>6}\n", style="dim")
     for name in names:
         d = st.get(name) or {}
         digits = 3 if name in ("task_reward", "reward") else 1
-        out.append(f"{name:<13}", style="bold")
-        out.append(
-            f"mean {_fmt(d.get('mean'), digits)}  std {_fmt(d.get('std'), digits)}  "
-            f"min {_fmt(d.get('min'), digits)}  max {_fmt(d.get('max'), digits)}\n"
-        )
+        out.append(f"{name:<12}", style="bold")
+        out.append("".join(f"{_fmt(d.get(k), digits):>6}" for k in ("mean", "std", "min", "max")))
+        out.append("\n")
     if st:
         out.append(f"{'no_eos_ratio':<13}", style="bold")
         eos = s.get("eos_token_ids")
@@ -231,7 +235,7 @@ class BatchesScreen(WorkerHost, Screen[None]):
         with Horizontal(id="batches-body"):
             with Vertical(id="steps-pane"):
                 yield Static("steps x dp ranks", classes="pane-title")
-                yield DataTable(id="steps", cursor_type="row", zebra_stripes=True)
+                yield VimTable(id="steps", cursor_type="row", zebra_stripes=True)
             with Vertical(id="detail-pane"):
                 with VerticalScroll(id="summary-pane"):
                     yield Static("", id="summary")
@@ -241,11 +245,11 @@ class BatchesScreen(WorkerHost, Screen[None]):
                     placeholder="filter samples: text, noeos, eos, task_reward=1, group=3",
                     id="sample-filter",
                 )
-                yield DataTable(id="samples", cursor_type="row", zebra_stripes=True)
+                yield VimTable(id="samples", cursor_type="row", zebra_stripes=True)
                 with VerticalScroll(id="sample-pane"):
                     yield TokenView(id="sample-view")
         yield Static("", id="batches-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         steps = self.query_one("#steps", DataTable)
@@ -253,7 +257,7 @@ class BatchesScreen(WorkerHost, Screen[None]):
         for label, key in (
             ("step", "step"),
             ("dp", "dp"),
-            ("samples", "samples"),
+            ("n", "samples"),
             ("resp", "resp"),
             ("reward", "reward"),  # the mean task_reward (AReaL's name) of the file
             ("no_eos", "no_eos"),
@@ -263,6 +267,10 @@ class BatchesScreen(WorkerHost, Screen[None]):
         for label in ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver"):
             samples.add_column(label, key=label)
         self.query_one("#sample-filter", Input).display = False
+        # Keys go to the step list first, and tab goes straight on to the samples: the
+        # summary box above them scrolls with the mouse but takes no focus.
+        self.query_one("#summary-pane").can_focus = False
+        steps.focus()
         self.load_top()
 
     # status -----------------------------------------------------------------------
@@ -361,7 +369,7 @@ class BatchesScreen(WorkerHost, Screen[None]):
             self.query_one("#samples").loading = False
             self._status(f"{s['path']} is not a rollout batch: {s['description']}", error=True)
         else:
-            self._status(f"{s['path']}: {len(s.get('warnings') or [])} warning(s)")
+            self._status(f"{s['path']}: {plural(len(s.get('warnings') or []), 'warning')}")
 
     def _fill_steps(self, s: dict[str, Any]) -> None:
         table = self.query_one("#steps", DataTable)
@@ -461,9 +469,12 @@ class BatchesScreen(WorkerHost, Screen[None]):
             return  # answers an older request
         for selector in ("#summary-pane", "#samples", "#sample-pane"):
             self.query_one(selector).loading = False
-        self.last_error = message.error
-        self._status(message.error, error=True)
-        self.query_one("#summary", Static).update(Text(message.error, style="bold red"))
+        error = message.error.replace(
+            batches.TRUST_HINT, "press t to load it anyway, only if you trust who wrote it"
+        )
+        self.last_error = error
+        self._status(error, error=True)
+        self.query_one("#summary", Static).update(Text(error, style="bold red"))
         if message.unsafe and not self.trust_pickle:
             self._ask_trust(message.path, message.error)
 

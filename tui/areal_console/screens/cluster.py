@@ -10,10 +10,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from areal_console.core.monitor import NodeView
+from areal_console.core.textfmt import plural
 from areal_console.screens.host_key import HostKeyScreen
+from areal_console.screens.process_detail import ProcessDetailScreen
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
@@ -30,7 +33,7 @@ def status_text(
     up = sum(v.state == "up" for v in views)
     ranks = sum(1 for v in views for p in v.processes if p.get("rank") is not None)
     worlds = {p.get("world_size") for v in views for p in v.processes if p.get("world_size")}
-    parts = [f"{up}/{len(views)} nodes up", f"{ranks} ranks"]
+    parts = [f"{up}/{len(views)} nodes up", plural(ranks, "rank")]
     if len(worlds) == 1:
         world = worlds.pop()
         parts[-1] += f" of world size {world}"
@@ -75,7 +78,8 @@ class ClusterScreen(WorkerHost, Screen[None]):
             "Drill in",
             id="cluster.drill",
             show=False,
-            tooltip="Show only the highlighted node's processes",
+            tooltip="On a node: show only its processes. On a process: its command line, "
+            "rank variables, GPU memory and (s) its stack",
         ),
         Binding(
             "s",
@@ -106,6 +110,30 @@ class ClusterScreen(WorkerHost, Screen[None]):
             "Sort nodes",
             id="cluster.sort",
             tooltip="Cycle the node order: name, state, GPU utilisation",
+        ),
+        Binding(
+            "P",
+            "sort_processes('cpu')",
+            "Sort by CPU",
+            id="cluster.sort_cpu",
+            show=False,
+            tooltip="Processes by CPU use, largest first (again: back to rank order)",
+        ),
+        Binding(
+            "M",
+            "sort_processes('rss')",
+            "Sort by RSS",
+            id="cluster.sort_rss",
+            show=False,
+            tooltip="Processes by resident memory, largest first (again: rank order)",
+        ),
+        Binding(
+            "V",
+            "sort_processes('gpumem')",
+            "Sort by GPU mem",
+            id="cluster.sort_gpumem",
+            show=False,
+            tooltip="Processes by GPU memory, largest first (again: rank order)",
         ),
         Binding(
             "p",
@@ -154,7 +182,7 @@ class ClusterScreen(WorkerHost, Screen[None]):
             yield ProcessTable(id="processes")
         yield Input(placeholder="filter: text in node, rank, role, pid or command", id="filter")
         yield StatusLine("connecting…", id="status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
@@ -244,6 +272,21 @@ class ClusterScreen(WorkerHost, Screen[None]):
     @on(DataTable.RowSelected, "#nodes")
     def _node_selected(self, event: DataTable.RowSelected) -> None:
         self.action_drill()
+
+    @on(DataTable.RowSelected, "#processes")
+    def _process_selected(self, event: DataTable.RowSelected) -> None:
+        """enter on a process: its full record and, one key away, its stack."""
+        chosen = self.query_one(ProcessTable).selected_process
+        if chosen is not None:
+            node, process = chosen
+            self.app.push_screen(ProcessDetailScreen(self.console.fleet, node, process))
+
+    def action_sort_processes(self, by: str) -> None:
+        table = self.query_one(ProcessTable)
+        by = "rank" if table.sort_by == by else by
+        table.set_sort(by)
+        names = {"rank": "rank", "cpu": "CPU", "rss": "RSS", "gpumem": "GPU memory"}
+        self.notify(f"Processes sorted by {names[by]}")
 
     # actions --------------------------------------------------------------------------
     def action_filter(self) -> None:

@@ -25,6 +25,7 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.replay import (
     DumpIndex,
     LaunchTemplate,
+    NoGpuError,
     ReplayPlan,
     format_gpus,
     free_gpus,
@@ -48,6 +49,10 @@ class NodeFacts:
 
 class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
+
+    # Nothing focused when it opens: enter launches what the preview shows, and a stray key
+    # types nowhere; tab reaches the fields (GPUs first).
+    AUTO_FOCUS = ""
 
     BINDINGS = [
         Binding(
@@ -115,6 +120,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
                 yield Label("overrides")
                 yield Input(placeholder="actor.eps_clip=0.1 ...", id="replay-overrides")
             yield Static("reading the dump on the node…", id="replay-command")
+            yield Label("", id="replay-device")
             yield Label("", id="replay-error")
             yield Label(
                 "read-only mode: launching is disabled"
@@ -124,7 +130,6 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             )
 
     def on_mount(self) -> None:
-        self.query_one("#replay-gpus", Input).focus()
         self.load_node_facts()
 
     # One-shot dialog work: failures are shown in the dialog itself, so these catch them.
@@ -202,12 +207,17 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
                 self.query_one("#replay-steps", Input).value,
                 self.query_one("#replay-overrides", Input).value,
             )
+        except NoGpuError as exc:
+            self.plan = None
+            self._show_error(f"node {exc.node} has no GPUs ({exc.why}): set GPUs to cpu")
+            return
         except UserError as exc:
             self.plan = None
             self._show_error(str(exc))
             return
         self._show_error("")
         self.query_one("#replay-command", Static).update(self.plan.command_line)
+        self.query_one("#replay-device", Label).update(self.plan.device_note)
 
     def _show_error(self, text: str) -> None:
         self.query_one("#replay-error", Label).update(text)

@@ -8,11 +8,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import SlurmJob, job_matches, job_row
 from areal_console.messages import SlurmJobsFailed, SlurmJobsLoaded
+from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background
 
 JobLister = Callable[[bool], list[SlurmJob]]  # all_users -> jobs (blocking: Slurm commands)
@@ -74,11 +76,11 @@ class SlurmJobsScreen(WorkerHost, Screen[str | None]):
 
     def compose(self) -> ComposeResult:
         yield Label("Slurm jobs", id="slurm-title")
-        table: DataTable[str] = DataTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
+        table = VimTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
         yield table
         yield Input(placeholder="filter jobs (esc to clear)", id="slurm-filter")
         yield Label("asking Slurm…", id="slurm-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.refresh_table()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
@@ -38,15 +40,29 @@ class SourceViewScreen(WorkerHost, ModalScreen[None]):
             super().__init__()
             self.snippet = snippet
 
-    def __init__(self, frame: Frame, context: int = 8) -> None:
+    def __init__(
+        self,
+        frame: Frame,
+        context: int = 8,
+        variables: list[tuple[str, list[dict[str, Any]]]] | None = None,
+    ) -> None:
         super().__init__()
         self.frame = frame
         self.context = context
+        self.variables = variables or []
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Label(Text(f"{self.frame.function} — {self.frame.location}"), id="source-title")
             yield Static("reading…", id="source-body")
+            if self.variables:
+                text = Text()
+                for who, variables in self.variables:
+                    text.append(f"\nlocals of {who}\n", style="bold")
+                    for v in variables:
+                        kind = "arg  " if v.get("arg") else "local"
+                        text.append(f"  {kind} {v.get('name')} = {v.get('repr')}\n")
+                yield Static(text, id="source-locals")
 
     def on_mount(self) -> None:
         self._read()

@@ -11,16 +11,16 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Static
+from textual.widgets import DataTable, Input, Label, Static
 
 from areal_console.core.errors import UserError
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
-from areal_console.core.stacks.model import Frame, StackCapture
+from areal_console.core.stacks.model import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import full_diagnosis, text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
-from areal_console.core.textfmt import printable
+from areal_console.core.textfmt import plural, printable
 from areal_console.messages import (
     StacksAnalysed,
     StacksCaptureFailed,
@@ -28,6 +28,7 @@ from areal_console.messages import (
     StackTreesReady,
 )
 from areal_console.screens.source_view import SourceViewScreen
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.rank_group_table import RankGroupTable
@@ -72,7 +73,7 @@ class StacksScreen(WorkerHost, Screen[None]):
             tooltip="Jump to the previous differing frame in the diff",
         ),
         Binding(
-            "g",
+            "number_sign",
             "goto_rank",
             "Go to rank",
             id="stacks.goto",
@@ -122,6 +123,32 @@ class StacksScreen(WorkerHost, Screen[None]):
             "Source",
             id="stacks.source",
             tooltip="Show the source lines around the highlighted frame",
+        ),
+        Binding(
+            "f",
+            "toggle_diagnosis",
+            "Full diagnosis",
+            id="stacks.full_diagnosis",
+            tooltip="The diagnosis in full (wrapped, every piece of evidence and advice), or "
+            "one line each again",
+        ),
+        Binding(
+            "N",
+            "toggle_capture('native')",
+            "Native frames",
+            id="stacks.native",
+            show=False,
+            tooltip="Capture again with C/C++ frames too (py-spy --native: NCCL under a "
+            "collective), or without them",
+        ),
+        Binding(
+            "L",
+            "toggle_capture('locals')",
+            "Locals",
+            id="stacks.locals",
+            show=False,
+            tooltip="Capture again with each frame's local variables (py-spy --locals), or "
+            "without; o on a frame shows them",
         ),
         Binding(
             "slash",
@@ -199,7 +226,7 @@ class StacksScreen(WorkerHost, Screen[None]):
                 yield StackDiffView(id="diff")
         yield Input(id="prompt")
         yield Static("", id="status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one("#prompt", Input).display = False
@@ -309,7 +336,7 @@ class StacksScreen(WorkerHost, Screen[None]):
         ranks = capture.rank_stacks
         others = sum(1 for r in capture.ranks if r.rank is None)
         failed = sum(1 for r in ranks if r.state != "ok")
-        parts = [f"{len(ranks)} ranks", f"{len(analysis.groups)} groups"]
+        parts = [plural(len(ranks), "rank"), plural(len(analysis.groups), "group")]
         if analysis.world_size:
             parts[0] += f" of {analysis.world_size}"
         if analysis.missing:
@@ -317,9 +344,9 @@ class StacksScreen(WorkerHost, Screen[None]):
         if failed:
             parts.append(f"{failed} not captured")
         if others:
-            parts.append(f"{others} other job processes")
+            parts.append(plural(others, "other job process", "other job processes"))
         if capture.errors:
-            parts.append(f"{len(capture.errors)} node errors")
+            parts.append(plural(len(capture.errors), "node error"))
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         if self.text_filter:
             parts.append(f"filter: {self.text_filter!r}")
@@ -491,7 +518,24 @@ class StacksScreen(WorkerHost, Screen[None]):
         if frame is None:
             self.say("no frame highlighted")
             return
-        self.app.push_screen(SourceViewScreen(frame))
+        variables = variables_at(self.capture, frame) if self.capture is not None else []
+        self.app.push_screen(SourceViewScreen(frame, variables=variables))
+
+    def action_toggle_diagnosis(self) -> None:
+        full = self.query_one(DiagnosisBanner).toggle_full()
+        self.say("the diagnosis in full (f: one line each)" if full else "diagnosis: one line each")
+
+    def action_toggle_capture(self, what: str) -> None:
+        """`N` / `L`: py-spy's --native / --locals on or off, then capture again."""
+        flag = "capture_native" if what == "native" else "capture_locals"
+        if self.recapture is None or not hasattr(self.app, flag):
+            self.say("this capture was opened from disk: no live job to capture again")
+            return
+        value = not getattr(self.app, flag)
+        setattr(self.app, flag, value)
+        label = "native frames" if what == "native" else "local variables"
+        self.say(f"capturing every rank {'with' if value else 'without'} {label}…")
+        self._capture()
 
     def action_filter(self) -> None:
         self._open_prompt("filter", "filter groups: rank range, function or file", self.text_filter)
@@ -584,6 +628,11 @@ class StacksScreen(WorkerHost, Screen[None]):
         goto = getattr(self.app, "action_goto", None)  # the console's screens are modes
         if goto is not None:
             goto("nodes")
+
+    @on(DataTable.RowSelected, "#groups")
+    def _group_selected(self, event: DataTable.RowSelected) -> None:
+        # The table takes enter (and a click) for itself: selecting a group drills in.
+        self.action_drill()
 
     @on(DataTable.RowHighlighted, "#groups")
     def _group_highlighted(self, event: DataTable.RowHighlighted) -> None:
