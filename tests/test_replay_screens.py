@@ -21,6 +21,8 @@ from areal_console.styles import STYLESHEET
 from textual.app import App
 from textual.widgets import DataTable, Input, Label, Static
 
+from tests.waits import until
+
 SLOW_JOB = "import time\nprint('working', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
 
 
@@ -75,14 +77,6 @@ class Host(App[None]):
             self.result = value
 
         self.push_screen(self.screen_factory(), done)
-
-
-async def until(pilot: Any, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
 
 
 def text_of(screen: Any, selector: str) -> str:

@@ -20,6 +20,7 @@ from textual.app import App
 from textual.widgets import Input, Static
 
 import tests.fixtures.hang as hang_module
+from tests.waits import until as wait_until
 
 DATA = Path(__file__).parent / "data" / "pyspy"
 HANG_PY = str(Path(hang_module.__file__).resolve())
@@ -81,14 +82,6 @@ class StacksApp(App[None]):
 
     def on_mount(self) -> None:
         self.push_screen(self.stacks_screen)
-
-
-async def wait_until(pilot: Any, predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met")
-        await pilot.pause(0.02)
 
 
 def group_labels(table: RankGroupTable) -> list[str]:
