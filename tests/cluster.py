@@ -41,6 +41,8 @@ from typing import Any
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import NodeSpec
 
+from tests.waits import wait_for
+
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 SSH = shutil.which("ssh") or "/usr/bin/ssh"
@@ -64,18 +66,6 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((address, 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll `predicate()` until it returns something truthy; TimeoutError names `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 def _keygen(path: Path, comment: str) -> None:

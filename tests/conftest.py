@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cluster import TestCluster, free_port, skip_reason
+from tests.waits import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -48,16 +48,6 @@ def tmux_showing(session: str, *needles: str) -> str | None:
     """The screen, once it shows every needle; None until then (for `wait_for`)."""
     text = tmux_screen(session)
     return text if all(n in text for n in needles) else None
-
-
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1, what: str = "condition"):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -204,3 +194,15 @@ def live_cluster(cluster: TestCluster) -> TestCluster:
 
 def pytest_report_header() -> str:
     return f"sshd test cluster: {skip_reason() or 'available'} (pid {os.getpid()})"
+
+
+# Fixtures that bind fixed 127.0.0.x addresses (the sshd cluster, the Slurm cluster): under
+# pytest-xdist (`-n 2 --dist loadgroup`) every test using them runs on one worker, in turn.
+SHARED_ADDRESS_FIXTURES = {"cluster", "live_cluster", "slurm_cluster", "slurm_gloo_job"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("cluster") or fixtures & SHARED_ADDRESS_FIXTURES:
+            item.add_marker(pytest.mark.xdist_group("shared-addresses"))

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Log
 
 from tests.fixtures import batch_dumps as bf
+from tests.waits import until as wait_until
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -57,17 +56,6 @@ def recorded_monitor() -> RecordedMonitor:
 
 PYSPY = DATA / "pyspy"
 SIZE = (130, 36)
-
-
-async def wait_until(
-    pilot: Pilot[None], condition: Callable[[], object], timeout: float = 30
-) -> None:
-    """Let the app run until `condition()` holds (screens load in worker threads)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the screen did not settle in time")
-        await pilot.pause(0.05)
 
 
 def recorded_capture(pattern: str = "cleanup_deadlock") -> StackCapture:

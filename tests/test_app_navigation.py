@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import recorded
 from areal_console.app import ConsoleApp
 from areal_console.core.settings import Settings
@@ -92,3 +94,36 @@ async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Pa
         await recorded.wait_until(pilot, lambda: isinstance(app.screen, JobsScreen))
         assert app.screen is not old_jobs
         assert isinstance(app.screen, JobsScreen) and app.screen.fleet is app.fleet
+
+
+async def test_palette_lists_saved_captures_from_a_cache_read_off_the_ui_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    import areal_console.app as app_module
+    from areal_console.core.stacks.store import save_capture
+
+    save_capture(recorded.recorded_capture())
+    reads: list[str] = []
+    real = app_module.list_captures
+
+    def counting() -> list[Any]:
+        reads.append(threading.current_thread().name)
+        return real()
+
+    monkeypatch.setattr(app_module, "list_captures", counting)
+    app = ConsoleApp(None, recorded_monitor())
+    async with app.run_test(size=(120, 36)) as pilot:
+        ui_thread = threading.current_thread().name
+        await pilot.press("ctrl+p")
+        await recorded.wait_until(pilot, lambda: app.saved_captures)
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"Capture recorded")  # a search per keystroke, no disk read each
+        await pilot.pause()
+        labels = [label for label, _, _ in app._saved_capture_entries()]
+        assert any(label.startswith("Capture recorded-cleanup_deadlock") for label in labels)
+        assert len(reads) == 1 and ui_thread not in reads  # once per opening, in a worker
+        await pilot.press("escape")
+        await pilot.press("ctrl+p")
+        await recorded.wait_until(pilot, lambda: len(reads) == 2)

@@ -16,6 +16,7 @@ from textual.app import App
 from textual.widgets import DataTable, Static
 
 from tests.fixtures import batch_dumps as bf
+from tests.waits import until as wait_for
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +42,6 @@ class Host(App[None]):
 
     def on_batches_screen_replay_requested(self, message: BatchesScreen.ReplayRequested) -> None:
         self.replays.append(message)
-
-
-async def wait_for(pilot: Any, condition: Any, timeout: float = 20.0) -> None:
-    """Poll the UI until `condition()` holds (workers run in threads)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
 
 
 def text_of(widget: Static) -> str:
@@ -161,6 +151,8 @@ async def test_unsafe_pickle_asks_before_loading(tmp_path: Path) -> None:
         assert not marker.exists()
         status = text_of(screen.query_one("#batches-status", Static))
         assert "could run code when loaded" in status
+        # The console's own key, not the CLI's flag.
+        assert "press t to load it anyway" in status and "--trust-pickle" not in status
         await pilot.press("n")  # the default: nothing is loaded
         await wait_for(pilot, lambda: app.screen is screen)
         assert not marker.exists() and screen.trust_pickle is False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 from collections.abc import Callable
@@ -18,13 +17,11 @@ from areal_console.widgets.process_table import ProcessTable
 from areal_console.widgets.status_line import StatusLine
 from conftest import GlooJob
 
+from tests import waits
+
 
 async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await waits.until(None, condition, timeout, what or "condition")
 
 
 def cell(table: ProcessTable | NodeTable, row: str, column: str) -> str:

@@ -105,7 +105,7 @@ def test_nodes_partial_failure_still_prints_the_rest(
     assert ranks_seen(nodes["node2"]["processes"]) == expected_ranks(job, "node2")
     assert nodes["dead"]["state"] == "down"
     assert nodes["dead"]["error"].startswith(f"connection refused by {dead}")
-    assert proc.stderr.strip() == f"error: dead: {nodes['dead']['error']}"
+    assert proc.stderr.strip() == f"warning: dead: {nodes['dead']['error']}"
 
     table = run_cli(cluster, "--hosts", f"node1,{dead}")
     assert table.returncode == 3

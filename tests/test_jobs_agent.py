@@ -15,6 +15,8 @@ from areal_console.core import jobs
 from areal_console.core.fleet import Fleet, NodeSession
 from areal_console.core.targets import NodeSpec, local_node
 
+from tests.waits import wait_for
+
 # A job that logs a line, then waits to be stopped (or finishes after 60 s).
 SLOW_JOB = "import sys,time\nprint('started', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
 
@@ -37,14 +39,6 @@ def session(env: Path) -> Iterator[tuple[NodeSession, list[dict[str, Any]]]]:
         if job["state"] == "running":
             s.call("job_stop", {"job": job["job"], "grace": 2}, timeout=20)
     fleet.close()
-
-
-def wait_for(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 def test_job_runs_detached_logs_and_reports_exit(session: tuple[NodeSession, list]) -> None:

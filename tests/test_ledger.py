@@ -231,3 +231,41 @@ def test_diagnosis_names_the_rank_behind_when_stacks_look_alike() -> None:
         "Rank 1 is 1 call behind in group 0 (default_pg); the others wait in all_reduce #4 [8] float32"
     )
     assert "Flight Recorder: group 0 (default_pg): rank 1 is 1 call behind" in got.evidence
+
+
+def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
+    from areal_console.core.stacks.model import build_capture, capture_from_json
+    from areal_console.core.stacks.report import capture_json, text_report
+
+    pyspy = Path(__file__).parent / "data" / "pyspy"
+    with_fr = build_capture(json.loads((pyspy / "ledger_op.json").read_text()))
+    assert with_fr.ledger is not None
+    doc = json.loads(json.dumps(capture_json(with_fr)))
+    assert doc["ledger"]["groups"][0]["mismatch"]["seq"] == 4
+    reopened = capture_from_json(doc)
+    assert reopened.ledger is not None and reopened.ledger.to_json() == doc["ledger"]
+    assert "Ranks disagree at collective #4 of group 0 (default_pg)" in text_report(reopened)
+
+    old = build_capture(json.loads((pyspy / "same_collective.json").read_text()))
+    assert old.ledger is None and capture_json(old)["ledger"] is None
+    lines = [ln for ln in text_report(old).splitlines() if "Collective ledger" in ln]
+    assert lines == [
+        "Collective ledger: not in this capture (taken without Flight Recorder traces): stacks only"
+    ]
+
+
+def test_hook_removes_sockets_of_processes_that_are_gone(tmp_path: Path) -> None:
+    import importlib.util
+
+    from areal_console.fr_hook import HOOK_DIR
+
+    spec = importlib.util.spec_from_file_location("fr_hook_module", HOOK_DIR / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # not as `sitecustomize`: enables nothing
+    gone, alive = tmp_path / "areal-fr-999999999.sock", tmp_path / f"areal-fr-{os.getppid()}.sock"
+    other = tmp_path / "areal-fr-notes.txt"
+    for f in (gone, alive, other):
+        f.write_text("")
+    hook.remove_stale_sockets(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])

@@ -5,16 +5,22 @@ from the dump file a crashed rank wrote, through the local agent; shown by `stac
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from areal_agent.agent import FR_ENV, fr_live, parse_environ
 from areal_console.core.fleet import Fleet
+from areal_console.core.ledger import build_ledger, parse_trace
 from areal_console.core.stacks.capture import CaptureOptions, take_capture
 from areal_console.core.targets import NodeSpec
 from conftest import run_cli, wait_for
 
+from tests.cluster import free_port
 from tests.fixtures.fr_jobs import FrJob
 
 pytestmark = pytest.mark.slow
@@ -127,3 +133,46 @@ def test_job_without_recorder_falls_back_to_stacks(gloo_job: Any, tmp_path: Path
         "Collective ledger: no Flight Recorder trace from any rank: stacks only "
         "(start the job with the recorder hook on PYTHONPATH, see docs/ledger.md)"
     ]
+
+
+WORKER_MAIN_RANK = """
+import os, time, torch, torch.distributed as dist
+from torch.distributed.elastic.control_plane import worker_main
+
+with worker_main():
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(3))
+    dist.broadcast(torch.zeros(2, dtype=torch.int64), src=0)
+    open(os.environ["READY"], "w").close()
+    time.sleep(3600)
+"""
+
+
+def test_job_serving_torch_worker_main_is_read_live(tmp_path: Path) -> None:
+    """No hook: a job wrapped in torch's `worker_main()` with TORCH_WORKER_SERVER_SOCKET set
+    and the recorder on; the agent reads torch's own `fr_trace_json` from that socket."""
+    ready = tmp_path / "ready"
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "TORCH_FR_BUFFER_SIZE": "100",
+        "TORCH_WORKER_SERVER_SOCKET": str(tmp_path / "worker.sock"),
+        "READY": str(ready),
+    }
+    proc = subprocess.Popen([sys.executable, "-c", WORKER_MAIN_RANK], env=env)
+    try:
+        wait_for(ready.exists, timeout=120, what="the rank")
+        rank_env = parse_environ(Path(f"/proc/{proc.pid}/environ").read_bytes(), FR_ENV)
+        reply = fr_live(proc.pid, rank_env, timeout=5.0)
+        assert reply["ok"], reply
+        assert reply["socket"] == str(tmp_path / "worker.sock")
+        trace = parse_trace(0, "node0", "live", reply["socket"], reply["trace"])
+        g = build_ledger([trace], world_size=1).group("0")
+        assert g is not None and g.members == (0,)
+        assert g.summary() == "rank 0 broadcast #2 [2] int64"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -141,6 +141,59 @@ def test_tampered_dump_is_reported_as_differing(home: Path, recording: Path) -> 
     assert "replay differs from recording at step 2" in err
 
 
+@pytest.mark.slow
+def test_cross_device_recording_says_so_and_compares_within_tolerance(
+    home: Path, recording: Path
+) -> None:
+    """A recording made on CUDA (its trajectory_meta.json says so), replayed on this CPU:
+    the device of each is said before launch and the comparison is within a tolerance."""
+    meta = json.loads((recording / "trajectory_meta.json").read_text())
+    assert meta["device"] == "cpu" and meta["device_name"] == "cpu"  # what was recorded here
+    on_cuda = home / "cuda-recording"
+    shutil.copytree(recording, on_cuda)
+    meta.update(device="cuda", device_name="NVIDIA H100 80GB HBM3")
+    (on_cuda / "trajectory_meta.json").write_text(json.dumps(meta))
+    dry = console(home, "replay", str(on_cuda), "--steps", "1:2", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert (
+        "recorded on cuda, replaying on cpu: cross-device, compared within a relative "
+        "tolerance of 0.001" in dry.stderr
+    )
+    code, out, err = replay_json(home, str(on_cuda), "--steps", "1:2")
+    assert code == 0, err
+    assert (out["recorded_device"], out["device"], out["tolerance"]) == ("cuda", "cpu", 0.001)
+    assert out["verification"]["matched"] is True
+    assert "within relative tolerance 0.001, cross-device" in out["verification"]["summary"]
+
+
+@pytest.mark.slow
+def test_verifying_after_the_recording_is_gone_cannot_compare(home: Path, recording: Path) -> None:
+    from areal_console.core import jobs
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.targets import local_node
+    from areal_console.screens.jobs import JobRow
+
+    copy = home / "soon-gone"
+    shutil.copytree(recording, copy)
+    code, out, err = replay_json(home, str(copy), "--steps", "1:1")
+    assert code == 0 and out["verification"]["matched"] is True, err
+    shutil.rmtree(copy)  # the recording (and its metrics) deleted after the replay
+    env = console_env(home)
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("AREAL_CONSOLE_DATA_DIR", "XDG_CACHE_HOME"):
+            mp.setenv(key, env[key])
+        record = next(r for r in jobs.load_jobs() if r.job_id == out["job_id"])
+        fleet = Fleet([local_node()])
+        try:
+            result = jobs.verify_job(fleet.sessions[0], record)  # what `v` does
+        finally:
+            fleet.close()
+    assert result is not None and not result.matched and not result.comparable
+    assert result.summary.startswith("cannot compare with the recording: ")
+    assert "differs" not in result.summary
+    assert JobRow(record).cells()[-1] == "cannot compare"
+
+
 def test_missing_step_lists_available_steps(home: Path, recording: Path) -> None:
     proc = console(home, "replay", str(recording), "--steps", "2:9", "--wait")
     assert proc.returncode == 1

@@ -314,3 +314,34 @@ def test_trainer_config_file_and_dotted_overrides(tmp_path: Path) -> None:
         rt.load_config(None, ["start_step=3", "steps=5"])
     with pytest.raises(rt.ConfigError, match="global steps start at 0"):
         rt.load_config(None, ["start_step=5", "steps=5"])
+
+
+def test_cross_device_replay_is_compared_within_a_stated_tolerance() -> None:
+    """The numbers from a CUDA recording replayed on CPU: not bit for bit, and that is
+    expected; a real divergence still fails."""
+    recorded = {1: {"importance_weight": 0.99213773554}}
+    on_cpu = {1: {"importance_weight": 0.99213769219}}
+    exact = verify(recorded, on_cpu, (1, 1), metrics=("importance_weight",))
+    assert not exact.matched and "bit for bit" in exact.summary
+    close = verify(recorded, on_cpu, (1, 1), metrics=("importance_weight",), rel_tol=1e-3)
+    assert close.matched and close.comparable
+    assert "within relative tolerance 0.001, cross-device" in close.summary
+    wrong = verify(recorded, {1: {"importance_weight": 0.95}}, (1, 1),
+                   metrics=("importance_weight",), rel_tol=1e-3)  # fmt: skip
+    assert not wrong.matched and "differs" in wrong.summary
+    gone = verify({}, on_cpu, (1, 1), metrics=("importance_weight",))
+    assert not gone.comparable and gone.summary.startswith("cannot compare")
+
+
+def test_plan_says_which_device_recorded_and_which_replays() -> None:
+    template = load_templates()["reference"]
+    cuda_recording = index({0: [None]})
+    cuda_recording.meta["device"] = "cuda"
+    on_cpu = plan_replay(cuda_recording, "n", NO_GPU_SAMPLE, template, gpus=[], script="t.py")
+    assert (on_cpu.recorded_device, on_cpu.device, on_cpu.tolerance) == ("cuda", "cpu", 1e-3)
+    assert on_cpu.device_note.startswith("recorded on cuda, replaying on cpu: cross-device")
+    on_gpu = plan_replay(cuda_recording, "n", GPU_SAMPLE, template, gpus=[0], script="t.py")
+    assert on_gpu.tolerance is None and on_gpu.device_note.endswith("bit for bit")
+    unknown = plan_replay(index({0: [None]}), "n", NO_GPU_SAMPLE, template, gpus=[], script="t")
+    assert unknown.tolerance is None and "does not say its device" in unknown.device_note
+    assert on_cpu.to_json()["tolerance"] == 1e-3

@@ -21,6 +21,8 @@ from areal_console.styles import STYLESHEET
 from textual.app import App
 from textual.widgets import DataTable, Input, Label, Static
 
+from tests.waits import until
+
 SLOW_JOB = "import time\nprint('working', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
 
 
@@ -77,14 +79,6 @@ class Host(App[None]):
         self.push_screen(self.screen_factory(), done)
 
 
-async def until(pilot: Any, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
-
-
 def text_of(screen: Any, selector: str) -> str:
     widget = screen.query_one(selector)
     return str(widget.render() if isinstance(widget, (Label, Static)) else widget.value)
@@ -98,6 +92,7 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
         assert dialog.query_one("#replay-gpus", Input).value == "cpu"  # no GPUs here
+        assert dialog.focused is None  # enter launches what is shown; tab reaches the fields
         assert dialog.query_one("#replay-steps", Input).value == "0:1"  # AReaL's global steps
         command = text_of(dialog, "#replay-command")
         assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=0 steps=2" in command

@@ -114,6 +114,7 @@ def test_stacks_of_every_rank_through_one_srun_step(
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # the cache follows it when set
     plan = resolve_slurm_targets(slurm_gloo_job.job_id)
     assert plan.transport == "slurm" and not plan.notes
     fleet = Fleet(plan.specs)

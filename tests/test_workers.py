@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import recorded
@@ -16,21 +15,15 @@ from areal_console.screens.jobs import JobsScreen
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 from textual import on
 from textual.app import App
-from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import Label
+
+from tests.waits import until
 
 
 @dataclass
 class Answer(Reply):
     value: str
-
-
-async def until(pilot: Pilot[None], condition: Callable[[], object], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await pilot.pause(0.02)
 
 
 class Lookup(WorkerHost, Screen[None]):

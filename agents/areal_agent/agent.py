@@ -550,6 +550,7 @@ def process_record(
         "state": p["state"],
         "gpus": gpus,
         "gpu_memory": gpu_memory,
+        "env": dict(env),  # the rank variables only (RANK_VARS), for the process detail
         "env_error": p["env_error"],
     }
 
@@ -1094,6 +1095,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     timeout = _arg(args, "timeout", float, 10.0)
     nonblocking = _arg(args, "nonblocking", bool, False)
     native = _arg(args, "native", bool, False)
+    with_locals = _arg(args, "locals", bool, False)
     # Echoed in one `pyspy_progress` event per finished dump (for a progress display).
     progress = args.get("progress")
     # py-spy is CPU-bound while it reads a process: more at once than cores only queues.
@@ -1129,6 +1131,8 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
             cmd.append("--nonblocking")
         if native:
             cmd.append("--native")
+        if with_locals:
+            cmd.append("--locals")
         started = time.monotonic()
         record: dict[str, Any] = {"pid": pid, "requested_pid": requested}
         try:
@@ -1562,7 +1566,10 @@ def op_replay_index(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         "steps": {str(k): v for k, v in sorted(steps.items())},
         "checkpoints": ckpts,
         "metrics": os.path.isfile(os.path.join(path, "metrics.jsonl")),
-        "meta": {k: meta.get(k) for k in ("trainer", "trainer_version", "world_size")}
+        "meta": {
+            k: meta.get(k)
+            for k in ("trainer", "trainer_version", "world_size", "device", "device_name")
+        }
         if meta
         else {},
     }
@@ -1672,7 +1679,10 @@ def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
     try:
         conn.request("POST", url, body=b"", headers={"Content-Length": "0"})
         reply = conn.getresponse()
-        return reply.status, reply.read()
+        body = reply.read(FR_MAX_BYTES + 1)
+        if len(body) > FR_MAX_BYTES:
+            raise ValueError(f"reply larger than {FR_MAX_BYTES} bytes: not a trace")
+        return reply.status, body
     finally:
         conn.close()
 

@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, Protocol
 
+from textual import on
 from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
@@ -26,8 +27,10 @@ from areal_console.core.settings import Settings
 from areal_console.core.stacks.capture import CaptureOptions, scope_processes, take_capture
 from areal_console.core.stacks.model import StackCapture
 from areal_console.core.stacks.scope import JobChoiceError
-from areal_console.core.stacks.store import list_captures, load_capture
+from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
 from areal_console.core.targets import NodeSpec
+from areal_console.core.textfmt import plural
+from areal_console.messages import SavedCapturesListed
 from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
@@ -59,6 +62,9 @@ class ConsoleApp(WorkerHost, App[None]):
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDINGS = [
         Binding("q", "quit", "Quit", id="app.quit", tooltip="Leave the console"),
+        # Ctrl-C leaves at once from anywhere (an input box too), as in a shell: exit 130.
+        Binding("ctrl+c", "interrupt", "Quit", id="app.interrupt", show=False, priority=True,
+                tooltip="Leave the console at once (exit status 130)"),
         Binding("question_mark", "help", "Help", id="app.help",
                 tooltip="Show every key of this screen"),
         Binding("colon", "command_line", "Command", id="app.command", show=False,
@@ -119,6 +125,8 @@ class ConsoleApp(WorkerHost, App[None]):
         self._stacks_screen: StacksScreen | None = None
         self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
         self.capture_match: str | None = None
+        self.capture_native = False  # py-spy --native (Stacks screen: N)
+        self.capture_locals = False  # py-spy --locals (Stacks screen: L)
         self.capture_job: str | None = None  # the job chosen for the last capture
         # `s` starts the capture here, before the Stacks screen exists to wait for it.
         self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
@@ -127,6 +135,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self._dumped: dict[str, tuple[int, int, int]] = {}  # node -> (done, total, failed)
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
+        self.saved_captures: list[SavedCapture] = []  # refreshed when the palette opens
         if batches_path:
             self.screen_factories["batches"] = self._new_batches_screen
         if fleet is not None:
@@ -142,6 +151,14 @@ class ConsoleApp(WorkerHost, App[None]):
         )
         if self.settings.keymap:
             self.set_keymap(self.settings.keymap)
+            unknown = sorted(set(self.settings.keymap) - known_binding_ids())
+            if unknown:
+                self.notify(
+                    f"settings: keymap names no key {', '.join(map(repr, unknown))}; the ids "
+                    "are listed with ? on each screen (e.g. cluster.capture)",
+                    severity="warning",
+                    timeout=15,
+                )
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
@@ -149,7 +166,15 @@ class ConsoleApp(WorkerHost, App[None]):
             self.register_screen(mode, factory)
         self.switch_mode("nodes")
         if self.welcome:
-            self.notify(self.welcome, timeout=20)
+            # A hint for the Cluster screen: short, and gone once another screen opens (its
+            # keys mean other things there).
+            self.notify(self.welcome, timeout=8)
+            self.mode_change_signal.subscribe(self, self._welcome_done)
+
+    def _welcome_done(self, mode: str) -> None:
+        if mode != "nodes":
+            self.clear_notifications()
+            self.mode_change_signal.unsubscribe(self)
 
     def on_unmount(self) -> None:
         self.monitor.stop()
@@ -185,6 +210,8 @@ class ConsoleApp(WorkerHost, App[None]):
             interval=self.settings.capture_interval,
             timeout=self.settings.pyspy_timeout,
             match=self.capture_match,
+            native=self.capture_native,
+            with_locals=self.capture_locals,
         )
 
     def take_capture(self) -> StackCapture:
@@ -270,11 +297,23 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_saved_capture(self, capture_id: str) -> None:
         self.push_screen(StacksScreen(recapture=lambda: load_capture(capture_id)))
 
+    @background("saved-captures", doing="listing the saved captures",
+                retry="open the palette again")  # fmt: skip
+    def refresh_saved_captures(self, ticket: Ticket) -> None:
+        """Re-read the saved captures off the UI thread (the palette shows the last list)."""
+        # Every one: the palette searches them (the newest first).
+        self.post_message(SavedCapturesListed(list_captures(), ticket=ticket))
+
+    @on(SavedCapturesListed)
+    def _saved_captures_listed(self, message: SavedCapturesListed) -> None:
+        if self.fresh(message):
+            self.saved_captures = message.captures
+
     def _saved_capture_entries(self) -> list[tuple[str, str, Callable[[], Any]]]:
         entries: list[tuple[str, str, Callable[[], Any]]] = []
-        for saved in list_captures()[:20]:
+        for saved in self.saved_captures:  # cached: the palette asks at every keystroke
             entries.append((f"Capture {saved.capture_id}: {saved.title}",
-                            f"{saved.captured_at} · {saved.ranks} ranks · {saved.pattern}",
+                            f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}",
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
         return entries
 
@@ -463,6 +502,9 @@ class ConsoleApp(WorkerHost, App[None]):
             known = ", ".join(f":{e.mode}" for e in SCREENS)
             self.notify(f"Unknown command {word!r}. Try {known}, :theme NAME, :q", severity="error")
 
+    def action_interrupt(self) -> None:
+        self.exit(return_code=130)
+
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
@@ -483,6 +525,27 @@ class ConsoleApp(WorkerHost, App[None]):
         nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})") for e in SCREENS]
         seen = {k for k, _, _ in own}
         self.push_screen(HelpScreen(title, own + [n for n in nav if n[0] not in seen] + generic))
+
+
+def known_binding_ids() -> set[str]:
+    """Every binding id of the console (what a keymap in the settings may name)."""
+    import importlib
+    import pkgutil
+
+    import areal_console.screens
+    import areal_console.widgets
+
+    classes: list[type] = [ConsoleApp]
+    for package in (areal_console.screens, areal_console.widgets):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            module = importlib.import_module(info.name)
+            classes += [v for v in vars(module).values() if isinstance(v, type)]
+    ids: set[str] = set()
+    for cls in classes:
+        for binding in getattr(cls, "BINDINGS", []) or []:
+            if isinstance(binding, Binding) and binding.id:
+                ids.add(binding.id)
+    return ids
 
 
 def create_app(specs: list[NodeSpec], **options: Any) -> ConsoleApp:

@@ -9,12 +9,17 @@ newest waiting one is handled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from rich.text import Text
 from textual.message import Message
 
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
+from areal_console.core.slurm import SlurmJob
+from areal_console.core.stacks.diagnose import Diagnosis
+from areal_console.core.stacks.merge import StackAnalysis, TreeNode
+from areal_console.core.stacks.store import SavedCapture
 from areal_console.workers import Ticket
 
 Severity = Literal["information", "warning", "error"]
@@ -74,3 +79,114 @@ class HealthPolled(Reply):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, HealthPolled)
+
+
+# App --------------------------------------------------------------------------------------
+
+
+@dataclass
+class SavedCapturesListed(Reply):
+    """The newest saved captures, for the command palette."""
+
+    captures: list[SavedCapture]
+
+
+# Batches screen ---------------------------------------------------------------------------
+
+
+@dataclass
+class BatchSummaryLoaded(Reply):
+    """A dump's (`top`) or one step file's summary."""
+
+    summary: dict[str, Any]
+    top: bool
+
+
+@dataclass
+class BatchSamplesLoaded(Reply):
+    """One step file's sample table."""
+
+    table: dict[str, Any]
+
+
+@dataclass
+class BatchSampleLoaded(Reply):
+    """One sample, token by token."""
+
+    view: dict[str, Any]
+
+
+@dataclass
+class BatchCompareLoaded(Reply):
+    """Two steps side by side."""
+
+    result: dict[str, Any]
+
+
+@dataclass
+class BatchLoadFailed(Reply):
+    """A file that could not be read; `unsafe`: it needs pickle (ask before trusting it)."""
+
+    path: str
+    error: str
+    unsafe: bool
+
+
+# Stacks screen ----------------------------------------------------------------------------
+
+
+@dataclass
+class StacksAnalysed(Reply):
+    """A capture merged into groups and trees, and its diagnosis."""
+
+    analysis: StackAnalysis
+    diagnosis: Diagnosis
+
+
+@dataclass
+class StackTreesReady(Reply):
+    """Merged trees per thread name (the all-threads view)."""
+
+    trees: dict[str, TreeNode]
+    all_threads: bool
+
+
+@dataclass
+class StacksExported(Reply):
+    """Where the report went, or why it did not."""
+
+    text: str
+
+
+@dataclass
+class StacksCaptureFailed(Reply):
+    """Taking a capture failed; the screen keeps the one it shows."""
+
+    error: str
+
+
+# Slurm jobs screen ------------------------------------------------------------------------
+
+
+@dataclass
+class SlurmJobsLoaded(Reply):
+    """Slurm's job list."""
+
+    jobs: list[SlurmJob]
+
+
+@dataclass
+class SlurmJobsFailed(Reply):
+    """Why Slurm could not be asked (no squeue, the login host down, ...)."""
+
+    error: str
+
+
+# Process detail -------------------------------------------------------------------------
+
+
+@dataclass
+class ProcessStack(Reply):
+    """One process's stack dump, rendered (or why there is none)."""
+
+    text: Text

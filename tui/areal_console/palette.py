@@ -57,6 +57,12 @@ class ConsoleCommands(Provider):
         if isinstance(screen, ClusterScreen):
             screen.show_node(node, text_filter=str(pid))
 
+    async def startup(self) -> None:
+        """The palette opened: refresh the saved captures in the background; searches use
+        the list the app holds (no disk reads on the UI thread per keystroke)."""
+        app: ConsoleApp = self.app  # type: ignore[assignment]
+        app.refresh_saved_captures()
+
     async def discover(self) -> Hits:
         for label, help_text, action in self._entries()[:12]:
             yield DiscoveryHit(label, action, help=help_text)

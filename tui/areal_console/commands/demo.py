@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             health_target=HealthTarget(str(job.log_path), match=job.tag),
         )
         app.run()
-        return 0
+        return app.return_code or 0  # 130 after Ctrl-C
     finally:
         killed = job.stop()
         job.remove_files()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from typing import Any
 
 from areal_console.core import jobs
 from areal_console.core.client import AgentDisconnected, AgentError
@@ -60,6 +62,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _say(text: str) -> None:
+    print(f"replay: {text}", file=sys.stderr, flush=True)
+
+
+class _LogProgress:
+    """While waiting: the job log's newest line on stderr, each time it changes (at most
+    every couple of seconds), so a long replay does not look stuck."""
+
+    def __init__(self, session: Any, every: float = 2.0) -> None:
+        self.session = session
+        self.every = every
+        self.last_line = ""
+        self.next_at = 0.0
+
+    def __call__(self, record: jobs.JobRecord) -> None:
+        now = time.monotonic()
+        if now < self.next_at:
+            return
+        self.next_at = now + self.every
+        try:
+            lines = jobs.tail(self.session, record.job_id, 1)
+        except (AgentError, AgentDisconnected, OSError):
+            return
+        line = lines[-1].strip() if lines else ""
+        if line and line != self.last_line:
+            self.last_line = line
+            _say(f"{record.job_id}: {line}")
+
+
 def pick_node(specs: list[NodeSpec], name: str | None) -> NodeSpec:
     if name is None:
         if len(specs) > 1:
@@ -109,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
             config=args.trainer_config or "",
             overrides=args.overrides,
         )
+        if not args.json:
+            _say(plan.device_note)  # before anything runs: which device, and how compared
         if args.dry_run:
             print(json.dumps(plan.to_json(), indent=1) if args.json else plan.command_line)
             return EXIT_OK
@@ -129,16 +162,26 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{spec.name}: launch failed: {exc}") from None
         verification = None
         if args.wait:
-            if via_slurm:
-                jobs.wait_slurm(launch, args.timeout)
-            else:
-                jobs.wait(session, record, args.timeout)
+            _say(f"replay {record.job_id} running on {record.node} (log: {record.log}); "
+                 "waiting for it to end (Ctrl-C stops waiting, the job keeps running)")  # fmt: skip
+            try:
+                if via_slurm:
+                    jobs.wait_slurm(launch, args.timeout)
+                else:
+                    jobs.wait(session, record, args.timeout, on_poll=_LogProgress(session))
+            except KeyboardInterrupt:
+                _say(f"stopped waiting: replay {record.job_id} keeps running on {record.node} "
+                     f"(detached; log: {record.log})")  # fmt: skip
+                raise
             if record.state == "finished":
                 verification = jobs.verify_job(session, record)
         result = {
             "job_id": record.job_id,
             "node": record.node,
             "gpus": plan.gpus or "cpu",
+            "device": plan.device,
+            "recorded_device": plan.recorded_device,
+            "tolerance": plan.tolerance,
             "command": record.extra.get("argv", plan.argv),
             "env": plan.env,
             "log": record.log,

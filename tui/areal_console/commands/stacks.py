@@ -74,6 +74,16 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="do not pause the ranks while dumping (less accurate)",
     )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="include C/C++ frames (py-spy --native), e.g. NCCL under a hung collective",
+    )
+    parser.add_argument(
+        "--locals",
+        action="store_true",
+        help="include each frame's local variables (py-spy --locals; slower, shows data)",
+    )
     parser.add_argument("--json", action="store_true", help="the capture as JSON")
     parser.add_argument(
         "--save", metavar="DIR", help="also write <id>.json and <id>.txt (report) into DIR"
@@ -155,8 +165,10 @@ def _outcome(capture: Any, nodes: int, match: str | None) -> int:
     captured = [r for r in ranks if r.state == "ok"]
     if not captured:
         if ranks:
-            first = next((r for r in ranks if r.error), ranks[0])
-            why = f"{len(ranks)} rank(s) found, no stack dumped (rank {first.rank}: {first.error})"
+            from areal_console.core.stacks.diagnose import failure_reasons
+
+            found = "1 rank" if len(ranks) == 1 else f"{len(ranks)} ranks"
+            why = f"{found} found, no stack dumped: " + "; ".join(failure_reasons(ranks))
         elif match:
             why = f"no process with rank variables matches --match {match!r}"
         else:
@@ -192,6 +204,9 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
             all_jobs=args.all_jobs,
             # --slurm-job names the job, not only its nodes: other jobs there stay out.
             slurm_job=getattr(args, "slurm_job", None),
+            native=args.native,
+            with_locals=args.locals,
+            on_sample=lambda text: print(f"stacks: {text} (Ctrl-C stops)", file=sys.stderr),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -201,6 +216,9 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
         capture = take_capture(fleet, options, save=True)  # saved before it is shown
     except JobChoiceError as exc:
         raise _JobChoice(str(exc).splitlines()) from None
+    except KeyboardInterrupt:
+        options.cancel.set()  # no further samples; closing the fleet ends the dumps running
+        raise
     finally:
         fleet.close()
     return capture, len(fleet)

@@ -17,7 +17,7 @@ def register(subparsers: Any) -> None:
     )
     add_target_arguments(parser)
     parser.add_argument("--read-only", action="store_true", default=None,
-                        help="disable kill, stop and launch")  # fmt: skip
+                        help="disable stopping jobs and launching replays")  # fmt: skip
     parser.add_argument("--interval", type=float, default=None,
                         help="seconds between samples (default 1, or the settings file)")  # fmt: skip
     parser.add_argument("--batches", metavar="PATH",
@@ -48,4 +48,4 @@ def run(args: argparse.Namespace) -> int:
         health_target=HealthTarget(args.health, args.health_node) if args.health else None,
     )
     app.run()
-    return 0
+    return app.return_code or 0  # 130 after Ctrl-C

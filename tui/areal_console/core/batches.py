@@ -63,6 +63,10 @@ EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.j
 MULTI_MODAL_PREFIX = "multi_modal_input"
 
 
+# How a refused pickle is opened anyway, in CLI words; the console says its own key instead.
+TRUST_HINT = "open it with --trust-pickle only if you trust who wrote it"
+
+
 class BatchError(Exception):
     """A file or directory that cannot be shown, with a one-line reason."""
 
@@ -228,7 +232,7 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
                 )
             raise UnsafePickleError(
                 f"{path}: refused to load: it holds pickled objects that could run code when "
-                f"loaded{what}; open it with --trust-pickle only if you trust who wrote it"
+                f"loaded{what}; {TRUST_HINT}"
             ) from None
         raise BatchError(f"{path}: corrupt pickle data: {_one_line(text)}") from None
     except Exception as exc:

@@ -27,10 +27,9 @@ from areal_console.core.errors import UserError
 
 PATTERNS = ("cleanup", "mismatch", "collective", "none")
 TRAIN_STEPS = 30
-# Rollouts as stale as the whole run (the policy that samples never catches up) and a high
-# learning rate: behave_imp_weight leaves 1 and stays away (what AReaL's guide warns about).
-# With less staleness the drift can heal before the last step, which the Health view reads.
-DRIFT = (f"rollout.max_head_offpolicyness={TRAIN_STEPS + 2}", "actor.optimizer.lr=0.02")
+# Rollouts up to 32 versions stale and a high learning rate: the behaviour policy falls
+# behind and behave_imp_weight leaves 1 (what AReaL's guide warns about).
+DRIFT = ("rollout.max_head_offpolicyness=32", "actor.optimizer.lr=0.01")
 TRAINER = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
 
 Progress = Callable[[str], None]

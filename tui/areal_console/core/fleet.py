@@ -107,6 +107,8 @@ class NodeSession:
         **options: Any,
     ):
         self.spec = spec
+        # How long a connect may take, agent start included (None: see `start_timeout`).
+        self._start_limit: float | None = options.pop("start_timeout", None)
         self.options = options  # passed to the transport (ssh: accept_new_hosts, ...)
         # False: the handshake leaves NVML alone (a stack capture never reads GPUs).
         self.probe_gpus = probe_gpus
@@ -162,10 +164,16 @@ class NodeSession:
     # connecting -------------------------------------------------------------------------
     @property
     def start_timeout(self) -> float:
-        """How long a connect may take, agent start included: the `connect_timeout` option
-        (--connect-timeout), else `DEFAULT_START_TIMEOUT`."""
+        """How long a connect may take, agent start included: `start_timeout` when given
+        (--connect-timeout on the command line); else the transport's `connect_timeout`,
+        except for a Slurm step, whose launch alone may take srun's MessageTimeout (10 s
+        by default) and a fallback: `DEFAULT_START_TIMEOUT` there."""
+        if self._start_limit is not None:
+            return float(self._start_limit)
         value = self.options.get("connect_timeout")
-        return float(value) if value else DEFAULT_START_TIMEOUT
+        if self.spec.transport == "slurm" or not value:
+            return DEFAULT_START_TIMEOUT
+        return float(value)
 
     def connect(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
         """(Re)connect and handshake; returns `hello`. On failure the session is `down`.
@@ -327,8 +335,14 @@ class Fleet:
                 return NodeFailure(session.name, _describe(exc))
 
         workers = max(1, min(self.max_parallel, len(chosen)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet") as pool:
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet")
+        try:
             results = list(pool.map(guarded, chosen))
+        except BaseException:
+            # Ctrl-C: return now; the caller closes the sessions, which ends the calls.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
     def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:

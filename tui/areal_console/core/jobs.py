@@ -12,6 +12,7 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,13 +185,22 @@ def refresh(session: NodeSession, record: JobRecord) -> JobRecord:
     return record
 
 
-def wait(session: NodeSession, record: JobRecord, timeout: float, poll: float = 0.25) -> JobRecord:
-    """Poll until the job ends (or `timeout` seconds pass: the state stays "running")."""
+def wait(
+    session: NodeSession,
+    record: JobRecord,
+    timeout: float,
+    poll: float = 0.25,
+    on_poll: Callable[[JobRecord], None] | None = None,
+) -> JobRecord:
+    """Poll until the job ends (or `timeout` seconds pass: the state stays "running");
+    `on_poll` sees the record after each poll (to show progress)."""
     deadline = time.monotonic() + timeout
     while True:
         refresh(session, record)
         if record.state in FINAL_STATES or record.state == "unknown":
             return record
+        if on_poll is not None:
+            on_poll(record)
         if time.monotonic() >= deadline:
             return record
         time.sleep(poll)
@@ -207,22 +217,28 @@ def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
     if not plan.get("metrics") or not plan.get("recorded_metrics"):
         return None
     steps = (int(plan["steps"][0]), int(plan["steps"][1]))
+
+    def cannot(reason: str) -> Verification:
+        mismatch = {"step": steps[0], "metric": None, "recorded": None, "replayed": None,
+                    "reason": reason}  # fmt: skip
+        return Verification(False, [], mismatch, comparable=False)
+
+    # Unreadable recorded metrics (the recording was deleted or moved) leave nothing to
+    # compare with: that is not a replay that differs.
     try:
         recorded = read_metrics(session, plan["recorded_metrics"], record.job_dir)
-        replayed = read_metrics(session, plan["metrics"], record.job_dir)
     except (AgentError, AgentDisconnected, OSError) as exc:
-        return Verification(
-            False,
-            [],
-            {
-                "step": steps[0],
-                "metric": None,
-                "recorded": None,
-                "replayed": None,
-                "reason": f"metrics unreadable: {exc}",
-            },
-        )
-    result = verify(recorded, replayed, steps)
+        result = cannot(f"the recording's metrics are unreadable ({exc})")
+    else:
+        try:
+            replayed = read_metrics(session, plan["metrics"], record.job_dir)
+        except (AgentError, AgentDisconnected, OSError) as exc:
+            result = Verification(False, [], {"step": steps[0], "metric": None, "recorded": None,
+                                              "replayed": None,
+                                              "reason": f"replay metrics unreadable: {exc}"})  # fmt: skip
+        else:
+            tolerance = plan.get("tolerance")
+            result = verify(recorded, replayed, steps, rel_tol=tolerance)
     record.verification = result.to_json()
     save_job(record)
     return result

@@ -205,8 +205,14 @@ class FleetMonitor:
                 key = session.unknown_host_key
                 self._update(name, state="down", error=str(exc) or exc.__class__.__name__)
                 if key is not None:
-                    # Retrying cannot help: wait for the user to trust (or not) the key.
-                    self._update(name, host_key=f"{key.key_type} {key.fingerprint}")
+                    # Retrying cannot help: wait for the user to trust (or not) the key. The
+                    # console asks in a dialog (the exception's text is CLI advice).
+                    self._update(
+                        name,
+                        host_key=f"{key.key_type} {key.fingerprint}",
+                        error=f"unknown host key {key.key_type} {key.fingerprint}: "
+                        "trust it (y) or refuse it (n) in the dialog",
+                    )
                     self._wake[name].wait()
                     self._wake[name].clear()
                     continue

@@ -271,6 +271,14 @@ def check_dp_size(index: DumpIndex, first: int, last: int, ranks: int, exact: bo
 # GPUs on the node
 
 
+class NoGpuError(UserError):
+    """GPUs were asked for on a node without any (the message is in CLI words)."""
+
+    def __init__(self, message: str, node: str, why: str) -> None:
+        super().__init__(message)
+        self.node, self.why = node, why
+
+
 def free_gpus(sample: dict[str, Any]) -> list[int]:
     """GPUs of a node sample with no process on them."""
     busy: set[int] = set()
@@ -286,7 +294,7 @@ def check_gpus(requested: list[int], sample: dict[str, Any], node: str) -> None:
         return
     if not have:
         why = sample.get("gpu_error") or "no GPUs found"
-        raise UserError(f"node {node} has no GPUs ({why}); use --gpus cpu")
+        raise NoGpuError(f"node {node} has no GPUs ({why}); use --gpus cpu", node, why)
     raise UserError(
         f"node {node} has no GPU {','.join(map(str, missing))} (it has {format_gpus(have)})"
     )
@@ -376,6 +384,24 @@ class ReplayPlan:
     log: str = "{job_dir}/train.log"
     metrics: str | None = None
     recorded_metrics: str | None = None
+    recorded_device: str | None = None  # "cuda" / "cpu" from the recording, when it says
+    tolerance: float | None = None  # relative tolerance of a cross-device comparison
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.gpus else "cpu"
+
+    @property
+    def device_note(self) -> str:
+        """Which device recorded, which replays, and how the metrics will be compared."""
+        if self.recorded_device is None:
+            return f"replaying on {self.device} (the recording does not say its device)"
+        if self.tolerance is None:
+            return f"recorded on {self.recorded_device}, replaying on {self.device}: bit for bit"
+        return (
+            f"recorded on {self.recorded_device}, replaying on {self.device}: cross-device, "
+            f"compared within a relative tolerance of {self.tolerance:g} (not bit for bit)"
+        )
 
     @property
     def command_line(self) -> str:
@@ -387,6 +413,8 @@ class ReplayPlan:
         data = asdict(self)
         data["steps"] = list(self.steps)
         data["gpus"] = self.gpus or "cpu"
+        data["device"] = self.device
+        data["device_note"] = self.device_note
         return data
 
 
@@ -447,6 +475,9 @@ def plan_replay(
         escape_placeholders(o) for o in overrides
     ]
     env = {"CUDA_VISIBLE_DEVICES": format_gpus(gpus) if gpus else ""}
+    recorded = index.meta.get("device")
+    recorded_device = str(recorded) if recorded in ("cuda", "cpu") else None
+    cross = recorded_device is not None and recorded_device != ("cuda" if gpus else "cpu")
     return ReplayPlan(
         node=node,
         gpus=list(gpus),
@@ -460,11 +491,20 @@ def plan_replay(
         recorded_metrics=(
             substitute(template.recorded_metrics, values) if template.recorded_metrics else None
         ),
+        recorded_device=recorded_device,
+        tolerance=CROSS_DEVICE_RTOL if cross else None,
     )
 
 
 # --------------------------------------------------------------------------------------
 # Verification
+
+
+# CPU and CUDA kernels (and two GPU models) sum in different orders: float32 metrics of
+# the same step then differ in the last few digits (0.99213773554 vs 0.99213769219 is a
+# relative 4e-8), and the difference grows over steps. 1e-3 passes that and still catches a
+# replay that went wrong (another batch, another loss).
+CROSS_DEVICE_RTOL = 1e-3
 
 
 @dataclass
@@ -474,22 +514,33 @@ class Verification:
     matched: bool
     steps: list[int]
     first_mismatch: dict[str, Any] | None = None
+    tolerance: float | None = None  # relative; None: bit for bit
+    comparable: bool = True  # False: nothing to compare (the recording's metrics are gone)
 
     @property
     def summary(self) -> str:
-        if self.matched:
-            return f"replay matches recording (steps {format_steps(self.steps)}, bit for bit)"
         m = self.first_mismatch or {}
+        if not self.comparable:
+            return f"cannot compare with the recording: {m.get('reason')}"
+        how = (
+            "bit for bit"
+            if self.tolerance is None
+            else f"within relative tolerance {self.tolerance:g}, cross-device"
+        )
+        if self.matched:
+            return f"replay matches recording (steps {format_steps(self.steps)}, {how})"
         if m.get("metric") is None:
             return f"replay differs from recording at step {m.get('step')}: {m.get('reason')}"
         return (
             f"replay differs from recording at step {m['step']}: {m['metric']} "
-            f"recorded {m['recorded']!r}, replayed {m['replayed']!r}"
+            f"recorded {m['recorded']!r}, replayed {m['replayed']!r} ({how})"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "matched": self.matched,
+            "comparable": self.comparable,
+            "tolerance": self.tolerance,
             "steps": self.steps,
             "first_mismatch": self.first_mismatch,
             "summary": self.summary,
@@ -516,13 +567,25 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _close(a: Any, b: Any, rel_tol: float) -> bool:
+    """Equal within `rel_tol` for numbers (NaN equals NaN), exactly equal otherwise."""
+    if _same(a, b):
+        return True
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=1e-12)
+    return False
+
+
 def verify(
     recorded: dict[int, dict[str, Any]],
     replayed: dict[int, dict[str, Any]],
     steps: tuple[int, int],
     metrics: tuple[str, ...] = METRIC_NAMES,
+    rel_tol: float | None = None,
 ) -> Verification:
-    """Exact comparison of every metric of every replayed step, in step order."""
+    """Every metric of every replayed step, in step order: exactly, or within `rel_tol`
+    (a replay on another device than the recording)."""
     first, last = steps
     checked: list[int] = []
     for step in range(first, last + 1):
@@ -539,18 +602,17 @@ def verify(
                     "replayed": None,
                     "reason": f"step {step} is missing from the {where} metrics",
                 },
+                tolerance=rel_tol,
+                comparable=rec is not None,  # nothing recorded for it: nothing to compare
             )
         for name in metrics:
-            if not _same(rec.get(name), rep.get(name)):
+            a, b = rec.get(name), rep.get(name)
+            if not (_same(a, b) if rel_tol is None else _close(a, b, rel_tol)):
                 return Verification(
                     False,
                     checked,
-                    {
-                        "step": step,
-                        "metric": name,
-                        "recorded": rec.get(name),
-                        "replayed": rep.get(name),
-                    },
+                    {"step": step, "metric": name, "recorded": a, "replayed": b},
+                    tolerance=rel_tol,
                 )
         checked.append(step)
-    return Verification(True, checked)
+    return Verification(True, checked, tolerance=rel_tol)

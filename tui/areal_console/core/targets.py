@@ -17,48 +17,36 @@ from areal_console.core.specs import local_node as local_node
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
+def _number(text: str, kind: type, least: float, strict: bool, unit: str) -> Any:
+    """`text` as a `kind` (int or float) >= `least` (> with `strict`), finite, for argparse."""
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {unit}") from None
+    if not math.isfinite(value) or value < least or (strict and value == least):
+        bound = f"{'>' if strict else '>='} {least:g}"
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a {unit} {bound}")
+    return value
+
+
 def seconds(text: str) -> float:
     """An argparse type: a number of seconds > 0 (not 0, not negative, not nan or inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds > 0")
-    return value
+    return float(_number(text, float, 0, True, "number of seconds"))
 
 
 def seconds_or_zero(text: str) -> float:
     """An argparse type: a number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds >= 0")
-    return value
+    return float(_number(text, float, 0, False, "number of seconds"))
 
 
 def count(text: str) -> int:
     """An argparse type: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
+    return int(_number(text, int, 1, False, "whole number"))
 
 
 def index(text: str) -> int:
     """An argparse type: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must not be negative")
-    return value
+    return int(_number(text, int, 0, False, "whole number"))
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,9 +86,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--connect-timeout",
         type=seconds,
-        default=10.0,
+        default=None,
         metavar="SECONDS",
-        help="give up reaching a node and starting its agent after this long (default 10)",
+        help=(
+            "give up reaching a node and starting its agent after this long "
+            "(default 10; an srun step's start: 30)"
+        ),
     )
     group.add_argument(
         "--accept-new-hosts",
@@ -150,6 +141,8 @@ def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
         "accept_new_hosts": bool(getattr(args, "accept_new_hosts", False)),
         "connect_timeout": DEFAULT_CONNECT_TIMEOUT if timeout is None else float(timeout),
     }
+    if timeout is not None:  # given: it bounds the agent's start too, on every transport
+        options["start_timeout"] = float(timeout)
     if getattr(args, "ssh_config", None):
         options["ssh_config"] = args.ssh_config
     return options

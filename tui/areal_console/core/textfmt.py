@@ -40,6 +40,11 @@ def clip(text: object, limit: int = 200) -> str:
     return f"{value[:limit]}… ({len(value) - limit} more characters)"
 
 
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """`1 job`, `2 jobs` (`many` for irregular words: plural(n, "process", "processes"))."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"
+
+
 def format_bytes(value: int | float | None) -> str:
     if value is None:
         return "-"

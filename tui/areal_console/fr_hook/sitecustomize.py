@@ -47,6 +47,24 @@ def socket_path() -> str:
     return next(os.path.join(d, name) for d in dirs if d and len(os.path.join(d, name)) < 100)
 
 
+def remove_stale_sockets(directory: str) -> None:
+    """Remove `areal-fr-<pid>.sock` files of processes that are gone (a killed rank cannot
+    remove its own), and one of an earlier process with this pid."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len("areal-fr-") : -len(".sock")]
+        if not (name.startswith("areal-fr-") and name.endswith(".sock") and pid.isdigit()):
+            continue
+        if int(pid) == os.getpid() or not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
 def dump_prefix() -> str:
     return (
         os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
@@ -137,10 +155,7 @@ def start() -> str | None:
     from torch._C import _distributed_c10d as c10d
 
     path = socket_path()
-    try:
-        os.unlink(path)  # a stale socket of an earlier process with this pid
-    except OSError:
-        pass
+    remove_stale_sockets(os.path.dirname(path))
     c10d._register_handler(HANDLER, _serve_trace)
     _state["server"] = c10d._WorkerServer(path)
     _state["socket"] = path

@@ -13,21 +13,32 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from areal_console.core import batches
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
+from areal_console.core.textfmt import plural
+from areal_console.messages import (
+    BatchCompareLoaded,
+    BatchLoadFailed,
+    BatchSampleLoaded,
+    BatchSamplesLoaded,
+    BatchSummaryLoaded,
+)
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
+from areal_console.widgets.vim_table import VimTable
+from areal_console.workers import Ticket, WorkerHost, background
 
 ReplayCallback = Callable[[str, list[int]], None]
 
@@ -55,14 +66,15 @@ def summary_text(s: dict[str, Any]) -> Text:
     names = ["seq_len", "prompt_len", "response_len", "task_reward"] if st else []
     if st.get("reward") and st.get("reward") != st.get("task_reward"):
         names.append("reward")  # normalised rewards beside original_rewards
+    # A grid 36 columns wide: it fits beside the step list in an 80-column terminal.
+    if names:
+        out.append(f"{'':<12}{'mean':>6}{'std':>6}{'min':>6}{'max':>6}\n", style="dim")
     for name in names:
         d = st.get(name) or {}
         digits = 3 if name in ("task_reward", "reward") else 1
-        out.append(f"{name:<13}", style="bold")
-        out.append(
-            f"mean {_fmt(d.get('mean'), digits)}  std {_fmt(d.get('std'), digits)}  "
-            f"min {_fmt(d.get('min'), digits)}  max {_fmt(d.get('max'), digits)}\n"
-        )
+        out.append(f"{name:<12}", style="bold")
+        out.append("".join(f"{_fmt(d.get(k), digits):>6}" for k in ("mean", "std", "min", "max")))
+        out.append("\n")
     if st:
         out.append(f"{'no_eos_ratio':<13}", style="bold")
         eos = s.get("eos_token_ids")
@@ -115,7 +127,7 @@ def compare_text(c: dict[str, Any]) -> Text:
     return out
 
 
-class BatchesScreen(Screen[None]):
+class BatchesScreen(WorkerHost, Screen[None]):
     """Browse a dump file or directory; `fleet` + `node` read it on that node."""
 
     BINDINGS = [
@@ -186,34 +198,6 @@ class BatchesScreen(Screen[None]):
             self.steps = steps
             self.node = node
 
-    class SummaryLoaded(Message):
-        def __init__(self, summary: dict[str, Any], top: bool) -> None:
-            super().__init__()
-            self.summary = summary
-            self.top = top
-
-    class SamplesLoaded(Message):
-        def __init__(self, table: dict[str, Any]) -> None:
-            super().__init__()
-            self.table = table
-
-    class SampleLoaded(Message):
-        def __init__(self, view: dict[str, Any]) -> None:
-            super().__init__()
-            self.view = view
-
-    class CompareLoaded(Message):
-        def __init__(self, result: dict[str, Any]) -> None:
-            super().__init__()
-            self.result = result
-
-    class LoadFailed(Message):
-        def __init__(self, path: str, error: str, unsafe: bool) -> None:
-            super().__init__()
-            self.path = path
-            self.error = error
-            self.unsafe = unsafe
-
     def __init__(
         self,
         path: str,
@@ -252,7 +236,7 @@ class BatchesScreen(Screen[None]):
         with Horizontal(id="batches-body"):
             with Vertical(id="steps-pane"):
                 yield Static("steps x dp ranks", classes="pane-title")
-                yield DataTable(id="steps", cursor_type="row", zebra_stripes=True)
+                yield VimTable(id="steps", cursor_type="row", zebra_stripes=True)
             with Vertical(id="detail-pane"):
                 with VerticalScroll(id="summary-pane"):
                     yield Static("", id="summary")
@@ -262,11 +246,11 @@ class BatchesScreen(Screen[None]):
                     placeholder="filter samples: text, noeos, eos, task_reward=1, group=3",
                     id="sample-filter",
                 )
-                yield DataTable(id="samples", cursor_type="row", zebra_stripes=True)
+                yield VimTable(id="samples", cursor_type="row", zebra_stripes=True)
                 with VerticalScroll(id="sample-pane"):
                     yield TokenView(id="sample-view")
         yield Static("", id="batches-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         steps = self.query_one("#steps", DataTable)
@@ -274,7 +258,7 @@ class BatchesScreen(Screen[None]):
         for label, key in (
             ("step", "step"),
             ("dp", "dp"),
-            ("samples", "samples"),
+            ("n", "samples"),
             ("resp", "resp"),
             ("reward", "reward"),  # the mean task_reward (AReaL's name) of the file
             ("no_eos", "no_eos"),
@@ -284,6 +268,10 @@ class BatchesScreen(Screen[None]):
         for label in ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver"):
             samples.add_column(label, key=label)
         self.query_one("#sample-filter", Input).display = False
+        # Keys go to the step list first, and tab goes straight on to the samples: the
+        # summary box above them scrolls with the mouse but takes no focus.
+        self.query_one("#summary-pane").can_focus = False
+        steps.focus()
         self.load_top()
 
     # status -----------------------------------------------------------------------
@@ -296,61 +284,78 @@ class BatchesScreen(Screen[None]):
     def _opts(self) -> dict[str, Any]:
         return {"eos_token_id": self.eos_token_id, "trust_pickle": self.trust_pickle}
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-top")
-    def load_top(self) -> None:
+    @background("batches-top", doing="reading the dump", retry="press f5 to read it again")
+    def load_top(self, ticket: Ticket) -> None:
         try:
             summary = self.source.summary(self.path, **self._opts())
         except BatchError as exc:
             self.post_message(
-                self.LoadFailed(self.path, str(exc), isinstance(exc, UnsafePickleError))
+                BatchLoadFailed(
+                    self.path, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket
+                )
             )
             return
-        self.post_message(self.SummaryLoaded(summary, top=True))
+        self.post_message(BatchSummaryLoaded(summary, top=True, ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-file")
-    def load_file(self, path: str) -> None:
+    @background(
+        "batches-file", doing="reading the step file", retry="press enter on the step to try again"
+    )
+    def load_file(self, ticket: Ticket, path: str) -> None:
         try:
             summary = self.source.summary(path, **self._opts())
             if summary["format"] not in batches.BATCH_FORMATS:
-                self.post_message(self.SummaryLoaded(summary, top=False))
+                self.post_message(BatchSummaryLoaded(summary, top=False, ticket=ticket))
                 return
-            self.post_message(self.SummaryLoaded(summary, top=False))
+            self.post_message(BatchSummaryLoaded(summary, top=False, ticket=ticket))
             if summary["format"] == batches.TRAJECTORY_REFS:
                 # Shapes only: the summary says where the data went; no samples to list.
-                self.post_message(self.SamplesLoaded({"path": path, "total": 0, "rows": []}))
+                table = {"path": path, "total": 0, "rows": []}
+                self.post_message(BatchSamplesLoaded(table, ticket=ticket))
                 return
             table = self.source.samples(path, **self._opts())
         except BatchError as exc:
-            self.post_message(self.LoadFailed(path, str(exc), isinstance(exc, UnsafePickleError)))
+            self.post_message(
+                BatchLoadFailed(path, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket)
+            )
             return
-        self.post_message(self.SamplesLoaded(table))
+        self.post_message(BatchSamplesLoaded(table, ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-sample")
-    def load_sample(self, path: str, index: int) -> None:
+    @background(
+        "batches-sample", doing="reading the sample", retry="press enter on the sample to try again"
+    )
+    def load_sample(self, ticket: Ticket, path: str, index: int) -> None:
         try:
             view = self.source.sample(path, index, **self._opts())
         except BatchError as exc:
-            self.post_message(self.LoadFailed(path, str(exc), isinstance(exc, UnsafePickleError)))
+            self.post_message(
+                BatchLoadFailed(path, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket)
+            )
             return
-        self.post_message(self.SampleLoaded(view))
+        self.post_message(BatchSampleLoaded(view, ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="batches-compare")
-    def load_compare(self, a: str, b: str) -> None:
+    @background(
+        "batches-compare", doing="comparing the two steps", retry="mark them and compare again"
+    )
+    def load_compare(self, ticket: Ticket, a: str, b: str) -> None:
         try:
             result = batches.compare(
                 self.source.summary(a, **self._opts()), self.source.summary(b, **self._opts())
             )
         except BatchError as exc:
-            self.post_message(self.LoadFailed(b, str(exc), isinstance(exc, UnsafePickleError)))
+            self.post_message(
+                BatchLoadFailed(b, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket)
+            )
             return
-        self.post_message(self.CompareLoaded(result))
+        self.post_message(BatchCompareLoaded(result, ticket=ticket))
 
     # message handlers ---------------------------------------------------------------
     def _file_path(self, entry: dict[str, Any]) -> str:
         return posixpath.join(self.path, entry["file"]) if entry.get("file") else self.path
 
-    @on(SummaryLoaded)
-    def _summary_loaded(self, message: SummaryLoaded) -> None:
+    @on(BatchSummaryLoaded)
+    def _summary_loaded(self, message: BatchSummaryLoaded) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         s = message.summary
         if message.top:
             self.top_summary = s
@@ -370,7 +375,7 @@ class BatchesScreen(Screen[None]):
             self.query_one("#samples").loading = False
             self._status(f"{s['path']} is not a rollout batch: {s['description']}", error=True)
         else:
-            self._status(f"{s['path']}: {len(s.get('warnings') or [])} warning(s)")
+            self._status(f"{s['path']}: {plural(len(s.get('warnings') or []), 'warning')}")
 
     def _fill_steps(self, s: dict[str, Any]) -> None:
         table = self.query_one("#steps", DataTable)
@@ -413,15 +418,18 @@ class BatchesScreen(Screen[None]):
         path = self._file_path(entry)
         self.current_file = path
         if self.top_summary is not None and self.top_summary["format"] == batches.TEXT_ROLLOUT:
-            self.post_message(self.SummaryLoaded(self.top_summary, top=False))
+            cached = self.new_ticket("batches-cached")  # already read: shown at once
+            self.post_message(BatchSummaryLoaded(self.top_summary, top=False, ticket=cached))
         else:
             self.query_one("#summary-pane").loading = True
         self.query_one("#samples").loading = True
         self._status(f"loading {path} ...")
         self.load_file(path)
 
-    @on(SamplesLoaded)
-    def _samples_loaded(self, message: SamplesLoaded) -> None:
+    @on(BatchSamplesLoaded)
+    def _samples_loaded(self, message: BatchSamplesLoaded) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         self.sample_rows = list(message.table["rows"])
         self.query_one("#samples").loading = False
         self._fill_samples()
@@ -446,24 +454,33 @@ class BatchesScreen(Screen[None]):
                 key=str(r["index"]),
             )
 
-    @on(SampleLoaded)
-    def _sample_loaded(self, message: SampleLoaded) -> None:
+    @on(BatchSampleLoaded)
+    def _sample_loaded(self, message: BatchSampleLoaded) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         self.query_one("#sample-pane").loading = False
         self.query_one("#sample-view", TokenView).show(message.view)
 
-    @on(CompareLoaded)
-    def _compare_loaded(self, message: CompareLoaded) -> None:
+    @on(BatchCompareLoaded)
+    def _compare_loaded(self, message: BatchCompareLoaded) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         self.query_one("#summary-pane").loading = False
         self.query_one("#summary", Static).update(compare_text(message.result))
         self._status("comparing two steps: enter on a step goes back to its summary")
 
-    @on(LoadFailed)
-    def _load_failed(self, message: LoadFailed) -> None:
+    @on(BatchLoadFailed)
+    def _load_failed(self, message: BatchLoadFailed) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         for selector in ("#summary-pane", "#samples", "#sample-pane"):
             self.query_one(selector).loading = False
-        self.last_error = message.error
-        self._status(message.error, error=True)
-        self.query_one("#summary", Static).update(Text(message.error, style="bold red"))
+        error = message.error.replace(
+            batches.TRUST_HINT, "press t to load it anyway, only if you trust who wrote it"
+        )
+        self.last_error = error
+        self._status(error, error=True)
+        self.query_one("#summary", Static).update(Text(error, style="bold red"))
         if message.unsafe and not self.trust_pickle:
             self._ask_trust(message.path, message.error)
 

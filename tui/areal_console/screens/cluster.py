@@ -5,19 +5,23 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from areal_console.core.monitor import NodeView
+from areal_console.core.textfmt import plural
 from areal_console.screens.host_key import HostKeyScreen
+from areal_console.screens.process_detail import ProcessDetailScreen
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
 from areal_console.widgets.status_line import StatusLine
+from areal_console.workers import Ticket, WorkerHost, background
 
 if TYPE_CHECKING:
     from areal_console.app import ConsoleApp
@@ -29,7 +33,7 @@ def status_text(
     up = sum(v.state == "up" for v in views)
     ranks = sum(1 for v in views for p in v.processes if p.get("rank") is not None)
     worlds = {p.get("world_size") for v in views for p in v.processes if p.get("world_size")}
-    parts = [f"{up}/{len(views)} nodes up", f"{ranks} ranks"]
+    parts = [f"{up}/{len(views)} nodes up", plural(ranks, "rank")]
     if len(worlds) == 1:
         world = worlds.pop()
         parts[-1] += f" of world size {world}"
@@ -50,7 +54,7 @@ def status_text(
     return " · ".join(parts)
 
 
-class ClusterScreen(Screen[None]):
+class ClusterScreen(WorkerHost, Screen[None]):
     """Live GPUs and processes of every node, refreshed about once a second."""
 
     BINDINGS = [
@@ -74,7 +78,8 @@ class ClusterScreen(Screen[None]):
             "Drill in",
             id="cluster.drill",
             show=False,
-            tooltip="Show only the highlighted node's processes",
+            tooltip="On a node: show only its processes. On a process: its command line, "
+            "rank variables, GPU memory and (s) its stack",
         ),
         Binding(
             "s",
@@ -105,6 +110,30 @@ class ClusterScreen(Screen[None]):
             "Sort nodes",
             id="cluster.sort",
             tooltip="Cycle the node order: name, state, GPU utilisation",
+        ),
+        Binding(
+            "P",
+            "sort_processes('cpu')",
+            "Sort by CPU",
+            id="cluster.sort_cpu",
+            show=False,
+            tooltip="Processes by CPU use, largest first (again: back to rank order)",
+        ),
+        Binding(
+            "M",
+            "sort_processes('rss')",
+            "Sort by RSS",
+            id="cluster.sort_rss",
+            show=False,
+            tooltip="Processes by resident memory, largest first (again: rank order)",
+        ),
+        Binding(
+            "V",
+            "sort_processes('gpumem')",
+            "Sort by GPU mem",
+            id="cluster.sort_gpumem",
+            show=False,
+            tooltip="Processes by GPU memory, largest first (again: rank order)",
         ),
         Binding(
             "p",
@@ -153,7 +182,7 @@ class ClusterScreen(Screen[None]):
             yield ProcessTable(id="processes")
         yield Input(placeholder="filter: text in node, rank, role, pid or command", id="filter")
         yield StatusLine("connecting…", id="status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
@@ -206,8 +235,13 @@ class ClusterScreen(Screen[None]):
             self.app.push_screen(HostKeyScreen(view.name, view.address, view.host_key), answered)
             return  # one question at a time
 
-    @work(thread=True, group="host-keys", exit_on_error=False)
-    def _trust_host_key(self, name: str) -> None:
+    @background(
+        "host-keys",
+        doing="trusting the host key",
+        retry="restart the console to be asked again",
+        exclusive=False,
+    )
+    def _trust_host_key(self, ticket: Ticket, name: str) -> None:
         self.console.monitor.trust_host_key(name)
         self.app.call_from_thread(self.notify, f"{name}: host key trusted; connecting")
 
@@ -238,6 +272,21 @@ class ClusterScreen(Screen[None]):
     @on(DataTable.RowSelected, "#nodes")
     def _node_selected(self, event: DataTable.RowSelected) -> None:
         self.action_drill()
+
+    @on(DataTable.RowSelected, "#processes")
+    def _process_selected(self, event: DataTable.RowSelected) -> None:
+        """enter on a process: its full record and, one key away, its stack."""
+        chosen = self.query_one(ProcessTable).selected_process
+        if chosen is not None:
+            node, process = chosen
+            self.app.push_screen(ProcessDetailScreen(self.console.fleet, node, process))
+
+    def action_sort_processes(self, by: str) -> None:
+        table = self.query_one(ProcessTable)
+        by = "rank" if table.sort_by == by else by
+        table.set_sort(by)
+        names = {"rank": "rank", "cpu": "CPU", "rss": "RSS", "gpumem": "GPU memory"}
+        self.notify(f"Processes sorted by {names[by]}")
 
     # actions --------------------------------------------------------------------------
     def action_filter(self) -> None:

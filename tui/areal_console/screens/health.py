@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from areal_console.core.errors import UserError
 from areal_console.core.metrics.follow import FileAccess, LocalFiles, MetricsFollower, NodeFiles
@@ -25,6 +25,7 @@ from areal_console.core.metrics.health import TASK_REWARD, HealthThresholds
 from areal_console.core.metrics.locate import HealthTarget, find_job_logs
 from areal_console.core.metrics.report import HealthReport, MetricSummary, summarize
 from areal_console.messages import HealthPolled
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.health_banner import HealthBanner
 from areal_console.widgets.metric_plot import MetricPlot
 from areal_console.widgets.metric_table import MetricTable
@@ -87,7 +88,7 @@ class HealthScreen(WorkerHost, Screen[None]):
         with Vertical(id="health-plot-box"):
             yield MetricPlot(id="health-plot")
         yield StatusLine(id="health-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one(HealthBanner).show(None)

@@ -16,14 +16,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Log, Static
+from textual.widgets import DataTable, Input, Label, Log, Static
 
 from areal_console.core import jobs
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.core.textfmt import plural
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.keyed_rows import sync_rows
+from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
 COLUMNS = ("job", "node", "state", "exit", "steps", "gpus", "verification")
@@ -49,8 +52,10 @@ class JobRow:
         v = r.verification
         if v is None:
             verdict = "—" if r.state != "finished" or not (r.plan or {}).get("metrics") else "…"
+        elif v.get("comparable") is False:
+            verdict = "cannot compare"
         elif v.get("matched"):
-            verdict = "matches recording"
+            verdict = "matches recording" + (" (within tol.)" if v.get("tolerance") else "")
         else:
             m = v.get("first_mismatch") or {}
             verdict = f"differs at step {m.get('step')}" + (
@@ -177,12 +182,12 @@ class JobsScreen(WorkerHost, Screen[None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Input(placeholder="filter jobs…", id="jobs-filter")
-            table: DataTable[str] = DataTable(id="jobs-table", cursor_type="row")
+            table = VimTable(id="jobs-table", cursor_type="row")
             yield table
             yield Static("", id="jobs-detail")
             yield Log(id="jobs-log", max_lines=2000)
             yield Label("", id="jobs-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         table = self.query_one("#jobs-table", DataTable)
@@ -251,7 +256,7 @@ class JobsScreen(WorkerHost, Screen[None]):
             table.move_cursor(row=keys.index(self.selected))
         self._show_detail()
         running = sum(r.state == "running" for r in self.records.values())
-        status = f"{len(self.records)} jobs, {running} running"
+        status = f"{plural(len(self.records), 'job')}, {running} running"
         if self.text_filter:
             status += f" · filter: {self.text_filter!r}"
         if self.read_only:
@@ -344,6 +349,7 @@ class JobsScreen(WorkerHost, Screen[None]):
         self.post_message(LogTail(key, lines, ticket=ticket))
 
     def action_refresh(self) -> None:
+        self.notify("Asking every node for its jobs…", timeout=2)  # seen even if nothing changed
         self.refresh_jobs()
 
     def action_filter(self) -> None:

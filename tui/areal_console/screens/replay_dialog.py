@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
@@ -25,6 +25,7 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.replay import (
     DumpIndex,
     LaunchTemplate,
+    NoGpuError,
     ReplayPlan,
     format_gpus,
     free_gpus,
@@ -34,6 +35,7 @@ from areal_console.core.replay import (
     plan_replay,
     takes_steps,
 )
+from areal_console.workers import Ticket, WorkerHost, background
 
 
 @dataclass
@@ -45,8 +47,12 @@ class NodeFacts:
     script: str
 
 
-class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
+class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
+
+    # Nothing focused when it opens: enter launches what the preview shows, and a stray key
+    # types nowhere; tab reaches the fields (GPUs first).
+    AUTO_FOCUS = ""
 
     BINDINGS = [
         Binding(
@@ -114,6 +120,7 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
                 yield Label("overrides")
                 yield Input(placeholder="actor.eps_clip=0.1 ...", id="replay-overrides")
             yield Static("reading the dump on the node…", id="replay-command")
+            yield Label("", id="replay-device")
             yield Label("", id="replay-error")
             yield Label(
                 "read-only mode: launching is disabled"
@@ -123,11 +130,11 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
             )
 
     def on_mount(self) -> None:
-        self.query_one("#replay-gpus", Input).focus()
         self.load_node_facts()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-load")
-    def load_node_facts(self) -> None:
+    # One-shot dialog work: failures are shown in the dialog itself, so these catch them.
+    @background("replay-dialog-load", doing="reading the node's dump and GPUs")
+    def load_node_facts(self, ticket: Ticket) -> None:
         try:
             session = self.fleet.session(self.node)
             index = jobs.dump_index(session, self.path)
@@ -200,12 +207,17 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
                 self.query_one("#replay-steps", Input).value,
                 self.query_one("#replay-overrides", Input).value,
             )
+        except NoGpuError as exc:
+            self.plan = None
+            self._show_error(f"node {exc.node} has no GPUs ({exc.why}): set GPUs to cpu")
+            return
         except UserError as exc:
             self.plan = None
             self._show_error(str(exc))
             return
         self._show_error("")
         self.query_one("#replay-command", Static).update(self.plan.command_line)
+        self.query_one("#replay-device", Label).update(self.plan.device_note)
 
     def _show_error(self, text: str) -> None:
         self.query_one("#replay-error", Label).update(text)
@@ -221,8 +233,8 @@ class ReplayDialog(ModalScreen["jobs.JobRecord | None"]):
         self.query_one("#replay-hint", Label).update("launching…")
         self.launch_plan(self.plan)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="replay-dialog-launch")
-    def launch_plan(self, plan: ReplayPlan) -> None:
+    @background("replay-dialog-launch", doing="launching the replay", retry="press enter to retry")
+    def launch_plan(self, ticket: Ticket, plan: ReplayPlan) -> None:
         try:
             record = jobs.launch(self.fleet.session(plan.node), plan)
             self.post_message(self.Launched(record, None))

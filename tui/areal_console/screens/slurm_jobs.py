@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import DataTable, Input, Label
 
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import SlurmJob, job_matches, job_row
+from areal_console.messages import SlurmJobsFailed, SlurmJobsLoaded
+from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.vim_table import VimTable
+from areal_console.workers import PollChain, Ticket, WorkerHost, background
 
 JobLister = Callable[[bool], list[SlurmJob]]  # all_users -> jobs (blocking: Slurm commands)
 
 COLUMNS = ("JOBID", "NAME", "USER", "STATE", "NODES", "GRES")
 
 
-class SlurmJobsScreen(Screen[str | None]):
+class SlurmJobsScreen(WorkerHost, Screen[str | None]):
     """Jobs from `squeue`, refreshed every few seconds; dismisses with the chosen job id.
 
     `list_jobs(all_users)` asks Slurm (e.g. `SlurmClient(runner).jobs`); it runs in a worker.
@@ -59,14 +61,6 @@ class SlurmJobsScreen(Screen[str | None]):
         Binding("r", "reload", "Reload", id="slurm.reload", tooltip="Ask Slurm again now"),
     ]
 
-    @dataclass
-    class JobsLoaded(Message):
-        jobs: list[SlurmJob]
-
-    @dataclass
-    class JobsFailed(Message):
-        error: str
-
     def __init__(self, list_jobs: JobLister, refresh_interval: float = 5.0) -> None:
         super().__init__()
         self.list_jobs = list_jobs
@@ -76,14 +70,17 @@ class SlurmJobsScreen(Screen[str | None]):
         self.text_filter = ""
         self.error: str | None = None
         self.loaded = False
+        # Chained one-shot polls (never overlapping), paused while another screen is shown;
+        # a lister that raises is retried later with a growing delay.
+        self.polls = PollChain(self, self.load_jobs, group="slurm-jobs", interval=refresh_interval)
 
     def compose(self) -> ComposeResult:
         yield Label("Slurm jobs", id="slurm-title")
-        table: DataTable[str] = DataTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
+        table = VimTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
         yield table
         yield Input(placeholder="filter jobs (esc to clear)", id="slurm-filter")
         yield Label("asking Slurm…", id="slurm-status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.refresh_table()
@@ -91,27 +88,28 @@ class SlurmJobsScreen(Screen[str | None]):
         self.load_jobs()
 
     # loading ---------------------------------------------------------------------------
-    @work(thread=True, exclusive=True, exit_on_error=False, group="slurm-jobs")
-    def load_jobs(self) -> None:
+    @background("slurm-jobs", doing="asking Slurm for the jobs", retry="press r to ask again")
+    def load_jobs(self, ticket: Ticket) -> None:
         try:
             jobs = self.list_jobs(self.all_users)
-        except (UserError, OSError) as exc:
-            self.post_message(self.JobsFailed(str(exc)))
+        except (UserError, OSError) as exc:  # shown in the status line, where one looks
+            self.post_message(SlurmJobsFailed(str(exc), ticket=ticket))
             return
-        self.post_message(self.JobsLoaded(jobs))
+        self.post_message(SlurmJobsLoaded(jobs, ticket=ticket))
 
-    @on(JobsLoaded)
-    def _jobs_loaded(self, message: JobsLoaded) -> None:
+    @on(SlurmJobsLoaded)
+    def _jobs_loaded(self, message: SlurmJobsLoaded) -> None:
+        if not self.fresh(message):
+            return
         self.jobs, self.error, self.loaded = message.jobs, None, True
         self.refresh_table()
-        # One-shot timers chained after each answer: polls never overlap.
-        self.set_timer(self.refresh_interval, self.load_jobs)
 
-    @on(JobsFailed)
-    def _jobs_failed(self, message: JobsFailed) -> None:
+    @on(SlurmJobsFailed)
+    def _jobs_failed(self, message: SlurmJobsFailed) -> None:
+        if not self.fresh(message):
+            return
         self.error, self.loaded = message.error, True
         self.refresh_status()
-        self.set_timer(self.refresh_interval, self.load_jobs)
 
     # view ------------------------------------------------------------------------------
     def visible_jobs(self) -> list[SlurmJob]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.syntax import Syntax
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -14,9 +15,10 @@ from textual.widgets import Label, Static
 
 from areal_console.core.stacks.model import Frame
 from areal_console.core.stacks.source import SourceSnippet, read_snippet
+from areal_console.workers import Ticket, WorkerHost, background
 
 
-class SourceViewScreen(ModalScreen[None]):
+class SourceViewScreen(WorkerHost, ModalScreen[None]):
     """A snippet around `frame.line`, read in a worker; esc, q or o closes it."""
 
     DEFAULT_CSS = """
@@ -38,21 +40,35 @@ class SourceViewScreen(ModalScreen[None]):
             super().__init__()
             self.snippet = snippet
 
-    def __init__(self, frame: Frame, context: int = 8) -> None:
+    def __init__(
+        self,
+        frame: Frame,
+        context: int = 8,
+        variables: list[tuple[str, list[dict[str, Any]]]] | None = None,
+    ) -> None:
         super().__init__()
         self.frame = frame
         self.context = context
+        self.variables = variables or []
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Label(Text(f"{self.frame.function} — {self.frame.location}"), id="source-title")
             yield Static("reading…", id="source-body")
+            if self.variables:
+                text = Text()
+                for who, variables in self.variables:
+                    text.append(f"\nlocals of {who}\n", style="bold")
+                    for v in variables:
+                        kind = "arg  " if v.get("arg") else "local"
+                        text.append(f"  {kind} {v.get('name')} = {v.get('repr')}\n")
+                yield Static(text, id="source-locals")
 
     def on_mount(self) -> None:
         self._read()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="source-read")
-    def _read(self) -> None:
+    @background("source-read", doing="reading the source file", retry="press o to try again")
+    def _read(self, ticket: Ticket) -> None:
         self.post_message(self.Loaded(read_snippet(self.frame.file, self.frame.line, self.context)))
 
     def on_source_view_screen_loaded(self, message: Loaded) -> None:

@@ -5,32 +5,41 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, Static
+from textual.widgets import DataTable, Input, Label, Static
 
+from areal_console.core.errors import UserError
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
-from areal_console.core.stacks.merge import StackAnalysis, TreeNode, analyse, thread_trees
-from areal_console.core.stacks.model import Frame, StackCapture
+from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
+from areal_console.core.stacks.model import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import full_diagnosis, text_report
 from areal_console.core.stacks.store import save_capture, write_atomic
-from areal_console.core.textfmt import printable
+from areal_console.core.textfmt import plural, printable
+from areal_console.messages import (
+    StacksAnalysed,
+    StacksCaptureFailed,
+    StacksExported,
+    StackTreesReady,
+)
 from areal_console.screens.source_view import SourceViewScreen
+from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
+from areal_console.workers import Ticket, WorkerHost, background
 
 CaptureFn = Callable[[], StackCapture]
 
 
-class StacksScreen(Screen[None]):
+class StacksScreen(WorkerHost, Screen[None]):
     """One capture, analysed. Give it a `StackCapture`, or a `recapture` callable that
     takes (and saves) a new one; `r` calls it again. All analysis runs in workers."""
 
@@ -64,7 +73,7 @@ class StacksScreen(Screen[None]):
             tooltip="Jump to the previous differing frame in the diff",
         ),
         Binding(
-            "g",
+            "number_sign",
             "goto_rank",
             "Go to rank",
             id="stacks.goto",
@@ -116,6 +125,32 @@ class StacksScreen(Screen[None]):
             tooltip="Show the source lines around the highlighted frame",
         ),
         Binding(
+            "f",
+            "toggle_diagnosis",
+            "Full diagnosis",
+            id="stacks.full_diagnosis",
+            tooltip="The diagnosis in full (wrapped, every piece of evidence and advice), or "
+            "one line each again",
+        ),
+        Binding(
+            "N",
+            "toggle_capture('native')",
+            "Native frames",
+            id="stacks.native",
+            show=False,
+            tooltip="Capture again with C/C++ frames too (py-spy --native: NCCL under a "
+            "collective), or without them",
+        ),
+        Binding(
+            "L",
+            "toggle_capture('locals')",
+            "Locals",
+            id="stacks.locals",
+            show=False,
+            tooltip="Capture again with each frame's local variables (py-spy --locals), or "
+            "without; o on a frame shows them",
+        ),
+        Binding(
             "slash",
             "filter",
             "Filter",
@@ -144,28 +179,6 @@ class StacksScreen(Screen[None]):
             tooltip="Close the prompt or the diff, clear the filter, or go back",
         ),
     ]
-
-    class Analysed(Message):
-        def __init__(self, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
-            super().__init__()
-            self.analysis = analysis
-            self.diagnosis = diagnosis
-
-    class TreesReady(Message):
-        def __init__(self, trees: dict[str, TreeNode], all_threads: bool) -> None:
-            super().__init__()
-            self.trees = trees
-            self.all_threads = all_threads
-
-    class Exported(Message):
-        def __init__(self, text: str) -> None:
-            super().__init__()
-            self.text = text
-
-    class CaptureFailed(Message):
-        def __init__(self, error: str) -> None:
-            super().__init__()
-            self.error = error
 
     class CaptureProgress(Message):
         """Dumps finished so far (posted from the capture's thread as each rank is done)."""
@@ -213,7 +226,7 @@ class StacksScreen(Screen[None]):
                 yield StackDiffView(id="diff")
         yield Input(id="prompt")
         yield Static("", id="status")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one("#prompt", Input).display = False
@@ -227,40 +240,50 @@ class StacksScreen(Screen[None]):
         self.query_one("#status", Static).update(Text(printable(text)))
 
     # workers: never touch widgets, only post messages --------------------------------
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-analyse")
-    def _analyse(self, capture: StackCapture) -> None:
+    @background("stacks-analyse", doing="analysing the capture", retry="press r to capture again")
+    def _analyse(self, ticket: Ticket, capture: StackCapture) -> None:
         analysis = analyse(capture)
-        self.post_message(self.Analysed(analysis, full_diagnosis(analysis)))
+        self.post_message(StacksAnalysed(analysis, full_diagnosis(analysis), ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-capture")
-    def _capture(self) -> None:
-        assert self.recapture is not None
+    @background(
+        "stacks-capture", doing="capturing every rank's stack", retry="press r to capture again"
+    )
+    def _capture(self, ticket: Ticket) -> None:
+        if self.recapture is None:
+            raise UserError("this Stacks screen shows a saved capture: nothing to recapture")
         try:
             capture = self.recapture()
         except Exception as exc:  # shown to the user; the screen keeps working
-            self.post_message(self.CaptureFailed(str(exc) or exc.__class__.__name__))
+            self.post_message(
+                StacksCaptureFailed(str(exc) or exc.__class__.__name__, ticket=ticket)
+            )
             return
         analysis = analyse(capture)
-        self.post_message(self.Analysed(analysis, full_diagnosis(analysis)))
+        self.post_message(StacksAnalysed(analysis, full_diagnosis(analysis), ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-trees")
-    def _build_threads(self, capture: StackCapture, include_idle: bool) -> None:
-        self.post_message(self.TreesReady(thread_trees(capture, include_idle), True))
+    @background("stacks-trees", doing="merging every thread's stacks", retry="press t to try again")
+    def _build_threads(self, ticket: Ticket, capture: StackCapture, include_idle: bool) -> None:
+        self.post_message(StackTreesReady(thread_trees(capture, include_idle), True, ticket=ticket))
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="stacks-export")
-    def _export(self, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
+    @background("stacks-export", doing="exporting the report", retry="press e to try again")
+    def _export(self, ticket: Ticket, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
         capture = analysis.capture
         try:
             json_path = save_capture(capture)  # same file when it was saved already
             text_path = json_path.with_suffix(".txt")
             write_atomic(text_path, text_report(capture, analysis, diagnosis))
         except OSError as exc:
-            self.post_message(self.Exported(f"export failed: {exc}"))
+            self.post_message(StacksExported(f"export failed: {exc}", ticket=ticket))
             return
-        self.post_message(self.Exported(f"exported {text_path} and {json_path.name}"))
+        self.post_message(
+            StacksExported(f"exported {text_path} and {json_path.name}", ticket=ticket)
+        )
 
     # results --------------------------------------------------------------------------
-    def on_stacks_screen_analysed(self, message: Analysed) -> None:
+    @on(StacksAnalysed)
+    def _analysed(self, message: StacksAnalysed) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         self.analysis, self.diagnosis = message.analysis, message.diagnosis
         self.capture = message.analysis.capture
         self.marked, self.diffing = [], None
@@ -271,7 +294,10 @@ class StacksScreen(Screen[None]):
         self._close_diff()
         self._say_summary()
 
-    def on_stacks_screen_trees_ready(self, message: TreesReady) -> None:
+    @on(StackTreesReady)
+    def _trees_ready(self, message: StackTreesReady) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         if message.all_threads != self.all_threads or self.analysis is None:
             return  # the user toggled back meanwhile
         self.query_one(StackTree).show_tree(
@@ -279,7 +305,10 @@ class StacksScreen(Screen[None]):
         )
         self._set_detail_title()
 
-    def on_stacks_screen_exported(self, message: Exported) -> None:
+    @on(StacksExported)
+    def _exported(self, message: StacksExported) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         self.say(message.text)
 
     def on_stacks_screen_capture_progress(self, message: CaptureProgress) -> None:
@@ -290,7 +319,10 @@ class StacksScreen(Screen[None]):
         if self.analysis is None:
             self.query_one(DiagnosisBanner).update(Text(printable(text + "…")))
 
-    def on_stacks_screen_capture_failed(self, message: CaptureFailed) -> None:
+    @on(StacksCaptureFailed)
+    def _capture_failed(self, message: StacksCaptureFailed) -> None:
+        if not self.fresh(message):
+            return  # answers an older request
         if self.analysis is None:
             self.query_one(DiagnosisBanner).update(
                 Text(printable(f"capture failed: {message.error}"))
@@ -304,7 +336,7 @@ class StacksScreen(Screen[None]):
         ranks = capture.rank_stacks
         others = sum(1 for r in capture.ranks if r.rank is None)
         failed = sum(1 for r in ranks if r.state != "ok")
-        parts = [f"{len(ranks)} ranks", f"{len(analysis.groups)} groups"]
+        parts = [plural(len(ranks), "rank"), plural(len(analysis.groups), "group")]
         if analysis.world_size:
             parts[0] += f" of {analysis.world_size}"
         if analysis.missing:
@@ -312,9 +344,9 @@ class StacksScreen(Screen[None]):
         if failed:
             parts.append(f"{failed} not captured")
         if others:
-            parts.append(f"{others} other job processes")
+            parts.append(plural(others, "other job process", "other job processes"))
         if capture.errors:
-            parts.append(f"{len(capture.errors)} node errors")
+            parts.append(plural(len(capture.errors), "node error"))
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         if self.text_filter:
             parts.append(f"filter: {self.text_filter!r}")
@@ -486,7 +518,24 @@ class StacksScreen(Screen[None]):
         if frame is None:
             self.say("no frame highlighted")
             return
-        self.app.push_screen(SourceViewScreen(frame))
+        variables = variables_at(self.capture, frame) if self.capture is not None else []
+        self.app.push_screen(SourceViewScreen(frame, variables=variables))
+
+    def action_toggle_diagnosis(self) -> None:
+        full = self.query_one(DiagnosisBanner).toggle_full()
+        self.say("the diagnosis in full (f: one line each)" if full else "diagnosis: one line each")
+
+    def action_toggle_capture(self, what: str) -> None:
+        """`N` / `L`: py-spy's --native / --locals on or off, then capture again."""
+        flag = "capture_native" if what == "native" else "capture_locals"
+        if self.recapture is None or not hasattr(self.app, flag):
+            self.say("this capture was opened from disk: no live job to capture again")
+            return
+        value = not getattr(self.app, flag)
+        setattr(self.app, flag, value)
+        label = "native frames" if what == "native" else "local variables"
+        self.say(f"capturing every rank {'with' if value else 'without'} {label}…")
+        self._capture()
 
     def action_filter(self) -> None:
         self._open_prompt("filter", "filter groups: rank range, function or file", self.text_filter)
@@ -579,6 +628,11 @@ class StacksScreen(Screen[None]):
         goto = getattr(self.app, "action_goto", None)  # the console's screens are modes
         if goto is not None:
             goto("nodes")
+
+    @on(DataTable.RowSelected, "#groups")
+    def _group_selected(self, event: DataTable.RowSelected) -> None:
+        # The table takes enter (and a click) for itself: selecting a group drills in.
+        self.action_drill()
 
     @on(DataTable.RowHighlighted, "#groups")
     def _group_highlighted(self, event: DataTable.RowHighlighted) -> None:

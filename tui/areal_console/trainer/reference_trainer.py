@@ -964,6 +964,12 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
                         "trainer": TRAINER_NAME,
                         "trainer_version": TRAINER_VERSION,
                         "world_size": world_size,
+                        # What a replay on another device compares against (CUDA and CPU
+                        # kernels round differently: not bit for bit across devices).
+                        "device": device.type,
+                        "device_name": (
+                            torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+                        ),
                         "config": config,
                         "metric_names": list(METRIC_NAMES),
                     },

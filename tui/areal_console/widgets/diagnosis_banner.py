@@ -40,12 +40,31 @@ def banner_text(diagnosis: Diagnosis, max_evidence: int = 4, max_suggestions: in
 
 
 class DiagnosisBanner(Static):
-    """Shows one `Diagnosis`; `show()` replaces it. One screen line per item."""
+    """Shows one `Diagnosis`; `show()` replaces it. One screen line per item, cut at the
+    edge; `toggle_full()` wraps every line and shows all evidence and suggestions."""
 
     DEFAULT_CSS = """
     DiagnosisBanner { text-wrap: nowrap; text-overflow: ellipsis; }
+    DiagnosisBanner.-full { text-wrap: wrap; overflow-y: auto; }
     """
+
+    full = False
 
     def show(self, diagnosis: Diagnosis) -> None:
         self.diagnosis = diagnosis
-        self.update(banner_text(diagnosis))
+        self._draw()
+
+    def toggle_full(self) -> bool:
+        self.full = not self.full
+        self.set_class(self.full, "-full")
+        self._draw()
+        return self.full
+
+    def _draw(self) -> None:
+        diagnosis = getattr(self, "diagnosis", None)
+        if diagnosis is None:
+            return
+        if self.full:
+            self.update(banner_text(diagnosis, max_evidence=1000, max_suggestions=1000))
+        else:
+            self.update(banner_text(diagnosis))

@@ -24,6 +24,6 @@ def sync_rows(
         if key in table.rows:
             for column, value in zip(columns, cells, strict=True):
                 if table.get_cell(key, column) != value:
-                    table.update_cell(key, column, value)
+                    table.update_cell(key, column, value, update_width=True)
         else:
             table.add_row(*cells, key=key)

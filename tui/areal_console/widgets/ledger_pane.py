@@ -7,17 +7,14 @@ from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.ledger.analyse import Ledger
-from areal_console.core.ledger.collect import ABSENT_HINT
-
-NOT_READ = "not in this capture (taken without Flight Recorder traces): stacks only"
+from areal_console.core.ledger.collect import absent_note
 
 
 def ledger_text(ledger: Ledger | None) -> Text:
     """One line per used process group, its findings under it; one line when there is none."""
     text = Text()
     if ledger is None or not ledger.groups:
-        note = NOT_READ if ledger is None else (ledger.notes[0] if ledger.notes else ABSENT_HINT)
-        text.append(note, style="dim")
+        text.append(absent_note(ledger), style="dim")
         return text
     for g in ledger.used_groups:
         text.append(g.label, style="bold")

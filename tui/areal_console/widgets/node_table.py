@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.monitor import NodeView
 from areal_console.core.textfmt import format_bytes, printable
+from areal_console.widgets.vim_table import VimTable
 
 STATE_STYLE = {
     "up": "green",
@@ -57,7 +57,7 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     }
 
 
-class NodeTable(DataTable[str | Text]):
+class NodeTable(VimTable):
     """Nodes with state, latency, GPUs and ranks; keyed by node name."""
 
     DEFAULT_CSS = """
@@ -92,7 +92,7 @@ class NodeTable(DataTable[str | Text]):
                 continue
             for i, (key, _) in enumerate(COLUMNS):
                 if before[i] != texts[i]:
-                    self.update_cell(view.name, key, cells[key])
+                    self.update_cell(view.name, key, cells[key], update_width=True)
 
     @property
     def selected_node(self) -> str | None:

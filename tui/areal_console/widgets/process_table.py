@@ -6,10 +6,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.nodes import server_text
 from areal_console.core.textfmt import format_bytes, printable
+from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = (
     ("node", "NODE"),
@@ -19,6 +19,7 @@ COLUMNS = (
     ("pid", "PID"),
     ("cpu", "CPU%"),
     ("rss", "RSS"),
+    ("gpumem", "GPU MEM"),
     ("gpus", "GPUS"),
     ("state", "ST"),
     ("cmd", "COMMAND"),
@@ -65,12 +66,28 @@ def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
         "pid": str(p["pid"]),
         "cpu": cpu_text(p.get("cpu_percent")),
         "rss": format_bytes(p.get("rss")),
+        "gpumem": format_bytes(p.get("gpu_memory")),
         "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
         "state": Text(
             printable(p.get("state") or "?"), style="bold red" if p.get("state") == "Z" else ""
         ),
-        "cmd": Text(printable((f"[{address}] {command}" if address else command)[:200])),
+        # Text, not str: a command line is untrusted and must never be read as markup.
+        "cmd": Text(
+            printable(one_line(f"[{address}] {command}" if address else command))[:CMD_WIDTH]
+        ),
     }
+
+
+CMD_WIDTH = 200  # the cut end of a longer command line is in the process detail (enter)
+
+
+def one_line(text: str) -> str:
+    """A command line on one row: `python -c "..."` code keeps its line breaks as ⏎."""
+    return " ⏎ ".join(part.strip() for part in text.splitlines() if part.strip()) or text
+
+
+# Orders of the process pane: (name, key of the value, largest first).
+SORTS = {"rank": None, "cpu": "cpu_percent", "rss": "rss", "gpumem": "gpu_memory"}
 
 
 # The record fields the cells are made of: a row whose fields did not change is skipped
@@ -83,6 +100,7 @@ CELL_FIELDS = (
     "local_rank",
     "role",
     "gpus",
+    "gpu_memory",
     "state",
     "cmdline",
     "server",
@@ -93,9 +111,16 @@ CPU_COLUMN = [c for c, _ in COLUMNS].index("cpu")
 RSS_COLUMN = [c for c, _ in COLUMNS].index("rss")
 
 
-class ProcessTable(DataTable[str | Text]):
+class ProcessTable(VimTable):
     """Rows keyed `node:pid`; only changed cells are touched (a 1 Hz sample of a thousand
     ranks changes little more than their CPU%)."""
+
+    sort_by = "rank"  # a key of SORTS
+    select_on_click = False  # selecting (enter) opens the process detail
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.processes: dict[str, tuple[str, dict[str, Any]]] = {}
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -114,6 +139,7 @@ class ProcessTable(DataTable[str | Text]):
         self, rows: Iterable[tuple[str, dict[str, Any]]], text_filter: str = ""
     ) -> None:
         wanted = {row_key(n, p["pid"]): (n, p) for n, p in rows if _matches(n, p, text_filter)}
+        self.processes = wanted
         shown = self._shown
         with self.app.batch_update():
             for key in [k for k in shown if k not in wanted]:
@@ -133,9 +159,9 @@ class ProcessTable(DataTable[str | Text]):
                     now[CPU_COLUMN], now[RSS_COLUMN] = cpu, rss
                     shown[key] = (fields, tuple(now))
                     if cpu != old_cpu:
-                        self.update_cell(key, "cpu", cpu)
+                        self.update_cell(key, "cpu", cpu, update_width=True)
                     if rss != old_rss:
-                        self.update_cell(key, "rss", rss)
+                        self.update_cell(key, "rss", rss, update_width=True)
                     continue
                 cells = process_cells(node, proc)
                 texts = tuple(str(cells[c]) for c, _ in COLUMNS)
@@ -146,9 +172,34 @@ class ProcessTable(DataTable[str | Text]):
                     continue
                 for i, (column, _) in enumerate(COLUMNS):
                     if before[1][i] != texts[i]:
-                        self.update_cell(key, column, cells[column])
-            if added:
-                self.sort("rank", "node", "pid", key=_display_order)
+                        self.update_cell(key, column, cells[column], update_width=True)
+            if added or self.sort_by != "rank":  # live values move rows: re-sort each time
+                self._sort_rows()
+
+    def set_sort(self, sort_by: str) -> None:
+        """Order rows by rank (default) or by CPU, RSS or GPU memory, largest first."""
+        self.sort_by = sort_by
+        self._sort_rows()
+
+    def _sort_rows(self) -> None:
+        # The cursor stays on its process when rows move (as in htop), not on its index.
+        selected = self.selected_key
+        field = SORTS.get(self.sort_by)
+        if field is None:
+            self.sort("rank", "node", "pid", key=_display_order)
+        else:
+            values = {key: (proc.get(field) or 0) for key, (_, proc) in self.processes.items()}
+            self.sort("node", "pid", key=lambda cells: -values.get(f"{cells[0]}:{cells[1]}", 0))
+        if selected is not None and selected in self.rows:
+            index = self.get_row_index(selected)
+            if index != self.cursor_row:
+                self.move_cursor(row=index, animate=False)
+
+    @property
+    def selected_process(self) -> tuple[str, dict[str, Any]] | None:
+        """(node, process record) of the highlighted row."""
+        key = self.selected_key
+        return self.processes.get(key) if key else None
 
     @property
     def selected_key(self) -> str | None:

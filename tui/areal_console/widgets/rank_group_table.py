@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.stacks.diagnose import short_where
 from areal_console.core.stacks.merge import RankGroup
+from areal_console.widgets.vim_table import VimTable
 
 MARK = "●"
 
@@ -21,15 +21,15 @@ def group_matches(group: RankGroup, text: str) -> bool:
     return any(needle in f.function.lower() or needle in f.file.lower() for f in group.frames)
 
 
-class RankGroupTable(DataTable[object]):
+class RankGroupTable(VimTable):
     """Rows are keyed by the group's index, so marks and filters never rebuild cells."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
         self.add_column(" ", key="mark", width=1)
-        self.add_column("RANKS", key="ranks", width=14)
-        self.add_column("N", key="size", width=5)
+        self.add_column("RANKS", key="ranks")  # widths follow the content
+        self.add_column("N", key="size")
         self.add_column("WHERE", key="where")
         self.groups: list[RankGroup] = []
         self.shown: list[int] = []

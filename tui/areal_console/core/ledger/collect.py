@@ -12,10 +12,18 @@ from typing import Any
 from areal_console.core.ledger.analyse import Ledger, build_ledger
 from areal_console.core.ledger.trace import RankTrace, parse_trace
 
+NOT_READ = "not in this capture (taken without Flight Recorder traces): stacks only"
 ABSENT_HINT = (
     "no Flight Recorder trace from any rank: stacks only "
     "(start the job with the recorder hook on PYTHONPATH, see docs/ledger.md)"
 )
+
+
+def absent_note(ledger: Ledger | None) -> str:
+    """The one line shown when a capture has no ledger to show."""
+    if ledger is None:
+        return NOT_READ
+    return ledger.notes[0] if ledger.notes else ABSENT_HINT
 
 
 def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:

@@ -13,9 +13,10 @@ The result is a raw capture (see `model.py`) turned into a `StackCapture` and sa
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
@@ -45,6 +46,11 @@ class CaptureOptions:
     job: str | None = None  # a job key (or a unique part of one); see scope.py
     all_jobs: bool = False  # every job on the nodes (opt out of the one-job scope)
     slurm_job: str | None = None  # only processes whose SLURM_JOB_ID is this
+    native: bool = False  # py-spy --native: C/C++ frames too (NCCL under a collective)
+    with_locals: bool = False  # py-spy --locals: each frame's variables
+    # Set to stop between samples (Ctrl-C): what was sampled so far is kept.
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+    on_sample: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
 
     def __post_init__(self) -> None:
@@ -97,6 +103,8 @@ def dump_node(
         "pids": pids,
         "timeout": options.timeout,
         "nonblocking": options.nonblocking,
+        "native": options.native,
+        "locals": options.with_locals,
     }
     token = None
     if progress is not None:
@@ -110,9 +118,14 @@ def dump_node(
         for i in range(options.samples):
             if i:
                 next_at += options.interval
-                time.sleep(max(0.0, next_at - time.monotonic()))
+                if options.cancel.wait(max(0.0, next_at - time.monotonic())):
+                    break
+            if options.cancel.is_set():
+                break
             reply = session.call("pyspy", args, timeout=options.timeout + 30)
             node["samples"].append(reply.get("dumps", []))
+            if options.on_sample is not None and options.samples > 1:
+                options.on_sample(f"{session.name}: sample {i + 1}/{options.samples}")
     finally:
         if token is not None:
             session.progress_listeners.pop(token, None)

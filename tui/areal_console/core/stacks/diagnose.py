@@ -236,6 +236,19 @@ def _group_evidence(groups: list[RankGroup]) -> list[str]:
     return [f"{_ranks_word(g.ranks)} ({g.size}): {describe(g.frames)}" for g in groups]
 
 
+def failure_reasons(failed: list[RankStack]) -> list[str]:
+    """One line per distinct reason, with the ranks it hit: "ranks 0-3: py-spy not found"."""
+    by_reason: dict[str, list[RankStack]] = {}
+    for r in failed:
+        by_reason.setdefault(r.error or r.state, []).append(r)
+    lines = []
+    for reason, ranks in by_reason.items():
+        numbered = sorted(r.rank for r in ranks if r.rank is not None)
+        who = _ranks_word(numbered) if numbered else f"pid {', '.join(str(r.pid) for r in ranks)}"
+        lines.append(f"{who}: {reason}")
+    return lines
+
+
 def diagnose(analysis: StackAnalysis) -> Diagnosis:
     capture = analysis.capture
     groups = analysis.groups
@@ -297,15 +310,25 @@ def diagnose(analysis: StackAnalysis) -> Diagnosis:
         if stall is not None:
             return stall
 
+    if not groups and failed:
+        return Diagnosis(
+            "none",
+            "Nothing captured: no rank's stack could be read",
+            f"{len(failed)} {'rank' if len(failed) == 1 else 'ranks'} found, none dumped; "
+            "so no hang pattern can be named. Why, per rank:",
+            failure_reasons(failed) + [f"node {e.node}: {e.error}" for e in capture.errors],
+            ["Fix what the reasons say on those nodes, then capture again"],
+        )
+
     if not groups:
         return Diagnosis(
             "none",
             "No rank stacks captured",
-            "No process with rank variables (RANK/WORLD_SIZE) could be sampled.",
-            failed_note + [f"{e.node}: {e.error}" for e in capture.errors],
+            "No process with rank variables (RANK/WORLD_SIZE) was found on the chosen nodes.",
+            [f"node {e.node}: {e.error}" for e in capture.errors],
             [
-                "Check that the job runs on the chosen nodes (`areal-console nodes`)",
-                "Use --match REGEX to pick the job's processes",
+                "Check that the job runs on the chosen nodes",
+                "Narrow the capture to the job's processes by their command line",
             ],
         )
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from areal_console.core.rankset import format_ranks as format_ranks
 from areal_console.core.rankset import parse_ranks as parse_ranks
-from areal_console.core.stacks.model import Frame, RankStack, Stack, StackCapture
+from areal_console.core.stacks.model import Frame, RankStack, Stack, StackCapture, gc_paused
 
 
 @dataclass
@@ -212,13 +212,14 @@ def missing_ranks(ranks: list[RankStack], world_size: int | None) -> list[int]:
 
 
 def analyse(capture: StackCapture) -> StackAnalysis:
-    groups = group_ranks(capture.ranks)
-    world = expected_world_size(capture.ranks)
-    return StackAnalysis(
-        capture=capture,
-        groups=groups,
-        tree=build_tree(groups),
-        shared=common_prefix(groups),
-        world_size=world,
-        missing=missing_ranks(capture.ranks, world),
-    )
+    with gc_paused():
+        groups = group_ranks(capture.ranks)
+        world = expected_world_size(capture.ranks)
+        return StackAnalysis(
+            capture=capture,
+            groups=groups,
+            tree=build_tree(groups),
+            shared=common_prefix(groups),
+            world_size=world,
+            missing=missing_ranks(capture.ranks, world),
+        )

@@ -12,7 +12,10 @@ Frames are kept leaf first, as py-spy gives them.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import operator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -83,14 +86,61 @@ class Thread:
     active: bool | None = None
     owns_gil: bool | None = None
     is_main: bool = False
+    # With py-spy --locals: per frame (aligned with `frames`), its variables as
+    # {"name", "repr", "arg"}; None when the capture did not ask for them.
+    locals: list[list[dict[str, Any]]] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "name": self.name,
             "tid": self.tid,
             "idle": self.idle,
             "frames": [f.to_json() for f in self.frames],
         }
+        if self.locals is not None:
+            doc["locals"] = self.locals
+        return doc
+
+
+def variables_at(
+    capture: StackCapture, frame: Frame, limit: int = 4
+) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(rank label, variables) of up to `limit` processes stopped in `frame` (--locals)."""
+    found: list[tuple[str, list[dict[str, Any]]]] = []
+    for r in capture.ranks:
+        for t in r.threads:
+            for f, variables in zip(t.frames, t.locals or [], strict=False):
+                if f == frame and variables:
+                    found.append((r.label if t.is_main else f"{r.label} {t.name}", variables))
+                    break
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def variables_of(
+    table: FrameTable, key: str | None, raw_frames: list[dict[str, Any]] | None
+) -> list[list[dict[str, Any]]] | None:
+    """A thread's --locals: from its frames, or (a keyed stack sent once per node) from the
+    first thread that had the same key."""
+    found = frame_variables(raw_frames or [])
+    if key is not None:
+        if found is not None:
+            table.variables[key] = found
+        else:
+            found = table.variables.get(key)
+    return found
+
+
+def frame_variables(raw_frames: list[dict[str, Any]]) -> list[list[dict[str, Any]]] | None:
+    """py-spy --locals' variables per frame (name, repr, arg); None without --locals."""
+    if not any(f.get("locals") for f in raw_frames):
+        return None
+    return [
+        [{"name": str(v.get("name")), "repr": str(v.get("repr")), "arg": bool(v.get("arg"))}
+         for v in (f.get("locals") or [])]
+        for f in raw_frames
+    ]  # fmt: skip
 
 
 @dataclass
@@ -272,6 +322,7 @@ class FrameTable:
     less memory, and grouping 16k ranks compares a handful of distinct tuples."""
 
     def __init__(self) -> None:
+        self.variables: dict[str, list[list[dict[str, Any]]]] = {}  # stack key -> --locals
         self._frames: dict[tuple[str, str, int], Frame] = {}
         self._stacks: dict[tuple[Any, ...], Stack] = {}
         self._keyed: dict[str, Stack] = {}  # the agent's stack digest -> stack
@@ -348,6 +399,7 @@ def parse_pyspy_threads(
                 raw.get("active"),
                 raw.get("owns_gil"),
                 is_main,
+                variables_of(table, key, raw.get("frames")),
             )
         )
     if threads and not has_main:
@@ -398,8 +450,27 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a capture's records are built: they hold no
+    cycles, and at 100,000 ranks the collector's passes over the new objects cost more
+    than building them (measured: 5.8 s with it, 2.2 s without)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def build_capture(raw: dict[str, Any], table: FrameTable | None = None) -> StackCapture:
     """A `StackCapture` from a raw capture (see the module docstring)."""
+    with gc_paused():
+        return _build_capture(raw, table)
+
+
+def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCapture:
     table = table or FrameTable()
     ranks: list[RankStack] = []
     errors: list[NodeError] = []
@@ -515,6 +586,7 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
                 ),
                 idle=bool(t.get("idle")),
                 is_main=False,
+                locals=t.get("locals"),
             )
             for t in r.get("threads", [])
         ]

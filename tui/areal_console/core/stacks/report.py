@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_console.core.ledger.collect import ABSENT_HINT
+from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.model import Frame, Stack, StackCapture
+from areal_console.core.textfmt import plural
 
 
 def capture_json(
@@ -33,6 +34,7 @@ def capture_json(
         doc_rank = r.to_json(with_threads=False)
         doc_rank["threads"] = [
             {"name": t.name, "tid": t.tid, "idle": t.idle, "frames": frames_json(t.frames)}
+            | ({"locals": t.locals} if t.locals is not None else {})
             for t in r.threads
         ]
         ranks.append(doc_rank)
@@ -62,8 +64,7 @@ def ledger_lines(capture: StackCapture) -> list[str]:
     """The report's "Collective ledger" section (one line when there is none)."""
     ledger = capture.ledger
     if ledger is None or not ledger.groups:
-        notes = ledger.notes if ledger is not None else []
-        return ["", "Collective ledger: " + (notes[0] if notes else ABSENT_HINT)]
+        return ["", "Collective ledger: " + absent_note(ledger)]
     lines = ["", "Collective ledger (Flight Recorder):"]
     for g in ledger.used_groups:
         lines.append(f"  {g.label}, {g.members_label}: {g.summary()}")
@@ -89,7 +90,7 @@ def text_report(
     ok = sum(1 for r in ranks if r.state == "ok")
     lines = [
         f"Stack capture {capture.capture_id or ''} at {capture.captured_at}".replace("  ", " "),
-        f"{len(ranks)} ranks ({ok} captured)"
+        f"{plural(len(ranks), 'rank')} ({ok} captured)"
         + (f", world size {analysis.world_size}" if analysis.world_size else "")
         + f", {len(analysis.groups)} group(s), {capture.samples} sample(s)"
         + (f", job {capture.job}" if capture.job else ""),
@@ -122,9 +123,32 @@ def text_report(
             extra = f" [{r.server.address}: {r.server.health_text}]" if r.server else ""
             job = f" of {r.job}" if r.job else ""
             lines.append(f"  {r.role or 'process'}{job} pid {r.pid} on {r.node}{extra}: {where}")
+    lines += _locals_lines(capture)
     failed = [r for r in capture.ranks if r.state != "ok"]
     if failed or capture.errors:
         lines += ["", "Errors:"]
         lines += [f"  {r.label} (pid {r.pid} on {r.node}): {r.state}: {r.error}" for r in failed]
         lines += [f"  node {e.node}: {e.error}" for e in capture.errors]
     return "\n".join(lines) + "\n"
+
+
+def _locals_lines(capture: StackCapture, max_per_rank: int = 30) -> list[str]:
+    """With --locals: each rank's main-thread variables, innermost frame first."""
+    lines: list[str] = []
+    for r in capture.ranks:
+        main = r.main_thread
+        if main is None or not main.locals:
+            continue
+        lines += ["", f"Locals of {r.label} (pid {r.pid} on {r.node}), main thread:"]
+        shown = 0
+        for frame, variables in zip(main.frames, main.locals, strict=False):
+            if not variables:
+                continue
+            lines.append(f"  {_frame_line(frame)}")
+            for v in variables:
+                lines.append(f"      {v['name']} = {v['repr']}")
+                shown += 1
+            if shown >= max_per_rank:
+                lines.append("      ...")
+                break
+    return lines

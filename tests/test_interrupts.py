@@ -1,0 +1,121 @@
+"""Ctrl-C stops at once, everywhere, with exit status 130: a multi-sample capture, a
+`replay --wait`, and the console itself."""
+
+from __future__ import annotations
+
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from areal_console.app import ConsoleApp
+from areal_console.core import jobs
+from areal_console.core.fleet import Fleet
+from areal_console.core.targets import local_node
+from conftest import GlooJob, cli_env
+
+from tests.fixtures import batch_dumps as bf
+
+SLOW_SCRIPT = "import time\nfor i in range(600):\n    print(f'working {i}', flush=True)\n    time.sleep(0.5)\n"
+
+
+class Cli:
+    """`python -m areal_console ARGS` with its stderr read line by line as it comes."""
+
+    def __init__(self, *args: str, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "areal_console", *args], env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        assert self.proc.stderr is not None
+        stderr = self.proc.stderr
+        threading.Thread(target=lambda: [self.lines.put(x) for x in stderr], daemon=True).start()
+
+    def wait_for_line(self, needle: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            self.seen.append(line)
+            if needle in line:
+                return line
+        raise AssertionError(f"no stderr line with {needle!r}; saw {self.seen}")
+
+    def interrupt(self) -> float:
+        """SIGINT (what Ctrl-C sends); seconds until the process is gone."""
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=30)
+        elapsed = time.monotonic() - t0
+        time.sleep(0.1)  # the reader thread drains the pipe
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return elapsed
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_long_capture_at_once(gloo_job: GlooJob) -> None:
+    cli = Cli("stacks", "--local", "--match", str(gloo_job.workdir), "--samples", "30",
+              "--interval", "1", env=cli_env())  # fmt: skip
+    try:
+        cli.wait_for_line("sample 2/30")
+        elapsed = cli.interrupt()
+    finally:
+        cli.proc.kill()
+    assert cli.proc.returncode == 130
+    assert elapsed < 5, f"took {elapsed:.1f}s to stop"  # the samples left would take ~28 s
+    assert "interrupted" in "".join(cli.seen)
+    assert "Traceback" not in "".join(cli.seen)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_replay_waits_says_the_job_keeps_running(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("launch_templates:\n  slow: '{python} {script}'\n")
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_SCRIPT)
+    dump = tmp_path / "dump"
+    bf.write_trajectory_dump(dump, steps=[1], dp_size=1, n_groups=1, group_size=2)
+    env = cli_env(AREAL_CONSOLE_CONFIG=str(config))
+    cli = Cli("replay", str(dump), "--local", "--template", "slow", "--script", str(script),
+              "--python", sys.executable, "--gpus", "cpu", "--wait", env=env)  # fmt: skip
+    try:
+        started = cli.wait_for_line("waiting for it to end")
+        assert "Ctrl-C stops waiting, the job keeps running" in started
+        cli.wait_for_line(": working ")  # progress: the log's newest line
+        elapsed = cli.interrupt()
+    finally:
+        cli.proc.kill()
+    assert cli.proc.returncode == 130 and elapsed < 5
+    said = "".join(cli.seen)
+    assert "keeps running" in said and "stopped waiting" in said, said
+    job_id = started.split("replay ", 1)[1].split()[0]
+    # The detached job really does keep running; stop it here.
+    fleet = Fleet([local_node()])
+    try:
+        record = next(r for r in jobs.load_jobs() if r.job_id == job_id)
+        session = fleet.sessions[0]
+        assert jobs.refresh(session, record).state == "running"
+        jobs.stop(session, record, grace=2)
+    finally:
+        fleet.close()
+
+
+async def test_ctrl_c_quits_the_console_from_anywhere(gloo_job: GlooJob) -> None:
+    """Not Textual's "press ctrl+q to quit": Ctrl-C leaves at once, even from an input box."""
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.5)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("slash")  # the filter box has focus and takes ctrl+c for copy
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+    assert app.return_code == 130

@@ -1,0 +1,145 @@
+"""`enter` on a process: everything about it the table cuts or leaves out, and its stack
+one key away (`s`; `n` with native frames, `l` with local variables)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from areal_console.core.fleet import Fleet
+from areal_console.core.stacks.model import Thread, parse_pyspy_threads
+from areal_console.core.textfmt import format_bytes
+from areal_console.messages import ProcessStack
+from areal_console.workers import Ticket, WorkerHost, background
+
+
+def describe_process(node: str, p: dict[str, Any]) -> Text:
+    """The full record: identity, resources, rank variables and the whole command line."""
+    text = Text()
+
+    def row(label: str, value: Any) -> None:
+        text.append(f"{label:<13}", style="bold")
+        text.append(f"{'-' if value is None or value == '' else value}\n")
+
+    rank, world = p.get("rank"), p.get("world_size")
+    row("node", node)
+    row("pid", f"{p.get('pid')}  (parent {p.get('ppid', '-')})")
+    row("rank", f"{rank} of world size {world}" if rank is not None else None)
+    row("local rank", p.get("local_rank"))
+    row("role", p.get("role"))
+    row("state", p.get("state"))
+    cpu = p.get("cpu_percent")
+    row("CPU", None if cpu is None else f"{cpu:.0f}%")
+    row("RSS", format_bytes(p.get("rss")))
+    gpus = ",".join(map(str, p.get("gpus") or [])) or None
+    memory = p.get("gpu_memory")
+    row("GPUs", gpus)
+    row("GPU memory", format_bytes(memory) if memory is not None else
+        ("not reported (no NVML on the node)" if gpus else None))  # fmt: skip
+    env = p.get("env") or {}
+    text.append("\nenvironment (rank variables)\n", style="bold")
+    if env:
+        for key in sorted(env):
+            text.append(f"  {key}={env[key]}\n")
+    else:
+        text.append(f"  {p.get('env_error') or 'none set'}\n", style="dim")
+    text.append("\ncommand line\n", style="bold")
+    text.append(str(p.get("cmdline") or ""))
+    return text
+
+
+def describe_stack(threads: list[Thread], locals_by_thread: dict[int, Any]) -> Text:
+    """Every thread's frames, innermost first (as py-spy prints them)."""
+    text = Text()
+    for t in threads:
+        text.append(f"\nThread {t.tid} ({t.name}){'  idle' if t.idle else ''}\n", style="bold")
+        raw_frames = locals_by_thread.get(t.tid) or []
+        for i, frame in enumerate(t.frames):
+            text.append(f"  {frame.function} ", style="cyan")
+            text.append(f"({frame.file}:{frame.line})\n", style="dim")
+            frame_locals = raw_frames[i].get("locals") if i < len(raw_frames) else None
+            for var in frame_locals or []:
+                kind = "arg" if var.get("arg") else "local"
+                text.append(f"      {kind} {var.get('name')} = {var.get('repr')}\n", style="dim")
+    return text
+
+
+class ProcessDetailScreen(WorkerHost, ModalScreen[None]):
+    """One process in full; `s` dumps its stack with py-spy through its node's agent."""
+
+    DEFAULT_CSS = """
+    ProcessDetailScreen { align: center middle; }
+    ProcessDetailScreen > VerticalScroll {
+        width: 95%; max-width: 140; height: auto; max-height: 95%;
+        border: thick $accent; background: $surface; padding: 0 1;
+    }
+    ProcessDetailScreen #process-hint { color: $text-muted; }
+    """
+    BINDINGS = [
+        Binding("s", "stack", "Stack", id="process.stack",
+                tooltip="Dump this process's stack now (py-spy)"),
+        Binding("n", "stack('native')", "Native stack", id="process.native",
+                tooltip="Dump it with C/C++ frames too (py-spy --native: NCCL under a collective)"),
+        Binding("l", "stack('locals')", "Locals", id="process.locals",
+                tooltip="Dump it with each frame's local variables (py-spy --locals)"),
+        Binding("escape,q", "dismiss", "Close", id="process.close", tooltip="Back to the table"),
+    ]  # fmt: skip
+
+    def __init__(self, fleet: Fleet | None, node: str, process: dict[str, Any]) -> None:
+        super().__init__()
+        self.fleet = fleet
+        self.node = node
+        self.process = process
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(describe_process(self.node, self.process), id="process-info")
+            yield Static("s stack · n with native frames · l with locals · esc back",
+                         id="process-hint")  # fmt: skip
+            yield Static("", id="process-stack")
+
+    def action_stack(self, mode: str = "") -> None:
+        if self.fleet is None:
+            self.query_one("#process-stack", Static).update(
+                Text("No live node: this console shows recorded data.", style="yellow")
+            )
+            return
+        self.query_one("#process-stack", Static).update(Text("dumping…", style="dim"))
+        self._dump(mode)
+
+    @background("process-stack", doing="dumping the process's stack", retry="press s again")
+    def _dump(self, ticket: Ticket, mode: str) -> None:
+        assert self.fleet is not None
+        pid = int(self.process["pid"])
+        args = {"pids": [pid], "timeout": 15.0, "native": mode == "native",
+                "locals": mode == "locals"}  # fmt: skip
+        reply = self.fleet.session(self.node).call("pyspy", args, timeout=45)
+        dumps = reply.get("dumps") or []
+        if not dumps or not dumps[0].get("ok"):
+            error = dumps[0].get("error") if dumps else "no answer"
+            text = Text(f"no stack: {error}", style="yellow")
+            self.post_message(ProcessStack(text, ticket=ticket))
+            return
+        raw = dumps[0].get("threads") or []
+        threads = parse_pyspy_threads(raw, int(dumps[0].get("pid") or pid))
+        raw_by_tid = {int(t.get("os_thread_id") or t.get("thread_id") or 0): t.get("frames")
+                      for t in raw}  # fmt: skip
+        title = {"native": " (with native frames)", "locals": " (with locals)"}.get(mode, "")
+        text = Text(f"stack of pid {dumps[0].get('pid')}{title}", style="bold")
+        text.append_text(describe_stack(threads, raw_by_tid))
+        self.post_message(ProcessStack(text, ticket=ticket))
+
+    @on(ProcessStack)
+    def _stack_dumped(self, message: ProcessStack) -> None:
+        if self.fresh(message):
+            self.query_one("#process-stack", Static).update(message.text)
+
+    async def action_dismiss(self, result: None = None) -> None:
+        self.dismiss(result)
