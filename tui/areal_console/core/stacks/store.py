@@ -103,8 +103,16 @@ def scan_captures(directory: Path | None = None) -> tuple[list[SavedCapture], li
             out.append(_summary(path))
         except ValueError as exc:
             bad.append(BadCapture(path, str(exc)))
-    out.sort(key=lambda c: (c.captured_at, c.capture_id), reverse=True)
+    out.sort(key=lambda c: (c.captured_at, _written_ns(c.path), c.capture_id), reverse=True)
     return out, bad
+
+
+def _written_ns(path: Path) -> int:
+    """When the file was saved: orders captures taken within the same second."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def list_captures(directory: Path | None = None) -> list[SavedCapture]:
