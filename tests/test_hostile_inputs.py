@@ -792,11 +792,36 @@ def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> 
 
 
 # --------------------------------------------------------------------------------------
+# 12. bounded waits that the user sets: Slurm's own commands
+
+
+@pytest.mark.parametrize("command", [("nodes", "--slurm-job", "42"), ("slurm",)])
+def test_slurm_timeout_bounds_slurms_commands(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """A Slurm controller that never answers: `--slurm-timeout` bounds the wait on
+    `scontrol`/`squeue` (default 30 s), with a one-line error naming the command."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("scontrol", "squeue"):
+        hung = bin_dir / name
+        hung.write_text("#!/bin/sh\nexec sleep 120\n")
+        hung.chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    t0 = time.monotonic()
+    result = run_cli(*command, "--slurm-timeout", "1.5", PATH=path)
+    elapsed = time.monotonic() - t0
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "no answer within 1.5s" in result.stderr
+    assert elapsed < 15, f"took {elapsed:.1f}s"
+
+
+# --------------------------------------------------------------------------------------
 # Cases that need the sshd test cluster or the Slurm cluster live with those fixtures:
 
 ELSEWHERE = {
     "test_ssh.py": [
         "test_known_hosts_markers_revoke_one_host_and_fail_no_other",  # 4
+        "test_known_hosts_warning_is_shown_once_in_the_console",  # 4
         "test_connect_timeout_bounds_the_agent_start",  # 12
     ],
     "test_fleet_faults.py": [
@@ -817,3 +842,15 @@ def test_the_cases_listed_elsewhere_exist() -> None:
         tree = ast.parse((here / module).read_text())
         defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         assert set(names) <= defined, (module, set(names) - defined)
+
+
+def test_known_hosts_notes_are_said_once_per_process() -> None:
+    """Every reconnect reads known_hosts again: its warnings are said once, not per connect
+    (item 4)."""
+    from areal_console.core import ssh
+
+    ssh.take_notes()
+    ssh._note("known_hosts: 1 @cert-authority line(s) skipped")
+    assert ssh.take_notes() == ["known_hosts: 1 @cert-authority line(s) skipped"]
+    ssh._note("known_hosts: 1 @cert-authority line(s) skipped")  # the next connect
+    assert ssh.take_notes() == []

@@ -409,6 +409,43 @@ def test_known_hosts_markers_revoke_one_host_and_fail_no_other(
     assert again.returncode == 1 and "is REVOKED" in again.stderr
 
 
+async def test_known_hosts_warning_is_shown_once_in_the_console(
+    live_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """The console shows a skipped `@cert-authority` line as a warning, once (reconnects read
+    the file again), and the nodes still come up. Listed in test_hostile_inputs.py (item 4)."""
+    from areal_console.app import ConsoleApp
+    from areal_console.widgets.node_table import NodeTable
+
+    from tests.waits import until
+
+    node = live_cluster.nodes[0]
+    ca_key = node.host_key.with_suffix(".pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"@cert-authority *.example.org {ca_key[0]} {ca_key[1]}\n" + node.host_key_line() + "\n"
+    )
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        live_cluster.ssh_config.read_text().replace(str(live_cluster.known_hosts), str(known))
+    )
+    app = ConsoleApp(Fleet([node.spec()], ssh_config=str(config), allow_agent=False),
+                     refresh_interval=0.3)  # fmt: skip
+
+    def warnings() -> list[str]:
+        return [str(n.message) for n in app._notifications if "@cert-authority" in str(n.message)]
+
+    async with app.run_test(size=(150, 40)) as pilot:
+        await until(pilot, lambda: warnings(), what="the known_hosts warning")
+        table = app.screen.query_one(NodeTable)
+        await until(pilot, lambda: str(table.get_cell(node.name, "state")) == "up", what="up")
+        await pilot.pause(1.5)  # two more ticks of the notes timer: nothing is said twice
+        assert warnings() == [
+            f"{known}: 1 @cert-authority line(s) skipped: host certificates are not checked, "
+            "so hosts known only through a CA are treated as unknown"
+        ]
+
+
 def test_connect_timeout_bounds_the_agent_start(live_cluster: TestCluster, tmp_path: Path) -> None:
     """A node whose python never answers (here a stand-in that sleeps): --connect-timeout
     bounds the wait for the agent, not a fixed 30 s. Listed in test_hostile_inputs.py (12)."""

@@ -6,6 +6,7 @@ Screens are Textual modes, reached with number keys (k9s/nvitop style), `:` comm
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -162,6 +163,9 @@ class ConsoleApp(WorkerHost, App[None]):
         if self.read_only:
             self.sub_title = "read-only"
         self.monitor.start()
+        # Known-hosts warnings (`@cert-authority` lines skipped, unreadable lines) arise in
+        # connect threads; the CLI prints them at its end, the console shows each once.
+        self.set_interval(1.0, self._show_known_hosts_notes)
         for mode, factory in list(self.screen_factories.items()):
             self.register_screen(mode, factory)
         self.switch_mode("nodes")
@@ -170,6 +174,11 @@ class ConsoleApp(WorkerHost, App[None]):
             # keys mean other things there).
             self.notify(self.welcome, timeout=8)
             self.mode_change_signal.subscribe(self, self._welcome_done)
+
+    def _show_known_hosts_notes(self) -> None:
+        ssh = sys.modules.get("areal_console.core.ssh")  # not loaded: no SSH node, no notes
+        for note in ssh.take_notes() if ssh is not None else []:
+            self.notify(note, title="known_hosts", severity="warning", timeout=15)
 
     def _welcome_done(self, mode: str) -> None:
         if mode != "nodes":

@@ -8,8 +8,9 @@ import sys
 from typing import Any
 
 from areal_console.core.errors import EXIT_OK
-from areal_console.core.slurm import SlurmClient, make_runner
+from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT, SlurmClient, make_runner
 from areal_console.core.slurm_targets import SLURM_MODES, resolve_slurm_targets
+from areal_console.core.targets import seconds
 from areal_console.core.textfmt import render_table
 
 
@@ -30,6 +31,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--slurm-mode", choices=SLURM_MODES, default="step", help="how to reach the nodes"
     )
+    parser.add_argument(
+        "--slurm-timeout",
+        type=seconds,
+        default=SLURM_COMMAND_TIMEOUT,
+        metavar="SECONDS",
+        help="give up on one of Slurm's commands after this long (default 30)",
+    )
     parser.add_argument("--user", help="list this user's jobs (default: yours)")
     parser.add_argument("--all-users", action="store_true", help="list every user's jobs")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -39,7 +47,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.job_id:
         return _show_job(args)
-    client = SlurmClient(make_runner(args.login))
+    client = SlurmClient(make_runner(args.login), args.slurm_timeout)
     user = None if args.all_users else (args.user or client.current_user())
     jobs = client.jobs(user)
     if args.json:
@@ -55,7 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show_job(args: argparse.Namespace) -> int:
-    plan = resolve_slurm_targets(args.job_id, login=args.login, mode=args.slurm_mode)
+    plan = resolve_slurm_targets(
+        args.job_id, login=args.login, mode=args.slurm_mode, timeout=args.slurm_timeout
+    )
     nodes: list[dict[str, Any]] = [
         {
             "name": spec.name,

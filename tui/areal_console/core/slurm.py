@@ -467,10 +467,16 @@ def parse_squeue_json(text: str, expand: Any = expand_hostlist) -> list[SlurmJob
 # Asking Slurm
 
 
+SLURM_COMMAND_TIMEOUT = 30.0
+"""Default bound on one of Slurm's commands (`--slurm-timeout` sets it)."""
+
+
 class SlurmClient:
     """Slurm's view of jobs, through one `CommandRunner`."""
 
-    def __init__(self, runner: CommandRunner | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, runner: CommandRunner | None = None, timeout: float = SLURM_COMMAND_TIMEOUT
+    ) -> None:
         self.runner = runner or LocalRunner()
         self.timeout = timeout
 

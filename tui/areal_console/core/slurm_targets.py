@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import (
+    SLURM_COMMAND_TIMEOUT,
     CommandRunner,
     SlurmClient,
     SlurmJob,
@@ -34,7 +35,7 @@ class SlurmPlan:
 
 
 def probe_srun(
-    runner: CommandRunner, job: SlurmJob, node: str, timeout: float = 30.0
+    runner: CommandRunner, job: SlurmJob, node: str, timeout: float = SLURM_COMMAND_TIMEOUT
 ) -> str | None:
     """None when srun can start a step in the job on `node`; otherwise why not."""
     argv = [
@@ -89,12 +90,14 @@ def resolve_slurm_targets(
     mode: str = "step",
     runner: CommandRunner | None = None,
     probe: bool = True,
+    timeout: float = SLURM_COMMAND_TIMEOUT,
 ) -> SlurmPlan:
-    """The running job's nodes as specs; `UserError` when the job can't be inspected."""
+    """The running job's nodes as specs; `UserError` when the job can't be inspected.
+    `timeout` bounds each of Slurm's commands (scontrol, squeue, the srun probe)."""
     if mode not in SLURM_MODES:
         raise UserError(f"--slurm-mode must be one of {', '.join(SLURM_MODES)}, not {mode!r}")
     runner = runner or make_runner(login)
-    job = running_job(SlurmClient(runner), job_id)
+    job = running_job(SlurmClient(runner, timeout), job_id)
     notes: list[str] = []
     down = job.unreachable_nodes()
     for reason in down.values():
@@ -103,7 +106,7 @@ def resolve_slurm_targets(
         return SlurmPlan(job, ssh_specs(job, login), "ssh", notes)
     reachable = [n for n in job.nodes if n not in down]
     if probe and reachable:
-        why_not = probe_srun(runner, job, reachable[0])
+        why_not = probe_srun(runner, job, reachable[0], timeout)
         if why_not is not None:
             notes.append(f"{why_not}; reaching the job's {len(job.nodes)} nodes over SSH instead")
             return SlurmPlan(job, ssh_specs(job, login), "ssh", notes)

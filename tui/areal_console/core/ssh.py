@@ -150,20 +150,23 @@ class KnownHostsFile:
     notes: tuple[str, ...]
 
 
-_NOTES: dict[str, None] = {}  # said once per process (a CLI run prints them at its end)
+_NOTES: dict[str, None] = {}  # not yet taken (a CLI run prints them at its end)
+_NOTES_TAKEN: set[str] = set()  # said already: every reconnect reads the files again
 _NOTES_LOCK = threading.Lock()
 
 
 def _note(text: str) -> None:
     with _NOTES_LOCK:
-        _NOTES.setdefault(text, None)
+        if text not in _NOTES_TAKEN:
+            _NOTES.setdefault(text, None)
 
 
 def take_notes() -> list[str]:
-    """Warnings about known-hosts files gathered so far (each once), emptied."""
+    """Warnings about known-hosts files gathered since the last call, each once per process."""
     with _NOTES_LOCK:
         notes = list(_NOTES)
         _NOTES.clear()
+        _NOTES_TAKEN.update(notes)
     return notes
 
 

@@ -94,6 +94,14 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     group.add_argument(
+        "--slurm-timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="give up on one of Slurm's commands (scontrol, squeue, srun probe) after this long "
+        "(default 30)",
+    )
+    group.add_argument(
         "--accept-new-hosts",
         action="store_true",
         help="trust and remember host keys not seen before (headless use)",
@@ -106,12 +114,14 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     if getattr(args, "login", None) and not slurm_job:
         raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
     if slurm_job:
+        from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT
         from areal_console.core.slurm_targets import resolve_slurm_targets
 
         plan = resolve_slurm_targets(
             str(slurm_job),
             login=getattr(args, "login", None),
             mode=getattr(args, "slurm_mode", "step"),
+            timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
         )
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
