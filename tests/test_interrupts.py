@@ -85,7 +85,7 @@ def test_ctrl_c_while_replay_waits_says_the_job_keeps_running(tmp_path: Path) ->
     script = tmp_path / "slow.py"
     script.write_text(SLOW_SCRIPT)
     dump = tmp_path / "dump"
-    bf.write_trajectory_dump(dump, steps=[1], dp_size=1, n_groups=1, group_size=2)
+    bf.write_trajectory_dump(dump, steps=[0], dp_size=1, n_groups=1, group_size=2)
     env = cli_env(AREAL_CONSOLE_CONFIG=str(config))
     cli = Cli("replay", str(dump), "--local", "--template", "slow", "--script", str(script),
               "--python", sys.executable, "--gpus", "cpu", "--wait", env=env)  # fmt: skip

@@ -835,6 +835,7 @@ class Agent:
         self._sample_lock = threading.Lock()
         self._streams: dict[int, threading.Event] = {}
         self._stream_ids = 0
+        self.exiting = False  # set when the interpreter shuts the pool down under us
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="areal-agent")
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
@@ -891,7 +892,10 @@ class Agent:
         if not isinstance(args, dict):
             self.send({"id": rid, "ok": False, "error": f"bad arguments for {name}: not an object"})
             return
-        self.pool.submit(self._run, rid, name, args)
+        try:
+            self.pool.submit(self._run, rid, name, args)
+        except RuntimeError:  # the interpreter is exiting (an agent served by a thread of the
+            self.exiting = True  # console, e.g. after Ctrl-C): stop serving, say nothing
 
     def _run(self, rid: Any, name: str, args: dict[str, Any]) -> None:
         try:
@@ -914,7 +918,7 @@ class Agent:
             pid=os.getpid(),
             node=self.node_name,
         )
-        while True:
+        while not self.exiting:
             line = self.stdin.readline()
             if not line:
                 break
