@@ -285,3 +285,27 @@ async def test_slow_job_groups_show_moving() -> None:
 def test_screen_needs_something_to_show() -> None:
     with pytest.raises(ValueError, match="needs a capture"):
         StacksScreen()
+
+
+async def test_keys_that_cannot_move_say_why() -> None:
+    """j/k/g/G at the end of the group list, and ] / [ with no diff open, say so in the
+    status line instead of doing nothing."""
+    screen = StacksScreen(capture_of("cleanup_deadlock"))
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        table = screen.query_one(RankGroupTable)
+        table.focus()
+        await pilot.press("k")
+        assert table.cursor_row == 0 and status(screen) == "already at the first group"
+        await pilot.press("G")
+        assert table.cursor_row == 1
+        await pilot.press("j")
+        assert table.cursor_row == 1 and status(screen) == "already at the last group"
+        await pilot.press("right_square_bracket")
+        assert status(screen).startswith("no diff open, so no next difference")
+        await pilot.press("left_square_bracket")
+        assert status(screen).startswith("no diff open, so no previous difference")
+        await pilot.press("slash", *"0-2", "enter")  # one group left
+        await pilot.press("g")
+        assert status(screen) == "already at the first group (the only one)"

@@ -44,6 +44,7 @@ from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
+from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background, cancelled
 
 
@@ -174,6 +175,11 @@ class ConsoleApp(WorkerHost, App[None]):
             # keys mean other things there).
             self.notify(self.welcome, timeout=8)
             self.mode_change_signal.subscribe(self, self._welcome_done)
+
+    def on_vim_table_at_edge(self, message: VimTable.AtEdge) -> None:
+        """A cursor key that could not move says why (screens with a status line of their
+        own say it there; the Cluster and Jobs lines are rewritten on every refresh)."""
+        self.notify(message.text, timeout=3)
 
     def _show_known_hosts_notes(self) -> None:
         ssh = sys.modules.get("areal_console.core.ssh")  # not loaded: no SSH node, no notes

@@ -280,6 +280,10 @@ class BatchesScreen(WorkerHost, Screen[None]):
         widget = self.query_one("#batches-status", Static)
         widget.update(Text(where + text, style="bold red" if error else "dim"))
 
+    def on_vim_table_at_edge(self, message: VimTable.AtEdge) -> None:
+        message.stop()
+        self._status(message.text)
+
     # workers ------------------------------------------------------------------------
     def _opts(self) -> dict[str, Any]:
         return {"eos_token_id": self.eos_token_id, "trust_pickle": self.trust_pickle}

@@ -34,6 +34,7 @@ from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
+from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
 
 CaptureFn = Callable[[], StackCapture]
@@ -239,6 +240,10 @@ class StacksScreen(WorkerHost, Screen[None]):
     def say(self, text: str) -> None:
         self.query_one("#status", Static).update(Text(printable(text)))
 
+    def on_vim_table_at_edge(self, message: VimTable.AtEdge) -> None:
+        message.stop()
+        self.say(message.text)
+
     # workers: never touch widgets, only post messages --------------------------------
     @background("stacks-analyse", doing="analysing the capture", retry="press r to capture again")
     def _analyse(self, ticket: Ticket, capture: StackCapture) -> None:
@@ -410,6 +415,9 @@ class StacksScreen(WorkerHost, Screen[None]):
         if self.analysis is None:
             return
         pair = self._diff_pair()
+        if pair is None and len(self.analysis.groups) < 2:
+            self.say("only one group: every rank has the same stack, nothing to diff")
+            return
         if pair is None:
             self.say("mark two groups with space (or one, and highlight another), then d")
             return
@@ -464,7 +472,8 @@ class StacksScreen(WorkerHost, Screen[None]):
 
     def _jump(self, step: int) -> None:
         if self.diffing is None:
-            self.say("no diff open: mark groups with space, then d")
+            which = "next" if step > 0 else "previous"
+            self.say(f"no diff open, so no {which} difference: mark groups with space, then d")
             return
         row = self.query_one(StackDiffView).jump(step)
         if row is None:
