@@ -52,6 +52,29 @@ def test_nodes_table_is_readable(gloo_job: GlooJob) -> None:
     ours = [row for row in rank_rows if row[4] in pids]
     assert [row[0] for row in ours] == ["0", "1", "2", "3"]
     assert all(row[3] == "trainer" and row[2] == "4" for row in ours)
+    # Into a pipe nothing is cut: each rank's whole command line, with its job's folder.
+    report = json.loads(run_cli("nodes", "--json").stdout)
+    commands = {str(p["pid"]): p["cmdline"] for p in report["nodes"][0]["processes"]}
+    for row_text in (line for line in lines[3:] if len(line.split()) > 4):
+        pid = row_text.split()[4]
+        if pid in pids:
+            assert row_text.endswith(commands[pid]) and str(gloo_job.workdir) in row_text
+
+
+def test_nodes_table_fits_the_terminal() -> None:
+    """In a terminal, process lines are cut at its width (at the end of the command)."""
+    from areal_console.commands.nodes import render_nodes
+
+    node = {"name": "n1", "host": "local", "state": "up", "error": None, "gpus": [],
+            "gpu_error": "no devices", "processes": [{
+                "rank": 0, "local_rank": 0, "world_size": 2, "role": "trainer", "pid": 7,
+                "cpu_percent": 1.0, "rss": 1 << 20, "gpus": [], "cmdline": "python " + "x" * 300,
+            }]}  # fmt: skip
+    lines = render_nodes([node], width=80).splitlines()
+    row = next(line for line in lines if " trainer " in line)
+    assert len(row) == 80 and row.endswith("…")
+    whole = next(line for line in render_nodes([node]).splitlines() if " trainer " in line)
+    assert whole.endswith("x" * 300)
 
 
 def test_usage_errors_exit_2_without_traceback() -> None:

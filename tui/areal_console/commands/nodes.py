@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from typing import Any
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump({"nodes": nodes}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_nodes(nodes))
+        sys.stdout.write(render_nodes(nodes, _terminal_width()))
     code, lines = outcome(nodes)
     for line in lines:
         print(line, file=sys.stderr)
@@ -101,7 +102,9 @@ def render_summary(nodes: list[dict[str, Any]]) -> str:
     )
 
 
-def render_nodes(nodes: list[dict[str, Any]]) -> str:
+def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
+    """The text report; process lines are cut to `width` (a terminal's columns) at the end
+    of their command, and left whole when there is no width (output to a file or a pipe)."""
     out: list[str] = [render_summary(nodes), ""] if len(nodes) > 1 else []
     for node in nodes:
         header = f"== {node['name']} ({node['host']}): {node['state']}"
@@ -138,15 +141,14 @@ def render_nodes(nodes: list[dict[str, Any]]) -> str:
                     _pct(p["cpu_percent"]),
                     format_bytes(p["rss"]),
                     ",".join(map(str, p["gpus"])) or "-",
-                    _truncate(_command(p), 60),
+                    _command(p),
                 ]
                 for p in node["processes"]
             ]
-            out.append(
-                render_table(
-                    ["RANK", "LOCAL", "WORLD", "ROLE", "PID", "CPU", "RSS", "GPUS", "COMMAND"], rows
-                )
+            table = render_table(
+                ["RANK", "LOCAL", "WORLD", "ROLE", "PID", "CPU", "RSS", "GPUS", "COMMAND"], rows
             )
+            out.extend(_clip(line, width) for line in table.splitlines())
         else:
             out.append("   no training processes (use --all for every Python process)")
         out.append("")
@@ -167,8 +169,15 @@ def _opt(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _truncate(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _terminal_width() -> int | None:
+    """The terminal's columns when stdout is one; None for a file or a pipe (no cutting)."""
+    if not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def _clip(line: str, width: int | None) -> str:
+    return line if width is None or len(line) <= width else line[: max(width - 1, 1)] + "…"
 
 
 __all__ = ["NodeFailure", "register", "render_nodes", "run"]
