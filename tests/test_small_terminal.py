@@ -14,6 +14,7 @@ from areal_console.app import ConsoleApp
 from areal_console.screens.batches import BatchesScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from recorded import recorded_monitor
+from test_slurm_screen import SlurmApp, recorded_jobs
 from textual.widgets import Static
 
 SMALL = (80, 24)
@@ -49,6 +50,23 @@ def test_batches_at_80x24(
 def test_jobs_at_80x24(snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path))
     assert snap_compare(recorded.jobs_app(), terminal_size=SMALL, run_before=recorded.open_jobs)
+
+
+@pytest.mark.slow
+def test_health_at_80x24(
+    snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert snap_compare(recorded.health_app(), terminal_size=SMALL, run_before=recorded.open_health)
+
+
+def test_slurm_at_80x24(snap_compare: Any) -> None:
+    async def loaded(pilot: Any) -> None:
+        while not getattr(pilot.app.screen, "loaded", False):
+            await pilot.pause(0.05)
+        await pilot.pause(0.5)
+
+    assert snap_compare(SlurmApp(recorded_jobs), terminal_size=SMALL, run_before=loaded)
 
 
 async def test_what_must_survive_80x24(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

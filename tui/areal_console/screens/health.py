@@ -50,7 +50,7 @@ class HealthScreen(WorkerHost, Screen[None]):
                 tooltip="Add the highlighted metric to the plot, or take it off"),
         Binding("enter", "plot_only", "Plot", id="health.plot", show=False,
                 tooltip="Plot only the highlighted metric"),
-        Binding("s", "capture", "Capture stacks", id="health.capture",
+        Binding("s", "capture", "Stacks", id="health.capture",
                 tooltip="py-spy every rank of this job and diagnose (the answer to a stall)"),
         Binding("r", "refresh", "Refresh", id="health.refresh",
                 tooltip="Read the log now instead of at the next poll"),

@@ -77,6 +77,7 @@ class SlurmJobsScreen(WorkerHost, Screen[str | None]):
     def compose(self) -> ComposeResult:
         yield Label("Slurm jobs", id="slurm-title")
         table = VimTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
+        table.cut_columns = ("NAME",)
         yield table
         yield Input(placeholder="filter jobs (esc to clear)", id="slurm-filter")
         yield Label("asking Slurm…", id="slurm-status")
@@ -120,11 +121,11 @@ class SlurmJobsScreen(WorkerHost, Screen[str | None]):
         selected = self.selected_job_id()
         visible = self.visible_jobs()
         rows = [job_row(job) for job in visible]
-        # Columns too, sized to what they show now: the job list changes wholesale.
+        # Columns follow what they show now (the job list changes wholesale); a name too
+        # long for the terminal is cut, nothing else.
         table.clear(columns=True)
-        for i, name in enumerate(COLUMNS):
-            width = max([len(name), *(len(row[i]) for row in rows)])
-            table.add_column(name, key=name, width=min(width, 40))
+        for name in COLUMNS:
+            table.add_column(name, key=name)
         for job, row in zip(visible, rows, strict=True):
             table.add_row(*row, key=job.job_id)
         if selected is not None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from areal_console.core.metrics.health import GUIDE_METRICS
 from areal_console.core.metrics.report import MetricSummary
 from areal_console.widgets.keyed_rows import sync_rows
+from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = ("plot", "metric", "latest", "min", "max", "trend", "last steps")
 
@@ -30,8 +30,13 @@ def cells(s: MetricSummary, plotted: bool, warned: bool) -> tuple[str | Text, ..
             f"{s.trend:+.3g}", s.spark)  # fmt: skip
 
 
-class MetricTable(DataTable[str | Text]):
-    """Rows keyed by metric name and updated in place."""
+class MetricTable(VimTable):
+    """Rows keyed by metric name and updated in place. A long name is cut where the
+    numbers would not fit beside it (after the sparkline is cut); the plot's legend (enter)
+    has it whole."""
+
+    select_on_click = False  # selecting (enter) plots the metric
+    cut_columns = ("last steps", "metric")
 
     DEFAULT_CSS = """
     MetricTable { height: 1fr; }

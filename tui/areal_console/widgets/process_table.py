@@ -117,6 +117,7 @@ class ProcessTable(VimTable):
 
     sort_by = "rank"  # a key of SORTS
     select_on_click = False  # selecting (enter) opens the process detail
+    cut_columns = ("cmd",)  # the whole command line is in the detail (enter)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.geometry import Size
 from textual.message import Message
+from textual.render import measure
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
+from typing_extensions import Self
 
 VIM_BINDINGS: list[BindingType] = [
     Binding("j", "cursor_down", "Down", show=False, id="table.down",
@@ -75,8 +80,68 @@ class VimTable(DataTable[Any]):
     # dialog.
     select_on_click = True
 
+    # Columns (keys) that may be cut, first to last, when the table is narrower than its
+    # content; the full text of a cut cell is one key away (enter). None by default: a
+    # table too wide scrolls sideways.
+    cut_columns: tuple[str, ...] = ()
+
     async def _on_click(self, event: events.Click) -> None:
         before = self.cursor_coordinate
         await super()._on_click(event)
         if self.select_on_click and self.row_count and self.cursor_coordinate != before:
             self._post_selected_message()
+
+    # Columns sized from the content (auto width) follow it both ways: Textual only ever
+    # widens them as cells arrive, so after `clear()` or a removed row the widths of rows
+    # long gone would stay. Both reset the auto-width columns to their labels and queue
+    # every remaining row for measuring, as new rows are, on the next idle.
+
+    def clear(self, columns: bool = False) -> Self:
+        super().clear(columns)
+        self._refit_columns()
+        return self
+
+    def remove_row(self, row_key: RowKey | str) -> None:
+        super().remove_row(row_key)
+        self._refit_columns()
+
+    def on_resize(self) -> None:
+        self._refit_columns()
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        super()._update_dimensions(new_rows)
+        self._fit_width()
+
+    def _fit_width(self) -> None:
+        """Narrow the `cut_columns` (in that order, to no less than their label or 8
+        cells) while the columns are wider than the table; the rest are never cut."""
+        width = self.scrollable_content_region.width
+        if not self.cut_columns or width <= 0:
+            return
+        total = sum(c.get_render_width(self) for c in self.columns.values())
+        excess = total + self._row_label_column_width - width
+        console = self.app.console
+        for key in self.cut_columns:
+            column = self.columns.get(ColumnKey(key))
+            if excess <= 0 or column is None or not column.auto_width:
+                continue
+            floor = max(measure(console, column.label, 1), 8)
+            take = max(0, min(excess, column.content_width - floor))
+            column.content_width -= take
+            excess -= take
+        self.virtual_size = Size(
+            sum(c.get_render_width(self) for c in self.columns.values())
+            + self._row_label_column_width,
+            self.virtual_size.height,
+        )
+        self._clear_caches()
+
+    def _refit_columns(self) -> None:
+        console = self.app.console
+        for column in self.columns.values():
+            if column.auto_width:
+                column.content_width = measure(console, column.label, 1)
+        self._new_rows.update(self.rows)
+        self._require_update_dimensions = True
+        self.refresh(layout=True)
+        self.check_idle()
