@@ -24,6 +24,8 @@ def group_matches(group: RankGroup, text: str) -> bool:
 class RankGroupTable(VimTable):
     """Rows are keyed by the group's index, so marks and filters never rebuild cells."""
 
+    cut_columns = ("where",)  # the group's whole stack is beside it (enter)
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
