@@ -25,6 +25,7 @@ class RankGroupTable(VimTable):
     """Rows are keyed by the group's index, so marks and filters never rebuild cells."""
 
     row_noun = "group"
+    cut_columns = ("where",)  # the group's whole stack is beside it (enter)
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
