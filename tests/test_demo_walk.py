@@ -223,7 +223,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
     await w.until("the metrics", lambda: any(
         t.row_count > 0 for t in app.screen.query(DataTable)
     ))  # fmt: skip
-    await w.press("space", "enter", "slash", "escape", "r")
+    await w.press("G", "g", "j", "k", "space", "enter", "slash", "escape", "r")
     await w.press("s")  # py-spy the job from here: the Stacks screen
     await w.until("the stacks", lambda: type(app.screen).__name__ == "StacksScreen")
     await w.press("escape", "1")
