@@ -17,10 +17,9 @@ colour codes, and in `merged.log` a `[role]` prefix padded to 10 columns. Neithe
 here: the patterns never span a colour code, and the table is cut at its `│` borders. At the
 end of a run AReaL logs `Training completes! Total time elapsed ...` (stats_logger.py:125).
 
-Speed: tables are not parsed line by line. A table is split at `│` in C, the border and
-separator segments are dropped with one slice deletion, and the values go through
-`map(float, ...)` into the store's arrays; key strings are decoded only when the layout
-changes.
+Speed: once a step has been read the searching way below, the steps after it that repeat
+its record's shape are read in bulk (logbulk.py); the searching path takes whatever does
+not: the first steps, a new table layout, a foreign line inside a record, damage.
 """
 
 from __future__ import annotations
@@ -30,6 +29,14 @@ import math
 import re
 import time
 
+from areal_console.core.metrics.logbulk import (
+    RecordRun,
+    RecordTemplate,
+    fits,
+    log_steps,
+    read_run,
+    record_template,
+)
 from areal_console.core.metrics.store import MetricStore
 
 PROGRESS = re.compile(rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\.")
@@ -46,6 +53,7 @@ BOTTOM = "╘".encode()
 # The table's first line follows its log line within a few hundred bytes (more if another
 # process's lines got in between in merged.log); farther means this Stats record has none.
 TABLE_WINDOW = 8192
+BULK_FIRST, BULK_MOST = 16, 4096  # records compared per bulk pass: first, and at most
 
 
 def local_utc_offset() -> int:
@@ -77,6 +85,10 @@ class LogParser:
         self._layout: tuple[str, ...] = ()
         self._layout_n = 0
         self._days: dict[bytes, int] = {}
+        self._template: RecordTemplate | None = None
+        self._table_read = False  # the latest Stats record had a table, read row by row
+        self._bulk_misses = 0  # bulk attempts that read nothing in a row ...
+        self._bulk_skip = 0  # ... and how many records to read the searching way before the next
         self.bytes_read = 0
 
     # feeding --------------------------------------------------------------------------
@@ -96,7 +108,7 @@ class LogParser:
     def _parse(self, data: bytes) -> int:
         """Parse complete records of `data`; returns the offset up to which it was consumed."""
         end = data.rfind(b"\n") + 1
-        pos = 0
+        pos = record = 0  # record: where the current step's record began (after a table)
         while True:
             m = HEADS.search(data, pos, end)
             if m is None:
@@ -109,8 +121,10 @@ class LogParser:
             elif m.group(7) is not None:  # Stats (i/n): then the table
                 table_end = self._table(data, m, end)
                 if table_end < 0:
-                    return data.rfind(b"\n", 0, m.start()) + 1  # wait for the whole table
+                    return record  # wait for the whole table; its record is read again
                 pos = table_end
+                if self._table_read:
+                    pos = record = self._bulk(data, record, table_end, end)
             else:
                 self.finished = True
                 self.finished_at = self._time_of_line(data, m.start())
@@ -131,6 +145,7 @@ class LogParser:
         stop = data.find(b"\n", bottom, end)
         if stop < 0:
             return -1
+        self._table_read = False
         index = int(m.group(7))
         if index == 1:
             base = self.last_step + 1
@@ -144,7 +159,52 @@ class LogParser:
             self.store.add_row(step, self._layout, values)
             self.store.mark_step(step, self._step_time)
             self.last_step = step
+            self._table_read = True
         return stop + 1
+
+    def _bulk(self, data: bytes, record: int, table_end: int, end: int) -> int:
+        """After a step read the searching way (its record is data[record:table_end]), read
+        the records after it that repeat its shape; returns where they end."""
+        if self._bulk_skip > 0:
+            self._bulk_skip -= 1
+            return table_end
+        template = self._template_of(data[record:table_end])
+        pos, count = table_end, BULK_FIRST
+        while template is not None:
+            count = min(count, (end - pos) // template.size)
+            run = read_run(data, pos, count, template) if count > 0 else None
+            if run is None:
+                break
+            self._store_run(run)
+            pos += len(run.train_steps) * template.size
+            if len(run.train_steps) < count:
+                break
+            count = min(4 * count, BULK_MOST)
+        missed = pos == table_end and (template is None or (end - pos) >= template.size)
+        self._bulk_misses = min(2 * self._bulk_misses + 1, 64) if missed else 0
+        self._bulk_skip = self._bulk_misses
+        return pos
+
+    def _template_of(self, record: bytes) -> RecordTemplate | None:
+        """The template of this record: the one kept if it matches, else a new one."""
+        if self._template is not None and fits(self._template, record):
+            return self._template
+        template = record_template(record)
+        if template is not None and template.values != len(self._layout):
+            template = None
+        self._template = template
+        return template
+
+    def _store_run(self, run: RecordRun) -> None:
+        """Steps read in bulk, each with a progress line and one stats dict (`Stats (1/1)`)."""
+        steps = log_steps(run.train_steps, self.last_step)
+        times = (run.seconds - self.utc_offset).tolist()
+        self.store.add_rows(steps, self._layout, run.values)
+        self.store.mark_steps(steps, times)
+        self.last_step = self._base = steps[-1]
+        self._global = None
+        self._step_time = times[-1]
+        self.total_steps = run.totals[-1]
 
     def _cells(self, table: bytes) -> list[float] | None:
         # Rows are every other line after the top border; the separator lines between
