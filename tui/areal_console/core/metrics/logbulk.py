@@ -8,8 +8,9 @@ the same length, so a run of them is a 2-D byte matrix over the log buffer (no c
 record is taken only if every byte it should repeat (keys, bars, ANSI codes, `[role]`
 prefixes, the borders' ends, newlines) equals the template record's, and every digit
 position holds a digit; the first record that differs ends the run, and the searching
-parser goes on from there. The value cells become floats in one pass, the timestamps and
-step numbers are decoded with array arithmetic.
+parser goes on from there. Values in AReaL's `%.4e` shape, the timestamps and the step
+numbers are decoded with array arithmetic; a value cell holding anything else (nan, inf, a
+three-digit exponent) goes through `float`.
 """
 
 from __future__ import annotations
@@ -42,14 +43,21 @@ class RecordTemplate:
     """One step's record, from the end of the previous table to the end of its own."""
 
     size: int
+    names: tuple[str, ...]  # the metrics, in the table's row-major order
+    last: bytes  # the record's last bytes (the bottom border's end): a cheap first check
     same_at: Index  # offsets of the bytes every record repeats (a multiple of 8 of them) ...
     same: npt.NDArray[np.uint64]  # ... and their values, 8 bytes a word
     digits_at: Index  # offsets that hold a digit in every record
     time_at: Index  # the progress line's timestamp: YYYYmmdd HHMMSS mmm, 17 digits
     step_at: Index  # `Train step N/T`: N's digits
     total_at: Index  # T's digits
-    values_at: Index  # the value cells, row after row, padding included
-    values: int  # value cells per record
+    cells: Index  # (values, 2): each value cell's span (padding included), row-major
+    wide: Index  # the value cells wide enough to hold a `%.4e` number ...
+    window_at: Index  # ... and their last NUMBER bytes, cell after cell
+
+    @property
+    def values(self) -> int:
+        return len(self.cells)
 
 
 @dataclass
@@ -60,6 +68,15 @@ class RecordRun:
     totals: list[int]
     seconds: npt.NDArray[np.float64]  # UTC-naive seconds since the epoch, before the zone
     values: array
+
+
+# A value as AReaL prints it (`.4e`, areal/utils/printing.py:6) fills the last 12 bytes of its
+# cell: sign or space, d.dddde±dd, the cell's padding space.
+NUMBER = 12
+MINUS, PLUS, SPACE, DOT, E = b"-+ .e"
+DIGITS = [1, 3, 4, 5, 6, 9, 10]
+MANTISSA = np.array([10000, 1000, 100, 10, 1], dtype=np.int64)
+POW10 = np.array([float(10**i) for i in range(23)])  # exact doubles
 
 
 def record_template(record: bytes) -> RecordTemplate | None:
@@ -84,11 +101,15 @@ def record_template(record: bytes) -> RecordTemplate | None:
     for group in range(1, 7):
         digits += range(progress.start(group), progress.end(group))
     variable[digits] = True
-    cells = value_cells(record, record.rfind(b"\n", 0, table) + 1, variable)
-    if cells is None:
+    found = value_cells(record, record.rfind(b"\n", 0, table) + 1)
+    if found is None:
         return None
-    values_at, count = cells
-    variable[values_at] = True
+    cells, names = found
+    wide = np.flatnonzero(cells[:, 1] - cells[:, 0] >= NUMBER)
+    window_at = (cells[wide, 1, None] + np.arange(-NUMBER, 0)).ravel()
+    for a, b in cells[cells[:, 1] - cells[:, 0] < NUMBER].tolist():
+        variable[a:b] = True
+    variable[window_at] = True
     same = ~variable
     skip_border_middles(record, record.rfind(b"\n", 0, table) + 1, same)
     same_at = whole_words(np.flatnonzero(same))
@@ -96,14 +117,17 @@ def record_template(record: bytes) -> RecordTemplate | None:
     stamp_digits = [i for i in range(stamp.start(), stamp.end() - 1) if record[i] in b"0123456789"]
     return RecordTemplate(
         size=len(record),
+        names=names,
+        last=record[-BORDER_ENDS:],
         same_at=same_at,
         same=buffer[same_at].view(np.uint64),
         digits_at=np.array(sorted(set(digits)), dtype=np.intp),
         time_at=np.array(stamp_digits, dtype=np.intp),
         step_at=np.arange(progress.start(5), progress.end(5), dtype=np.intp),
         total_at=np.arange(progress.start(6), progress.end(6), dtype=np.intp),
-        values_at=values_at,
-        values=count,
+        cells=cells,
+        wide=wide,
+        window_at=window_at,
     )
 
 
@@ -112,28 +136,30 @@ def whole_words(offsets: Index) -> Index:
     return np.concatenate([offsets, np.repeat(offsets[-1:], -len(offsets) % 8)])
 
 
-def value_cells(
-    record: bytes, start: int, variable: npt.NDArray[np.bool_]
-) -> tuple[Index, int] | None:
-    """Offsets of the value cells of the table from `start` (padding included), row-major,
-    blank pairs left out; and how many cells. None if a row is not `│ key │ value │ ...`."""
-    offsets: list[int] = []
-    count = 0
+def value_cells(record: bytes, start: int) -> tuple[Index, tuple[str, ...]] | None:
+    """The table from `start`: its value cells' spans (start, end; padding included) and
+    its keys, row-major, blank pairs left out. None unless every row is `│ key │ value │ ...`
+    with as many bars as the others, and the keys are distinct."""
+    spans: list[tuple[int, int]] = []
+    names: list[str] = []
     lines = record[start:].split(b"\n")[:-1]
+    widths = set()
     at = start
     for i, line in enumerate(lines):
         if i % 2 == 1:
             bars = bar_offsets(line)
-            if len(bars) < 3 or len(bars) % 2 == 0:
-                return None
-            for left, middle, right in zip(bars[0:-1:2], bars[1::2], bars[2::2], strict=True):
-                if line[left + 3 : middle].strip():
-                    offsets += range(at + middle + 3, at + right)
-                    count += 1
+            widths.add(len(bars))
+            for left, middle, right in zip(bars[0:-1:2], bars[1::2], bars[2::2], strict=False):
+                key = line[left + 3 : middle].strip()
+                if key:
+                    spans.append((at + middle + 3, at + right))
+                    names.append(key.decode(errors="replace"))
         at += len(line) + 1
-    if count == 0:
+    if len(widths) != 1 or min(widths) < 3 or min(widths) % 2 == 0 or not names:
         return None
-    return np.array(offsets, dtype=np.intp), count
+    if len(set(names)) != len(names):
+        return None
+    return np.array(spans, dtype=np.intp), tuple(names)
 
 
 def bar_offsets(line: bytes) -> list[int]:
@@ -183,15 +209,45 @@ def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRu
     if n == 0:
         return None
     records = records[:n]
-    words = records[:, t.values_at].tobytes().split()
-    if len(words) != n * t.values:
-        return None
     return RecordRun(
         train_steps=decimal(records[:, t.step_at]).tolist(),
         totals=decimal(records[:, t.total_at]).tolist(),
         seconds=utc_seconds(records[:, t.time_at]),
-        values=floats(words),
+        values=array("d", cell_values(records, t).tobytes()),
     )
+
+
+def cell_values(records: npt.NDArray[np.uint8], t: RecordTemplate) -> npt.NDArray[np.float64]:
+    """The records' values, (records, values); a cell not in `%.4e` shape through `float`."""
+    n = len(records)
+    out = np.empty((n, t.values))
+    windows = np.take(records, t.window_at, axis=1).reshape(n, len(t.wide), NUMBER)
+    numbers, ok = scientific(windows)
+    out[:, t.wide] = numbers
+    odd = [(r, int(t.wide[j])) for r, j in np.argwhere(~ok).tolist()]
+    narrow = np.setdiff1d(np.arange(t.values), t.wide).tolist()
+    odd += [(r, c) for c in narrow for r in range(n)]
+    for r, c in odd:
+        a, b = t.cells[c]
+        out[r, c] = float_or_nan(records[r, a:b].tobytes())
+    return out
+
+
+def scientific(w: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Decode `[-| ]d.dddde±dd ` windows (last axis) the way `float` would, and which were in
+    that shape. m / 10**k and m * 10**k of exact doubles round once, as `float` does."""
+    ok = (w[..., 0] == MINUS) | (w[..., 0] == SPACE)
+    ok &= (w[..., DIGITS] - 48 <= 9).all(axis=-1)
+    ok &= (w[..., 2] == DOT) & (w[..., 7] == E) & (w[..., 11] == SPACE)
+    ok &= (w[..., 8] == MINUS) | (w[..., 8] == PLUS)
+    mantissa = (w[..., [1, 3, 4, 5, 6]].astype(np.int64) - 48) @ MANTISSA
+    exponent = (w[..., 9].astype(np.int64) - 48) * 10 + w[..., 10] - 48
+    exponent = np.where(w[..., 8] == MINUS, -exponent, exponent)
+    shift = 4 - exponent  # value = mantissa * 10**-shift
+    ok &= np.abs(shift) < len(POW10)
+    scale = POW10[np.clip(np.abs(shift), 0, len(POW10) - 1)]
+    value = np.where(shift >= 0, mantissa / scale, mantissa * scale)
+    return np.where(w[..., 0] == MINUS, -value, value), ok
 
 
 def decimal(digits: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
@@ -221,15 +277,6 @@ def utc_seconds(stamps: npt.NDArray[np.uint8]) -> npt.NDArray[np.float64]:
         + decimal(stamps[:, 12:14])
     )
     return whole + decimal(stamps[:, 14:17]) / 1000
-
-
-def floats(cells: list[bytes]) -> array:
-    """Value cells to doubles in one pass (numpy reads them as `float` does); a cell that
-    is not a number becomes nan."""
-    try:
-        return array("d", np.array(cells, dtype=np.float64).tobytes())
-    except ValueError:
-        return array("d", map(float_or_nan, cells))
 
 
 def float_or_nan(cell: bytes) -> float:
