@@ -104,8 +104,9 @@ def test_bulk_reading_equals_record_by_record_reading(
     assert len(reference["steps"]) > steps  # two-dict commits add steps
     assert fast.bulk_steps > steps // 2  # most steps went the bulk way ...
     assert snapshot(fast) == reference  # ... and read the same
-    chunked = parse(data, bulk=True, chunks=[1, 700, 5000, 70_000, 300_000, 1 << 20])
-    assert snapshot(chunked) == reference
+    for bulk in (True, False):
+        chunked = parse(data, bulk, chunks=[1, 700, 5000, 70_000, 300_000, 1 << 20])
+        assert snapshot(chunked) == reference
 
 
 def test_a_damaged_value_inside_a_run_reads_as_the_searching_path_reads_it(

@@ -145,7 +145,9 @@ class LogParser:
                     return record  # wait for the whole table; its record is read again
                 pos = table_end
                 if self._table_read and self.bulk:
-                    pos = record = self._bulk(data, record, table_end, end)
+                    pos = self._bulk(data, record, table_end, end)
+                if pos > m.end():  # a table was read: the next record starts after it
+                    record = pos
             else:
                 self.finished = True
                 self.finished_at = self._time_of_line(data, m.start())
