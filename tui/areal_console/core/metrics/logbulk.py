@@ -18,7 +18,6 @@ from __future__ import annotations
 import calendar
 import math
 import re
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,7 +66,7 @@ class RecordRun:
     train_steps: list[int]
     totals: list[int]
     seconds: npt.NDArray[np.float64]  # UTC-naive seconds since the epoch, before the zone
-    values: array
+    values: memoryview  # doubles, row after row
 
 
 # A value as AReaL prints it (`.4e`, areal/utils/printing.py:6) fills the last 12 bytes of its
@@ -213,7 +212,7 @@ def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRu
         train_steps=decimal(records[:, t.step_at]).tolist(),
         totals=decimal(records[:, t.total_at]).tolist(),
         seconds=utc_seconds(records[:, t.time_at]),
-        values=array("d", cell_values(records, t).tobytes()),
+        values=cell_values(records, t).data.cast("B"),
     )
 
 

@@ -43,8 +43,9 @@ class MetricStore:
         block.steps.append(step)
         block.values.extend(values)
 
-    def add_rows(self, steps: Sequence[int], names: tuple[str, ...], values: array) -> None:
-        """Several steps' tables of one layout: `values` row after row, in `names` order."""
+    def add_rows(self, steps: Sequence[int], names: tuple[str, ...], values: memoryview) -> None:
+        """Several steps' tables of one layout: `values` (the bytes of C doubles) row after
+        row, in `names` order."""
         if not steps:
             return
         block = self.blocks[-1] if self.blocks else None
@@ -54,7 +55,7 @@ class MetricStore:
             for n in names:
                 self._names.setdefault(n, None)
         block.steps.extend(steps)
-        block.values.extend(values)
+        block.values.frombytes(values)
 
     def add_scalar(self, name: str, step: int, value: float) -> None:
         pair = self._scalars.get(name)
