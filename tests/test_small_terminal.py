@@ -17,6 +17,8 @@ from recorded import recorded_monitor
 from test_slurm_screen import SlurmApp, recorded_jobs
 from textual.widgets import Static
 
+from tests.waits import until
+
 SMALL = (80, 24)
 
 
@@ -77,15 +79,25 @@ async def test_what_must_survive_80x24(tmp_path: Path, monkeypatch: pytest.Monke
         await pilot.pause()
         keys = footer_text(app).split()
         assert keys[0] == "question_mark"  # `? Help` first: never the key that is cut
-        await recorded.open_sample(pilot)
+        await pilot.press("3")
+        await until(pilot, lambda: isinstance(app.screen, BatchesScreen))
         screen = app.screen
         assert isinstance(screen, BatchesScreen)
         summary = screen.query_one("#summary", Static)
+        await until(pilot, lambda: "seq_len" in str(summary.render()))
         width = summary.content_region.width
         lines = str(summary.render()).splitlines()
         grid = [line for line in lines if line.startswith(("seq_len", "reward "))]
         assert grid and all(len(line) <= width for line in grid), (width, grid)
         assert screen.query_one("#steps-pane").size.width <= 46
+        # In the samples, the open sample gets the summary's rows; back on the steps, the
+        # summary returns.
+        await recorded.open_sample(pilot)
+        assert not summary.parent.display  # type: ignore[union-attr]
+        assert screen.query_one("#sample-pane").size.height >= 8
+        screen.query_one("#steps").focus()
+        await pilot.pause()
+        assert summary.parent.display  # type: ignore[union-attr]
 
     stacks = recorded.stacks_app()
     async with stacks.run_test(size=SMALL) as pilot:

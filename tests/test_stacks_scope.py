@@ -208,7 +208,7 @@ async def test_tui_asks_which_job_and_captures_only_that_one(
         pids = set(first.rank_pids()) | set(second.rank_pids())
 
         def sampled() -> set[int]:
-            return {p["pid"] for v in app.monitor.snapshot() for p in v.processes}
+            return {p.pid for v in app.monitor.snapshot() for p in v.processes}
 
         await _until(pilot, lambda: pids <= sampled(), "the monitor to see both jobs")
         await pilot.press("s")

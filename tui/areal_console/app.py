@@ -255,7 +255,7 @@ class ConsoleApp(WorkerHost, App[None]):
     def _latest_processes(self) -> dict[str, list[dict[str, Any]]]:
         """The monitor's newest process sample of every node that is up (no new scan)."""
         return {
-            v.name: v.processes
+            v.name: v.agent_processes()
             for v in self.monitor.snapshot()
             if v.state == "up" and v.sample is not None
         }
@@ -405,7 +405,9 @@ class ConsoleApp(WorkerHost, App[None]):
         filter picks the job), else the run already open."""
         for view in self.monitor.snapshot():
             try:
-                found = job_logs_in(view.processes, str(view.hello.get("user") or ""), match)
+                found = job_logs_in(
+                    [p.cmdline for p in view.processes], str(view.hello.get("user") or ""), match
+                )
             except UserError:
                 found = None
             if found:

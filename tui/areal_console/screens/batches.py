@@ -13,12 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import DataTable, Input, Static
 
 from areal_console.core import batches
@@ -39,6 +40,10 @@ from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
+
+# Below this many rows the summary and the samples cannot both be usable at once.
+SUMMARY_NEEDS_HEIGHT = 36
+SAMPLE_WIDGETS = {"samples", "sample-view", "sample-filter"}
 
 ReplayCallback = Callable[[str, list[int]], None]
 
@@ -273,6 +278,23 @@ class BatchesScreen(WorkerHost, Screen[None]):
         self.query_one("#summary-pane").can_focus = False
         steps.focus()
         self.load_top()
+
+    # layout at small heights ------------------------------------------------------
+    def watch_focused(self, _focused: Widget | None) -> None:
+        self._fit_to_height()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self._fit_to_height()
+
+    def _fit_to_height(self) -> None:
+        """On a short terminal, working in the samples hides the step's summary and
+        histograms, so the sample table and the open sample get the rows (back on the steps,
+        the summary returns)."""
+        focused = self.focused
+        in_samples = focused is not None and (
+            focused.id in SAMPLE_WIDGETS or any(a.id == "sample-pane" for a in focused.ancestors)
+        )
+        self.set_class(self.size.height < SUMMARY_NEEDS_HEIGHT and in_samples, "samples-first")
 
     # status -----------------------------------------------------------------------
     def _status(self, text: str, error: bool = False) -> None:

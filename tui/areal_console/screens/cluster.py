@@ -31,8 +31,8 @@ def status_text(
     views: list[NodeView], drilled: str | None, text_filter: str, show_all: bool
 ) -> str:
     up = sum(v.state == "up" for v in views)
-    ranks = sum(1 for v in views for p in v.processes if p.get("rank") is not None)
-    worlds = {p.get("world_size") for v in views for p in v.processes if p.get("world_size")}
+    ranks = sum(1 for v in views for p in v.processes if p.rank is not None)
+    worlds = {p.world_size for v in views for p in v.processes if p.world_size}
     parts = [f"{up}/{len(views)} nodes up", plural(ranks, "rank")]
     if len(worlds) == 1:
         world = worlds.pop()
@@ -252,7 +252,7 @@ class ClusterScreen(WorkerHost, Screen[None]):
         if self.node_order == "util":
 
             def util(v: NodeView) -> float:
-                vals = [g["util"] for g in v.gpus if g.get("util") is not None]
+                vals = [g.util for g in v.gpus if g.util is not None]
                 return -(sum(vals) / len(vals)) if vals else 1.0
 
             return sorted(views, key=lambda v: (util(v), v.name))
