@@ -743,11 +743,19 @@ def analyze_groups(
 
     `path` is the file the groups are mapped from, for reading single elements directly.
     """
+    import torch
+
+    # Many small tensor ops: torch's intra-op thread pool adds only wake-ups. On a busy
+    # 2-core machine one thread ran a 1 GB dump's summary 1.5-7x faster than two
+    # (bench/bench_batches_console.py); the process's setting is restored after.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     reader = ElementReader(path)
     try:
         return _analyze_groups(groups, eos_ids, token_budget, reader)
     finally:
         reader.close()
+        torch.set_num_threads(threads)
 
 
 def _analyze_groups(
