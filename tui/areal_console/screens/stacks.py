@@ -18,7 +18,12 @@ from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
 from areal_console.core.stacks.model import Frame, StackCapture, variables_at
-from areal_console.core.stacks.report import full_diagnosis, text_report
+from areal_console.core.stacks.report import (
+    AnalysedCapture,
+    capture_json,
+    full_diagnosis,
+    text_report,
+)
 from areal_console.core.stacks.store import save_capture, write_atomic
 from areal_console.core.textfmt import plural, printable
 from areal_console.messages import (
@@ -38,7 +43,8 @@ from areal_console.widgets.stack_tree import StackTree
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
 
-CaptureFn = Callable[[], StackCapture]
+# A new capture, or one already analysed (a live capture is analysed as it is saved).
+CaptureFn = Callable[[], StackCapture | AnalysedCapture]
 
 
 class StacksScreen(FilterHost, WorkerHost, Screen[None]):
@@ -269,6 +275,9 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
                 StacksCaptureFailed(str(exc) or exc.__class__.__name__, ticket=ticket)
             )
             return
+        if isinstance(capture, AnalysedCapture):  # analysed when it was saved: not again
+            self.post_message(StacksAnalysed(capture.analysis, capture.diagnosis, ticket=ticket))
+            return
         analysis = analyse(capture)
         self.post_message(StacksAnalysed(analysis, full_diagnosis(analysis), ticket=ticket))
 
@@ -280,7 +289,9 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
     def _export(self, ticket: Ticket, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
         capture = analysis.capture
         try:
-            json_path = save_capture(capture)  # same file when it was saved already
+            # The same file when it was saved already; from this analysis, not a new one.
+            doc = capture_json(capture, analysis, diagnosis)
+            json_path = save_capture(capture, doc=doc)
             text_path = json_path.with_suffix(".txt")
             write_atomic(text_path, text_report(capture, analysis, diagnosis))
         except OSError as exc:
