@@ -76,6 +76,7 @@ def tick(views: list[NodeView], t: int) -> None:
             g["util"] = (t * 7 + i + g["index"]) % 100
         for p in v.sample["processes"]:
             p["cpu_percent"] = float((t * 3 + p["rank"]) % 100)
+        v.take_sample(v.sample)  # what the monitor does with each new sample
 
 
 async def settle(pilot: Any) -> None:
@@ -145,9 +146,7 @@ class BareTables(App[None]):
             nodes.add_row(*(cells[k] for k, _ in NODE_COLUMNS), key=v.name)
             for p in v.processes:
                 cells = process_cells(v.name, p)
-                procs.add_row(
-                    *(cells[k] for k, _ in PROCESS_COLUMNS), key=row_key(v.name, p["pid"])
-                )
+                procs.add_row(*(cells[k] for k, _ in PROCESS_COLUMNS), key=row_key(v.name, p.pid))
 
     def update(self) -> None:
         """Exactly the cells a tick changes, values computed directly."""
@@ -155,10 +154,10 @@ class BareTables(App[None]):
         procs = self.query_one("#procs", DataTable)
         with self.batch_update():
             for v in self.views:
-                utils = [g["util"] for g in v.gpus]
+                utils = [g.util or 0 for g in v.gpus]
                 nodes.update_cell(v.name, "util", f"{sum(utils) / len(utils):.0f}%")
                 for p in v.processes:
-                    procs.update_cell(row_key(v.name, p["pid"]), "cpu", f"{p['cpu_percent']:.0f}")
+                    procs.update_cell(row_key(v.name, p.pid), "cpu", f"{p.cpu_percent or 0:.0f}")
 
 
 async def anchor_round(nodes: int, ticks: int, start: int) -> float:

@@ -373,6 +373,7 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
 
 def test_world_size_counts_a_roles_workers_over_every_node() -> None:
     from areal_console.core.nodes import count_areal_world_sizes
+    from areal_console.core.records import process_rows, with_areal_world_sizes
 
     def worker(role: str, index: int, job: str = "exp/t1") -> dict[str, Any]:
         rank = index if role == "actor" else None
@@ -380,8 +381,12 @@ def test_world_size_counts_a_roles_workers_over_every_node() -> None:
 
     node1 = [worker("actor", 0), worker("actor", 1), worker("rollout", 0)]
     node2 = [worker("actor", 2), worker("actor", 3), worker("actor", 0, job="exp/t2")]
+    # The typed rows the Cluster screen shows are counted the same way.
+    rows = [process_rows([dict(p, pid=i) for i, p in enumerate(n)]) for n in (node1, node2)]
+    counted = with_areal_world_sizes(rows)
     count_areal_world_sizes([node1, node2])
     assert [p["world_size"] for p in node1 + node2] == [4, 4, 1, 4, 4, 1]
+    assert [p.world_size for n in counted for p in n] == [4, 4, 1, 4, 4, 1]
 
 
 async def test_cluster_screen_shows_the_servers_address_and_health(rollout_run: ArealRun) -> None:

@@ -4,12 +4,12 @@ keys, the GPU memory column, one-line command lines, and a click that selects.""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from areal_console.app import ConsoleApp
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import NodeView, RecordedMonitor
+from areal_console.core.records import ProcessRow
 from areal_console.core.targets import local_node
 from areal_console.screens.process_detail import ProcessDetailScreen
 from areal_console.widgets.node_table import NodeTable
@@ -17,13 +17,11 @@ from areal_console.widgets.process_table import ProcessTable, one_line, process_
 from conftest import GlooJob
 from textual.widgets import Static
 
+from tests import waits
+
 
 async def until(condition: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await waits.until(None, condition, timeout, what or "condition")
 
 
 def text_of(screen: ProcessDetailScreen, selector: str) -> str:
@@ -63,6 +61,12 @@ async def test_enter_on_a_rank_shows_it_in_full_and_s_dumps_its_stack(gloo_job: 
 
 def _view(processes: list[dict]) -> NodeView:
     return NodeView("gpu-node", "10.0.0.1", "up", sample={"processes": processes, "gpus": []})
+
+
+def _row(record: dict) -> ProcessRow:
+    row = ProcessRow.from_agent(record)
+    assert row is not None
+    return row
 
 
 def _proc(pid: int, rank: int, cpu: float, rss: int, gpu: int | None, cmd: str) -> dict:
@@ -126,9 +130,9 @@ async def test_a_click_selects_the_node_and_updates_its_panes() -> None:
 
 
 def test_cells_of_a_process_without_gpu_data() -> None:
-    cells = process_cells("n", _proc(1, 0, 1.0, 1, None, "a\n\nb"))
+    cells = process_cells("n", _row(_proc(1, 0, 1.0, 1, None, "a\n\nb")))
     assert cells["gpumem"] == "-" and str(cells["cmd"]) == "a ⏎ b"
     assert one_line("plain") == "plain"
     # An argument with escape sequences and markup shows as text, never as markup.
-    hostile = process_cells("n", _proc(1, 0, 1.0, 1, None, "x \x1b]0;t\x07[red]y[/bold]"))
+    hostile = process_cells("n", _row(_proc(1, 0, 1.0, 1, None, "x \x1b]0;t\x07[red]y[/bold]")))
     assert str(hostile["cmd"]) == "x \\x1b]0;t\\x07[red]y[/bold]"

@@ -136,9 +136,32 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, 
         dialog.query_one("#replay-steps", Input).value = "0:1"
         await until(pilot, lambda: text_of(dialog, "#replay-error") == "")
         await pilot.press("enter")
-        await pilot.pause(0.1)
-        assert "read-only" in text_of(dialog, "#replay-error")
+        await until(pilot, lambda: "read-only" in text_of(dialog, "#replay-error"))
         assert app.result == "pending"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.result is None)
+
+
+async def test_dialog_at_80x24_shows_every_field_and_the_whole_command(
+    fleet: Fleet, dump: Path
+) -> None:
+    node = fleet.sessions[0].name
+    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    async with app.run_test(size=(80, 24)) as pilot:
+        dialog = app.screen
+        await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
+        await pilot.pause()
+        shown = "\n".join(strip.text for strip in dialog._compositor.render_strips())
+        box = dialog.query_one("#replay-box").region
+        assert box.right <= 80 and box.bottom <= 24
+        for field in ("#replay-gpus", "#replay-steps", "#replay-overrides"):
+            assert dialog.query_one(field, Input).region.height >= 1
+        preview = dialog.query_one("#replay-command").region
+        lines = shown.splitlines()[preview.y : preview.bottom]
+        on_screen = "".join(line[preview.x : preview.right] for line in lines)
+        command = text_of(dialog, "#replay-command")  # wrapped on screen: compare unspaced
+        assert "".join(on_screen.split()) == "".join(command.split())
+        assert "enter: launch" in shown
         await pilot.press("escape")
         await until(pilot, lambda: app.result is None)
 
@@ -177,9 +200,8 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         table = ro.screen.query_one("#jobs-table", DataTable)
         await until(pilot, lambda: key_a in table.rows)
         await pilot.press("s")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: "read-only" in text_of(ro.screen, "#jobs-status"))
         assert not isinstance(ro.screen, ConfirmDialog)
-        assert "read-only" in text_of(ro.screen, "#jobs-status")
 
     app = Host(lambda: JobsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:

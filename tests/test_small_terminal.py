@@ -14,8 +14,10 @@ from areal_console.app import ConsoleApp
 from areal_console.screens.batches import BatchesScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from recorded import recorded_monitor
-from test_slurm_screen import SlurmApp, recorded_jobs
+from test_slurm_screen import SlurmApp, listed, recorded_jobs
 from textual.widgets import Static
+
+from tests.waits import until
 
 SMALL = (80, 24)
 
@@ -61,12 +63,7 @@ def test_health_at_80x24(
 
 
 def test_slurm_at_80x24(snap_compare: Any) -> None:
-    async def loaded(pilot: Any) -> None:
-        while not getattr(pilot.app.screen, "loaded", False):
-            await pilot.pause(0.05)
-        await pilot.pause(0.5)
-
-    assert snap_compare(SlurmApp(recorded_jobs), terminal_size=SMALL, run_before=loaded)
+    assert snap_compare(SlurmApp(recorded_jobs), terminal_size=SMALL, run_before=listed)
 
 
 async def test_what_must_survive_80x24(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,15 +74,25 @@ async def test_what_must_survive_80x24(tmp_path: Path, monkeypatch: pytest.Monke
         await pilot.pause()
         keys = footer_text(app).split()
         assert keys[0] == "question_mark"  # `? Help` first: never the key that is cut
-        await recorded.open_sample(pilot)
+        await pilot.press("3")
+        await until(pilot, lambda: isinstance(app.screen, BatchesScreen))
         screen = app.screen
         assert isinstance(screen, BatchesScreen)
         summary = screen.query_one("#summary", Static)
+        await until(pilot, lambda: "seq_len" in str(summary.render()))
         width = summary.content_region.width
         lines = str(summary.render()).splitlines()
         grid = [line for line in lines if line.startswith(("seq_len", "reward "))]
         assert grid and all(len(line) <= width for line in grid), (width, grid)
         assert screen.query_one("#steps-pane").size.width <= 46
+        # In the samples, the open sample gets the summary's rows; back on the steps, the
+        # summary returns.
+        await recorded.open_sample(pilot)
+        assert not summary.parent.display  # type: ignore[union-attr]
+        assert screen.query_one("#sample-pane").size.height >= 8
+        screen.query_one("#steps").focus()
+        await pilot.pause()
+        assert summary.parent.display  # type: ignore[union-attr]
 
     stacks = recorded.stacks_app()
     async with stacks.run_test(size=SMALL) as pilot:

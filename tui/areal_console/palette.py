@@ -32,12 +32,12 @@ class ConsoleCommands(Provider):
             entries.append((f"Node {view.name} ({view.state})", view.error or view.address,
                             partial(self._show_node, view.name)))  # fmt: skip
             for proc in view.processes:
-                if proc.get("rank") is None:
+                if proc.rank is None:
                     continue
                 entries.append((
-                    f"Rank {proc['rank']} on {view.name} (pid {proc['pid']})",
-                    f"{proc.get('role') or 'process'}: {proc.get('cmdline', '')[:60]}",
-                    partial(self._show_process, view.name, proc["pid"]),
+                    f"Rank {proc.rank} on {view.name} (pid {proc.pid})",
+                    f"{proc.role or 'process'}: {proc.cmdline[:60]}",
+                    partial(self._show_process, view.name, proc.pid),
                 ))  # fmt: skip
         for source in app.palette_sources:
             entries.extend(source())

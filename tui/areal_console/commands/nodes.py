@@ -11,6 +11,7 @@ from typing import Any
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.fleet import NodeFailure, NodeSession
 from areal_console.core.nodes import count_areal_world_sizes, node_report, server_text
+from areal_console.core.records import ServerRow
 from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
@@ -157,7 +158,7 @@ def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
 
 def _command(p: dict[str, Any]) -> str:
     """The command line, led by a server's address and health or a worker's job."""
-    lead = server_text(p.get("server")) or (p.get("job") or "")
+    lead = server_text(ServerRow.from_agent(p.get("server"))) or (p.get("job") or "")
     return f"[{lead}] {p['cmdline']}" if lead else str(p["cmdline"])
 
 

@@ -9,6 +9,7 @@ down with the reason and reconnected with exponential backoff. No Textual here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -17,9 +18,28 @@ from typing import Any
 
 from areal_console.core.client import AgentDisconnected, AgentError, AgentNotResponding
 from areal_console.core.fleet import Fleet, NodeSession
-from areal_console.core.nodes import count_areal_world_sizes
+from areal_console.core.records import (
+    GpuRow,
+    ProcessRow,
+    gpu_rows,
+    process_rows,
+    with_areal_world_sizes,
+)
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
+
+
+SampleRows = tuple[tuple[ProcessRow, ...], tuple[GpuRow, ...], str | None]
+
+
+def sample_rows(data: dict[str, Any]) -> SampleRows:
+    """A `sample` result's processes, GPUs and GPU error, typed."""
+    error = data.get("gpu_error")
+    return (
+        process_rows(data.get("processes")),
+        gpu_rows(data.get("gpus")),
+        None if error is None else str(error),
+    )
 
 
 @dataclass
@@ -36,18 +56,25 @@ class NodeView:
     gpu_history: dict[int, deque[float]] = field(default_factory=dict)
     hello: dict[str, Any] = field(default_factory=dict)
     host_key: str | None = None  # "type fingerprint" of an unknown host key awaiting the user
+    # The sample's records, typed once when it arrives (`take_sample`).
+    processes: tuple[ProcessRow, ...] = ()
+    gpus: tuple[GpuRow, ...] = ()
+    gpu_error: str | None = None
 
-    @property
-    def processes(self) -> list[dict[str, Any]]:
-        return list(self.sample.get("processes", [])) if self.sample else []
+    def __post_init__(self) -> None:
+        if self.sample is not None and not (self.processes or self.gpus):
+            self.take_sample(self.sample)
 
-    @property
-    def gpus(self) -> list[dict[str, Any]]:
-        return list(self.sample.get("gpus", [])) if self.sample else []
+    def take_sample(self, data: dict[str, Any], typed: SampleRows | None = None) -> None:
+        """Hold the agent's `sample` result: its raw JSON and its rows (`typed`, when they
+        were made already)."""
+        self.sample = data
+        self.processes, self.gpus, self.gpu_error = typed or sample_rows(data)
 
-    @property
-    def gpu_error(self) -> str | None:
-        return self.sample.get("gpu_error") if self.sample else None
+    def agent_processes(self) -> list[dict[str, Any]]:
+        """Copies of the agent's process records (for captures, which take the protocol's
+        records), with world sizes counted over every node."""
+        return [p.agent_record() for p in self.processes]
 
 
 class FleetMonitor:
@@ -91,22 +118,15 @@ class FleetMonitor:
     def snapshot(self) -> list[NodeView]:
         """A consistent copy of every node's view, in fleet order."""
         with self._lock:
-            out = []
-            for v in self._views.values():
-                copy = NodeView(
-                    v.name,
-                    v.address,
-                    v.state,
-                    v.error,
-                    v.latency,
-                    v.sample,
-                    v.received_at,
-                    {i: deque(h, maxlen=HISTORY) for i, h in v.gpu_history.items()},
-                    v.hello,
-                    v.host_key,
+            out = [
+                dataclasses.replace(
+                    v, gpu_history={i: deque(h, maxlen=HISTORY) for i, h in v.gpu_history.items()}
                 )
-                out.append(copy)
-        count_areal_world_sizes(v.processes for v in out)
+                for v in self._views.values()
+            ]
+        counted = with_areal_world_sizes([v.processes for v in out])
+        for view, rows in zip(out, counted, strict=True):
+            view.processes = rows
         return out
 
     def trust_host_key(self, name: str) -> None:
@@ -157,19 +177,19 @@ class FleetMonitor:
                 setattr(view, key, value)
 
     def _on_sample(self, name: str, data: dict[str, Any], stream: int = 0) -> None:
+        typed = sample_rows(data)  # off the lock: a big node has a thousand processes
         with self._lock:
             # Stream ids grow per agent: a lower one is a stream being replaced.
             if stream < self._stream_ids.get(name, 0):
                 return
             self._stream_ids[name] = max(stream, self._stream_ids.get(name, 0))
             view = self._views[name]
-            view.sample = data
+            view.take_sample(data, typed)
             view.received_at = time.time()
             view.state, view.error = "up", None
-            for gpu in data.get("gpus", []):
-                util = gpu.get("util")
-                if util is not None:
-                    view.gpu_history.setdefault(gpu["index"], deque(maxlen=HISTORY)).append(util)
+            for gpu in view.gpus:
+                if gpu.util is not None:
+                    view.gpu_history.setdefault(gpu.index, deque(maxlen=HISTORY)).append(gpu.util)
 
     def _supervise(self, session: NodeSession) -> None:
         failures = 0  # consecutive; the wait between attempts follows the session's Backoff

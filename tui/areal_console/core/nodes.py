@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from areal_console.core.fleet import NodeFailure
+from areal_console.core.records import ServerRow, areal_world_key
 
 GPU_KEYS = ("index", "name", "uuid", "util", "mem_used", "mem_total", "temp", "power")
 PROCESS_KEYS = (
@@ -58,19 +59,18 @@ def node_report(name: str, host: str, result: Any) -> dict[str, Any]:
     }
 
 
-def server_text(server: dict[str, Any] | None) -> str:
+def server_text(server: ServerRow | None) -> str:
     """`127.0.0.1:30000 ok 2ms` / `... down: connection refused`: a server's address and
     its last health answer ('' for a process that is no server)."""
-    if not server:
+    if server is None:
         return ""
-    address = str(server.get("url") or "").removeprefix("http://").split("/", 1)[0]
-    health = server.get("health")
-    if not isinstance(health, dict):
-        return f"{address} health ?"
-    took = f" {health['latency_ms']:.0f}ms" if health.get("latency_ms") is not None else ""
-    if health.get("ok"):
-        return f"{address} ok{took}"
-    return f"{address} down: {health.get('error') or 'no answer'}{took}"
+    health = server.health
+    if health is None:
+        return f"{server.address} health ?"
+    took = f" {health.latency_ms:.0f}ms" if health.latency_ms is not None else ""
+    if health.ok:
+        return f"{server.address} ok{took}"
+    return f"{server.address} down: {health.error or 'no answer'}{took}"
 
 
 def count_areal_world_sizes(process_lists: Iterable[list[dict[str, Any]]]) -> None:
@@ -79,9 +79,7 @@ def count_areal_world_sizes(process_lists: Iterable[list[dict[str, Any]]]) -> No
     lists = list(process_lists)
 
     def key(p: dict[str, Any]) -> tuple[Any, Any] | None:
-        if p.get("worker_index") is None or p.get("rank") is None or not p.get("job"):
-            return None
-        return (p.get("job"), p.get("role"))
+        return areal_world_key(p.get("job"), p.get("role"), p.get("worker_index"), p.get("rank"))
 
     counts: dict[tuple[Any, Any], int] = {}
     for procs in lists:

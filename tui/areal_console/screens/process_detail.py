@@ -14,13 +14,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from areal_console.core.fleet import Fleet
+from areal_console.core.records import ProcessRow
 from areal_console.core.stacks.model import Thread, parse_pyspy_threads
 from areal_console.core.textfmt import format_bytes
 from areal_console.messages import ProcessStack
 from areal_console.workers import Ticket, WorkerHost, background
 
 
-def describe_process(node: str, p: dict[str, Any]) -> Text:
+def describe_process(node: str, p: ProcessRow) -> Text:
     """The full record: identity, resources, rank variables and the whole command line."""
     text = Text()
 
@@ -28,30 +29,27 @@ def describe_process(node: str, p: dict[str, Any]) -> Text:
         text.append(f"{label:<13}", style="bold")
         text.append(f"{'-' if value is None or value == '' else value}\n")
 
-    rank, world = p.get("rank"), p.get("world_size")
+    rank, world = p.rank, p.world_size
     row("node", node)
-    row("pid", f"{p.get('pid')}  (parent {p.get('ppid', '-')})")
+    row("pid", f"{p.pid}  (parent {'-' if p.ppid is None else p.ppid})")
     row("rank", f"{rank} of world size {world}" if rank is not None else None)
-    row("local rank", p.get("local_rank"))
-    row("role", p.get("role"))
-    row("state", p.get("state"))
-    cpu = p.get("cpu_percent")
-    row("CPU", None if cpu is None else f"{cpu:.0f}%")
-    row("RSS", format_bytes(p.get("rss")))
-    gpus = ",".join(map(str, p.get("gpus") or [])) or None
-    memory = p.get("gpu_memory")
+    row("local rank", p.local_rank)
+    row("role", p.role)
+    row("state", p.state)
+    row("CPU", None if p.cpu_percent is None else f"{p.cpu_percent:.0f}%")
+    row("RSS", format_bytes(p.rss))
+    gpus = ",".join(map(str, p.gpus)) or None
     row("GPUs", gpus)
-    row("GPU memory", format_bytes(memory) if memory is not None else
+    row("GPU memory", format_bytes(p.gpu_memory) if p.gpu_memory is not None else
         ("not reported (no NVML on the node)" if gpus else None))  # fmt: skip
-    env = p.get("env") or {}
     text.append("\nenvironment (rank variables)\n", style="bold")
-    if env:
-        for key in sorted(env):
-            text.append(f"  {key}={env[key]}\n")
+    if p.env:
+        for key in sorted(p.env):
+            text.append(f"  {key}={p.env[key]}\n")
     else:
-        text.append(f"  {p.get('env_error') or 'none set'}\n", style="dim")
+        text.append(f"  {p.env_error or 'none set'}\n", style="dim")
     text.append("\ncommand line\n", style="bold")
-    text.append(str(p.get("cmdline") or ""))
+    text.append(p.cmdline)
     return text
 
 
@@ -92,7 +90,7 @@ class ProcessDetailScreen(WorkerHost, ModalScreen[None]):
         Binding("escape,q", "dismiss", "Close", id="process.close", tooltip="Back to the table"),
     ]  # fmt: skip
 
-    def __init__(self, fleet: Fleet | None, node: str, process: dict[str, Any]) -> None:
+    def __init__(self, fleet: Fleet | None, node: str, process: ProcessRow) -> None:
         super().__init__()
         self.fleet = fleet
         self.node = node
@@ -117,7 +115,7 @@ class ProcessDetailScreen(WorkerHost, ModalScreen[None]):
     @background("process-stack", doing="dumping the process's stack", retry="press s again")
     def _dump(self, ticket: Ticket, mode: str) -> None:
         assert self.fleet is not None
-        pid = int(self.process["pid"])
+        pid = self.process.pid
         args = {"pids": [pid], "timeout": 15.0, "native": mode == "native",
                 "locals": mode == "locals"}  # fmt: skip
         reply = self.fleet.session(self.node).call("pyspy", args, timeout=45)

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Vertical
@@ -36,6 +36,9 @@ from areal_console.core.replay import (
     takes_steps,
 )
 from areal_console.workers import Ticket, WorkerHost, background
+
+# Below this many rows the fields lose their borders.
+SHORT_TERMINAL = 32
 
 
 @dataclass
@@ -131,6 +134,13 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
 
     def on_mount(self) -> None:
         self.load_node_facts()
+
+    def on_resize(self, event: events.Resize) -> None:
+        # A short terminal gets one-row fields, so the whole command preview stays in view.
+        short = event.size.height < SHORT_TERMINAL
+        self.set_class(short, "-short")
+        for field in self.query(Input):
+            field.compact = short
 
     # One-shot dialog work: failures are shown in the dialog itself, so these catch them.
     @background("replay-dialog-load", doing="reading the node's dump and GPUs")

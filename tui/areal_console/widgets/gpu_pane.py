@@ -52,14 +52,13 @@ def render_gpus(view: NodeView | None) -> RenderableType:
     ):
         table.add_column(label, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for gpu in view.gpus:
-        util = gpu.get("util")
-        used, total = gpu.get("mem_used"), gpu.get("mem_total")
+        util, used, total = gpu.util, gpu.mem_used, gpu.mem_total
         util_frac = None if util is None else util / 100.0
         mem_frac = used / total if used is not None and total else None
-        history: list[float] = list(view.gpu_history.get(gpu["index"], []))
+        history: list[float] = list(view.gpu_history.get(gpu.index, []))
         table.add_row(
-            str(gpu["index"]),
-            Text(printable(gpu.get("name") or "?").replace("NVIDIA ", "")),
+            str(gpu.index),
+            Text(printable(gpu.name or "?").replace("NVIDIA ", "")),
             Text.assemble(
                 (bar(util_frac, BAR_WIDTH), _level_style(util_frac)),
                 f" {util if util is not None else '-':>3}%",
@@ -69,8 +68,8 @@ def render_gpus(view: NodeView | None) -> RenderableType:
                 f" {format_bytes(used)}/{format_bytes(total)}",
             ),
             Text(sparkline(list(history), HISTORY_WIDTH), style="cyan"),
-            f"{gpu['temp']}°C" if gpu.get("temp") is not None else "-",
-            f"{gpu['power']:.0f} W" if gpu.get("power") is not None else "-",
+            f"{gpu.temp}°C" if gpu.temp is not None else "-",
+            f"{gpu.power:.0f} W" if gpu.power is not None else "-",
         )
     return table
 

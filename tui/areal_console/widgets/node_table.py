@@ -31,10 +31,10 @@ COLUMNS = (
 
 def node_cells(view: NodeView) -> dict[str, str | Text]:
     gpus = view.gpus
-    utils = [g["util"] for g in gpus if g.get("util") is not None]
-    used = sum(g.get("mem_used") or 0 for g in gpus)
-    total = sum(g.get("mem_total") or 0 for g in gpus)
-    ranks = [p for p in view.processes if p.get("rank") is not None]
+    utils = [g.util for g in gpus if g.util is not None]
+    used = sum(g.mem_used or 0 for g in gpus)
+    total = sum(g.mem_total or 0 for g in gpus)
+    ranks = [p for p in view.processes if p.rank is not None]
     if view.host_key:
         detail = f"unknown host key {view.host_key}: trust it? (y/n)"
     elif view.state in ("down", "unresponsive"):
@@ -113,5 +113,5 @@ def _matches(view: NodeView, text_filter: str) -> bool:
     if needle in hay:
         return True
     # A node stays listed while any of its processes matches (a filter on one job).
-    return any(needle in f"{p.get('pid')} {p.get('role')} {p.get('cmdline')}".lower()
+    return any(needle in f"{p.pid} {p.role} {p.cmdline}".lower()
                for p in view.processes)  # fmt: skip

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any
 
 from rich.text import Text
 
 from areal_console.core.nodes import server_text
+from areal_console.core.records import ProcessRow
 from areal_console.core.textfmt import format_bytes, printable
 from areal_console.widgets.vim_table import VimTable
 
@@ -44,33 +46,28 @@ def cpu_text(cpu_percent: float | None) -> str:
     return "-" if cpu_percent is None else f"{cpu_percent:.0f}"
 
 
-def process_cells(node: str, p: dict[str, Any]) -> dict[str, str | Text]:
+def process_cells(node: str, p: ProcessRow) -> dict[str, str | Text]:
     def opt(value: Any) -> str:
         return "-" if value is None else str(value)
 
-    role = printable(p.get("role") or "-")
-    rank = p.get("rank")
-    world = p.get("world_size")
-    server = p.get("server")
-    health = server.get("health") if isinstance(server, dict) else None
+    role = printable(p.role or "-")
+    rank, world = p.rank, p.world_size
     role_style = ROLE_STYLE.get(role, "")
-    if isinstance(health, dict) and not health.get("ok"):
+    if p.server is not None and p.server.down:
         role_style = "bold red"  # an inference server that does not answer /health
-    address = server_text(server)
-    command = p.get("cmdline") or ""
+    address = server_text(p.server)
+    command = p.cmdline
     return {
         "node": node,
         "rank": f"{rank}/{world}" if rank is not None and world is not None else opt(rank),
-        "local": opt(p.get("local_rank")),
+        "local": opt(p.local_rank),
         "role": Text(role, style=role_style, justify="left"),
-        "pid": str(p["pid"]),
-        "cpu": cpu_text(p.get("cpu_percent")),
-        "rss": format_bytes(p.get("rss")),
-        "gpumem": format_bytes(p.get("gpu_memory")),
-        "gpus": ",".join(map(str, p.get("gpus") or [])) or "-",
-        "state": Text(
-            printable(p.get("state") or "?"), style="bold red" if p.get("state") == "Z" else ""
-        ),
+        "pid": str(p.pid),
+        "cpu": cpu_text(p.cpu_percent),
+        "rss": format_bytes(p.rss),
+        "gpumem": format_bytes(p.gpu_memory),
+        "gpus": ",".join(map(str, p.gpus)) or "-",
+        "state": Text(printable(p.state or "?"), style="bold red" if p.state == "Z" else ""),
         # Text, not str: a command line is untrusted and must never be read as markup.
         "cmd": Text(
             printable(one_line(f"[{address}] {command}" if address else command))[:CMD_WIDTH]
@@ -107,6 +104,8 @@ CELL_FIELDS = (
 )
 
 
+cell_fields = attrgetter(*CELL_FIELDS)
+
 CPU_COLUMN = [c for c, _ in COLUMNS].index("cpu")
 RSS_COLUMN = [c for c, _ in COLUMNS].index("rss")
 
@@ -121,7 +120,7 @@ class ProcessTable(VimTable):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.processes: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.processes: dict[str, tuple[str, ProcessRow]] = {}
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -137,9 +136,9 @@ class ProcessTable(VimTable):
         return self
 
     def update_processes(
-        self, rows: Iterable[tuple[str, dict[str, Any]]], text_filter: str = ""
+        self, rows: Iterable[tuple[str, ProcessRow]], text_filter: str = ""
     ) -> None:
-        wanted = {row_key(n, p["pid"]): (n, p) for n, p in rows if _matches(n, p, text_filter)}
+        wanted = {row_key(n, p.pid): (n, p) for n, p in rows if _matches(n, p, text_filter)}
         self.processes = wanted
         shown = self._shown
         with self.app.batch_update():
@@ -148,7 +147,7 @@ class ProcessTable(VimTable):
                 del shown[key]
             added = False
             for key, (node, proc) in wanted.items():
-                fields = tuple(map(proc.get, CELL_FIELDS))
+                fields = cell_fields(proc)
                 before = shown.get(key)
                 if before is not None and before[0][2:] == fields[2:]:
                     # only CPU% and RSS may differ: those two cells, nothing else built
@@ -189,7 +188,7 @@ class ProcessTable(VimTable):
         if field is None:
             self.sort("rank", "node", "pid", key=_display_order)
         else:
-            values = {key: (proc.get(field) or 0) for key, (_, proc) in self.processes.items()}
+            values = {key: (getattr(proc, field) or 0) for key, (_, proc) in self.processes.items()}
             self.sort("node", "pid", key=lambda cells: -values.get(f"{cells[0]}:{cells[1]}", 0))
         if selected is not None and selected in self.rows:
             index = self.get_row_index(selected)
@@ -197,7 +196,7 @@ class ProcessTable(VimTable):
                 self.move_cursor(row=index, animate=False)
 
     @property
-    def selected_process(self) -> tuple[str, dict[str, Any]] | None:
+    def selected_process(self) -> tuple[str, ProcessRow] | None:
         """(node, process record) of the highlighted row."""
         key = self.selected_key
         return self.processes.get(key) if key else None
@@ -221,8 +220,8 @@ def _display_order(cells: tuple[str | Text, ...]) -> tuple[int, int, str, int]:
     return (1, 0, str(node), int(pid))
 
 
-def _matches(node: str, p: dict[str, Any], text_filter: str) -> bool:
+def _matches(node: str, p: ProcessRow, text_filter: str) -> bool:
     if not text_filter:
         return True
-    hay = f"{node} {p.get('rank')} {p.get('role')} {p.get('job')} {p['pid']} {p.get('cmdline')}".lower()
+    hay = f"{node} {p.rank} {p.role} {p.job} {p.pid} {p.cmdline}".lower()
     return text_filter.lower() in hay

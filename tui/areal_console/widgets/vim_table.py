@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rich.cells import cell_len
+from rich.text import Text
 from textual import events
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.render import measure
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.widgets.data_table import Column, ColumnKey, RowKey
 from typing_extensions import Self
 
 VIM_BINDINGS: list[BindingType] = [
@@ -109,7 +111,24 @@ class VimTable(DataTable[Any]):
         self._refit_columns()
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
-        super()._update_dimensions(new_rows)
+        # Textual measures every cell of every new row through Rich (~30 us a cell: 1.5 s
+        # for a dump's 5,000 samples). One-line rows of plain cells are measured here by
+        # their cell length, which is what Rich's measure returns for them; the rest (labels,
+        # tall rows, cells that could hold markup, emoji codes or line breaks) go to Textual.
+        by_textual: list[RowKey] = []
+        columns = self.ordered_columns
+        for row_key in new_rows:
+            row = self.rows.get(row_key)
+            if row is None or row_key not in self._row_locations:
+                continue  # removed before the idle that measures it
+            widths = _plain_widths(self._data[row_key], columns) if row.height == 1 else None
+            if widths is None or row.label is not None:
+                by_textual.append(row_key)
+                continue
+            for column, width in zip(columns, widths, strict=True):
+                if width > column.content_width:
+                    column.content_width = width
+        super()._update_dimensions(by_textual)
         self._fit_width()
 
     def _fit_width(self) -> None:
@@ -145,3 +164,36 @@ class VimTable(DataTable[Any]):
         self._require_update_dimensions = True
         self.refresh(layout=True)
         self.check_idle()
+
+
+# Characters that make a string cell more than its plain text to Textual: markup, emoji
+# codes, line breaks and tabs.
+_NOT_PLAIN = frozenset("[:\n\r\t")
+
+
+def _plain_width(value: object) -> int | None:
+    """The width Textual would measure for a cell of a one-line row, when it is plain text;
+    None when only Textual can tell."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return None if _NOT_PLAIN.intersection(value) else cell_len(value)
+    if isinstance(value, Text):
+        return None if "\n" in value.plain or "\t" in value.plain else value.cell_len
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return len(str(value))
+    if isinstance(value, float):
+        return len(f"{value:.2f}")
+    return None
+
+
+def _plain_widths(cells: dict[ColumnKey, Any], columns: list[Column]) -> list[int] | None:
+    widths = []
+    for column in columns:
+        width = _plain_width(cells.get(column.key))
+        if width is None:
+            return None
+        widths.append(width)
+    return widths

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from areal_console.core.errors import UsageError, UserError
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
@@ -19,17 +19,13 @@ class JobLogs:
     processes: int
 
 
-def job_logs_in(processes: list[dict[str, Any]], user: str, match: str | None) -> str | None:
-    """The log directory named by the command lines of the processes `match` selects."""
+def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | None:
+    """The log directory named by the processes' command lines that `match` selects."""
     try:
         pattern = re.compile(match) if match else None
     except re.error as exc:
         raise UsageError(f"bad --job regex {match!r}: {exc}") from None
-    cmdlines = [
-        str(p.get("cmdline") or "")
-        for p in processes
-        if pattern is None or pattern.search(str(p.get("cmdline") or ""))
-    ]
+    cmdlines = [cmd for cmd in commands if pattern is None or pattern.search(cmd)]
     found = log_dir_from_processes(cmdlines, user)
     if found:
         return found
@@ -47,7 +43,8 @@ def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs
         sample = session.call("sample", {"all": True}, timeout=30)
         procs = sample.get("processes", [])
         user = str(session.hello.get("user") or "")
-        return job_logs_in(procs, user, match), len(procs)
+        cmdlines = [str(p.get("cmdline") or "") for p in procs]
+        return job_logs_in(cmdlines, user, match), len(procs)
 
     results = fleet.fan_out(look)
     errors = []

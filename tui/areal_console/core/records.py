@@ -1,0 +1,209 @@
+"""Typed rows of a node's live sample: its GPUs and its processes, as the screens read them.
+
+The agent speaks JSON (docs/agent-protocol.md); a sample's records are checked and
+converted here once, when the sample arrives, so the screens use attributes and never
+look up keys. A value of the wrong type becomes None (the screens show `-`), so a newer or
+odd agent cannot crash a view. Numbers keep their own type (an int stays an int): the
+screens print them as they came.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: Any) -> float | None:
+    """An int or a float as it came (an int prints without a decimal point), else None."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """One GPU of a node (the agent's NVML record)."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    util: float | None = None  # percent
+    mem_used: float | None = None  # bytes (an agent may send a float)
+    mem_total: float | None = None
+    temp: float | None = None  # °C
+    power: float | None = None  # W
+
+    @classmethod
+    def from_agent(cls, raw: Mapping[str, Any]) -> GpuRow | None:
+        """The row of one agent GPU record; None for a record without a GPU index."""
+        index = _int(raw.get("index"))
+        if index is None:
+            return None
+        return cls(
+            index=index,
+            name=_text(raw.get("name")),
+            uuid=_text(raw.get("uuid")),
+            util=_number(raw.get("util")),
+            mem_used=_number(raw.get("mem_used")),
+            mem_total=_number(raw.get("mem_total")),
+            temp=_number(raw.get("temp")),
+            power=_number(raw.get("power")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHealth:
+    """The agent's last `GET /health` answer of an inference server."""
+
+    ok: bool
+    latency_ms: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRow:
+    """An inference server a process runs: its kind, URL and last health answer."""
+
+    kind: str | None
+    url: str
+    health: ServerHealth | None  # None: not polled yet
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://").split("/", 1)[0]
+
+    @property
+    def down(self) -> bool:
+        """Polled, and it did not answer healthy."""
+        return self.health is not None and not self.health.ok
+
+    @classmethod
+    def from_agent(cls, raw: Any) -> ServerRow | None:
+        if not isinstance(raw, Mapping) or not raw:
+            return None
+        polled = raw.get("health")
+        health = (
+            ServerHealth(
+                ok=bool(polled.get("ok")),
+                latency_ms=_number(polled.get("latency_ms")),
+                error=_text(polled.get("error")),
+            )
+            if isinstance(polled, Mapping)
+            else None
+        )
+        return cls(kind=_text(raw.get("kind")), url=str(raw.get("url") or ""), health=health)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRow:
+    """One process of a node's sample: a rank, an AReaL worker, a server or a launcher."""
+
+    pid: int
+    ppid: int | None = None
+    cmdline: str = ""
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    role: str | None = None
+    job: str | None = None
+    worker_index: int | None = None
+    server: ServerRow | None = None
+    cpu_percent: float | None = None
+    rss: float | None = None  # bytes
+    state: str | None = None  # the kernel's one-letter state (`Z` zombie)
+    gpus: tuple[int, ...] = ()
+    gpu_memory: float | None = None  # bytes, from NVML; None where not reported
+    env: Mapping[str, str] = field(default_factory=dict, compare=False)  # rank variables
+    env_error: str | None = None
+    # The agent's record as it came, for core code that takes agent records (captures).
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_agent(cls, raw: Mapping[str, Any]) -> ProcessRow | None:
+        """The row of one agent process record; None for a record without a pid."""
+        pid = _int(raw.get("pid"))
+        if pid is None:
+            return None
+        gpus = raw.get("gpus")
+        env = raw.get("env")
+        return cls(
+            pid=pid,
+            ppid=_int(raw.get("ppid")),
+            cmdline=str(raw.get("cmdline") or ""),
+            rank=_int(raw.get("rank")),
+            local_rank=_int(raw.get("local_rank")),
+            world_size=_int(raw.get("world_size")),
+            role=_text(raw.get("role")),
+            job=_text(raw.get("job")),
+            worker_index=_int(raw.get("worker_index")),
+            server=ServerRow.from_agent(raw.get("server")),
+            cpu_percent=_number(raw.get("cpu_percent")),
+            rss=_number(raw.get("rss")),
+            state=_text(raw.get("state")),
+            gpus=tuple(g for g in gpus if _int(g) is not None) if isinstance(gpus, list) else (),
+            gpu_memory=_number(raw.get("gpu_memory")),
+            env={str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {},
+            env_error=_text(raw.get("env_error")),
+            raw=raw,
+        )
+
+    @property
+    def areal_key(self) -> tuple[str, str | None] | None:
+        """(job, role) of an AReaL single-controller worker with a rank, else None."""
+        return areal_world_key(self.job, self.role, self.worker_index, self.rank)
+
+    def agent_record(self) -> dict[str, Any]:
+        """A copy of the agent's record, with the world size counted over every node."""
+        return {**self.raw, "world_size": self.world_size}
+
+
+def areal_world_key(job: Any, role: Any, worker_index: Any, rank: Any) -> tuple[Any, Any] | None:
+    """What an AReaL training worker's world is counted over: the workers of one role in
+    one experiment/trial. None for any other process."""
+    if worker_index is None or rank is None or not job:
+        return None
+    return (job, role)
+
+
+def gpu_rows(raw: Any) -> tuple[GpuRow, ...]:
+    """A sample's `gpus` list as rows (records that are no GPU are left out)."""
+    if not isinstance(raw, list):
+        return ()
+    rows = (GpuRow.from_agent(g) for g in raw if isinstance(g, Mapping))
+    return tuple(r for r in rows if r is not None)
+
+
+def process_rows(raw: Any) -> tuple[ProcessRow, ...]:
+    """A sample's `processes` list as rows (records without a pid are left out)."""
+    if not isinstance(raw, list):
+        return ()
+    rows = (ProcessRow.from_agent(p) for p in raw if isinstance(p, Mapping))
+    return tuple(r for r in rows if r is not None)
+
+
+def with_areal_world_sizes(
+    nodes: Sequence[tuple[ProcessRow, ...]],
+) -> list[tuple[ProcessRow, ...]]:
+    """Each node's rows with AReaL workers' world sizes counted over every node (each
+    node's agent can count only its own), never below what one node counted alone."""
+    counts = Counter(k for rows in nodes for p in rows if (k := p.areal_key) is not None)
+    if not counts:
+        return list(nodes)
+    out = []
+    for rows in nodes:
+        new = []
+        for p in rows:
+            key = p.areal_key
+            world = p.world_size if key is None else max(counts[key], p.world_size or 0)
+            new.append(p if world == p.world_size else dataclasses.replace(p, world_size=world))
+        out.append(tuple(new))
+    return out
