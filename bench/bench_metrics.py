@@ -1,13 +1,16 @@
 """Training-health metrics: parsing AReaL's stats log, and the cost of following a live one.
 
-    python bench/bench_metrics.py parse  [--steps 100000] [--repeats 3]
+    python bench/bench_metrics.py parse  [--steps 100000] [--repeats 5] [--searching]
     python bench/bench_metrics.py follow [--seconds 30] [--step-interval 1] [--poll 2]
 
 `parse`: a log of `--steps` steps in AReaL's format (every table made by the real
 `tabulate` through tests/areal_logfmt.py, a cited transcription of AReaL's StatsLogger),
 for two table widths: the reference trainer's 9 metrics and an AReaL PPO actor's 83. It
 times, in the same run, a plain read of the file in 4 MiB chunks (the baseline) and the
-console's parser fed the same chunks; median of `--repeats`, ratio parse / plain read.
+console's parser fed the same chunks (as `metrics` and the Health screen feed it); median
+of `--repeats`, wall and CPU time, ratio parse / plain read. `--searching` also times the
+parser with its bulk path off (every record searched and split, the parser before the bulk
+path), once per log.
 
 `follow`: a writer appends one AReaL step (83 metrics) every `--step-interval` seconds to a
 log that already holds 2,000 steps. The console follows it as the Health screen does
@@ -75,24 +78,26 @@ def write_log(path: Path, steps: int, stats, pool: int = 64) -> None:  # type: i
             fh.write(line("\n" + tables[s % pool], when))
 
 
-def plain_read(path: Path) -> float:
-    t0 = time.perf_counter()
+def plain_read(path: Path) -> tuple[float, float]:
+    """Wall and CPU seconds to read the file in CHUNK pieces."""
+    t0, c0 = time.perf_counter(), time.process_time()
     with open(path, "rb") as fh:
         while fh.read(CHUNK):
             pass
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def parse(path: Path) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    parser = LogParser()
+def parse(path: Path, bulk: bool = True) -> tuple[float, float, LogParser]:
+    """Wall and CPU seconds to parse the file fed in CHUNK pieces, and the parser."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    parser = LogParser(bulk=bulk)
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             parser.feed(chunk)
-    return time.perf_counter() - t0, len(parser.store.steps)
+    return time.perf_counter() - t0, time.process_time() - c0, parser
 
 
-def bench_parse(steps: int, repeats: int) -> None:
+def bench_parse(steps: int, repeats: int, searching: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
         for label, stats in (("reference trainer, 9 metrics", trainer_stats),
                              ("AReaL PPO actor, 83 metrics", actor_stats)):  # fmt: skip
@@ -102,16 +107,21 @@ def bench_parse(steps: int, repeats: int) -> None:
             reads, parses = [], []
             for _ in range(repeats):
                 reads.append(plain_read(path))
-                seconds, got = parse(path)
-                assert got == steps, (got, steps)
-                parses.append(seconds)
-            r, p = statistics.median(reads), statistics.median(parses)
-            print(f"{label}: {steps} steps, {size / 2**20:.0f} MiB")
-            print(f"  plain read {r:.2f} s ({size / 2**20 / r:.0f} MiB/s)")
-            print(
-                f"  parse      {p:.2f} s ({steps / p:,.0f} steps/s, {p / steps * 1e6:.1f} us/step)"
-            )
-            print(f"  ratio parse / plain read: {p / r:.1f}")
+                wall, cpu, parser = parse(path)
+                assert len(parser.store.steps) == steps, (len(parser.store.steps), steps)
+                parses.append((wall, cpu))
+            r, rc = (statistics.median(x) for x in zip(*reads, strict=True))
+            p, pc = (statistics.median(x) for x in zip(*parses, strict=True))
+            print(f"{label}: {steps} steps, {size / 2**20:.0f} MiB, median of {repeats}")
+            print(f"  plain read {r:.3f} s (CPU {rc:.3f} s, {size / 2**20 / r:.0f} MiB/s)")
+            print(f"  parse      {p:.3f} s (CPU {pc:.3f} s, {steps / p:,.0f} steps/s, "
+                  f"{p / steps * 1e6:.2f} us/step; {parser.bulk_steps} steps read in bulk)")  # fmt: skip
+            print(f"  ratio parse / plain read: {p / r:.1f} (CPU {pc / rc:.1f})")
+            print(f"  goal <= 1 s for {steps} steps: {'met' if p <= 1.0 else 'NOT met'}")
+            if searching:
+                wall, cpu, _ = parse(path, bulk=False)
+                print(f"  searching path only (bulk off, once): {wall:.2f} s (CPU {cpu:.2f} s), "
+                      f"ratio {wall / r:.1f}; bulk is {wall / p:.1f}x faster")  # fmt: skip
             path.unlink()
 
 
@@ -208,14 +218,15 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("parse")
     p.add_argument("--steps", type=int, default=100_000)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--searching", action="store_true")
     f = sub.add_parser("follow")
     f.add_argument("--seconds", type=float, default=30.0)
     f.add_argument("--step-interval", type=float, default=1.0)
     f.add_argument("--poll", type=float, default=2.0)
     args = parser.parse_args()
     if args.what == "parse":
-        bench_parse(args.steps, args.repeats)
+        bench_parse(args.steps, args.repeats, args.searching)
     else:
         bench_follow(args.seconds, args.step_interval, args.poll)
 

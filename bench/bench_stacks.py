@@ -117,32 +117,53 @@ def best_of(fn: Any, repeat: int = 3) -> tuple[float, Any]:
     return min(times), result
 
 
-def bench_analysis(sizes: list[int]) -> None:
-    print("analysis (best of 3); anchor: json.loads of the agents' replies (the decode the")
-    print("console does anyway); bar: build + merge + diagnose <= 1 s at 100,000 ranks")
+def bench_analysis(sizes: list[int], repeat: int) -> None:
     print(
-        f"{'ranks':>7} {'decode':>8} {'build':>8} {'merge+diag':>11} {'analysis':>9} "
-        f"{'/decode':>8} {'json':>8}  result"
+        f"analysis (median of {repeat}, each on a fresh capture: nothing cached from a previous "
+        f"repeat; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})"
+    )
+    print("anchor: json.loads of the agents' replies (the decode the console does anyway)")
+    print("bar: build + merge + diagnose <= 1 s at 100,000 ranks")
+    print(
+        f"{'ranks':>7} {'decode':>8} {'build':>8} {'merge':>8} {'diagnose':>9} {'analysis':>9} "
+        f"{'(cpu)':>7} {'(best)':>7} {'/decode':>8} {'json':>8}  result"
     )
     for world in sizes:
         base = _synthetic_nodes(world)
         lines = node_replies(base)
         raw = decoded(base, lines)
-        t_decode, _ = best_of(lambda lines=lines: [json.loads(line) for line in lines])
-        t_build, capture = best_of(lambda raw=raw: build_capture(raw))
-
-        def merge(capture: Any = capture) -> Any:
+        rows: dict[str, list[float]] = {k: [] for k in ("decode", "build", "merge", "diag", "cpu")}
+        analysis = diagnosis = None
+        for _ in range(repeat):
+            analysis = diagnosis = None  # the previous repeat's records are freed first
+            t0 = time.perf_counter()
+            [json.loads(line) for line in lines]
+            rows["decode"].append(time.perf_counter() - t0)
+            c0, t0 = time.process_time(), time.perf_counter()
+            capture = build_capture(raw)
+            t1 = time.perf_counter()
             analysis = analyse(capture)
-            return analysis, diagnose(analysis)
-
-        t_merge, (analysis, diagnosis) = best_of(merge)
-        t_json, _ = best_of(lambda c=capture, a=analysis, d=diagnosis: capture_json(c, a, d))
+            t2 = time.perf_counter()
+            diagnosis = diagnose(analysis)
+            t3 = time.perf_counter()
+            rows["cpu"].append(time.process_time() - c0)
+            rows["build"].append(t1 - t0)
+            rows["merge"].append(t2 - t1)
+            rows["diag"].append(t3 - t2)
+        assert analysis is not None and diagnosis is not None
+        totals = [
+            b + m + d for b, m, d in zip(rows["build"], rows["merge"], rows["diag"], strict=True)
+        ]
+        med = {k: statistics.median(v) for k, v in rows.items()}
+        total = statistics.median(totals)
+        t_json, _ = best_of(
+            lambda c=analysis.capture, a=analysis, d=diagnosis: capture_json(c, a, d)
+        )
         labels = ", ".join(f"{g.label[:24]}({g.size})" for g in analysis.groups)
-        t_analysis = t_build + t_merge
         print(
-            f"{world:>7} {t_decode:>7.3f}s {t_build:>7.3f}s {t_merge:>10.3f}s "
-            f"{t_analysis:>8.3f}s {t_analysis / t_decode:>7.2f}x {t_json:>7.3f}s  "
-            f"{diagnosis.pattern}: {labels}"
+            f"{world:>7} {med['decode']:>7.3f}s {med['build']:>7.3f}s {med['merge']:>7.3f}s "
+            f"{med['diag']:>8.3f}s {total:>8.3f}s {med['cpu']:>6.3f}s {min(totals):>6.3f}s "
+            f"{total / med['decode']:>7.2f}x {t_json:>7.3f}s  {diagnosis.pattern}: {labels}"
         )
 
 
@@ -305,7 +326,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--ranks-per-node", type=int, default=8)
     args = parser.parse_args()
-    bench_analysis([int(s) for s in args.sizes.split(",")])
+    bench_analysis([int(s) for s in args.sizes.split(",")], args.repeat)
     bench_screen(4096)
     if not args.skip_capture:
         bench_capture(args.ranks, args.repeat)

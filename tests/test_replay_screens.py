@@ -136,8 +136,7 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, 
         dialog.query_one("#replay-steps", Input).value = "0:1"
         await until(pilot, lambda: text_of(dialog, "#replay-error") == "")
         await pilot.press("enter")
-        await pilot.pause(0.1)
-        assert "read-only" in text_of(dialog, "#replay-error")
+        await until(pilot, lambda: "read-only" in text_of(dialog, "#replay-error"))
         assert app.result == "pending"
         await pilot.press("escape")
         await until(pilot, lambda: app.result is None)
@@ -201,9 +200,8 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         table = ro.screen.query_one("#jobs-table", DataTable)
         await until(pilot, lambda: key_a in table.rows)
         await pilot.press("s")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: "read-only" in text_of(ro.screen, "#jobs-status"))
         assert not isinstance(ro.screen, ConfirmDialog)
-        assert "read-only" in text_of(ro.screen, "#jobs-status")
 
     app = Host(lambda: JobsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -25,8 +25,12 @@ from areal_console.core.metrics.locate import HealthTarget, job_logs_in
 from areal_console.core.monitor import FleetMonitor, NodeView
 from areal_console.core.replay import load_templates
 from areal_console.core.settings import Settings
-from areal_console.core.stacks.capture import CaptureOptions, scope_processes, take_capture
-from areal_console.core.stacks.model import StackCapture
+from areal_console.core.stacks.capture import (
+    CaptureOptions,
+    capture_and_analyse,
+    scope_processes,
+)
+from areal_console.core.stacks.report import AnalysedCapture
 from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
 from areal_console.core.targets import NodeSpec
@@ -132,7 +136,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self.capture_job: str | None = None  # the job chosen for the last capture
         # `s` starts the capture here, before the Stacks screen exists to wait for it.
         self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
-        self._pending_capture: Future[StackCapture] | None = None
+        self._pending_capture: Future[AnalysedCapture] | None = None
         self._progress_lock = threading.Lock()
         self._dumped: dict[str, tuple[int, int, int]] = {}  # node -> (done, total, failed)
         self.screen_factories["stacks"] = self._new_stacks_screen
@@ -229,9 +233,10 @@ class ConsoleApp(WorkerHost, App[None]):
             with_locals=self.capture_locals,
         )
 
-    def take_capture(self) -> StackCapture:
+    def take_capture(self) -> AnalysedCapture:
         """Capture every rank of the job (runs in the Stacks screen's worker thread): the
-        capture `s` already started, else a new one from the monitor's latest sample."""
+        capture `s` already started, else a new one from the monitor's latest sample.
+        Analysed once, as it is saved."""
         pending, self._pending_capture = self._pending_capture, None
         if pending is not None:
             return pending.result()
@@ -239,7 +244,7 @@ class ConsoleApp(WorkerHost, App[None]):
             raise UserError("no live nodes to capture (this console shows recorded data)")
         options = self.capture_options()
         options.job = self.capture_job
-        return take_capture(
+        return capture_and_analyse(
             self.fleet, options, sampled=self._latest_processes(), progress=self._progress
         )
 
@@ -302,7 +307,7 @@ class ConsoleApp(WorkerHost, App[None]):
         with self._progress_lock:
             self._dumped = {}
         self._pending_capture = self._capture_pool.submit(
-            take_capture, self.fleet, options, True, dict(sampled), self._progress
+            capture_and_analyse, self.fleet, options, dict(sampled), self._progress
         )
         existing = self._stacks_screen
         self.switch_mode("stacks")  # a new Stacks screen takes the capture as it mounts

@@ -115,7 +115,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from areal_console.core.stacks.report import capture_json, text_report
+    from areal_console.core.stacks.report import analysed
     from areal_console.core.stacks.store import load_capture, scan_captures
 
     if args.list:
@@ -126,26 +126,27 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
     live = not (args.open or args.import_files)
+    # Each capture is analysed once; the saved file, the output and --save come from that.
     if args.import_files:
-        capture, nodes = _import(args.import_files), 0
+        result, nodes = _import(args.import_files), 0
     elif args.open:
-        capture, nodes = load_capture(args.open), 0
+        result, nodes = analysed(load_capture(args.open)), 0
     else:
         try:
-            capture, nodes = _capture(args)
+            result, nodes = _capture(args)
         except _JobChoice as choice:  # several jobs: say so, list them, pick none
             print(f"error: {printable(choice.lines[0])}", file=sys.stderr)
             for line in choice.lines[1:]:
                 print(printable(line), file=sys.stderr)
             return EXIT_USAGE
+    capture = result.capture
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
+    as_json = json.dumps(result.json(), indent=1) if args.json or args.save else ""
+    text = result.text() if not args.json or args.save else ""
     if args.save:
-        _export(capture, Path(args.save))
-    if args.json:
-        sys.stdout.write(json.dumps(capture_json(capture), indent=1) + "\n")  # one write
-    else:
-        sys.stdout.write(text_report(capture))
+        _export(capture, Path(args.save), as_json, text)
+    sys.stdout.write(as_json + "\n" if args.json else text)  # one write
     if not live:
         return EXIT_OK
     return _outcome(capture, nodes, args.match)
@@ -190,8 +191,12 @@ class _JobChoice(Exception):
 
 
 def _capture(args: argparse.Namespace) -> tuple[Any, int]:
-    """A new capture (saved before it is shown), and how many nodes were asked."""
-    from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, take_capture
+    """A new capture, analysed and saved before it is shown; how many nodes were asked."""
+    from areal_console.core.stacks.capture import (
+        CaptureOptions,
+        JobChoiceError,
+        capture_and_analyse,
+    )
 
     try:
         options = CaptureOptions(
@@ -213,7 +218,7 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     # One-shot: a local agent runs as a thread of this process, and nobody loads NVML.
     fleet = open_fleet(args, resolve_targets(args), probe_gpus=False, in_process=True)
     try:
-        capture = take_capture(fleet, options, save=True)  # saved before it is shown
+        result = capture_and_analyse(fleet, options)  # saved before it is shown
     except JobChoiceError as exc:
         raise _JobChoice(str(exc).splitlines()) from None
     except KeyboardInterrupt:
@@ -221,11 +226,12 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
         raise
     finally:
         fleet.close()
-    return capture, len(fleet)
+    return result, len(fleet)
 
 
 def _import(files: list[str]) -> Any:
     from areal_console.core.stacks.pyspy_text import import_text_dumps
+    from areal_console.core.stacks.report import analysed
     from areal_console.core.stacks.store import new_capture_id, save_capture
 
     paths = [Path(f) for f in files]
@@ -238,22 +244,21 @@ def _import(files: list[str]) -> Any:
         raise UsageError(f"--import: {exc}") from None
     except OSError as exc:
         raise UserError(f"--import: cannot read {exc.filename}: {exc.strerror}") from None
+    result = analysed(capture)
     try:
-        save_capture(capture)  # saved before it is shown, as a live capture is
+        save_capture(capture, doc=result.json())  # saved before it is shown, as a live one
     except OSError as exc:
         capture.save_error = f"capture not saved: {exc}"
-    return capture
+    return result
 
 
-def _export(capture: Any, directory: Path) -> None:
-    from areal_console.core.stacks.report import capture_json, text_report
+def _export(capture: Any, directory: Path, as_json: str, text: str) -> None:
+    """`--save DIR`: the capture's JSON document and its text report, as printed."""
     from areal_console.core.stacks.store import write_atomic
 
     try:
-        write_atomic(
-            directory / f"{capture.capture_id}.json", json.dumps(capture_json(capture), indent=1)
-        )
-        write_atomic(directory / f"{capture.capture_id}.txt", text_report(capture))
+        write_atomic(directory / f"{capture.capture_id}.json", as_json)
+        write_atomic(directory / f"{capture.capture_id}.txt", text)
     except OSError as exc:
         raise UserError(f"cannot save to {directory}: {exc}") from None
 

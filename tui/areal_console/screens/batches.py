@@ -20,7 +20,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Static
 
 from areal_console.core import batches
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
@@ -36,6 +36,7 @@ from areal_console.messages import (
 )
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
 from areal_console.widgets.vim_table import VimTable
@@ -132,7 +133,7 @@ def compare_text(c: dict[str, Any]) -> Text:
     return out
 
 
-class BatchesScreen(WorkerHost, Screen[None]):
+class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     """Browse a dump file or directory; `fleet` + `node` read it on that node."""
 
     BINDINGS = [
@@ -233,7 +234,7 @@ class BatchesScreen(WorkerHost, Screen[None]):
         self.current_file: str | None = None
         self.marked: list[str] = []
         self.sample_rows: list[dict[str, Any]] = []
-        self.filter_text = ""
+        self.text_filter = ""
         self.last_error: str | None = None
 
     # layout ------------------------------------------------------------------------
@@ -247,9 +248,10 @@ class BatchesScreen(WorkerHost, Screen[None]):
                     yield Static("", id="summary")
                 yield MiniHistogram("task_reward", digits=2, id="reward-hist")
                 yield MiniHistogram("response len", digits=0, id="length-hist")
-                yield Input(
-                    placeholder="filter samples: text, noeos, eos, task_reward=1, group=3",
+                yield FilterInput(
+                    "filter samples: text, noeos, eos, task_reward=1, group=3",
                     id="sample-filter",
+                    back_to="#samples",
                 )
                 yield VimTable(id="samples", cursor_type="row", zebra_stripes=True)
                 with VerticalScroll(id="sample-pane"):
@@ -272,7 +274,6 @@ class BatchesScreen(WorkerHost, Screen[None]):
         samples = self.query_one("#samples", DataTable)
         for label in ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver"):
             samples.add_column(label, key=label)
-        self.query_one("#sample-filter", Input).display = False
         # Keys go to the step list first, and tab goes straight on to the samples: the
         # summary box above them scrolls with the mouse but takes no focus.
         self.query_one("#summary-pane").can_focus = False
@@ -463,7 +464,7 @@ class BatchesScreen(WorkerHost, Screen[None]):
     def _fill_samples(self) -> None:
         table = self.query_one("#samples", DataTable)
         table.clear()
-        for r in filter_rows(self.sample_rows, self.filter_text):
+        for r in filter_rows(self.sample_rows, self.text_filter):
             eos = r.get("eos")
             if eos is None and r.get("no_eos") is not None:
                 eos = not r["no_eos"]  # AReaL's rule when no EOS id is known
@@ -522,26 +523,11 @@ class BatchesScreen(WorkerHost, Screen[None]):
         self.query_one("#sample-pane").loading = True
         self.load_sample(self.current_file, int(event.row_key.value))
 
-    @on(Input.Changed, "#sample-filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value
+    def filter_changed(self) -> None:
         self._fill_samples()
 
-    @on(Input.Submitted, "#sample-filter")
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        self.query_one("#samples", DataTable).focus()
-
-    def action_filter(self) -> None:
-        box = self.query_one("#sample-filter", Input)
-        box.display = True
-        box.focus()
-
     def action_back(self) -> None:
-        box = self.query_one("#sample-filter", Input)
-        if box.display:
-            box.value = ""
-            box.display = False
-            self.query_one("#samples", DataTable).focus()
+        if self.close_filter():
             return
         if (
             self.query_one("#sample-view", TokenView).has_focus

@@ -10,13 +10,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Label
+from textual.widgets import DataTable, Label
 
 from areal_console.core.monitor import NodeView
 from areal_console.core.textfmt import plural
 from areal_console.screens.host_key import HostKeyScreen
 from areal_console.screens.process_detail import ProcessDetailScreen
 from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
@@ -54,7 +55,7 @@ def status_text(
     return " · ".join(parts)
 
 
-class ClusterScreen(WorkerHost, Screen[None]):
+class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
     """Live GPUs and processes of every node, refreshed about once a second."""
 
     BINDINGS = [
@@ -180,12 +181,17 @@ class ClusterScreen(WorkerHost, Screen[None]):
         with Vertical(id="procs-box"):
             yield Label("Processes", classes="pane-title")
             yield ProcessTable(id="processes")
-        yield Input(placeholder="filter: text in node, rank, role, pid or command", id="filter")
+        yield FilterInput(
+            "filter: text in node, rank, role, pid or command",
+            id="filter",
+            back_to="#processes",
+            hide_on_enter=True,  # the status line shows the filter
+        )
         yield StatusLine("connecting…", id="status")
         yield ConsoleFooter()
 
     def on_mount(self) -> None:
-        self.query_one("#filter", Input).display = False
+        self.set_filter(self.text_filter)
         self.refresh_view()
         self.set_interval(self.refresh_interval, self.refresh_view)
 
@@ -289,30 +295,13 @@ class ClusterScreen(WorkerHost, Screen[None]):
         self.notify(f"Processes sorted by {names[by]}")
 
     # actions --------------------------------------------------------------------------
-    def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        box.value = self.text_filter
-        self.set_focus(box)  # now, not later: keys typed right after / belong to the filter
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.text_filter = event.value.strip()
+    def filter_changed(self) -> None:
         self.refresh_view()
 
-    @on(Input.Submitted, "#filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        event.input.display = False
-        self.query_one(ProcessTable).focus()
-
     def action_back(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.display:
-            box.display = False
-            self.text_filter = ""
-        elif self.text_filter:
-            self.text_filter = ""
-        elif self.drilled:
+        if self.close_filter():
+            return
+        if self.drilled:
             self.drilled = None
             self.query_one(NodeTable).focus()
         else:
@@ -358,6 +347,6 @@ class ClusterScreen(WorkerHost, Screen[None]):
     def show_node(self, name: str, text_filter: str = "") -> None:
         """Drill into `name` (and optionally filter), as if chosen with enter and `/`."""
         self.drilled = name
-        self.text_filter = text_filter
+        self.set_filter(text_filter)
         self.refresh_view()
         self.query_one(ProcessTable).focus()

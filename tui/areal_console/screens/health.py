@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable
 
 from areal_console.core.errors import UserError
 from areal_console.core.metrics.follow import FileAccess, LocalFiles, MetricsFollower, NodeFiles
@@ -26,6 +26,7 @@ from areal_console.core.metrics.locate import HealthTarget, find_job_logs
 from areal_console.core.metrics.report import HealthReport, MetricSummary, summarize
 from areal_console.messages import HealthPolled
 from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.health_banner import HealthBanner
 from areal_console.widgets.metric_plot import MetricPlot
 from areal_console.widgets.metric_table import MetricTable
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 POLL_SECONDS = 2.0
 
 
-class HealthScreen(WorkerHost, Screen[None]):
+class HealthScreen(FilterHost, WorkerHost, Screen[None]):
     """Training health of one run: every metric, a plot, the guide's warnings, stalls."""
 
     BINDINGS = [
@@ -82,7 +83,7 @@ class HealthScreen(WorkerHost, Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield HealthBanner(id="health-banner")
-        yield Input(placeholder="search metric names…", id="health-filter")
+        yield FilterInput("search metric names…", id="health-filter", back_to="#health-table")
         with Vertical(id="health-table-box"):
             yield MetricTable(id="health-table")
         with Vertical(id="health-plot-box"):
@@ -194,30 +195,11 @@ class HealthScreen(WorkerHost, Screen[None]):
                                          warned)  # fmt: skip
 
     # actions ----------------------------------------------------------------------------
-    def action_filter(self) -> None:
-        box = self.query_one("#health-filter", Input)
-        box.add_class("-visible")
-        box.value = self.text_filter
-        box.focus()
-
-    @on(Input.Changed, "#health-filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.text_filter = event.value
+    def filter_changed(self) -> None:
         self._replot()
 
-    @on(Input.Submitted, "#health-filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        self.query_one(MetricTable).focus()
-
     def action_back(self) -> None:
-        box = self.query_one("#health-filter", Input)
-        if self.text_filter or box.has_class("-visible"):
-            self.text_filter = ""
-            box.value = ""
-            box.remove_class("-visible")
-            self.query_one(MetricTable).focus()
-            self._replot()
-        else:
+        if not self.close_filter():
             self.console.action_goto("nodes")
 
     def action_mark(self) -> None:

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Label, Log, Static
+from textual.widgets import DataTable, Label, Log, Static
 
 from areal_console.core import jobs
 from areal_console.core.errors import UserError
@@ -25,6 +25,7 @@ from areal_console.core.textfmt import plural
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.keyed_rows import sync_rows
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
@@ -112,7 +113,7 @@ def merge_jobs(
     return sorted(by_key.values(), key=lambda r: (-(r.launched_at or 0), r.node, r.job_id))
 
 
-class JobsScreen(WorkerHost, Screen[None]):
+class JobsScreen(FilterHost, WorkerHost, Screen[None]):
     """Replays and other jobs on every node: state, exit code, verification, live log."""
 
     BINDINGS = [
@@ -181,7 +182,7 @@ class JobsScreen(WorkerHost, Screen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Input(placeholder="filter jobs…", id="jobs-filter")
+            yield FilterInput("filter jobs…", id="jobs-filter", back_to="#jobs-table")
             table = VimTable(id="jobs-table", cursor_type="row")
             yield table
             yield Static("", id="jobs-detail")
@@ -352,28 +353,11 @@ class JobsScreen(WorkerHost, Screen[None]):
         self.notify("Asking every node for its jobs…", timeout=2)  # seen even if nothing changed
         self.refresh_jobs()
 
-    def action_filter(self) -> None:
-        box = self.query_one("#jobs-filter", Input)
-        box.add_class("-visible")
-        box.focus()
-
-    @on(Input.Changed, "#jobs-filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.text_filter = event.value.strip()
+    def filter_changed(self) -> None:
         self._draw()
 
-    @on(Input.Submitted, "#jobs-filter")
-    def _filter_done(self) -> None:
-        self.query_one("#jobs-table", DataTable).focus()
-
     def action_back(self) -> None:
-        box = self.query_one("#jobs-filter", Input)
-        if self.text_filter or box.has_class("-visible"):
-            box.value = ""
-            box.remove_class("-visible")
-            self.text_filter = ""
-            self._draw()
-            self.query_one("#jobs-table", DataTable).focus()
+        if self.close_filter():
             return
         if len(self.app.screen_stack) > 1:
             self.app.pop_screen()

@@ -8,12 +8,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Label
+from textual.widgets import DataTable, Label
 
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import SlurmJob, job_matches, job_row
 from areal_console.messages import SlurmJobsFailed, SlurmJobsLoaded
 from areal_console.widgets.console_footer import ConsoleFooter
+from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background
 
@@ -22,7 +23,7 @@ JobLister = Callable[[bool], list[SlurmJob]]  # all_users -> jobs (blocking: Slu
 COLUMNS = ("JOBID", "NAME", "USER", "STATE", "NODES", "GRES")
 
 
-class SlurmJobsScreen(WorkerHost, Screen[str | None]):
+class SlurmJobsScreen(FilterHost, WorkerHost, Screen[str | None]):
     """Jobs from `squeue`, refreshed every few seconds; dismisses with the chosen job id.
 
     `list_jobs(all_users)` asks Slurm (e.g. `SlurmClient(runner).jobs`); it runs in a worker.
@@ -79,7 +80,7 @@ class SlurmJobsScreen(WorkerHost, Screen[str | None]):
         table = VimTable(id="slurm-jobs", cursor_type="row", zebra_stripes=True)
         table.cut_columns = ("NAME",)
         yield table
-        yield Input(placeholder="filter jobs (esc to clear)", id="slurm-filter")
+        yield FilterInput("filter jobs (esc to clear)", id="slurm-filter", back_to="#slurm-jobs")
         yield Label("asking Slurm…", id="slurm-status")
         yield ConsoleFooter()
 
@@ -171,30 +172,12 @@ class SlurmJobsScreen(WorkerHost, Screen[str | None]):
             return
         self.dismiss(job_id)
 
-    def action_filter(self) -> None:
-        box = self.query_one("#slurm-filter", Input)
-        box.add_class("visible")
-        box.focus()
-
-    @on(Input.Changed, "#slurm-filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.text_filter = event.value.strip()
+    def filter_changed(self) -> None:
         self.refresh_table()
 
-    @on(Input.Submitted, "#slurm-filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        self.query_one("#slurm-jobs", DataTable).focus()
-
     def action_back(self) -> None:
-        box = self.query_one("#slurm-filter", Input)
-        if self.text_filter or box.has_class("visible"):
-            box.value = ""
-            box.remove_class("visible")
-            self.text_filter = ""
-            self.refresh_table()
-            self.query_one("#slurm-jobs", DataTable).focus()
-            return
-        self.dismiss(None)
+        if not self.close_filter():
+            self.dismiss(None)
 
     def action_toggle_users(self) -> None:
         self.all_users = not self.all_users

@@ -18,7 +18,12 @@ from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
 from areal_console.core.stacks.model import Frame, StackCapture, variables_at
-from areal_console.core.stacks.report import full_diagnosis, text_report
+from areal_console.core.stacks.report import (
+    AnalysedCapture,
+    capture_json,
+    full_diagnosis,
+    text_report,
+)
 from areal_console.core.stacks.store import save_capture, write_atomic
 from areal_console.core.textfmt import plural, printable
 from areal_console.messages import (
@@ -30,6 +35,7 @@ from areal_console.messages import (
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
+from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
@@ -37,10 +43,11 @@ from areal_console.widgets.stack_tree import StackTree
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
 
-CaptureFn = Callable[[], StackCapture]
+# A new capture, or one already analysed (a live capture is analysed as it is saved).
+CaptureFn = Callable[[], StackCapture | AnalysedCapture]
 
 
-class StacksScreen(WorkerHost, Screen[None]):
+class StacksScreen(FilterHost, WorkerHost, Screen[None]):
     """One capture, analysed. Give it a `StackCapture`, or a `recapture` callable that
     takes (and saves) a new one; `r` calls it again. All analysis runs in workers."""
 
@@ -208,7 +215,6 @@ class StacksScreen(WorkerHost, Screen[None]):
         self.all_threads = False
         self.show_idle = False
         self.diffing: tuple[int, int] | None = None
-        self._prompt_mode = "filter"
 
     # layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -225,7 +231,13 @@ class StacksScreen(WorkerHost, Screen[None]):
                 yield Label("Merged stacks (main thread)", classes="pane-title", id="detail-title")
                 yield StackTree(id="tree")
                 yield StackDiffView(id="diff")
-        yield Input(id="prompt")
+        yield FilterInput(
+            "filter groups: rank range, function or file",
+            id="filter",
+            back_to="#groups",
+            hide_on_enter=True,  # the status line shows the filter
+        )
+        yield Input(placeholder="go to rank: a number, e.g. 17", id="prompt")
         yield Static("", id="status")
         yield ConsoleFooter()
 
@@ -263,6 +275,9 @@ class StacksScreen(WorkerHost, Screen[None]):
                 StacksCaptureFailed(str(exc) or exc.__class__.__name__, ticket=ticket)
             )
             return
+        if isinstance(capture, AnalysedCapture):  # analysed when it was saved: not again
+            self.post_message(StacksAnalysed(capture.analysis, capture.diagnosis, ticket=ticket))
+            return
         analysis = analyse(capture)
         self.post_message(StacksAnalysed(analysis, full_diagnosis(analysis), ticket=ticket))
 
@@ -274,7 +289,9 @@ class StacksScreen(WorkerHost, Screen[None]):
     def _export(self, ticket: Ticket, analysis: StackAnalysis, diagnosis: Diagnosis) -> None:
         capture = analysis.capture
         try:
-            json_path = save_capture(capture)  # same file when it was saved already
+            # The same file when it was saved already; from this analysis, not a new one.
+            doc = capture_json(capture, analysis, diagnosis)
+            json_path = save_capture(capture, doc=doc)
             text_path = json_path.with_suffix(".txt")
             write_atomic(text_path, text_report(capture, analysis, diagnosis))
         except OSError as exc:
@@ -546,35 +563,24 @@ class StacksScreen(WorkerHost, Screen[None]):
         self.say(f"capturing every rank {'with' if value else 'without'} {label}…")
         self._capture()
 
-    def action_filter(self) -> None:
-        self._open_prompt("filter", "filter groups: rank range, function or file", self.text_filter)
+    def filter_changed(self) -> None:
+        self._show_groups()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self) -> None:
+        self._say_summary()
 
     def action_goto_rank(self) -> None:
-        self._open_prompt("rank", "go to rank: a number, e.g. 17", "")
-
-    def _open_prompt(self, mode: str, placeholder: str, value: str) -> None:
-        self._prompt_mode = mode
         prompt = self.query_one("#prompt", Input)
-        prompt.placeholder = placeholder
-        prompt.value = value
+        prompt.value = ""
         prompt.display = True
         prompt.focus()
 
-    @on(Input.Changed, "#prompt")
-    def _prompt_changed(self, event: Input.Changed) -> None:
-        if self._prompt_mode == "filter":
-            self.text_filter = event.value.strip()
-            self._show_groups()
-
     @on(Input.Submitted, "#prompt")
     def _prompt_submitted(self, event: Input.Submitted) -> None:
-        prompt = self.query_one("#prompt", Input)
-        prompt.display = False
+        event.input.display = False
         self.query_one(RankGroupTable).focus()
-        if self._prompt_mode == "rank":
-            self._goto_rank(event.value.strip())
-        else:
-            self._say_summary()
+        self._goto_rank(event.value.strip())
 
     def _goto_rank(self, text: str) -> None:
         if self.analysis is None:
@@ -594,7 +600,7 @@ class StacksScreen(WorkerHost, Screen[None]):
             return
         table = self.query_one(RankGroupTable)
         if not table.select_group(index):
-            self.text_filter = ""
+            self.set_filter("")
             self._show_groups()
             table.select_group(index)
         group = self.analysis.groups[index]
@@ -616,9 +622,11 @@ class StacksScreen(WorkerHost, Screen[None]):
         prompt = self.query_one("#prompt", Input)
         if prompt.display:
             prompt.display = False
-            if self._prompt_mode == "filter":
-                self.text_filter = ""
-                self._show_groups()
+            self.query_one(RankGroupTable).focus()
+            self._say_summary()
+            return
+        if self.query_one(FilterInput).is_open:
+            self.close_filter()
             self.query_one(RankGroupTable).focus()
             self._say_summary()
             return
@@ -626,9 +634,7 @@ class StacksScreen(WorkerHost, Screen[None]):
             self._close_diff()
             self.query_one(RankGroupTable).focus()
             return
-        if self.text_filter:
-            self.text_filter = ""
-            self._show_groups()
+        if self.close_filter():
             self._say_summary()
             return
         if len(self.app.screen_stack) > 1:

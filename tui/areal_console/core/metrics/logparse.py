@@ -17,10 +17,9 @@ colour codes, and in `merged.log` a `[role]` prefix padded to 10 columns. Neithe
 here: the patterns never span a colour code, and the table is cut at its `│` borders. At the
 end of a run AReaL logs `Training completes! Total time elapsed ...` (stats_logger.py:125).
 
-Speed: tables are not parsed line by line. A table is split at `│` in C, the border and
-separator segments are dropped with one slice deletion, and the values go through
-`map(float, ...)` into the store's arrays; key strings are decoded only when the layout
-changes.
+Speed: once a step has been read the searching way below, the steps after it that repeat
+its record's shape are read in bulk (logbulk.py); the searching path takes whatever does
+not: the first steps, a new table layout, a foreign line inside a record, damage.
 """
 
 from __future__ import annotations
@@ -30,6 +29,14 @@ import math
 import re
 import time
 
+from areal_console.core.metrics.logbulk import (
+    RecordRun,
+    RecordTemplate,
+    fits,
+    log_steps,
+    read_run,
+    record_template,
+)
 from areal_console.core.metrics.store import MetricStore
 
 PROGRESS = re.compile(rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\.")
@@ -46,6 +53,9 @@ BOTTOM = "╘".encode()
 # The table's first line follows its log line within a few hundred bytes (more if another
 # process's lines got in between in merged.log); farther means this Stats record has none.
 TABLE_WINDOW = 8192
+BULK_FIRST, BULK_MOST = 16, 4096  # records compared per bulk pass: first, and at most
+TEMPLATES = 8  # record shapes kept (a run alternates between a few: eval steps, value widths)
+SEAM = 256 << 10  # a chunk's head parsed with the previous chunk's unfinished record
 
 
 def local_utc_offset() -> int:
@@ -59,10 +69,13 @@ class LogParser:
     Steps are AReaL's global steps (0-based), as tensorboard and wandb show them: the
     progress line's `Train step N` is N - 1, and a commit of several stats dicts logs them at
     consecutive steps from max(global_step, last + 1) (stats_logger.py:145-159).
-    `utc_offset` is the log writer's local time zone (log timestamps carry none).
+    `utc_offset` is the log writer's local time zone (log timestamps carry none). With
+    `bulk=False` every record is read the searching way (the reference for the bulk path).
     """
 
-    def __init__(self, store: MetricStore | None = None, utc_offset: int | None = None) -> None:
+    def __init__(
+        self, store: MetricStore | None = None, utc_offset: int | None = None, bulk: bool = True
+    ) -> None:
         self.store = store if store is not None else MetricStore()
         self.utc_offset = local_utc_offset() if utc_offset is None else utc_offset
         self.finished = False  # AReaL logged its completion line
@@ -77,26 +90,46 @@ class LogParser:
         self._layout: tuple[str, ...] = ()
         self._layout_n = 0
         self._days: dict[bytes, int] = {}
+        self._templates: list[RecordTemplate] = []  # most recently used first
+        self._table_read = False  # the latest Stats record had a table, read row by row
+        self._bulk_misses = 0  # bulk attempts that read nothing in a row ...
+        self._bulk_skip = 0  # ... and how many records to read the searching way before the next
+        self.bulk = bulk
+        self.bulk_steps = 0  # steps read in bulk
         self.bytes_read = 0
 
     # feeding --------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> int:
         """Parse what is complete; keep the rest for the next call. Returns new steps."""
         self.bytes_read += len(chunk)
-        data = self._pending + chunk if self._pending else chunk
         before = len(self.store.steps)
-        self._pending = data[self._parse(data) :]
+        self._pending = self._feed(self._pending, chunk)
         return len(self.store.steps) - before
+
+    def _feed(self, pending: bytes, chunk: bytes) -> bytes:
+        """Parse `pending + chunk`; returns the incomplete rest. The chunk is copied only if
+        the pending record does not end within its first SEAM bytes."""
+        if not pending:
+            return chunk[self._parse(chunk) :]
+        seam = pending + chunk[:SEAM]
+        used = self._parse(seam)
+        if len(chunk) <= SEAM:
+            return seam[used:]
+        if used >= len(pending):
+            return chunk[self._parse(chunk, used - len(pending)) :]
+        data = pending + chunk
+        return data[self._parse(data, used) :]
 
     def reset(self) -> None:
         """The file was truncated or replaced: forget the partial record (keep the data)."""
         self._pending = b""
 
     # parsing --------------------------------------------------------------------------
-    def _parse(self, data: bytes) -> int:
-        """Parse complete records of `data`; returns the offset up to which it was consumed."""
-        end = data.rfind(b"\n") + 1
-        pos = 0
+    def _parse(self, data: bytes, start: int = 0) -> int:
+        """Parse the complete records of `data` from `start`; returns the offset up to which
+        it was consumed."""
+        end = max(data.rfind(b"\n") + 1, start)
+        pos = record = start  # record: where the current step's record began (after a table)
         while True:
             m = HEADS.search(data, pos, end)
             if m is None:
@@ -109,8 +142,12 @@ class LogParser:
             elif m.group(7) is not None:  # Stats (i/n): then the table
                 table_end = self._table(data, m, end)
                 if table_end < 0:
-                    return data.rfind(b"\n", 0, m.start()) + 1  # wait for the whole table
+                    return record  # wait for the whole table; its record is read again
                 pos = table_end
+                if self._table_read and self.bulk:
+                    pos = self._bulk(data, record, table_end, end)
+                if pos > m.end():  # a table was read: the next record starts after it
+                    record = pos
             else:
                 self.finished = True
                 self.finished_at = self._time_of_line(data, m.start())
@@ -131,6 +168,7 @@ class LogParser:
         stop = data.find(b"\n", bottom, end)
         if stop < 0:
             return -1
+        self._table_read = False
         index = int(m.group(7))
         if index == 1:
             base = self.last_step + 1
@@ -144,7 +182,67 @@ class LogParser:
             self.store.add_row(step, self._layout, values)
             self.store.mark_step(step, self._step_time)
             self.last_step = step
+            self._table_read = True
         return stop + 1
+
+    def _bulk(self, data: bytes, record: int, table_end: int, end: int) -> int:
+        """After a step read the searching way (its record is data[record:table_end]), read
+        the records after it that repeat its shape or a recent one's; returns where they end."""
+        if self._bulk_skip > 0:
+            self._bulk_skip -= 1
+            return table_end
+        self._remember(data[record:table_end])
+        pos = table_end
+        while (after := self._run(data, pos, end)) > pos:
+            pos = after
+        missed = pos == table_end and end - pos >= min((t.size for t in self._templates), default=0)
+        self._bulk_misses = min(2 * self._bulk_misses + 1, 64) if missed else 0
+        self._bulk_skip = self._bulk_misses
+        return pos
+
+    def _remember(self, record: bytes) -> None:
+        """Put the template of this record first among those kept (making it if needed)."""
+        for i, kept in enumerate(self._templates):
+            if fits(kept, record):
+                self._templates.insert(0, self._templates.pop(i))
+                return
+        template = record_template(record)
+        if template is not None:
+            self._templates = [template, *self._templates[: TEMPLATES - 1]]
+
+    def _run(self, data: bytes, pos: int, end: int) -> int:
+        """Read the run of records from `pos` that repeat a kept template; its end."""
+        for template in self._templates:
+            if data.startswith(template.last, pos + template.size - len(template.last)):
+                after = self._read_run(data, pos, end, template)
+                if after > pos:
+                    return after
+        return pos
+
+    def _read_run(self, data: bytes, pos: int, end: int, template: RecordTemplate) -> int:
+        count = BULK_FIRST
+        while (count := min(count, (end - pos) // template.size)) > 0:
+            run = read_run(data, pos, count, template)
+            if run is None:
+                break
+            self._store_run(run, template.names)
+            pos += len(run.train_steps) * template.size
+            if len(run.train_steps) < count:
+                break
+            count = min(4 * count, BULK_MOST)
+        return pos
+
+    def _store_run(self, run: RecordRun, names: tuple[str, ...]) -> None:
+        """Steps read in bulk, each with a progress line and one stats dict (`Stats (1/1)`)."""
+        steps = log_steps(run.train_steps, self.last_step)
+        times = (run.seconds - self.utc_offset).tolist()
+        self.store.add_rows(steps, names, run.values)
+        self.store.mark_steps(steps, times)
+        self.bulk_steps += len(steps)
+        self.last_step = self._base = steps[-1]
+        self._global = None
+        self._step_time = times[-1]
+        self.total_steps = run.totals[-1]
 
     def _cells(self, table: bytes) -> list[float] | None:
         # Rows are every other line after the top border; the separator lines between

@@ -22,6 +22,7 @@ from typing import Any
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.nodes import count_areal_world_sizes
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
+from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
     JobChoiceError,
     JobGroup,
@@ -30,7 +31,14 @@ from areal_console.core.stacks.scope import (
 )
 from areal_console.core.stacks.store import new_capture_id, save_capture
 
-__all__ = ["CaptureOptions", "JobChoiceError", "capture_raw", "sample_nodes", "take_capture"]
+__all__ = [
+    "CaptureOptions",
+    "JobChoiceError",
+    "capture_and_analyse",
+    "capture_raw",
+    "sample_nodes",
+    "take_capture",
+]
 
 # (node, pid, ok, done on that node, total on that node) after each dump
 Progress = Callable[[str, int, bool, int, int], None]
@@ -194,13 +202,30 @@ def take_capture(
     progress: Progress | None = None,
 ) -> StackCapture:
     """Capture, build and (before anyone sees it) save atomically to the data dir."""
+    if save:
+        return capture_and_analyse(fleet, options, sampled, progress).capture
     options = options or CaptureOptions()
     raw = capture_raw(fleet, options, sampled, progress)
     raw["id"] = new_capture_id()
-    capture = build_capture(raw)
-    if save:
-        try:
-            save_capture(capture)
-        except OSError as exc:  # still show it: losing the save must not lose the capture
-            capture.save_error = f"capture not saved: {exc}"
-    return capture
+    return build_capture(raw)
+
+
+def capture_and_analyse(
+    fleet: Fleet,
+    options: CaptureOptions | None = None,
+    sampled: Mapping[str, list[dict[str, Any]] | NodeFailure] | None = None,
+    progress: Progress | None = None,
+) -> AnalysedCapture:
+    """Capture, build, analyse once, and save atomically before anyone sees it.
+
+    The analysis and diagnosis that made the saved file come back with the capture: the
+    caller shows them, never analysing the capture again."""
+    options = options or CaptureOptions()
+    raw = capture_raw(fleet, options, sampled, progress)
+    raw["id"] = new_capture_id()
+    result = analysed(build_capture(raw))
+    try:
+        save_capture(result.capture, doc=result.json())
+    except OSError as exc:  # still show it: losing the save must not lose the capture
+        result.capture.save_error = f"capture not saved: {exc}"
+    return result

@@ -46,16 +46,27 @@ class RankGroup:
 
 def group_ranks(ranks: Iterable[RankStack]) -> list[RankGroup]:
     """Ranks (state ok, with a rank number) grouped by main-thread stack, largest first."""
-    by_stack: dict[Stack, RankGroup] = {}
+    # By the stack object first: a capture interns its stacks (one tuple per distinct
+    # stack), and an id is hashed without walking the frames. Equal stacks that are
+    # separate objects (not interned) are then joined by value, among the few groups.
+    by_id: dict[int, RankGroup] = {}
     for r in ranks:
         if r.rank is None or r.state != "ok":
             continue
-        frames = r.work_frames
-        group = by_stack.get(frames)
+        frames = r.work_frames  # alive as long as `r`: its id stays its own in this loop
+        group = by_id.get(id(frames))
         if group is None:
-            group = by_stack[frames] = RankGroup([], frames)
+            group = by_id[id(frames)] = RankGroup([], frames)
         group.ranks.append(r.rank)
         group.members.append(r)
+    by_stack: dict[Stack, RankGroup] = {}
+    for g in by_id.values():
+        same = by_stack.get(g.frames)
+        if same is None:
+            by_stack[g.frames] = g
+        else:
+            same.ranks += g.ranks
+            same.members += g.members
     groups = list(by_stack.values())
     for g in groups:
         g.ranks.sort()

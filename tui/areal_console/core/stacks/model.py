@@ -77,7 +77,7 @@ class Frame(NamedTuple):
 Stack = tuple[Frame, ...]  # leaf first
 
 
-@dataclass
+@dataclass(slots=True)
 class Thread:
     name: str
     tid: int
@@ -89,6 +89,16 @@ class Thread:
     # With py-spy --locals: per frame (aligned with `frames`), its variables as
     # {"name", "repr", "arg"}; None when the capture did not ask for them.
     locals: list[list[dict[str, Any]]] | None = None
+    # Whether `frames` pass through torch.distributed (see `distributed`), once known.
+    _dist: bool | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def distributed(self) -> bool:
+        """The thread is inside torch.distributed (`in_distributed` of its frames)."""
+        found = self._dist
+        if found is None:
+            found = self._dist = in_distributed(self.frames)
+        return found
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -143,7 +153,7 @@ def frame_variables(raw_frames: list[dict[str, Any]]) -> list[list[dict[str, Any
     ]  # fmt: skip
 
 
-@dataclass
+@dataclass(slots=True)
 class ServerInfo:
     """An inference server's address and its last `GET /health` answer (from the agent)."""
 
@@ -188,7 +198,7 @@ class ServerInfo:
         return asdict(self)
 
 
-@dataclass
+@dataclass(slots=True)
 class RankStack:
     """One process of the job (a rank, or a launcher/server with `rank` None)."""
 
@@ -205,7 +215,10 @@ class RankStack:
     threads: list[Thread] = field(default_factory=list)
     job: str | None = None  # AReaL experiment/trial, when the command line says
     server: ServerInfo | None = None
-    _work: list[Thread | None] = field(default_factory=list, init=False, repr=False, compare=False)
+    # `work_thread`, once picked: (the thread, or None; the `threads` list it was picked from)
+    _work: tuple[Thread | None, list[Thread]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def main_thread(self) -> Thread | None:
@@ -219,17 +232,21 @@ class RankStack:
         """The thread doing the job's work: the one inside torch.distributed (the main
         thread first), else an engine thread (AReaL's `EngineWorker`), else a busy thread in
         AReaL's engine code, else the main thread."""
-        if self._work and self._work[0] in self.threads:
-            return self._work[0]
-        self._work[:] = [self._pick_work_thread()]
-        return self._work[0]
+        work = self._work
+        if work is not None and work[1] is self.threads:
+            picked = work[0]
+            if (picked in self.threads) if picked is not None else not self.threads:
+                return picked
+        picked = self._pick_work_thread()
+        self._work = (picked, self.threads)
+        return picked
 
     def _pick_work_thread(self) -> Thread | None:
         main = self.main_thread
-        if main is not None and in_distributed(main.frames):
+        if main is not None and main.distributed:
             return main
         for t in self.threads:
-            if in_distributed(t.frames):
+            if t.distributed:
                 return t
         for t in self.threads:
             if t.name in ENGINE_THREADS:
@@ -275,7 +292,7 @@ class RankStack:
         return doc
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeError:
     node: str
     error: str
@@ -284,7 +301,7 @@ class NodeError:
         return {"node": self.node, "error": self.error}
 
 
-@dataclass
+@dataclass(slots=True)
 class StackCapture:
     captured_at: str
     samples: int
@@ -324,9 +341,21 @@ class FrameTable:
     def __init__(self) -> None:
         self.variables: dict[str, list[list[dict[str, Any]]]] = {}  # stack key -> --locals
         self._frames: dict[tuple[str, str, int], Frame] = {}
-        self._stacks: dict[tuple[Any, ...], Stack] = {}
+        self._stacks: dict[tuple[Any, ...], Stack] = {}  # py-spy's frame fields -> stack
+        self._interned: dict[Stack, Stack] = {}  # stacks read back from a saved capture
         self._keyed: dict[str, Stack] = {}  # the agent's stack digest -> stack
         self._idle: dict[Stack, bool] = {}
+        # A keyed thread's parse, shared by every rank with the same stack, name and flags:
+        # (key, thread name, is main, active, owns GIL) -> (name, frames, idle, locals).
+        self._threads: dict[tuple[Any, ...], tuple[str, Stack, bool, Any, bool]] = {}
+        self._text: dict[str, str] = {}  # command lines etc. as shown (`printable`)
+
+    def text(self, value: str) -> str:
+        """`printable(value)`, once per distinct value (a job's ranks share command lines)."""
+        found = self._text.get(value)
+        if found is None:
+            found = self._text[value] = printable(value)
+        return found
 
     def keyed_stack(self, key: str, raw_frames: list[dict[str, Any]] | None) -> Stack:
         """The stack the agent named `key` (its frames come with the first thread only)."""
@@ -334,6 +363,10 @@ class FrameTable:
         if found is None:
             found = self._keyed[key] = self.pyspy_stack(raw_frames or [])
         return found
+
+    def intern(self, frames: Stack) -> Stack:
+        """The one tuple kept for this stack (equal stacks become the same object)."""
+        return self._interned.setdefault(frames, frames)
 
     def is_idle(self, frames: Stack) -> bool:
         idle = self._idle.get(frames)
@@ -378,30 +411,41 @@ def parse_pyspy_threads(
 ) -> list[Thread]:
     """py-spy `dump --json` threads -> `Thread`s (frames leaf first, idle marked)."""
     table = table or FrameTable()
+    memo = table._threads
     threads: list[Thread] = []
     has_main = False
     for raw in raw_threads:
         key = raw.get("key")
-        if key is not None:
-            frames = table.keyed_stack(key, raw.get("frames"))
-        else:  # recorded before the agent keyed its stacks
-            frames = table.pyspy_stack(raw.get("frames") or [])
-        name = str(raw.get("thread_name") or "")
         tid = int(raw.get("os_thread_id") or raw.get("thread_id") or 0)
-        is_main = name == MAIN_THREAD or (pid is not None and tid == pid)
-        has_main = has_main or is_main
-        threads.append(
-            Thread(
-                name or f"thread {tid}",
-                tid,
+        raw_name = raw.get("thread_name")
+        is_main = raw_name == MAIN_THREAD or (pid is not None and tid == pid)
+        active, owns_gil = raw.get("active"), raw.get("owns_gil")
+        raw_frames = raw.get("frames")
+        # Most ranks' threads repeat a stack the node sent once (keyed, no frames, no
+        # locals): the whole parse is shared, only the thread id is the rank's own.
+        shared = key is not None and not raw_frames
+        parsed = memo.get((key, raw_name, is_main, active, owns_gil)) if shared else None
+        if parsed is None:
+            if key is not None:
+                frames = table.keyed_stack(key, raw_frames)
+            else:  # recorded before the agent keyed its stacks
+                frames = table.pyspy_stack(raw_frames or [])
+            parsed = (
+                str(raw_name or ""),
                 frames,
                 (not is_main) and table.is_idle(frames),
-                raw.get("active"),
-                raw.get("owns_gil"),
-                is_main,
-                variables_of(table, key, raw.get("frames")),
+                variables_of(table, key, raw_frames),
+                in_distributed(frames),
             )
+            if key is not None and parsed[3] is None:
+                memo[(key, raw_name, is_main, active, owns_gil)] = parsed
+        name, frames, idle, variables, dist = parsed
+        has_main = has_main or is_main
+        thread = Thread(
+            name or f"thread {tid}", tid, frames, idle, active, owns_gil, is_main, variables
         )
+        thread._dist = dist
+        threads.append(thread)
     if threads and not has_main:
         threads[0].is_main = True
         threads[0].idle = False
@@ -454,13 +498,20 @@ def now_iso() -> str:
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a capture's records are built: they hold no
     cycles, and at 100,000 ranks the collector's passes over the new objects cost more
-    than building them (measured: 5.8 s with it, 2.2 s without)."""
+    than building them (measured: 5.8 s with it, 2.2 s without).
+
+    On the way out the new objects join the oldest generation directly (`freeze` then
+    `unfreeze`): they are long-lived, and the first young collection after the pause
+    would otherwise walk all of them at once (0.1 s at 100,000 ranks). They stay
+    collectable: the next full collection sees them as it sees every old object."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
@@ -522,7 +573,11 @@ def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
     return ledger_from_raw(raw)
 
 
-def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankStack:
+def _rank_from_process(
+    node: str, proc: dict[str, Any], table: FrameTable | None = None, **extra: Any
+) -> RankStack:
+    cmdline = proc.get("cmdline") or ""
+    server = proc.get("server")
     return RankStack(
         node=node,
         pid=int(proc["pid"]),
@@ -530,9 +585,9 @@ def _rank_from_process(node: str, proc: dict[str, Any], **extra: Any) -> RankSta
         local_rank=proc.get("local_rank"),
         world_size=proc.get("world_size"),
         role=proc.get("role"),
-        cmdline=printable(proc.get("cmdline") or ""),
+        cmdline=table.text(cmdline) if table is not None else printable(cmdline),
         job=proc.get("job"),
-        server=ServerInfo.from_json(proc.get("server")),
+        server=ServerInfo.from_json(server) if server is not None else None,
         **extra,
     )
 
@@ -551,7 +606,7 @@ def _rank_from_dump(
         rank.pid = pid
         return rank
     threads = parse_pyspy_threads(dump.get("threads") or [], pid, table)
-    rank = _rank_from_process(node, proc, threads=threads)
+    rank = _rank_from_process(node, proc, table, threads=threads)
     rank.pid = pid
     if len(slots) > 1:
         first = _stack_signature(threads)
@@ -580,9 +635,11 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
             Thread(
                 name=str(t.get("name", "")),
                 tid=int(t.get("tid") or 0),
-                frames=tuple(
-                    table.frame(str(f["function"]), str(f["file"]), int(f["line"]))
-                    for f in t.get("frames", [])
+                frames=table.intern(
+                    tuple(
+                        table.frame(str(f["function"]), str(f["file"]), int(f["line"]))
+                        for f in t.get("frames", [])
+                    )
                 ),
                 idle=bool(t.get("idle")),
                 is_main=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.ledger.collect import absent_note
@@ -10,6 +11,37 @@ from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.model import Frame, Stack, StackCapture
 from areal_console.core.textfmt import plural
+
+
+@dataclass
+class AnalysedCapture:
+    """A capture analysed once: its groups and tree, and its diagnosis. Every output of a
+    capture (the saved file, `--json`, the text report, `--save`) is made from this, so a
+    capture is never merged and diagnosed twice."""
+
+    analysis: StackAnalysis
+    diagnosis: Diagnosis
+    _doc: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def capture(self) -> StackCapture:
+        return self.analysis.capture
+
+    def json(self) -> dict[str, Any]:
+        """The `stacks --json` document (made once; the same dict on every call)."""
+        if self._doc is None:
+            self._doc = capture_json(self.capture, self.analysis, self.diagnosis)
+        return self._doc
+
+    def text(self) -> str:
+        """The plain-text report."""
+        return text_report(self.capture, self.analysis, self.diagnosis)
+
+
+def analysed(capture: StackCapture) -> AnalysedCapture:
+    """Merge, group and diagnose `capture` (the collective ledger included), once."""
+    analysis = analyse(capture)
+    return AnalysedCapture(analysis, full_diagnosis(analysis))
 
 
 def capture_json(

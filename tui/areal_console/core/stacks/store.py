@@ -10,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from areal_console.core import locations
 from areal_console.core.errors import UserError
@@ -37,15 +38,24 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def save_capture(capture: StackCapture, directory: Path | None = None) -> Path:
-    """Save `capture` (the `stacks --json` document) as `<id>.json`; returns the path."""
+def save_capture(
+    capture: StackCapture, directory: Path | None = None, doc: dict[str, Any] | None = None
+) -> Path:
+    """Save `capture` (the `stacks --json` document) as `<id>.json`; returns the path.
+
+    `doc` is that document when the caller has it already (made from its analysis): the
+    capture is then not analysed again for the file. Its `id` is the capture's."""
     from areal_console.core.stacks.report import capture_json
 
     if not capture.capture_id:
         capture.capture_id = new_capture_id()
+    if doc is None:
+        doc = capture_json(capture)
+    else:
+        doc["id"] = capture.capture_id
     directory = directory or locations.captures_dir()
     path = directory / f"{capture.capture_id}.json"
-    write_atomic(path, json.dumps(capture_json(capture), separators=(",", ":")))
+    write_atomic(path, json.dumps(doc, separators=(",", ":")))
     return path
 
 

@@ -1,0 +1,285 @@
+"""Reading many of AReaL's step records at once, when they repeat one record's shape.
+
+From one step to the next, AReaL's log record (the progress line, the `Stats (1/1):` line,
+the empty message line and the table, areal/utils/stats_logger.py:135-162) changes only in
+its timestamps, the progress line's numbers and the table's value cells, as long as the
+table keeps its column widths and the numbers their digit counts. Such records all have
+the same length, so a run of them is a 2-D byte matrix over the log buffer (no copy). A
+record is taken only if every byte it should repeat (keys, bars, ANSI codes, `[role]`
+prefixes, the borders' ends, newlines) equals the template record's, and every digit
+position holds a digit; the first record that differs ends the run, and the searching
+parser goes on from there. Values in AReaL's `%.4e` shape, the timestamps and the step
+numbers are decoded with array arithmetic; a value cell holding anything else (nan, inf, a
+three-digit exponent) goes through `float`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+BAR = "│".encode()
+PROGRESS = re.compile(rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\.")
+STATS_1_OF_1 = b"Stats (1/1):"
+TIMESTAMP = re.compile(rb"\d{8}-\d\d:\d\d:\d\d\.\d{3} ")
+HEADS = re.compile(
+    rb"Epoch \d+/\d+ Step \d+/\d+ Train step \d+/\d+ done\.|Stats \(|Training completes!"
+)
+# Of a border line only its ends are compared: its middle carries no data, and comparing
+# it would double the bytes looked at.
+BORDER_ENDS = 12
+
+Index = npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True)
+class RecordTemplate:
+    """One step's record, from the end of the previous table to the end of its own."""
+
+    size: int
+    names: tuple[str, ...]  # the metrics, in the table's row-major order
+    last: bytes  # the record's last bytes (the bottom border's end): a cheap first check
+    same_at: Index  # offsets of the bytes every record repeats (a multiple of 8 of them) ...
+    same: npt.NDArray[np.uint64]  # ... and their values, 8 bytes a word
+    digits_at: Index  # offsets that hold a digit in every record
+    time_at: Index  # the progress line's timestamp: YYYYmmdd HHMMSS mmm, 17 digits
+    step_at: Index  # `Train step N/T`: N's digits
+    total_at: Index  # T's digits
+    cells: Index  # (values, 2): each value cell's span (padding included), row-major
+    wide: Index  # the value cells wide enough to hold a `%.4e` number ...
+    window_at: Index  # ... and their last NUMBER bytes, cell after cell
+
+    @property
+    def values(self) -> int:
+        return len(self.cells)
+
+
+@dataclass
+class RecordRun:
+    """Records read in bulk: AReaL's 1-based train step numbers, times, values row-major."""
+
+    train_steps: list[int]
+    totals: list[int]
+    seconds: npt.NDArray[np.float64]  # UTC-naive seconds since the epoch, before the zone
+    values: memoryview  # doubles, row after row
+
+
+# A value as AReaL prints it (`.4e`, areal/utils/printing.py:6) fills the last 12 bytes of its
+# cell: sign or space, d.dddde±dd, the cell's padding space.
+NUMBER = 12
+MINUS, PLUS, SPACE, DOT, E = b"-+ .e"
+DIGITS = [1, 3, 4, 5, 6, 9, 10]
+MANTISSA = np.array([10000, 1000, 100, 10, 1], dtype=np.int64)
+POW10 = np.array([float(10**i) for i in range(23)])  # exact doubles
+
+
+def record_template(record: bytes) -> RecordTemplate | None:
+    """The template of `record` (one progress line, one `Stats (1/1):`, one table), or None
+    if it is not shaped like that."""
+    heads = list(HEADS.finditer(record))
+    if len(heads) != 2 or not record.startswith(b"Epoch", heads[0].start()):
+        return None
+    if not record.startswith(STATS_1_OF_1, heads[1].start()):
+        return None
+    progress = PROGRESS.match(record, heads[0].start())
+    line = record.rfind(b"\n", 0, heads[0].start()) + 1
+    stamp = TIMESTAMP.search(record, line, heads[0].start())
+    table = record.find("╒".encode(), heads[1].end())
+    if progress is None or stamp is None or table < 0 or not record.endswith(b"\n"):
+        return None
+    variable = np.zeros(len(record), dtype=bool)
+    digits: list[int] = []
+    for m in TIMESTAMP.finditer(record, 0, record.rfind(b"\n", 0, table)):
+        at = [i for i in range(m.start(), m.end() - 1) if record[i] in b"0123456789"]
+        digits += at
+    for group in range(1, 7):
+        digits += range(progress.start(group), progress.end(group))
+    variable[digits] = True
+    found = value_cells(record, record.rfind(b"\n", 0, table) + 1)
+    if found is None:
+        return None
+    cells, names = found
+    wide = np.flatnonzero(cells[:, 1] - cells[:, 0] >= NUMBER)
+    window_at = (cells[wide, 1, None] + np.arange(-NUMBER, 0)).ravel()
+    for a, b in cells[cells[:, 1] - cells[:, 0] < NUMBER].tolist():
+        variable[a:b] = True
+    variable[window_at] = True
+    same = ~variable
+    skip_border_middles(record, record.rfind(b"\n", 0, table) + 1, same)
+    same_at = whole_words(np.flatnonzero(same))
+    buffer = np.frombuffer(record, dtype=np.uint8)
+    stamp_digits = [i for i in range(stamp.start(), stamp.end() - 1) if record[i] in b"0123456789"]
+    return RecordTemplate(
+        size=len(record),
+        names=names,
+        last=record[-BORDER_ENDS:],
+        same_at=same_at,
+        same=buffer[same_at].view(np.uint64),
+        digits_at=np.array(sorted(set(digits)), dtype=np.intp),
+        time_at=np.array(stamp_digits, dtype=np.intp),
+        step_at=np.arange(progress.start(5), progress.end(5), dtype=np.intp),
+        total_at=np.arange(progress.start(6), progress.end(6), dtype=np.intp),
+        cells=cells,
+        wide=wide,
+        window_at=window_at,
+    )
+
+
+def whole_words(offsets: Index) -> Index:
+    """`offsets` padded to a multiple of 8 (by repeating the last), to compare 8 at a time."""
+    return np.concatenate([offsets, np.repeat(offsets[-1:], -len(offsets) % 8)])
+
+
+def value_cells(record: bytes, start: int) -> tuple[Index, tuple[str, ...]] | None:
+    """The table from `start`: its value cells' spans (start, end; padding included) and
+    its keys, row-major, blank pairs left out. None unless every row is `│ key │ value │ ...`
+    with as many bars as the others, and the keys are distinct."""
+    spans: list[tuple[int, int]] = []
+    names: list[str] = []
+    lines = record[start:].split(b"\n")[:-1]
+    widths = set()
+    at = start
+    for i, line in enumerate(lines):
+        if i % 2 == 1:
+            bars = bar_offsets(line)
+            widths.add(len(bars))
+            for left, middle, right in zip(bars[0:-1:2], bars[1::2], bars[2::2], strict=False):
+                key = line[left + 3 : middle].strip()
+                if key:
+                    spans.append((at + middle + 3, at + right))
+                    names.append(key.decode(errors="replace"))
+        at += len(line) + 1
+    if len(widths) != 1 or min(widths) < 3 or min(widths) % 2 == 0 or not names:
+        return None
+    if len(set(names)) != len(names):
+        return None
+    return np.array(spans, dtype=np.intp), tuple(names)
+
+
+def bar_offsets(line: bytes) -> list[int]:
+    found = []
+    at = line.find(BAR)
+    while at >= 0:
+        found.append(at)
+        at = line.find(BAR, at + 3)
+    return found
+
+
+def skip_border_middles(record: bytes, start: int, same: npt.NDArray[np.bool_]) -> None:
+    """Compare only the ends of the table's border and separator lines."""
+    at = start
+    for i, line in enumerate(record[start:].split(b"\n")[:-1]):
+        if i % 2 == 0 and len(line) > 2 * BORDER_ENDS:
+            same[at + BORDER_ENDS : at + len(line) - BORDER_ENDS] = False
+        at += len(line) + 1
+
+
+def fits(t: RecordTemplate, record: bytes) -> bool:
+    """Whether `record` repeats the template's record (same length, same fixed bytes)."""
+    if len(record) != t.size:
+        return False
+    return bool((np.frombuffer(record, dtype=np.uint8)[t.same_at].view(np.uint64) == t.same).all())
+
+
+def log_steps(train_steps: list[int], last_step: int) -> list[int]:
+    """The steps AReaL logs these commits at, one stats dict each: the progress line's
+    `Train step N` is global_step + 1, and log_step = max(global_step, last + 1)
+    (areal/utils/stats_logger.py:150)."""
+    n = len(train_steps)
+    offset = np.arange(n, dtype=np.int64)
+    floor = np.array(train_steps, dtype=np.int64) - 1 - offset
+    floor[0] = max(floor[0], last_step + 1)
+    return (np.maximum.accumulate(floor) + offset).tolist()
+
+
+def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRun | None:
+    """Up to `count` records of template `t` from `start`, up to the first that differs;
+    None if the first already does (or a value cell holds more than one word)."""
+    records = np.frombuffer(data, dtype=np.uint8, count=count * t.size, offset=start)
+    records = records.reshape(count, t.size)
+    ok = (np.take(records, t.same_at, axis=1).view(np.uint64) == t.same).all(axis=1)
+    ok &= (records[:, t.digits_at] - 48 <= 9).all(axis=1)
+    n = count if ok.all() else int(np.argmin(ok))
+    if n == 0:
+        return None
+    records = records[:n]
+    return RecordRun(
+        train_steps=decimal(records[:, t.step_at]).tolist(),
+        totals=decimal(records[:, t.total_at]).tolist(),
+        seconds=utc_seconds(records[:, t.time_at]),
+        values=cell_values(records, t).data.cast("B"),
+    )
+
+
+def cell_values(records: npt.NDArray[np.uint8], t: RecordTemplate) -> npt.NDArray[np.float64]:
+    """The records' values, (records, values); a cell not in `%.4e` shape through `float`."""
+    n = len(records)
+    out = np.empty((n, t.values))
+    windows = np.take(records, t.window_at, axis=1).reshape(n, len(t.wide), NUMBER)
+    numbers, ok = scientific(windows)
+    out[:, t.wide] = numbers
+    odd = [(r, int(t.wide[j])) for r, j in np.argwhere(~ok).tolist()]
+    narrow = np.setdiff1d(np.arange(t.values), t.wide).tolist()
+    odd += [(r, c) for c in narrow for r in range(n)]
+    for r, c in odd:
+        a, b = t.cells[c]
+        out[r, c] = float_or_nan(records[r, a:b].tobytes())
+    return out
+
+
+def scientific(w: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Decode `[-| ]d.dddde±dd ` windows (last axis) the way `float` would, and which were in
+    that shape. m / 10**k and m * 10**k of exact doubles round once, as `float` does."""
+    ok = (w[..., 0] == MINUS) | (w[..., 0] == SPACE)
+    ok &= (w[..., DIGITS] - 48 <= 9).all(axis=-1)
+    ok &= (w[..., 2] == DOT) & (w[..., 7] == E) & (w[..., 11] == SPACE)
+    ok &= (w[..., 8] == MINUS) | (w[..., 8] == PLUS)
+    mantissa = (w[..., [1, 3, 4, 5, 6]].astype(np.int64) - 48) @ MANTISSA
+    exponent = (w[..., 9].astype(np.int64) - 48) * 10 + w[..., 10] - 48
+    exponent = np.where(w[..., 8] == MINUS, -exponent, exponent)
+    shift = 4 - exponent  # value = mantissa * 10**-shift
+    ok &= np.abs(shift) < len(POW10)
+    scale = POW10[np.clip(np.abs(shift), 0, len(POW10) - 1)]
+    value = np.where(shift >= 0, mantissa / scale, mantissa * scale)
+    return np.where(w[..., 0] == MINUS, -value, value), ok
+
+
+def decimal(digits: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
+    """Rows of ASCII digits to numbers."""
+    powers = 10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64)
+    return (digits.astype(np.int64) - 48) @ powers
+
+
+def utc_seconds(stamps: npt.NDArray[np.uint8]) -> npt.NDArray[np.float64]:
+    """Rows of YYYYmmddHHMMSSmmm digits to seconds since the epoch, reading them as UTC.
+
+    Computed as the searching parser does (whole seconds, then + ms / 1000), so both
+    give the same floats."""
+    day = decimal(stamps[:, 0:8])
+    days, where = np.unique(day, return_inverse=True)
+    midnight = np.array(
+        [
+            calendar.timegm((int(d) // 10000, int(d) // 100 % 100, int(d) % 100, 0, 0, 0))
+            for d in days
+        ],
+        dtype=np.int64,
+    )
+    whole = (
+        midnight[where]
+        + decimal(stamps[:, 8:10]) * 3600
+        + decimal(stamps[:, 10:12]) * 60
+        + decimal(stamps[:, 12:14])
+    )
+    return whole + decimal(stamps[:, 14:17]) / 1000
+
+
+def float_or_nan(cell: bytes) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        return math.nan
