@@ -96,6 +96,7 @@ class LogParser:
         self._bulk_skip = 0  # ... and how many records to read the searching way before the next
         self.bulk = bulk
         self.bulk_steps = 0  # steps read in bulk
+        self._run_length = BULK_FIRST  # records in the last bulk run
         self.bytes_read = 0
 
     # feeding --------------------------------------------------------------------------
@@ -129,7 +130,8 @@ class LogParser:
         """Parse the complete records of `data` from `start`; returns the offset up to which
         it was consumed."""
         end = max(data.rfind(b"\n") + 1, start)
-        pos = record = start  # record: where the current step's record began (after a table)
+        # record: where the current step's record began (after a table); `start` is one
+        pos = record = self._runs(data, start, end) if self.bulk else start
         while True:
             m = HEADS.search(data, pos, end)
             if m is None:
@@ -192,9 +194,7 @@ class LogParser:
             self._bulk_skip -= 1
             return table_end
         self._remember(data[record:table_end])
-        pos = table_end
-        while (after := self._run(data, pos, end)) > pos:
-            pos = after
+        pos = self._runs(data, table_end, end)
         missed = pos == table_end and end - pos >= min((t.size for t in self._templates), default=0)
         self._bulk_misses = min(2 * self._bulk_misses + 1, 64) if missed else 0
         self._bulk_skip = self._bulk_misses
@@ -210,6 +210,12 @@ class LogParser:
         if template is not None:
             self._templates = [template, *self._templates[: TEMPLATES - 1]]
 
+    def _runs(self, data: bytes, pos: int, end: int) -> int:
+        """Read the runs of records from `pos` that repeat kept templates; their end."""
+        while (after := self._run(data, pos, end)) > pos:
+            pos = after
+        return pos
+
     def _run(self, data: bytes, pos: int, end: int) -> int:
         """Read the run of records from `pos` that repeat a kept template; its end."""
         for template in self._templates:
@@ -220,7 +226,9 @@ class LogParser:
         return pos
 
     def _read_run(self, data: bytes, pos: int, end: int, template: RecordTemplate) -> int:
-        count = BULK_FIRST
+        """Records of `template` from `pos`, a pass at a time: the first pass as long as the
+        last run was (each pass has a fixed cost), then longer while they keep matching."""
+        count, start = self._run_length, pos
         while (count := min(count, (end - pos) // template.size)) > 0:
             run = read_run(data, pos, count, template)
             if run is None:
@@ -230,6 +238,8 @@ class LogParser:
             if len(run.train_steps) < count:
                 break
             count = min(4 * count, BULK_MOST)
+        if pos > start:
+            self._run_length = min(max((pos - start) // template.size, BULK_FIRST), BULK_MOST)
         return pos
 
     def _store_run(self, run: RecordRun, names: tuple[str, ...]) -> None:
