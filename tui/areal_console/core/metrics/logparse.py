@@ -227,19 +227,21 @@ class LogParser:
 
     def _read_run(self, data: bytes, pos: int, end: int, template: RecordTemplate) -> int:
         """Records of `template` from `pos`, a pass at a time: the first pass as long as the
-        last run was (each pass has a fixed cost), then longer while they keep matching."""
+        last run was (a pass has a fixed cost; a long pass over a record that differs early
+        wastes its comparison), then longer while they keep matching."""
         count, start = self._run_length, pos
         while (count := min(count, (end - pos) // template.size)) > 0:
             run = read_run(data, pos, count, template)
-            if run is None:
-                break
-            self._store_run(run, template.names)
-            pos += len(run.train_steps) * template.size
-            if len(run.train_steps) < count:
-                break
+            read = len(run.train_steps) if run is not None else 0
+            if run is not None:
+                self._store_run(run, template.names)
+                pos += read * template.size
+            if read < count:  # a record differs: the next first pass is this run's length
+                self._run_length = min(max((pos - start) // template.size, BULK_FIRST), BULK_MOST)
+                return pos
             count = min(4 * count, BULK_MOST)
-        if pos > start:
-            self._run_length = min(max((pos - start) // template.size, BULK_FIRST), BULK_MOST)
+        # the data ended, not the run: the next chunk goes on with passes as long
+        self._run_length = max(self._run_length, min((pos - start) // template.size, BULK_MOST))
         return pos
 
     def _store_run(self, run: RecordRun, names: tuple[str, ...]) -> None:
