@@ -201,7 +201,7 @@ def log_steps(train_steps: list[int], last_step: int) -> list[int]:
 
 def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRun | None:
     """Up to `count` records of template `t` from `start`, up to the first that differs;
-    None if the first already does (or a value cell holds more than one word)."""
+    None if the first already does."""
     records = np.frombuffer(data, dtype=np.uint8, count=count * t.size, offset=start)
     records = records.reshape(count, t.size)
     ok = (np.take(records, t.same_at, axis=1).view(np.uint64) == t.same).all(axis=1)

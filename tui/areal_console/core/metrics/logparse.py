@@ -54,6 +54,7 @@ BOTTOM = "╘".encode()
 # process's lines got in between in merged.log); farther means this Stats record has none.
 TABLE_WINDOW = 8192
 BULK_FIRST, BULK_MOST = 16, 4096  # records compared per bulk pass: first, and at most
+BULK_BACKOFF = 255  # records read the searching way, at most, after bulk attempts that failed
 TEMPLATES = 8  # record shapes kept (a run alternates between a few: eval steps, value widths)
 SEAM = 256 << 10  # a chunk's head parsed with the previous chunk's unfinished record
 
@@ -157,6 +158,7 @@ class LogParser:
 
     def _table(self, data: bytes, m: re.Match[bytes], end: int) -> int:
         """Parse the table after a `Stats (i/n):` record; -1 if it is not complete yet."""
+        self._table_read = False
         top = data.find(TOP, m.end(), min(end, m.end() + TABLE_WINDOW))
         if top < 0:
             if end - m.end() < TABLE_WINDOW and HEADS.search(data, m.end(), end) is None:
@@ -170,7 +172,6 @@ class LogParser:
         stop = data.find(b"\n", bottom, end)
         if stop < 0:
             return -1
-        self._table_read = False
         index = int(m.group(7))
         if index == 1:
             base = self.last_step + 1
@@ -196,7 +197,7 @@ class LogParser:
         self._remember(data[record:table_end])
         pos = self._runs(data, table_end, end)
         missed = pos == table_end and end - pos >= min((t.size for t in self._templates), default=0)
-        self._bulk_misses = min(2 * self._bulk_misses + 1, 64) if missed else 0
+        self._bulk_misses = min(2 * self._bulk_misses + 1, BULK_BACKOFF) if missed else 0
         self._bulk_skip = self._bulk_misses
         return pos
 
