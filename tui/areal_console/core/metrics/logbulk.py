@@ -53,6 +53,7 @@ class RecordTemplate:
     cells: Index  # (values, 2): each value cell's span (padding included), row-major
     wide: Index  # the value cells wide enough to hold a `%.4e` number ...
     window_at: Index  # ... and their last NUMBER bytes, cell after cell
+    narrow: tuple[int, ...]  # the others (a column of nan only), read with `float`
 
     @property
     def values(self) -> int:
@@ -127,6 +128,7 @@ def record_template(record: bytes) -> RecordTemplate | None:
         cells=cells,
         wide=wide,
         window_at=window_at,
+        narrow=tuple(np.setdiff1d(np.arange(len(cells)), wide).tolist()),
     )
 
 
@@ -199,7 +201,7 @@ def log_steps(train_steps: list[int], last_step: int) -> list[int]:
 
 def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRun | None:
     """Up to `count` records of template `t` from `start`, up to the first that differs;
-    None if the first already does (or a value cell holds more than one word)."""
+    None if the first already does."""
     records = np.frombuffer(data, dtype=np.uint8, count=count * t.size, offset=start)
     records = records.reshape(count, t.size)
     ok = (np.take(records, t.same_at, axis=1).view(np.uint64) == t.same).all(axis=1)
@@ -223,9 +225,8 @@ def cell_values(records: npt.NDArray[np.uint8], t: RecordTemplate) -> npt.NDArra
     windows = np.take(records, t.window_at, axis=1).reshape(n, len(t.wide), NUMBER)
     numbers, ok = scientific(windows)
     out[:, t.wide] = numbers
-    odd = [(r, int(t.wide[j])) for r, j in np.argwhere(~ok).tolist()]
-    narrow = np.setdiff1d(np.arange(t.values), t.wide).tolist()
-    odd += [(r, c) for c in narrow for r in range(n)]
+    odd = [] if ok.all() else [(r, int(t.wide[j])) for r, j in np.argwhere(~ok).tolist()]
+    odd += [(r, c) for c in t.narrow for r in range(n)]
     for r, c in odd:
         a, b = t.cells[c]
         out[r, c] = float_or_nan(records[r, a:b].tobytes())
@@ -255,27 +256,37 @@ def decimal(digits: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
     return (digits.astype(np.int64) - 48) @ powers
 
 
+def field_weights(widths: list[int]) -> npt.NDArray[np.int64]:
+    """(sum(widths), len(widths)): each digit's weight in its field, fields side by side."""
+    weights = np.zeros((sum(widths), len(widths)), dtype=np.int64)
+    at = 0
+    for i, width in enumerate(widths):
+        weights[at : at + width, i] = 10 ** np.arange(width - 1, -1, -1)
+        at += width
+    return weights
+
+
+STAMP_FIELDS = field_weights([8, 2, 2, 2, 3])  # YYYYmmdd HH MM SS mmm
+
+
 def utc_seconds(stamps: npt.NDArray[np.uint8]) -> npt.NDArray[np.float64]:
     """Rows of YYYYmmddHHMMSSmmm digits to seconds since the epoch, reading them as UTC.
 
     Computed as the searching parser does (whole seconds, then + ms / 1000), so both
     give the same floats."""
-    day = decimal(stamps[:, 0:8])
-    days, where = np.unique(day, return_inverse=True)
-    midnight = np.array(
-        [
-            calendar.timegm((int(d) // 10000, int(d) // 100 % 100, int(d) % 100, 0, 0, 0))
-            for d in days
-        ],
-        dtype=np.int64,
-    )
-    whole = (
-        midnight[where]
-        + decimal(stamps[:, 8:10]) * 3600
-        + decimal(stamps[:, 10:12]) * 60
-        + decimal(stamps[:, 12:14])
-    )
-    return whole + decimal(stamps[:, 14:17]) / 1000
+    day, hour, minute, second, milli = ((stamps.astype(np.int64) - 48) @ STAMP_FIELDS).T
+    if (day == day[0]).all():
+        midnight: npt.NDArray[np.int64] | int = midnight_utc(int(day[0]))
+    else:
+        days, where = np.unique(day, return_inverse=True)
+        midnight = np.array([midnight_utc(int(d)) for d in days], dtype=np.int64)[where]
+    whole = midnight + hour * 3600 + minute * 60 + second
+    return whole + milli / 1000
+
+
+def midnight_utc(day: int) -> int:
+    """YYYYmmdd to seconds since the epoch at its midnight, UTC."""
+    return calendar.timegm((day // 10000, day // 100 % 100, day % 100, 0, 0, 0))
 
 
 def float_or_nan(cell: bytes) -> float:

@@ -54,6 +54,7 @@ BOTTOM = "╘".encode()
 # process's lines got in between in merged.log); farther means this Stats record has none.
 TABLE_WINDOW = 8192
 BULK_FIRST, BULK_MOST = 16, 4096  # records compared per bulk pass: first, and at most
+BULK_BACKOFF = 255  # records read the searching way, at most, after bulk attempts that failed
 TEMPLATES = 8  # record shapes kept (a run alternates between a few: eval steps, value widths)
 SEAM = 256 << 10  # a chunk's head parsed with the previous chunk's unfinished record
 
@@ -96,6 +97,7 @@ class LogParser:
         self._bulk_skip = 0  # ... and how many records to read the searching way before the next
         self.bulk = bulk
         self.bulk_steps = 0  # steps read in bulk
+        self._run_length = BULK_FIRST  # records in the last bulk run
         self.bytes_read = 0
 
     # feeding --------------------------------------------------------------------------
@@ -129,7 +131,8 @@ class LogParser:
         """Parse the complete records of `data` from `start`; returns the offset up to which
         it was consumed."""
         end = max(data.rfind(b"\n") + 1, start)
-        pos = record = start  # record: where the current step's record began (after a table)
+        # record: where the current step's record began (after a table); `start` is one
+        pos = record = self._runs(data, start, end) if self.bulk else start
         while True:
             m = HEADS.search(data, pos, end)
             if m is None:
@@ -155,6 +158,7 @@ class LogParser:
 
     def _table(self, data: bytes, m: re.Match[bytes], end: int) -> int:
         """Parse the table after a `Stats (i/n):` record; -1 if it is not complete yet."""
+        self._table_read = False
         top = data.find(TOP, m.end(), min(end, m.end() + TABLE_WINDOW))
         if top < 0:
             if end - m.end() < TABLE_WINDOW and HEADS.search(data, m.end(), end) is None:
@@ -168,7 +172,6 @@ class LogParser:
         stop = data.find(b"\n", bottom, end)
         if stop < 0:
             return -1
-        self._table_read = False
         index = int(m.group(7))
         if index == 1:
             base = self.last_step + 1
@@ -192,11 +195,9 @@ class LogParser:
             self._bulk_skip -= 1
             return table_end
         self._remember(data[record:table_end])
-        pos = table_end
-        while (after := self._run(data, pos, end)) > pos:
-            pos = after
+        pos = self._runs(data, table_end, end)
         missed = pos == table_end and end - pos >= min((t.size for t in self._templates), default=0)
-        self._bulk_misses = min(2 * self._bulk_misses + 1, 64) if missed else 0
+        self._bulk_misses = min(2 * self._bulk_misses + 1, BULK_BACKOFF) if missed else 0
         self._bulk_skip = self._bulk_misses
         return pos
 
@@ -210,6 +211,12 @@ class LogParser:
         if template is not None:
             self._templates = [template, *self._templates[: TEMPLATES - 1]]
 
+    def _runs(self, data: bytes, pos: int, end: int) -> int:
+        """Read the runs of records from `pos` that repeat kept templates; their end."""
+        while (after := self._run(data, pos, end)) > pos:
+            pos = after
+        return pos
+
     def _run(self, data: bytes, pos: int, end: int) -> int:
         """Read the run of records from `pos` that repeat a kept template; its end."""
         for template in self._templates:
@@ -220,16 +227,22 @@ class LogParser:
         return pos
 
     def _read_run(self, data: bytes, pos: int, end: int, template: RecordTemplate) -> int:
-        count = BULK_FIRST
+        """Records of `template` from `pos`, a pass at a time: the first pass as long as the
+        last run was (a pass has a fixed cost; a long pass over a record that differs early
+        wastes its comparison), then longer while they keep matching."""
+        count, start = self._run_length, pos
         while (count := min(count, (end - pos) // template.size)) > 0:
             run = read_run(data, pos, count, template)
-            if run is None:
-                break
-            self._store_run(run, template.names)
-            pos += len(run.train_steps) * template.size
-            if len(run.train_steps) < count:
-                break
+            read = len(run.train_steps) if run is not None else 0
+            if run is not None:
+                self._store_run(run, template.names)
+                pos += read * template.size
+            if read < count:  # a record differs: the next first pass is this run's length
+                self._run_length = min(max((pos - start) // template.size, BULK_FIRST), BULK_MOST)
+                return pos
             count = min(4 * count, BULK_MOST)
+        # the data ended, not the run: the next chunk goes on with passes as long
+        self._run_length = max(self._run_length, min((pos - start) // template.size, BULK_MOST))
         return pos
 
     def _store_run(self, run: RecordRun, names: tuple[str, ...]) -> None:
