@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from areal_console.core.batch_records import SampleRow
 from areal_console.screens.batches import BatchesScreen, filter_rows
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.styles import STYLESHEET
@@ -163,22 +164,31 @@ async def test_unsafe_pickle_asks_before_loading(tmp_path: Path) -> None:
         assert screen.trust_pickle is True
 
 
+def _rows(*raw: dict[str, Any]) -> list[SampleRow]:
+    return [r for r in map(SampleRow.from_json, raw) if r is not None]
+
+
 def test_filter_rows_terms() -> None:
-    rows = [
+    rows = _rows(
         {"index": 0, "group": 0, "eos": True, "reward": 1.0},
         {"index": 1, "group": 0, "eos": False, "reward": 0.0},
-        {"index": 2, "group": 1, "eos": False, "reward": 1.0},
-    ]
-    assert [r["index"] for r in filter_rows(rows, "noeos")] == [1, 2]
-    assert [r["index"] for r in filter_rows(rows, "noeos reward=1")] == [2]
-    assert [r["index"] for r in filter_rows(rows, "")] == [0, 1, 2]
+        {"index": 2, "group": 1, "eos": False, "reward": 1.0, "task_id": "gsm8k-7"},
+    )
+    assert [r.index for r in filter_rows(rows, "noeos")] == [1, 2]
+    assert [r.index for r in filter_rows(rows, "noeos reward=1")] == [2]
+    assert [r.index for r in filter_rows(rows, "")] == [0, 1, 2]
+    assert [r.index for r in filter_rows(rows, "group=1")] == [2]
+    assert [r.index for r in filter_rows(rows, "eos=True")] == [0]
+    assert [r.index for r in filter_rows(rows, "nosuchfield=1")] == []
+    assert [r.index for r in filter_rows(rows, "gsm8k")] == [2]  # plain text: any value
     # Without an EOS id, AReaL's own rule (length == padded width) decides.
-    unknown = [
+    unknown = _rows(
         {"index": 0, "eos": None, "no_eos": False},
         {"index": 1, "eos": None, "no_eos": True},
-    ]
-    assert [r["index"] for r in filter_rows(unknown, "noeos")] == [1]
-    assert [r["index"] for r in filter_rows(unknown, "eos")] == [0]
+        {"index": 2},  # neither known: counts as not cut
+    )
+    assert [r.index for r in filter_rows(unknown, "noeos")] == [1]
+    assert [r.index for r in filter_rows(unknown, "eos")] == [0, 2]
 
 
 async def test_wrong_format_and_text_rollout(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from rich.text import Text
 from textual.message import Message
 
+from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
 from areal_console.core.slurm import SlurmJob
@@ -98,7 +99,7 @@ class SavedCapturesListed(Reply):
 class BatchSummaryLoaded(Reply):
     """A dump's (`top`) or one step file's summary."""
 
-    summary: dict[str, Any]
+    summary: BatchSummary
     top: bool
 
 
@@ -106,7 +107,7 @@ class BatchSummaryLoaded(Reply):
 class BatchSamplesLoaded(Reply):
     """One step file's sample table."""
 
-    table: dict[str, Any]
+    rows: tuple[SampleRow, ...]
 
 
 @dataclass
@@ -120,7 +121,7 @@ class BatchSampleLoaded(Reply):
 class BatchCompareLoaded(Reply):
     """Two steps side by side."""
 
-    result: dict[str, Any]
+    result: Comparison
 
 
 @dataclass
