@@ -38,6 +38,9 @@ BORDER_ENDS = 12
 
 Index = npt.NDArray[np.intp]
 Words = npt.NDArray[np.uint64]
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.bool_]
 WORD = np.dtype("<u8")  # 8 bytes, the first in the lowest bits
 
 
@@ -53,10 +56,9 @@ class RecordTemplate:
     part_at: Index  # words only some of whose bytes every record repeats ...
     part_mask: Words  # ... those bytes (0xff each) ...
     part: Words  # ... and their values
-    digits_at: Index  # offsets that hold a digit in every record
-    time_at: Index  # the progress line's timestamp: YYYYmmdd HHMMSS mmm, 17 digits
-    step_at: Index  # `Train step N/T`: N's digits
-    total_at: Index  # T's digits
+    digits_at: Index  # offsets that hold a digit in every record; first those of ...
+    fields: npt.NDArray[np.int64]  # ... (digits, 7): the progress line's timestamp
+    # (YYYYmmdd, HH, MM, SS, mmm) and `Train step N/T`'s N and T, each digit's weight
     cells: Index  # (values, 2): each value cell's span (padding included), row-major
     wide: Index  # the value cells wide enough to hold a `%.4e` number ...
     number_at: Index  # ... and where its last NUMBER bytes start
@@ -71,8 +73,8 @@ class RecordTemplate:
 class RecordRun:
     """Records read in bulk: AReaL's 1-based train step numbers, times, values row-major."""
 
-    train_steps: list[int]
-    totals: list[int]
+    train_steps: npt.NDArray[np.int64]
+    total: int  # the last record's T
     seconds: npt.NDArray[np.float64]  # UTC-naive seconds since the epoch, before the zone
     values: memoryview  # doubles, row after row
 
@@ -105,6 +107,10 @@ def record_template(record: bytes) -> RecordTemplate | None:
         digits += at
     for group in range(1, 7):
         digits += range(progress.start(group), progress.end(group))
+    stamp_digits = [i for i in range(stamp.start(), stamp.end() - 1) if record[i] in b"0123456789"]
+    step_digits = list(range(progress.start(5), progress.end(5)))
+    total_digits = list(range(progress.start(6), progress.end(6)))
+    field_digits = stamp_digits + step_digits + total_digits
     variable[digits] = True
     found = value_cells(record, record.rfind(b"\n", 0, table) + 1)
     if found is None:
@@ -119,7 +125,6 @@ def record_template(record: bytes) -> RecordTemplate | None:
     skip_border_middles(record, record.rfind(b"\n", 0, table) + 1, same)
     full_at, part_at, part_mask = word_cover(same)
     words = word_matrix(record, 0, 1, len(record))[0]
-    stamp_digits = [i for i in range(stamp.start(), stamp.end() - 1) if record[i] in b"0123456789"]
     return RecordTemplate(
         size=len(record),
         names=names,
@@ -129,10 +134,8 @@ def record_template(record: bytes) -> RecordTemplate | None:
         part_at=part_at,
         part_mask=part_mask,
         part=words[part_at] & part_mask,
-        digits_at=np.array(sorted(set(digits)), dtype=np.intp),
-        time_at=np.array(stamp_digits, dtype=np.intp),
-        step_at=np.arange(progress.start(5), progress.end(5), dtype=np.intp),
-        total_at=np.arange(progress.start(6), progress.end(6), dtype=np.intp),
+        digits_at=np.array(field_digits + sorted(set(digits) - set(field_digits)), dtype=np.intp),
+        fields=field_weights([8, 2, 2, 2, 3, len(step_digits), len(total_digits)]),
         cells=cells,
         wide=wide,
         number_at=number_at,
@@ -227,13 +230,13 @@ def repeats(words: Words, t: RecordTemplate) -> npt.NDArray[np.bool_]:
     return ok
 
 
-def log_steps(train_steps: list[int], last_step: int) -> list[int]:
+def log_steps(train_steps: npt.NDArray[np.int64], last_step: int) -> list[int]:
     """The steps AReaL logs these commits at, one stats dict each: the progress line's
     `Train step N` is global_step + 1, and log_step = max(global_step, last + 1)
     (areal/utils/stats_logger.py:150)."""
     n = len(train_steps)
     offset = np.arange(n, dtype=np.int64)
-    floor = np.array(train_steps, dtype=np.int64) - 1 - offset
+    floor = train_steps - 1 - offset
     floor[0] = max(floor[0], last_step + 1)
     return (np.maximum.accumulate(floor) + offset).tolist()
 
@@ -245,15 +248,19 @@ def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRu
     records = records.reshape(count, t.size)
     words = word_matrix(data, start, count, t.size)
     ok = repeats(words, t)
-    ok &= (records[:, t.digits_at] - 48 <= 9).all(axis=1)
+    digits = records[:, t.digits_at] - 48
+    ok &= (digits <= 9).all(axis=1)
     n = count if ok.all() else int(np.argmin(ok))
     if n == 0:
         return None
     records = records[:n]
+    day, hour, minute, second, milli, steps, totals = (
+        digits[:n, : len(t.fields)].astype(np.int64) @ t.fields
+    ).T
     return RecordRun(
-        train_steps=decimal(records[:, t.step_at]).tolist(),
-        totals=decimal(records[:, t.total_at]).tolist(),
-        seconds=utc_seconds(records[:, t.time_at]),
+        train_steps=steps,
+        total=int(totals[-1]),
+        seconds=utc_seconds(day, hour * 3600 + minute * 60 + second, milli),
         values=np.ascontiguousarray(cell_values(records, words[:n], t)).data.cast("B"),
     )
 
@@ -284,44 +291,65 @@ def byte_word(*pairs: tuple[int, int]) -> np.uint64:
 
 # A number `[-| ]d.dddde±dd ` is read as two words: its bytes 0-7 (the sign, the mantissa's
 # digits at 1 and 3-6, `.` and `e`) and its bytes 4-11 (the exponent's sign at 4, its
-# digits at 5-6, the space at 7). A byte is a digit if its high half is 3 and its low half
-# plus 6 stays below 16.
+# digits at 5-6, the space at 7). One masked comparison checks the bytes that are fixed,
+# the digits' high halves (3) and the bits that `-` shares with ` ` (the sign) and with `+`
+# (the exponent's sign). A mantissa digit's low half is at most 9 if adding 6 leaves the
+# high half alone. The remaining bits (the two signs' other bits and the exponent's digits)
+# form a 15-bit key into tables that say whether they are valid and give the value's scale.
 MANTISSA_AT = (1, 3, 4, 5, 6)
-HEAD_MASK = byte_word((2, 0xFF), (7, 0xFF), *((i, 0xF0) for i in MANTISSA_AT))
-HEAD = byte_word((2, DOT), (7, E), *((i, 0x30) for i in MANTISSA_AT))
+HEAD_MASK = byte_word((0, 0xF2), (2, 0xFF), (7, 0xFF), *((i, 0xF0) for i in MANTISSA_AT))
+HEAD = byte_word((0, SPACE & 0xF2), (2, DOT), (7, E), *((i, 0x30) for i in MANTISSA_AT))
 HEAD_LOW = byte_word(*((i, 0x0F) for i in MANTISSA_AT))
 HEAD_SIX = byte_word(*((i, 6) for i in MANTISSA_AT))
 HEAD_HIGH = byte_word(*((i, 0xF0) for i in MANTISSA_AT))
-TAIL_MASK = byte_word((7, 0xFF), (5, 0xF0), (6, 0xF0))
-TAIL = byte_word((7, SPACE), (5, 0x30), (6, 0x30))
-TAIL_LOW = byte_word((5, 0x0F), (6, 0x0F))
-TAIL_SIX = byte_word((5, 6), (6, 6))
-TAIL_HIGH = byte_word((5, 0xF0), (6, 0xF0))
+TAIL_MASK = byte_word((4, 0xF9), (5, 0xF0), (6, 0xF0), (7, 0xFF))
+TAIL = byte_word((4, PLUS & 0xF9), (5, 0x30), (6, 0x30), (7, SPACE))
 BYTE = np.uint64(0xFF)
+SIGN_BITS = 0x0D  # the sign's bits not in HEAD_MASK: 0 for ` `, all for `-`
+KEY_TAIL = np.uint64(0b11 | 0xF << 7 | 0xF << 15)  # in the tail >> 33: the exponent's
+KEY_FOLD = np.uint64(0b11 | 0xFF << 7)  # sign's bits 1-2 at 0-1, its digits at 7, 15 (-> 11)
 
 
-def scientific(head: Words, tail: Words) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+def scale_tables() -> tuple[Flags, Floats, Floats]:
+    """By key (see `scale_key`): whether it is valid with an exact power of ten, the signed
+    factor and the divisor: value = mantissa * factor / divisor, rounded once."""
+    key = np.arange(1 << 15)
+    exp_sign, sign, tens, ones = key & 3, key >> 2 & SIGN_BITS, key >> 7 & 15, key >> 11 & 15
+    negative = exp_sign == (MINUS >> 1 & 3)
+    shift = np.where(negative, 4 + 10 * tens + ones, 4 - 10 * tens - ones)  # m * 10**-shift
+    valid = np.isin(exp_sign, [PLUS >> 1 & 3, MINUS >> 1 & 3]) & np.isin(sign, [0, SIGN_BITS])
+    valid &= (tens <= 9) & (ones <= 9) & (np.abs(shift) < len(POW10))
+    power = POW10[np.where(valid, np.abs(shift), 0)]
+    factor = np.where(shift < 0, power, 1.0) * np.where(sign == SIGN_BITS, -1.0, 1.0)
+    return valid, factor, np.where(shift > 0, power, 1.0)
+
+
+EXACT, FACTOR, DIVISOR = scale_tables()
+
+
+def scale_key(head: Words, tail: Words) -> Index:
+    """The 15-bit table key: the exponent's sign bits 1-2, the sign's SIGN_BITS (<< 2) and
+    the exponent's digits' low halves (<< 7, << 11)."""
+    key = (tail >> np.uint64(33)) & KEY_TAIL
+    key = (key | (key >> np.uint64(4))) & KEY_FOLD
+    key |= (head & np.uint64(SIGN_BITS)) << np.uint64(2)
+    return key.view(np.int64)
+
+
+def scientific(head: Words, tail: Words) -> tuple[Floats, Flags]:
     """Decode `[-| ]d.dddde±dd ` numbers from their two words (see above) the way `float`
-    would, and which were in that shape. m / 10**k and m * 10**k of exact doubles round
-    once, as `float` does."""
+    would, and which were in that shape. m * f / d with exact doubles m, f, d, one of f and
+    |d| 1, rounds once, as `float` does."""
     low = head & HEAD_LOW
-    ok = (head & HEAD_MASK) == HEAD
-    ok &= ((low + HEAD_SIX) & HEAD_HIGH) == 0
-    ok &= (tail & TAIL_MASK) == TAIL
-    exp_low = tail & TAIL_LOW
-    ok &= ((exp_low + TAIL_SIX) & TAIL_HIGH) == 0
-    sign = head & BYTE
-    ok &= (sign == MINUS) | (sign == SPACE)
-    exp_sign = (tail >> np.uint64(32)) & BYTE
-    ok &= (exp_sign == MINUS) | (exp_sign == PLUS)
-    exponent = ((exp_low >> np.uint64(40)) & BYTE) * np.uint64(10) + (exp_low >> np.uint64(48))
-    exponent = exponent.view(np.int64)
-    shift = np.where(exp_sign == MINUS, 4 + exponent, 4 - exponent)
-    ok &= np.abs(shift) < len(POW10)  # value = mantissa * 10**-shift
-    scale = POW10[np.clip(np.abs(shift), 0, len(POW10) - 1)]
-    mantissa = mantissa_of(low).astype(np.float64)
-    value = np.where(shift >= 0, mantissa / scale, mantissa * scale)
-    return np.where(sign == MINUS, -value, value), ok
+    wrong = (head & HEAD_MASK) ^ HEAD
+    wrong |= (low + HEAD_SIX) & HEAD_HIGH
+    wrong |= (tail & TAIL_MASK) ^ TAIL
+    key = scale_key(head, tail)
+    ok = (wrong == 0) & EXACT.take(key)
+    value = mantissa_of(low).astype(np.float64, order="C")  # rows: records
+    value *= FACTOR.take(key)
+    value /= DIVISOR.take(key)
+    return value, ok
 
 
 def mantissa_of(low: Words) -> Words:
@@ -330,12 +358,6 @@ def mantissa_of(low: Words) -> Words:
     four = (four * np.uint64(10) + (four >> np.uint64(8))) & np.uint64(0x00FF00FF)
     four = (four * np.uint64(100) + (four >> np.uint64(16))) & np.uint64(0xFFFF)
     return ((low >> np.uint64(8)) & BYTE) * np.uint64(10000) + four
-
-
-def decimal(digits: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
-    """Rows of ASCII digits to numbers."""
-    powers = 10 ** np.arange(digits.shape[1] - 1, -1, -1, dtype=np.int64)
-    return (digits.astype(np.int64) - 48) @ powers
 
 
 def field_weights(widths: list[int]) -> npt.NDArray[np.int64]:
@@ -348,21 +370,18 @@ def field_weights(widths: list[int]) -> npt.NDArray[np.int64]:
     return weights
 
 
-STAMP_FIELDS = field_weights([8, 2, 2, 2, 3])  # YYYYmmdd HH MM SS mmm
-
-
-def utc_seconds(stamps: npt.NDArray[np.uint8]) -> npt.NDArray[np.float64]:
-    """Rows of YYYYmmddHHMMSSmmm digits to seconds since the epoch, reading them as UTC.
+def utc_seconds(day: Ints, seconds: Ints, milli: Ints) -> npt.NDArray[np.float64]:
+    """YYYYmmdd, seconds into the day and milliseconds to seconds since the epoch, reading
+    them as UTC.
 
     Computed as the searching parser does (whole seconds, then + ms / 1000), so both
     give the same floats."""
-    day, hour, minute, second, milli = ((stamps.astype(np.int64) - 48) @ STAMP_FIELDS).T
     if (day == day[0]).all():
         midnight: npt.NDArray[np.int64] | int = midnight_utc(int(day[0]))
     else:
         days, where = np.unique(day, return_inverse=True)
         midnight = np.array([midnight_utc(int(d)) for d in days], dtype=np.int64)[where]
-    whole = midnight + hour * 3600 + minute * 60 + second
+    whole = midnight + seconds
     return whole + milli / 1000
 
 

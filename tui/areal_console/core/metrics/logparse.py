@@ -56,7 +56,9 @@ TABLE_WINDOW = 8192
 BULK_FIRST, BULK_MOST = 16, 4096  # records compared per bulk pass: first, and at most
 BULK_BACKOFF = 255  # records read the searching way, at most, after bulk attempts that failed
 TEMPLATES = 8  # record shapes kept (a run alternates between a few: eval steps, value widths)
-SEAM = 256 << 10  # a chunk's head parsed with the previous chunk's unfinished record
+SEAM = 256 << 10  # a chunk's head parsed with the previous chunk's unfinished record ...
+SEAM_MARGIN = 4096  # ... or, when that is shorter than the longest kept record shape, just
+# enough of the chunk to finish it, plus this
 
 
 def local_utc_offset() -> int:
@@ -110,17 +112,23 @@ class LogParser:
 
     def _feed(self, pending: bytes, chunk: bytes) -> bytes:
         """Parse `pending + chunk`; returns the incomplete rest. The chunk is copied only if
-        the pending record does not end within its first SEAM bytes."""
+        the pending record does not end within its first bytes (the seam)."""
         if not pending:
             return chunk[self._parse(chunk) :]
-        seam = pending + chunk[:SEAM]
+        seam = pending + chunk[: self._seam(len(pending))]
         used = self._parse(seam)
-        if len(chunk) <= SEAM:
+        if len(seam) == len(pending) + len(chunk):
             return seam[used:]
         if used >= len(pending):
             return chunk[self._parse(chunk, used - len(pending)) :]
         data = pending + chunk
         return data[self._parse(data, used) :]
+
+    def _seam(self, pending: int) -> int:
+        """How much of a chunk to parse with `pending` bytes of an unfinished record: SEAM,
+        or less when a record of a kept shape would end well within it."""
+        longest = max((t.size for t in self._templates), default=SEAM)
+        return SEAM if pending >= longest else min(SEAM, longest - pending + SEAM_MARGIN)
 
     def reset(self) -> None:
         """The file was truncated or replaced: forget the partial record (keep the data)."""
@@ -255,7 +263,7 @@ class LogParser:
         self.last_step = self._base = steps[-1]
         self._global = None
         self._step_time = times[-1]
-        self.total_steps = run.totals[-1]
+        self.total_steps = run.total
 
     def _cells(self, table: bytes) -> list[float] | None:
         # Rows are every other line after the top border; the separator lines between
