@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from areal_console.core.metrics.logbulk import NUMBER, scientific
+from areal_console.core.metrics.logbulk import NUMBER, scientific, word_matrix
 from areal_console.core.metrics.logparse import LogParser
 
 from tests.areal_logfmt import AReaLLogWriter, actor_stats
@@ -130,10 +131,37 @@ def test_value_cells_decode_exactly_as_float() -> None:
     values += [0.0, -0.0, 9.9999e26, 1e-18, 1.2345e-19, 1e100, 1e-100]
     cells = [f"{v:.4e} ".rjust(NUMBER).encode() for v in values]
     cells += [b"       nan  ", b"        inf ", b"  1.0000e+5 ", b" 1.0000E+05 ", b"  12345e+01 "]
-    windows = np.frombuffer(b"".join(cells), dtype=np.uint8).reshape(1, len(cells), NUMBER)
-    decoded, ok = scientific(windows)
+    decoded, ok = decode(cells)
     assert ok.sum() > 0.7 * len(values)  # exponents -18..26 (|shift| <= 22) take this way
     assert not ok[0, len(values) :].any()  # nan, inf, odd shapes: left to float
     for cell, value, fits in zip(cells, decoded[0].tolist(), ok[0].tolist(), strict=True):
         if fits:
             assert repr(value) == repr(float(cell)), cell
+
+
+def test_any_byte_out_of_shape_is_left_to_float() -> None:
+    """Each byte of a `%.4e` cell replaced by every byte value: the word-wise decoder takes
+    exactly the cells of AReaL's shape whose power of ten is exact (|4 - exponent| <= 22),
+    and reads them as `float` does."""
+    shape = re.compile(rb"[- ]\d\.\d{4}e[-+]\d\d ")
+    cells = [
+        base[:i] + bytes([b]) + base[i + 1 :]
+        for base in (b"-1.2345e-07 ", b" 9.8765e+12 ")
+        for i in range(NUMBER)
+        for b in range(256)
+    ]
+    decoded, ok = decode(cells)
+    for cell, value, fits in zip(cells, decoded[0].tolist(), ok[0].tolist(), strict=True):
+        exact = shape.fullmatch(cell) is not None and abs(4 - int(cell[8:11])) <= 22
+        assert fits == exact, cell
+        if fits:
+            assert repr(value) == repr(float(cell)), cell
+
+
+def decode(cells: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """`scientific` over NUMBER-byte cells laid side by side, as the bulk path reads them:
+    each cell's words at its bytes 0 and 4."""
+    data = b"".join(cells)
+    head = word_matrix(data, 0, 1, len(data))[:, ::NUMBER]
+    tail = word_matrix(data, 4, 1, len(data) - 4)[:, ::NUMBER]
+    return scientific(head, tail)

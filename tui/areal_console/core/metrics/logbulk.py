@@ -4,13 +4,15 @@ From one step to the next, AReaL's log record (the progress line, the `Stats (1/
 the empty message line and the table, areal/utils/stats_logger.py:135-162) changes only in
 its timestamps, the progress line's numbers and the table's value cells, as long as the
 table keeps its column widths and the numbers their digit counts. Such records all have
-the same length, so a run of them is a 2-D byte matrix over the log buffer (no copy). A
-record is taken only if every byte it should repeat (keys, bars, ANSI codes, `[role]`
-prefixes, the borders' ends, newlines) equals the template record's, and every digit
-position holds a digit; the first record that differs ends the run, and the searching
-parser goes on from there. Values in AReaL's `%.4e` shape, the timestamps and the step
-numbers are decoded with array arithmetic; a value cell holding anything else (nan, inf, a
-three-digit exponent) goes through `float`.
+the same length, so a run of them is a 2-D matrix over the log buffer (no copy): rows are
+records, and a row is read as bytes or as the 8-byte words that start at each of its bytes.
+A record is taken only if every byte it should repeat (keys, bars, ANSI codes, `[role]`
+prefixes, the borders' ends, newlines) equals the template record's, compared a word at a
+time, and every digit position holds a digit; the first record that differs ends the run,
+and the searching parser goes on from there. Values in AReaL's `%.4e` shape are decoded two
+words a cell with integer arithmetic, the timestamps and step numbers from their digit
+columns; a value cell holding anything else (nan, inf, a three-digit exponent) goes through
+`float`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ HEADS = re.compile(
 BORDER_ENDS = 12
 
 Index = npt.NDArray[np.intp]
+Words = npt.NDArray[np.uint64]
+WORD = np.dtype("<u8")  # 8 bytes, the first in the lowest bits
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,18 @@ class RecordTemplate:
     size: int
     names: tuple[str, ...]  # the metrics, in the table's row-major order
     last: bytes  # the record's last bytes (the bottom border's end): a cheap first check
-    same_at: Index  # offsets of the bytes every record repeats (a multiple of 8 of them) ...
-    same: npt.NDArray[np.uint64]  # ... and their values, 8 bytes a word
+    full_at: Index  # words whose 8 bytes every record repeats ...
+    full: Words  # ... and their values
+    part_at: Index  # words only some of whose bytes every record repeats ...
+    part_mask: Words  # ... those bytes (0xff each) ...
+    part: Words  # ... and their values
     digits_at: Index  # offsets that hold a digit in every record
     time_at: Index  # the progress line's timestamp: YYYYmmdd HHMMSS mmm, 17 digits
     step_at: Index  # `Train step N/T`: N's digits
     total_at: Index  # T's digits
     cells: Index  # (values, 2): each value cell's span (padding included), row-major
     wide: Index  # the value cells wide enough to hold a `%.4e` number ...
-    window_at: Index  # ... and their last NUMBER bytes, cell after cell
+    number_at: Index  # ... and where its last NUMBER bytes start
     narrow: tuple[int, ...]  # the others (a column of nan only), read with `float`
 
     @property
@@ -74,8 +81,6 @@ class RecordRun:
 # cell: sign or space, d.dddde±dd, the cell's padding space.
 NUMBER = 12
 MINUS, PLUS, SPACE, DOT, E = b"-+ .e"
-DIGITS = [1, 3, 4, 5, 6, 9, 10]
-MANTISSA = np.array([10000, 1000, 100, 10, 1], dtype=np.int64)
 POW10 = np.array([float(10**i) for i in range(23)])  # exact doubles
 
 
@@ -106,35 +111,62 @@ def record_template(record: bytes) -> RecordTemplate | None:
         return None
     cells, names = found
     wide = np.flatnonzero(cells[:, 1] - cells[:, 0] >= NUMBER)
-    window_at = (cells[wide, 1, None] + np.arange(-NUMBER, 0)).ravel()
+    number_at = cells[wide, 1] - NUMBER
     for a, b in cells[cells[:, 1] - cells[:, 0] < NUMBER].tolist():
         variable[a:b] = True
-    variable[window_at] = True
+    variable[(number_at[:, None] + np.arange(NUMBER)).ravel()] = True
     same = ~variable
     skip_border_middles(record, record.rfind(b"\n", 0, table) + 1, same)
-    same_at = whole_words(np.flatnonzero(same))
-    buffer = np.frombuffer(record, dtype=np.uint8)
+    full_at, part_at, part_mask = word_cover(same)
+    words = word_matrix(record, 0, 1, len(record))[0]
     stamp_digits = [i for i in range(stamp.start(), stamp.end() - 1) if record[i] in b"0123456789"]
     return RecordTemplate(
         size=len(record),
         names=names,
         last=record[-BORDER_ENDS:],
-        same_at=same_at,
-        same=buffer[same_at].view(np.uint64),
+        full_at=full_at,
+        full=words[full_at],
+        part_at=part_at,
+        part_mask=part_mask,
+        part=words[part_at] & part_mask,
         digits_at=np.array(sorted(set(digits)), dtype=np.intp),
         time_at=np.array(stamp_digits, dtype=np.intp),
         step_at=np.arange(progress.start(5), progress.end(5), dtype=np.intp),
         total_at=np.arange(progress.start(6), progress.end(6), dtype=np.intp),
         cells=cells,
         wide=wide,
-        window_at=window_at,
+        number_at=number_at,
         narrow=tuple(np.setdiff1d(np.arange(len(cells)), wide).tolist()),
     )
 
 
-def whole_words(offsets: Index) -> Index:
-    """`offsets` padded to a multiple of 8 (by repeating the last), to compare 8 at a time."""
-    return np.concatenate([offsets, np.repeat(offsets[-1:], -len(offsets) % 8)])
+def word_cover(same: npt.NDArray[np.bool_]) -> tuple[Index, Index, Words]:
+    """Words (by their first byte) that cover the True bytes of `same`: each stretch of 8
+    or more by whole words (the last one overlapping), shorter ones by a word and a mask of
+    its bytes to compare. Returns the whole words, the partial ones and their masks."""
+    size = len(same)
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], same, [False]]).astype(np.int8)))
+    full: list[int] = []
+    part: list[int] = []
+    covered = 0
+    for a, b in edges.reshape(-1, 2).tolist():
+        a = max(a, covered)
+        if b - a >= 8:
+            full += [*range(a, b - 8, 8), b - 8]
+        elif a < b:
+            part.append(min(a, size - 8))
+            b = part[-1] + 8
+        covered = b
+    bytes_at = np.array(part, dtype=np.intp)[:, None] + np.arange(8)
+    masks = (same[bytes_at].astype(np.uint64) * 0xFF) << (8 * np.arange(8, dtype=np.uint64))
+    return np.array(full, dtype=np.intp), bytes_at[:, 0], np.bitwise_or.reduce(masks, axis=1)
+
+
+def word_matrix(data: bytes, start: int, count: int, size: int) -> Words:
+    """(count, size - 7): the 8-byte word at each byte of `count` records of `size` bytes
+    from `start`, little-endian, over `data` itself (no copy)."""
+    shape = (count, size - 7)
+    return np.ndarray(shape, dtype=WORD, buffer=data, offset=start, strides=(size, 1))
 
 
 def value_cells(record: bytes, start: int) -> tuple[Index, tuple[str, ...]] | None:
@@ -185,7 +217,14 @@ def fits(t: RecordTemplate, record: bytes) -> bool:
     """Whether `record` repeats the template's record (same length, same fixed bytes)."""
     if len(record) != t.size:
         return False
-    return bool((np.frombuffer(record, dtype=np.uint8)[t.same_at].view(np.uint64) == t.same).all())
+    return bool(repeats(word_matrix(record, 0, 1, t.size), t)[0])
+
+
+def repeats(words: Words, t: RecordTemplate) -> npt.NDArray[np.bool_]:
+    """Which records (rows of their word matrix) hold the template's fixed bytes."""
+    ok = (words[:, t.full_at] == t.full).all(axis=1)
+    ok &= ((words[:, t.part_at] & t.part_mask) == t.part).all(axis=1)
+    return ok
 
 
 def log_steps(train_steps: list[int], last_step: int) -> list[int]:
@@ -204,7 +243,8 @@ def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRu
     None if the first already does."""
     records = np.frombuffer(data, dtype=np.uint8, count=count * t.size, offset=start)
     records = records.reshape(count, t.size)
-    ok = (np.take(records, t.same_at, axis=1).view(np.uint64) == t.same).all(axis=1)
+    words = word_matrix(data, start, count, t.size)
+    ok = repeats(words, t)
     ok &= (records[:, t.digits_at] - 48 <= 9).all(axis=1)
     n = count if ok.all() else int(np.argmin(ok))
     if n == 0:
@@ -214,17 +254,21 @@ def read_run(data: bytes, start: int, count: int, t: RecordTemplate) -> RecordRu
         train_steps=decimal(records[:, t.step_at]).tolist(),
         totals=decimal(records[:, t.total_at]).tolist(),
         seconds=utc_seconds(records[:, t.time_at]),
-        values=cell_values(records, t).data.cast("B"),
+        values=np.ascontiguousarray(cell_values(records, words[:n], t)).data.cast("B"),
     )
 
 
-def cell_values(records: npt.NDArray[np.uint8], t: RecordTemplate) -> npt.NDArray[np.float64]:
+def cell_values(
+    records: npt.NDArray[np.uint8], words: Words, t: RecordTemplate
+) -> npt.NDArray[np.float64]:
     """The records' values, (records, values); a cell not in `%.4e` shape through `float`."""
     n = len(records)
-    out = np.empty((n, t.values))
-    windows = np.take(records, t.window_at, axis=1).reshape(n, len(t.wide), NUMBER)
-    numbers, ok = scientific(windows)
-    out[:, t.wide] = numbers
+    numbers, ok = scientific(words[:, t.number_at], words[:, t.number_at + 4])
+    if not t.narrow:
+        out = numbers
+    else:
+        out = np.empty((n, t.values))
+        out[:, t.wide] = numbers
     odd = [] if ok.all() else [(r, int(t.wide[j])) for r, j in np.argwhere(~ok).tolist()]
     odd += [(r, c) for c in t.narrow for r in range(n)]
     for r, c in odd:
@@ -233,21 +277,59 @@ def cell_values(records: npt.NDArray[np.uint8], t: RecordTemplate) -> npt.NDArra
     return out
 
 
-def scientific(w: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-    """Decode `[-| ]d.dddde±dd ` windows (last axis) the way `float` would, and which were in
-    that shape. m / 10**k and m * 10**k of exact doubles round once, as `float` does."""
-    ok = (w[..., 0] == MINUS) | (w[..., 0] == SPACE)
-    ok &= (w[..., DIGITS] - 48 <= 9).all(axis=-1)
-    ok &= (w[..., 2] == DOT) & (w[..., 7] == E) & (w[..., 11] == SPACE)
-    ok &= (w[..., 8] == MINUS) | (w[..., 8] == PLUS)
-    mantissa = (w[..., [1, 3, 4, 5, 6]].astype(np.int64) - 48) @ MANTISSA
-    exponent = (w[..., 9].astype(np.int64) - 48) * 10 + w[..., 10] - 48
-    exponent = np.where(w[..., 8] == MINUS, -exponent, exponent)
-    shift = 4 - exponent  # value = mantissa * 10**-shift
-    ok &= np.abs(shift) < len(POW10)
+def byte_word(*pairs: tuple[int, int]) -> np.uint64:
+    """A word holding each (position, byte) pair's byte at that position."""
+    return np.uint64(sum(value << (8 * at) for at, value in pairs))
+
+
+# A number `[-| ]d.dddde±dd ` is read as two words: its bytes 0-7 (the sign, the mantissa's
+# digits at 1 and 3-6, `.` and `e`) and its bytes 4-11 (the exponent's sign at 4, its
+# digits at 5-6, the space at 7). A byte is a digit if its high half is 3 and its low half
+# plus 6 stays below 16.
+MANTISSA_AT = (1, 3, 4, 5, 6)
+HEAD_MASK = byte_word((2, 0xFF), (7, 0xFF), *((i, 0xF0) for i in MANTISSA_AT))
+HEAD = byte_word((2, DOT), (7, E), *((i, 0x30) for i in MANTISSA_AT))
+HEAD_LOW = byte_word(*((i, 0x0F) for i in MANTISSA_AT))
+HEAD_SIX = byte_word(*((i, 6) for i in MANTISSA_AT))
+HEAD_HIGH = byte_word(*((i, 0xF0) for i in MANTISSA_AT))
+TAIL_MASK = byte_word((7, 0xFF), (5, 0xF0), (6, 0xF0))
+TAIL = byte_word((7, SPACE), (5, 0x30), (6, 0x30))
+TAIL_LOW = byte_word((5, 0x0F), (6, 0x0F))
+TAIL_SIX = byte_word((5, 6), (6, 6))
+TAIL_HIGH = byte_word((5, 0xF0), (6, 0xF0))
+BYTE = np.uint64(0xFF)
+
+
+def scientific(head: Words, tail: Words) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+    """Decode `[-| ]d.dddde±dd ` numbers from their two words (see above) the way `float`
+    would, and which were in that shape. m / 10**k and m * 10**k of exact doubles round
+    once, as `float` does."""
+    low = head & HEAD_LOW
+    ok = (head & HEAD_MASK) == HEAD
+    ok &= ((low + HEAD_SIX) & HEAD_HIGH) == 0
+    ok &= (tail & TAIL_MASK) == TAIL
+    exp_low = tail & TAIL_LOW
+    ok &= ((exp_low + TAIL_SIX) & TAIL_HIGH) == 0
+    sign = head & BYTE
+    ok &= (sign == MINUS) | (sign == SPACE)
+    exp_sign = (tail >> np.uint64(32)) & BYTE
+    ok &= (exp_sign == MINUS) | (exp_sign == PLUS)
+    exponent = ((exp_low >> np.uint64(40)) & BYTE) * np.uint64(10) + (exp_low >> np.uint64(48))
+    exponent = exponent.view(np.int64)
+    shift = np.where(exp_sign == MINUS, 4 + exponent, 4 - exponent)
+    ok &= np.abs(shift) < len(POW10)  # value = mantissa * 10**-shift
     scale = POW10[np.clip(np.abs(shift), 0, len(POW10) - 1)]
+    mantissa = mantissa_of(low).astype(np.float64)
     value = np.where(shift >= 0, mantissa / scale, mantissa * scale)
-    return np.where(w[..., 0] == MINUS, -value, value), ok
+    return np.where(sign == MINUS, -value, value), ok
+
+
+def mantissa_of(low: Words) -> Words:
+    """d1 * 10000 + d3d4d5d6 from the head word's digit values (bytes 1, 3-6)."""
+    four = low >> np.uint64(24)  # d3 d4 d5 d6 in bytes 0-3
+    four = (four * np.uint64(10) + (four >> np.uint64(8))) & np.uint64(0x00FF00FF)
+    four = (four * np.uint64(100) + (four >> np.uint64(16))) & np.uint64(0xFFFF)
+    return ((low >> np.uint64(8)) & BYTE) * np.uint64(10000) + four
 
 
 def decimal(digits: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64]:
