@@ -1,4 +1,4 @@
-"""Typed batch records: built from real `batches.py` answers, and odd JSON reads as None."""
+"""Typed records the screens read (batches, a stack dump): real answers, odd JSON as None."""
 
 from __future__ import annotations
 
@@ -9,11 +9,22 @@ from areal_console.core.batch_records import (
     Comparison,
     Histogram,
     SampleRow,
+    SampleView,
     StepEntry,
     sample_rows,
 )
 from areal_console.core.batch_source import LocalBatchSource
 from areal_console.core.batches import compare
+from areal_console.core.stacks.model import (
+    Frame,
+    ProcessDump,
+    RankStack,
+    StackCapture,
+    Thread,
+    Variable,
+    variables_at,
+)
+from areal_console.widgets.token_view import sample_text
 
 from tests.fixtures import batch_dumps as bf
 
@@ -31,8 +42,12 @@ def test_records_of_a_real_dump_directory(tmp_path: Path) -> None:
     assert s.warnings == tuple(raw["warnings"])
     assert [e.file for e in s.timeline] == [e["file"] for e in raw["timeline"]]
     assert [e.samples for e in s.timeline] == [e.get("samples") for e in raw["timeline"]]
-    hist = s.distributions["task_reward"]
-    assert sum(hist.counts) == raw["samples"]
+    hist = s.task_reward_hist
+    assert hist is not None and sum(hist.counts) == raw["samples"]
+    assert (
+        s.seq_len_hist is not None
+        and list(s.seq_len_hist.edges) == raw["distributions"]["seq_len"]["edges"]
+    )
     table = source.samples(str(dump))
     rows = sample_rows(table)
     assert [r.index for r in rows] == [r["index"] for r in table["rows"]]
@@ -65,8 +80,8 @@ def test_bad_or_missing_fields_read_as_none() -> None:
     assert s.stats.version is not None and s.stats.version.min is None
     assert s.eos_token_ids == (2,)
     assert s.warnings == ()
-    assert "task_reward" not in s.distributions
-    assert s.distributions["seq_len"] == Histogram(edges=(), counts=(1,))
+    assert s.task_reward_hist is None and s.response_len_hist is None
+    assert s.seq_len_hist == Histogram(edges=(), counts=(1,))
     assert s.remote is not None and dict(s.remote.nodes) == {"b:2": 3} and s.remote.shards is None
     assert s.timeline == (StepEntry(file="step_000001.pt"),)
     empty = BatchSummary.from_json({})
@@ -85,3 +100,50 @@ def test_bad_or_missing_fields_read_as_none() -> None:
 
     c = Comparison.from_json({"rows": [{"stat": "samples", "a": "x", "b": 2, "delta": None}, 1]})
     assert c.a is None and len(c.rows) == 1 and (c.rows[0].a, c.rows[0].b) == (None, 2)
+
+
+def test_sample_view_of_a_real_sample_and_of_odd_json(tmp_path: Path) -> None:
+    dump = tmp_path / "dump"
+    bf.write_trajectory_dump(dump, steps=(0,))
+    raw = LocalBatchSource().sample(str(dump), 3)
+    view = SampleView.from_json(raw)
+    assert (view.index, view.group, view.row) == (3, raw["group"], raw["row"])
+    assert view.tokens == tuple(raw["tokens"]) and view.logprobs == tuple(raw["logprobs"])
+    assert view.loss_mask == tuple(bool(m) for m in raw["loss_mask"])
+    odd_json = {"index": "3", "tokens": [1, "x"], "logprobs": [-0.1, "y"], "versions": "v",
+                "extras": [1], "reward": 0.5, "prompt": [], "completion": "done"}  # fmt: skip
+    odd = SampleView.from_json(odd_json)
+    assert (odd.index, odd.tokens, odd.versions, odd.extras) == (None, None, None, {})
+    assert odd.logprobs == (-0.1, None) and odd.task_reward == 0.5  # the reward stands in
+    assert (odd.prompt, odd.completion) == (None, "done")
+    text = str(sample_text(odd))  # a text rollout's view: prompt and completion
+    assert "completion\ndone" in text and "task_reward 0.5" in text
+
+
+def test_stack_dump_reply_reads_odd_answers_as_no_stack() -> None:
+    assert ProcessDump.from_agent({"dumps": []}, 7).error == "no answer"
+    assert ProcessDump.from_agent(None, 7).error == "no answer"
+    assert ProcessDump.from_agent({"dumps": [{"ok": False, "error": "gone"}]}, 7).error == "gone"
+    frames = [{"name": "f", "filename": "a.py", "line": 3,
+               "locals": [{"name": "x", "repr": "1", "arg": True}, "junk"]}]  # fmt: skip
+    main = {"thread_id": 9, "os_thread_id": 7, "thread_name": "MainThread", "frames": frames}
+    reply = {"dumps": [{"ok": True, "pid": True, "threads": [main, "junk"]}]}
+    dump = ProcessDump.from_agent(reply, 7)
+    assert dump.error is None and dump.pid == 7 and len(dump.threads) == 1
+    assert dump.threads[0].variables(0) == (Variable("x", "1", True),)
+    assert dump.threads[0].variables(5) == ()
+
+
+def test_variables_at_a_frame_are_typed() -> None:
+    f, g = Frame("f", "a.py", 3), Frame("g", "a.py", 9)
+    with_locals = Thread(
+        "MainThread", 1, (f, g), is_main=True, locals=[[], [{"name": "x", "repr": "2"}]]
+    )
+    plain = Thread("MainThread", 2, (g,), is_main=True)
+    ranks = [
+        RankStack("n", 1, rank=0, threads=[with_locals]),
+        RankStack("n", 2, rank=1, threads=[plain]),
+    ]
+    capture = StackCapture("now", 1, ranks)
+    assert variables_at(capture, g) == [(ranks[0].label, (Variable("x", "2", False),))]
+    assert variables_at(capture, f) == []  # no variables there

@@ -86,16 +86,16 @@ async def test_browse_steps_samples_and_tokens(dump: Path) -> None:
         await pilot.press("enter")
         view = screen.query_one("#sample-view", TokenView)
         await wait_for(pilot, lambda: view.view is not None)
-        assert view.view is not None and view.view["index"] == 5
+        assert view.view is not None and view.view.index == 5
         groups = torch.load(dump / "step_000000_dp_0.pt", weights_only=True)
-        g = groups[view.view["group"]]
-        expected = g["input_ids"][view.view["row"], : view.view["seq_len"]].tolist()
-        assert view.view["tokens"] == expected
+        g = groups[view.view.group]
+        expected = g["input_ids"][view.view.row, : view.view.seq_len].tolist()
+        assert view.view.tokens == tuple(expected)
         rendered = view.render()
         assert str(expected[0]) in str(rendered) and "«v" in str(rendered)
         await pilot.press("l")  # per-token logprobs, as id:logprob
-        first = view.view["prompt_len"]
-        label = f"{expected[first]}:{view.view['logprobs'][first]:.2f}"
+        first = view.view.prompt_len
+        label = f"{expected[first]}:{view.view.logprobs[first]:.2f}"
         assert label in str(view.render())
 
         # Filter the sample table, then clear it with esc.
@@ -232,7 +232,7 @@ async def test_screen_reads_through_a_nodes_agent(dump: Path) -> None:
             await pilot.press("enter")
             view = screen.query_one("#sample-view", TokenView)
             await wait_for(pilot, lambda: view.view is not None, timeout=60)
-            assert view.view is not None and view.view["index"] == 0
+            assert view.view is not None and view.view.index == 0
             assert fleet.sessions[0].state == "up"
     finally:
         fleet.close()

@@ -9,12 +9,12 @@ newest waiting one is handled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from rich.text import Text
 from textual.message import Message
 
-from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow
+from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow, SampleView
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
 from areal_console.core.slurm import SlurmJob
@@ -114,7 +114,7 @@ class BatchSamplesLoaded(Reply):
 class BatchSampleLoaded(Reply):
     """One sample, token by token."""
 
-    view: dict[str, Any]
+    view: SampleView
 
 
 @dataclass

@@ -232,18 +232,17 @@ class BatchSummary:
     eos_token_ids: tuple[int, ...] | None = None
     stats: BatchStats | None = None
     warnings: tuple[str, ...] = ()
-    distributions: Mapping[str, Histogram] = field(default_factory=dict)
+    # `distributions`: per-sample histograms (the summary pane shows two of them).
+    task_reward_hist: Histogram | None = None
+    response_len_hist: Histogram | None = None
+    seq_len_hist: Histogram | None = None
     remote: RemoteShards | None = None
     timeline: tuple[StepEntry, ...] = ()  # a dump directory's step files
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> BatchSummary:
         eos = raw.get("eos_token_ids")
-        dist = {
-            str(k): h
-            for k, v in _mapping(raw.get("distributions")).items()
-            if (h := Histogram.from_json(v)) is not None
-        }
+        dist = _mapping(raw.get("distributions"))
         timeline = raw.get("timeline")
         warnings = raw.get("warnings")
         return cls(
@@ -260,7 +259,9 @@ class BatchSummary:
             ),
             stats=BatchStats.from_json(raw.get("stats")),
             warnings=tuple(str(w) for w in warnings) if isinstance(warnings, list) else (),
-            distributions=dist,
+            task_reward_hist=Histogram.from_json(dist.get("task_reward")),
+            response_len_hist=Histogram.from_json(dist.get("response_len")),
+            seq_len_hist=Histogram.from_json(dist.get("seq_len")),
             remote=RemoteShards.from_json(raw.get("remote")),
             timeline=(
                 tuple(StepEntry.from_json(e) for e in timeline if isinstance(e, Mapping))
@@ -351,6 +352,65 @@ def sample_rows(table: Mapping[str, Any]) -> tuple[SampleRow, ...]:
         return ()
     rows = (SampleRow.from_json(r) for r in raw if isinstance(r, Mapping))
     return tuple(r for r in rows if r is not None)
+
+
+def _ints(value: Any) -> tuple[int, ...] | None:
+    """A per-token list of ints (token ids), or None when it is not one."""
+    if not isinstance(value, list) or not all(_int(v) is not None for v in value):
+        return None
+    return tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleView:
+    """`batches.sample_view`: one sample unpadded, token by token (the sample pane)."""
+
+    index: int | None = None
+    group: int | None = None
+    row: int | None = None
+    seq_len: int | None = None
+    prompt_len: int | None = None
+    response_len: int | None = None
+    task_reward: float | None = None  # the reward when the dump has no task reward
+    eos: bool | None = None
+    head_version: int | None = None
+    tail_version: int | None = None
+    # The group's non-tensor entries for this sample (task_id, loss weights ...), as short
+    # JSON values: shown as they came.
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    tokens: tuple[int, ...] | None = None  # None: a text rollout (prompt and completion)
+    loss_mask: tuple[bool, ...] | None = None  # per token: completion (True) or prompt
+    logprobs: tuple[float | None, ...] | None = None
+    versions: tuple[int | None, ...] | None = None  # per token: the policy version
+    text: str | None = None  # the decoded tokens, when a tokenizer was found
+    prompt: str | None = None  # text rollouts
+    completion: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SampleView:
+        mask = raw.get("loss_mask")
+        logprobs = raw.get("logprobs")
+        versions = raw.get("versions")
+        return cls(
+            index=_int(raw.get("index")),
+            group=_int(raw.get("group")),
+            row=_int(raw.get("row")),
+            seq_len=_int(raw.get("seq_len")),
+            prompt_len=_int(raw.get("prompt_len")),
+            response_len=_int(raw.get("response_len")),
+            task_reward=_number(raw.get("task_reward", raw.get("reward"))),
+            eos=_bool(raw.get("eos")),
+            head_version=_int(raw.get("head_version")),
+            tail_version=_int(raw.get("tail_version")),
+            extras=dict(_mapping(raw.get("extras"))),
+            tokens=_ints(raw.get("tokens")),
+            loss_mask=tuple(bool(m) for m in mask) if isinstance(mask, list) else None,
+            logprobs=tuple(map(_number, logprobs)) if isinstance(logprobs, list) else None,
+            versions=tuple(map(_int, versions)) if isinstance(versions, list) else None,
+            text=_text(raw.get("text")),
+            prompt=_text(raw.get("prompt") or None),
+            completion=_text(raw.get("completion") or None),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from areal_console.core.batch_records import (
     Comparison,
     Describe,
     SampleRow,
+    SampleView,
     StepEntry,
     sample_rows,
 )
@@ -363,7 +364,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     )
     def load_sample(self, ticket: Ticket, path: str, index: int) -> None:
         try:
-            view = self.source.sample(path, index, **self._opts())
+            view = SampleView.from_json(self.source.sample(path, index, **self._opts()))
         except BatchError as exc:
             self.post_message(
                 BatchLoadFailed(path, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket)
@@ -406,8 +407,8 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         self.query_one("#summary-pane").loading = False
         self.file_summary = s
         self.query_one("#summary", Static).update(summary_text(s))
-        self.query_one("#reward-hist", MiniHistogram).show(s.distributions.get("task_reward"))
-        self.query_one("#length-hist", MiniHistogram).show(s.distributions.get("response_len"))
+        self.query_one("#reward-hist", MiniHistogram).show(s.task_reward_hist)
+        self.query_one("#length-hist", MiniHistogram).show(s.response_len_hist)
         if s.format not in batches.BATCH_FORMATS:
             self.query_one("#samples").loading = False
             self._status(f"{s.path} is not a rollout batch: {s.description}", error=True)
