@@ -3,54 +3,31 @@
 Pure analysis lives in `model`, `merge`, `diff`, `diagnose` and `report`; `capture` talks
 to the fleet and `store` keeps captures on disk. Nothing here imports Textual.
 
-The names below are loaded on first use: importing one submodule (a one-shot command
-imports only what it runs) does not import all the others.
+The diff's names load on first use: a capture never compares two stacks, so a one-shot
+command does not import it. (The others are bound here at once: a name such as `diagnose`
+must stay the function, never become its submodule once that is imported.)
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-    from areal_console.core.stacks.diff import DiffRow, StackDiff, diff_stacks
-    from areal_console.core.stacks.merge import (
-        RankGroup,
-        StackAnalysis,
-        TreeNode,
-        analyse,
-        format_ranks,
-        group_ranks,
-        parse_ranks,
-    )
-    from areal_console.core.stacks.model import (
-        Frame,
-        RankStack,
-        StackCapture,
-        Thread,
-        build_capture,
-    )
+from areal_console.core.stacks.diagnose import Diagnosis, diagnose
+from areal_console.core.stacks.merge import (
+    RankGroup,
+    StackAnalysis,
+    TreeNode,
+    analyse,
+    format_ranks,
+    group_ranks,
+    parse_ranks,
+)
+from areal_console.core.stacks.model import Frame, RankStack, StackCapture, Thread, build_capture
 
-_WHERE = {
-    "Diagnosis": "diagnose",
-    "diagnose": "diagnose",
-    "DiffRow": "diff",
-    "StackDiff": "diff",
-    "diff_stacks": "diff",
-    "RankGroup": "merge",
-    "StackAnalysis": "merge",
-    "TreeNode": "merge",
-    "analyse": "merge",
-    "format_ranks": "merge",
-    "group_ranks": "merge",
-    "parse_ranks": "merge",
-    "Frame": "model",
-    "RankStack": "model",
-    "StackCapture": "model",
-    "Thread": "model",
-    "build_capture": "model",
-}
+if TYPE_CHECKING:
+    from areal_console.core.stacks.diff import DiffRow, StackDiff, diff_stacks
+
+_LAZY = {"DiffRow", "StackDiff", "diff_stacks"}
 
 __all__ = [
     "Diagnosis",
@@ -74,9 +51,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    from areal_console.core.stacks import diff
+
+    value = getattr(diff, name)
     globals()[name] = value
     return value
