@@ -1,13 +1,19 @@
 """Training-health metrics: parsing AReaL's stats log, and the cost of following a live one.
 
-    python bench/bench_metrics.py parse  [--steps 100000] [--repeats 3]
+    python bench/bench_metrics.py parse  [--steps 100000] [--repeats 5] [--metrics 9,83,135]
+                                         [--searching]
     python bench/bench_metrics.py follow [--seconds 30] [--step-interval 1] [--poll 2]
 
 `parse`: a log of `--steps` steps in AReaL's format (every table made by the real
 `tabulate` through tests/areal_logfmt.py, a cited transcription of AReaL's StatsLogger),
-for two table widths: the reference trainer's 9 metrics and an AReaL PPO actor's 83. It
+for each table width of `--metrics`: 9 is the reference trainer's table, 83 an AReaL PPO
+actor's (tests/areal_logfmt.py:actor_stats), more adds the actor's other keys (`wide_stats`)
+the way a real AReaL table reaches about 135. It
 times, in the same run, a plain read of the file in 4 MiB chunks (the baseline) and the
-console's parser fed the same chunks; median of `--repeats`, ratio parse / plain read.
+console's parser fed the same chunks (as `metrics` and the Health screen feed it); median
+of `--repeats`, wall and CPU time, ratio parse / plain read. `--searching` also times the
+parser with its bulk path off (every record searched and split, the parser before the bulk
+path), once per log.
 
 `follow`: a writer appends one AReaL step (83 metrics) every `--step-interval` seconds to a
 log that already holds 2,000 steps. The console follows it as the Health screen does
@@ -52,6 +58,42 @@ def trainer_stats(step: int) -> dict[str, float]:
     return stats
 
 
+# More keys AReaL's PPO actor logs (areal/trainer/ppo/actor.py:670-740, :1242-1275 at
+# cbff54d6), beyond those of tests/areal_logfmt.py:actor_stats.
+MORE_STATS = [
+    f"ppo_actor/update/{name}/{agg}"
+    for name in ("rkl_loss", "clipped_new_logp", "clipped_old_logp", "vocab_min_logits",
+                 "vocab_max_logits")
+    for agg in ("avg", "min", "max")
+] + [f"ppo_actor/update/{name}" for name in ("n_valid_tokens_in_loss", "n_masked_tokens",
+                                              "masked_token_ratio", "rs_filtered_fraction")] + [
+    f"ppo_actor/update/version_stats/{name}"
+    for name in ("sample_staleness_proximal_avg", "sample_staleness_proximal_max",
+                 "sample_staleness_proximal_min", "sample_staleness_theta_avg",
+                 "sample_staleness_theta_max", "sample_staleness_theta_min", "v_theta",
+                 "v_proximal", "n_valid_generated_tokens")
+]  # fmt: skip
+
+
+def wide_stats(metrics: int):  # type: ignore[no-untyped-def]
+    """Stats of `metrics` keys: the PPO actor's 83, then MORE_STATS, then (past those)
+    per-stage `timeperf/...` keys of the same shape, values varying by step."""
+    extra = [*MORE_STATS, *(f"timeperf/stage_{i:02d}/update_weights" for i in range(metrics))]
+
+    def stats(step: int) -> dict[str, float]:
+        full = actor_stats(step)
+        names = [*full, *extra][:metrics]
+        return {
+            n: full.get(n, (i % 7 - 3) * 1.5 ** (i % 11) + step * 1e-3) for i, n in enumerate(names)
+        }
+
+    return stats
+
+
+def stats_for(metrics: int):  # type: ignore[no-untyped-def]
+    return trainer_stats if metrics == len(AREAL_NAMES) else wide_stats(metrics)
+
+
 def write_log(path: Path, steps: int, stats, pool: int = 64) -> None:  # type: ignore[no-untyped-def]
     """`steps` steps as AReaL writes them: headers formatted per step, tables from a pool of
     `pool` distinct real tables (tabulate takes ~1 ms a table; 100,000 would take minutes)."""
@@ -75,43 +117,54 @@ def write_log(path: Path, steps: int, stats, pool: int = 64) -> None:  # type: i
             fh.write(line("\n" + tables[s % pool], when))
 
 
-def plain_read(path: Path) -> float:
-    t0 = time.perf_counter()
+def plain_read(path: Path) -> tuple[float, float]:
+    """Wall and CPU seconds to read the file in CHUNK pieces."""
+    t0, c0 = time.perf_counter(), time.process_time()
     with open(path, "rb") as fh:
         while fh.read(CHUNK):
             pass
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
-def parse(path: Path) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    parser = LogParser()
+def parse(path: Path, bulk: bool = True) -> tuple[float, float, LogParser]:
+    """Wall and CPU seconds to parse the file fed in CHUNK pieces, and the parser."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    parser = LogParser(bulk=bulk)
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK):
             parser.feed(chunk)
-    return time.perf_counter() - t0, len(parser.store.steps)
+    return time.perf_counter() - t0, time.process_time() - c0, parser
 
 
-def bench_parse(steps: int, repeats: int) -> None:
+def bench_parse(steps: int, repeats: int, widths: list[int], searching: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
-        for label, stats in (("reference trainer, 9 metrics", trainer_stats),
-                             ("AReaL PPO actor, 83 metrics", actor_stats)):  # fmt: skip
+        for metrics in widths:
+            stats = stats_for(metrics)
+            label = (
+                f"{'reference trainer' if stats is trainer_stats else 'AReaL'}, {metrics} metrics"
+            )
+            assert len(stats(0)) == metrics, len(stats(0))
             path = Path(tmp) / "trainer.log"
             write_log(path, steps, stats)
             size = path.stat().st_size
             reads, parses = [], []
             for _ in range(repeats):
                 reads.append(plain_read(path))
-                seconds, got = parse(path)
-                assert got == steps, (got, steps)
-                parses.append(seconds)
-            r, p = statistics.median(reads), statistics.median(parses)
-            print(f"{label}: {steps} steps, {size / 2**20:.0f} MiB")
-            print(f"  plain read {r:.2f} s ({size / 2**20 / r:.0f} MiB/s)")
-            print(
-                f"  parse      {p:.2f} s ({steps / p:,.0f} steps/s, {p / steps * 1e6:.1f} us/step)"
-            )
-            print(f"  ratio parse / plain read: {p / r:.1f}")
+                wall, cpu, parser = parse(path)
+                assert len(parser.store.steps) == steps, (len(parser.store.steps), steps)
+                parses.append((wall, cpu))
+            r, rc = (statistics.median(x) for x in zip(*reads, strict=True))
+            p, pc = (statistics.median(x) for x in zip(*parses, strict=True))
+            print(f"{label}: {steps} steps, {size / 2**20:.0f} MiB, median of {repeats}")
+            print(f"  plain read {r:.3f} s (CPU {rc:.3f} s, {size / 2**20 / r:.0f} MiB/s)")
+            print(f"  parse      {p:.3f} s (CPU {pc:.3f} s, {steps / p:,.0f} steps/s, "
+                  f"{p / steps * 1e6:.2f} us/step; {parser.bulk_steps} steps read in bulk)")  # fmt: skip
+            print(f"  ratio parse / plain read: {p / r:.1f} (CPU {pc / rc:.1f})")
+            print(f"  goal <= 1 s for {steps} steps: {'met' if p <= 1.0 else 'NOT met'}")
+            if searching:
+                wall, cpu, _ = parse(path, bulk=False)
+                print(f"  searching path only (bulk off, once): {wall:.2f} s (CPU {cpu:.2f} s), "
+                      f"ratio {wall / r:.1f}; bulk is {wall / p:.1f}x faster")  # fmt: skip
             path.unlink()
 
 
@@ -208,14 +261,17 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     p = sub.add_parser("parse")
     p.add_argument("--steps", type=int, default=100_000)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--metrics", default="9,83", help="table widths, comma-separated")
+    p.add_argument("--searching", action="store_true")
     f = sub.add_parser("follow")
     f.add_argument("--seconds", type=float, default=30.0)
     f.add_argument("--step-interval", type=float, default=1.0)
     f.add_argument("--poll", type=float, default=2.0)
     args = parser.parse_args()
     if args.what == "parse":
-        bench_parse(args.steps, args.repeats)
+        widths = [int(w) for w in args.metrics.split(",")]
+        bench_parse(args.steps, args.repeats, widths, args.searching)
     else:
         bench_follow(args.seconds, args.step_interval, args.poll)
 

@@ -133,7 +133,7 @@ REPLAY_LOG = [  # what the reference trainer prints while it replays steps 11-12
 
 def recorded_jobs() -> list[jobs.JobRecord]:
     """Three replays as the console remembers them: one verified, one failed, one running."""
-    verified = Verification(matched=True, steps=[11, 12]).to_json()
+    verified = Verification(matched=True, steps=[11, 12])
     failed_plan = {**REPLAY_PLAN, "steps": [10, 10], "gpus": [2]}
     return [
         jobs.JobRecord("replay-0011", "node1", REPLAY_PLAN, 300.0, "finished", 0,

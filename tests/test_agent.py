@@ -84,6 +84,8 @@ def test_stream_emits_periodic_samples_and_stops(client: AgentClient) -> None:
     assert all(e["stream"] == sid for e in got if e.get("event") == "sample")
     client.request("stream_stop", {"stream": sid})
     n = len(got)
+    # The wait is the check: four of the stream's intervals pass without a new sample (no
+    # condition can show that nothing more comes).
     time.sleep(0.4)
     assert len(got) <= n + 1  # at most one already in flight
     with pytest.raises(AgentError, match="no stream"):

@@ -16,8 +16,10 @@ from areal_console.screens.command_line import CommandLine
 from areal_console.screens.jobs import JobsScreen
 from areal_console.widgets.process_table import ProcessTable
 from recorded import recorded_monitor
-from textual.command import CommandPalette
+from textual.command import CommandList, CommandPalette
 from textual.widgets import Input
+
+from tests.waits import until
 
 
 async def test_colon_commands_switch_theme_and_report_unknown_words() -> None:
@@ -52,9 +54,14 @@ async def test_palette_finds_a_rank_and_jumps_to_it() -> None:
         await pilot.press("ctrl+p")
         assert isinstance(app.screen, CommandPalette)
         await pilot.press(*"Rank 2 on node1")
-        await pilot.pause(0.3)
+        hits = app.screen.query_one(CommandList)
+
+        def first_hit() -> str:
+            return str(hits.get_option_at_index(0).prompt) if hits.option_count else ""
+
+        await until(pilot, lambda: "Rank 2 on node1" in first_hit(), what="the rank's hit")
         await pilot.press("enter")
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(app.screen, ClusterScreen), what="the jump")
         screen = app.screen
         assert isinstance(screen, ClusterScreen)
         assert screen.drilled == "node1" and screen.text_filter == "4103"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from areal_console.core.batch_records import SampleRow
 from areal_console.screens.batches import BatchesScreen, filter_rows
 from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.styles import STYLESHEET
@@ -85,16 +86,16 @@ async def test_browse_steps_samples_and_tokens(dump: Path) -> None:
         await pilot.press("enter")
         view = screen.query_one("#sample-view", TokenView)
         await wait_for(pilot, lambda: view.view is not None)
-        assert view.view is not None and view.view["index"] == 5
+        assert view.view is not None and view.view.index == 5
         groups = torch.load(dump / "step_000000_dp_0.pt", weights_only=True)
-        g = groups[view.view["group"]]
-        expected = g["input_ids"][view.view["row"], : view.view["seq_len"]].tolist()
-        assert view.view["tokens"] == expected
+        g = groups[view.view.group]
+        expected = g["input_ids"][view.view.row, : view.view.seq_len].tolist()
+        assert view.view.tokens == tuple(expected)
         rendered = view.render()
         assert str(expected[0]) in str(rendered) and "«v" in str(rendered)
         await pilot.press("l")  # per-token logprobs, as id:logprob
-        first = view.view["prompt_len"]
-        label = f"{expected[first]}:{view.view['logprobs'][first]:.2f}"
+        first = view.view.prompt_len
+        label = f"{expected[first]}:{view.view.logprobs[first]:.2f}"
         assert label in str(view.render())
 
         # Filter the sample table, then clear it with esc.
@@ -163,22 +164,31 @@ async def test_unsafe_pickle_asks_before_loading(tmp_path: Path) -> None:
         assert screen.trust_pickle is True
 
 
+def _rows(*raw: dict[str, Any]) -> list[SampleRow]:
+    return [r for r in map(SampleRow.from_json, raw) if r is not None]
+
+
 def test_filter_rows_terms() -> None:
-    rows = [
+    rows = _rows(
         {"index": 0, "group": 0, "eos": True, "reward": 1.0},
         {"index": 1, "group": 0, "eos": False, "reward": 0.0},
-        {"index": 2, "group": 1, "eos": False, "reward": 1.0},
-    ]
-    assert [r["index"] for r in filter_rows(rows, "noeos")] == [1, 2]
-    assert [r["index"] for r in filter_rows(rows, "noeos reward=1")] == [2]
-    assert [r["index"] for r in filter_rows(rows, "")] == [0, 1, 2]
+        {"index": 2, "group": 1, "eos": False, "reward": 1.0, "task_id": "gsm8k-7"},
+    )
+    assert [r.index for r in filter_rows(rows, "noeos")] == [1, 2]
+    assert [r.index for r in filter_rows(rows, "noeos reward=1")] == [2]
+    assert [r.index for r in filter_rows(rows, "")] == [0, 1, 2]
+    assert [r.index for r in filter_rows(rows, "group=1")] == [2]
+    assert [r.index for r in filter_rows(rows, "eos=True")] == [0]
+    assert [r.index for r in filter_rows(rows, "nosuchfield=1")] == []
+    assert [r.index for r in filter_rows(rows, "gsm8k")] == [2]  # plain text: any value
     # Without an EOS id, AReaL's own rule (length == padded width) decides.
-    unknown = [
+    unknown = _rows(
         {"index": 0, "eos": None, "no_eos": False},
         {"index": 1, "eos": None, "no_eos": True},
-    ]
-    assert [r["index"] for r in filter_rows(unknown, "noeos")] == [1]
-    assert [r["index"] for r in filter_rows(unknown, "eos")] == [0]
+        {"index": 2},  # neither known: counts as not cut
+    )
+    assert [r.index for r in filter_rows(unknown, "noeos")] == [1]
+    assert [r.index for r in filter_rows(unknown, "eos")] == [0, 2]
 
 
 async def test_wrong_format_and_text_rollout(tmp_path: Path) -> None:
@@ -222,7 +232,7 @@ async def test_screen_reads_through_a_nodes_agent(dump: Path) -> None:
             await pilot.press("enter")
             view = screen.query_one("#sample-view", TokenView)
             await wait_for(pilot, lambda: view.view is not None, timeout=60)
-            assert view.view is not None and view.view["index"] == 0
+            assert view.view is not None and view.view.index == 0
             assert fleet.sessions[0].state == "up"
     finally:
         fleet.close()

@@ -182,4 +182,4 @@ async def test_updated_cells_size_columns_as_textual_does_without_a_pass_per_cel
         want = {key: plain.columns[ColumnKey(key)].content_width for key in after}
         assert got == want == {"cpu": 3, "state": len("verification failed"), "cmd": 6}
         assert calls["plain"] > rows * rows  # Textual: the whole column per narrowed cell
-        assert calls["vim"] <= 3 * len(after)  # here: column labels only
+        assert calls["vim"] <= rows * len(after)  # here: at most once per updated cell

@@ -4,7 +4,6 @@ reported, and counts in good English."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,15 +18,12 @@ from areal_console.screens.cluster import status_text
 from conftest import run_cli
 from textual.widgets import DataTable
 
+from tests import waits
 from tests.fixtures import batch_dumps as bf
 
 
 async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await waits.until(None, condition, timeout, what or "condition")
 
 
 def one_rank_view() -> NodeView:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from areal_console.core.fleet import Fleet, NodeFailure
 
+from tests import waits
 from tests.cluster import GlooJob, TestCluster, free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -147,13 +148,7 @@ def test_nodes_unknown_host_needs_accept_new_hosts(cluster: TestCluster, tmp_pat
 
 
 async def _until(condition: Any, timeout: float = 60.0, what: str = "") -> None:
-    import asyncio
-
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await waits.until(None, condition, timeout, what or "condition")
 
 
 async def test_cluster_screen_over_ssh_confirms_an_unknown_host_key(

@@ -37,6 +37,8 @@ from typing import Any
 import pytest
 from conftest import run_cli, wait_for
 
+from tests.waits import until
+
 ESC = "\x1b"
 HOSTILE_ARG = "\x1b]0;pwned\x07\x1b[2J\x9b31m[red]markup[/bold]"
 
@@ -116,11 +118,9 @@ async def test_cluster_and_stacks_screens_escape_remote_text(
     key = f"{local_node().name}:{hostile_rank.pid}"
     async with app.run_test(size=(200, 40)) as pilot:
         table = app.screen.query_one(ProcessTable)
-        deadline = time.monotonic() + 30
-        while key not in table.rows:
-            assert time.monotonic() < deadline, "the hostile rank never appeared"
-            await pilot.pause(0.1)
-        await pilot.pause(0.3)
+        await until(pilot, lambda: key in table.rows, what="the hostile rank's row")
+        # Drawn (escaped or not, "pwned" shows once the row's cells are on the screen).
+        await until(pilot, lambda: "pwned" in app.export_screenshot(), what="the row drawn")
         svg = app.export_screenshot()
         assert ESC not in svg and "\x9b" not in svg
         assert "\\x1b]0;pwned\\x07" in svg.replace("&#x27;", "'")
@@ -133,11 +133,8 @@ async def test_cluster_and_stacks_screens_escape_remote_text(
         )
         screen = StacksScreen(capture)
         await app.push_screen(screen)
-        deadline = time.monotonic() + 30
-        while screen.analysis is None:
-            assert time.monotonic() < deadline
-            await pilot.pause(0.1)
-        await pilot.pause(0.3)
+        await until(pilot, lambda: screen.analysis is not None, what="the analysis")
+        await until(pilot, lambda: "pwned" in app.export_screenshot(), what="the stacks drawn")
         svg = app.export_screenshot()
         assert ESC not in svg and "\x07" not in svg
         assert "hang\\x1b]0;pwned" in svg
@@ -338,7 +335,9 @@ def test_frozen_agent_is_unresponsive_and_keeps_its_link() -> None:
             )
             assert view.name == name and view.state == "unresponsive", view
             assert view.error.startswith("agent not responding for ")
-            time.sleep(1.5)  # it stays unresponsive (not down, not reconnected)
+            # The wait is the check: for several ping rounds it stays unresponsive (not
+            # down, not reconnected); no condition can show that nothing changes.
+            time.sleep(1.5)
             assert monitor.snapshot()[0].state == "unresponsive"
         finally:
             os.kill(pid, signal.SIGCONT)

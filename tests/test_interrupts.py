@@ -35,7 +35,10 @@ class Cli:
         self.seen: list[str] = []
         assert self.proc.stderr is not None
         stderr = self.proc.stderr
-        threading.Thread(target=lambda: [self.lines.put(x) for x in stderr], daemon=True).start()
+        self.reader = threading.Thread(
+            target=lambda: [self.lines.put(x) for x in stderr], daemon=True
+        )
+        self.reader.start()
 
     def wait_for_line(self, needle: str, timeout: float = 60.0) -> str:
         deadline = time.monotonic() + timeout
@@ -57,7 +60,7 @@ class Cli:
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=30)
         elapsed = time.monotonic() - t0
-        time.sleep(0.1)  # the reader thread drains the pipe
+        self.reader.join(timeout=10)  # the reader has drained the pipe (EOF)
         while not self.lines.empty():
             self.seen.append(self.lines.get())
         return elapsed

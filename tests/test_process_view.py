@@ -4,7 +4,6 @@ keys, the GPU memory column, one-line command lines, and a click that selects.""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from areal_console.app import ConsoleApp
@@ -18,13 +17,11 @@ from areal_console.widgets.process_table import ProcessTable, one_line, process_
 from conftest import GlooJob
 from textual.widgets import Static
 
+from tests import waits
+
 
 async def until(condition: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    await waits.until(None, condition, timeout, what or "condition")
 
 
 def text_of(screen: ProcessDetailScreen, selector: str) -> str:

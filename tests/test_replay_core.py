@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 from pathlib import Path
+from typing import Any
 
 import pytest
 from areal_console.core.errors import UserError
@@ -37,17 +39,33 @@ def index(
 
 
 def test_metric_names_and_dump_names_come_from_one_place() -> None:
-    """The console reads METRIC_NAMES from the trainer's source. Dump names are matched
-    by three files each shipped to nodes on its own (agent, batch extension, trainer),
-    so each holds the pattern, and here the three are one pattern."""
+    """The console reads METRIC_NAMES from the trainer's source. Dump names are the agent's
+    DUMP_FILE: the console imports it, the batch extension shipped to a node is given it,
+    and the reference trainer (a script run on a node on its own) holds a copy, equal."""
     from areal_agent.agent import DUMP_FILE
+    from areal_console.core.batch_source import node_source
     from areal_console.core.batches import STEP_FILE, parse_step_name
     from areal_console.trainer import reference_trainer
 
     assert reference_trainer.METRIC_NAMES == METRIC_NAMES
     assert "grad_norm" in METRIC_NAMES
-    assert STEP_FILE.pattern == DUMP_FILE.pattern
+    assert STEP_FILE is DUMP_FILE
     assert reference_trainer.DUMP_NAME.pattern == DUMP_FILE.pattern
+
+    # As a node's agent loads the extension: a namespace of its own, and neither the
+    # console's package nor the agent's to import.
+    def node_import(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] in ("areal_agent", "areal_console"):
+            raise ImportError(f"no module named {name!r} on the node")
+        return builtins.__import__(name, *args, **kwargs)
+
+    shipped: dict[str, object] = {
+        "__name__": "areal_agent_ext_batches",
+        "__builtins__": {**vars(builtins), "__import__": node_import},
+    }
+    exec(compile(node_source(), "<batches extension>", "exec"), shipped)
+    assert shipped["STEP_FILE"].pattern == DUMP_FILE.pattern  # type: ignore[attr-defined]
+    assert shipped["parse_step_name"]("step_000012_dp_3.pt") == (12, 3)  # type: ignore[operator]
     # AReaL writes f"step_{step:06d}.pt" and f"step_{step:06d}_dp_{dp_rank}.pt".
     assert parse_step_name(f"step_{12:06d}.pt") == (12, None)
     assert parse_step_name(f"step_{12:06d}_dp_{3}.pt") == (12, 3)

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
-from areal_console.core.replay import TRAINER_PATH, load_templates
+from areal_console.core.replay import TRAINER_PATH, Verification, load_templates
 from areal_console.core.targets import local_node
 from areal_console.screens.confirm_dialog import ConfirmDialog
-from areal_console.screens.jobs import JobsScreen, merge_jobs
+from areal_console.screens.jobs import JobRow, JobsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.styles import STYLESHEET
 from textual.app import App
@@ -136,8 +136,7 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, 
         dialog.query_one("#replay-steps", Input).value = "0:1"
         await until(pilot, lambda: text_of(dialog, "#replay-error") == "")
         await pilot.press("enter")
-        await pilot.pause(0.1)
-        assert "read-only" in text_of(dialog, "#replay-error")
+        await until(pilot, lambda: "read-only" in text_of(dialog, "#replay-error"))
         assert app.result == "pending"
         await pilot.press("escape")
         await until(pilot, lambda: app.result is None)
@@ -201,9 +200,8 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         table = ro.screen.query_one("#jobs-table", DataTable)
         await until(pilot, lambda: key_a in table.rows)
         await pilot.press("s")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: "read-only" in text_of(ro.screen, "#jobs-status"))
         assert not isinstance(ro.screen, ConfirmDialog)
-        assert "read-only" in text_of(ro.screen, "#jobs-status")
 
     app = Host(lambda: JobsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -248,7 +246,7 @@ def test_merge_marks_jobs_of_lost_nodes_unknown() -> None:
         jobs.JobRecord("b", "n2", {}, 1.0, state="running"),
         jobs.JobRecord("c", "n3", {}, 0.5, state="finished", exit_code=0),
     ]
-    merged = merge_jobs(
+    merged = jobs.merge_jobs(
         known,
         {
             "n1": "connection reset",
@@ -294,7 +292,33 @@ def test_slurm_fields_round_trip_and_old_records_load() -> None:
     again = jobs.JobRecord.from_json(record.to_json())
     assert (again.slurm_job, again.slurm_step, again.slurm_label) == ("77", None, "slurm job 77")
     running = jobs.JobRecord("s", "gone", {}, 1.0, state="running", slurm_job="77")
-    assert merge_jobs([running], {})[0].state == "running"  # Slurm, not a node, holds it
+    assert jobs.merge_jobs([running], {})[0].state == "running"  # Slurm, not a node, holds it
+
+
+def test_job_record_reads_odd_plans_and_saved_verifications() -> None:
+    good = jobs.JobRecord("g", "n", {"steps": [3, 4], "gpus": [0, 1], "metrics": "m.jsonl",
+                                     "argv": ["python3", "t.py"]}, 1.0)  # fmt: skip
+    assert (good.steps, good.gpus, good.verifiable, good.argv) == ((3, 4), (0, 1), True, ())
+    assert good.command == ("python3", "t.py")  # as planned, until the node says
+    good.update_from_node({"state": "running", "argv": ["python3", "/j/t.py"]})
+    assert good.command == good.argv == ("python3", "/j/t.py")
+    odd = jobs.JobRecord("o", "n", {"steps": "3-4", "gpus": "0,1", "argv": "python3"}, 1.0)
+    assert (odd.steps, odd.gpus, odd.verifiable, odd.command) == (None, (), False, ())
+    assert JobRow(odd).cells()[4:] == ("", "", "—")
+    # A saved verification keeps its wording; odd fields read as nothing found.
+    saved = {"matched": False, "steps": [3, "x"], "tolerance": "1e-3", "summary": "as saved",
+             "first_mismatch": {"step": 3, "metric": "actor_loss"}}  # fmt: skip
+    record = jobs.JobRecord.from_json(
+        {"job_id": "v", "node": "n", "plan": {}, "launched_at": 1.0, "verification": saved}
+    )
+    v = record.verification
+    assert v is not None and (v.steps, v.tolerance, v.summary) == ([3], None, "as saved")
+    assert v.verdict == "differs at step 3: actor_loss"
+    assert jobs.JobRecord.from_json(record.to_json()).verification == v
+    assert Verification.from_json("junk") is None
+    bare = Verification.from_json({"comparable": False})
+    assert bare is not None and bare.verdict == "cannot compare"
+    assert bare.summary == "cannot compare with the recording: None"
 
 
 @pytest.mark.slow

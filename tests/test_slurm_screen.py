@@ -10,7 +10,10 @@ from areal_console.core.slurm import SlurmJob, parse_squeue_lines
 from areal_console.screens.slurm_jobs import SlurmJobsScreen
 from areal_console.styles import STYLESHEET
 from textual.app import App
+from textual.pilot import Pilot
 from textual.widgets import DataTable, Label
+
+from tests.waits import until
 
 DATA = Path(__file__).resolve().parent / "data" / "slurm"
 
@@ -48,8 +51,7 @@ async def test_jobs_listed_filtered_and_opened() -> None:
         screen = app.screen
         assert isinstance(screen, SlurmJobsScreen)
         await pilot.wait_for_scheduled_animations()
-        while not screen.loaded:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: screen.loaded, what="Slurm's answer")
         assert rows(screen) == [
             ["6", "pending job", "root", "PENDING", "(BeginTime)", "gpu:2"],
             ["5", "slurm_gloo.sh", "root", "RUNNING", "node[1-3]", "gpu:1"],
@@ -63,8 +65,7 @@ async def test_jobs_listed_filtered_and_opened() -> None:
         assert rows(screen) == [["5", "slurm_gloo.sh", "root", "RUNNING", "node[1-3]", "gpu:1"]]
         assert "filter: 'gloo'" in str(screen.query_one("#slurm-status", Label).render())
         await pilot.press("u")
-        while len(calls) < 2:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: len(calls) >= 2, what="a second squeue")
         assert calls[:2] == [False, True]
         await pilot.press("enter")
         await pilot.pause()
@@ -79,8 +80,7 @@ async def test_slurm_errors_are_shown_and_escape_leaves() -> None:
     async with app.run_test(size=(120, 30)) as pilot:
         screen = app.screen
         assert isinstance(screen, SlurmJobsScreen)
-        while not screen.loaded:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: screen.loaded, what="Slurm's answer")
         status = str(screen.query_one("#slurm-status", Label).render())
         assert "error: Slurm's `squeue` is not available on this machine" in status
         assert rows(screen) == []
@@ -89,10 +89,16 @@ async def test_slurm_errors_are_shown_and_escape_leaves() -> None:
         assert app.chosen == [None]
 
 
-def test_slurm_jobs_snapshot(snap_compare) -> None:  # type: ignore[no-untyped-def]
-    async def loaded(pilot) -> None:  # type: ignore[no-untyped-def]
-        while not getattr(pilot.app.screen, "loaded", False):
-            await pilot.pause(0.05)
-        await pilot.pause(0.5)
+async def listed(pilot: Pilot[None]) -> None:
+    """Until the screen shows Slurm's answer and no worker is still running."""
 
-    assert snap_compare(SlurmApp(recorded_jobs), terminal_size=(100, 16), run_before=loaded)
+    def done() -> bool:
+        return getattr(pilot.app.screen, "loaded", False) and not any(
+            w.is_running for w in pilot.app.workers
+        )
+
+    await until(pilot, done, what="the job list")
+
+
+def test_slurm_jobs_snapshot(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(SlurmApp(recorded_jobs), terminal_size=(100, 16), run_before=listed)

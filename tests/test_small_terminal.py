@@ -14,7 +14,7 @@ from areal_console.app import ConsoleApp
 from areal_console.screens.batches import BatchesScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from recorded import recorded_monitor
-from test_slurm_screen import SlurmApp, recorded_jobs
+from test_slurm_screen import SlurmApp, listed, recorded_jobs
 from textual.widgets import Static
 
 from tests.waits import until
@@ -63,12 +63,7 @@ def test_health_at_80x24(
 
 
 def test_slurm_at_80x24(snap_compare: Any) -> None:
-    async def loaded(pilot: Any) -> None:
-        while not getattr(pilot.app.screen, "loaded", False):
-            await pilot.pause(0.05)
-        await pilot.pause(0.5)
-
-    assert snap_compare(SlurmApp(recorded_jobs), terminal_size=SMALL, run_before=loaded)
+    assert snap_compare(SlurmApp(recorded_jobs), terminal_size=SMALL, run_before=listed)
 
 
 async def test_what_must_survive_80x24(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

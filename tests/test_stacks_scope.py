@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from areal_console.core.stacks.scope import (
 from areal_console.core.targets import NodeSpec
 from conftest import run_cli
 
+from tests import waits
 from tests.fixtures.hang import ScenarioJob, start_scenario
 
 # --------------------------------------------------------------------------------------
@@ -233,12 +234,7 @@ async def test_tui_asks_which_job_and_captures_only_that_one(
         assert [(d, t) for d, t, _ in app._dumped.values()] == [(2, 2)]
 
 
-async def _until(pilot: object, condition: object, what: str, timeout: float = 60) -> None:
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+async def _until(
+    pilot: object, condition: Callable[[], object], what: str, timeout: float = 60
+) -> None:
+    await waits.until(pilot, condition, timeout, what)

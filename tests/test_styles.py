@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 import recorded
 from areal_console.app import ConsoleApp
+from areal_console.core.metrics.locate import HealthTarget
 from areal_console.screens.stacks import StacksScreen
+from areal_logfmt import write_run
 from textual.widget import Widget
 from textual.widgets._toast import Toast, ToastRack
 
 pytestmark = pytest.mark.slow
 
-ORDER = ("nodes", "stacks", "batches", "jobs")
-KEYS = {"nodes": "1", "stacks": "2", "batches": "3", "jobs": "4"}
+ORDER = ("nodes", "stacks", "batches", "jobs", "health")
+KEYS = {"nodes": "1", "stacks": "2", "batches": "3", "jobs": "4", "health": "5"}
 STYLES = ("color", "background", "text_style", "padding", "width", "height", "border_top",
           "border_right", "border_bottom", "dock", "margin", "display")  # fmt: skip
 
@@ -42,22 +44,31 @@ def signature(app: ConsoleApp) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def full_app(dump: Path) -> ConsoleApp:
+def ready(app: ConsoleApp, mode: str) -> bool:
+    """The screen of `mode` is current and has what it shows (Health: its first report)."""
+    if app.current_mode != mode:
+        return False
+    return mode != "health" or getattr(app.screen, "report", None) is not None
+
+
+def full_app(dump: Path, run: Path) -> ConsoleApp:
     app = recorded.jobs_app()
     app.batches_path = str(dump)
     app.register_screen("batches", app._new_batches_screen)
+    app.health_target = HealthTarget(str(run))
+    app.register_screen("health", app._new_health_screen)
     capture = recorded.recorded_capture()
     app.register_screen("stacks", lambda: StacksScreen(capture))
     return app
 
 
-async def visit(order: tuple[str, ...], dump: Path) -> list[tuple[str, dict[str, Any]]]:
-    app = full_app(dump)
+async def visit(order: tuple[str, ...], dump: Path, run: Path) -> list[tuple[str, dict[str, Any]]]:
+    app = full_app(dump, run)
     seen: list[tuple[str, dict[str, Any]]] = []
     async with app.run_test(size=recorded.SIZE) as pilot:
         for mode in order:
             await pilot.press(KEYS[mode])
-            await recorded.wait_until(pilot, lambda mode=mode: app.current_mode == mode)
+            await recorded.wait_until(pilot, lambda mode=mode: ready(app, mode), what=mode)
             await pilot.pause()
             seen.append((mode, signature(app)))
     return seen
@@ -70,9 +81,17 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-async def test_screens_look_the_same_in_any_order(dump: Path) -> None:
-    forward = await visit((*ORDER, ORDER[0]), dump)
-    backward = await visit(tuple(reversed(ORDER)), dump)
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished AReaL run's log, written by AReaL's logging code (the Health screen's)."""
+    path = tmp_path_factory.mktemp("styles-run") / "run"
+    write_run(path, 12, finished=True)
+    return path
+
+
+async def test_screens_look_the_same_in_any_order(dump: Path, run: Path) -> None:
+    forward = await visit((*ORDER, ORDER[0]), dump, run)
+    backward = await visit(tuple(reversed(ORDER)), dump, run)
     first = dict(forward[:-1])
     assert set(first) == set(ORDER)
     # Cluster, fresh vs after every other screen was shown.

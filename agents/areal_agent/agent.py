@@ -1537,6 +1537,10 @@ def op_stage_file(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     return {"path": path, "present": True, "written": True}
 
 
+# AReaL's dump names, `step_{step:06d}.pt` / `step_{step:06d}_dp_{dp_rank}.pt`. The one
+# definition: the console imports it (core/batches.py, also given to that module when it is
+# shipped to a node). The reference trainer, a script run on nodes on its own, keeps a copy
+# that tests/test_replay_core.py holds equal to this one.
 DUMP_FILE = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
 
 

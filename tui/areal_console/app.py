@@ -405,9 +405,7 @@ class ConsoleApp(WorkerHost, App[None]):
         filter picks the job), else the run already open."""
         for view in self.monitor.snapshot():
             try:
-                found = job_logs_in(
-                    [p.cmdline for p in view.processes], str(view.hello.get("user") or ""), match
-                )
+                found = job_logs_in([p.cmdline for p in view.processes], view.user, match)
             except UserError:
                 found = None
             if found:

@@ -9,11 +9,12 @@ newest waiting one is handled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from rich.text import Text
 from textual.message import Message
 
+from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow, SampleView
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
 from areal_console.core.slurm import SlurmJob
@@ -98,7 +99,7 @@ class SavedCapturesListed(Reply):
 class BatchSummaryLoaded(Reply):
     """A dump's (`top`) or one step file's summary."""
 
-    summary: dict[str, Any]
+    summary: BatchSummary
     top: bool
 
 
@@ -106,21 +107,21 @@ class BatchSummaryLoaded(Reply):
 class BatchSamplesLoaded(Reply):
     """One step file's sample table."""
 
-    table: dict[str, Any]
+    rows: tuple[SampleRow, ...]
 
 
 @dataclass
 class BatchSampleLoaded(Reply):
     """One sample, token by token."""
 
-    view: dict[str, Any]
+    view: SampleView
 
 
 @dataclass
 class BatchCompareLoaded(Reply):
     """Two steps side by side."""
 
-    result: dict[str, Any]
+    result: Comparison
 
 
 @dataclass

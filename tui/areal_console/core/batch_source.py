@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from areal_agent.agent import DUMP_FILE
+
 from areal_console.core import areal_keys, batches
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.client import AgentDisconnected, AgentError
@@ -198,12 +200,15 @@ def node_source() -> str:
     """What a node's agent runs: batches.py, then the config-key registry it names keys with.
 
     The registry comes second (it has no `from __future__` line, which must open a module)
-    and batches.py only calls it at run time, so one namespace holds both.
+    and batches.py only calls it at run time, so one namespace holds both; last comes the
+    agent's dump-name pattern (batches.py imports it where the agent's package is).
     """
     return (
         Path(batches.__file__).read_text(encoding="utf-8")
         + "\n\n"
         + Path(areal_keys.__file__).read_text(encoding="utf-8")
+        + "\n\nimport re as _re\n\n"
+        + f"STEP_FILE = _re.compile({DUMP_FILE.pattern!r})  # the agent's dump names\n"
     )
 
 

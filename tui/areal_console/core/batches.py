@@ -25,9 +25,11 @@ from collections import OrderedDict
 from typing import Any
 
 try:
+    from areal_agent.agent import DUMP_FILE as STEP_FILE
+
     from areal_console.core.areal_keys import config_key, rejection_sampling_example
-except ImportError:  # on a node: batch_source.py appends areal_keys.py's source to this one's
-    pass
+except ImportError:  # on a node: batch_source.py appends areal_keys.py's source to this
+    pass  # one's, and STEP_FILE made from the agent's pattern
 
 # Formats a path can hold.
 TRAJECTORY = "trajectory_dump"  # list[dict[str, Tensor | Any]], one dict per prompt group
@@ -54,10 +56,8 @@ MAX_DIR_STEPS = 32
 # Per-token statistics (behave_imp_weight) read at most this many tokens per file.
 TOKEN_BUDGET = 1 << 20
 
-# AReaL's dump names, `step_{step:06d}.pt` / `step_{step:06d}_dp_{dp_rank}.pt`. This module
-# runs inside the agent as a self-contained extension, so it cannot import the agent's
-# DUMP_FILE; tests/test_replay_core.py holds the agent's, this and the trainer's equal.
-STEP_FILE = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
+# AReaL's dump names, `step_{step:06d}.pt` / `step_{step:06d}_dp_{dp_rank}.pt`: STEP_FILE is
+# the agent's DUMP_FILE (imported above; on a node, batch_source.node_source() defines it).
 EOS_CONFIG_FILES = ("generation_config.json", "config.json", "tokenizer_config.json")
 # AReaL's multi-modal keys (areal/utils/data.py:88-90): lists of per-sample dicts.
 MULTI_MODAL_PREFIX = "multi_modal_input"

@@ -20,7 +20,7 @@ from typing import Any
 from areal_console.core import locations
 from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.errors import UserError
-from areal_console.core.fleet import NodeSession
+from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.replay import (
     TRAINER_FILE_NAME,
     DumpIndex,
@@ -46,7 +46,11 @@ FINAL_STATES = ("finished", "failed", "stopped")
 
 @dataclass
 class JobRecord:
-    """A job the console launched, as the console remembers it and last saw it."""
+    """A job the console launched, as the console remembers it and last saw it.
+
+    `plan` stays the plan's JSON as it was saved and sent to the node (a node's own job
+    may carry a partial one); the screens read it through the typed properties below.
+    """
 
     job_id: str
     node: str
@@ -56,11 +60,49 @@ class JobRecord:
     exit_code: int | None = None
     log: str | None = None
     job_dir: str | None = None
-    verification: dict[str, Any] | None = None
+    verification: Verification | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     slurm_job: str | None = None  # launched through Slurm: its job id (sbatch or the host job)
     slurm_step: str | None = None  # a step in a running job (`srun --overlap`): "JOB.STEP"
+
+    def __post_init__(self) -> None:
+        saved: Any = self.verification
+        if saved is not None and not isinstance(saved, Verification):
+            self.verification = Verification.from_json(saved)  # as a record file holds it
+
+    @property
+    def steps(self) -> tuple[int, int] | None:
+        """The plan's first and last step."""
+        steps = self.plan.get("steps")
+        if isinstance(steps, list | tuple) and len(steps) == 2:
+            first, last = steps
+            if isinstance(first, int) and isinstance(last, int):
+                return (first, last)
+        return None
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        """The plan's GPUs (none: CPU, or a plan that does not say)."""
+        gpus = self.plan.get("gpus")
+        return tuple(g for g in gpus if isinstance(g, int)) if isinstance(gpus, list) else ()
+
+    @property
+    def verifiable(self) -> bool:
+        """The plan writes metrics: a finished job is compared with its recording."""
+        return bool(self.plan.get("metrics"))
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """The command as the node ran it (`{job_dir}` resolved); () until a node said."""
+        argv = self.extra.get("argv")
+        return tuple(map(str, argv)) if isinstance(argv, list) else ()
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """The command as run, else as planned."""
+        planned = self.plan.get("argv")
+        return self.argv or (tuple(map(str, planned)) if isinstance(planned, list) else ())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,7 +114,7 @@ class JobRecord:
             "exit_code": self.exit_code,
             "log": self.log,
             "job_dir": self.job_dir,
-            "verification": self.verification,
+            "verification": None if self.verification is None else self.verification.to_json(),
             "error": self.error,
             "extra": self.extra,
             "slurm_job": self.slurm_job,
@@ -101,6 +143,47 @@ class JobRecord:
         self.error = status.get("error")
         if status.get("argv"):
             self.extra["argv"] = list(status["argv"])  # with {job_dir} resolved by the node
+
+
+def merge_jobs(
+    known: list[JobRecord], node_jobs: dict[str, list[dict[str, Any]] | str]
+) -> list[JobRecord]:
+    """The console's records updated from each node's answer (a string: the node's error)."""
+    by_key = {(r.node, r.job_id): r for r in known}
+    for node, answer in node_jobs.items():
+        if isinstance(answer, str):
+            for r in by_key.values():
+                if r.node == node and r.state == "running":
+                    r.state, r.error = "unknown", f"node {node} unreachable: {answer}"
+            continue
+        for status in answer:
+            key = (node, str(status.get("job")))
+            record = by_key.get(key)
+            if record is None:
+                meta = status.get("meta")
+                plan = meta.get("plan") if isinstance(meta, dict) else None
+                record = JobRecord(
+                    job_id=key[1],
+                    node=node,
+                    plan=dict(plan) if isinstance(plan, dict) else {},
+                    launched_at=float(status.get("started") or 0),
+                )
+                by_key[key] = record
+            record.update_from_node(status)
+    for r in by_key.values():
+        if r.node not in node_jobs and r.state == "running" and not r.slurm_job:
+            r.state, r.error = "unknown", f"node {r.node} is not connected"
+    # Newest first; launch time alone is not a total order (records from a node without
+    # it read 0), so ties go by node and job id and the order survives a restart.
+    return sorted(by_key.values(), key=lambda r: (-(r.launched_at or 0), r.node, r.job_id))
+
+
+def node_jobs(fleet: Fleet, timeout: float = 15.0) -> dict[str, list[dict[str, Any]] | str]:
+    """Every connected node's job records (its agent's `jobs` op), or why it did not answer."""
+    answers: dict[str, list[dict[str, Any]] | str] = {}
+    for node, result in fleet.call_all("jobs", timeout=timeout).items():
+        answers[node] = result.error if isinstance(result, NodeFailure) else list(result["jobs"])
+    return answers
 
 
 def new_job_id(kind: str = "replay") -> str:
@@ -239,7 +322,7 @@ def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
         else:
             tolerance = plan.get("tolerance")
             result = verify(recorded, replayed, steps, rel_tol=tolerance)
-    record.verification = result.to_json()
+    record.verification = result
     save_job(record)
     return result
 

@@ -71,6 +71,16 @@ class NodeView:
         self.sample = data
         self.processes, self.gpus, self.gpu_error = typed or sample_rows(data)
 
+    @property
+    def hostname(self) -> str:
+        """The node's host name as its agent said hello ("" before it did)."""
+        return str(self.hello.get("hostname") or "")
+
+    @property
+    def user(self) -> str:
+        """Who the node's agent runs as ("" before it said hello)."""
+        return str(self.hello.get("user") or "")
+
     def agent_processes(self) -> list[dict[str, Any]]:
         """Copies of the agent's process records (for captures, which take the protocol's
         records), with world sizes counted over every node."""

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import shlex
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -516,9 +517,47 @@ class Verification:
     first_mismatch: dict[str, Any] | None = None
     tolerance: float | None = None  # relative; None: bit for bit
     comparable: bool = True  # False: nothing to compare (the recording's metrics are gone)
+    # The summary as a saved job record wrote it (an older console may have worded it
+    # otherwise); None: worded from the fields.
+    saved_summary: str | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Verification | None:
+        """A saved verification (a job record's JSON); odd fields read as nothing found."""
+        if not isinstance(raw, Mapping):
+            return None
+        steps = raw.get("steps")
+        mismatch = raw.get("first_mismatch")
+        tolerance = raw.get("tolerance")
+        summary = raw.get("summary")
+        return cls(
+            matched=raw.get("matched") is True,
+            steps=[s for s in steps if isinstance(s, int)] if isinstance(steps, list) else [],
+            first_mismatch=dict(mismatch) if isinstance(mismatch, Mapping) else None,
+            tolerance=(
+                float(tolerance)
+                if isinstance(tolerance, int | float) and not isinstance(tolerance, bool)
+                else None
+            ),
+            comparable=raw.get("comparable") is not False,
+            saved_summary=summary if isinstance(summary, str) else None,
+        )
+
+    @property
+    def verdict(self) -> str:
+        """The verification in a few words (a table cell)."""
+        if not self.comparable:
+            return "cannot compare"
+        if self.matched:
+            return "matches recording" + (" (within tol.)" if self.tolerance else "")
+        m = self.first_mismatch or {}
+        metric = m.get("metric")
+        return f"differs at step {m.get('step')}" + (f": {metric}" if metric else "")
 
     @property
     def summary(self) -> str:
+        if self.saved_summary is not None:
+            return self.saved_summary
         m = self.first_mismatch or {}
         if not self.comparable:
             return f"cannot compare with the recording: {m.get('reason')}"
@@ -532,8 +571,8 @@ class Verification:
         if m.get("metric") is None:
             return f"replay differs from recording at step {m.get('step')}: {m.get('reason')}"
         return (
-            f"replay differs from recording at step {m['step']}: {m['metric']} "
-            f"recorded {m['recorded']!r}, replayed {m['replayed']!r} ({how})"
+            f"replay differs from recording at step {m.get('step')}: {m['metric']} "
+            f"recorded {m.get('recorded')!r}, replayed {m.get('replayed')!r} ({how})"
         )
 
     def to_json(self) -> dict[str, Any]:

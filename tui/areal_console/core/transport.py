@@ -295,6 +295,9 @@ class ProcessChannel:
                 code = self.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 return f"{self.what}: agent stopped answering"
+        # Its last words explain its end: on a busy machine the exit can be seen before
+        # the stderr reader has read them.
+        self.wait_stderr(2.0)
         problem = bootstrap_problem(self.stderr_lines(), self.python, self.node)
         if problem:
             return problem

@@ -23,6 +23,16 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from areal_console.core import batches
+from areal_console.core.batch_records import (
+    BatchStats,
+    BatchSummary,
+    Comparison,
+    Describe,
+    SampleRow,
+    SampleView,
+    StepEntry,
+    sample_rows,
+)
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
@@ -57,78 +67,81 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def summary_text(s: dict[str, Any]) -> Text:
-    """The summary pane: what the file is, its stats, and warnings."""
-    out = Text()
-    out.append(f"{s['description']}\n", style="bold")
-    tokens = "-" if s.get("tokens") is None else f"{s['tokens']:,}"  # unknown for RTensors
-    where = [f"groups {s['groups']}", f"samples {s['samples']}", f"tokens {tokens}"]
-    if s.get("step") is not None:
-        where.insert(
-            0, f"step {s['step']}" + (f" dp {s['dp_rank']}" if s.get("dp_rank") is not None else "")
-        )
-    out.append("  ".join(where) + "\n")
-    st = s.get("stats") or {}
-    names = ["seq_len", "prompt_len", "response_len", "task_reward"] if st else []
-    if st.get("reward") and st.get("reward") != st.get("task_reward"):
+def _num(value: float | None, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _stats_text(out: Text, st: BatchStats, eos: tuple[int, ...] | None) -> None:
+    names = ["seq_len", "prompt_len", "response_len", "task_reward"]
+    if st.reward is not None and st.reward != st.task_reward:
         names.append("reward")  # normalised rewards beside original_rewards
     # A grid 36 columns wide: it fits beside the step list in an 80-column terminal.
-    if names:
-        out.append(f"{'':<12}{'mean':>6}{'std':>6}{'min':>6}{'max':>6}\n", style="dim")
+    out.append(f"{'':<12}{'mean':>6}{'std':>6}{'min':>6}{'max':>6}\n", style="dim")
     for name in names:
-        d = st.get(name) or {}
+        d = st.describe(name) or Describe()
         digits = 3 if name in ("task_reward", "reward") else 1
         out.append(f"{name:<12}", style="bold")
-        out.append("".join(f"{_fmt(d.get(k), digits):>6}" for k in ("mean", "std", "min", "max")))
+        out.append("".join(f"{_fmt(v, digits):>6}" for v in (d.mean, d.std, d.min, d.max)))
         out.append("\n")
-    if st:
-        out.append(f"{'no_eos_ratio':<13}", style="bold")
-        eos = s.get("eos_token_ids")
-        by_eos = (
-            f"  not ending in EOS {eos}: {_fmt(st.get('no_eos_token_ratio'), 3)}"
-            if eos
-            else "  (EOS id unknown)"
-        )
-        out.append(f"{_fmt(st.get('no_eos_ratio'), 3)}{by_eos}\n")
-    if st.get("equal_reward_group_ratio") is not None:
+    out.append(f"{'no_eos_ratio':<13}", style="bold")
+    by_eos = (
+        f"  not ending in EOS {list(eos)}: {_fmt(st.no_eos_token_ratio, 3)}"
+        if eos
+        else "  (EOS id unknown)"
+    )
+    out.append(f"{_fmt(st.no_eos_ratio, 3)}{by_eos}\n")
+    if st.equal_reward_group_ratio is not None:
         out.append(f"{'equal reward':<13}", style="bold")
-        n = st["equal_reward_groups"]
+        n = st.equal_reward_groups
         out.append(
             f"{n} group{'' if n == 1 else 's'} "
-            f"({st['equal_reward_group_ratio']:.0%}) with zero advantage\n"
+            f"({st.equal_reward_group_ratio:.0%}) with zero advantage\n"
         )
-    v = st.get("version")
+    v = st.version
     if v:
         out.append(f"{'versions':<13}", style="bold")
         out.append(
-            f"{v['min']}..{v['max']}  staleness mean {v['staleness_mean']:.2f} "
-            f"max {v['staleness_max']}  mixed {v['mixed_version_ratio']:.0%}\n"
+            f"{_num(v.min)}..{_num(v.max)}  staleness mean {_num(v.staleness_mean, '.2f')} "
+            f"max {_num(v.staleness_max)}  mixed {_num(v.mixed_version_ratio, '.0%')}\n"
         )
-    iw = st.get("behave_imp_weight")
+    iw = st.behave_imp_weight
     if iw:
         out.append(f"{'behave_imp_w':<13}", style="bold")
         out.append(
-            f"mean {iw['mean']:.3f}  min {iw['min']:.3f}  max {iw['max']:.3f}  "
-            f"above {iw['upper']:g} {iw['above_upper_ratio']:.2%}\n"
+            f"mean {_num(iw.mean, '.3f')}  min {_num(iw.min, '.3f')}  max {_num(iw.max, '.3f')}  "
+            f"above {_num(iw.upper, 'g')} {_num(iw.above_upper_ratio, '.2%')}\n"
         )
-    remote = s.get("remote")
+
+
+def summary_text(s: BatchSummary) -> Text:
+    """The summary pane: what the file is, its stats, and warnings."""
+    out = Text()
+    out.append(f"{s.description}\n", style="bold")
+    tokens = _num(s.tokens, ",")  # unknown for RTensors
+    where = [f"groups {_fmt(s.groups)}", f"samples {_fmt(s.samples)}", f"tokens {tokens}"]
+    if s.step is not None:
+        where.insert(0, f"step {s.step}" + (f" dp {s.dp_rank}" if s.dp_rank is not None else ""))
+    out.append("  ".join(where) + "\n")
+    if s.stats is not None:
+        _stats_text(out, s.stats, s.eos_token_ids)
+    remote = s.remote
     if remote:
         out.append(f"{'RTensors':<13}", style="bold")
-        nodes = ", ".join(f"{a} ({n})" for a, n in sorted(remote["nodes"].items()))
-        out.append(f"{remote['shards']} shards on {nodes}\n")
-    for w in s.get("warnings") or []:
+        nodes = ", ".join(f"{a} ({n})" for a, n in sorted(remote.nodes.items()))
+        out.append(f"{_num(remote.shards)} shards on {nodes}\n")
+    for w in s.warnings:
         out.append(f"! {w}\n", style="bold yellow")
     return out
 
 
-def compare_text(c: dict[str, Any]) -> Text:
+def compare_text(c: Comparison) -> Text:
     out = Text()
-    out.append(f"A {c['a']}\nB {c['b']}\n", style="bold")
+    out.append(f"A {c.a}\nB {c.b}\n", style="bold")
     out.append(f"{'stat':<26}{'A':>11}{'B':>11}{'B-A':>11}\n", style="bold")
-    for r in c["rows"]:
-        delta = r["delta"]
+    for r in c.rows:
+        delta = r.delta
         style = "" if not delta else "green" if delta > 0 else "red"
-        out.append(f"{r['stat']:<26}{_fmt(r['a'], 3):>11}{_fmt(r['b'], 3):>11}")
+        out.append(f"{r.stat:<26}{_fmt(r.a, 3):>11}{_fmt(r.b, 3):>11}")
         out.append(f"{_fmt(delta, 3):>11}\n", style=style)
     return out
 
@@ -228,12 +241,12 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         self.eos_token_id = eos_token_id
         self.on_replay_requested = on_replay_requested
         self.trust_pickle = False
-        self.top_summary: dict[str, Any] | None = None
-        self.file_summary: dict[str, Any] | None = None
-        self.entries: list[dict[str, Any]] = []  # one per row of the steps table
+        self.top_summary: BatchSummary | None = None
+        self.file_summary: BatchSummary | None = None
+        self.entries: list[StepEntry] = []  # one per row of the steps table
         self.current_file: str | None = None
         self.marked: list[str] = []
-        self.sample_rows: list[dict[str, Any]] = []
+        self.sample_rows: list[SampleRow] = []
         self.text_filter = ""
         self.last_error: str | None = None
 
@@ -314,7 +327,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     @background("batches-top", doing="reading the dump", retry="press f5 to read it again")
     def load_top(self, ticket: Ticket) -> None:
         try:
-            summary = self.source.summary(self.path, **self._opts())
+            summary = BatchSummary.from_json(self.source.summary(self.path, **self._opts()))
         except BatchError as exc:
             self.post_message(
                 BatchLoadFailed(
@@ -329,30 +342,29 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     )
     def load_file(self, ticket: Ticket, path: str) -> None:
         try:
-            summary = self.source.summary(path, **self._opts())
-            if summary["format"] not in batches.BATCH_FORMATS:
+            summary = BatchSummary.from_json(self.source.summary(path, **self._opts()))
+            if summary.format not in batches.BATCH_FORMATS:
                 self.post_message(BatchSummaryLoaded(summary, top=False, ticket=ticket))
                 return
             self.post_message(BatchSummaryLoaded(summary, top=False, ticket=ticket))
-            if summary["format"] == batches.TRAJECTORY_REFS:
+            if summary.format == batches.TRAJECTORY_REFS:
                 # Shapes only: the summary says where the data went; no samples to list.
-                table = {"path": path, "total": 0, "rows": []}
-                self.post_message(BatchSamplesLoaded(table, ticket=ticket))
+                self.post_message(BatchSamplesLoaded((), ticket=ticket))
                 return
-            table = self.source.samples(path, **self._opts())
+            rows = sample_rows(self.source.samples(path, **self._opts()))
         except BatchError as exc:
             self.post_message(
                 BatchLoadFailed(path, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket)
             )
             return
-        self.post_message(BatchSamplesLoaded(table, ticket=ticket))
+        self.post_message(BatchSamplesLoaded(rows, ticket=ticket))
 
     @background(
         "batches-sample", doing="reading the sample", retry="press enter on the sample to try again"
     )
     def load_sample(self, ticket: Ticket, path: str, index: int) -> None:
         try:
-            view = self.source.sample(path, index, **self._opts())
+            view = SampleView.from_json(self.source.sample(path, index, **self._opts()))
         except BatchError as exc:
             self.post_message(
                 BatchLoadFailed(path, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket)
@@ -373,11 +385,11 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
                 BatchLoadFailed(b, str(exc), isinstance(exc, UnsafePickleError), ticket=ticket)
             )
             return
-        self.post_message(BatchCompareLoaded(result, ticket=ticket))
+        self.post_message(BatchCompareLoaded(Comparison.from_json(result), ticket=ticket))
 
     # message handlers ---------------------------------------------------------------
-    def _file_path(self, entry: dict[str, Any]) -> str:
-        return posixpath.join(self.path, entry["file"]) if entry.get("file") else self.path
+    def _file_path(self, entry: StepEntry) -> str:
+        return posixpath.join(self.path, entry.file) if entry.file else self.path
 
     @on(BatchSummaryLoaded)
     def _summary_loaded(self, message: BatchSummaryLoaded) -> None:
@@ -395,46 +407,30 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         self.query_one("#summary-pane").loading = False
         self.file_summary = s
         self.query_one("#summary", Static).update(summary_text(s))
-        dist = s.get("distributions") or {}
-        self.query_one("#reward-hist", MiniHistogram).show(dist.get("task_reward"))
-        self.query_one("#length-hist", MiniHistogram).show(dist.get("response_len"))
-        if s["format"] not in batches.BATCH_FORMATS:
+        self.query_one("#reward-hist", MiniHistogram).show(s.task_reward_hist)
+        self.query_one("#length-hist", MiniHistogram).show(s.response_len_hist)
+        if s.format not in batches.BATCH_FORMATS:
             self.query_one("#samples").loading = False
-            self._status(f"{s['path']} is not a rollout batch: {s['description']}", error=True)
+            self._status(f"{s.path} is not a rollout batch: {s.description}", error=True)
         else:
-            self._status(f"{s['path']}: {plural(len(s.get('warnings') or []), 'warning')}")
+            self._status(f"{s.path}: {plural(len(s.warnings), 'warning')}")
 
-    def _fill_steps(self, s: dict[str, Any]) -> None:
+    def _fill_steps(self, s: BatchSummary) -> None:
         table = self.query_one("#steps", DataTable)
         table.clear()
-        if s["format"] == batches.TRAJECTORY_DIR:
-            self.entries = list(s["timeline"])
+        if s.format == batches.TRAJECTORY_DIR:
+            self.entries = list(s.timeline)
         else:
-            self.entries = [
-                {
-                    "file": None,
-                    "step": s.get("step"),
-                    "dp_rank": s.get("dp_rank"),
-                    "samples": s.get("samples"),
-                    "response_len_mean": (s["stats"].get("response_len") or {}).get("mean")
-                    if s.get("stats")
-                    else None,
-                    "task_reward_mean": (s["stats"].get("task_reward") or {}).get("mean")
-                    if s.get("stats")
-                    else None,
-                    "no_eos_ratio": (s.get("stats") or {}).get("no_eos_ratio"),
-                }
-            ]
+            self.entries = [s.as_step()]
         for i, e in enumerate(self.entries):
-            bad = bool(e.get("error"))
             table.add_row(
                 "",
-                _fmt(e.get("step")),
-                _fmt(e.get("dp_rank")),
-                Text("error", style="red") if bad else _fmt(e.get("samples")),
-                _fmt(e.get("response_len_mean"), 0),
-                _fmt(e.get("task_reward_mean"), 2),
-                _fmt(e.get("no_eos_ratio"), 3),
+                _fmt(e.step),
+                _fmt(e.dp_rank),
+                Text("error", style="red") if e.error else _fmt(e.samples),
+                _fmt(e.response_len_mean, 0),
+                _fmt(e.task_reward_mean, 2),
+                _fmt(e.no_eos_ratio, 3),
                 key=str(i),
             )
 
@@ -444,7 +440,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         entry = self.entries[row]
         path = self._file_path(entry)
         self.current_file = path
-        if self.top_summary is not None and self.top_summary["format"] == batches.TEXT_ROLLOUT:
+        if self.top_summary is not None and self.top_summary.format == batches.TEXT_ROLLOUT:
             cached = self.new_ticket("batches-cached")  # already read: shown at once
             self.post_message(BatchSummaryLoaded(self.top_summary, top=False, ticket=cached))
         else:
@@ -457,7 +453,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     def _samples_loaded(self, message: BatchSamplesLoaded) -> None:
         if not self.fresh(message):
             return  # answers an older request
-        self.sample_rows = list(message.table["rows"])
+        self.sample_rows = list(message.rows)
         self.query_one("#samples").loading = False
         self._fill_samples()
 
@@ -465,20 +461,18 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         table = self.query_one("#samples", DataTable)
         table.clear()
         for r in filter_rows(self.sample_rows, self.text_filter):
-            eos = r.get("eos")
-            if eos is None and r.get("no_eos") is not None:
-                eos = not r["no_eos"]  # AReaL's rule when no EOS id is known
+            eos = r.ends_in_eos  # AReaL's rule when no EOS id is known
             table.add_row(
-                str(r["index"]),
-                _fmt(r["group"]),
-                _fmt(r["row"]),
-                str(r["seq_len"]),
-                str(r["prompt_len"]),
-                str(r["response_len"]),
-                _fmt(r.get("task_reward"), 2),
+                str(r.index),
+                _fmt(r.group),
+                _fmt(r.row),
+                _fmt(r.seq_len),
+                _fmt(r.prompt_len),
+                _fmt(r.response_len),
+                _fmt(r.task_reward, 2),
                 "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
-                f"{_fmt(r.get('head_version'))}..{_fmt(r.get('tail_version'))}",
-                key=str(r["index"]),
+                f"{_fmt(r.head_version)}..{_fmt(r.tail_version)}",
+                key=str(r.index),
             )
 
     @on(BatchSampleLoaded)
@@ -587,21 +581,19 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     def action_request_replay(self) -> None:
         """Ask the app to replay the marked steps (or the highlighted one); no key bound here."""
         steps = [
-            e["step"]
-            for e in self.entries
-            if self._file_path(e) in self.marked and e.get("step") is not None
+            e.step for e in self.entries if self._file_path(e) in self.marked and e.step is not None
         ]
         if not steps:
             row = self.query_one("#steps", DataTable).cursor_row
-            if 0 <= row < len(self.entries) and self.entries[row].get("step") is not None:
-                steps = [self.entries[row]["step"]]
+            if 0 <= row < len(self.entries) and (step := self.entries[row].step) is not None:
+                steps = [step]
         steps = sorted(set(steps))
         self.post_message(self.ReplayRequested(self.path, steps, self.node))
         if self.on_replay_requested is not None:
             self.on_replay_requested(self.path, steps)
 
 
-def filter_rows(rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+def filter_rows(rows: list[SampleRow], text: str) -> list[SampleRow]:
     """Sample rows matching a filter: `noeos`, `eos`, `key=value` terms, or plain text."""
     terms = text.split()
     if not terms:
@@ -612,17 +604,17 @@ def filter_rows(rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
         for term in terms:
             if term in ("noeos", "eos"):
                 # By the EOS id when known, else AReaL's rule (length == padded width).
-                cut = r.get("eos") is False if r.get("eos") is not None else bool(r.get("no_eos"))
+                cut = r.ends_in_eos is False
                 ok = cut if term == "noeos" else not cut
             elif "=" in term:
                 key, _, value = term.partition("=")
-                have = r.get(key)
+                have = r.value(key)
                 try:
                     ok = have is not None and float(have) == float(value)
                 except ValueError:
                     ok = str(have) == value
             else:
-                ok = any(term in str(v) for v in r.values())
+                ok = any(term in v for v in r.text_values)
             if not ok:
                 break
         if ok:

@@ -9,7 +9,6 @@ recording once, in the background, and the result is shown in its row.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -20,7 +19,7 @@ from textual.widgets import DataTable, Label, Log, Static
 
 from areal_console.core import jobs
 from areal_console.core.errors import UserError
-from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.core.fleet import Fleet
 from areal_console.core.textfmt import plural
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
@@ -48,27 +47,19 @@ class JobRow:
 
     def cells(self) -> tuple[str, ...]:
         r = self.record
-        steps = r.plan.get("steps") if r.plan else None
-        gpus = r.plan.get("gpus") if r.plan else None
+        steps = r.steps
         v = r.verification
         if v is None:
-            verdict = "—" if r.state != "finished" or not (r.plan or {}).get("metrics") else "…"
-        elif v.get("comparable") is False:
-            verdict = "cannot compare"
-        elif v.get("matched"):
-            verdict = "matches recording" + (" (within tol.)" if v.get("tolerance") else "")
+            verdict = "—" if r.state != "finished" or not r.verifiable else "…"
         else:
-            m = v.get("first_mismatch") or {}
-            verdict = f"differs at step {m.get('step')}" + (
-                f": {m['metric']}" if m.get("metric") else ""
-            )
+            verdict = v.verdict
         return (
             ("● " if self.marked else "") + r.job_id,
             r.node,
             r.state,
             "" if r.exit_code is None else str(r.exit_code),
             f"{steps[0]}-{steps[1]}" if steps else "",
-            ",".join(map(str, gpus)) if isinstance(gpus, list) else str(gpus or ""),
+            ",".join(map(str, r.gpus)),
             verdict,
         )
 
@@ -79,38 +70,6 @@ class JobRow:
 
 def row_key(record: jobs.JobRecord) -> str:
     return f"{record.node}/{record.job_id}"
-
-
-def merge_jobs(
-    known: list[jobs.JobRecord], node_jobs: dict[str, list[dict[str, Any]] | str]
-) -> list[jobs.JobRecord]:
-    """The console's records updated from each node's answer (a string: the node's error)."""
-    by_key = {(r.node, r.job_id): r for r in known}
-    for node, answer in node_jobs.items():
-        if isinstance(answer, str):
-            for r in by_key.values():
-                if r.node == node and r.state == "running":
-                    r.state, r.error = "unknown", f"node {node} unreachable: {answer}"
-            continue
-        for status in answer:
-            key = (node, str(status.get("job")))
-            record = by_key.get(key)
-            if record is None:
-                meta = status.get("meta") or {}
-                record = jobs.JobRecord(
-                    job_id=key[1],
-                    node=node,
-                    plan=dict(meta.get("plan") or {}),
-                    launched_at=float(status.get("started") or 0),
-                )
-                by_key[key] = record
-            record.update_from_node(status)
-    for r in by_key.values():
-        if r.node not in node_jobs and r.state == "running" and not r.slurm_job:
-            r.state, r.error = "unknown", f"node {r.node} is not connected"
-    # Newest first; launch time alone is not a total order (records from a node without
-    # it read 0), so ties go by node and job id and the order survives a restart.
-    return sorted(by_key.values(), key=lambda r: (-(r.launched_at or 0), r.node, r.job_id))
 
 
 class JobsScreen(FilterHost, WorkerHost, Screen[None]):
@@ -200,14 +159,12 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
     # polling: one refresh at a time, the next armed when the last one ended (PollChain) ---
     @background("jobs-poll", doing="reading every node's jobs", retry="press r to refresh")
     def refresh_jobs(self, ticket: Ticket) -> None:
-        answers: dict[str, list[dict[str, Any]] | str] = {}
-        for node, result in self.fleet.call_all("jobs", timeout=15).items():
-            answers[node] = result.error if isinstance(result, NodeFailure) else result["jobs"]
+        answers = jobs.node_jobs(self.fleet)
         if cancelled():
             return
         known = jobs.load_jobs()
         launched_here = {(r.node, r.job_id) for r in known}
-        records = merge_jobs(known, answers)
+        records = jobs.merge_jobs(known, answers)
         for r in records:
             if r.slurm_job and r.state == "running":
                 try:
@@ -232,7 +189,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             if (
                 r.state == "finished"
                 and r.verification is None
-                and (r.plan or {}).get("metrics")
+                and r.verifiable
                 and row.key not in self._verifying
             ):
                 self._verifying.add(row.key)
@@ -274,7 +231,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             f"{record.job_id} on {record.node}: {record.state}"
             + ("" if record.exit_code is None else f" (exit {record.exit_code})")
         ]
-        argv = record.extra.get("argv") or (record.plan or {}).get("argv")
+        argv = record.command
         if argv:
             lines.append("command: " + " ".join(argv))
         if record.log:
@@ -282,7 +239,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         if record.slurm_job:
             lines.append(record.slurm_label)
         if record.verification:
-            lines.append(str(record.verification.get("summary", "")))
+            lines.append(record.verification.summary)
         if record.error and record.state in ("unknown", "failed"):
             lines.append(record.error)
         detail.update("\n".join(lines))
@@ -382,7 +339,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             return
         if len(running) == 1:
             record = self.records[running[0]]
-            command = " ".join(record.extra.get("argv") or [])
+            command = " ".join(record.argv)
             question = f"Stop {record.job_id} on {record.node}?\n{command}"
         else:
             question = f"Stop {len(running)} jobs?\n" + "\n".join(running)

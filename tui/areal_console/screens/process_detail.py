@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from areal_console.core.fleet import Fleet
 from areal_console.core.records import ProcessRow
-from areal_console.core.stacks.model import Thread, parse_pyspy_threads
+from areal_console.core.stacks.model import ProcessDump, Thread
 from areal_console.core.textfmt import format_bytes
 from areal_console.messages import ProcessStack
 from areal_console.workers import Ticket, WorkerHost, background
@@ -53,19 +53,17 @@ def describe_process(node: str, p: ProcessRow) -> Text:
     return text
 
 
-def describe_stack(threads: list[Thread], locals_by_thread: dict[int, Any]) -> Text:
-    """Every thread's frames, innermost first (as py-spy prints them)."""
+def describe_stack(threads: list[Thread]) -> Text:
+    """Every thread's frames, innermost first (as py-spy prints them), with any --locals."""
     text = Text()
     for t in threads:
         text.append(f"\nThread {t.tid} ({t.name}){'  idle' if t.idle else ''}\n", style="bold")
-        raw_frames = locals_by_thread.get(t.tid) or []
         for i, frame in enumerate(t.frames):
             text.append(f"  {frame.function} ", style="cyan")
             text.append(f"({frame.file}:{frame.line})\n", style="dim")
-            frame_locals = raw_frames[i].get("locals") if i < len(raw_frames) else None
-            for var in frame_locals or []:
-                kind = "arg" if var.get("arg") else "local"
-                text.append(f"      {kind} {var.get('name')} = {var.get('repr')}\n", style="dim")
+            for var in t.variables(i):
+                kind = "arg" if var.arg else "local"
+                text.append(f"      {kind} {var.name} = {var.repr}\n", style="dim")
     return text
 
 
@@ -119,19 +117,14 @@ class ProcessDetailScreen(WorkerHost, ModalScreen[None]):
         args = {"pids": [pid], "timeout": 15.0, "native": mode == "native",
                 "locals": mode == "locals"}  # fmt: skip
         reply = self.fleet.session(self.node).call("pyspy", args, timeout=45)
-        dumps = reply.get("dumps") or []
-        if not dumps or not dumps[0].get("ok"):
-            error = dumps[0].get("error") if dumps else "no answer"
-            text = Text(f"no stack: {error}", style="yellow")
+        dump = ProcessDump.from_agent(reply, pid)
+        if dump.error is not None:
+            text = Text(f"no stack: {dump.error}", style="yellow")
             self.post_message(ProcessStack(text, ticket=ticket))
             return
-        raw = dumps[0].get("threads") or []
-        threads = parse_pyspy_threads(raw, int(dumps[0].get("pid") or pid))
-        raw_by_tid = {int(t.get("os_thread_id") or t.get("thread_id") or 0): t.get("frames")
-                      for t in raw}  # fmt: skip
         title = {"native": " (with native frames)", "locals": " (with locals)"}.get(mode, "")
-        text = Text(f"stack of pid {dumps[0].get('pid')}{title}", style="bold")
-        text.append_text(describe_stack(threads, raw_by_tid))
+        text = Text(f"stack of pid {dump.pid}{title}", style="bold")
+        text.append_text(describe_stack(dump.threads))
         self.post_message(ProcessStack(text, ticket=ticket))
 
     @on(ProcessStack)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
@@ -13,7 +11,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from areal_console.core.stacks.model import Frame
+from areal_console.core.stacks.model import Frame, Variable
 from areal_console.core.stacks.source import SourceSnippet, read_snippet
 from areal_console.workers import Ticket, WorkerHost, background
 
@@ -44,7 +42,7 @@ class SourceViewScreen(WorkerHost, ModalScreen[None]):
         self,
         frame: Frame,
         context: int = 8,
-        variables: list[tuple[str, list[dict[str, Any]]]] | None = None,
+        variables: list[tuple[str, tuple[Variable, ...]]] | None = None,
     ) -> None:
         super().__init__()
         self.frame = frame
@@ -60,8 +58,8 @@ class SourceViewScreen(WorkerHost, ModalScreen[None]):
                 for who, variables in self.variables:
                     text.append(f"\nlocals of {who}\n", style="bold")
                     for v in variables:
-                        kind = "arg  " if v.get("arg") else "local"
-                        text.append(f"  {kind} {v.get('name')} = {v.get('repr')}\n")
+                        kind = "arg  " if v.arg else "local"
+                        text.append(f"  {kind} {v.name} = {v.repr}\n")
                 yield Static(text, id="source-locals")
 
     def on_mount(self) -> None:

@@ -7,15 +7,17 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from areal_console.core.batch_records import Histogram
+
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
-def histogram_text(title: str, hist: dict[str, Any] | None, digits: int = 2) -> Text:
+def histogram_text(title: str, hist: Histogram | None, digits: int = 2) -> Text:
     """`title  lo ▁▃█▅▂ hi  (n)`; bin heights are relative to the fullest bin."""
     text = Text(f"{title:<14}", style="bold")
-    counts = list((hist or {}).get("counts") or [])
-    edges = list((hist or {}).get("edges") or [])
-    if not counts:
+    counts = list(hist.counts) if hist else []
+    edges = list(hist.edges) if hist else []
+    if not counts or not edges:
         text.append("no data", style="dim")
         return text
     top = max(counts) or 1
@@ -30,7 +32,7 @@ def histogram_text(title: str, hist: dict[str, Any] | None, digits: int = 2) -> 
 
 
 class MiniHistogram(Static):
-    """Shows one histogram dict (`{"edges", "counts"}`, as `batches.histogram` makes)."""
+    """Shows one histogram (`batches.histogram`'s edges and counts)."""
 
     DEFAULT_CSS = """
     MiniHistogram { height: 1; }
@@ -42,6 +44,6 @@ class MiniHistogram(Static):
         self.digits = digits
         self.counts: list[float] = []
 
-    def show(self, hist: dict[str, Any] | None) -> None:
-        self.counts = list((hist or {}).get("counts") or [])
+    def show(self, hist: Histogram | None) -> None:
+        self.counts = list(hist.counts) if hist else []
         self.update(histogram_text(self.title, hist, self.digits))

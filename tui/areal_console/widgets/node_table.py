@@ -44,7 +44,7 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     elif view.gpu_error and not gpus:
         detail = "no GPU data (NVML unavailable)"
     else:
-        detail = view.hello.get("hostname", "")
+        detail = view.hostname
     return {
         "node": Text(printable(view.name)),
         "state": Text(view.state, style=STATE_STYLE.get(view.state, "")),

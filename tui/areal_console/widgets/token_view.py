@@ -7,6 +7,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from areal_console.core.batch_records import SampleView
+
 MAX_TOKENS = 4000  # a view, not an export: very long samples are cut with a note
 
 
@@ -21,28 +23,29 @@ def logprob_style(logprob: float | None) -> str:
     return "white on red"
 
 
-def sample_text(view: dict[str, Any], detailed: bool = False) -> Text:
+def sample_text(view: SampleView, detailed: bool = False) -> Text:
     """A rich rendering of a `batches.sample_view` result.
 
     `detailed` writes each completion token as `id:logprob` instead of only shading it.
     """
     out = Text()
-    eos = view.get("eos")
+    eos = view.eos
     out.append(
-        f"sample {view['index']}  group {view['group']} row {view['row']}  "
-        f"seq {view['seq_len']}  prompt {view['prompt_len']}  response {view['response_len']}  "
-        f"task_reward {view.get('task_reward', view.get('reward'))}  "
+        f"sample {view.index}  group {view.group} row {view.row}  "
+        f"seq {view.seq_len}  prompt {view.prompt_len}  response {view.response_len}  "
+        f"task_reward {view.task_reward}  "
         f"eos {'-' if eos is None else 'yes' if eos else 'NO'}  "
-        f"versions {view.get('head_version')}..{view.get('tail_version')}\n",
+        f"versions {view.head_version}..{view.tail_version}\n",
         style="bold",
     )
-    for name, value in (view.get("extras") or {}).items():
+    for name, value in view.extras.items():
         out.append(f"{name}: {value}\n", style="dim")
-    if view.get("tokens") is None:
+    tokens = view.tokens
+    if tokens is None:
         out.append("prompt\n", style="bold dim")
-        out.append(f"{view.get('prompt') or ''}\n", style="dim")
+        out.append(f"{view.prompt or ''}\n", style="dim")
         out.append("completion\n", style="bold")
-        out.append(f"{view.get('completion') or ''}\n")
+        out.append(f"{view.completion or ''}\n")
         return out
     # Separators end the preceding segment: a segment's leading spaces can be dropped.
     out.append("legend: prompt,", style="dim")
@@ -55,20 +58,20 @@ def sample_text(view: dict[str, Any], detailed: bool = False) -> Text:
     out.append(", ")
     out.append("«vN»", style="bold magenta")
     out.append(" = policy version from here on\n", style="dim")
-    if view.get("text"):
-        out.append(view["text"] + "\n\n")
-    tokens: list[int] = view["tokens"]
-    mask = view.get("loss_mask") or [0] * len(tokens)
-    logprobs = view.get("logprobs")
-    versions = view.get("versions")
+    if view.text:
+        out.append(view.text + "\n\n")
+    mask = view.loss_mask or (False,) * len(tokens)
+    logprobs = view.logprobs
+    versions = view.versions
     current: int | None = None
     for i, tok in enumerate(tokens[:MAX_TOKENS]):
-        if versions is not None and mask[i] and versions[i] != current:
+        completion = i < len(mask) and mask[i]
+        if versions is not None and completion and i < len(versions) and versions[i] != current:
             current = versions[i]
             out.append(f"«v{current}»", style="bold magenta")
-        lp = logprobs[i] if logprobs else None
-        style = logprob_style(lp) if mask[i] else "dim"
-        label = f"{tok}:{lp:.2f}" if detailed and mask[i] and lp is not None else str(tok)
+        lp = logprobs[i] if logprobs and i < len(logprobs) else None
+        style = logprob_style(lp) if completion else "dim"
+        label = f"{tok}:{lp:.2f}" if detailed and completion and lp is not None else str(tok)
         out.append(label, style=style)
         out.append(" ")
     if len(tokens) > MAX_TOKENS:
@@ -85,10 +88,10 @@ class TokenView(Static):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("select a sample (enter)", **kwargs)
-        self.view: dict[str, Any] | None = None
+        self.view: SampleView | None = None
         self.detailed = False
 
-    def show(self, view: dict[str, Any]) -> None:
+    def show(self, view: SampleView) -> None:
         self.view = view
         self.update(sample_text(view, self.detailed))
 

@@ -13,8 +13,8 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.render import measure
 from textual.widgets import DataTable
-from textual.widgets._data_table import default_cell_formatter  # not re-exported (8.2.8)
-from textual.widgets.data_table import CellKey, Column, ColumnKey, RowKey
+from textual.widgets._data_table import default_cell_formatter
+from textual.widgets.data_table import CellKey, Column, ColumnKey, Row, RowKey
 from typing_extensions import Self
 
 VIM_BINDINGS: list[BindingType] = [
@@ -87,6 +87,7 @@ class VimTable(DataTable[Any]):
     # content; the full text of a cut cell is one key away (enter). None by default: a
     # table too wide scrolls sideways.
     cut_columns: tuple[str, ...] = ()
+    _drawn_widths: tuple[int, ...] = ()
 
     async def _on_click(self, event: events.Click) -> None:
         before = self.cursor_coordinate
@@ -132,41 +133,58 @@ class VimTable(DataTable[Any]):
         super()._update_dimensions(by_textual)
         self._fit_width()
 
+    def update_cell(
+        self,
+        row_key: RowKey | str,
+        column_key: ColumnKey | str,
+        value: Any,
+        *,
+        update_width: bool = False,
+    ) -> None:
+        if update_width:  # a cell as wide as the one it replaces leaves its column as it is
+            row = self.rows.get(RowKey(row_key) if isinstance(row_key, str) else row_key)
+            cells = self._data.get(row.key) if row is not None else None
+            column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
+            if row is not None and cells is not None and column in cells:
+                update_width = self._cell_width(row, cells[column]) != self._cell_width(row, value)
+        super().update_cell(row_key, column_key, value, update_width=update_width)
+
     def _update_column_widths(self, updated_cells: set[CellKey]) -> None:
-        # Textual re-measures a whole column through Rich for every updated cell that got
-        # narrower: a 1 Hz tick of 1,024 process rows measured a million cells (12 s of
-        # CPU). Here each updated cell is measured once (plain cells by their length, as
-        # for new rows), a column grows at once, and a column where a cell got narrower
-        # is measured again once: the same widths Textual ends with.
-        console = self.app.console
-        narrowed: set[ColumnKey] = set()
+        # Textual re-measures a whole column for every updated cell that got narrower:
+        # rows x updated cells measures a tick (at 1,000 processes, seconds a refresh).
+        # Here each changed cell is measured once, and a column with a narrower cell is
+        # re-measured once, after all of them.
+        narrower: set[ColumnKey] = set()
         for row_key, column_key in updated_cells:
             column = self.columns.get(column_key)
             row = self.rows.get(row_key)
             if column is None or row is None:
                 continue
-            width = self._cell_width(console, self._data[row_key][column_key], row.height)
-            if width < column.content_width:
-                narrowed.add(column_key)
-            elif width > column.content_width:  # (never below the label: a column starts there)
-                column.content_width = max(width, measure(console, column.label, 1))
-        for column_key in narrowed:
+            width = self._cell_width(row, self._data[row_key][column_key])
+            if width >= column.content_width:
+                column.content_width = max(width, self._label_width(column))
+            else:
+                narrower.add(column_key)
+        for column_key in narrower:
             column = self.columns[column_key]
-            widths = [
-                self._cell_width(console, self._data[row_key].get(column_key), row.height)
-                for row_key, row in self.rows.items()
-            ]
-            column.content_width = max([*widths, measure(console, column.label, 1)])
+            widths = (
+                self._cell_width(self.rows[row_key], cells.get(column_key))
+                for row_key, cells in self._data.items()
+                if row_key in self.rows
+            )
+            column.content_width = max([self._label_width(column), *widths])
         self._require_update_dimensions = True
 
-    @staticmethod
-    def _cell_width(console: Any, value: Any, height: int) -> int:
-        """A cell's width as Textual measures it (plain one-line cells by their length)."""
-        width = _plain_width(value) if height == 1 else None
-        if width is None:
-            formatted = default_cell_formatter(value, wrap=height != 1, height=height)
-            width = measure(console, formatted, 1)
-        return width
+    def _label_width(self, column: Column) -> int:
+        return measure(self.app.console, column.label, 1)
+
+    def _cell_width(self, row: Row, value: object) -> int:
+        """The width Textual measures for `value` in `row`."""
+        width = _plain_width(value) if row.height == 1 else None
+        if width is not None:
+            return width
+        renderable = default_cell_formatter(value, wrap=row.height != 1, height=row.height)
+        return measure(self.app.console, renderable, 1)
 
     def _fit_width(self) -> None:
         """Narrow the `cut_columns` (in that order, to no less than their label or 8
@@ -185,12 +203,13 @@ class VimTable(DataTable[Any]):
             take = max(0, min(excess, column.content_width - floor))
             column.content_width -= take
             excess -= take
+        widths = tuple(c.get_render_width(self) for c in self.columns.values())
         self.virtual_size = Size(
-            sum(c.get_render_width(self) for c in self.columns.values())
-            + self._row_label_column_width,
-            self.virtual_size.height,
+            sum(widths) + self._row_label_column_width, self.virtual_size.height
         )
-        self._clear_caches()
+        if widths != self._drawn_widths:  # else the lines in the caches still hold
+            self._drawn_widths = widths
+            self._clear_caches()
 
     def _refit_columns(self) -> None:
         console = self.app.console

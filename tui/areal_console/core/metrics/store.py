@@ -43,6 +43,20 @@ class MetricStore:
         block.steps.append(step)
         block.values.extend(values)
 
+    def add_rows(self, steps: Sequence[int], names: tuple[str, ...], values: memoryview) -> None:
+        """Several steps' tables of one layout: `values` (the bytes of C doubles) row after
+        row, in `names` order."""
+        if not steps:
+            return
+        block = self.blocks[-1] if self.blocks else None
+        if block is None or block.names != names:
+            block = Block(names, {n: i for i, n in enumerate(names)})
+            self.blocks.append(block)
+            for n in names:
+                self._names.setdefault(n, None)
+        block.steps.extend(steps)
+        block.values.frombytes(values)
+
     def add_scalar(self, name: str, step: int, value: float) -> None:
         pair = self._scalars.get(name)
         if pair is None:
@@ -54,6 +68,10 @@ class MetricStore:
     def mark_step(self, step: int, at: float) -> None:
         self.steps.append(step)
         self.step_times.append(at)
+
+    def mark_steps(self, steps: Sequence[int], times: Sequence[float]) -> None:
+        self.steps.extend(steps)
+        self.step_times.extend(times)
 
     # reading --------------------------------------------------------------------------
     def names(self) -> list[str]:

@@ -77,6 +77,14 @@ class Frame(NamedTuple):
 Stack = tuple[Frame, ...]  # leaf first
 
 
+class Variable(NamedTuple):
+    """A frame's local variable or argument, as py-spy --locals shows it."""
+
+    name: str
+    repr: str
+    arg: bool
+
+
 @dataclass(slots=True)
 class Thread:
     name: str
@@ -100,6 +108,17 @@ class Thread:
             found = self._dist = in_distributed(self.frames)
         return found
 
+    def variables(self, index: int) -> tuple[Variable, ...]:
+        """The --locals of frame `index` of `frames` (none without --locals)."""
+        per_frame = self.locals or []
+        if not 0 <= index < len(per_frame):
+            return ()
+        return tuple(
+            Variable(str(v.get("name")), str(v.get("repr")), bool(v.get("arg")))
+            for v in per_frame[index] or []
+            if isinstance(v, dict)
+        )
+
     def to_json(self) -> dict[str, Any]:
         doc = {
             "name": self.name,
@@ -114,13 +133,13 @@ class Thread:
 
 def variables_at(
     capture: StackCapture, frame: Frame, limit: int = 4
-) -> list[tuple[str, list[dict[str, Any]]]]:
+) -> list[tuple[str, tuple[Variable, ...]]]:
     """(rank label, variables) of up to `limit` processes stopped in `frame` (--locals)."""
-    found: list[tuple[str, list[dict[str, Any]]]] = []
+    found: list[tuple[str, tuple[Variable, ...]]] = []
     for r in capture.ranks:
         for t in r.threads:
-            for f, variables in zip(t.frames, t.locals or [], strict=False):
-                if f == frame and variables:
+            for i, f in enumerate(t.frames):
+                if f == frame and (variables := t.variables(i)):
                     found.append((r.label if t.is_main else f"{r.label} {t.name}", variables))
                     break
             if len(found) >= limit:
@@ -148,7 +167,7 @@ def frame_variables(raw_frames: list[dict[str, Any]]) -> list[list[dict[str, Any
         return None
     return [
         [{"name": str(v.get("name")), "repr": str(v.get("repr")), "arg": bool(v.get("arg"))}
-         for v in (f.get("locals") or [])]
+         for v in (f.get("locals") or []) if isinstance(v, dict)]
         for f in raw_frames
     ]  # fmt: skip
 
@@ -404,6 +423,30 @@ class FrameTable:
 
 def _frame_function(raw: dict[str, Any]) -> str:
     return str(raw.get("name") or "<unknown>")
+
+
+@dataclass(slots=True)
+class ProcessDump:
+    """A node's `pyspy` answer for one process: its threads, or why there are none."""
+
+    pid: int
+    threads: list[Thread]
+    error: str | None = None  # set: no stack
+
+    @classmethod
+    def from_agent(cls, reply: Any, pid: int) -> ProcessDump:
+        """The first dump of a `pyspy` reply asked about `pid`."""
+        dumps = reply.get("dumps") if isinstance(reply, dict) else None
+        first = dumps[0] if isinstance(dumps, list) and dumps else None
+        if not isinstance(first, dict):
+            return cls(pid, [], "no answer")
+        if not first.get("ok"):
+            return cls(pid, [], str(first.get("error")))
+        raw = first.get("threads")
+        got = first.get("pid")
+        pid = got if isinstance(got, int) and not isinstance(got, bool) and got else pid
+        threads = [t for t in raw if isinstance(t, dict)] if isinstance(raw, list) else []
+        return cls(pid, parse_pyspy_threads(threads, pid))
 
 
 def parse_pyspy_threads(
