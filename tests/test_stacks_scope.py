@@ -108,12 +108,17 @@ def test_slurm_job_filter_and_match() -> None:
 # Two real jobs on this machine
 
 
+# Slurm job ids of this run only: another run of these tests on the machine has its own.
+FIRST_JOB_ID = str(100_000 + os.getpid() % 400_000 * 2)
+SECOND_JOB_ID = str(int(FIRST_JOB_ID) + 1)
+
+
 @pytest.fixture(scope="module")
 def two_jobs() -> Iterator[tuple[ScenarioJob, ScenarioJob]]:
     """Two 2-rank gloo jobs, each in its own Slurm-like environment (SLURM_JOB_ID)."""
     env = dict(os.environ)
-    first = start_scenario("same_collective", nproc=2, env={**env, "SLURM_JOB_ID": "9101"})
-    second = start_scenario("cleanup_deadlock", nproc=2, env={**env, "SLURM_JOB_ID": "9102"})
+    first = start_scenario("same_collective", nproc=2, env={**env, "SLURM_JOB_ID": FIRST_JOB_ID})
+    second = start_scenario("cleanup_deadlock", nproc=2, env={**env, "SLURM_JOB_ID": SECOND_JOB_ID})
     try:
         first.wait_ready(180)
         second.wait_ready(180)
@@ -182,7 +187,7 @@ def test_slurm_job_scope_dumps_only_that_jobs_processes(
     first, second = two_jobs
     fleet = Fleet([NodeSpec(name="node0")], probe_gpus=False)
     try:
-        raw = capture_raw(fleet, CaptureOptions(slurm_job="9101"))
+        raw = capture_raw(fleet, CaptureOptions(slurm_job=FIRST_JOB_ID))
         with pytest.raises(JobChoiceError):
             capture_raw(fleet, CaptureOptions(match=_either(first, second)))
     finally:
