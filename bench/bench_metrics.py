@@ -7,9 +7,8 @@
 `parse`: a log of `--steps` steps in AReaL's format (every table made by the real
 `tabulate` through tests/areal_logfmt.py, a cited transcription of AReaL's StatsLogger),
 for each table width of `--metrics`: 9 is the reference trainer's table, 83 an AReaL PPO
-actor's (tests/areal_logfmt.py:actor_stats), more adds the actor's other keys (`wide_stats`)
-the way a real AReaL table reaches about 135. It
-times, in the same run, a plain read of the file in 4 MiB chunks (the baseline) and the
+actor's (tests/areal_logfmt.py:actor_stats); a wider one adds the actor's other keys
+(`wide_stats`), as a real AReaL table reaches about 135. It times, in the same run, a plain read of the file in 4 MiB chunks (the baseline) and the
 console's parser fed the same chunks (as `metrics` and the Health screen feed it); median
 of `--repeats`, wall and CPU time, ratio parse / plain read. `--searching` also times the
 parser with its bulk path off (every record searched and split, the parser before the bulk
