@@ -91,7 +91,7 @@ def wide_stats(metrics: int):  # type: ignore[no-untyped-def]
 
 
 def stats_for(metrics: int):  # type: ignore[no-untyped-def]
-    return trainer_stats if metrics == len(AREAL_NAMES) else wide_stats(metrics)
+    return trainer_stats if metrics == len(trainer_stats(0)) else wide_stats(metrics)
 
 
 def write_log(path: Path, steps: int, stats, pool: int = 64) -> None:  # type: ignore[no-untyped-def]

@@ -127,3 +127,59 @@ async def test_fast_measuring_gives_textuals_widths() -> None:
                 table.add_row(cell)
             await pilot.pause()
             assert width(ours, "only") == theirs.columns[ColumnKey("only")].content_width, cell
+
+
+async def test_updated_cells_size_columns_as_textual_does_without_a_pass_per_cell() -> None:
+    """`update_cell(..., update_width=True)` on every row: the same widths as a plain
+    DataTable, but a column is measured again once per refresh, not once per cell (at
+    1,024 process rows Textual's own pass measured a million cells a tick)."""
+    import textual.widgets._data_table as data_table
+    from textual.widgets import DataTable
+
+    class Both(App[None]):
+        def compose(self) -> ComposeResult:
+            yield VimTable(id="vim")
+            yield DataTable(id="plain")
+
+    rows = 40
+    before = {"cpu": ["100", *["7"] * (rows - 1)], "state": ["ok"] * rows, "cmd": [LONG] * rows}
+    after = {  # the widest CPU cell narrows; a state cell grows; every command narrows
+        "cpu": [str(i % 10) for i in range(rows)],
+        "state": ["running", Text("verification failed"), *["ok"] * (rows - 2)],
+        "cmd": ["python"] * rows,
+    }
+    app = Both()
+    async with app.run_test(size=(200, 60)) as pilot:
+        vim, plain = app.query_one("#vim", VimTable), app.query_one("#plain", DataTable)
+        for table in (vim, plain):
+            for key in before:
+                table.add_column(key.upper(), key=key)
+            for i in range(rows):
+                table.add_row(*(before[key][i] for key in before), key=str(i))
+        await pilot.pause()
+
+        calls = {"vim": 0, "plain": 0}
+        counted = ["vim"]  # whose refresh is being counted
+        real = measure
+
+        def counting(*args: object, **kwargs: object) -> int:
+            calls[counted[0]] += 1
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        import areal_console.widgets.vim_table as vim_table
+
+        vim_table.measure = data_table.measure = counting  # type: ignore[assignment]
+        try:
+            for name, table in (("vim", vim), ("plain", plain)):
+                counted[0] = name
+                for key, values in after.items():
+                    for i, value in enumerate(values):
+                        table.update_cell(str(i), key, value, update_width=True)
+                await pilot.pause()
+        finally:
+            vim_table.measure = data_table.measure = real  # type: ignore[assignment]
+        got = {key: width(vim, key) for key in after}
+        want = {key: plain.columns[ColumnKey(key)].content_width for key in after}
+        assert got == want == {"cpu": 3, "state": len("verification failed"), "cmd": 6}
+        assert calls["plain"] > rows * rows  # Textual: the whole column per narrowed cell
+        assert calls["vim"] <= rows * len(after)  # here: at most once per updated cell

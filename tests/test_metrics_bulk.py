@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from areal_console.core.metrics.logbulk import NUMBER, scientific, word_matrix
+from areal_console.core.metrics.logbulk import NUMBER, scientific, word_cover, word_matrix
 from areal_console.core.metrics.logparse import LogParser
 
 from tests.areal_logfmt import AReaLLogWriter, actor_stats
@@ -156,6 +156,26 @@ def test_any_byte_out_of_shape_is_left_to_float() -> None:
         assert fits == exact, cell
         if fits:
             assert repr(value) == repr(float(cell)), cell
+
+
+def test_word_cover_compares_every_fixed_byte_and_no_other() -> None:
+    """The words a record is compared by cover exactly the bytes that must repeat."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        size = int(rng.integers(8, 400))
+        same = rng.random(size) < rng.choice([0.1, 0.5, 0.9, 0.99])
+        full_at, part_at, masks = word_cover(same)
+        compared = np.zeros(size, dtype=bool)
+        for at in full_at.tolist():
+            assert at + 8 <= size and same[at : at + 8].all()
+            compared[at : at + 8] = True
+        for at, mask in zip(part_at.tolist(), masks.tolist(), strict=True):
+            assert at + 8 <= size
+            picked = [(mask >> (8 * k)) & 0xFF == 0xFF for k in range(8)]
+            assert all((mask >> (8 * k)) & 0xFF in (0, 0xFF) for k in range(8))
+            assert same[at : at + 8][picked].all()
+            compared[at : at + 8] |= picked
+        assert (compared == same).all()
 
 
 def decode(cells: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

@@ -188,3 +188,43 @@ def test_pasted_text_on_stdin() -> None:
     doc = json.loads(result.stdout)
     assert doc["diagnosis"]["pattern"] == "collective_mismatch"
     assert {r["node"] for r in doc["ranks"]} == {"stdin"}
+
+
+def test_a_capture_is_analysed_once_for_every_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json --save DIR`: the saved file, the printed JSON and the exported files all come
+    from one merge and one diagnosis, and say the same."""
+    import areal_console.core.stacks.report as report
+    from areal_console.cli import main
+    from areal_console.core.stacks.store import load_capture
+
+    calls = {"analyse": 0, "diagnose": 0}
+    real_analyse, real_diagnose = report.analyse, report.diagnose
+
+    def counted_analyse(capture: object) -> object:
+        calls["analyse"] += 1
+        return real_analyse(capture)  # type: ignore[arg-type]
+
+    def counted_diagnose(analysis: object) -> object:
+        calls["diagnose"] += 1
+        return real_diagnose(analysis)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(report, "analyse", counted_analyse)
+    monkeypatch.setattr(report, "diagnose", counted_diagnose)
+    monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path / "data"))
+    files = [str(DATA / "rank0.txt"), str(DATA / "rank1.txt")]
+    assert main(["stacks", "--import", *files, "--json", "--save", str(tmp_path / "out")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert calls == {"analyse": 1, "diagnose": 1}
+    exported = json.loads((tmp_path / "out" / f"{printed['id']}.json").read_text())
+    assert exported == printed
+    saved = json.loads((tmp_path / "data" / "captures" / f"{printed['id']}.json").read_text())
+    assert saved == printed
+    text = (tmp_path / "out" / f"{printed['id']}.txt").read_text()
+    assert f"DIAGNOSIS [{printed['diagnosis']['pattern']}]" in text
+    # reopening analyses the saved capture afresh: the same groups and diagnosis
+    reopened = load_capture(printed["id"])
+    assert [g.ranks for g in real_analyse(reopened).groups] == [
+        g["ranks"] for g in printed["groups"]
+    ]

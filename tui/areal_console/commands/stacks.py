@@ -115,7 +115,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from areal_console.core.stacks.report import analysed
     from areal_console.core.stacks.store import load_capture, scan_captures
 
     if args.list:
@@ -130,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     if args.import_files:
         result, nodes = _import(args.import_files), 0
     elif args.open:
+        from areal_console.core.stacks.report import analysed
+
         result, nodes = analysed(load_capture(args.open)), 0
     else:
         try:

@@ -2,10 +2,17 @@
 
 Pure analysis lives in `model`, `merge`, `diff`, `diagnose` and `report`; `capture` talks
 to the fleet and `store` keeps captures on disk. Nothing here imports Textual.
+
+The diff's names load on first use: a capture never compares two stacks, so a one-shot
+command does not import it. (The others are bound here at once: a name such as `diagnose`
+must stay the function, never become its submodule once that is imported.)
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-from areal_console.core.stacks.diff import DiffRow, StackDiff, diff_stacks
 from areal_console.core.stacks.merge import (
     RankGroup,
     StackAnalysis,
@@ -16,6 +23,11 @@ from areal_console.core.stacks.merge import (
     parse_ranks,
 )
 from areal_console.core.stacks.model import Frame, RankStack, StackCapture, Thread, build_capture
+
+if TYPE_CHECKING:
+    from areal_console.core.stacks.diff import DiffRow, StackDiff, diff_stacks
+
+_LAZY = {"DiffRow", "StackDiff", "diff_stacks"}
 
 __all__ = [
     "Diagnosis",
@@ -36,3 +48,13 @@ __all__ = [
     "group_ranks",
     "parse_ranks",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from areal_console.core.stacks import diff
+
+    value = getattr(diff, name)
+    globals()[name] = value
+    return value

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ from areal_console.core.textfmt import clip
 
 
 def new_capture_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+    # os.urandom, not `secrets`: the same bytes without importing hashlib/hmac at start.
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + os.urandom(2).hex()
 
 
 def write_atomic(path: Path, text: str) -> None:
