@@ -12,19 +12,17 @@ The result is a raw capture (see `model.py`) turned into a `StackCapture` and sa
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.nodes import count_areal_world_sizes
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
+from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
     JobChoiceError,
     JobGroup,
@@ -32,9 +30,6 @@ from areal_console.core.stacks.scope import (
     group_jobs,
 )
 from areal_console.core.stacks.store import new_capture_id, save_capture
-
-if TYPE_CHECKING:
-    from areal_console.core.stacks.report import AnalysedCapture
 
 __all__ = [
     "CaptureOptions",
@@ -226,35 +221,11 @@ def capture_and_analyse(
     The analysis and diagnosis that made the saved file come back with the capture: the
     caller shows them, never analysing the capture again."""
     options = options or CaptureOptions()
-    _prefetch(ANALYSIS_MODULE)  # imported while this thread waits for the dumps
     raw = capture_raw(fleet, options, sampled, progress)
     raw["id"] = new_capture_id()
-    from areal_console.core.stacks.report import analysed
-
     result = analysed(build_capture(raw))
     try:
         save_capture(result.capture, doc=result.json())
     except OSError as exc:  # still show it: losing the save must not lose the capture
         result.capture.save_error = f"capture not saved: {exc}"
     return result
-
-
-# The merge, diagnosis and report (with the collective ledger): needed only once the dumps
-# are in, so a one-shot command imports them while it waits for py-spy.
-ANALYSIS_MODULE = "areal_console.core.stacks.report"
-
-
-def _prefetch(module: str) -> None:
-    """Import `module` in a background thread unless it is imported already.
-
-    Not a daemon: the interpreter waits for it at exit (a few milliseconds at most), so
-    an early exit (a job to choose, Ctrl-C) never finalizes during an import. A failure
-    is left to the caller's own import, which raises it."""
-    if module in sys.modules:
-        return
-
-    def load() -> None:
-        with contextlib.suppress(Exception):
-            importlib.import_module(module)
-
-    threading.Thread(target=load, name="prefetch-analysis").start()
