@@ -57,8 +57,8 @@ BULK_FIRST, BULK_MOST = 16, 4096  # records compared per bulk pass: first, and a
 BULK_BACKOFF = 255  # records read the searching way, at most, after bulk attempts that failed
 TEMPLATES = 8  # record shapes kept (a run alternates between a few: eval steps, value widths)
 SEAM = 256 << 10  # a chunk's head parsed with the previous chunk's unfinished record ...
-SEAM_MARGIN = 4096  # ... or, when that is shorter than the longest kept record shape, just
-# enough of the chunk to finish it, plus this
+SEAM_MARGIN = 4096  # ... or, when that is shorter, enough of the chunk to finish a record
+# twice as long as the longest kept record shape, plus this
 
 
 def local_utc_offset() -> int:
@@ -126,9 +126,9 @@ class LogParser:
 
     def _seam(self, pending: int) -> int:
         """How much of a chunk to parse with `pending` bytes of an unfinished record: SEAM,
-        or less when a record of a kept shape would end well within it."""
+        or less when a record up to twice the longest kept shape would end within it."""
         longest = max((t.size for t in self._templates), default=SEAM)
-        return SEAM if pending >= longest else min(SEAM, longest - pending + SEAM_MARGIN)
+        return SEAM if pending >= longest else min(SEAM, 2 * longest - pending + SEAM_MARGIN)
 
     def reset(self) -> None:
         """The file was truncated or replaced: forget the partial record (keep the data)."""
