@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT), str(ROOT / "bench")]
@@ -44,13 +45,38 @@ def floor_seconds(pids: list[int]) -> float:
     return time.perf_counter() - t0
 
 
+async def diagnosis_shown(app: Any, before: str | None, job: str) -> float:
+    """When the Stacks screen holds a capture newer than `before` with its diagnosis.
+    Polls between the app's own messages: `pilot.press` returns only once the app is idle
+    again, later than the diagnosis is on screen."""
+    from areal_console.screens.job_choice import JobChoiceDialog
+    from areal_console.screens.stacks import StacksScreen
+
+    deadline = time.monotonic() + 120
+    while True:
+        screen = app._stacks_screen
+        capture = screen.capture if isinstance(screen, StacksScreen) else None
+        if (
+            capture is not None
+            and capture.capture_id != before
+            and screen.diagnosis is not None
+            and app.screen is screen
+        ):
+            return time.perf_counter()
+        if isinstance(app.screen, JobChoiceDialog):
+            # Other jobs run here too (a shared machine): choose ours at once, as the
+            # user's enter would; the clock keeps running.
+            app.screen.dismiss(job)
+        if time.monotonic() > deadline:
+            raise SystemExit("the diagnosis never showed")
+        await asyncio.sleep(0.002)
+
+
 async def console_seconds(
     pids: list[int], job: str, tag: str, repeat: int, floor: list[float]
 ) -> list[float]:
     from areal_console.app import create_app
     from areal_console.core.targets import local_node
-    from areal_console.screens.job_choice import JobChoiceDialog
-    from areal_console.screens.stacks import StacksScreen
     from textual.widgets import DataTable
 
     app = create_app([local_node()], refresh_interval=1.0, initial_filter=tag)
@@ -68,29 +94,14 @@ async def console_seconds(
             await pilot.pause(1.5)  # a fresh monitor sample, as a user's pause would give
             screen = app._stacks_screen
             before = screen.capture.capture_id if screen and screen.capture else None
+            watcher = asyncio.create_task(diagnosis_shown(app, before, job))
             t0 = time.perf_counter()
             await pilot.press("s")
-            while True:
-                screen = app._stacks_screen
-                capture = screen.capture if isinstance(screen, StacksScreen) else None
-                if (
-                    capture is not None
-                    and capture.capture_id != before
-                    and screen is not None
-                    and screen.diagnosis is not None
-                    and app.screen is screen
-                ):
-                    break
-                if isinstance(app.screen, JobChoiceDialog):
-                    # Other jobs run here too (a shared machine): choose ours at once, as
-                    # the user's enter would; the clock keeps running.
-                    app.screen.dismiss(job)
-                if time.perf_counter() - t0 > 120:
-                    raise SystemExit("the diagnosis never showed")
-                await pilot.pause(0.002)
-            times.append(time.perf_counter() - t0)
+            end = await watcher
+            capture = app._stacks_screen.capture
             ok = [r for r in capture.ranks if r.state == "ok"]
             assert len(ok) == len(pids), (len(ok), len(pids))
+            times.append(end - t0)
             await pilot.press("1")
         await pilot.press("q")
     return times

@@ -309,3 +309,23 @@ async def test_keys_that_cannot_move_say_why() -> None:
         await pilot.press("slash", *"0-2", "enter")  # one group left
         await pilot.press("g")
         assert status(screen) == "already at the first group (the only one)"
+
+
+def test_capture_progress_reaches_the_screen_a_few_times_a_second() -> None:
+    """Each finished dump counts, but the Stacks screen is told at most every
+    PROGRESS_EVERY seconds (and at the end): one message per dump made the UI thread
+    compete with the capture."""
+    from types import SimpleNamespace
+
+    from areal_console.app import ConsoleApp
+
+    from tests.recorded import recorded_monitor
+
+    app = ConsoleApp(None, recorded_monitor())
+    posted: list[Any] = []
+    app._stacks_screen = SimpleNamespace(post_message=posted.append)  # type: ignore[assignment]
+    for done in range(1, 65):
+        app._progress("node1", 1000 + done, done != 7, done, 64)
+    assert app._dumped == {"node1": (64, 64, 1)}
+    assert 2 <= len(posted) < 64
+    assert (posted[0].done, posted[-1].done, posted[-1].total, posted[-1].failed) == (1, 64, 64, 1)
