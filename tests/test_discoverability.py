@@ -91,3 +91,40 @@ def test_counts_read_as_english() -> None:
     assert plural(1, "job") == "1 job" and plural(2, "job") == "2 jobs"
     assert plural(1, "process", "processes") == "1 process"
     assert "1 rank of world size 1" in status_text([one_rank_view()], None, "", False)
+
+
+async def test_footer_keys_are_rebuilt_only_when_the_keys_change(tmp_path: Path) -> None:
+    """Back on a screen whose keys are as they were, its footer keeps its key widgets (a
+    rebuild styled ~50 widgets anew on every switch); a change of keys rebuilds it."""
+    from areal_console.widgets.console_footer import ConsoleFooter
+    from textual.widgets._footer import FooterKey
+
+    bf.write_trajectory_dump(tmp_path, steps=[1], dp_size=1, n_groups=1, group_size=2)
+    app = ConsoleApp(None, RecordedMonitor([one_rank_view()]), batches_path=str(tmp_path))
+    async with app.run_test(size=(160, 36)) as pilot:
+        await pilot.pause()
+        cluster = app.screen
+        keys = list(cluster.query_one(ConsoleFooter).query(FooterKey))
+        assert keys and keys[0].key == "question_mark"
+        await pilot.press("3")
+        await until(lambda: isinstance(app.screen, BatchesScreen), what="Batches")
+        await pilot.pause()
+        batches_keys = [k.key for k in app.screen.query_one(ConsoleFooter).query(FooterKey)]
+        assert batches_keys != [k.key for k in keys]  # each screen shows its own keys
+        await pilot.press("1")
+        await until(lambda: app.screen is cluster, what="the Cluster screen")
+        await pilot.pause()
+        again = list(cluster.query_one(ConsoleFooter).query(FooterKey))
+        assert [id(k) for k in again] == [id(k) for k in keys]
+        # the same keys, but one disabled: rebuilt
+        footer = cluster.query_one(ConsoleFooter)
+        footer._shown = (*(footer._shown or ()), ("x", "x", "x", False, ""))
+        cluster.refresh_bindings()
+        old = {id(k) for k in keys}
+        await until(
+            lambda: bool(footer.query(FooterKey)) and id(footer.query(FooterKey)[0]) not in old,
+            what="the rebuilt keys",
+        )
+        rebuilt = list(footer.query(FooterKey))
+        assert [k.key for k in rebuilt] == [k.key for k in keys]
+        assert old.isdisjoint(id(k) for k in rebuilt)
