@@ -34,12 +34,7 @@ class MetricStore:
     # writing --------------------------------------------------------------------------
     def add_row(self, step: int, names: tuple[str, ...], values: Sequence[float]) -> None:
         """One step's table: `names` in table order, one value each."""
-        block = self.blocks[-1] if self.blocks else None
-        if block is None or block.names != names:
-            block = Block(names, {n: i for i, n in enumerate(names)})
-            self.blocks.append(block)
-            for n in names:
-                self._names.setdefault(n, None)
+        block = self._block_for(names)
         block.steps.append(step)
         block.values.extend(values)
 
@@ -48,14 +43,19 @@ class MetricStore:
         row, in `names` order."""
         if not steps:
             return
+        block = self._block_for(names)
+        block.steps.extend(steps)
+        block.values.frombytes(values)
+
+    def _block_for(self, names: tuple[str, ...]) -> Block:
+        """The block rows of this layout go to: the last one, or a new one."""
         block = self.blocks[-1] if self.blocks else None
         if block is None or block.names != names:
             block = Block(names, {n: i for i, n in enumerate(names)})
             self.blocks.append(block)
             for n in names:
                 self._names.setdefault(n, None)
-        block.steps.extend(steps)
-        block.values.frombytes(values)
+        return block
 
     def add_scalar(self, name: str, step: int, value: float) -> None:
         pair = self._scalars.get(name)
