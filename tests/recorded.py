@@ -222,4 +222,20 @@ async def open_health(pilot: Pilot[None]) -> None:
     await pilot.press("5")
     await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen)
                      and app.screen.report is not None)  # fmt: skip
-    await pilot.pause()
+    await until_drawn(pilot)
+
+
+async def until_drawn(pilot: Pilot[None], timeout: float = 10.0) -> None:
+    """Until two frames 50 ms apart show the same text: tables and the plot that fill on
+    the next idle are drawn (a snapshot taken earlier catches them half done)."""
+    import time
+
+    app = pilot.app
+    deadline = time.monotonic() + timeout
+    before = None
+    while time.monotonic() < deadline:
+        await pilot.pause(0.05)
+        now = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+        if now == before:
+            return
+        before = now

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -142,11 +143,16 @@ class VimTable(DataTable[Any]):
         update_width: bool = False,
     ) -> None:
         if update_width:  # a cell as wide as the one it replaces leaves its column as it is
-            row = self.rows.get(RowKey(row_key) if isinstance(row_key, str) else row_key)
-            cells = self._data.get(row.key) if row is not None else None
-            column = ColumnKey(column_key) if isinstance(column_key, str) else column_key
-            if row is not None and cells is not None and column in cells:
-                update_width = self._cell_width(row, cells[column]) != self._cell_width(row, value)
+            # (Textual's keys hash and compare as their strings: no key objects needed)
+            cells = self._data.get(row_key)  # type: ignore[arg-type]
+            if cells is not None and column_key in cells:
+                old = cells[column_key]  # type: ignore[index]
+                if _same_plain_width(old, value):
+                    update_width = False
+                else:
+                    row = self.rows.get(row_key)  # type: ignore[arg-type]
+                    if row is not None:
+                        update_width = self._cell_width(row, old) != self._cell_width(row, value)
         super().update_cell(row_key, column_key, value, update_width=update_width)
 
     def _update_column_widths(self, updated_cells: set[CellKey]) -> None:
@@ -225,6 +231,23 @@ class VimTable(DataTable[Any]):
 # Characters that make a string cell more than its plain text to Textual: markup, emoji
 # codes, line breaks and tabs.
 _NOT_PLAIN = frozenset("[:\n\r\t")
+_MARKUP = re.compile(r"[\[:]")  # markup or an emoji code
+
+
+def _same_plain_width(old: object, new: object) -> bool:
+    """Two plain, printable ASCII strings of one length: as wide as each other (the common
+    case of a changing number), told without measuring either."""
+    return (
+        type(old) is str
+        and type(new) is str
+        and len(old) == len(new)
+        and old.isascii()
+        and new.isascii()
+        and old.isprintable()
+        and new.isprintable()
+        and _MARKUP.search(old) is None
+        and _MARKUP.search(new) is None
+    )
 
 
 def _plain_width(value: object) -> int | None:
