@@ -147,7 +147,8 @@ class VimTable(DataTable[Any]):
             cells = self._data.get(row_key)  # type: ignore[arg-type]
             if cells is not None and column_key in cells:
                 old = cells[column_key]  # type: ignore[index]
-                if _same_plain_width(old, value):
+                width = _plain_width(old)
+                if width is not None and width == _plain_width(value):
                     update_width = False
                 else:
                     row = self.rows.get(row_key)  # type: ignore[arg-type]
@@ -200,12 +201,11 @@ class VimTable(DataTable[Any]):
             return
         total = sum(c.get_render_width(self) for c in self.columns.values())
         excess = total + self._row_label_column_width - width
-        console = self.app.console
         for key in self.cut_columns:
             column = self.columns.get(ColumnKey(key))
             if excess <= 0 or column is None or not column.auto_width:
                 continue
-            floor = max(measure(console, column.label, 1), 8)
+            floor = max(self._label_width(column), 8)
             take = max(0, min(excess, column.content_width - floor))
             column.content_width -= take
             excess -= take
@@ -218,10 +218,9 @@ class VimTable(DataTable[Any]):
             self._clear_caches()
 
     def _refit_columns(self) -> None:
-        console = self.app.console
         for column in self.columns.values():
             if column.auto_width:
-                column.content_width = measure(console, column.label, 1)
+                column.content_width = self._label_width(column)
         self._new_rows.update(self.rows)
         self._require_update_dimensions = True
         self.refresh(layout=True)
@@ -230,24 +229,7 @@ class VimTable(DataTable[Any]):
 
 # Characters that make a string cell more than its plain text to Textual: markup, emoji
 # codes, line breaks and tabs.
-_NOT_PLAIN = frozenset("[:\n\r\t")
-_MARKUP = re.compile(r"[\[:]")  # markup or an emoji code
-
-
-def _same_plain_width(old: object, new: object) -> bool:
-    """Two plain, printable ASCII strings of one length: as wide as each other (the common
-    case of a changing number), told without measuring either."""
-    return (
-        type(old) is str
-        and type(new) is str
-        and len(old) == len(new)
-        and old.isascii()
-        and new.isascii()
-        and old.isprintable()
-        and new.isprintable()
-        and _MARKUP.search(old) is None
-        and _MARKUP.search(new) is None
-    )
+_NOT_PLAIN = re.compile("[\\[:\n\r\t]")
 
 
 def _plain_width(value: object) -> int | None:
@@ -256,7 +238,7 @@ def _plain_width(value: object) -> int | None:
     if value is None:
         return 0
     if isinstance(value, str):
-        return None if _NOT_PLAIN.intersection(value) else cell_len(value)
+        return None if _NOT_PLAIN.search(value) else cell_len(value)
     if isinstance(value, Text):
         return None if "\n" in value.plain or "\t" in value.plain else value.cell_len
     if isinstance(value, bool):
