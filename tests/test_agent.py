@@ -220,3 +220,33 @@ def test_parse_environ_keeps_only_rank_variables() -> None:
     }
     assert agent_mod.parse_cuda_visible("2,3") == [2, 3]
     assert agent_mod.parse_cuda_visible("GPU-uuid-1") == []
+
+
+def _program(path, first_bytes: bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(first_bytes)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_find_pyspy_skips_a_version_managers_shim_for_the_binary_beside_python(
+    tmp_path, monkeypatch
+) -> None:
+    # pyenv puts a shell script named py-spy first on PATH; the program is beside python.
+    shim = _program(tmp_path / "shims" / "py-spy", b"#!/usr/bin/env bash\nexec pyenv\n")
+    real = _program(tmp_path / "version" / "bin" / "py-spy", b"\x7fELF\x02\x01\x01")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "version" / "bin" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path / "shims"))
+    assert agent_mod.find_pyspy() == real
+    # A real program first on PATH is taken as it is (the user's choice of py-spy).
+    first = _program(tmp_path / "first" / "py-spy", b"\x7fELF\x02\x01\x01")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'first'}:{tmp_path / 'shims'}")
+    assert agent_mod.find_pyspy() == first
+    # Nothing beside python: the shim still works, only slower.
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "elsewhere" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path / "shims"))
+    assert agent_mod.find_pyspy() == shim
+    # Not on PATH at all: the one beside python.
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "version" / "bin" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert agent_mod.find_pyspy() == real

@@ -767,11 +767,26 @@ def cpu_count() -> int:
 
 
 def find_pyspy() -> str | None:
+    """The py-spy to run: the first on PATH, unless that is a version manager's shim
+    script (pyenv, asdf: a shell and the manager run before every dump, five times the
+    dump's own cost) and the py-spy installed beside this Python is the program itself."""
     found = shutil.which("py-spy")
-    if found:
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.access(beside, os.X_OK) or os.path.isdir(beside):
         return found
-    candidate = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    return candidate if os.access(candidate, os.X_OK) else None
+    if found is None or (not _is_executable_binary(found) and _is_executable_binary(beside)):
+        return beside
+    return found
+
+
+def _is_executable_binary(path: str) -> bool:
+    """An ELF or Mach-O program, not a script."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError:
+        return False
+    return magic == b"\x7fELF" or magic in (b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 
 
 def explain_pyspy_failure(pid: int, text: str, returncode: int | None) -> tuple[str, str]:

@@ -1,3 +1,3 @@
-from areal_console.cli import main
+from areal_console.cli import run
 
-raise SystemExit(main())
+run()
