@@ -29,7 +29,7 @@ def test_core_imports_no_textual() -> None:
 
 
 def test_agent_module_level_imports_are_stdlib_only() -> None:
-    tree = ast.parse(AGENT_PATH.read_text())
+    tree = ast.parse(Path(AGENT_PATH).read_text())
     top_level: set[str] = set()
     for node in tree.body:  # module level only; optional imports live inside functions
         if isinstance(node, ast.Import):

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
+import os
 
-AGENT_PATH = Path(__file__).with_name("agent.py")
+AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
 
 
 def agent_source() -> bytes:
     """The agent program exactly as it is shipped to a node."""
-    return AGENT_PATH.read_bytes()
+    with open(AGENT_PATH, "rb") as f:
+        return f.read()
 
 
 def agent_hash() -> str:
+    import hashlib  # only a remote node's bootstrap needs it (a local capture never does)
+
     return hashlib.sha256(agent_source()).hexdigest()

@@ -16,13 +16,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -770,6 +767,8 @@ def find_pyspy() -> str | None:
     """The py-spy to run: the first on PATH, unless that is a version manager's shim
     script (pyenv, asdf: a shell and the manager run before every dump, five times the
     dump's own cost) and the py-spy installed beside this Python is the program itself."""
+    import shutil
+
     found = shutil.which("py-spy")
     beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.access(beside, os.X_OK) or os.path.isdir(beside):
@@ -920,6 +919,8 @@ class Agent:
         except (TypeError, ValueError, KeyError) as exc:
             self.send({"id": rid, "ok": False, "error": f"bad arguments for {name}: {exc}"})
         except Exception as exc:  # never crash the agent
+            import traceback
+
             detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
             self.send({"id": rid, "ok": False, "error": f"{name} failed: {detail}"})
         else:
@@ -978,7 +979,7 @@ class Agent:
                 srv["health"] = answers.get(srv["url"])
         return {
             "time": time.time(),
-            "hostname": socket.gethostname(),
+            "hostname": os.uname().nodename,
             "gpus": gpu_list,
             "gpu_error": gpu_error,
             "processes": records,
@@ -1034,7 +1035,7 @@ def op_hello(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     return {
         "protocol": PROTOCOL_VERSION,
         "agent_version": AGENT_VERSION,
-        "hostname": socket.gethostname(),
+        "hostname": os.uname().nodename,
         "python": sys.version.split()[0],
         "python_executable": sys.executable,
         "pid": os.getpid(),
@@ -1204,7 +1205,10 @@ def key_stacks(dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Give every thread a `key` (a digest of its frames) and send each distinct stack's
     frames once: ranks of a job mostly share their stacks, so a node's reply shrinks to a
     few stacks, and the console interns a stack by one lookup instead of reading frames."""
-    import hashlib
+    try:  # hashlib's own blake2b, without loading OpenSSL for every other digest (3 ms)
+        from _blake2 import blake2b
+    except ImportError:
+        from hashlib import blake2b
 
     sent: set[str] = set()
     for d in dumps:
@@ -1213,7 +1217,7 @@ def key_stacks(dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             frames = thread.get("frames") or []
             text = json.dumps(frames, separators=(",", ":"), sort_keys=True)
-            key = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+            key = blake2b(text.encode(), digest_size=12).hexdigest()
             thread["key"] = key
             if key in sent:
                 del thread["frames"]
@@ -1410,7 +1414,7 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         "dir": path,
         "meta": args.get("meta") if isinstance(args.get("meta"), dict) else {},
         "started": time.time(),
-        "host": socket.gethostname(),
+        "host": os.uname().nodename,
     }
     _write_json(os.path.join(path, "job.json"), record)
     proc = subprocess.Popen(
@@ -1690,6 +1694,7 @@ def slim_trace(data: Any) -> dict[str, Any]:
 
 def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
     import http.client
+    import socket
 
     class UnixConnection(http.client.HTTPConnection):
         def connect(self) -> None:

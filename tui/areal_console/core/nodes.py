@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from areal_console.core.areal_world import count_areal_world_sizes as count_areal_world_sizes
 from areal_console.core.fleet import NodeFailure
-from areal_console.core.records import ServerRow, areal_world_key
+
+if TYPE_CHECKING:
+    from areal_console.core.records import ServerRow
 
 GPU_KEYS = ("index", "name", "uuid", "util", "mem_used", "mem_total", "temp", "power")
 PROCESS_KEYS = (
@@ -71,22 +73,3 @@ def server_text(server: ServerRow | None) -> str:
     if health.ok:
         return f"{server.address} ok{took}"
     return f"{server.address} down: {health.error or 'no answer'}{took}"
-
-
-def count_areal_world_sizes(process_lists: Iterable[list[dict[str, Any]]]) -> None:
-    """World size of AReaL single-controller training workers over every node: the workers
-    of one role in one experiment/trial (each node's agent can count only its own)."""
-    lists = list(process_lists)
-
-    def key(p: dict[str, Any]) -> tuple[Any, Any] | None:
-        return areal_world_key(p.get("job"), p.get("role"), p.get("worker_index"), p.get("rank"))
-
-    counts: dict[tuple[Any, Any], int] = {}
-    for procs in lists:
-        for p in procs:
-            if (k := key(p)) is not None:
-                counts[k] = counts.get(k, 0) + 1
-    for procs in lists:
-        for p in procs:
-            if (k := key(p)) is not None:  # never below what one node counted alone
-                p["world_size"] = max(counts[k], p.get("world_size") or 0)

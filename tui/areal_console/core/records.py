@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.areal_world import areal_world_key
+
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -164,14 +166,6 @@ class ProcessRow:
     def agent_record(self) -> dict[str, Any]:
         """A copy of the agent's record, with the world size counted over every node."""
         return {**self.raw, "world_size": self.world_size}
-
-
-def areal_world_key(job: Any, role: Any, worker_index: Any, rank: Any) -> tuple[Any, Any] | None:
-    """What an AReaL training worker's world is counted over: the workers of one role in
-    one experiment/trial. None for any other process."""
-    if worker_index is None or rank is None or not job:
-        return None
-    return (job, role)
 
 
 def gpu_rows(raw: Any) -> tuple[GpuRow, ...]:

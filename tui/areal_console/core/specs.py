@@ -3,7 +3,7 @@ inventory and Slurm resolvers that build them import only this)."""
 
 from __future__ import annotations
 
-import socket
+import os
 from dataclasses import dataclass, field
 
 
@@ -51,4 +51,4 @@ class NodeSpec:
 
 
 def local_node() -> NodeSpec:
-    return NodeSpec(name=socket.gethostname() or "local", transport="local")
+    return NodeSpec(name=os.uname().nodename or "local", transport="local")

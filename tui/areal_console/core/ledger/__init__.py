@@ -3,7 +3,14 @@
 `trace` turns one rank's Flight Recorder dump (live JSON or a decoded dump file) into a
 `RankTrace`; `analyse` lines the ranks up per process group (`build_ledger`); `verdict`
 adds what the ledger shows to a stack diagnosis. Pure functions, no Textual, no I/O.
+
+The trace parser's names load on first use: most captures carry no trace, and a one-shot
+capture then never imports the parser.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from areal_console.core.ledger.analyse import (
     Disagreement,
@@ -13,7 +20,11 @@ from areal_console.core.ledger.analyse import (
     build_ledger,
     ledger_from_json,
 )
-from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace, parse_trace
+
+if TYPE_CHECKING:
+    from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace, parse_trace
+
+_LAZY = {"Call", "GroupTrace", "RankTrace", "parse_trace"}
 
 __all__ = [
     "Call",
@@ -27,3 +38,13 @@ __all__ = [
     "ledger_from_json",
     "parse_trace",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from areal_console.core.ledger import trace
+
+    value = getattr(trace, name)
+    globals()[name] = value
+    return value

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace
 from areal_console.core.rankset import format_ranks
+
+if TYPE_CHECKING:  # at run time only a saved ledger's calls need it (ledger_from_json)
+    from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace
 
 DEFAULT_GROUP_DESC = "default_pg"
 
@@ -302,6 +304,8 @@ def build_ledger(
 
 def ledger_from_json(doc: dict[str, Any]) -> Ledger:
     """A saved ledger (`Ledger.to_json`) back into records."""
+    from areal_console.core.ledger.trace import Call
+
     groups = []
     for g in doc.get("groups") or []:
         positions = [

@@ -7,10 +7,12 @@ than the job's processes. Pure: the raw capture in, the ledger out.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from areal_console.core.ledger.analyse import Ledger, build_ledger
-from areal_console.core.ledger.trace import RankTrace, parse_trace
+
+if TYPE_CHECKING:  # parsed only when a rank sent a trace (most captures have none)
+    from areal_console.core.ledger.trace import RankTrace
 
 NOT_READ = "not in this capture (taken without Flight Recorder traces): stacks only"
 ABSENT_HINT = (
@@ -49,12 +51,16 @@ def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
             if rank is None:
                 continue
             if reply.get("ok"):
+                from areal_console.core.ledger.trace import parse_trace
+
                 trace = parse_trace(
                     int(rank), node, "live", str(reply.get("socket")), reply["trace"]
                 )
                 live.setdefault(int(rank), trace)
         for f in fr.get("files") or []:
             if f.get("ok"):
+                from areal_console.core.ledger.trace import parse_trace
+
                 trace = parse_trace(int(f["rank"]), node, "file", str(f["path"]), f["trace"])
                 files.setdefault(int(f["rank"]), trace)
             elif not f.get("stale"):

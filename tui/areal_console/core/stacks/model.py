@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import operator
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -534,7 +534,8 @@ def _stack_signature(threads: list[Thread]) -> tuple[Stack, ...]:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """UTC now as ISO 8601 to the second (`2026-11-24T00:13:05+00:00`)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
 
 
 @contextlib.contextmanager
