@@ -20,9 +20,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 PROTOCOL_VERSION = 1
 AGENT_VERSION = "0.1.0"
@@ -100,6 +100,99 @@ def op(name: str) -> Callable[[Handler], Handler]:
         return func
 
     return register
+
+
+# --------------------------------------------------------------------------------------
+# Threads (concurrent.futures would do, but its imports alone cost a one-shot capture 5 ms)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Workers:
+    """Runs submitted calls on at most `limit` threads, started as they are needed.
+
+    `shutdown()` ends the threads once the queued calls ran (`cancel=True`: once the
+    running ones did); with `wait`, it returns when they have ended."""
+
+    def __init__(self, limit: int, name: str) -> None:
+        self._limit = max(1, limit)
+        self._name = name
+        self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._cond = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a call, not yet woken for one
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"{self._name}: no calls after shutdown")
+            self._calls.append((fn, args))
+            if self._idle:
+                self._idle -= 1
+                self._cond.notify()
+            elif len(self._threads) < self._limit:
+                thread = threading.Thread(
+                    target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._calls and not self._closed:
+                    self._idle += 1
+                    self._cond.wait()
+                if not self._calls:
+                    return
+                fn, args = self._calls.popleft()
+            fn(*args)
+
+    def shutdown(self, wait: bool = True, cancel: bool = False) -> None:
+        with self._cond:
+            self._closed = True
+            if cancel:
+                self._calls.clear()
+            self._cond.notify_all()
+        if wait:
+            for thread in list(self._threads):
+                if thread is not threading.current_thread():
+                    thread.join()
+
+
+def parallel_map(fn: Callable[[T], R], items: Iterable[T], limit: int) -> list[R]:
+    """`[fn(x) for x in items]`, on up to `limit` threads; in order. The first exception
+    any call raised is raised here (after the others ran); one item runs inline."""
+    todo = list(items)
+    if len(todo) <= 1 or limit <= 1:
+        return [fn(x) for x in todo]
+    results: list[Any] = [None] * len(todo)
+    errors: list[BaseException] = []
+    next_index = iter(range(len(todo)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = next(next_index, None)
+            if i is None:
+                return
+            try:
+                results[i] = fn(todo[i])
+            except BaseException as exc:  # handed to the caller
+                with lock:
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(limit, len(todo)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 # --------------------------------------------------------------------------------------
@@ -850,7 +943,7 @@ class Agent:
         self._streams: dict[int, threading.Event] = {}
         self._stream_ids = 0
         self.exiting = False  # set when the interpreter shuts the pool down under us
-        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="areal-agent")
+        self.pool = Workers(16, "areal-agent")
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
         self._primed = False
@@ -941,7 +1034,7 @@ class Agent:
             self.handle_line(line)
         for stop in self._streams.values():
             stop.set()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel=True)
 
     # sampling ------------------------------------------------------------------------
     def sample(
@@ -1196,8 +1289,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
             )
         return record
 
-    with ThreadPoolExecutor(max_workers=max(1, min(64, parallel, len(targets)))) as pool:
-        dumps = list(pool.map(dump_and_report, targets))
+    dumps = parallel_map(dump_and_report, targets, min(64, parallel))
     return {"dumps": key_stacks(dumps), "pyspy": pyspy}
 
 
@@ -1819,9 +1911,8 @@ def op_fr_traces(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     since = _boot_time() + min(starts) / CLK_TCK if starts else None
     ranks = []
     if live:
-        with ThreadPoolExecutor(max_workers=max(1, min(32, len(pids)))) as pool:
-            replies = list(pool.map(lambda p: fr_live(p, envs[p], timeout), pids))
-        for pid, reply in zip(pids, replies, strict=True):
+        replies = parallel_map(lambda p: fr_live(p, envs[p], timeout), pids, 32)
+        for pid, reply in zip(pids, replies):  # noqa: B905 (no strict= on Python 3.9)
             rank = _to_int(envs[pid].get("RANK"))
             ranks.append({"pid": pid, "rank": rank, **reply})
     return {
@@ -1933,7 +2024,9 @@ def op_log_find(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    Agent().serve()
+    agent = Agent()
+    agent.serve()
+    agent.pool.shutdown(wait=True)  # the requests still running answer before the exit
 
 
 if __name__ == "__main__" or __name__ == "__areal_agent__":

@@ -10,8 +10,6 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from areal_agent.agent import PROTOCOL_VERSION
@@ -39,12 +37,41 @@ class AgentDisconnected(Exception):
     """The channel to the agent ended; the message says why."""
 
 
+class Reply:
+    """The answer to one request, filled in by the reader thread (a future without
+    concurrent.futures, whose imports alone cost a one-shot command 5 ms)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def set_result(self, result: Any) -> None:
+        self._result = result
+        self._done.set()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The result, or the error raised; `TimeoutError` when none came in `timeout`."""
+        if not self._done.wait(timeout):
+            raise TimeoutError
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 class AgentClient:
     def __init__(self, channel: Channel, on_event: EventHandler | None = None) -> None:
         self.channel = channel
         self.on_event = on_event
         self._ids = itertools.count(1)
-        self._pending: dict[int, Future[Any]] = {}
+        self._pending: dict[int, Reply] = {}
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self.closed_reason: str | None = None
@@ -83,8 +110,8 @@ class AgentClient:
         self.channel.close()
 
     # requests -------------------------------------------------------------------------
-    def request_async(self, op: str, args: dict[str, Any] | None = None) -> Future[Any]:
-        fut: Future[Any] = Future()
+    def request_async(self, op: str, args: dict[str, Any] | None = None) -> Reply:
+        fut = Reply()
         rid = next(self._ids)
         with self._lock:
             if self.closed_reason:
@@ -104,7 +131,7 @@ class AgentClient:
         fut = self.request_async(op, args)
         try:
             return fut.result(timeout)
-        except FutureTimeout:
+        except TimeoutError:
             # The link is still there (a dropped one ends the future at once): the agent
             # itself is stuck, stopped or overloaded.
             raise AgentNotResponding(op, timeout) from None

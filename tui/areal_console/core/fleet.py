@@ -18,9 +18,10 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+from areal_agent.agent import parallel_map
 
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
 from areal_console.core.specs import NodeSpec
@@ -334,15 +335,9 @@ class Fleet:
             except (AgentError, AgentDisconnected, OSError, ValueError) as exc:
                 return NodeFailure(session.name, _describe(exc))
 
-        workers = max(1, min(self.max_parallel, len(chosen)))
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleet")
-        try:
-            results = list(pool.map(guarded, chosen))
-        except BaseException:
-            # Ctrl-C: return now; the caller closes the sessions, which ends the calls.
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+        # One node runs in this thread. On Ctrl-C this returns at once (the threads are
+        # daemons); the caller closes the sessions, which ends their calls.
+        results = parallel_map(guarded, chosen, self.max_parallel)
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
     def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
