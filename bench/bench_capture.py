@@ -3,7 +3,8 @@
     flock /tmp/areal-heavy.lock python bench/bench_capture.py --ranks 16,64 --repeat 5
 
 For each job size, a real hung gloo job (`collective_mismatch` scenario) runs on this
-machine, and each repeat times, interleaved so background load hits all alike:
+machine; once its ranks are idle (the job's own start is no part of a capture), each
+repeat times, interleaved so background load hits all alike:
 
 - loop: AReaL's recipe, `for pid in ...; do py-spy dump --pid $pid; done` (sequential);
 - floor: the same dumps all at once (`py-spy dump ... &` for each, then `wait`), the CPU
@@ -60,6 +61,28 @@ def job_port(pid: int) -> str:
     return env[b"MASTER_PORT"].decode()
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU the processes have used so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def settle(pids: list[int], limit: float = 120.0) -> float:
+    """Wait until the job is idle (its ranks use under 5% of a core in a second): a job
+    that has just come up is still finishing its start, which is no part of a capture.
+    Returns the seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit:
+        before = cpu_seconds(pids)
+        time.sleep(1.0)
+        if cpu_seconds(pids) - before < 0.05:
+            break
+    return time.monotonic() - t0
+
+
 def measure(pids: list[int], job: str, env: dict[str, str], repeat: int) -> dict[str, float]:
     ids = " ".join(map(str, pids))
     loop = ["bash", "-c", f"for pid in {ids}; do py-spy dump --pid $pid; done"]
@@ -88,10 +111,11 @@ def bench_job(nproc: int, env: dict[str, str], repeat: int) -> None:
         scenario.wait_ready(900)
         pids = scenario.rank_pids()
         started = time.perf_counter() - t0
+        settled = settle(pids)
         m = measure(pids, f"127.0.0.1:{job_port(pids[0])}", env, repeat)
     load = os.getloadavg()[0]
     print(
-        f"\n{nproc} ranks (job up in {started:.0f}s; median of {repeat}; "
+        f"\n{nproc} ranks (job up in {started:.0f}s, idle after {settled:.0f}s more; median of {repeat}; "
         f"{os.cpu_count()} CPUs, load average {load:.1f})"
     )
     print(f"  sequential loop             {m['loop']:.3f}s")
