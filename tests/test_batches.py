@@ -408,6 +408,35 @@ def test_big_file_is_not_read_in_full(tmp_path: Path) -> None:
     assert summary["grew_kb"] < 0.2 * size_kb, (summary, size_kb)
 
 
+def _mapped_kb(path: Path) -> int:
+    """Resident KB of this process's mappings of `path` (its pages faulted in)."""
+    real, total, inside = os.path.realpath(path), 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(" ", 1)[0]
+            if "-" in head and not head.endswith(":"):
+                inside = line.rstrip("\n").endswith(real)
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_the_summary_reads_the_mapped_file_without_faulting_its_pages_in(tmp_path: Path) -> None:
+    # Touching even the 16 rewards of a group through the mapping maps the pages around
+    # them (64 KB of fault-around here; a whole 2 MB large page when the file sits in the
+    # page cache in large units: 650 MB of a 1 GB dump's 327 groups). Every read goes
+    # through the file instead, so the mapping stays empty.
+    path = bf.write_large_trajectory(tmp_path / "step_000001.pt", 20 << 20, width=8192)
+    obj = b.load_pt(str(path), False)
+    fmt, _ = b.detect_format(obj)
+    groups = b._groups_of(obj, fmt)
+    assert len(groups) >= 5 and _mapped_kb(path) == 0
+    result = b.analyze_groups(groups, [2], b.TOKEN_BUDGET, str(path))
+    assert len(result["rows"]) == 16 * len(groups)
+    assert all(r["task_reward"] is not None for r in result["rows"])
+    assert _mapped_kb(path) == 0
+
+
 def test_batches_module_can_be_shipped_to_a_node() -> None:
     """The agent runs this module's source: the stdlib, torch and optional tokenizer libs."""
     import ast

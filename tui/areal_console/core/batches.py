@@ -667,7 +667,7 @@ class ElementReader:
             self.fd = None
 
     def _offset(self, t: Any) -> int | None:
-        if self.fd is None or t.dim() != 2:
+        if self.fd is None or t.dim() == 0:
             return None
         ptr = t.data_ptr()
         for lo, hi, off in self.ranges:
@@ -718,7 +718,7 @@ class ElementReader:
         """`t[r, cols[r]]` for every row r, as Python numbers."""
         import struct
 
-        base = self._offset(t)
+        base = self._offset(t) if t.dim() == 2 else None
         code = _STRUCT_CODES.get(_dtype_name(t))
         if base is None or code is None or self.fd is None:
             import torch
@@ -831,10 +831,10 @@ def _analyze_groups(
         if vers is not None:
             # Two values per sample, not the whole versions tensor.
             head, tail = reader.gather(vers, first.tolist()), reader.gather(vers, last)
-        rewards = _per_sample(g, "rewards", n)
+        rewards = _per_sample(g, "rewards", n, reader)
         # AReaL's task_reward (actor.py:376-380): original_rewards when the workflow kept
         # them (agent workflows store group-normalised `rewards`), else rewards.
-        original = _per_sample(g, "original_rewards", n)
+        original = _per_sample(g, "original_rewards", n, reader)
         task = original if any(x is not None for x in original) else rewards
         if any(x is not None for x in rewards):
             group_rewards.append([float(r) for r in rewards if r is not None])
@@ -928,12 +928,19 @@ def _group_width(g: dict[str, Any]) -> int:
     return 0
 
 
-def _per_sample(g: dict[str, Any], key: str, n: int) -> list[float | None]:
-    """A `[G]` (or `[G, 1]`) per-sample value as floats; Nones when absent or misshapen."""
+def _per_sample(
+    g: dict[str, Any], key: str, n: int, reader: ElementReader | None = None
+) -> list[float | None]:
+    """A `[G]` (or `[G, 1]`) per-sample value as floats; Nones when absent or misshapen.
+
+    With `reader`, the few bytes are read from the file: touching them through the mapping
+    maps in the whole large page around them (2 MB per group of a 1 GB dump), which is
+    most of a summary's resident memory."""
     t = _tensor(g, key)
     if t is None or t.numel() != n:
         return [None] * n
-    return [float(x) for x in t.reshape(-1).tolist()]
+    values = reader.read(t) if reader is not None else t
+    return [float(x) for x in values.reshape(-1).tolist()]
 
 
 def _budgeted_groups(groups: list[dict[str, Any]], budget: int) -> set[int]:
