@@ -183,3 +183,44 @@ async def test_updated_cells_size_columns_as_textual_does_without_a_pass_per_cel
         assert got == want == {"cpu": 3, "state": len("verification failed"), "cmd": 6}
         assert calls["plain"] > rows * rows  # Textual: the whole column per narrowed cell
         assert calls["vim"] <= rows * len(after)  # here: at most once per updated cell
+
+
+async def test_update_cells_is_update_cell_for_each_with_one_repaint() -> None:
+    """`update_cells` leaves the table as `update_cell(..., update_width=True)` for each
+    change would (cells, column widths, what is drawn), asking for one repaint, not one
+    per cell; a change to a cell that does not exist is refused."""
+    from textual.widgets.data_table import CellDoesNotExist
+
+    class Both(App[None]):
+        def compose(self) -> ComposeResult:
+            yield VimTable(id="one")
+            yield VimTable(id="many")
+
+    rows = 30
+    async with Both().run_test(size=(200, 80)) as pilot:
+        one, many = pilot.app.query_one("#one", VimTable), pilot.app.query_one("#many", VimTable)
+        for table in (one, many):
+            table.add_column("%", key="cpu")
+            table.add_column("COMMAND", key="cmd")
+            for i in range(rows):
+                table.add_row("100" if i == 0 else "7", LONG, key=str(i))
+        await pilot.pause()
+        assert width(many, "cpu") == 3
+        changes = [(str(i), "cpu", str(i % 10)) for i in range(rows)]
+        changes += [("3", "cmd", "python"), ("4", "cmd", Text("a [b] styled cell"))]
+        for row, column, value in changes:
+            one.update_cell(row, column, value, update_width=True)
+        repaints = []
+        real_refresh = many.refresh
+        many.refresh = lambda *a, **k: repaints.append(1) or real_refresh(*a, **k)  # type: ignore[method-assign]
+        many.update_cells(changes)
+        assert len(repaints) == 1
+        await pilot.pause()
+        for key in ("cpu", "cmd"):
+            assert width(many, key) == width(one, key)
+        assert width(many, "cpu") == 1  # the 100 went: the column narrowed to its cells
+        assert [many.get_row_at(i) for i in range(rows)] == [one.get_row_at(i) for i in range(rows)]
+        lines = [many.render_line(y).text for y in range(rows)]
+        assert lines == [one.render_line(y).text for y in range(rows)]
+        with pytest.raises(CellDoesNotExist):
+            many.update_cells([("no-such-row", "cpu", "1")])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
 
@@ -82,6 +83,7 @@ class NodeTable(VimTable):
         for key in [k for k in shown if k not in wanted_keys]:
             self.remove_row(key)
             del shown[key]
+        changes: list[tuple[str, str, Any]] = []
         for view in wanted:
             cells = node_cells(view)
             texts = tuple(str(cells[k]) for k, _ in COLUMNS)
@@ -90,9 +92,12 @@ class NodeTable(VimTable):
             if before is None:
                 self.add_row(*(cells[k] for k, _ in COLUMNS), key=view.name)
                 continue
-            for i, (key, _) in enumerate(COLUMNS):
-                if before[i] != texts[i]:
-                    self.update_cell(view.name, key, cells[key], update_width=True)
+            changes.extend(
+                (view.name, key, cells[key])
+                for i, (key, _) in enumerate(COLUMNS)
+                if before[i] != texts[i]
+            )
+        self.update_cells(changes)
 
     @property
     def selected_node(self) -> str | None:

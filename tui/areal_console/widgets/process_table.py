@@ -146,6 +146,7 @@ class ProcessTable(VimTable):
                 self.remove_row(key)
                 del shown[key]
             added = False
+            changes: list[tuple[str, str, Any]] = []
             for key, (node, proc) in wanted.items():
                 fields = cell_fields(proc)
                 before = shown.get(key)
@@ -159,9 +160,9 @@ class ProcessTable(VimTable):
                     now[CPU_COLUMN], now[RSS_COLUMN] = cpu, rss
                     shown[key] = (fields, tuple(now))
                     if cpu != old_cpu:
-                        self.update_cell(key, "cpu", cpu, update_width=True)
+                        changes.append((key, "cpu", cpu))
                     if rss != old_rss:
-                        self.update_cell(key, "rss", rss, update_width=True)
+                        changes.append((key, "rss", rss))
                     continue
                 cells = process_cells(node, proc)
                 texts = tuple(str(cells[c]) for c, _ in COLUMNS)
@@ -172,7 +173,8 @@ class ProcessTable(VimTable):
                     continue
                 for i, (column, _) in enumerate(COLUMNS):
                     if before[1][i] != texts[i]:
-                        self.update_cell(key, column, cells[column], update_width=True)
+                        changes.append((key, column, cells[column]))
+            self.update_cells(changes)
             if added or self.sort_by != "rank":  # live values move rows: re-sort each time
                 self._sort_rows()
 

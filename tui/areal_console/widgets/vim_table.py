@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.render import measure
 from textual.widgets import DataTable
 from textual.widgets._data_table import default_cell_formatter
-from textual.widgets.data_table import CellKey, Column, ColumnKey, Row, RowKey
+from textual.widgets.data_table import CellDoesNotExist, CellKey, Column, ColumnKey, Row, RowKey
 from typing_extensions import Self
 
 VIM_BINDINGS: list[BindingType] = [
@@ -147,14 +147,38 @@ class VimTable(DataTable[Any]):
             cells = self._data.get(row_key)  # type: ignore[arg-type]
             if cells is not None and column_key in cells:
                 old = cells[column_key]  # type: ignore[index]
-                width = _plain_width(old)
-                if width is not None and width == _plain_width(value):
-                    update_width = False
-                else:
-                    row = self.rows.get(row_key)  # type: ignore[arg-type]
-                    if row is not None:
-                        update_width = self._cell_width(row, old) != self._cell_width(row, value)
+                update_width = self._width_differs(row_key, old, value)
         super().update_cell(row_key, column_key, value, update_width=update_width)
+
+    def update_cells(self, changes: Iterable[tuple[str, str, Any]]) -> None:
+        """`update_cell(row, column, value, update_width=True)` for each change, with one
+        repaint for all of them (a repaint per cell is most of what a cell update costs:
+        at 1,000 processes, a third of a 1 Hz refresh)."""
+        data = self._data
+        changed = False
+        for row_key, column_key, value in changes:
+            cells = data.get(row_key)  # type: ignore[call-overload]
+            if cells is None or column_key not in cells:
+                raise CellDoesNotExist(
+                    f"No cell exists for row_key={row_key!r}, column_key={column_key!r}."
+                )
+            old = cells[column_key]
+            cells[column_key] = value  # the key objects in the dict stay as they are
+            changed = True
+            if self._width_differs(row_key, old, value):
+                self._updated_cells.add(CellKey(RowKey(row_key), ColumnKey(column_key)))
+                self._require_update_dimensions = True
+        if changed:
+            self._update_count += 1
+            self.refresh()
+
+    def _width_differs(self, row_key: RowKey | str, old: object, new: object) -> bool:
+        """Whether replacing `old` by `new` in that row can change its column's width."""
+        width = _plain_width(old)
+        if width is not None and width == _plain_width(new):
+            return False
+        row = self.rows.get(row_key)  # type: ignore[arg-type]
+        return row is not None and self._cell_width(row, old) != self._cell_width(row, new)
 
     def _update_column_widths(self, updated_cells: set[CellKey]) -> None:
         # Textual re-measures a whole column for every updated cell that got narrower:
