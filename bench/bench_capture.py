@@ -71,14 +71,14 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def settle(pids: list[int], limit: float = 120.0) -> float:
-    """Wait until the job is idle (its ranks use under 5% of a core in a second): a job
-    that has just come up is still finishing its start, which is no part of a capture.
-    Returns the seconds waited."""
+    """Wait until the job is idle (its ranks use under 2% of a core each, in a second; a
+    hung gloo rank polls at about 0.5%): a job that has just come up is still finishing
+    its start, which is no part of a capture. Returns the seconds waited."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
         before = cpu_seconds(pids)
         time.sleep(1.0)
-        if cpu_seconds(pids) - before < 0.05:
+        if cpu_seconds(pids) - before < 0.02 * len(pids):
             break
     return time.monotonic() - t0
 
