@@ -1807,16 +1807,22 @@ def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
         conn.close()
 
 
-def fr_live(pid: int, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Ask a rank's worker server (our launch hook's, or torch's `worker_main`) for its trace."""
+def fr_sockets(pid: int, env: dict[str, str]) -> list[str]:
+    """The sockets a rank's trace can be asked at (our launch hook's, or torch's
+    `worker_main`) that exist now."""
     dirs = (env.get("AREAL_FR_SOCKET_DIR"), env.get("TMPDIR"), "/tmp")
     sockets = list(dict.fromkeys(os.path.join(d, f"areal-fr-{pid}.sock") for d in dirs if d))
     if env.get("TORCH_WORKER_SERVER_SOCKET"):
         sockets.append(env["TORCH_WORKER_SERVER_SOCKET"])
+    return [path for path in sockets if os.path.exists(path)]
+
+
+def fr_live(
+    pid: int, env: dict[str, str], timeout: float, sockets: list[str] | None = None
+) -> dict[str, Any]:
+    """Ask a rank's worker server for its trace (at `sockets`, by default all it has)."""
     errors = []
-    for path in sockets:
-        if not os.path.exists(path):
-            continue
+    for path in fr_sockets(pid, env) if sockets is None else sockets:
         for handler in ("areal_fr_trace", "fr_trace_json"):
             try:
                 status, body = _unix_post(path, f"/handler/{handler}", timeout)
@@ -1911,10 +1917,15 @@ def op_fr_traces(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     since = _boot_time() + min(starts) / CLK_TCK if starts else None
     ranks = []
     if live:
-        replies = parallel_map(lambda p: fr_live(p, envs[p], timeout), pids, 32)
-        for pid, reply in zip(pids, replies):  # noqa: B905 (no strict= on Python 3.9)
-            rank = _to_int(envs[pid].get("RANK"))
-            ranks.append({"pid": pid, "rank": rank, **reply})
+        # Only ranks with a socket are asked, each in a thread of its own (a rank that is
+        # slow to answer must not hold up the others); the rest answer at once.
+        sockets = {pid: fr_sockets(pid, envs[pid]) for pid in pids}
+        asked = [pid for pid in pids if sockets[pid]]
+        replies = parallel_map(lambda p: fr_live(p, envs[p], timeout, sockets[p]), asked, 32)
+        answers = dict(zip(asked, replies))  # noqa: B905 (no strict= on Python 3.9)
+        for pid in pids:
+            reply = answers[pid] if pid in answers else fr_live(pid, envs[pid], timeout, [])
+            ranks.append({"pid": pid, "rank": _to_int(envs[pid].get("RANK")), **reply})
     return {
         "live": ranks,
         "files": fr_dump_files(list(dict.fromkeys(prefixes)), since),
