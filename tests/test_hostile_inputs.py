@@ -349,6 +349,60 @@ def test_frozen_agent_is_unresponsive_and_keeps_its_link() -> None:
         fleet.close()
 
 
+def test_agent_frozen_before_its_stream_starts_is_unresponsive_not_down() -> None:
+    """Frozen between the handshake and the answer to `stream`: the monitor says
+    unresponsive within the ping timeout (it used to wait the request's 30 s and call the
+    node down), keeps the link, and takes the stream's answer when the agent thaws."""
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.monitor import FleetMonitor
+    from areal_console.core.targets import local_node
+
+    fleet = Fleet([local_node()])
+    session = fleet.sessions[0]
+    monitor = FleetMonitor(fleet, interval=0.2, ping_every=0.2, ping_timeout=1.0)
+    frozen: list[int] = []
+    connect = session.connect
+
+    def connect_then_freeze(*args: object, **kwargs: object) -> object:
+        hello = connect(*args, **kwargs)  # type: ignore[arg-type]
+        if not frozen:  # the first agent only
+            frozen.append(int(session.hello["pid"]))
+            os.kill(frozen[0], signal.SIGSTOP)
+        return hello
+
+    session.connect = connect_then_freeze  # type: ignore[method-assign]
+    monitor.start()
+    try:
+        try:
+            view = wait_for(
+                lambda: next(
+                    (v for v in monitor.snapshot() if v.state not in ("up", "connecting")), None
+                ),
+                10,
+                what="the frozen agent noticed",
+            )
+            assert view.state == "unresponsive", view
+            assert view.error.startswith("agent not responding for ")
+            client = session.client
+        finally:
+            if frozen:
+                os.kill(frozen[0], signal.SIGCONT)
+        thawed = time.time()
+        wait_for(
+            lambda: (
+                monitor.snapshot()[0].state == "up"
+                and (monitor.snapshot()[0].received_at or 0) > thawed
+            ),
+            30,
+            what="the agent back, streaming",
+        )
+        assert session.client is client and client is not None and client.alive
+        assert session.hello["pid"] == frozen[0]  # the same agent, not a new one
+    finally:
+        monitor.stop()
+        fleet.close()
+
+
 def test_frozen_agent_in_the_cli_says_not_responding(tmp_path: Path) -> None:
     from areal_console.core.client import AgentClient, AgentNotResponding
     from areal_console.core.transport import LocalChannel

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.client import AgentDisconnected, AgentError, AgentNotResponding
+from areal_console.core.client import AgentDisconnected, AgentError, AgentNotResponding, Reply
 from areal_console.core.fleet import Fleet, NodeSession
 from areal_console.core.records import (
     GpuRow,
@@ -201,6 +201,11 @@ class FleetMonitor:
                 if gpu.util is not None:
                     view.gpu_history.setdefault(gpu.index, deque(maxlen=HISTORY)).append(gpu.util)
 
+    def _stream_started(self, name: str, reply: Any) -> None:
+        if isinstance(reply, dict) and reply.get("stream"):
+            with self._lock:
+                self._stream_ids[name] = max(int(reply["stream"]), self._stream_ids.get(name, 0))
+
     def _supervise(self, session: NodeSession) -> None:
         failures = 0  # consecutive; the wait between attempts follows the session's Backoff
         name = session.name
@@ -219,17 +224,32 @@ class FleetMonitor:
             with self._lock:
                 self._stream_ids.pop(name, None)  # a new agent counts its streams from 1
             self._update(name, state="connecting")
+            silent_since: float | None = None
+            stream: Reply | None = None  # the stream request, while it is not answered
             try:
                 session.connect(force=True)  # this loop does the waiting between attempts
                 self._update(
                     name, state="up", error=None, latency=session.latency, hello=session.hello
                 )
-                reply = session.call("stream", {"interval": self.interval, "all": self.include_all})
-                if isinstance(reply, dict) and reply.get("stream"):
-                    with self._lock:
-                        self._stream_ids[name] = max(
-                            int(reply["stream"]), self._stream_ids.get(name, 0)
-                        )
+                client = session.client
+                assert client is not None
+                stream = client.request_async(
+                    "stream", {"interval": self.interval, "all": self.include_all}
+                )
+                try:
+                    self._stream_started(name, stream.result(self.ping_timeout))
+                    stream = None
+                except TimeoutError:
+                    # Frozen before it answered: unresponsive like a ping without an answer
+                    # (not down after the request's whole timeout); the pings below go on
+                    # and the answer is taken when it comes.
+                    silent_since = time.monotonic() - self.ping_timeout
+                    self._update(
+                        name,
+                        state="unresponsive",
+                        error=f"agent not responding for {self.ping_timeout:.0f} s "
+                        "(the connection is still open)",
+                    )
                 failures = 0
             except (AgentDisconnected, AgentError, OSError, ValueError) as exc:
                 key = session.unknown_host_key
@@ -254,11 +274,18 @@ class FleetMonitor:
             # Measure latency now and then while the stream runs; wait for the link to drop.
             # A ping without an answer while the link stays open is a frozen or overloaded
             # agent: say so, keep the link, and keep asking until it answers again.
-            silent_since: float | None = None
+            stream_error = None
             while not self._stop.is_set() and not closed.wait(self.ping_every):
                 client = session.client
                 if client is None:
                     break
+                if stream is not None and stream.done():
+                    try:
+                        self._stream_started(name, stream.result(0))
+                    except (AgentDisconnected, AgentError) as exc:
+                        stream_error = f"stream: {exc}"
+                        break
+                    stream = None
                 try:
                     latency = client.round_trip(timeout=self.ping_timeout)
                 except AgentNotResponding:
@@ -281,7 +308,7 @@ class FleetMonitor:
                 break
             reason = session.client.closed_reason if session.client else None
             session.close()
-            self._update(name, state="down", error=reason or "connection lost")
+            self._update(name, state="down", error=stream_error or reason or "connection lost")
             failures += 1
             self._wake[name].wait(session.backoff.delay(failures))
             self._wake[name].clear()
