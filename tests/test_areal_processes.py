@@ -372,7 +372,7 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
 
 
 def test_world_size_counts_a_roles_workers_over_every_node() -> None:
-    from areal_console.core.nodes import count_areal_world_sizes
+    from areal_console.core.areal_world import count_areal_world_sizes
     from areal_console.core.records import process_rows, with_areal_world_sizes
 
     def worker(role: str, index: int, job: str = "exp/t1") -> dict[str, Any]:

@@ -8,9 +8,10 @@ import shutil
 import sys
 from typing import Any
 
+from areal_console.core.areal_world import count_areal_world_sizes
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.fleet import NodeFailure, NodeSession
-from areal_console.core.nodes import count_areal_world_sizes, node_report, server_text
+from areal_console.core.nodes import node_report, server_text
 from areal_console.core.records import ServerRow
 from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.areal_world import count_areal_world_sizes as count_areal_world_sizes
 from areal_console.core.fleet import NodeFailure
 
 if TYPE_CHECKING:

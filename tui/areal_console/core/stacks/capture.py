@@ -17,19 +17,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from areal_console.core.areal_world import count_areal_world_sizes
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
+from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
     JobChoiceError,
     JobGroup,
     choose_job,
     group_jobs,
 )
-
-if TYPE_CHECKING:
-    from areal_console.core.stacks.model import StackCapture
-    from areal_console.core.stacks.report import AnalysedCapture
+from areal_console.core.stacks.store import new_capture_id, save_capture
 
 __all__ = [
     "CaptureOptions",
@@ -162,7 +162,7 @@ def capture_raw(
     `sampled` (node -> process records) skips the sampling round; a node missing from it
     is sampled now. Raises `JobChoiceError` when the job must be chosen first.
     """
-    started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    started = now_iso()
     sampled = dict(sampled or {})
     missing = [s for s in fleet.sessions if s.name not in sampled]
     if missing:
@@ -185,8 +185,6 @@ def capture_raw(
             nodes.append({"node": name, "error": result.error, "processes": [], "samples": []})
         else:
             nodes.append(result)
-    from areal_console.core.areal_world import count_areal_world_sizes
-
     count_areal_world_sizes(n["processes"] for n in nodes)
     return {
         "captured_at": started,
@@ -208,9 +206,6 @@ def take_capture(
         return capture_and_analyse(fleet, options, sampled, progress).capture
     options = options or CaptureOptions()
     raw = capture_raw(fleet, options, sampled, progress)
-    from areal_console.core.stacks.model import build_capture
-    from areal_console.core.stacks.store import new_capture_id
-
     raw["id"] = new_capture_id()
     return build_capture(raw)
 
@@ -227,10 +222,6 @@ def capture_and_analyse(
     caller shows them, never analysing the capture again."""
     options = options or CaptureOptions()
     raw = capture_raw(fleet, options, sampled, progress)
-    from areal_console.core.stacks.model import build_capture
-    from areal_console.core.stacks.report import analysed
-    from areal_console.core.stacks.store import new_capture_id, save_capture
-
     raw["id"] = new_capture_id()
     result = analysed(build_capture(raw))
     try:
