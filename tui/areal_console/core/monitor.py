@@ -201,6 +201,15 @@ class FleetMonitor:
                 if gpu.util is not None:
                     view.gpu_history.setdefault(gpu.index, deque(maxlen=HISTORY)).append(gpu.util)
 
+    def _unresponsive(self, name: str, silent_since: float) -> None:
+        """The agent's link is open but it has not answered since `silent_since`."""
+        self._update(
+            name,
+            state="unresponsive",
+            error=f"agent not responding for {time.monotonic() - silent_since:.0f} s "
+            "(the connection is still open)",
+        )
+
     def _stream_started(self, name: str, reply: Any) -> None:
         if isinstance(reply, dict) and reply.get("stream"):
             with self._lock:
@@ -244,12 +253,7 @@ class FleetMonitor:
                     # (not down after the request's whole timeout); the pings below go on
                     # and the answer is taken when it comes.
                     silent_since = time.monotonic() - self.ping_timeout
-                    self._update(
-                        name,
-                        state="unresponsive",
-                        error=f"agent not responding for {self.ping_timeout:.0f} s "
-                        "(the connection is still open)",
-                    )
+                    self._unresponsive(name, silent_since)
                 failures = 0
             except (AgentDisconnected, AgentError, OSError, ValueError) as exc:
                 key = session.unknown_host_key
@@ -289,14 +293,8 @@ class FleetMonitor:
                 try:
                     latency = client.round_trip(timeout=self.ping_timeout)
                 except AgentNotResponding:
-                    now = time.monotonic()
-                    silent_since = silent_since or now - self.ping_timeout
-                    self._update(
-                        name,
-                        state="unresponsive",
-                        error=f"agent not responding for {now - silent_since:.0f} s "
-                        "(the connection is still open)",
-                    )
+                    silent_since = silent_since or time.monotonic() - self.ping_timeout
+                    self._unresponsive(name, silent_since)
                     continue
                 except (AgentDisconnected, AgentError):
                     break
