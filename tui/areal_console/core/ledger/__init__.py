@@ -10,8 +10,9 @@ capture then never imports the parser.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from areal_console.core.lazy_names import lazy_names
 from areal_console.core.ledger.analyse import (
     Disagreement,
     GroupLedger,
@@ -23,8 +24,6 @@ from areal_console.core.ledger.analyse import (
 
 if TYPE_CHECKING:
     from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace, parse_trace
-
-_LAZY = {"Call", "GroupTrace", "RankTrace", "parse_trace"}
 
 __all__ = [
     "Call",
@@ -39,12 +38,6 @@ __all__ = [
     "parse_trace",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from areal_console.core.ledger import trace
-
-    value = getattr(trace, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(
+    __name__, "trace", frozenset({"Call", "GroupTrace", "RankTrace", "parse_trace"})
+)

@@ -10,8 +10,9 @@ must stay the function, never become its submodule once that is imported.)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from areal_console.core.lazy_names import lazy_names
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import (
     RankGroup,
@@ -26,8 +27,6 @@ from areal_console.core.stacks.model import Frame, RankStack, StackCapture, Thre
 
 if TYPE_CHECKING:
     from areal_console.core.stacks.diff import DiffRow, StackDiff, diff_stacks
-
-_LAZY = {"DiffRow", "StackDiff", "diff_stacks"}
 
 __all__ = [
     "Diagnosis",
@@ -49,12 +48,4 @@ __all__ = [
     "parse_ranks",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from areal_console.core.stacks import diff
-
-    value = getattr(diff, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, "diff", frozenset({"DiffRow", "StackDiff", "diff_stacks"}))
