@@ -136,8 +136,12 @@ class Workers:
                 thread = threading.Thread(
                     target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
                 )
+                try:
+                    thread.start()
+                except RuntimeError:  # the interpreter is exiting: keep nothing of this call
+                    self._calls.pop()
+                    raise
                 self._threads.append(thread)
-                thread.start()
 
     def _work(self) -> None:
         while True:
@@ -942,7 +946,7 @@ class Agent:
         self._sample_lock = threading.Lock()
         self._streams: dict[int, threading.Event] = {}
         self._stream_ids = 0
-        self.exiting = False  # set when the interpreter shuts the pool down under us
+        self.exiting = False  # set when no request can run any more (the interpreter exits)
         self.pool = Workers(16, "areal-agent")
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
