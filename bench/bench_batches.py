@@ -89,6 +89,28 @@ def run(mode: str, path: Path, cold: bool) -> dict[str, float]:
     return json.loads(out.stdout)
 
 
+def benchmark_dump(
+    keep: str | None, gb: float
+) -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
+    """The benchmark's `step_000001.pt` of about `gb` GB in AReaL's layout: in `keep` (made
+    once, reused by later runs) or in a temporary directory (returned, for cleanup)."""
+    from tests.fixtures import batch_dumps as bf
+
+    tmp = None if keep else tempfile.TemporaryDirectory(prefix="bench-batches-")
+    directory = Path(keep or tmp.name)  # type: ignore[union-attr]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "step_000001.pt"
+    if not path.exists():
+        t0 = time.perf_counter()
+        bf.write_large_trajectory(path, int(gb * (1 << 30)), width=8192)
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())  # clean pages can be evicted for the cold runs
+        print(
+            f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f}s"
+        )
+    return path, tmp
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=1.0, help="dump size in GB")
@@ -96,19 +118,7 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="write the dump here and keep it")
     args = parser.parse_args()
 
-    from tests.fixtures import batch_dumps as bf
-
-    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="bench-batches-")
-    directory = Path(args.keep or tmp.name)  # type: ignore[union-attr]
-    path = directory / "step_000001.pt"
-    if not path.exists():
-        t0 = time.perf_counter()
-        bf.write_large_trajectory(path, int(args.gb * (1 << 30)), width=8192)
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())  # clean pages can be evicted for the cold runs
-        print(
-            f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f}s"
-        )
+    path, tmp = benchmark_dump(args.keep, args.gb)
     size_mb = path.stat().st_size / (1 << 20)
     print(
         f"cpu cores: {os.cpu_count()}, file {size_mb:.0f} MiB, repeat {args.repeat}, "

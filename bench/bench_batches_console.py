@@ -25,12 +25,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT), str(ROOT / "bench")]
+
+from bench_batches import benchmark_dump  # noqa: E402  (the same dump file)
 
 COMMON = r"""
 import json, os, sys, time
@@ -167,18 +167,7 @@ def main() -> int:
     parser.add_argument("--keep", metavar="DIR", help="write the dump here and keep it")
     args = parser.parse_args()
 
-    from tests.fixtures import batch_dumps as bf
-
-    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="bench-batches-")
-    directory = Path(args.keep or tmp.name)  # type: ignore[union-attr]
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "step_000001.pt"
-    if not path.exists():
-        t0 = time.perf_counter()
-        bf.write_large_trajectory(path, int(args.gb * (1 << 30)), width=8192)
-        print(
-            f"wrote {path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f}s"
-        )
+    path, tmp = benchmark_dump(args.keep, args.gb)
     print(
         f"cpu cores: {os.cpu_count()}, file {path.stat().st_size / (1 << 20):.0f} MiB, "
         f"repeat {args.repeat}, fresh processes, warm page cache"
