@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
 from areal_console.core.client import AgentClient  # noqa: E402
 from areal_console.core.transport import LocalChannel  # noqa: E402

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
 MEASURE = r"""
 import json, os, sys, time
@@ -77,7 +77,7 @@ print(json.dumps(out))
 
 
 def run(mode: str, path: Path, cold: bool) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])}
     out = subprocess.run(
         [sys.executable, "-c", MEASURE, mode, str(path), "1" if cold else "0"],
         env=env,

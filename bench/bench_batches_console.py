@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT), str(ROOT / "bench")]
 
 from bench_batches import benchmark_dump  # noqa: E402  (the same dump file)
 
@@ -147,7 +147,7 @@ asyncio.run(main())
 
 
 def run(script: str, path: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])}
     out = subprocess.run(
         [sys.executable, "-c", script, str(path)],
         env=env,

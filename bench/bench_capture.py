@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
 from tests.fixtures.hang import free_port, start_scenario  # noqa: E402
 
@@ -41,7 +41,7 @@ def console_env(pycache: str) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = pycache
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
     env.setdefault("AREAL_CONSOLE_DATA_DIR", os.path.join(pycache, "data"))
     return env
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
 from areal_console.app import ConsoleApp  # noqa: E402
 from areal_console.core.monitor import NodeView, RecordedMonitor  # noqa: E402

@@ -1,6 +1,6 @@
 """Benchmark: the collective ledger of a large job.
 
-    PYTHONPATH=tui:agents python bench/bench_ledger.py [--ranks 1024] [--entries 2000] [--repeat 5]
+    PYTHONPATH=tui:node python bench/bench_ledger.py [--ranks 1024] [--entries 2000] [--repeat 5]
 
 A synthetic job of `--ranks` ranks, each with a Flight Recorder trace of `--entries`
 collectives on the default group (the size of a full default ring, TORCH_FR_BUFFER_SIZE=2000),
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
-from areal_agent.agent import safe_unpickle, slim_trace  # noqa: E402
 from areal_console.core.ledger import build_ledger, parse_trace  # noqa: E402
+from areal_node.agent import safe_unpickle, slim_trace  # noqa: E402
 
 SAMPLE = ROOT / "tests" / "data" / "fr" / "op" / "rank_0"
 

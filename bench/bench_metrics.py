@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
 from areal_console.core.client import AgentClient  # noqa: E402
 from areal_console.core.metrics.follow import MetricsFollower, NodeFiles  # noqa: E402

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT / "tests")]
 
 from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
 from areal_console.core.slurm import SshLoginRunner  # noqa: E402

@@ -1,6 +1,6 @@
 """Benchmarks for stack capture and analysis.
 
-    PYTHONPATH=tui:agents python bench/bench_stacks.py [--ranks 8] [--sizes 1024,16384,100000]
+    PYTHONPATH=tui:node python bench/bench_stacks.py [--ranks 8] [--sizes 1024,16384,100000]
 
 1. Analysis: synthetic jobs of 1k/4k/16k ranks built from the real py-spy dumps recorded
    in tests/data/pyspy (a cleanup deadlock: most ranks in the training loop's all_reduce,
@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
-from areal_agent.agent import key_stacks  # noqa: E402
 from areal_console.core.fleet import Fleet  # noqa: E402
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw  # noqa: E402
 from areal_console.core.stacks.diagnose import diagnose  # noqa: E402
@@ -34,6 +33,7 @@ from areal_console.core.stacks.merge import analyse  # noqa: E402
 from areal_console.core.stacks.model import build_capture  # noqa: E402
 from areal_console.core.stacks.report import capture_json  # noqa: E402
 from areal_console.core.targets import NodeSpec  # noqa: E402
+from areal_node.agent import key_stacks  # noqa: E402
 
 from tests.fixtures.hang import rank_script, start_scenario  # noqa: E402
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT), str(ROOT / "bench")]
 
 from bench_capture import job_port  # noqa: E402
 

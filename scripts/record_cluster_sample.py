@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import pynvml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT / "tests")]
 
-from areal_agent.agent import Agent  # noqa: E402
+from areal_node.agent import Agent  # noqa: E402
 from conftest import GlooJob  # noqa: E402
 
 GiB = 2**30

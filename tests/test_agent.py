@@ -10,10 +10,10 @@ import sys
 import time
 
 import pytest
-from areal_agent import agent as agent_mod
-from areal_agent import agent_source
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
 from areal_console.core.transport import InProcessChannel, LocalChannel
+from areal_node import agent as agent_mod
+from areal_node import agent_source
 from conftest import GlooJob, wait_for
 
 
@@ -52,7 +52,7 @@ def test_unknown_op_and_bad_arguments_answer_errors(client: AgentClient) -> None
 
 def test_malformed_lines_get_an_error_reply_and_the_agent_survives() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from areal_agent.agent import main; main()"],
+        [sys.executable, "-c", "from areal_node.agent import main; main()"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(agent_mod.__file__))},

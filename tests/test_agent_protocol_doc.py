@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from areal_agent import agent
 from areal_console.core import batches
+from areal_node import agent
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "agent-protocol.md"
 ROW = re.compile(r"^\| `([a-z_]+)` \|", re.MULTILINE)

@@ -469,7 +469,7 @@ def test_node_source_runs_without_the_console_installed(step_file: Path) -> None
         f"""
         import sys
         sys.modules["areal_console"] = None  # as on a node without the console: imports fail
-        ns = {{"__name__": "areal_agent_ext_batches"}}
+        ns = {{"__name__": "areal_node_ext_batches"}}
         exec(compile(sys.stdin.read(), "<ext>", "exec"), ns)
         s = ns["summarize"]({str(step_file)!r}, eos_token_id=31999)
         print("|".join(s["warnings"]))

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from areal_agent import agent_hash, agent_source
 from areal_console.core.slurm_channel import shared_source_line
 from areal_console.core.transport import BOOTSTRAP, SHARED_BOOTSTRAP
+from areal_node import agent_hash, agent_source
 
 
 def run(script: str, home: Path, stdin: bytes) -> list[dict[str, object]]:

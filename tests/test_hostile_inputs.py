@@ -164,7 +164,7 @@ def _start(channel: Any, timeout: float = 10) -> Any:
 
 
 def _cache_file(home: Path) -> Path:
-    from areal_agent import agent_hash
+    from areal_node import agent_hash
 
     return home / ".cache" / "areal-console" / f"agent-{agent_hash()}.py"
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import areal_console.core as core
-from areal_agent import AGENT_PATH
+from areal_node import AGENT_PATH
 from conftest import cli_env
 
 

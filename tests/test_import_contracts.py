@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = {"areal_console": ROOT / "tui" / "areal_console", "areal_agent": ROOT / "agents" / "areal_agent"}  # fmt: skip
+PACKAGES = {"areal_console": ROOT / "tui" / "areal_console", "areal_node": ROOT / "node" / "areal_node"}  # fmt: skip
 
 
 def module_name(package_dir: Path, path: Path) -> str:
@@ -108,7 +108,7 @@ def test_the_graph_is_read() -> None:
     edges = graph()
     assert "areal_console.screens.jobs" in edges["areal_console.app"]
     assert "areal_console.core.fleet" in edges["areal_console.core.monitor"]
-    assert "areal_agent.agent" in edges["areal_console.core.client"]
+    assert "areal_node.agent" in edges["areal_console.core.client"]
 
 
 def test_no_import_cycles() -> None:
@@ -122,7 +122,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
 def test_layers_point_one_way() -> None:
     edges = graph()
     screens, widgets = "areal_console.screens", "areal_console.widgets"
-    assert violations(edges, "areal_agent", ("areal_console",)) == []
+    assert violations(edges, "areal_node", ("areal_console",)) == []
     core_may_not = (screens, widgets, "areal_console.workers", "areal_console.messages", *UI)
     assert violations(edges, "areal_console.core", core_may_not) == []
     assert violations(edges, widgets, (screens, *UI)) == []

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_agent.agent import fr_dump_files, safe_unpickle, slim_trace
 from areal_console.core.ledger import build_ledger, ledger_from_json, parse_trace
 from areal_console.core.ledger.analyse import Ledger
 from areal_console.core.ledger.collect import ABSENT_HINT, ledger_from_raw
 from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis
+from areal_node.agent import fr_dump_files, safe_unpickle, slim_trace
 
 DATA = Path(__file__).parent / "data" / "fr"
 MODES = ("op", "size", "behind", "died")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
-from areal_agent.agent import GpuCollector, process_record
+from areal_node.agent import GpuCollector, process_record
 
 GiB = 2**30
 

@@ -42,10 +42,10 @@ def test_metric_names_and_dump_names_come_from_one_place() -> None:
     """The console reads METRIC_NAMES from the trainer's source. Dump names are the agent's
     DUMP_FILE: the console imports it, the batch extension shipped to a node is given it,
     and the reference trainer (a script run on a node on its own) holds a copy, equal."""
-    from areal_agent.agent import DUMP_FILE
     from areal_console.core.batch_source import node_source
     from areal_console.core.batches import STEP_FILE, parse_step_name
     from areal_console.trainer import reference_trainer
+    from areal_node.agent import DUMP_FILE
 
     assert reference_trainer.METRIC_NAMES == METRIC_NAMES
     assert "grad_norm" in METRIC_NAMES
@@ -55,12 +55,12 @@ def test_metric_names_and_dump_names_come_from_one_place() -> None:
     # As a node's agent loads the extension: a namespace of its own, and neither the
     # console's package nor the agent's to import.
     def node_import(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.split(".")[0] in ("areal_agent", "areal_console"):
+        if name.split(".")[0] in ("areal_node", "areal_console"):
             raise ImportError(f"no module named {name!r} on the node")
         return builtins.__import__(name, *args, **kwargs)
 
     shipped: dict[str, object] = {
-        "__name__": "areal_agent_ext_batches",
+        "__name__": "areal_node_ext_batches",
         "__builtins__": {**vars(builtins), "__import__": node_import},
     }
     exec(compile(node_source(), "<batches extension>", "exec"), shipped)
@@ -289,7 +289,7 @@ def test_replay_core_does_not_import_textual() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tui"), str(root / "agents")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tui"), str(root / "node")])}
 
     code = (
         "import sys, areal_console.core.replay, areal_console.core.jobs;"

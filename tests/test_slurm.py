@@ -37,7 +37,7 @@ def console(
 ) -> subprocess.CompletedProcess[str]:
     extra = env or {}
     env = cluster.env(**extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
     return subprocess.run(
         [sys.executable, "-m", "areal_console", *args],
         capture_output=True,
@@ -244,7 +244,7 @@ def test_job_of_another_user_falls_back_to_ssh(
     if not Path(python).exists() or not shutil.which("setpriv"):
         pytest.skip("needs the system python3 and setpriv to act as another user")
     env = slurm_cluster.env(HOME="/tmp")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
     argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
     result = subprocess.run(
         [*argv, "-m", "areal_console", "slurm", slurm_gloo_job.job_id, "--json"],
@@ -429,7 +429,7 @@ def slurm_recording(slurm_cluster: SlurmCluster) -> tuple[Path, dict[str, str]]:
     """Two steps recorded by the reference trainer, where every node can read them."""
     home = slurm_cluster.base / "replay-home"
     env = slurm_cluster.env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
     env["AREAL_CONSOLE_DATA_DIR"] = str(home / "data")
     env["AREAL_CONSOLE_CONFIG_DIR"] = str(home / "config")
     dump = slurm_cluster.base / "replay dump"  # a space stays inside one argv word

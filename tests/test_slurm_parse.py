@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from areal_agent import agent as agent_mod
 from areal_console.core.errors import UserError
 from areal_console.core.slurm import (
     CommandResult,
@@ -32,6 +31,7 @@ from areal_console.core.slurm_channel import (
 )
 from areal_console.core.slurm_launch import BatchRequest, batch_script, overlap_step_argv
 from areal_console.core.targets import SlurmTarget
+from areal_node import agent as agent_mod
 
 DATA = Path(__file__).resolve().parent / "data" / "slurm"
 

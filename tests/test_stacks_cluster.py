@@ -40,7 +40,7 @@ def job(cluster: TestCluster) -> Iterator[GlooJob]:
 
 def run_stacks(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = cluster.env()
-    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"
+    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}"
     return subprocess.run(
         [sys.executable, "-m", "areal_console", "stacks", "--match", MARKER, "--json", *args],
         capture_output=True,

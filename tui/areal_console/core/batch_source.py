@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from areal_agent.agent import DUMP_FILE
+from areal_node.agent import DUMP_FILE
 
 from areal_console.core import areal_keys, batches
 from areal_console.core.batches import BatchError, UnsafePickleError

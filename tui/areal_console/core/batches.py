@@ -25,7 +25,7 @@ from collections import OrderedDict
 from typing import Any
 
 try:
-    from areal_agent.agent import DUMP_FILE as STEP_FILE
+    from areal_node.agent import DUMP_FILE as STEP_FILE
 
     from areal_console.core.areal_keys import config_key, rejection_sampling_example
 except ImportError:  # on a node: batch_source.py appends areal_keys.py's source to this

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from areal_agent.agent import escape_placeholders, fill_placeholders
+from areal_node.agent import escape_placeholders, fill_placeholders
 
 from areal_console.core.areal_keys import config_key
 from areal_console.core.errors import UserError

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from areal_agent import agent_source
+from areal_node import agent_source
 
 from areal_console.core.slurm import CommandRunner, StepProcess, make_runner
 from areal_console.core.specs import NodeSpec, SlurmTarget

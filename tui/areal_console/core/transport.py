@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from areal_agent import agent_hash, agent_source
+from areal_node import agent_hash, agent_source
 
 # The oldest Python the agent runs on (it is checked first, before anything else runs).
 MIN_PYTHON = (3, 9)
@@ -103,7 +103,7 @@ _BOOTSTRAP_TAIL = (
     "  try:os.unlink(t)\n"
     "  except OSError:pass\n"
     "  sys.stderr.write('areal-agent: note: not cached (%s: %s)\\n'%(p,e.strerror))\n"
-    "g={'__name__':'__areal_agent__'};exec(compile(s,p,'exec'),g)"
+    "g={'__name__':'__areal_node__'};exec(compile(s,p,'exec'),g)"
 )
 
 
@@ -332,7 +332,7 @@ class InProcessChannel:
     """
 
     def __init__(self) -> None:
-        from areal_agent.agent import Agent
+        from areal_node.agent import Agent
 
         to_agent_r, to_agent_w = os.pipe()
         from_agent_r, from_agent_w = os.pipe()

@@ -71,7 +71,7 @@ METRIC_NAMES = (
 METRICS_FILE = "metrics.jsonl"
 META_FILE = "trajectory_meta.json"
 CHECKPOINT_DIR = "checkpoints"
-# The agent's DUMP_FILE (areal_agent/agent.py), copied: this script runs on a node on its
+# The agent's DUMP_FILE (areal_node/agent.py), copied: this script runs on a node on its
 # own and imports nothing of the console; tests/test_replay_core.py holds the two equal.
 DUMP_NAME = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
 

@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from areal_agent.agent import OpError, find_logs, read_chunk
+from areal_node.agent import OpError, find_logs, read_chunk
 
 from areal_console.core.errors import UserError
 from areal_console.core.metrics.health import HealthThresholds

@@ -12,7 +12,7 @@ import math
 import os
 from typing import Any
 
-from areal_agent.agent import OpError, find_logs
+from areal_node.agent import OpError, find_logs
 
 from areal_console.core.metrics.store import MetricStore
 

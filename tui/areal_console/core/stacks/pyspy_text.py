@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from areal_agent.agent import TRAINING_ROLES, detect_role, rpc_worker
+from areal_node.agent import TRAINING_ROLES, detect_role, rpc_worker
 
 from areal_console.core.stacks.model import (
     FrameTable,

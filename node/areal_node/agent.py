@@ -1332,7 +1332,7 @@ def op_load(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     source = _arg(args, "source", str, "")
     if not name.isidentifier():
         raise OpError(f"bad extension name {name!r}")
-    namespace: dict[str, Any] = {"__name__": f"areal_agent_ext_{name}"}
+    namespace: dict[str, Any] = {"__name__": f"areal_node_ext_{name}"}
     exec(compile(source, f"<areal-console extension {name}>", "exec"), namespace)
     ops = namespace.get("OPS", {})
     for op_name, func in ops.items():
@@ -2044,5 +2044,5 @@ def main() -> None:
     agent.pool.shutdown(wait=True)  # the requests still running answer before the exit
 
 
-if __name__ == "__main__" or __name__ == "__areal_agent__":
+if __name__ == "__main__" or __name__ == "__areal_node__":
     main()

@@ -1,3 +1,0 @@
-from areal_agent.agent import main
-
-main()

@@ -1,0 +1,3 @@
+from areal_node.agent import main
+
+main()
