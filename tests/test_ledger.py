@@ -218,19 +218,53 @@ def test_diagnosis_names_the_mismatch_by_sequence_id() -> None:
     assert kept.evidence == [
         "Flight Recorder: group 0 (default_pg): no trace from rank 3",
         "Flight Recorder: group 1 (grads): no trace from rank 3",
+        "wait-for: root: rank 3 (dead: no process shows rank 3); waited on by ranks 0-2",
+        "wait-for: ranks 0-2 wait in all_reduce #4 of group 0 (default_pg) for rank 3",
     ]
+    assert kept.detail == "d Every wait ends at rank 3: dead: no process shows rank 3."
     assert with_ledger(base, None) is base
 
 
-def test_diagnosis_names_the_rank_behind_when_stacks_look_alike() -> None:
-    """Every rank at the same line (stacks: same collective), but rank 1 one call behind."""
-    base = Diagnosis("same_collective", "All ranks wait in all_reduce", "detail", [], [])
+def test_rank_behind_in_one_group_waiting_in_another_is_a_deadlock() -> None:
+    """Every rank at the same line (stacks: same collective), but rank 1 waits in a
+    barrier of `grads` while the others wait for it in all_reduce #4 of the default group."""
+    base = Diagnosis("same_collective", "All ranks wait in all_reduce", "detail", [], ["net"])
     got = with_ledger(base, ledger_of("behind"))
-    assert got.pattern == "same_collective"
-    assert got.title == (
-        "Rank 1 is 1 call behind in group 0 (default_pg); the others wait in all_reduce #4 [8] float32"
+    assert got.pattern == "cross_group_deadlock"
+    assert got.title == "Cross-group deadlock: ranks 0-3 wait on each other across groups 0, 1"
+    assert got.detail.startswith(
+        "Rank 0 waits in all_reduce #4 of group 0 (default_pg) for rank 1, rank 1 waits in "
+        "barrier #1 of group 1 (grads) for rank 0."
     )
     assert "Flight Recorder: group 0 (default_pg): rank 1 is 1 call behind" in got.evidence
+    assert "net" not in got.suggestions
+    assert got.wait_for is not None
+    assert [c.ranks for c in got.wait_for.cycles] == [(0, 1), (1, 2), (1, 3)]
+    assert got.wait_for.roots == []
+
+
+def test_wait_for_graph_roots_and_scale() -> None:
+    """A dead rank is the root; ranks that share a wait are linked once (16,384 ranks)."""
+    from areal_console.core.ledger.analyse import GroupLedger, RankPosition
+    from areal_console.core.ledger.waitfor import RankActivity, build_wait_for
+
+    graph = build_wait_for(ledger_of("died"), {r: RankActivity(r, "collective") for r in range(3)})
+    assert [(r.rank, r.why, r.waited_by) for r in graph.roots] == [
+        (3, "dead: no process shows rank 3", (0, 1, 2))
+    ]
+    n = 16384
+    ranks = tuple(range(n))
+    default = GroupLedger("0", "default_pg", ranks,
+                          [RankPosition(r, 7 if r else 6, None) for r in ranks])  # fmt: skip
+    pair = GroupLedger("1", "", (0, 1), [RankPosition(0, 1, None), RankPosition(1, 0, None)])
+    from areal_console.core.ledger.analyse import Ledger
+
+    ledger = Ledger([default, pair], {r: "live:s" for r in ranks})
+    graph = build_wait_for(ledger, {})
+    assert [c.ranks for c in graph.cycles] == [(0, 1)]
+    assert graph.cycles[0].groups == ("1", "0") and graph.cycles[0].seqs == (1, 7)
+    doc = graph.to_json()
+    assert len(doc["edges"]) == 4096 and doc["edges_left_off"] == n - 1 + 1 - 4096
 
 
 def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
@@ -243,7 +277,10 @@ def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
     doc = json.loads(json.dumps(capture_json(with_fr)))
     assert doc["ledger"]["groups"][0]["mismatch"]["seq"] == 4
     reopened = capture_from_json(doc)
-    assert reopened.ledger is not None and reopened.ledger.to_json() == doc["ledger"]
+    saved = {k: v for k, v in doc["ledger"].items() if k != "wait_for"}
+    assert reopened.ledger is not None and reopened.ledger.to_json() == saved
+    # the graph is derived (ledger + stacks), so a reopened capture draws the same one
+    assert capture_json(reopened)["ledger"]["wait_for"] == doc["ledger"]["wait_for"]
     assert "Ranks disagree at collective #4 of group 0 (default_pg)" in text_report(reopened)
 
     old = build_capture(json.loads((pyspy / "same_collective.json").read_text()))

@@ -176,3 +176,151 @@ def test_job_serving_torch_worker_main_is_read_live(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+# --------------------------------------------------------------------------------------
+# Who waits for whom across groups: the wait-for graph on real hung jobs.
+
+WAIT_MODES = {"wrong_group": 4, "three_groups": 4, "chain": 6}
+
+
+@pytest.fixture(scope="module")
+def wait_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, FrJob]]:
+    """One hung job per wait-for scenario, all started at once; killed at the end."""
+    started: dict[str, FrJob] = {}
+    try:
+        for mode, nproc in WAIT_MODES.items():
+            started[mode] = FrJob(mode, tmp_path_factory.mktemp(f"wf-{mode}"), nproc=nproc)
+        for job in started.values():
+            job.wait_ready()
+        yield started
+    finally:
+        for job in started.values():
+            job.stop()
+
+
+def stacks_doc(job: FrJob, done: Any) -> dict[str, Any]:
+    """`stacks --json` of the job once its ledger satisfies `done` (see `ledger_doc`)."""
+    ledger_doc(job, done)
+    result = run_cli("stacks", "--match", str(job.workdir), "--json")
+    assert result.returncode == 0, result.stderr
+    return dict(json.loads(result.stdout))
+
+
+NETWORK_ADVICE = ("NCCL_DEBUG", "network", "NCCL_SOCKET_IFNAME")
+
+
+def no_network_advice(diagnosis: dict[str, Any]) -> bool:
+    text = " ".join([diagnosis["detail"], *diagnosis["suggestions"]])
+    return not any(word in text for word in NETWORK_ADVICE)
+
+
+def test_wrong_group_is_a_cross_group_deadlock(wait_jobs: dict[str, FrJob]) -> None:
+    """Every rank at the same all_reduce line; rank 3 passed the tp group [2, 3]. The
+    stacks alone say `same_collective` (check the network); the ledger proves a cycle."""
+    job = wait_jobs["wrong_group"]
+    doc = stacks_doc(job, lambda lg: group(lg, "0")["behind"] == {"3": 1})
+    tp = next(g for g in doc["ledger"]["groups"] if g["members"] == [2, 3])
+    wf = doc["ledger"]["wait_for"]
+    assert wf["cycles"] == [
+        {"ranks": [2, 3], "groups": ["0", tp["name"]], "seqs": [4, 1],
+         "ops": ["all_reduce", "all_reduce"]}
+    ]  # fmt: skip
+    assert wf["roots"] == [] and wf["edges_left_off"] == 0
+    assert sorted((e["rank"], e["waits_for"], e["group"], e["seq"]) for e in wf["edges"]) == [
+        (0, 3, "0", 4), (1, 3, "0", 4), (2, 3, "0", 4), (3, 2, tp["name"], 1)
+    ]  # fmt: skip
+    d = doc["diagnosis"]
+    assert d["pattern"] == "cross_group_deadlock"
+    assert d["title"] == (
+        f"Cross-group deadlock: ranks 2-3 wait on each other across groups 0, {tp['name']}"
+    )
+    assert d["detail"].startswith(
+        "Rank 2 waits in all_reduce #4 of group 0 (default_pg) for rank 3, rank 3 waits in "
+        f"all_reduce #1 of group {tp['name']} for rank 2."
+    )
+    assert "Ranks 0-1 wait on the cycle." in d["detail"]
+    assert no_network_advice(d)
+    assert len(doc["groups"]) == 1  # the stacks cannot tell: one line for every rank
+    text = run_cli("stacks", "--open", doc["id"]).stdout
+    assert "DIAGNOSIS [cross_group_deadlock]" in text
+    assert "Who waits for whom (from the ledger):" in text
+    assert "  ranks 0-2 wait in all_reduce #4 of group 0 (default_pg) for rank 3" in text
+
+
+def test_three_group_cycle(wait_jobs: dict[str, FrJob]) -> None:
+    doc = stacks_doc(wait_jobs["three_groups"], lambda lg: group(lg, "0")["behind"])
+    names = {tuple(g["members"]): g["name"] for g in doc["ledger"]["groups"]}
+    wf = doc["ledger"]["wait_for"]
+    assert wf["cycles"] == [
+        {"ranks": [0, 1, 2], "groups": [names[(0, 1)], names[(1, 2)], names[(0, 2)]],
+         "seqs": [1, 1, 1], "ops": ["all_reduce"] * 3}
+    ]  # fmt: skip
+    assert {(e["rank"], e["waits_for"]) for e in wf["edges"] if e["group"] == "0"} == {
+        (3, 0),
+        (3, 1),
+        (3, 2),
+    }
+    d = doc["diagnosis"]
+    assert d["pattern"] == "cross_group_deadlock"
+    assert d["title"].startswith("Cross-group deadlock: ranks 0-2 wait on each other")
+    assert "Rank 3 waits on the cycle." in d["detail"]
+    assert no_network_advice(d)
+
+
+def test_chain_ends_at_the_sleeping_rank(wait_jobs: dict[str, FrJob]) -> None:
+    """Rank i waits on the pair [i, i+1] for rank i+1; rank 5 sleeps: the root."""
+    doc = stacks_doc(wait_jobs["chain"], lambda lg: len(lg["groups"]) >= 6 and any(
+        g["behind"] for g in lg["groups"] if g["members"] == [3, 4]))  # fmt: skip
+    wf = doc["ledger"]["wait_for"]
+    assert wf["cycles"] == []
+    assert sorted((e["rank"], e["waits_for"]) for e in wf["edges"]) == [
+        (0, 1),
+        (1, 2),
+        (2, 3),
+        (3, 4),
+        (4, 5),
+    ]
+    [root] = wf["roots"]
+    assert root["rank"] == 5 and root["why"].startswith("outside any collective: main (")
+    assert "fr_ranks.py" in root["why"]
+    d = doc["diagnosis"]
+    assert d["pattern"] == "same_collective"  # the existing pattern, naming the root
+    assert d["title"].startswith(
+        "Ranks 0-4 wait, directly or through each other, on rank 5 (outside any collective"
+    )
+    assert no_network_advice(d)
+    assert d["suggestions"][0].startswith("Look at what rank 5 is doing: outside any collective")
+
+
+def test_patterns_agree_where_no_cycle(jobs: dict[str, FrJob]) -> None:
+    """Mismatches and a dead rank keep their patterns; the graph names who waits on whom."""
+    op = stacks_doc(jobs["op"], lambda lg: group(lg, "0")["mismatch"])
+    assert op["diagnosis"]["pattern"] == "collective_mismatch"
+    assert op["ledger"]["wait_for"] == {"edges": [], "edges_left_off": 0, "cycles": [],
+                                        "roots": []}  # fmt: skip
+    size = stacks_doc(jobs["size"], lambda lg: group(lg, "0")["mismatch"])
+    assert size["diagnosis"]["pattern"] == "collective_mismatch"
+    wf = size["ledger"]["wait_for"]
+    assert wf["cycles"] == [] and [r["rank"] for r in wf["roots"]] == [0, 1, 3]
+    assert {(e["rank"], e["waits_for"], e["op"]) for e in wf["edges"]} == {
+        (2, 0, "barrier"),
+        (2, 1, "barrier"),
+        (2, 3, "barrier"),
+    }
+    died = stacks_doc(jobs["died"], lambda lg: group(lg, "0")["positions"])
+    assert died["diagnosis"]["pattern"] == "missing_ranks"
+    assert died["ledger"]["wait_for"]["roots"] == [
+        {"rank": 3, "why": "dead: no process shows rank 3"}
+    ]
+    assert "Every wait ends at rank 3: dead" in died["diagnosis"]["detail"]
+    job = jobs["crashed"]
+    wait_for(lambda: (job.dump_dir / "rank_3").exists(), timeout=30, what="rank 3's dump")
+    crashed = stacks_doc(job, lambda lg: "3" in lg["sources"])
+    assert crashed["diagnosis"]["pattern"] == "missing_ranks"
+    [root] = crashed["ledger"]["wait_for"]["roots"]
+    assert root == {
+        "rank": 3,
+        "why": "dead: no process shows rank 3; its trace ends at all_reduce #3 of group 0 "
+        "(default_pg) (trace read from its dump file)",
+    }

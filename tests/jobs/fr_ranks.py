@@ -10,6 +10,13 @@ the default group), then each rank writes `rank<N>.ready` and does what MODE say
   keeps its sockets open); the others wait in all_reduce #4.
 - `died`: rank 3 exits at once (a stand-in keeps its sockets open, so the others hang as
   they would on GPUs); the others wait in all_reduce #4.
+- `wrong_group`: every rank calls the same `all_reduce` line, but rank 3 passes the
+  tensor-parallel group [2, 3] instead of the default one: rank 3 waits in the tp group
+  for rank 2, rank 2 in the default group for rank 3 (ranks 0-1 wait on them).
+- `three_groups`: rank 0 all_reduces on group [0, 1], rank 1 on [1, 2], rank 2 on [0, 2]
+  (a cycle through three groups); rank 3 waits in the default group for all three.
+- `chain` (6 ranks): rank i < 5 all_reduces on the pair [i, i+1]; rank 5 sleeps, so
+  everyone waits on it through the ranks after them.
 
 Run with the recorder hook on PYTHONPATH. `FR_TIMEOUT_S` (default a day) is the
 process-group timeout: a short one makes the ranks fail and write their dump files.
@@ -20,6 +27,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -34,9 +42,24 @@ def main() -> None:
     x = torch.ones(8)
     for _ in range(3):
         dist.all_reduce(x)
+    tp = [dist.new_group(r) for r in ([0, 1], [2, 3])] if mode == "wrong_group" else []
+    ring = [dist.new_group(r) for r in ([0, 1], [1, 2], [0, 2])] if mode == "three_groups" else []
+    world = dist.get_world_size()
+    pairs = [dist.new_group([i, i + 1]) for i in range(world - 1)] if mode == "chain" else []
     with open(os.path.join(ready_dir, f"rank{rank}.ready"), "w") as fh:
         fh.write(str(os.getpid()))
-    if mode == "op" and rank == 3:
+    if mode in ("wrong_group", "three_groups", "chain"):
+        group = None
+        if mode == "wrong_group" and rank == 3:
+            group = tp[1]  # the bug: the tp group where the default one was meant
+        elif mode == "three_groups" and rank < 3:
+            group = ring[rank]
+        elif mode == "chain" and rank < world - 1:
+            group = pairs[rank]
+        elif mode == "chain":
+            time.sleep(86400)  # the root: busy elsewhere, never reaches its collective
+        dist.all_reduce(x, group=group)
+    elif mode == "op" and rank == 3:
         dist.broadcast(x, src=0)
     elif mode == "size":
         dist.all_reduce(torch.ones(5 if rank == 2 else 8))

@@ -7,6 +7,8 @@ Patterns, checked in this order (the first that fits wins):
   results while trainers idle or wait at a barrier (staleness control, a dead server).
 - `cleanup_deadlock`: some ranks are in a cleanup/exit path, others in the training loop.
 - `collective_mismatch`: ranks wait in different collectives or at different call sites.
+- `cross_group_deadlock` (set from the collective ledger, core/ledger/verdict.py): ranks
+  wait on each other across process groups.
 - `same_collective`: every rank waits in the same collective (network/NCCL, or a straggler).
 - `none`: nothing that looks like a hang.
 """
@@ -14,12 +16,15 @@ Patterns, checked in this order (the first that fits wins):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from areal_console.core.areal_keys import config_key
 from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack, gc_paused
+
+if TYPE_CHECKING:
+    from areal_console.core.ledger.waitfor import WaitForGraph
 
 COLLECTIVES = frozenset(
     {
@@ -124,6 +129,8 @@ class Diagnosis:
     detail: str
     evidence: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
+    # Who waits for whom (from the collective ledger); None without a ledger.
+    wait_for: WaitForGraph | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {

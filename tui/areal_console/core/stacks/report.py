@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.ledger.collect import absent_note
-from areal_console.core.ledger.verdict import with_ledger
+from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.model import Frame, Stack, StackCapture
@@ -79,6 +79,10 @@ def capture_json(
         "errors": [e.to_json() for e in capture.errors],
         "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
     }
+    if doc["ledger"] is not None:
+        graph = diagnosis.wait_for
+        doc["ledger"]["wait_for"] = (graph.to_json() if graph is not None else
+                                     {"edges": [], "edges_left_off": 0, "cycles": [], "roots": []})  # fmt: skip
     if capture.capture_id:
         doc["id"] = capture.capture_id
     doc["interval"] = capture.interval
@@ -89,11 +93,15 @@ def capture_json(
 
 def full_diagnosis(analysis: StackAnalysis) -> Diagnosis:
     """The stacks' diagnosis, with the collective ledger's findings when there is one."""
-    return with_ledger(diagnose(analysis), analysis.capture.ledger)
+    ledger = analysis.capture.ledger
+    if ledger is None:
+        return diagnose(analysis)
+    return with_ledger(diagnose(analysis), ledger, stack_activity(analysis))
 
 
-def ledger_lines(capture: StackCapture) -> list[str]:
-    """The report's "Collective ledger" section (one line when there is none)."""
+def ledger_lines(capture: StackCapture, diagnosis: Diagnosis | None = None) -> list[str]:
+    """The report's "Collective ledger" section (one line when there is none), with who
+    waits for whom."""
     ledger = capture.ledger
     if ledger is None or not ledger.groups:
         return ["", "Collective ledger: " + absent_note(ledger)]
@@ -102,6 +110,10 @@ def ledger_lines(capture: StackCapture) -> list[str]:
         lines.append(f"  {g.label}, {g.members_label}: {g.summary()}")
         lines += [f"    ! {p}" for p in g.problems()]
     lines += [f"  note: {n}" for n in ledger.notes]
+    graph = diagnosis.wait_for if diagnosis is not None else None
+    if graph is not None and not graph.empty:
+        lines += ["", "Who waits for whom (from the ledger):"]
+        lines += [f"  {line}" for line in graph.lines()]
     return lines
 
 
@@ -136,7 +148,7 @@ def text_report(
     if diagnosis.suggestions:
         lines.append("  Next steps:")
         lines += [f"    - {s}" for s in diagnosis.suggestions]
-    lines += ledger_lines(capture)
+    lines += ledger_lines(capture, diagnosis)
     if analysis.divergence is not None:
         lines += ["", f"Divergence point: {_frame_line(analysis.divergence)}"]
     for i, g in enumerate(analysis.groups, start=1):
