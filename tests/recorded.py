@@ -203,13 +203,17 @@ async def open_jobs(pilot: Pilot[None]) -> None:
 
 
 def health_app(path: str = "run", steps: int = 40) -> ConsoleApp:
-    """The app with the Health screen on a run at `path` (relative: shown as given)."""
-    from areal_console.core.metrics.health import BEHAVE_IMP_WEIGHT
+    """The app with the Health screen on a run at `path` (relative: shown as given): its
+    behave_imp_weight drifts, its importance_weight spiked at steps 30-32 and recovered."""
+    from areal_console.core.metrics.health import BEHAVE_IMP_WEIGHT, IMPORTANCE_WEIGHT
     from areal_console.core.metrics.locate import HealthTarget
     from areal_logfmt import actor_stats, write_run
 
     def drifting(step: int) -> dict[str, float]:
-        return actor_stats(step, **{BEHAVE_IMP_WEIGHT: 1.0 + 0.01 * step})
+        over = {BEHAVE_IMP_WEIGHT: 1.0 + 0.01 * step}
+        if 30 <= step <= 32:
+            over[IMPORTANCE_WEIGHT] = 1.4
+        return actor_stats(step, **over)
 
     write_run(Path(path), steps, stats=drifting, finished=True)
     return ConsoleApp(None, recorded_monitor(), health_target=HealthTarget(path))

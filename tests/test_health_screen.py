@@ -135,10 +135,42 @@ async def test_health_command_and_a_missing_path(tmp_path: Path) -> None:
         assert "no such file or directory" in banner(app)
 
 
+async def test_episodes_listed_newest_first_and_marked_on_the_plot(tmp_path: Path) -> None:
+    """A drift from step 29 (active) and a spike at 49-51 that ended: both listed under
+    the banner, newest first, and marked where they began (and ended) on the plot."""
+    from areal_console.core.metrics.health import IMPORTANCE_WEIGHT
+    from areal_console.widgets.metric_plot import MetricPlot
+
+    def run(step: int) -> dict[str, float]:
+        over = {BEHAVE_IMP_WEIGHT: 1.06 + 0.005 * (step - 29)} if step >= 29 else {}
+        if 49 <= step <= 51:
+            over[IMPORTANCE_WEIGHT] = 1.4
+        return actor_stats(step, **over)
+
+    write_run(tmp_path, 60, stats=run, finished=True)
+    app = ConsoleApp(None, recorded_monitor(), health_target=HealthTarget(str(tmp_path)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        await wait_until(pilot, lambda: "ended" in banner(app))
+        text = banner(app)
+        drift = text.index("⚠ since step 29: ppo_actor/update/behave_imp_weight/avg = 1.21")
+        spike = text.index("✓ steps 49-51, ended: ppo_actor/update/importance_weight/avg = 1.4")
+        assert drift < spike
+        screen = app.screen
+        assert isinstance(screen, HealthScreen)
+        assert screen.plotted == [BEHAVE_IMP_WEIGHT, IMPORTANCE_WEIGHT]
+        plot = screen.query_one(MetricPlot)
+        assert plot.marks == [(29, "red"), (49, "yellow"), (51, "green")]
+        screen.plotted = [BEHAVE_IMP_WEIGHT]
+        screen._replot()
+        assert plot.marks == [(29, "red")]
+
+
 @pytest.mark.slow
 def test_health_screen_snapshot(
     snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A finished run whose behave_imp_weight drifted (relative path: deterministic)."""
+    """A finished run whose behave_imp_weight drifted and whose importance_weight spiked
+    and recovered: both episodes listed and marked (relative path: deterministic)."""
     monkeypatch.chdir(tmp_path)
     assert snap_compare(recorded.health_app(), terminal_size=SIZE, run_before=recorded.open_health)

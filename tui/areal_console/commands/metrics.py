@@ -92,17 +92,23 @@ def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _follow(follower: Any, args: argparse.Namespace) -> int:
-    from areal_console.core.metrics.report import report_json
+    from areal_console.core.metrics.report import episode_events, report_json
 
     shown = -1
+    seen: dict[Any, bool] = {}
     while True:
         report = follower.report()
-        if len(report.steps) != shown or report.stall.stalled or follower.finished:
+        events, seen = episode_events(seen, report)
+        if len(report.steps) != shown or report.stall.stalled or follower.finished or events:
             shown = len(report.steps)
             if args.json:
                 sys.stdout.write(json.dumps(report_json(report)) + "\n")
+                for event in events:
+                    sys.stdout.write(json.dumps(event) + "\n")
             else:
                 sys.stdout.write(_status_line(report) + "\n")
+                for event in events:
+                    sys.stdout.write(f"  {_episode_line(event)}\n")
             sys.stdout.flush()
         if follower.finished:
             return EXIT_OK
@@ -126,8 +132,17 @@ def _status_line(report: Any) -> str:
     parts.append(report.stall.describe())
     line = " ".join(parts)
     for w in report.warnings:
-        line += f"\n  warning: {w.message}"
+        if w.active:
+            line += f"\n  warning (since step {w.first_step}): {w.message}"
     return line
+
+
+def _episode_line(event: dict[str, Any]) -> str:
+    """`opened at step 29: ...` / `ended (steps 49-51): ...` for the text follow."""
+    if event["event"] == "open":
+        return f"opened at step {event['first_step']}: {event['message']}"
+    span = f"steps {event['first_step']}-{event['last_step']}"
+    return f"ended ({span}): {event['message']}"
 
 
 def _print(follower: Any, as_json: bool) -> None:
@@ -164,8 +179,12 @@ def _print(follower: Any, as_json: bool) -> None:
     if not report.warnings:
         print("no warnings")
     for w in report.warnings:
-        where = f" (step {w.step})" if w.step is not None else ""
-        print(f"warning{where}: {w.message}")
+        if w.first_step is None or w.first_step == w.last_step:
+            where = f" (step {w.step})" if w.step is not None else ""
+        else:
+            where = f" (steps {w.first_step}-{w.last_step})"
+        state = "" if w.active else " [ended]"
+        print(f"warning{where}{state}: {w.message}")
 
 
 def _fmt(value: float | None) -> str:

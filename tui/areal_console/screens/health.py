@@ -173,7 +173,7 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
             self.query_one(HealthBanner).show(report)
             self.query_one(MetricTable).show(snap.summaries, self.text_filter,
                                              frozenset(self.plotted), warned)  # fmt: skip
-            self.query_one(MetricPlot).show(snap.plotted)
+            self.query_one(MetricPlot).show(snap.plotted, report.warnings)
         steps = report.steps
         where = f"{steps[0]}-{steps[-1]}" if steps else "none yet"
         total = f" of {report.total_steps}" if report.total_steps else ""
@@ -188,7 +188,8 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
         if self.follower is None or self.report is None:
             return
         store = self.follower.store
-        self.query_one(MetricPlot).show({n: store.series(n) for n in self.plotted})
+        self.query_one(MetricPlot).show({n: store.series(n) for n in self.plotted},
+                                        self.report.warnings)  # fmt: skip
         summaries = summarize(store, self.thresholds.window)
         warned = frozenset(w.metric for w in self.report.warnings)
         self.query_one(MetricTable).show(summaries, self.text_filter, frozenset(self.plotted),

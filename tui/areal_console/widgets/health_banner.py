@@ -1,5 +1,6 @@
 """The Health screen's top line: running, stalled (with the key to capture stacks) or
-finished, and the guide's warnings with their remedies."""
+finished, and the guide's warnings as episodes, newest first: active ones with their
+remedies, ended ones with the steps they spanned."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from areal_console.core.metrics.report import HealthReport
 
 
 def banner_text(
-    report: HealthReport | None, error: str | None = None, max_warnings: int = 4
+    report: HealthReport | None, error: str | None = None, max_warnings: int = 6
 ) -> Text:
     text = Text()
     if error:
@@ -32,14 +33,18 @@ def banner_text(
     else:
         text.append(" running ", style="bold black on green")
         text.append(f" {stall.describe()}")
-    checks = [w for w in report.warnings if w.check != "stalled"]
+    checks = [w for w in report.warnings if w.check != "stalled"]  # newest first
     if not checks:
         text.append("\n  no warnings from the guide's checks", style="dim")
     for w in checks[:max_warnings]:
-        text.append("\n  ⚠ ", style="bold yellow")
-        text.append(w.summary, style="yellow")
-        text.append("\n    → ", style="bold green")
-        text.append(w.remedy, style="green")
+        if w.active:
+            text.append(f"\n  ⚠ since step {w.first_step}: ", style="bold yellow")
+            text.append(w.summary, style="yellow")
+            text.append("\n    → ", style="bold green")
+            text.append(w.remedy, style="green")
+        else:
+            text.append(f"\n  ✓ steps {w.first_step}-{w.last_step}, ended: ", style="dim bold")
+            text.append(w.summary, style="dim")
     if len(checks) > max_warnings:
         text.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
     return text

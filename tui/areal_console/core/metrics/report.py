@@ -65,7 +65,7 @@ class HealthReport:
     source: str
     steps: list[int]
     store: MetricStore
-    warnings: list[HealthWarning]
+    warnings: list[HealthWarning]  # episodes, active first, newest first
     stall: StallState
     total_steps: int | None = None
 
@@ -86,7 +86,7 @@ def build_report(
         warnings.append(HealthWarning(
             "stalled", "progress", last, stall.describe(),
             "Capture every rank's stack to see where the job waits (the debugging guide's "
-            "first hang symptom is logs that stop updating)",
+            "first hang symptom is logs that stop updating)", (), last, last, True,
         ))  # fmt: skip
     return HealthReport(source, store.all_steps(), store, warnings, stall, total_steps)
 
@@ -133,9 +133,32 @@ def report_json(report: HealthReport) -> dict[str, Any]:
         "steps": report.steps,
         "series": series,
         "latest": latest,
-        "warnings": [
-            {"metric": w.metric, "step": w.step, "message": w.message} for w in report.warnings
-        ],
+        "warnings": [w.to_json() for w in report.warnings],
         "last_step_at": iso(report.stall.last_step_at),
         "stalled": report.stall.stalled,
     }
+
+
+def episode_events(
+    seen: Mapping[tuple[str, str, int | None], bool], report: HealthReport
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str, int | None], bool]]:
+    """`--follow`'s episode lines: `{"event": "open"|"close", ...episode}` for each episode
+    that opened or closed since the report that left `seen` (episode key -> active); an
+    episode first seen already ended gives both. Returns the lines and the new `seen`."""
+    events: list[dict[str, Any]] = []
+    now: dict[tuple[str, str, int | None], bool] = {}
+    for w in sorted(report.warnings, key=lambda w: (w.first_step or 0, w.last_step or 0)):
+        key = w.key
+        now[key] = w.active
+        was = seen.get(key)
+        if was is None:
+            events.append({"event": "open", **w.to_json()})
+        if not w.active and was is not False:
+            events.append({"event": "close", **w.to_json()})
+    for key, active in seen.items():  # gone from the report (a stall that ended)
+        if active and key not in now:
+            check, metric, first = key
+            events.append({"event": "close", "metric": metric, "step": None,
+                           "first_step": first, "last_step": None, "active": False,
+                           "message": f"{check} no longer holds"})  # fmt: skip
+    return events, now
