@@ -168,7 +168,7 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
         self.report = report
         if not self.plotted:
             self.plotted = list(snap.plotted)
-        warned = frozenset(w.metric for w in report.warnings)
+        warned = frozenset(w.metric for w in report.warnings if w.active)
         with self.app.batch_update():
             self.query_one(HealthBanner).show(report)
             self.query_one(MetricTable).show(snap.summaries, self.text_filter,
@@ -191,7 +191,7 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
         self.query_one(MetricPlot).show({n: store.series(n) for n in self.plotted},
                                         self.report.warnings)  # fmt: skip
         summaries = summarize(store, self.thresholds.window)
-        warned = frozenset(w.metric for w in self.report.warnings)
+        warned = frozenset(w.metric for w in self.report.warnings if w.active)
         self.query_one(MetricTable).show(summaries, self.text_filter, frozenset(self.plotted),
                                          warned)  # fmt: skip
 
