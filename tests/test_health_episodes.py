@@ -9,6 +9,7 @@ StatsLogger run with the real `tabulate` and `colorlog`.
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,8 @@ def test_flat_noisy_reward_warns_against_its_own_noise(tmp_path: Path) -> None:
     of at least 0.01 over the last 50 steps) let it pass; against its noise it is flat."""
     report = report_of(tmp_path, STEPS, flat_noisy)
     _, values = report.store.series(ROLLOUT_REWARD)
-    [whole] = [f for f in rolling_fits(values, STEPS) if f is not None]
+    whole = rolling_fits(values, STEPS).at(STEPS - 1)
+    assert whole is not None
     assert whole.gain == pytest.approx(0.019, abs=0.004)
     assert whole.resid_sd == pytest.approx(0.012, abs=0.003)
     t = HealthThresholds()
@@ -143,12 +145,14 @@ def test_rolling_statistics_match_the_direct_ones() -> None:
     fits = rolling_fits(values, 50)
     noises = rolling_noise(values, 20)
     for i in (49, 120, 199):
-        fit = fits[i]
+        fit = fits.at(i)
         assert fit is not None
         assert fit.slope == pytest.approx(slope(values[i - 49 : i + 1]), rel=1e-9)
     for i in (19, 77, 199):
         assert noises[i] == pytest.approx(noise_std(values[i - 19 : i + 1]), rel=1e-9)
-    assert fits[48] is None and noises[18] is None
+    assert fits.at(48) is None and math.isnan(noises[18])
+    exact = rolling_fits([0.5] * 60, 50).at(59)
+    assert exact is not None and (exact.gain, exact.t) == (0.0, 0.0)
 
 
 def test_follow_announces_episodes_as_they_open_and_close(tmp_path: Path) -> None:
