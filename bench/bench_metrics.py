@@ -1,7 +1,7 @@
 """Training-health metrics: parsing AReaL's stats log, and the cost of following a live one.
 
     python bench/bench_metrics.py parse  [--steps 100000] [--repeats 5] [--metrics 9,83,135]
-                                         [--searching]
+                                         [--searching] [--report]
     python bench/bench_metrics.py follow [--seconds 30] [--step-interval 1] [--poll 2]
 
 `parse`: a log of `--steps` steps in AReaL's format (every table made by the real
@@ -12,7 +12,9 @@ actor's (tests/areal_logfmt.py:actor_stats); a wider one adds the actor's other 
 console's parser fed the same chunks (as `metrics` and the Health screen feed it); median
 of `--repeats`, wall and CPU time, ratio parse / plain read. `--searching` also times the
 parser with its bulk path off (every record searched and split, the parser before the bulk
-path), once per log.
+path), once per log. `--report` also times the health report on the parsed run (every
+check judged at every step, as `metrics` and the Health screen build it), median of
+`--repeats`, as a ratio to the plain read.
 
 `follow`: a writer appends one AReaL step (83 metrics) every `--step-interval` seconds to a
 log that already holds 2,000 steps. The console follows it as the Health screen does
@@ -135,7 +137,18 @@ def parse(path: Path, bulk: bool = True) -> tuple[float, float, LogParser]:
     return time.perf_counter() - t0, time.process_time() - c0, parser
 
 
-def bench_parse(steps: int, repeats: int, widths: list[int], searching: bool) -> None:
+def time_report(parser: LogParser) -> tuple[float, float, int]:
+    """Wall and CPU seconds to build the health report of a parsed run, and its warnings."""
+    from areal_console.core.metrics.report import build_report
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    report = build_report("bench", parser.store, True, time.time())
+    return time.perf_counter() - t0, time.process_time() - c0, len(report.warnings)
+
+
+def bench_parse(
+    steps: int, repeats: int, widths: list[int], searching: bool, report: bool = False
+) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
         for metrics in widths:
             stats = stats_for(metrics)
@@ -160,6 +173,12 @@ def bench_parse(steps: int, repeats: int, widths: list[int], searching: bool) ->
                   f"{p / steps * 1e6:.2f} us/step; {parser.bulk_steps} steps read in bulk)")  # fmt: skip
             print(f"  ratio parse / plain read: {p / r:.1f} (CPU {pc / rc:.1f})")
             print(f"  goal <= 1 s for {steps} steps: {'met' if p <= 1.0 else 'NOT met'}")
+            if report:
+                timed = [time_report(parser) for _ in range(repeats)]
+                rw = statistics.median(t[0] for t in timed)
+                rcpu = statistics.median(t[1] for t in timed)
+                print(f"  health report {rw:.3f} s (CPU {rcpu:.3f} s, {timed[0][2]} warnings), "
+                      f"ratio report / plain read: {rw / r:.2f}")  # fmt: skip
             if searching:
                 wall, cpu, _ = parse(path, bulk=False)
                 print(f"  searching path only (bulk off, once): {wall:.2f} s (CPU {cpu:.2f} s), "
@@ -263,6 +282,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--metrics", default="9,83", help="table widths, comma-separated")
     p.add_argument("--searching", action="store_true")
+    p.add_argument("--report", action="store_true", help="also time the health report")
     f = sub.add_parser("follow")
     f.add_argument("--seconds", type=float, default=30.0)
     f.add_argument("--step-interval", type=float, default=1.0)
@@ -270,7 +290,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.what == "parse":
         widths = [int(w) for w in args.metrics.split(",")]
-        bench_parse(args.steps, args.repeats, widths, args.searching)
+        bench_parse(args.steps, args.repeats, widths, args.searching, args.report)
     else:
         bench_follow(args.seconds, args.step_interval, args.poll)
 
