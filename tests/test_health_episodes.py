@@ -191,3 +191,21 @@ def test_metrics_follow_json_prints_episode_lines(tmp_path: Path) -> None:
     ]
     assert set(events[0]) == {"event", "metric", "step", "first_step", "last_step", "active",
                               "message"}  # fmt: skip
+
+
+def test_a_flickering_metric_is_one_episode(tmp_path: Path) -> None:
+    """importance_weight crosses its limit every other step from 10 to 30: one episode
+    (stretches at most `episode_gap` steps apart merge), eleven with the gap at 0."""
+    from areal_console.core.metrics.health import run_checks, thresholds_from
+    from areal_console.core.metrics.report import SeriesView
+
+    def flicker(step: int) -> dict[str, float]:
+        over = {IMPORTANCE_WEIGHT: 1.2} if 10 <= step <= 30 and step % 2 == 0 else {}
+        return actor_stats(step, **over)
+
+    report = report_of(tmp_path, 40, flicker)
+    assert [(w.metric, w.first_step, w.last_step, w.active) for w in report.warnings] == [
+        (IMPORTANCE_WEIGHT, 10, 30, False)
+    ]
+    each = run_checks(SeriesView(report.store), thresholds_from({"episode_gap": 0}))
+    assert len(each) == 11 and {w.first_step for w in each} == set(range(10, 31, 2))

@@ -79,6 +79,11 @@ class HealthThresholds:
     stall_min_seconds: float = 10.0
     """...and for at least this many seconds."""
 
+    episode_gap: int = 2
+    """Stretches where a check holds, apart by at most this many logged steps where it does
+    not, are one episode (a metric flickering around its limit is one episode, not one per
+    crossing)."""
+
 
 def thresholds_from(values: dict[str, float]) -> HealthThresholds:
     """Thresholds with `values` (settings) over the defaults; unknown names raise KeyError."""
@@ -87,7 +92,8 @@ def thresholds_from(values: dict[str, float]) -> HealthThresholds:
     for key, value in values.items():
         if key not in known:
             raise KeyError(key)
-        out[key] = int(value) if key in ("window", "reward_flat_steps") else float(value)
+        whole = key in ("window", "reward_flat_steps", "episode_gap")
+        out[key] = int(value) if whole else float(value)
     return HealthThresholds(**out)  # type: ignore[arg-type]
 
 
@@ -257,17 +263,25 @@ def episodes(
     make: Callable[[int], tuple[str, str, tuple[str, ...]]],
     check: str,
     metric: str,
+    gap: int = 0,
 ) -> list[HealthWarning]:
-    """Runs of `holds` as episodes; `make(i)` words the warning at index i (its last)."""
+    """Runs of `holds` as episodes (runs at most `gap` indices apart merged); `make(i)`
+    words the warning at index i (its last)."""
     flags = np.asarray(holds, dtype=np.int8)
     if not flags.any():
         return []
     edges = np.diff(np.concatenate(([0], flags, [0])))
-    starts = np.flatnonzero(edges == 1)
-    ends = np.flatnonzero(edges == -1) - 1
+    starts = np.flatnonzero(edges == 1).tolist()
+    ends = (np.flatnonzero(edges == -1) - 1).tolist()
+    runs: list[list[int]] = []
+    for i, j in zip(starts, ends, strict=True):
+        if runs and i - runs[-1][1] - 1 <= gap:
+            runs[-1][1] = j
+        else:
+            runs.append([i, j])
     out = []
     last = len(flags) - 1
-    for i, j in zip(starts.tolist(), ends.tolist(), strict=True):
+    for i, j in runs:
         summary, remedy, keys = make(j)
         first = int(steps[max(0, i - window + 1)])
         out.append(HealthWarning(check, metric, int(steps[j]), summary, remedy, keys,
@@ -309,7 +323,7 @@ def check_importance_weights(get: Mapping[str, Series], t: HealthThresholds) -> 
             return (f"{name} = {values[i]:.4g} at step {steps[i]}, more than {tol:g} "
                     "from 1.0", remedy, keys)  # fmt: skip
 
-        out += episodes(steps, np.abs(values - 1.0) > tol, 1, make, check, name)
+        out += episodes(steps, np.abs(values - 1.0) > tol, 1, make, check, name, t.episode_gap)
     return out
 
 
@@ -325,7 +339,8 @@ def check_no_eos(get: Mapping[str, Series], t: HealthThresholds) -> list[HealthW
             ("gconfig.max_new_tokens",),
         )
 
-    return episodes(steps, values > t.no_eos_ratio_max, 1, make, "no_eos_ratio", NO_EOS_RATIO)
+    holds = values > t.no_eos_ratio_max
+    return episodes(steps, holds, 1, make, "no_eos_ratio", NO_EOS_RATIO, t.episode_gap)
 
 
 def check_seq_len_growth(get: Mapping[str, Series], t: HealthThresholds) -> list[HealthWarning]:
@@ -354,7 +369,7 @@ def check_seq_len_growth(get: Mapping[str, Series], t: HealthThresholds) -> list
             ("gconfig.max_new_tokens",),
         )
 
-    return episodes(s_steps, holds, w, make, "seq_len_growth", SEQ_LEN)
+    return episodes(s_steps, holds, w, make, "seq_len_growth", SEQ_LEN, t.episode_gap)
 
 
 def check_task_reward_noise(get: Mapping[str, Series], t: HealthThresholds) -> list[HealthWarning]:
@@ -372,7 +387,7 @@ def check_task_reward_noise(get: Mapping[str, Series], t: HealthThresholds) -> l
         )
 
     holds = noise > t.task_reward_std_max  # NaN compares False
-    return episodes(steps, holds, w, make, "task_reward_variance", TASK_REWARD)
+    return episodes(steps, holds, w, make, "task_reward_variance", TASK_REWARD, t.episode_gap)
 
 
 REWARD_FLAT_REMEDY = (
@@ -426,7 +441,8 @@ def check_reward_flat(get: Mapping[str, Series], t: HealthThresholds) -> list[He
                     f"{n} steps to {steps[i]}, {reward_flat_reason(fit, t)}",
                     REWARD_FLAT_REMEDY, ("train_dataset.batch_size", "actor.optimizer.lr"))  # fmt: skip
 
-        out += episodes(steps, reward_flat_windows(fits, t), n, make, "reward_flat", name)
+        flat = reward_flat_windows(fits, t)
+        out += episodes(steps, flat, n, make, "reward_flat", name, t.episode_gap)
     return out
 
 

@@ -151,7 +151,7 @@ def episode_events(
         key = w.key
         now[key] = w.active
         was = seen.get(key)
-        if was is None:
+        if was is None or (was is False and w.active):  # new, or resumed within the gap
             events.append({"event": "open", **w.to_json()})
         if not w.active and was is not False:
             events.append({"event": "close", **w.to_json()})
