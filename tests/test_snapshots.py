@@ -40,3 +40,11 @@ def test_stacks_diff_snapshot(snap_compare: Any) -> None:
         await recorded.open_stacks(pilot, diff=True)
 
     assert snap_compare(recorded.stacks_app(), terminal_size=SIZE, run_before=diff)
+
+
+@pytest.mark.slow
+def test_stacks_deadlock_snapshot(snap_compare: Any) -> None:
+    """A recorded capture of a deadlock between groups (rank 3 passed the tp group): the
+    diagnosis names the cycle, the ledger pane leads with it."""
+    app = recorded.stacks_app("ledger_wrong_group")
+    assert snap_compare(app, terminal_size=SIZE, run_before=recorded.open_stacks)

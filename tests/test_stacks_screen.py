@@ -329,3 +329,22 @@ def test_capture_progress_reaches_the_screen_a_few_times_a_second() -> None:
     assert app._dumped == {"node1": (64, 64, 1)}
     assert 2 <= len(posted) < 64
     assert (posted[0].done, posted[-1].done, posted[-1].total, posted[-1].failed) == (1, 64, 64, 1)
+
+
+async def test_ledger_pane_leads_with_the_deadlock_between_groups() -> None:
+    """A recorded capture of the wrong-group job: every stack alike, the banner and the
+    ledger pane say who waits for whom."""
+    import recorded
+    from areal_console.widgets.ledger_pane import LedgerPane
+
+    app = recorded.stacks_app("ledger_wrong_group")
+    async with app.run_test(size=recorded.SIZE) as pilot:
+        await recorded.open_stacks(pilot)
+        screen = app.screen
+        assert isinstance(screen, StacksScreen) and screen.diagnosis is not None
+        assert screen.diagnosis.pattern == "cross_group_deadlock"
+        assert "Cross-group deadlock: ranks 2-3" in str(screen.query_one(DiagnosisBanner).render())
+        pane = str(screen.query_one(LedgerPane).render())
+        assert pane.startswith("deadlock rank 2 waits in all_reduce #4 of group 0 (default_pg) "
+                               "for rank 3, rank 3 waits in all_reduce #1 of group ")  # fmt: skip
+        assert pane.index("deadlock") < pane.index("group 0 (default_pg)  ranks 0-2 all_reduce")

@@ -24,6 +24,12 @@ WAIT_PREFIX = "wait-for: "
 # the wait-for graph can replace their conclusion. The others (a dead rank, cleanup,
 # rollout, progress) say more than the graph; it only adds evidence to them.
 REPLACEABLE = ("same_collective", "collective_mismatch", "none")
+ROOT_KINDS = {
+    "dead": "dead",
+    "compute": "outside any collective",
+    "collective": "in a collective",
+    "unknown": "stack not captured",
+}
 
 
 def stack_activity(analysis: StackAnalysis) -> dict[int, RankActivity]:
@@ -147,7 +153,7 @@ def _rooted(diagnosis: Diagnosis, graph: WaitForGraph) -> Diagnosis:
         return _named_roots(diagnosis, graph)  # they wait in a call every member reached
     title = (
         f"{_ranks(waiting).capitalize()} wait, directly or through each other, on {names}"
-        f" ({'; '.join(r.why.split(':')[0] for r in roots[:3])})"
+        f" ({'; '.join(dict.fromkeys(ROOT_KINDS[r.kind] for r in roots))})"
     )
     detail = (
         f"The ledger shows every blocked rank waiting for another: the waits end at "
