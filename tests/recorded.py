@@ -13,7 +13,7 @@ from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import HISTORY, NodeView, RecordedMonitor
 from areal_console.core.replay import Verification
-from areal_console.core.stacks.model import StackCapture, build_capture
+from areal_console.core.stacks.model import StackCapture, build_capture, capture_from_json
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.stacks import StacksScreen
@@ -62,6 +62,19 @@ def recorded_capture(pattern: str = "cleanup_deadlock") -> StackCapture:
     raw = json.loads((PYSPY / f"{pattern}.json").read_text())
     raw["id"] = f"recorded-{pattern}"
     return build_capture(raw)
+
+
+def saved_capture(name: str) -> StackCapture:
+    """A capture as `areal-console stacks` saved it (`stacks --json`), reopened."""
+    return capture_from_json(json.loads((PYSPY / f"{name}.json").read_text()))
+
+
+def saved_stacks_app(name: str) -> ConsoleApp:
+    """The console whose Stacks screen reopens a saved capture (tests/data/pyspy/NAME.json)."""
+    app = ConsoleApp(None, recorded_monitor())
+    capture = saved_capture(name)
+    app.register_screen("stacks", lambda: StacksScreen(capture))
+    return app
 
 
 def stacks_app(pattern: str = "cleanup_deadlock") -> ConsoleApp:

@@ -306,3 +306,32 @@ def test_hook_removes_sockets_of_processes_that_are_gone(tmp_path: Path) -> None
         f.write_text("")
     hook.remove_stale_sockets(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])
+
+
+def test_chain_diagnosis_names_the_root_not_the_network() -> None:
+    """Rank i waits on the pair [i, i+1] for rank i+1; rank 5 is outside any collective:
+    `same_collective` keeps its pattern, names rank 5 and drops the network advice."""
+    from areal_console.core.ledger.analyse import GroupLedger, Ledger, RankPosition
+    from areal_console.core.ledger.waitfor import RankActivity
+
+    pairs = [
+        GroupLedger(
+            str(i + 1), "", (i, i + 1), [RankPosition(i, 1, None), RankPosition(i + 1, 0, None)]
+        )
+        for i in range(5)
+    ]
+    ledger = Ledger(pairs, {r: "live:s" for r in range(6)})
+    activity = {r: RankActivity(r, "collective", "all_reduce") for r in range(5)}
+    activity[5] = RankActivity(5, "compute", "main (chain.py:12)")
+    base = Diagnosis("same_collective", "Ranks wait in one collective for a straggler", "d", [],
+                     ["Set NCCL_DEBUG=INFO", "Check the network between nodes"])  # fmt: skip
+    got = with_ledger(base, ledger, activity)
+    assert got.pattern == "same_collective"
+    assert got.title == (
+        "Ranks 0-4 wait, directly or through each other, on rank 5 (outside any collective)"
+    )
+    assert got.suggestions[0] == (
+        "Look at what rank 5 is doing: outside any collective: main (chain.py:12)"
+    )
+    assert not any("NCCL_DEBUG" in s or "network" in s for s in got.suggestions)
+    assert got.wait_for is not None and got.wait_for.roots[0].waited_by == (0, 1, 2, 3, 4)

@@ -44,7 +44,8 @@ def test_stacks_diff_snapshot(snap_compare: Any) -> None:
 
 @pytest.mark.slow
 def test_stacks_deadlock_snapshot(snap_compare: Any) -> None:
-    """A recorded capture of a deadlock between groups (rank 3 passed the tp group): the
-    diagnosis names the cycle, the ledger pane leads with it."""
-    app = recorded.stacks_app("ledger_wrong_group")
+    """A capture of a real deadlock between groups (tests/jobs/fr_ranks.py wrong_group:
+    rank 3 passed the tp group), as `stacks` saved it: the diagnosis names the cycle and
+    the ledger pane leads with it."""
+    app = recorded.saved_stacks_app("saved_wrong_group")
     assert snap_compare(app, terminal_size=SIZE, run_before=recorded.open_stacks)

@@ -332,12 +332,12 @@ def test_capture_progress_reaches_the_screen_a_few_times_a_second() -> None:
 
 
 async def test_ledger_pane_leads_with_the_deadlock_between_groups() -> None:
-    """A recorded capture of the wrong-group job: every stack alike, the banner and the
-    ledger pane say who waits for whom."""
+    """A capture `stacks` saved from the real wrong-group job (every stack alike; rank 3
+    passed the tp group): the banner and the ledger pane say who waits for whom."""
     import recorded
     from areal_console.widgets.ledger_pane import LedgerPane
 
-    app = recorded.stacks_app("ledger_wrong_group")
+    app = recorded.saved_stacks_app("saved_wrong_group")
     async with app.run_test(size=recorded.SIZE) as pilot:
         await recorded.open_stacks(pilot)
         screen = app.screen
