@@ -12,8 +12,10 @@ The agent reduces each dump before sending it (`slim_trace`: per process group t
 sequence ids and an index per collective into a small table of op, sizes and dtypes);
 that runs on each node for its own ranks and is printed per dump. In the console:
 - baseline: `json.loads` of every rank's reply (just loading the data);
-- ledger: `parse_trace` per rank and `build_ledger` (positions, behind, first mismatch).
-Prints the median of `--repeat` runs and the ratio ledger / baseline.
+- ledger: `parse_trace` per rank and `build_ledger` (positions, behind, first mismatch);
+- wait-for: `build_wait_for` on that ledger (rank 11 behind: every other rank waits on
+  it; rank 11 is the root, its stack taken as outside any collective).
+Prints the median of `--repeat` runs and the ratios ledger / baseline, wait-for / baseline.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
 from areal_console.core.ledger import build_ledger, parse_trace  # noqa: E402
+from areal_console.core.ledger.waitfor import RankActivity, build_wait_for  # noqa: E402
 from areal_node.agent import safe_unpickle, slim_trace  # noqa: E402
 
 SAMPLE = ROOT / "tests" / "data" / "fr" / "op" / "rank_0"
@@ -96,13 +99,17 @@ def main() -> int:
     size = sum(len(r) for r in replies)
     print(f"{args.ranks} ranks x {args.entries} entries: {size / 1e6:.1f} MB from the agents; "
           f"reducing one dump on its node: {per_dump * 1000:.0f} ms")  # fmt: skip
-    base, full = [], []
-    result = None
+    base, full, waits = [], [], []
+    result = graph = None
+    activity = {r: RankActivity(r, "collective", "all_reduce") for r in range(args.ranks)}
+    activity[11] = RankActivity(11, "compute", "train_step (x.py:1)")
     for _ in range(args.repeat):
         t, traces = timed(load, replies)
         base.append(t)
         t, result = timed(ledger, traces)
         full.append(t)
+        t, graph = timed(lambda lg: build_wait_for(lg, activity).to_json(), result)
+        waits.append(t)
     group = result.groups[0]
     assert group.mismatch is not None and group.mismatch.seq == args.entries - 5
     assert group.behind == {11: 1}, group.behind
@@ -111,6 +118,10 @@ def main() -> int:
     print(f"ledger (parse + line up + verdict): {f:.3f} s  median of {args.repeat}")
     print(f"ledger incl. decoding:              {b + f:.3f} s")
     print(f"ratio ledger / baseline: {f / b:.2f}")
+    w = statistics.median(waits)
+    assert graph is not None and [r["rank"] for r in graph["roots"]] == [11], graph["roots"]
+    print(f"wait-for graph (build + JSON):      {w:.3f} s  median of {args.repeat}, "
+          f"ratio wait-for / baseline: {w / b:.3f}; root {graph['roots'][0]}")  # fmt: skip
     for line in group.findings():
         print(f"finding: {line}")
     return 0
