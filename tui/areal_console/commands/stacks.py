@@ -141,6 +141,9 @@ def run(args: argparse.Namespace) -> int:
                 print(printable(line), file=sys.stderr)
             return EXIT_USAGE
     capture = result.capture
+    if live and not capture.rank_stacks:  # nothing to show, and nothing was saved
+        print(f"error: {_nothing_captured(capture, nodes, args.match)}", file=sys.stderr)
+        return EXIT_ERROR
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     as_json = json.dumps(result.json(), indent=1) if args.json or args.save else ""
@@ -150,37 +153,46 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(as_json + "\n" if args.json else text)  # one write
     if not live:
         return EXIT_OK
-    return _outcome(capture, nodes, args.match)
+    return _outcome(capture)
 
 
-def _outcome(capture: Any, nodes: int, match: str | None) -> int:
-    """The exit code, with a line on stderr for each thing that went wrong."""
-    every_node_failed = len(capture.errors) >= nodes
+def _outcome(capture: Any) -> int:
+    """The exit code of a capture that found ranks, with a line on stderr for each thing
+    that went wrong."""
     for e in capture.errors:
-        print(
-            f"{'error' if every_node_failed else 'warning'}: {e.node}: {e.error}", file=sys.stderr
-        )
-    if every_node_failed:
-        print(f"error: no node answered ({nodes} tried): nothing was captured", file=sys.stderr)
-        return EXIT_ERROR
-    ranks = [r for r in capture.ranks if r.rank is not None]
-    captured = [r for r in ranks if r.state == "ok"]
-    if not captured:
-        if ranks:
-            from areal_console.core.stacks.diagnose import failure_reasons
+        print(f"warning: {e.node}: {e.error}", file=sys.stderr)
+    ranks = capture.rank_stacks
+    if not any(r.state == "ok" for r in ranks):
+        from areal_console.core.stacks.diagnose import failure_reasons
 
-            found = "1 rank" if len(ranks) == 1 else f"{len(ranks)} ranks"
-            why = f"{found} found, no stack dumped: " + "; ".join(failure_reasons(ranks))
-        elif match:
-            why = f"no process with rank variables matches --match {match!r}"
-        else:
-            why = (
-                "no process with rank variables (RANK, SLURM_PROCID, ...) is running "
-                "on the nodes that answered"
-            )
+        found = "1 rank" if len(ranks) == 1 else f"{len(ranks)} ranks"
+        why = f"{found} found, no stack dumped: " + "; ".join(failure_reasons(ranks))
         print(f"error: no rank captured: {why}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_PARTIAL if capture.errors else EXIT_OK
+
+
+def _nothing_captured(capture: Any, nodes: int, match: str | None) -> str:
+    """Why a capture found no rank, in one line."""
+    if len(capture.errors) >= nodes:
+        reasons = [f"{e.node}: {e.error}" for e in capture.errors[:2]]
+        more = len(capture.errors) - len(reasons)
+        return (
+            f"no node answered ({nodes} tried): "
+            + "; ".join(reasons)
+            + (f"; {more} more" if more else "")
+        )
+    where = ""
+    if capture.errors:  # some nodes answered, some did not
+        first = capture.errors[0]
+        where = f" ({len(capture.errors)} of {nodes} nodes did not answer: {first.node}: "
+        where += f"{first.error})"
+    if match:
+        return f"no rank captured: no process with rank variables matches --match {match!r}{where}"
+    return (
+        "no rank captured: no process with rank variables (RANK, SLURM_PROCID, ...) is "
+        f"running on the nodes that answered{where}"
+    )
 
 
 class _JobChoice(Exception):

@@ -40,6 +40,9 @@ __all__ = [
     "take_capture",
 ]
 
+# Why a capture that found no rank is not saved (shown where its id would be).
+NOTHING_CAPTURED = "no rank found, nothing captured"
+
 # (node, pid, ok, done on that node, total on that node) after each dump
 Progress = Callable[[str, int, bool, int, int], None]
 
@@ -216,7 +219,8 @@ def capture_and_analyse(
     sampled: Mapping[str, list[dict[str, Any]] | NodeFailure] | None = None,
     progress: Progress | None = None,
 ) -> AnalysedCapture:
-    """Capture, build, analyse once, and save atomically before anyone sees it.
+    """Capture, build, analyse once, and save atomically before anyone sees it (a capture
+    that found no rank at all is not saved: `save_error` says so).
 
     The analysis and diagnosis that made the saved file come back with the capture: the
     caller shows them, never analysing the capture again."""
@@ -224,6 +228,11 @@ def capture_and_analyse(
     raw = capture_raw(fleet, options, sampled, progress)
     raw["id"] = new_capture_id()
     result = analysed(build_capture(raw))
+    if not result.capture.rank_stacks:
+        # No node answered, or no process with a rank: nothing to reopen or compare later,
+        # and an empty entry in every list of saved captures.
+        result.capture.save_error = f"not saved: {NOTHING_CAPTURED}"
+        return result
     try:
         save_capture(result.capture, doc=result.json())
     except OSError as exc:  # still show it: losing the save must not lose the capture
