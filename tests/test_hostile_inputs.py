@@ -929,3 +929,17 @@ def test_known_hosts_notes_are_said_once_per_process() -> None:
     assert ssh.take_notes() == ["known_hosts: 1 @cert-authority line(s) skipped"]
     ssh._note("known_hosts: 1 @cert-authority line(s) skipped")  # the next connect
     assert ssh.take_notes() == []
+
+
+@pytest.mark.parametrize(
+    ("word", "line"),
+    [
+        ("stack", "error: unknown command 'stack' (did you mean 'stacks'?)"),
+        ("replya", "error: unknown command 'replya' (did you mean 'replay'?)"),
+        ("xyzzy", "error: unknown command 'xyzzy' (commands: tui, demo, nodes, stacks, "
+                  "batch, trainer, replay, slurm, metrics)"),  # fmt: skip
+    ],
+)
+def test_unknown_command_names_the_closest_one(word: str, line: str) -> None:
+    result = run_cli(word, "--local")
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")
