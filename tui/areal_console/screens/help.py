@@ -6,11 +6,10 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.keys import format_key
 from textual.containers import VerticalScroll
+from textual.keys import format_key
 from textual.screen import ModalScreen
 from textual.widgets import Static
-
 
 # Keys with no printable character, by the name a keyboard shows.
 KEY_NAMES = {
