@@ -225,7 +225,7 @@ def test_diagnosis_names_the_mismatch_by_sequence_id() -> None:
 def test_diagnosis_names_the_rank_behind_when_stacks_look_alike() -> None:
     """Every rank at the same line (stacks: same collective), but rank 1 one call behind."""
     base = Diagnosis("same_collective", "All ranks wait in all_reduce", "detail", [], [])
-    got = with_ledger(base, ledger_of("behind"))
+    got = with_ledger(base, default_group_only(ledger_of("behind")))
     assert got.pattern == "same_collective"
     assert got.title == (
         "Rank 1 is 1 call behind in group 0 (default_pg); the others wait in all_reduce #4 [8] float32"
@@ -269,3 +269,54 @@ def test_hook_removes_sockets_of_processes_that_are_gone(tmp_path: Path) -> None
         f.write_text("")
     hook.remove_stale_sockets(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])
+
+
+def crossed_ledger() -> Ledger:
+    """What the demo's `collective` pattern records: rank 0 waits in group 2 for rank 1,
+    rank 1 in group 3 for rank 0 (both at all_reduce #1), the default group idle."""
+    from areal_console.core.ledger.analyse import GroupLedger, RankPosition
+
+    def group(name: str, waiting: int, behind: int) -> GroupLedger:
+        positions = [RankPosition(waiting, 1, None), RankPosition(behind, 0, None)]
+        return GroupLedger(name, "undefined", (0, 1), sorted(positions, key=lambda p: p.rank),
+                           behind={behind: 1})  # fmt: skip
+
+    idle = GroupLedger(
+        "0", "default_pg", (0, 1), [RankPosition(0, 9, None), RankPosition(1, 9, None)]
+    )
+    return Ledger([idle, group("2", 0, 1), group("3", 1, 0)], sources={})
+
+
+def test_ranks_waiting_on_different_groups_are_a_mismatch_not_a_network_problem() -> None:
+    base = Diagnosis("same_collective", "Every rank waits in the same collective",
+                     "a network or NCCL problem, a peer outside this capture, or a slow rank",
+                     ["ranks 0-1 (2): all_reduce"], ["Check the network"])  # fmt: skip
+    got = with_ledger(base, crossed_ledger())
+    assert got.pattern == "collective_mismatch"
+    assert (
+        got.title == "Ranks wait on different process groups: rank 0 in group 2, rank 1 in group 3"
+    )
+    assert got.detail.endswith("not a network or NCCL problem.")
+    assert "Check the network" not in got.suggestions
+    assert got.evidence == [
+        "Flight Recorder: group 2: rank 1 is 1 call behind",
+        "Flight Recorder: group 3: rank 0 is 1 call behind",
+        "ranks 0-1 (2): all_reduce",
+    ]
+
+
+def test_the_recorded_behind_job_waits_on_two_groups() -> None:
+    """Rank 1 in a barrier of `grads`, the others in all_reduce #4 of the default group
+    (real dumps): each waits for ranks that wait on the other group."""
+    base = Diagnosis("same_collective", "All ranks wait in all_reduce", "detail", [], [])
+    got = with_ledger(base, ledger_of("behind"))
+    assert (got.pattern, got.title) == (
+        "collective_mismatch",
+        "Ranks wait on different process groups: ranks 0,2-3 in group 0 (default_pg), "
+        "rank 1 in group 1 (grads)",
+    )
+
+
+def default_group_only(ledger: Ledger) -> Ledger:
+    """The ledger as a job with one group would have it: a rank behind, nothing crossed."""
+    return Ledger([g for g in ledger.groups if g.name == "0"], ledger.sources)
