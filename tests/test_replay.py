@@ -311,3 +311,59 @@ def test_two_rank_recording_replays_and_rejects_other_dp_sizes(home: Path) -> No
         "--nproc" in out["command"] and out["command"][out["command"].index("--nproc") + 1] == "2"
     )
     assert out["verification"]["matched"] is True and out["verification"]["steps"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_overrides_make_a_changed_run_compared_on_what_they_leave_unchanged(
+    home: Path, recording: Path
+) -> None:
+    proc = console(home, "replay", str(recording), "actor.eps_clip=0.1", "--steps", "0:1", "--wait")
+    assert proc.returncode == 0, proc.stderr
+    assert "error" not in proc.stderr and "differs" not in proc.stdout + proc.stderr
+    assert "replay: overrides change the run (actor.eps_clip=0.1): its loss and gradients" in (
+        proc.stderr
+    )
+    assert (
+        "overrides change the run (actor.eps_clip=0.1): loss and gradients not compared; what "
+        "they leave unchanged matches the recording (task_reward, seq_len, no_eos_ratio, "
+        "steps 0-1, bit for bit)"
+    ) in proc.stdout
+    code, out, err = replay_json(home, str(recording), "actor.eps_clip=0.1", "--steps", "0:1")
+    assert code == 0, err
+    v = out["verification"]
+    assert v["matched"] is None and v["comparable"] is True and v["steps"] == [0, 1]
+    assert v["overrides"] == ["actor.eps_clip=0.1"]
+    assert v["compared"] == ["task_reward", "seq_len", "no_eos_ratio"]
+    # The saved run names its overrides (the Jobs screen reads it from there).
+    run = next((home / "data" / "jobs").glob(f"{out['job_id']}.json"))
+    assert json.loads(run.read_text())["extra"]["overrides"] == ["actor.eps_clip=0.1"]
+
+
+@pytest.mark.slow
+def test_an_override_of_the_data_says_why_nothing_is_compared(home: Path, recording: Path) -> None:
+    code, out, err = replay_json(home, str(recording), "gconfig.max_new_tokens=5", "--steps", "0:0")
+    assert code == 0, err
+    v = out["verification"]
+    assert v["matched"] is None and v["comparable"] is False
+    assert v["summary"] == (
+        "overrides change the run (gconfig.max_new_tokens=5): not compared with the "
+        "recording: gconfig.max_new_tokens may change the data the replay reads"
+    )
+
+
+@pytest.mark.slow
+def test_a_changed_run_on_another_batch_still_differs(home: Path, recording: Path) -> None:
+    tampered = home / "tampered-changed"
+    shutil.copytree(recording, tampered)
+    groups = torch.load(tampered / "step_000001.pt", weights_only=True)
+    groups[0]["rewards"] = 1.0 - groups[0]["rewards"]
+    torch.save(groups, tampered / "step_000001.pt")
+    code, out, err = replay_json(home, str(tampered), "actor.eps_clip=0.1", "--steps", "0:1")
+    assert code == 1, err
+    v = out["verification"]
+    assert v["matched"] is False and v["first_mismatch"]["metric"] == "task_reward"
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: replay {out['job_id']} does not match its recording: overrides change the run "
+        "(actor.eps_clip=0.1), yet what they leave unchanged differs from the recording at step 1"
+    )

@@ -18,6 +18,7 @@ from areal_console.core.replay import (
     parse_step_range,
     plan_replay,
 )
+from areal_console.core.replay_changes import changed_run_note, failed
 from areal_console.core.settings import load_settings
 from areal_console.core.slurm import make_runner
 from areal_console.core.targets import (
@@ -142,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if not args.json:
             _say(plan.device_note)  # before anything runs: which device, and how compared
+            if args.overrides:
+                _say(changed_run_note(plan.template, args.overrides))
         if args.dry_run:
             print(json.dumps(plan.to_json(), indent=1) if args.json else plan.command_line)
             return EXIT_OK
@@ -154,10 +157,11 @@ def run(args: argparse.Namespace) -> int:
                     host_job=spec.slurm.job_id if spec.slurm else None,
                     sbatch=args.sbatch,
                     login=spec.slurm.login if spec.slurm else None,
+                    overrides=args.overrides,
                 )
                 record = launch.record
             else:
-                record = jobs.launch(session, plan)
+                record = jobs.launch(session, plan, overrides=args.overrides)
         except (AgentError, AgentDisconnected, OSError) as exc:
             raise UserError(f"{spec.name}: launch failed: {exc}") from None
         verification = None
@@ -212,8 +216,11 @@ def run(args: argparse.Namespace) -> int:
             why = record.error or f"exit code {record.exit_code}"
             print(f"error: replay {record.state}: {why} (log: {record.log})", file=sys.stderr)
             return EXIT_ERROR
-        if verification is not None and not verification.matched:
-            print(f"error: {verification.summary}", file=sys.stderr)
+        if verification is not None and failed(verification):
+            # In text, the verification line above says how it differs: not said twice.
+            why = verification.summary if args.json else "see the verification line above"
+            print(f"error: replay {record.job_id} does not match its recording: {why}",
+                  file=sys.stderr)  # fmt: skip
             return EXIT_ERROR
         return EXIT_OK
     finally:

@@ -108,6 +108,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
         self.read_only = read_only
         self.facts: NodeFacts | None = None
         self.plan: ReplayPlan | None = None
+        self.overrides: list[str] = []  # the user's, as the plan was made with them
         self.launching = False
 
     def compose(self) -> ComposeResult:
@@ -195,6 +196,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             overrides = shlex.split(overrides_text)
         except ValueError as exc:
             raise UserError(f"overrides: {exc}") from None
+        self.overrides = overrides
         return plan_replay(
             self.facts.index,
             self.node,
@@ -246,7 +248,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
     @background("replay-dialog-launch", doing="launching the replay", retry="press enter to retry")
     def launch_plan(self, ticket: Ticket, plan: ReplayPlan) -> None:
         try:
-            record = jobs.launch(self.fleet.session(plan.node), plan)
+            record = jobs.launch(self.fleet.session(plan.node), plan, overrides=self.overrides)
             self.post_message(self.Launched(record, None))
         except Exception as exc:
             self.post_message(self.Launched(None, str(exc) or exc.__class__.__name__))
