@@ -16,6 +16,7 @@ from areal_console.core.errors import (
     UsageError,
     UserError,
 )
+from areal_console.core.identity import UserScope
 from areal_console.core.targets import (
     add_target_arguments,
     count,
@@ -101,7 +102,15 @@ def register(subparsers: Any) -> None:
         ),
     )
     saved = parser.add_argument_group("saved captures")
-    saved.add_argument("--list", action="store_true", help="list saved captures")
+    saved.add_argument(
+        "--list", action="store_true", help="list your saved captures (--all-users: everyone's)"
+    )
+    saved.add_argument(
+        "--all-users",
+        action="store_true",
+        help="with --list: every user's captures, not only yours (a shared account keeps "
+        "everyone's in one data directory)",
+    )
     saved.add_argument(
         "--open", metavar="ID", help="show a saved capture (id, id prefix, path or 'latest')"
     )
@@ -121,7 +130,13 @@ def run(args: argparse.Namespace) -> int:
         saved, bad = scan_captures()
         for b in bad:  # the rest are listed; each bad file is named
             print(f"warning: skipped {b.path}: {b.error}", file=sys.stderr)
-        return _list(saved, args.json)
+        users = UserScope(everyone=args.all_users)
+        shown = [c for c in saved if users.shows(c.user)]
+        if len(shown) < len(saved) and not args.json:
+            hidden = len(saved) - len(shown)
+            print(f"note: {hidden} other users' captures not listed (--all-users lists them)",
+                  file=sys.stderr)  # fmt: skip
+        return _list(shown, args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
     live = not (args.open or args.import_files)
@@ -281,6 +296,7 @@ def _list(saved: list[Any], as_json: bool) -> int:
         rows = [
             {
                 "id": c.capture_id,
+                "user": c.user,
                 "path": str(c.path),
                 "captured_at": c.captured_at,
                 "ranks": c.ranks,
@@ -295,9 +311,10 @@ def _list(saved: list[Any], as_json: bool) -> int:
     if not saved:
         print("no saved captures")
         return EXIT_OK
-    print(f"{'ID':<22} {'CAPTURED':<26} {'RANKS':>5}  DIAGNOSIS")
+    print(f"{'ID':<22} {'CAPTURED':<26} {'USER':<12} {'RANKS':>5}  DIAGNOSIS")
     for c in saved:
-        print(f"{c.capture_id:<22} {c.captured_at:<26} {c.ranks:>5}  {c.pattern}: {c.title}")
+        print(f"{c.capture_id:<22} {c.captured_at:<26} {c.user or '-':<12} {c.ranks:>5}  "
+              f"{c.pattern}: {c.title}")  # fmt: skip
     return EXIT_OK
 
 

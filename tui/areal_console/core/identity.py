@@ -35,3 +35,22 @@ def is_mine(user: str | None, me: str) -> bool:
     """Whether a record made by `user` belongs to `me` (records made before users were
     stored carry none: they stay visible to everyone)."""
     return user is None or user == me
+
+
+class UserScope:
+    """Whose captures and runs the screens list: the user's own (the default) or all."""
+
+    def __init__(self, me: str | None = None, everyone: bool = False) -> None:
+        self.me = me if me is not None else login_user()
+        self.everyone = everyone
+
+    def shows(self, user: str | None) -> bool:
+        return self.everyone or is_mine(user, self.me)
+
+    def toggle(self) -> str:
+        """Switch, and say what is shown now."""
+        self.everyone = not self.everyone
+        return self.describe()
+
+    def describe(self) -> str:
+        return "every user's" if self.everyone else f"yours ({self.me})"

@@ -174,11 +174,13 @@ def merge_jobs(
             if record is None:
                 meta = status.get("meta")
                 plan = meta.get("plan") if isinstance(meta, dict) else None
+                user = meta.get("user") if isinstance(meta, dict) else None
                 record = JobRecord(
                     job_id=key[1],
                     node=node,
                     plan=dict(plan) if isinstance(plan, dict) else {},
                     launched_at=float(status.get("started") or 0),
+                    user=user if isinstance(user, str) else None,
                 )
                 by_key[key] = record
             record.update_from_node(status)
@@ -260,7 +262,8 @@ def launch(
             "env": plan.env,
             "log": plan.log,
             "name": f"replay {plan.template} {plan.steps[0]}-{plan.steps[1]}",
-            "meta": {"kind": "replay", "plan": plan.to_json()},
+            # Who launched it: another console on this node lists it as that user's.
+            "meta": {"kind": "replay", "plan": plan.to_json(), "user": login_user()},
         },
     )
     record = JobRecord(

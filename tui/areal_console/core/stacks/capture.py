@@ -21,6 +21,7 @@ from typing import Any
 
 from areal_console.core.areal_world import count_areal_world_sizes
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.identity import login_user
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
@@ -191,6 +192,7 @@ def capture_raw(
     count_areal_world_sizes(n["processes"] for n in nodes)
     return {
         "captured_at": started,
+        "user": login_user(),
         "interval": options.interval,
         "job": ", ".join(j.key for j in jobs) or None,
         "nodes": nodes,
