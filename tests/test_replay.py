@@ -367,3 +367,46 @@ def test_a_changed_run_on_another_batch_still_differs(home: Path, recording: Pat
         f"error: replay {out['job_id']} does not match its recording: overrides change the run "
         "(actor.eps_clip=0.1), yet what they leave unchanged differs from the recording at step 1"
     )
+
+
+def without_torch_on_path(home: Path) -> str:
+    """A PATH whose `python3` is a real interpreter without torch (an unactivated venv)."""
+    bin_dir = home / "bare-bin"
+    bin_dir.mkdir(exist_ok=True)
+    bare = shutil.which("python3", path="/usr/bin:/bin")
+    if bare is None or subprocess.run([bare, "-c", "import torch"], capture_output=True,
+                                      check=False).returncode == 0:  # fmt: skip
+        pytest.skip("no system python3 without torch on this machine")
+    link = bin_dir / "python3"
+    if not link.exists():
+        link.symlink_to(bare)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+@pytest.mark.slow
+def test_replay_runs_with_the_agents_python_not_a_bare_python3(home: Path, recording: Path) -> None:
+    path = without_torch_on_path(home)
+    env = console_env(home) | {"PATH": path}
+    proc = subprocess.run([sys.executable, "-m", "areal_console", "replay", str(recording),
+                           "--steps", "0:0", "--wait", "--json"], env=env, capture_output=True,
+                          text=True, timeout=180, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["command"][0] == sys.executable
+    assert out["verification"]["matched"] is True
+
+
+@pytest.mark.slow
+def test_a_python_without_torch_is_refused_before_launching(home: Path, recording: Path) -> None:
+    bare = without_torch_on_path(home).split(":")[0] + "/python3"
+    before = set((home / "data" / "jobs").glob("replay-*.json"))
+    proc = console(home, "replay", str(recording), "--python", bare, "--wait")
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: {errors[0].split(':')[1].strip()}: {bare} cannot import torch "
+        "(ModuleNotFoundError: No module named 'torch'): pass --python with the interpreter "
+        "of the environment that trains (e.g. ~/venv/bin/python)"
+    ]
+    assert "Traceback" not in proc.stderr
+    assert set((home / "data" / "jobs").glob("replay-*.json")) == before  # nothing launched

@@ -34,6 +34,7 @@ from areal_console.core.replay import (
     verify,
 )
 from areal_console.core.replay_changes import verification_from_json, verify_changed_run
+from areal_console.core.replay_python import CHECK_KIND
 from areal_console.core.slurm import (
     CommandRunner,
     LocalRunner,
@@ -169,10 +170,12 @@ def merge_jobs(
                     r.state, r.error = "unknown", f"node {node} unreachable: {answer}"
             continue
         for status in answer:
+            meta = status.get("meta")
+            if isinstance(meta, dict) and meta.get("kind") == CHECK_KIND:
+                continue  # a replay's interpreter check (replay_python.py), not a run
             key = (node, str(status.get("job")))
             record = by_key.get(key)
             if record is None:
-                meta = status.get("meta")
                 plan = meta.get("plan") if isinstance(meta, dict) else None
                 user = meta.get("user") if isinstance(meta, dict) else None
                 record = JobRecord(
