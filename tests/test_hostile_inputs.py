@@ -936,8 +936,11 @@ def test_known_hosts_notes_are_said_once_per_process() -> None:
     [
         ("stack", "error: unknown command 'stack' (did you mean 'stacks'?)"),
         ("replya", "error: unknown command 'replya' (did you mean 'replay'?)"),
-        ("xyzzy", "error: unknown command 'xyzzy' (commands: tui, demo, nodes, stacks, "
-                  "batch, trainer, replay, slurm, metrics)"),  # fmt: skip
+        (
+            "xyzzy",
+            "error: unknown command 'xyzzy' (commands: tui, demo, nodes, stacks, "
+            "batch, trainer, replay, slurm, metrics)",
+        ),
     ],
 )
 def test_unknown_command_names_the_closest_one(word: str, line: str) -> None:
