@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -112,3 +113,35 @@ def test_demo_bad_input_is_one_line() -> None:
     result = run_cli("demo", "--nproc", "1")
     assert result.returncode == 1
     assert result.stderr.strip() == "error: the demo needs at least 2 ranks (--nproc 2 or more)"
+
+
+def test_demo_collective_pattern_is_named_from_the_ledger(tmp_path: Path) -> None:
+    """`--pattern collective`: the stacks look alike (one all_reduce line), the Flight
+    Recorder shows each rank on its own group: a deadlock between groups, not a network problem."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", "collective"],
+        stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp_path)),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if "job ready" in line:
+                break
+        (workdir,) = tmp_path.glob("areal-console-demo-*")
+        out = run_cli("stacks", "--local", "--match", str(workdir), "--json")
+        assert out.returncode == 0, out.stderr
+        diagnosis = json.loads(out.stdout)["diagnosis"]
+        assert diagnosis["pattern"] == "cross_group_deadlock"
+        assert diagnosis["title"] == (
+            "Cross-group deadlock: ranks 0-1 wait on each other across groups 2, 3"
+        )
+        assert "each waits for a rank blocked in another group" in diagnosis["detail"]
+        assert not any("network" in s for s in diagnosis["suggestions"])
+        assert "Flight Recorder: group 2: rank 1 is 1 call behind" in diagnosis["evidence"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in demo_processes(tmp_path):
+            os.kill(pid, signal.SIGKILL)

@@ -215,6 +215,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
         str(table.get_cell(r, "verification")) not in ("…", "—") for r in table.rows
     ))  # fmt: skip
     await w.press("G", "g", "j", "k", "enter", "space", "space", "v", "r")
+    await w.press("u", "u")  # every user's runs, then yours again
     await w.press("s")  # stop: nothing running, it says so
     await w.press("slash", *"replay", "enter", "escape")
     await w.press("2", "4", "5")

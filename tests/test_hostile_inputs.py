@@ -748,21 +748,41 @@ def test_inventory_port_that_is_not_a_whole_number(tmp_path: Path) -> None:
     )
 
 
-def test_stacks_with_no_node_answering_is_an_error_naming_why(tmp_path: Path) -> None:
-    result = run_cli("stacks", "--hosts", "127.0.0.1:1", "--connect-timeout", "2")
+def test_stacks_with_no_node_answering_is_one_error_line_and_nothing_saved(
+    tmp_path: Path,
+) -> None:
+    data = {"AREAL_CONSOLE_DATA_DIR": str(tmp_path / "data")}
+    result = run_cli("stacks", "--hosts", "127.0.0.1:1", "--connect-timeout", "2", **data)
     assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert lines[0].startswith("error: 127.0.0.1: connection refused by 127.0.0.1:1")
-    assert lines[-1] == "error: no node answered (1 tried): nothing was captured"
-
-
-def test_stacks_with_no_rank_captured_is_an_error_naming_why() -> None:
-    result = run_cli("stacks", "--local", "--match", "no-such-process-zq81")
-    assert result.returncode == 1, result.stderr
-    assert result.stderr.strip() == (
-        "error: no rank captured: no process with rank variables matches --match "
-        "'no-such-process-zq81'"
+    assert result.stdout == ""
+    assert result.stderr.startswith(
+        "error: no node answered (1 tried): 127.0.0.1: connection refused by 127.0.0.1:1"
     )
+    assert result.stderr.count("\n") == 1
+    result = run_cli("stacks", "--hosts", "nosuchhost.invalid", **data)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert result.stderr.startswith(
+        "error: no node answered (1 tried): nosuchhost.invalid: cannot resolve host name"
+    )
+    listed = run_cli("stacks", "--list", **data)
+    assert listed.returncode == 0 and listed.stdout == "no saved captures\n"
+
+
+def test_stacks_with_no_rank_captured_is_one_error_line_and_nothing_saved(
+    tmp_path: Path,
+) -> None:
+    data = {"AREAL_CONSOLE_DATA_DIR": str(tmp_path / "data")}
+    for json_flag in ([], ["--json"]):
+        result = run_cli("stacks", "--local", "--match", "no-such-process-zq81", *json_flag, **data)
+        assert result.returncode == 1, result.stderr
+        assert result.stdout == ""
+        assert result.stderr == (
+            "error: no rank captured: no process with rank variables matches --match "
+            "'no-such-process-zq81'\n"
+        )
+    listed = run_cli("stacks", "--list", "--json", **data)
+    assert listed.returncode == 0 and '"captures": []' in listed.stdout
 
 
 def test_nodes_partial_failure_is_a_warning_not_an_error() -> None:
@@ -909,3 +929,20 @@ def test_known_hosts_notes_are_said_once_per_process() -> None:
     assert ssh.take_notes() == ["known_hosts: 1 @cert-authority line(s) skipped"]
     ssh._note("known_hosts: 1 @cert-authority line(s) skipped")  # the next connect
     assert ssh.take_notes() == []
+
+
+@pytest.mark.parametrize(
+    ("word", "line"),
+    [
+        ("stack", "error: unknown command 'stack' (did you mean 'stacks'?)"),
+        ("replya", "error: unknown command 'replya' (did you mean 'replay'?)"),
+        (
+            "xyzzy",
+            "error: unknown command 'xyzzy' (commands: tui, demo, nodes, stacks, "
+            "batch, trainer, replay, slurm, metrics)",
+        ),
+    ],
+)
+def test_unknown_command_names_the_closest_one(word: str, line: str) -> None:
+    result = run_cli(word, "--local")
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")

@@ -335,3 +335,33 @@ def test_chain_diagnosis_names_the_root_not_the_network() -> None:
     )
     assert not any("NCCL_DEBUG" in s or "network" in s for s in got.suggestions)
     assert got.wait_for is not None and got.wait_for.roots[0].waited_by == (0, 1, 2, 3, 4)
+
+
+def crossed_ledger() -> Ledger:
+    """What the demo's `collective` pattern records: rank 0 waits in group 2 for rank 1,
+    rank 1 in group 3 for rank 0 (both at all_reduce #1), the default group idle."""
+    from areal_console.core.ledger.analyse import GroupLedger, RankPosition
+
+    def group(name: str, waiting: int, behind: int) -> GroupLedger:
+        positions = [RankPosition(waiting, 1, None), RankPosition(behind, 0, None)]
+        return GroupLedger(name, "undefined", (0, 1), sorted(positions, key=lambda p: p.rank),
+                           behind={behind: 1})  # fmt: skip
+
+    idle = GroupLedger(
+        "0", "default_pg", (0, 1), [RankPosition(0, 9, None), RankPosition(1, 9, None)]
+    )
+    return Ledger([idle, group("2", 0, 1), group("3", 1, 0)], sources={})
+
+
+def test_ranks_waiting_on_each_other_in_two_groups_are_a_deadlock_not_a_network_problem() -> None:
+    """The demo's `collective` pattern: no network advice, the cycle named."""
+    base = Diagnosis("same_collective", "Every rank waits in the same collective",
+                     "a network or NCCL problem, a peer outside this capture, or a slow rank",
+                     ["ranks 0-1 (2): all_reduce"], ["Check the network"])  # fmt: skip
+    got = with_ledger(base, crossed_ledger())
+    assert got.pattern == "cross_group_deadlock"
+    assert "network" not in got.title.lower() and "NCCL" not in got.title
+    assert "Check the network" not in got.suggestions
+    assert got.wait_for is not None
+    assert [c.ranks for c in got.wait_for.cycles] == [(0, 1)]
+    assert sorted(got.wait_for.cycles[0].groups) == ["2", "3"]

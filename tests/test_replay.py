@@ -311,3 +311,102 @@ def test_two_rank_recording_replays_and_rejects_other_dp_sizes(home: Path) -> No
         "--nproc" in out["command"] and out["command"][out["command"].index("--nproc") + 1] == "2"
     )
     assert out["verification"]["matched"] is True and out["verification"]["steps"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_overrides_make_a_changed_run_compared_on_what_they_leave_unchanged(
+    home: Path, recording: Path
+) -> None:
+    proc = console(home, "replay", str(recording), "actor.eps_clip=0.1", "--steps", "0:1", "--wait")
+    assert proc.returncode == 0, proc.stderr
+    assert "error" not in proc.stderr and "differs" not in proc.stdout + proc.stderr
+    assert "replay: overrides change the run (actor.eps_clip=0.1): its loss and gradients" in (
+        proc.stderr
+    )
+    assert (
+        "overrides change the run (actor.eps_clip=0.1): loss and gradients not compared; what "
+        "they leave unchanged matches the recording (task_reward, seq_len, no_eos_ratio, "
+        "steps 0-1, bit for bit)"
+    ) in proc.stdout
+    code, out, err = replay_json(home, str(recording), "actor.eps_clip=0.1", "--steps", "0:1")
+    assert code == 0, err
+    v = out["verification"]
+    assert v["matched"] is None and v["comparable"] is True and v["steps"] == [0, 1]
+    assert v["overrides"] == ["actor.eps_clip=0.1"]
+    assert v["compared"] == ["task_reward", "seq_len", "no_eos_ratio"]
+    # The saved run names its overrides (the Jobs screen reads it from there).
+    run = next((home / "data" / "jobs").glob(f"{out['job_id']}.json"))
+    assert json.loads(run.read_text())["extra"]["overrides"] == ["actor.eps_clip=0.1"]
+
+
+@pytest.mark.slow
+def test_an_override_of_the_data_says_why_nothing_is_compared(home: Path, recording: Path) -> None:
+    code, out, err = replay_json(home, str(recording), "gconfig.max_new_tokens=5", "--steps", "0:0")
+    assert code == 0, err
+    v = out["verification"]
+    assert v["matched"] is None and v["comparable"] is False
+    assert v["summary"] == (
+        "overrides change the run (gconfig.max_new_tokens=5): not compared with the "
+        "recording: gconfig.max_new_tokens may change the data the replay reads"
+    )
+
+
+@pytest.mark.slow
+def test_a_changed_run_on_another_batch_still_differs(home: Path, recording: Path) -> None:
+    tampered = home / "tampered-changed"
+    shutil.copytree(recording, tampered)
+    groups = torch.load(tampered / "step_000001.pt", weights_only=True)
+    groups[0]["rewards"] = 1.0 - groups[0]["rewards"]
+    torch.save(groups, tampered / "step_000001.pt")
+    code, out, err = replay_json(home, str(tampered), "actor.eps_clip=0.1", "--steps", "0:1")
+    assert code == 1, err
+    v = out["verification"]
+    assert v["matched"] is False and v["first_mismatch"]["metric"] == "task_reward"
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: replay {out['job_id']} does not match its recording: overrides change the run "
+        "(actor.eps_clip=0.1), yet what they leave unchanged differs from the recording at step 1"
+    )
+
+
+def without_torch_on_path(home: Path) -> str:
+    """A PATH whose `python3` is a real interpreter without torch (an unactivated venv)."""
+    bin_dir = home / "bare-bin"
+    bin_dir.mkdir(exist_ok=True)
+    bare = shutil.which("python3", path="/usr/bin:/bin")
+    if bare is None or subprocess.run([bare, "-c", "import torch"], capture_output=True,
+                                      check=False).returncode == 0:  # fmt: skip
+        pytest.skip("no system python3 without torch on this machine")
+    link = bin_dir / "python3"
+    if not link.exists():
+        link.symlink_to(bare)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+@pytest.mark.slow
+def test_replay_runs_with_the_agents_python_not_a_bare_python3(home: Path, recording: Path) -> None:
+    path = without_torch_on_path(home)
+    env = console_env(home) | {"PATH": path}
+    proc = subprocess.run([sys.executable, "-m", "areal_console", "replay", str(recording),
+                           "--steps", "0:0", "--wait", "--json"], env=env, capture_output=True,
+                          text=True, timeout=180, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["command"][0] == sys.executable
+    assert out["verification"]["matched"] is True
+
+
+@pytest.mark.slow
+def test_a_python_without_torch_is_refused_before_launching(home: Path, recording: Path) -> None:
+    bare = without_torch_on_path(home).split(":")[0] + "/python3"
+    before = set((home / "data" / "jobs").glob("replay-*.json"))
+    proc = console(home, "replay", str(recording), "--python", bare, "--wait")
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: {errors[0].split(':')[1].strip()}: {bare} cannot import torch "
+        "(ModuleNotFoundError: No module named 'torch'): pass --python with the interpreter "
+        "of the environment that trains (e.g. ~/venv/bin/python)"
+    ]
+    assert "Traceback" not in proc.stderr
+    assert set((home / "data" / "jobs").glob("replay-*.json")) == before  # nothing launched

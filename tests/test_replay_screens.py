@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -142,6 +143,36 @@ async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, 
         await until(pilot, lambda: app.result is None)
 
 
+async def test_dialog_offers_the_agents_python_and_refuses_one_without_torch(
+    fleet: Fleet, dump: Path
+) -> None:
+    bare = shutil.which("python3", path="/usr/bin:/bin")
+    if bare is None or subprocess.run([bare, "-c", "import torch"], capture_output=True,
+                                      check=False).returncode == 0:  # fmt: skip
+        pytest.skip("no system python3 without torch on this machine")
+    node = fleet.sessions[0].name
+    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    async with app.run_test(size=(120, 40)) as pilot:
+        dialog = app.screen
+        await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
+        # The local agent runs on this interpreter, which has torch: the default.
+        assert dialog.query_one("#replay-python", Input).value == sys.executable
+        assert text_of(dialog, "#replay-command").startswith(
+            f"CUDA_VISIBLE_DEVICES='' {sys.executable} "
+        )
+        assert "the node agent's interpreter, which has torch" in text_of(dialog, "#replay-device")
+        dialog.query_one("#replay-python", Input).value = bare
+        await until(pilot, lambda: f" {bare} " in text_of(dialog, "#replay-command"))
+        await pilot.press("enter")
+        await until(pilot, lambda: "cannot import torch" in text_of(dialog, "#replay-error"), 60)
+        assert f"{bare} cannot import torch (ModuleNotFoundError" in text_of(
+            dialog, "#replay-error"
+        )
+        assert app.result == "pending"  # nothing launched; the dialog stays
+        await pilot.press("escape")
+        await until(pilot, lambda: app.result is None)
+
+
 async def test_dialog_at_80x24_shows_every_field_and_the_whole_command(
     fleet: Fleet, dump: Path
 ) -> None:
@@ -154,7 +185,7 @@ async def test_dialog_at_80x24_shows_every_field_and_the_whole_command(
         shown = "\n".join(strip.text for strip in dialog._compositor.render_strips())
         box = dialog.query_one("#replay-box").region
         assert box.right <= 80 and box.bottom <= 24
-        for field in ("#replay-gpus", "#replay-steps", "#replay-overrides"):
+        for field in ("#replay-gpus", "#replay-steps", "#replay-overrides", "#replay-python"):
             assert dialog.query_one(field, Input).region.height >= 1
         preview = dialog.query_one("#replay-command").region
         lines = shown.splitlines()[preview.y : preview.bottom]

@@ -21,6 +21,7 @@ from textual.screen import Screen
 
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
+from areal_console.core.identity import UserScope
 from areal_console.core.metrics.health import thresholds_from
 from areal_console.core.metrics.locate import HealthTarget, job_logs_in
 from areal_console.core.monitor import FleetMonitor, NodeView
@@ -148,10 +149,13 @@ class ConsoleApp(WorkerHost, App[None]):
         self.screen_factories["stacks"] = self._new_stacks_screen
         self.palette_sources.append(self._saved_capture_entries)
         self.saved_captures: list[SavedCapture] = []  # refreshed when the palette opens
+        self.users = UserScope()  # whose captures and runs are listed (`u`)
         if batches_path:
             self.screen_factories["batches"] = self._new_batches_screen
         if fleet is not None:
-            self.screen_factories["jobs"] = lambda: JobsScreen(fleet, read_only=self.read_only)
+            self.screen_factories["jobs"] = lambda: JobsScreen(
+                fleet, read_only=self.read_only, users=self.users
+            )
         self.health_target = health_target
         if health_target is not None:
             self.screen_factories["health"] = self._new_health_screen
@@ -344,10 +348,21 @@ class ConsoleApp(WorkerHost, App[None]):
     def _saved_capture_entries(self) -> list[tuple[str, str, Callable[[], Any]]]:
         entries: list[tuple[str, str, Callable[[], Any]]] = []
         for saved in self.saved_captures:  # cached: the palette asks at every keystroke
+            if not self.users.shows(saved.user):
+                continue
             entries.append((f"Capture {saved.capture_id}: {saved.title}",
                             f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}",
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
         return entries
+
+    def action_toggle_users(self) -> None:
+        """Everyone's captures and runs, or the user's own (the default): the palette and
+        the Jobs screen share the choice."""
+        screen = self.screen
+        if isinstance(screen, JobsScreen):
+            screen.action_toggle_users()  # the same scope: it redraws its rows as well
+        else:
+            self.notify(f"Runs and captures shown: {self.users.toggle()}")
 
     # batches and replay -----------------------------------------------------------------
     def _new_batches_screen(self) -> BatchesScreen:
@@ -473,7 +488,9 @@ class ConsoleApp(WorkerHost, App[None]):
         fleet = self.fleet
         self.action_goto("nodes")
         # Screens built on the old nodes are dropped; the next visit builds new ones.
-        self.register_screen("jobs", lambda: JobsScreen(fleet, read_only=self.read_only))
+        self.register_screen(
+            "jobs", lambda: JobsScreen(fleet, read_only=self.read_only, users=self.users)
+        )
         self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None
         self.notify(f"Now watching {len(specs)} node(s)")

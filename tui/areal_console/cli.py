@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import difflib
 import importlib
 import os
 import sys
@@ -81,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         ):
             args_list = ["tui", *args_list]
+        _check_command(args_list[0])
         parser = build_parser(args_list[0] if args_list else None)
         args = parser.parse_args(args_list)
         if not getattr(args, "handler", None):
@@ -100,6 +102,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_ERROR
+
+
+def command_names() -> list[str]:
+    """The subcommands, in `--help` order (each is named like its module)."""
+    return [m.rsplit(".", 1)[1] for m in COMMAND_MODULES]
+
+
+def _check_command(word: str) -> None:
+    """A word that is no command is a usage error naming the closest command."""
+    names = command_names()
+    if word.startswith("-") or word in names:
+        return
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else f" (commands: {', '.join(names)})"
+    raise UsageError(f"unknown command {word!r}{hint}")
 
 
 def run() -> None:

@@ -28,6 +28,10 @@ class ConsoleCommands(Provider):
                             partial(app.action_goto, screen.mode)))  # fmt: skip
         entries.append(("Toggle dark/light theme", "ctrl+t", app.action_toggle_theme))
         entries.append(("Show keys of this screen", "?", app.action_help))
+        shown = "only your" if app.users.everyone else "every user's"
+        entries.append((f"Show {shown} captures and runs",
+                        f"now: {app.users.describe()} (u on the Jobs screen)",
+                        app.action_toggle_users))  # fmt: skip
         for view in app.monitor.snapshot():
             entries.append((f"Node {view.name} ({view.state})", view.error or view.address,
                             partial(self._show_node, view.name)))  # fmt: skip

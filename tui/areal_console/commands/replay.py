@@ -18,6 +18,8 @@ from areal_console.core.replay import (
     parse_step_range,
     plan_replay,
 )
+from areal_console.core.replay_changes import changed_run_note, failed
+from areal_console.core.replay_python import check_torch, choose_python, uses_python
 from areal_console.core.settings import load_settings
 from areal_console.core.slurm import make_runner
 from areal_console.core.targets import (
@@ -48,7 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--script", help="trainer script on the node (areal template)")
     parser.add_argument("--config", dest="trainer_config", help="trainer config on the node")
-    parser.add_argument("--python", default="python3", help="python on the node")
+    parser.add_argument(
+        "--python",
+        help="python on the node (default: the node agent's interpreter where it has torch, "
+        "else python3 from the node's PATH; checked for torch before launching)",
+    )
     parser.add_argument(
         "--sbatch",
         action="store_true",
@@ -119,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     session = fleet.session(spec.name)
     try:
         try:
-            session.connect()
+            hello = session.connect()
             index = jobs.dump_index(session, args.path)
             sample = session.call("sample")
             script = args.script or ""
@@ -127,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
                 script = jobs.stage_trainer(session)
         except (AgentError, AgentDisconnected, OSError) as exc:
             raise UserError(f"{spec.name}: {exc}") from None
+        python = choose_python(hello, args.python)
         plan = plan_replay(
             index,
             spec.name,
@@ -136,15 +143,21 @@ def run(args: argparse.Namespace) -> int:
             first=first,
             last=last,
             script=script,
-            python=args.python,
+            python=python.path,
             config=args.trainer_config or "",
             overrides=args.overrides,
         )
         if not args.json:
             _say(plan.device_note)  # before anything runs: which device, and how compared
+            if uses_python(template):
+                _say(python.note)
+            if args.overrides:
+                _say(changed_run_note(plan.template, args.overrides))
         if args.dry_run:
             print(json.dumps(plan.to_json(), indent=1) if args.json else plan.command_line)
             return EXIT_OK
+        if uses_python(template):
+            check_torch(session, python)  # a clear error now, not in the job's log later
         via_slurm = spec.slurm is not None or args.sbatch
         try:
             if via_slurm:
@@ -154,10 +167,11 @@ def run(args: argparse.Namespace) -> int:
                     host_job=spec.slurm.job_id if spec.slurm else None,
                     sbatch=args.sbatch,
                     login=spec.slurm.login if spec.slurm else None,
+                    overrides=args.overrides,
                 )
                 record = launch.record
             else:
-                record = jobs.launch(session, plan)
+                record = jobs.launch(session, plan, overrides=args.overrides)
         except (AgentError, AgentDisconnected, OSError) as exc:
             raise UserError(f"{spec.name}: launch failed: {exc}") from None
         verification = None
@@ -212,8 +226,11 @@ def run(args: argparse.Namespace) -> int:
             why = record.error or f"exit code {record.exit_code}"
             print(f"error: replay {record.state}: {why} (log: {record.log})", file=sys.stderr)
             return EXIT_ERROR
-        if verification is not None and not verification.matched:
-            print(f"error: {verification.summary}", file=sys.stderr)
+        if verification is not None and failed(verification):
+            # In text, the verification line above says how it differs: not said twice.
+            why = verification.summary if args.json else "see the verification line above"
+            print(f"error: replay {record.job_id} does not match its recording: {why}",
+                  file=sys.stderr)  # fmt: skip
             return EXIT_ERROR
         return EXIT_OK
     finally:

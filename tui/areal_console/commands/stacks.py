@@ -16,6 +16,7 @@ from areal_console.core.errors import (
     UsageError,
     UserError,
 )
+from areal_console.core.identity import UserScope
 from areal_console.core.targets import (
     add_target_arguments,
     count,
@@ -101,7 +102,15 @@ def register(subparsers: Any) -> None:
         ),
     )
     saved = parser.add_argument_group("saved captures")
-    saved.add_argument("--list", action="store_true", help="list saved captures")
+    saved.add_argument(
+        "--list", action="store_true", help="list your saved captures (--all-users: everyone's)"
+    )
+    saved.add_argument(
+        "--all-users",
+        action="store_true",
+        help="with --list: every user's captures, not only yours (a shared account keeps "
+        "everyone's in one data directory)",
+    )
     saved.add_argument(
         "--open", metavar="ID", help="show a saved capture (id, id prefix, path or 'latest')"
     )
@@ -121,7 +130,13 @@ def run(args: argparse.Namespace) -> int:
         saved, bad = scan_captures()
         for b in bad:  # the rest are listed; each bad file is named
             print(f"warning: skipped {b.path}: {b.error}", file=sys.stderr)
-        return _list(saved, args.json)
+        users = UserScope(everyone=args.all_users)
+        shown = [c for c in saved if users.shows(c.user)]
+        if len(shown) < len(saved) and not args.json:
+            hidden = len(saved) - len(shown)
+            print(f"note: {hidden} other users' captures not listed (--all-users lists them)",
+                  file=sys.stderr)  # fmt: skip
+        return _list(shown, args.json)
     if args.compare:
         return _compare(load_capture(args.compare[0]), load_capture(args.compare[1]), args.json)
     live = not (args.open or args.import_files)
@@ -141,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
                 print(printable(line), file=sys.stderr)
             return EXIT_USAGE
     capture = result.capture
+    if live and not capture.rank_stacks:  # nothing to show, and nothing was saved
+        print(f"error: {_nothing_captured(capture, nodes, args.match)}", file=sys.stderr)
+        return EXIT_ERROR
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
     as_json = json.dumps(result.json(), indent=1) if args.json or args.save else ""
@@ -150,37 +168,46 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(as_json + "\n" if args.json else text)  # one write
     if not live:
         return EXIT_OK
-    return _outcome(capture, nodes, args.match)
+    return _outcome(capture)
 
 
-def _outcome(capture: Any, nodes: int, match: str | None) -> int:
-    """The exit code, with a line on stderr for each thing that went wrong."""
-    every_node_failed = len(capture.errors) >= nodes
+def _outcome(capture: Any) -> int:
+    """The exit code of a capture that found ranks, with a line on stderr for each thing
+    that went wrong."""
     for e in capture.errors:
-        print(
-            f"{'error' if every_node_failed else 'warning'}: {e.node}: {e.error}", file=sys.stderr
-        )
-    if every_node_failed:
-        print(f"error: no node answered ({nodes} tried): nothing was captured", file=sys.stderr)
-        return EXIT_ERROR
-    ranks = [r for r in capture.ranks if r.rank is not None]
-    captured = [r for r in ranks if r.state == "ok"]
-    if not captured:
-        if ranks:
-            from areal_console.core.stacks.diagnose import failure_reasons
+        print(f"warning: {e.node}: {e.error}", file=sys.stderr)
+    ranks = capture.rank_stacks
+    if not any(r.state == "ok" for r in ranks):
+        from areal_console.core.stacks.diagnose import failure_reasons
 
-            found = "1 rank" if len(ranks) == 1 else f"{len(ranks)} ranks"
-            why = f"{found} found, no stack dumped: " + "; ".join(failure_reasons(ranks))
-        elif match:
-            why = f"no process with rank variables matches --match {match!r}"
-        else:
-            why = (
-                "no process with rank variables (RANK, SLURM_PROCID, ...) is running "
-                "on the nodes that answered"
-            )
+        found = "1 rank" if len(ranks) == 1 else f"{len(ranks)} ranks"
+        why = f"{found} found, no stack dumped: " + "; ".join(failure_reasons(ranks))
         print(f"error: no rank captured: {why}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_PARTIAL if capture.errors else EXIT_OK
+
+
+def _nothing_captured(capture: Any, nodes: int, match: str | None) -> str:
+    """Why a capture found no rank, in one line."""
+    if len(capture.errors) >= nodes:
+        reasons = [f"{e.node}: {e.error}" for e in capture.errors[:2]]
+        more = len(capture.errors) - len(reasons)
+        return (
+            f"no node answered ({nodes} tried): "
+            + "; ".join(reasons)
+            + (f"; {more} more" if more else "")
+        )
+    where = ""
+    if capture.errors:  # some nodes answered, some did not
+        first = capture.errors[0]
+        where = f" ({len(capture.errors)} of {nodes} nodes did not answer: {first.node}: "
+        where += f"{first.error})"
+    if match:
+        return f"no rank captured: no process with rank variables matches --match {match!r}{where}"
+    return (
+        "no rank captured: no process with rank variables (RANK, SLURM_PROCID, ...) is "
+        f"running on the nodes that answered{where}"
+    )
 
 
 class _JobChoice(Exception):
@@ -269,6 +296,7 @@ def _list(saved: list[Any], as_json: bool) -> int:
         rows = [
             {
                 "id": c.capture_id,
+                "user": c.user,
                 "path": str(c.path),
                 "captured_at": c.captured_at,
                 "ranks": c.ranks,
@@ -283,9 +311,10 @@ def _list(saved: list[Any], as_json: bool) -> int:
     if not saved:
         print("no saved captures")
         return EXIT_OK
-    print(f"{'ID':<22} {'CAPTURED':<26} {'RANKS':>5}  DIAGNOSIS")
+    print(f"{'ID':<22} {'CAPTURED':<26} {'USER':<12} {'RANKS':>5}  DIAGNOSIS")
     for c in saved:
-        print(f"{c.capture_id:<22} {c.captured_at:<26} {c.ranks:>5}  {c.pattern}: {c.title}")
+        print(f"{c.capture_id:<22} {c.captured_at:<26} {c.user or '-':<12} {c.ranks:>5}  "
+              f"{c.pattern}: {c.title}")  # fmt: skip
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ from areal_console.core import locations
 from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.identity import login_user
 from areal_console.core.replay import (
     TRAINER_FILE_NAME,
     DumpIndex,
@@ -32,6 +33,8 @@ from areal_console.core.replay import (
     trainer_source,
     verify,
 )
+from areal_console.core.replay_changes import verification_from_json, verify_changed_run
+from areal_console.core.replay_python import CHECK_KIND
 from areal_console.core.slurm import (
     CommandRunner,
     LocalRunner,
@@ -65,11 +68,14 @@ class JobRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     slurm_job: str | None = None  # launched through Slurm: its job id (sbatch or the host job)
     slurm_step: str | None = None  # a step in a running job (`srun --overlap`): "JOB.STEP"
+    user: str | None = None  # who launched it (login identity); None: an older record
 
     def __post_init__(self) -> None:
         saved: Any = self.verification
         if saved is not None and not isinstance(saved, Verification):
-            self.verification = Verification.from_json(saved)  # as a record file holds it
+            self.verification = verification_from_json(saved)  # as a record file holds it
+        if self.user is not None and not isinstance(self.user, str):
+            self.user = None
 
     @property
     def steps(self) -> tuple[int, int] | None:
@@ -86,6 +92,12 @@ class JobRecord:
         """The plan's GPUs (none: CPU, or a plan that does not say)."""
         gpus = self.plan.get("gpus")
         return tuple(g for g in gpus if isinstance(g, int)) if isinstance(gpus, list) else ()
+
+    @property
+    def overrides(self) -> list[str]:
+        """The user's `key=value` overrides: a changed run, not a reproduction."""
+        saved = self.extra.get("overrides")
+        return [str(o) for o in saved] if isinstance(saved, list) else []
 
     @property
     def verifiable(self) -> bool:
@@ -119,6 +131,7 @@ class JobRecord:
             "extra": self.extra,
             "slurm_job": self.slurm_job,
             "slurm_step": self.slurm_step,
+            "user": self.user,
         }
 
     @classmethod
@@ -157,16 +170,20 @@ def merge_jobs(
                     r.state, r.error = "unknown", f"node {node} unreachable: {answer}"
             continue
         for status in answer:
+            meta = status.get("meta")
+            if isinstance(meta, dict) and meta.get("kind") == CHECK_KIND:
+                continue  # a replay's interpreter check (replay_python.py), not a run
             key = (node, str(status.get("job")))
             record = by_key.get(key)
             if record is None:
-                meta = status.get("meta")
                 plan = meta.get("plan") if isinstance(meta, dict) else None
+                user = meta.get("user") if isinstance(meta, dict) else None
                 record = JobRecord(
                     job_id=key[1],
                     node=node,
                     plan=dict(plan) if isinstance(plan, dict) else {},
                     launched_at=float(status.get("started") or 0),
+                    user=user if isinstance(user, str) else None,
                 )
                 by_key[key] = record
             record.update_from_node(status)
@@ -231,8 +248,14 @@ def stage_trainer(session: NodeSession) -> str:
     return str(staged["path"])
 
 
-def launch(session: NodeSession, plan: ReplayPlan, job_id: str | None = None) -> JobRecord:
-    """Start the plan detached on its node and remember it."""
+def launch(
+    session: NodeSession,
+    plan: ReplayPlan,
+    job_id: str | None = None,
+    overrides: list[str] | None = None,
+) -> JobRecord:
+    """Start the plan detached on its node and remember it (with who launched it, and the
+    user's `overrides`, which make it a changed run)."""
     job_id = job_id or new_job_id()
     status = session.call(
         "job_launch",
@@ -242,10 +265,18 @@ def launch(session: NodeSession, plan: ReplayPlan, job_id: str | None = None) ->
             "env": plan.env,
             "log": plan.log,
             "name": f"replay {plan.template} {plan.steps[0]}-{plan.steps[1]}",
-            "meta": {"kind": "replay", "plan": plan.to_json()},
+            # Who launched it: another console on this node lists it as that user's.
+            "meta": {"kind": "replay", "plan": plan.to_json(), "user": login_user()},
         },
     )
-    record = JobRecord(job_id=job_id, node=plan.node, plan=plan.to_json(), launched_at=time.time())
+    record = JobRecord(
+        job_id=job_id,
+        node=plan.node,
+        plan=plan.to_json(),
+        launched_at=time.time(),
+        extra={"overrides": list(overrides)} if overrides else {},
+        user=login_user(),
+    )
     record.update_from_node(status)
     save_job(record)
     return record
@@ -321,7 +352,13 @@ def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
                                               "reason": f"replay metrics unreadable: {exc}"})  # fmt: skip
         else:
             tolerance = plan.get("tolerance")
-            result = verify(recorded, replayed, steps, rel_tol=tolerance)
+            if record.overrides:  # a changed run: only what the overrides leave unchanged
+                template = str(plan.get("template") or "")
+                result = verify_changed_run(
+                    recorded, replayed, steps, template, record.overrides, rel_tol=tolerance
+                )
+            else:
+                result = verify(recorded, replayed, steps, rel_tol=tolerance)
     record.verification = result
     save_job(record)
     return result
@@ -369,6 +406,7 @@ def launch_slurm(
     sbatch: bool,
     job_id: str | None = None,
     login: str | None = None,
+    overrides: list[str] | None = None,
 ) -> SlurmLaunch:
     """Start the plan in `host_job`'s allocation on the plan's node, or as a new batch job.
 
@@ -389,7 +427,9 @@ def launch_slurm(
         launched_at=time.time(),
         log=log,
         job_dir=job_dir,
-        extra={"argv": command, "slurm_login": login},
+        extra={"argv": command, "slurm_login": login}
+        | ({"overrides": list(overrides)} if overrides else {}),
+        user=login_user(),
     )
     process = None
     if sbatch:

@@ -20,7 +20,7 @@ from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
-from areal_console.widgets.process_table import ProcessTable
+from areal_console.widgets.process_table import ProcessTable, process_matches
 from areal_console.widgets.status_line import StatusLine
 from areal_console.workers import Ticket, WorkerHost, background
 
@@ -32,12 +32,20 @@ def status_text(
     views: list[NodeView], drilled: str | None, text_filter: str, show_all: bool
 ) -> str:
     up = sum(v.state == "up" for v in views)
-    ranks = sum(1 for v in views for p in v.processes if p.rank is not None)
-    worlds = {p.world_size for v in views for p in v.processes if p.world_size}
-    parts = [f"{up}/{len(views)} nodes up", plural(ranks, "rank")]
+    # The ranks the process table shows: the drilled-in node's, under the filter.
+    shown = [
+        p
+        for v in views
+        if drilled is None or v.name == drilled
+        for p in v.processes
+        if p.rank is not None and process_matches(v.name, p, text_filter)
+    ]
+    worlds = sorted({p.world_size for p in shown if p.world_size})
+    parts = [f"{up}/{len(views)} nodes up", plural(len(shown), "rank")]
     if len(worlds) == 1:
-        world = worlds.pop()
-        parts[-1] += f" of world size {world}"
+        parts[-1] += f" of world size {worlds[0]}"
+    elif worlds:
+        parts[-1] += f" (world sizes {', '.join(map(str, worlds))})"
     down = [v for v in views if v.state == "down"]
     if down:
         parts.append(

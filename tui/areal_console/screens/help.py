@@ -7,21 +7,40 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.keys import format_key
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+# Keys with no printable character, by the name a keyboard shows.
+KEY_NAMES = {
+    "escape": "esc",
+    "pageup": "pgup",
+    "pagedown": "pgdn",
+    "delete": "del",
+    "backspace": "backspace",
+    "enter": "enter",
+    "tab": "tab",
+    "space": "space",
+    "up": "↑",
+    "down": "↓",
+    "left": "←",
+    "right": "→",
+}
+
 
 def key_label(key: str) -> str:
-    names = {
-        "slash": "/",
-        "question_mark": "?",
-        "escape": "esc",
-        "space": "space",
-        "left_square_bracket": "[",
-        "right_square_bracket": "]",
-        "colon": ":",
-    }
-    return ", ".join(names.get(k.strip(), k.strip()) for k in key.split(","))
+    """The keys a user presses for a binding's key string (`number_sign` is `#`,
+    `ctrl+left_square_bracket` is `ctrl+[`), comma-separated alternatives joined."""
+    return ", ".join(_one_key(k.strip()) for k in key.split(",") if k.strip())
+
+
+def _one_key(key: str) -> str:
+    *modifiers, name = key.split("+") if key != "+" else [key]
+    if name in KEY_NAMES:
+        shown = KEY_NAMES[name]
+    else:  # a character by its Unicode name (`number_sign`), or a named key (`f5`)
+        shown = format_key(name)
+    return "+".join([*modifiers, shown])
 
 
 def render_help(title: str, bindings: list[tuple[str, str, str]]) -> Table:

@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Label, Log, Static
 from areal_console.core import jobs
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
+from areal_console.core.identity import UserScope
 from areal_console.core.textfmt import plural
 from areal_console.messages import JobsRefreshed, LogTail, Notice
 from areal_console.screens.confirm_dialog import ConfirmDialog
@@ -121,13 +122,30 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         Binding(
             "r", "refresh", "Refresh", id="jobs.refresh", tooltip="Ask every node for its jobs now"
         ),
+        Binding(
+            "u",
+            "toggle_users",
+            "All users",
+            id="jobs.users",
+            show=False,  # the status line names it when other users' runs are hidden
+            tooltip="Toggle between your own runs (the default) and every user's (a shared "
+            "account keeps everyone's in one cache)",
+        ),
     ]
 
-    def __init__(self, fleet: Fleet, *, read_only: bool = False, poll: float = POLL_SECONDS):
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        read_only: bool = False,
+        poll: float = POLL_SECONDS,
+        users: UserScope | None = None,
+    ):
         super().__init__()
         self.fleet = fleet
         self.read_only = read_only
         self.poll = poll
+        self.users = users or UserScope()  # the app shares one with the palette
         self.records: dict[str, jobs.JobRecord] = {}
         self.selected: str | None = None
         self.text_filter = ""
@@ -199,7 +217,12 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
 
     def _draw(self) -> None:
         table = self.query_one("#jobs-table", DataTable)
-        rows = [JobRow(r, row_key(r) in self.marked) for r in self.records.values()]
+        theirs = [r for r in self.records.values() if not self.users.shows(r.user)]
+        rows = [
+            JobRow(r, row_key(r) in self.marked)
+            for r in self.records.values()
+            if self.users.shows(r.user)
+        ]
         visible = [row for row in rows if row.matches(self.text_filter)]
         keys = [row.key for row in visible]
         with self.app.batch_update():
@@ -213,8 +236,14 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         if self.selected in keys and table.cursor_row != keys.index(self.selected):
             table.move_cursor(row=keys.index(self.selected))
         self._show_detail()
-        running = sum(r.state == "running" for r in self.records.values())
-        status = f"{plural(len(self.records), 'job')}, {running} running"
+        running = sum(
+            r.state == "running" for r in self.records.values() if self.users.shows(r.user)
+        )
+        status = f"{plural(len(rows), 'job')}, {running} running"
+        if theirs:
+            status += f" · {plural(len(theirs), 'job')} of other users hidden (u shows them)"
+        elif self.users.everyone:
+            status += " · every user's (u: yours only)"
         if self.text_filter:
             status += f" · filter: {self.text_filter!r}"
         if self.read_only:
@@ -282,6 +311,10 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             self.refresh_jobs()
 
     # actions ---------------------------------------------------------------------------
+    def action_toggle_users(self) -> None:
+        self.notify(f"Runs and captures shown: {self.users.toggle()}")
+        self._draw()
+
     def action_follow(self) -> None:
         if self.selected is None:
             return

@@ -35,6 +35,12 @@ from areal_console.core.replay import (
     plan_replay,
     takes_steps,
 )
+from areal_console.core.replay_python import (
+    PythonChoice,
+    check_torch,
+    choose_python,
+    uses_python,
+)
 from areal_console.workers import Ticket, WorkerHost, background
 
 # Below this many rows the fields lose their borders.
@@ -48,6 +54,7 @@ class NodeFacts:
     index: DumpIndex
     sample: dict[str, Any]
     script: str
+    python: PythonChoice  # the default: the agent's interpreter where it has torch
 
 
 class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
@@ -108,6 +115,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
         self.read_only = read_only
         self.facts: NodeFacts | None = None
         self.plan: ReplayPlan | None = None
+        self.overrides: list[str] = []  # the user's, as the plan was made with them
         self.launching = False
 
     def compose(self) -> ComposeResult:
@@ -122,6 +130,8 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
                 yield Input(placeholder="A:B", id="replay-steps")
                 yield Label("overrides")
                 yield Input(placeholder="actor.eps_clip=0.1 ...", id="replay-overrides")
+                yield Label("python")
+                yield Input(placeholder="the node's python with torch", id="replay-python")
             yield Static("reading the dump on the node…", id="replay-command")
             yield Label("", id="replay-device")
             yield Label("", id="replay-error")
@@ -147,10 +157,12 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
     def load_node_facts(self, ticket: Ticket) -> None:
         try:
             session = self.fleet.session(self.node)
+            hello = session.connect()
             index = jobs.dump_index(session, self.path)
             sample = session.call("sample")
             script = jobs.stage_trainer(session) if self.template_name == "reference" else ""
-            self.post_message(self.Loaded(NodeFacts(index, sample, script), None))
+            facts = NodeFacts(index, sample, script, choose_python(hello))
+            self.post_message(self.Loaded(facts, None))
         except Exception as exc:  # any failure is shown in the dialog, never raised
             self.post_message(self.Loaded(None, str(exc) or exc.__class__.__name__))
 
@@ -174,6 +186,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
         if not steps_text and index.step_numbers:
             steps_text = f"{index.step_numbers[0]}:{index.step_numbers[-1]}"
         self.query_one("#replay-gpus", Input).value = gpus_text
+        self.query_one("#replay-python", Input).value = message.facts.python.path
         steps_input = self.query_one("#replay-steps", Input)
         template = self.templates.get(self.template_name)
         if template is not None and not takes_steps(template):
@@ -185,6 +198,13 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             steps_input.value = steps_text
         self.replan()
 
+    def _python(self) -> PythonChoice:
+        """The interpreter in the python field (the node's default when left empty)."""
+        assert self.facts is not None
+        typed = self.query_one("#replay-python", Input).value.strip()
+        default = self.facts.python
+        return default if not typed or typed == default.path else choose_python({}, typed)
+
     def _make_plan(self, gpus_text: str, steps_text: str, overrides_text: str) -> ReplayPlan:
         assert self.facts is not None
         template = self.templates.get(self.template_name)
@@ -195,6 +215,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             overrides = shlex.split(overrides_text)
         except ValueError as exc:
             raise UserError(f"overrides: {exc}") from None
+        self.overrides = overrides
         return plan_replay(
             self.facts.index,
             self.node,
@@ -204,6 +225,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             first=first,
             last=last,
             script=self.facts.script,
+            python=self._python().path,
             overrides=overrides,
         )
 
@@ -227,7 +249,9 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             return
         self._show_error("")
         self.query_one("#replay-command", Static).update(self.plan.command_line)
-        self.query_one("#replay-device", Label).update(self.plan.device_note)
+        self.query_one("#replay-device", Label).update(
+            f"{self.plan.device_note} · {self._python().note}"
+        )
 
     def _show_error(self, text: str) -> None:
         self.query_one("#replay-error", Label).update(text)
@@ -241,12 +265,16 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             return
         self.launching = True
         self.query_one("#replay-hint", Label).update("launching…")
-        self.launch_plan(self.plan)
+        self.launch_plan(self.plan, self._python())
 
     @background("replay-dialog-launch", doing="launching the replay", retry="press enter to retry")
-    def launch_plan(self, ticket: Ticket, plan: ReplayPlan) -> None:
+    def launch_plan(self, ticket: Ticket, plan: ReplayPlan, python: PythonChoice) -> None:
         try:
-            record = jobs.launch(self.fleet.session(plan.node), plan)
+            session = self.fleet.session(plan.node)
+            template = self.templates.get(self.template_name)
+            if template is not None and uses_python(template):
+                check_torch(session, python)  # a clear error here, not in the log
+            record = jobs.launch(session, plan, overrides=self.overrides)
             self.post_message(self.Launched(record, None))
         except Exception as exc:
             self.post_message(self.Launched(None, str(exc) or exc.__class__.__name__))

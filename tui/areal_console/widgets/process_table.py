@@ -138,7 +138,7 @@ class ProcessTable(VimTable):
     def update_processes(
         self, rows: Iterable[tuple[str, ProcessRow]], text_filter: str = ""
     ) -> None:
-        wanted = {row_key(n, p.pid): (n, p) for n, p in rows if _matches(n, p, text_filter)}
+        wanted = {row_key(n, p.pid): (n, p) for n, p in rows if process_matches(n, p, text_filter)}
         self.processes = wanted
         shown = self._shown
         with self.app.batch_update():
@@ -222,7 +222,8 @@ def _display_order(cells: tuple[str | Text, ...]) -> tuple[int, int, str, int]:
     return (1, 0, str(node), int(pid))
 
 
-def _matches(node: str, p: ProcessRow, text_filter: str) -> bool:
+def process_matches(node: str, p: ProcessRow, text_filter: str) -> bool:
+    """Whether the process table shows this process under `text_filter`."""
     if not text_filter:
         return True
     hay = f"{node} {p.rank} {p.role} {p.job} {p.pid} {p.cmdline}".lower()

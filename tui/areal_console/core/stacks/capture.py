@@ -21,6 +21,7 @@ from typing import Any
 
 from areal_console.core.areal_world import count_areal_world_sizes
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.identity import login_user
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
@@ -39,6 +40,9 @@ __all__ = [
     "sample_nodes",
     "take_capture",
 ]
+
+# Why a capture that found no rank is not saved (shown where its id would be).
+NOTHING_CAPTURED = "no rank found, nothing captured"
 
 # (node, pid, ok, done on that node, total on that node) after each dump
 Progress = Callable[[str, int, bool, int, int], None]
@@ -188,6 +192,7 @@ def capture_raw(
     count_areal_world_sizes(n["processes"] for n in nodes)
     return {
         "captured_at": started,
+        "user": login_user(),
         "interval": options.interval,
         "job": ", ".join(j.key for j in jobs) or None,
         "nodes": nodes,
@@ -216,7 +221,8 @@ def capture_and_analyse(
     sampled: Mapping[str, list[dict[str, Any]] | NodeFailure] | None = None,
     progress: Progress | None = None,
 ) -> AnalysedCapture:
-    """Capture, build, analyse once, and save atomically before anyone sees it.
+    """Capture, build, analyse once, and save atomically before anyone sees it (a capture
+    that found no rank at all is not saved: `save_error` says so).
 
     The analysis and diagnosis that made the saved file come back with the capture: the
     caller shows them, never analysing the capture again."""
@@ -224,6 +230,11 @@ def capture_and_analyse(
     raw = capture_raw(fleet, options, sampled, progress)
     raw["id"] = new_capture_id()
     result = analysed(build_capture(raw))
+    if not result.capture.rank_stacks:
+        # No node answered, or no process with a rank: nothing to reopen or compare later,
+        # and an empty entry in every list of saved captures.
+        result.capture.save_error = f"not saved: {NOTHING_CAPTURED}"
+        return result
     try:
         save_capture(result.capture, doc=result.json())
     except OSError as exc:  # still show it: losing the save must not lose the capture

@@ -331,6 +331,7 @@ class StackCapture:
     save_error: str | None = None  # why it could not be saved (shown, never silent)
     job: str | None = None  # the job key(s) the capture was scoped to (see scope.py)
     ledger: Ledger | None = None  # Flight Recorder's view; None: not read
+    user: str | None = None  # who took it (login identity); None: an older capture
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -608,6 +609,7 @@ def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCaptur
         capture_id=raw.get("id"),
         job=raw.get("job"),
         ledger=_ledger_from_raw(raw),
+        user=raw["user"] if isinstance(raw.get("user"), str) else None,
     )
 
 
@@ -722,6 +724,7 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         capture_id=data.get("id"),
         job=data.get("job"),
         ledger=_ledger_from_json(data.get("ledger")),
+        user=data["user"] if isinstance(data.get("user"), str) else None,
     )
 
 

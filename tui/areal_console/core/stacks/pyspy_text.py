@@ -25,6 +25,7 @@ from typing import TextIO
 
 from areal_node.agent import TRAINING_ROLES, detect_role, rpc_worker
 
+from areal_console.core.identity import login_user
 from areal_console.core.stacks.model import (
     FrameTable,
     RankStack,
@@ -216,7 +217,9 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
             )
         )
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.node, r.pid))
-    return StackCapture(captured_at=now_iso(), samples=1, ranks=ranks, capture_id=capture_id)
+    return StackCapture(
+        captured_at=now_iso(), samples=1, ranks=ranks, capture_id=capture_id, user=login_user()
+    )
 
 
 def import_text_dumps(

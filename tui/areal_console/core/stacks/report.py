@@ -88,6 +88,8 @@ def capture_json(
     doc["interval"] = capture.interval
     if capture.job:
         doc["job"] = capture.job
+    if capture.user:
+        doc["user"] = capture.user
     return doc
 
 

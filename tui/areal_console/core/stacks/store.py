@@ -67,6 +67,7 @@ class SavedCapture:
     ranks: int
     pattern: str
     title: str
+    user: str | None = None  # who took it; None: a capture saved before users were stored
 
 
 @dataclass
@@ -98,6 +99,7 @@ def _summary(path: Path) -> SavedCapture:
         ranks=sum(1 for r in ranks if r.get("rank") is not None),
         pattern=str(diag.get("pattern") or "?"),
         title=str(diag.get("title") or ""),
+        user=doc["user"] if isinstance(doc.get("user"), str) else None,
     )
 
 
