@@ -180,7 +180,10 @@ def _outcome(capture: Any, nodes: int, match: str | None) -> int:
             )
         print(f"error: no rank captured: {why}", file=sys.stderr)
         return EXIT_ERROR
-    return EXIT_PARTIAL if capture.errors else EXIT_OK
+    trace_errors = capture.ledger.errors if capture.ledger is not None else []
+    for error in trace_errors:  # the stacks are whole; some ranks' traces are not
+        print(f"warning: {error}", file=sys.stderr)
+    return EXIT_PARTIAL if capture.errors or trace_errors else EXIT_OK
 
 
 class _JobChoice(Exception):

@@ -95,9 +95,10 @@ def full_diagnosis(analysis: StackAnalysis) -> Diagnosis:
 def ledger_lines(capture: StackCapture) -> list[str]:
     """The report's "Collective ledger" section (one line when there is none)."""
     ledger = capture.ledger
+    errors = [f"  error: {e}" for e in (ledger.errors if ledger is not None else ())]
     if ledger is None or not ledger.groups:
-        return ["", "Collective ledger: " + absent_note(ledger)]
-    lines = ["", "Collective ledger (Flight Recorder):"]
+        return ["", "Collective ledger: " + absent_note(ledger), *errors]
+    lines = ["", "Collective ledger (Flight Recorder):", *errors]
     for g in ledger.used_groups:
         lines.append(f"  {g.label}, {g.members_label}: {g.summary()}")
         lines += [f"    ! {p}" for p in g.problems()]
