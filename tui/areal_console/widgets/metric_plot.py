@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 
 from textual_plotext import PlotextPlot
 
+from areal_console.widgets.remote_text import remote_line
+
 
 class MetricPlot(PlotextPlot):
     DEFAULT_CSS = """
@@ -21,5 +23,5 @@ class MetricPlot(PlotextPlot):
             plt.title("space marks metrics to plot")
         for name, (steps, values) in series.items():
             if steps:
-                plt.plot(list(steps), list(values), label=name, marker="braille")
+                plt.plot(list(steps), list(values), label=remote_line(name), marker="braille")
         self.refresh()
