@@ -43,6 +43,11 @@ def banner_text(
         text.append_text(remote_text(w.remedy, style="green"))
     if len(checks) > max_warnings:
         text.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
+    for note in report.notes[:2]:  # records skipped, files dropped
+        text.append("\n  ! ", style="bold red")
+        text.append_text(remote_text(note, style="red"))
+    if len(report.notes) > 2:
+        text.append(f"\n  … {len(report.notes) - 2} more problems reading", style="dim")
     return text
 
 

@@ -278,9 +278,7 @@ def _group(g: Any, conf: Any) -> GroupTrace:
     table = list(g.get("table") or ())
     if len(keys) != len(seqs):
         raise TraceError(f"malformed trace: {len(keys)} keys for {len(seqs)} calls")
-    if keys and (
-        any(type(k) is not int for k in keys) or min(keys) < 0 or max(keys) >= len(table)
-    ):
+    if keys and (any(type(k) is not int for k in keys) or min(keys) < 0 or max(keys) >= len(table)):
         raise TraceError("malformed trace: a call's key is not a row of its table")
     for row in table:  # small (distinct signatures): each row must make a Call
         if not isinstance(row, (list, tuple)) or len(row) != 4:
@@ -320,10 +318,10 @@ def _parse_trace(rank: int, node: str, source: str, where: str, data: Any) -> Ra
             desc = _text(conf.get("desc") or "")
             groups[name] = GroupTrace(name, desc, _members(conf.get("ranks")))
     for pg_id, status in _mapping(data, "pg_status").items():
-        group = groups.get(pg_ids.get(_text(pg_id), _text(pg_id)))
-        if group is None or not isinstance(status, dict):
+        found = groups.get(pg_ids.get(_text(pg_id), _text(pg_id)))
+        if found is None or not isinstance(status, dict):
             continue
-        group.last_enqueued = _status_value(status.get("last_enqueued_collective"))
-        group.last_started = _status_value(status.get("last_started_collective"))
-        group.last_completed = _status_value(status.get("last_completed_collective"))
+        found.last_enqueued = _status_value(status.get("last_enqueued_collective"))
+        found.last_started = _status_value(status.get("last_started_collective"))
+        found.last_completed = _status_value(status.get("last_completed_collective"))
     return RankTrace(rank, node, source, where, _text(data.get("version") or ""), groups)
