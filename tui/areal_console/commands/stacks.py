@@ -234,7 +234,7 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
 
 
 def _import(files: list[str]) -> Any:
-    from areal_console.core.stacks.pyspy_text import import_text_dumps
+    from areal_console.core.stacks.pyspy_text import ImportTooLarge, import_text_dumps
     from areal_console.core.stacks.report import analysed
     from areal_console.core.stacks.store import new_capture_id, save_capture
 
@@ -244,6 +244,8 @@ def _import(files: list[str]) -> Any:
             raise UsageError(f"--import: {path} is not a file")
     try:
         capture = import_text_dumps(paths, new_capture_id(), stdin=sys.stdin)
+    except ImportTooLarge as exc:
+        raise UserError(f"--import: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"--import: {exc}") from None
     except OSError as exc:
