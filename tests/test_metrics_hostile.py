@@ -126,13 +126,13 @@ def test_a_record_with_an_impossible_length_is_an_error_for_its_file(tmp_path: P
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
     assert (
-        "1099511627776 bytes" in result.stderr and "not a tensorboard event file" in result.stderr
+        "1099511627776 bytes" in result.stderr and "not an event file of scalars" in result.stderr
     )
     assert json.loads(result.stdout)["steps"] == list(range(10))
 
     result = run_cli("metrics", str(only))  # nothing readable: one line, exit 1
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("error: ") and "not a tensorboard event file" in result.stderr
+    assert result.stderr.startswith("error: ") and "not an event file of scalars" in result.stderr
 
 
 async def test_the_health_screen_says_why_an_event_file_cannot_be_read(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ async def test_the_health_screen_says_why_an_event_file_cannot_be_read(tmp_path:
         await pilot.press("5")
         banner = app.screen.query_one(HealthBanner)
         await until(pilot, lambda: "no data" in str(banner.render()), what="the error")
-        assert "not a tensorboard event file" in str(banner.render())
+        assert "not an event file of scalars" in str(banner.render())
 
 
 def test_a_record_that_fails_its_crc_is_skipped_and_said(tmp_path: Path) -> None:

@@ -154,6 +154,11 @@ class MetricsFollower:
         """Read the log to the end it had when this call began (a one-shot report must see
         the whole run, however large), at most `limit` bytes; returns how many new steps."""
         new = self.poll()
+        if self.tensorboard is not None:
+            read = 0
+            while self.tensorboard.unread_bytes and read < limit:
+                read += self.tensorboard.unread_bytes
+                new += self.poll()
         if self.log is None:
             return new
         end = self.log.size
@@ -168,7 +173,10 @@ class MetricsFollower:
 
     @property
     def unread_bytes(self) -> int:
-        """The log's bytes past what was read (as the last read saw its size)."""
+        """The log's bytes past what was read (as the last read saw its size), or the
+        event files' bytes the last poll left for the next."""
+        if self.tensorboard is not None:
+            return self.tensorboard.unread_bytes
         return max(0, self.log.size - self.log.offset) if self.log is not None else 0
 
     @property

@@ -56,6 +56,11 @@ class TensorboardReader:
         self.errors: dict[str, str] = {}  # file -> why it is no longer read
 
     @property
+    def unread_bytes(self) -> int:
+        """Bytes the last poll left for the next (it reads a bounded amount)."""
+        return sum(f.unread for f in self._files.values())
+
+    @property
     def files(self) -> list[str]:
         """The event files seen so far."""
         return list(self._files)
