@@ -8,10 +8,13 @@ process, are walked in test_hostile_inputs.py (test_cluster_and_stacks_screens_e
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from areal_console.app import ConsoleApp
@@ -123,5 +126,62 @@ async def test_a_jobs_log_is_escaped(fleet: Fleet) -> None:
         log = app.screen.query_one("#jobs-log", Log)
         await until(pilot, lambda: any("pwned" in line for line in log.lines), what="the log")
         assert SHOWN in log.lines
+        await pilot.pause()
+        assert_escaped(app)
+
+
+async def test_slurm_job_names_of_other_users_are_escaped() -> None:
+    from areal_console.core.slurm import parse_squeue_lines
+    from areal_console.screens.slurm_jobs import SlurmJobsScreen
+
+    line = f"7|{HOSTILE}|mallory|RUNNING|None|1|node1|gres:gpu:1"  # squeue's format, as read
+
+    def list_jobs(all_users: bool) -> list[Any]:
+        return parse_squeue_lines(line + "\n")
+
+    screen = SlurmJobsScreen(list_jobs)
+    app = Host(screen)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await until(pilot, lambda: screen.loaded, what="Slurm's answer")
+        await pilot.pause()
+        assert_escaped(app)
+
+
+async def test_a_process_detail_is_escaped(tmp_path: Path) -> None:
+    """A real process with a hostile command line and rank variable, opened in full."""
+    from areal_console.core.records import ProcessRow
+    from areal_console.screens.process_detail import ProcessDetailScreen
+
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR=HOSTILE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", HOSTILE], env=env
+    )
+    fleet = Fleet([local_node()])
+    try:
+        sample = fleet.sessions[0].call("sample", {"all": True})
+        raw = next(p for p in sample["processes"] if p["pid"] == proc.pid)
+        row = ProcessRow.from_agent(raw)
+        assert row is not None and HOSTILE in row.cmdline
+        app = Host(ProcessDetailScreen(None, fleet.sessions[0].name, row))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await pilot.pause()
+            assert_escaped(app)
+    finally:
+        proc.kill()
+        proc.wait()
+        fleet.close()
+
+
+async def test_a_source_file_shown_beside_a_frame_is_escaped(tmp_path: Path) -> None:
+    from areal_console.core.stacks.model import Frame
+    from areal_console.screens.source_view import SourceViewScreen
+
+    source = tmp_path / "train.py"
+    source.write_text(f"def step():\n    x = 1  # {HOSTILE}\n    return x\n")
+    screen = SourceViewScreen(Frame(f"step{HOSTILE}", str(source), 2))
+    app = Host(screen)
+    async with app.run_test(size=(140, 30)) as pilot:
+        body = screen.query_one("#source-body")
+        await until(pilot, lambda: "reading" not in str(body.render()), what="the snippet")
         await pilot.pause()
         assert_escaped(app)
