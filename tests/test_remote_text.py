@@ -185,3 +185,29 @@ async def test_a_source_file_shown_beside_a_frame_is_escaped(tmp_path: Path) -> 
         await until(pilot, lambda: "reading" not in str(body.render()), what="the snippet")
         await pilot.pause()
         assert_escaped(app)
+
+
+async def test_a_rollout_completion_is_escaped(tmp_path: Path) -> None:
+    """A model's completion, as AReaL's rollout.dump_to_file wrote it, can hold anything."""
+    from areal_console.screens.batches import BatchesScreen
+    from areal_console.widgets.token_view import TokenView
+    from textual.widgets import DataTable
+
+    root = tmp_path / "rollout" / "3"
+    root.mkdir(parents=True)
+    record = {"task_id": "t1", "sample_idx": 0, "seqlen": 20, "prompt_len": 8,
+              "head_version": 3, "tail_version": 3, "reward": 1.0,
+              "prompt": f"q {HOSTILE}\nline two", "completion": f"a {HOSTILE}"}  # fmt: skip
+    (root / "t1.jsonl").write_text(json.dumps(record) + "\n")
+    screen = BatchesScreen(str(tmp_path / "rollout"))
+    app = Host(screen)
+    async with app.run_test(size=(140, 40)) as pilot:
+        samples = screen.query_one("#samples", DataTable)
+        await until(pilot, lambda: samples.row_count == 1, what="the sample")
+        samples.focus()
+        await pilot.press("enter")
+        view = screen.query_one("#sample-view", TokenView)
+        await until(pilot, lambda: view.view is not None, what="the sample view")
+        await pilot.pause()
+        assert_escaped(app)
+        assert "line two" in str(view.render())  # a completion's own lines are kept

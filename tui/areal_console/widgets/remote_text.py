@@ -19,3 +19,9 @@ def remote_text(value: object, style: str = "") -> Text:
 def remote_line(value: object) -> str:
     """`value` as one line for widgets that take plain strings (`Log`, plot labels)."""
     return printable(value)
+
+
+def remote_block(value: object, style: str = "") -> Text:
+    """`value` as several lines (a prompt, a completion): tabs and newlines kept, every
+    other control character escaped."""
+    return Text(printable(value, layout=True), style=style)
