@@ -11,9 +11,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.cluster import TestCluster, free_port, skip_reason
 from tests.waits import wait_for
+
+# Property-based tests run the same examples on every run and every machine: derandomized
+# (examples follow from the test's source), a fixed count, no example database carried
+# between runs, and a deadline per example. `HYPOTHESIS_PROFILE=explore` searches more
+# and at random, for a developer hunting a bug (not for CI).
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    max_examples=60,
+    deadline=2000,  # ms per example; each test also asserts its own time and memory bounds
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("explore", settings.get_profile("ci"), derandomize=False,
+                          max_examples=2000)  # fmt: skip
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = Path(__file__).resolve().parent / "jobs"

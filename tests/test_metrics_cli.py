@@ -105,7 +105,7 @@ def test_cli_text_and_json(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert set(report) == {"source", "steps", "series", "latest", "warnings", "last_step_at",
-                           "stalled"}  # fmt: skip
+                           "stalled", "unread_bytes", "notes"}  # fmt: skip
     assert report["steps"] == list(range(30))
     assert report["latest"][BEHAVE_IMP_WEIGHT] == pytest.approx(1.29)
     assert {w["metric"] for w in report["warnings"]} == {BEHAVE_IMP_WEIGHT, "progress"}

@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, UsageError, UserError
-from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets
+from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +36,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--node", metavar="NAME", help="the node that holds PATH")
     parser.add_argument("--follow", action="store_true", help="keep reading as the run logs")
     parser.add_argument(
-        "--interval", type=float, default=2.0, metavar="S", help="seconds between reads (--follow)"
+        "--interval",
+        type=seconds,
+        default=2.0,
+        metavar="S",
+        help="seconds between reads (--follow)",
     )
     parser.add_argument("--json", action="store_true", help="the report as JSON")
     parser.set_defaults(handler=run)
@@ -49,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.path and not args.job:
         raise UsageError("metrics: give a log PATH, or --job REGEX with the job's nodes")
-    if args.interval <= 0:
-        raise UsageError("metrics: --interval must be positive")
     thresholds = thresholds_from(load_settings().health)
     remote = bool(args.hosts or args.inventory or args.slurm_job or args.job or args.node)
     fleet = None
@@ -61,10 +63,12 @@ def run(args: argparse.Namespace) -> int:
             follower = MetricsFollower(path, NodeFiles(session), thresholds)
         else:
             follower = MetricsFollower(args.path, LocalFiles(), thresholds)
-        follower.poll()
+        follower.read_to_end()
         if not args.follow:
             _print(follower, args.json)
-            return EXIT_OK
+            for note in follower.notes:  # records skipped, files dropped: a partial report
+                print(f"warning: {note}", file=sys.stderr)
+            return EXIT_PARTIAL if follower.notes else EXIT_OK
         return _follow(follower, args)
     finally:
         if fleet is not None:
@@ -96,7 +100,12 @@ def _follow(follower: Any, args: argparse.Namespace) -> int:
 
     shown = -1
     seen: dict[Any, bool] = {}
+    warned: set[str] = set()
     while True:
+        for note in follower.notes:
+            if note not in warned:
+                warned.add(note)
+                print(f"warning: {note}", file=sys.stderr)
         report = follower.report()
         events, seen = episode_events(seen, report)
         if len(report.steps) != shown or report.stall.stalled or follower.finished or events:

@@ -184,7 +184,10 @@ def _outcome(capture: Any) -> int:
         why = f"{found} found, no stack dumped: " + "; ".join(failure_reasons(ranks))
         print(f"error: no rank captured: {why}", file=sys.stderr)
         return EXIT_ERROR
-    return EXIT_PARTIAL if capture.errors else EXIT_OK
+    trace_errors = capture.ledger.errors if capture.ledger is not None else []
+    for error in trace_errors:  # the stacks are whole; some ranks' traces are not
+        print(f"warning: {error}", file=sys.stderr)
+    return EXIT_PARTIAL if capture.errors or trace_errors else EXIT_OK
 
 
 def _nothing_captured(capture: Any, nodes: int, match: str | None) -> str:
@@ -258,7 +261,7 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
 
 
 def _import(files: list[str]) -> Any:
-    from areal_console.core.stacks.pyspy_text import import_text_dumps
+    from areal_console.core.stacks.pyspy_text import ImportTooLarge, import_text_dumps
     from areal_console.core.stacks.report import analysed
     from areal_console.core.stacks.store import new_capture_id, save_capture
 
@@ -268,6 +271,8 @@ def _import(files: list[str]) -> Any:
             raise UsageError(f"--import: {path} is not a file")
     try:
         capture = import_text_dumps(paths, new_capture_id(), stdin=sys.stdin)
+    except ImportTooLarge as exc:
+        raise UserError(f"--import: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"--import: {exc}") from None
     except OSError as exc:

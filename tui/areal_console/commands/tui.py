@@ -6,7 +6,12 @@ import argparse
 from typing import Any
 
 from areal_console.core.settings import load_settings
-from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.targets import (
+    add_target_arguments,
+    fleet_options,
+    resolve_targets,
+    seconds,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -18,7 +23,7 @@ def register(subparsers: Any) -> None:
     add_target_arguments(parser)
     parser.add_argument("--read-only", action="store_true", default=None,
                         help="disable stopping jobs and launching replays")  # fmt: skip
-    parser.add_argument("--interval", type=float, default=None,
+    parser.add_argument("--interval", type=seconds, default=None,
                         help="seconds between samples (default 1, or the settings file)")  # fmt: skip
     parser.add_argument("--batches", metavar="PATH",
                         help="a dump (step_*.pt or its directory) to open in the Batches screen")  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from areal_console.core.fleet import NodeFailure
+from areal_console.core.records import MAX_CMDLINE
+from areal_console.core.textfmt import capped
 
 if TYPE_CHECKING:
     from areal_console.core.records import ServerRow
@@ -56,8 +58,15 @@ def node_report(name: str, host: str, result: Any) -> dict[str, Any]:
         "error": None,
         "gpus": [{k: g.get(k) for k in GPU_KEYS} for g in result.get("gpus", [])],
         "gpu_error": result.get("gpu_error"),
-        "processes": [{k: p.get(k) for k in PROCESS_KEYS} for p in processes],
+        "processes": [_process_entry(p) for p in processes],
     }
+
+
+def _process_entry(p: dict[str, Any]) -> dict[str, Any]:
+    entry = {k: p.get(k) for k in PROCESS_KEYS}
+    if isinstance(entry["cmdline"], str):
+        entry["cmdline"] = capped(entry["cmdline"], MAX_CMDLINE)
+    return entry
 
 
 def server_text(server: ServerRow | None) -> str:

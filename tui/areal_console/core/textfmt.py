@@ -32,6 +32,15 @@ def clip_repr(value: object, limit: int = 200) -> str:
     return clip(repr(value), limit)
 
 
+def capped(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how many were cut: remote text that can be
+    megabytes (a command line) kept at a size a screen or a JSON report can hold. Not
+    escaped (JSON escapes; screens escape when they draw)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
 def clip(text: object, limit: int = 200) -> str:
     """`text` cut to `limit` characters for an error message (with how much was cut)."""
     value = printable(text)

@@ -36,7 +36,7 @@ from areal_console.core.batch_records import (
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
-from areal_console.core.textfmt import plural
+from areal_console.core.textfmt import plural, printable
 from areal_console.messages import (
     BatchCompareLoaded,
     BatchLoadFailed,
@@ -48,6 +48,7 @@ from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.mini_histogram import MiniHistogram
+from areal_console.widgets.remote_text import remote_block, remote_text
 from areal_console.widgets.token_view import TokenView
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
@@ -116,7 +117,8 @@ def _stats_text(out: Text, st: BatchStats, eos: tuple[int, ...] | None) -> None:
 def summary_text(s: BatchSummary) -> Text:
     """The summary pane: what the file is, its stats, and warnings."""
     out = Text()
-    out.append(f"{s.description}\n", style="bold")
+    out.append_text(remote_text(s.description, style="bold"))
+    out.append("\n")
     tokens = _num(s.tokens, ",")  # unknown for RTensors
     where = [f"groups {_fmt(s.groups)}", f"samples {_fmt(s.samples)}", f"tokens {tokens}"]
     if s.step is not None:
@@ -130,13 +132,14 @@ def summary_text(s: BatchSummary) -> Text:
         nodes = ", ".join(f"{a} ({n})" for a, n in sorted(remote.nodes.items()))
         out.append(f"{_num(remote.shards)} shards on {nodes}\n")
     for w in s.warnings:
-        out.append(f"! {w}\n", style="bold yellow")
+        out.append_text(remote_text(f"! {w}", style="bold yellow"))
+        out.append("\n")
     return out
 
 
 def compare_text(c: Comparison) -> Text:
     out = Text()
-    out.append(f"A {c.a}\nB {c.b}\n", style="bold")
+    out.append_text(remote_block(f"A {printable(c.a)}\nB {printable(c.b)}\n", style="bold"))
     out.append(f"{'stat':<26}{'A':>11}{'B':>11}{'B-A':>11}\n", style="bold")
     for r in c.rows:
         delta = r.delta

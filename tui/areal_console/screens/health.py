@@ -24,6 +24,7 @@ from areal_console.core.metrics.follow import FileAccess, LocalFiles, MetricsFol
 from areal_console.core.metrics.health import TASK_REWARD, HealthThresholds
 from areal_console.core.metrics.locate import HealthTarget, find_job_logs
 from areal_console.core.metrics.report import HealthReport, MetricSummary, summarize
+from areal_console.core.textfmt import clip
 from areal_console.messages import HealthPolled
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
@@ -115,6 +116,10 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
                 new = self.follower.poll()
             except UserError as exc:  # no such path, a node that dropped: in the banner
                 self.post_message(HealthPolled(None, [], {}, str(exc), ticket=ticket))
+                return
+            except Exception as exc:  # a log that breaks the reader: said, never "reading…"
+                error = f"cannot read the run's log: {exc.__class__.__name__}: {clip(exc)}"
+                self.post_message(HealthPolled(None, [], {}, error, ticket=ticket))
                 return
             report = self.follower.report()  # the stall verdict changes with time alone
             names = self._plot_names(report)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -27,6 +28,7 @@ from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.keyed_rows import sync_rows
+from areal_console.widgets.remote_text import remote_line, remote_text
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
@@ -271,7 +273,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             lines.append(record.verification.summary)
         if record.error and record.state in ("unknown", "failed"):
             lines.append(record.error)
-        detail.update("\n".join(lines))
+        detail.update(Text("\n").join(remote_text(line) for line in lines))
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -296,9 +298,10 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         if message.error:
             record = self.records.get(message.key)
             where = record.log if record else "?"
-            log.write_line(f"log unavailable ({message.error}); it is kept on the node at {where}")
+            line = f"log unavailable ({message.error}); it is kept on the node at {where}"
+            log.write_line(remote_line(line))
         else:
-            log.write_lines(message.lines)
+            log.write_lines([remote_line(line) for line in message.lines])
 
     @on(Notice)
     def _notice(self, message: Notice) -> None:

@@ -18,6 +18,7 @@ from areal_console.core.records import ProcessRow
 from areal_console.core.stacks.model import ProcessDump, Thread
 from areal_console.core.textfmt import format_bytes
 from areal_console.messages import ProcessStack
+from areal_console.widgets.remote_text import remote_text
 from areal_console.workers import Ticket, WorkerHost, background
 
 
@@ -27,7 +28,8 @@ def describe_process(node: str, p: ProcessRow) -> Text:
 
     def row(label: str, value: Any) -> None:
         text.append(f"{label:<13}", style="bold")
-        text.append(f"{'-' if value is None or value == '' else value}\n")
+        text.append_text(remote_text(f"{'-' if value is None or value == '' else value}"))
+        text.append("\n")
 
     rank, world = p.rank, p.world_size
     row("node", node)
@@ -45,11 +47,13 @@ def describe_process(node: str, p: ProcessRow) -> Text:
     text.append("\nenvironment (rank variables)\n", style="bold")
     if p.env:
         for key in sorted(p.env):
-            text.append(f"  {key}={p.env[key]}\n")
+            text.append_text(remote_text(f"  {key}={p.env[key]}"))
+            text.append("\n")
     else:
-        text.append(f"  {p.env_error or 'none set'}\n", style="dim")
+        text.append_text(remote_text(f"  {p.env_error or 'none set'}", style="dim"))
+        text.append("\n")
     text.append("\ncommand line\n", style="bold")
-    text.append(p.cmdline)
+    text.append_text(remote_text(p.cmdline))
     return text
 
 
@@ -59,11 +63,13 @@ def describe_stack(threads: list[Thread]) -> Text:
     for t in threads:
         text.append(f"\nThread {t.tid} ({t.name}){'  idle' if t.idle else ''}\n", style="bold")
         for i, frame in enumerate(t.frames):
-            text.append(f"  {frame.function} ", style="cyan")
-            text.append(f"({frame.file}:{frame.line})\n", style="dim")
+            text.append_text(remote_text(f"  {frame.function} ", style="cyan"))
+            text.append_text(remote_text(f"({frame.file}:{frame.line})", style="dim"))
+            text.append("\n")
             for var in t.variables(i):
                 kind = "arg" if var.arg else "local"
-                text.append(f"      {kind} {var.name} = {var.repr}\n", style="dim")
+                text.append_text(remote_text(f"      {kind} {var.name} = {var.repr}", "dim"))
+                text.append("\n")
     return text
 
 

@@ -15,6 +15,7 @@ from areal_console.core.slurm import SlurmJob, job_matches, job_row
 from areal_console.messages import SlurmJobsFailed, SlurmJobsLoaded
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
+from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background
 
@@ -128,7 +129,7 @@ class SlurmJobsScreen(FilterHost, WorkerHost, Screen[str | None]):
         for name in COLUMNS:
             table.add_column(name, key=name)
         for job, row in zip(visible, rows, strict=True):
-            table.add_row(*row, key=job.job_id)
+            table.add_row(*(remote_text(cell) for cell in row), key=job.job_id)
         if selected is not None:
             for index, job in enumerate(visible):
                 if job.job_id == selected:

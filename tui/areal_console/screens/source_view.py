@@ -13,6 +13,7 @@ from textual.widgets import Label, Static
 
 from areal_console.core.stacks.model import Frame, Variable
 from areal_console.core.stacks.source import SourceSnippet, read_snippet
+from areal_console.widgets.remote_text import remote_line, remote_text
 from areal_console.workers import Ticket, WorkerHost, background
 
 
@@ -51,7 +52,8 @@ class SourceViewScreen(WorkerHost, ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Label(Text(f"{self.frame.function} — {self.frame.location}"), id="source-title")
+            title = remote_text(f"{self.frame.function} — {self.frame.location}")
+            yield Label(title, id="source-title")
             yield Static("reading…", id="source-body")
             if self.variables:
                 text = Text()
@@ -59,7 +61,8 @@ class SourceViewScreen(WorkerHost, ModalScreen[None]):
                     text.append(f"\nlocals of {who}\n", style="bold")
                     for v in variables:
                         kind = "arg  " if v.arg else "local"
-                        text.append(f"  {kind} {v.name} = {v.repr}\n")
+                        text.append_text(remote_text(f"  {kind} {v.name} = {v.repr}"))
+                        text.append("\n")
                 yield Static(text, id="source-locals")
 
     def on_mount(self) -> None:
@@ -73,11 +76,11 @@ class SourceViewScreen(WorkerHost, ModalScreen[None]):
         body = self.query_one("#source-body", Static)
         snippet = message.snippet
         if snippet.error:
-            body.update(Text(snippet.error, style="yellow"))
+            body.update(remote_text(snippet.error, style="yellow"))
             return
         body.update(
             Syntax(
-                "\n".join(snippet.lines),
+                "\n".join(remote_line(line) for line in snippet.lines),
                 "python",
                 line_numbers=True,
                 start_line=snippet.first,

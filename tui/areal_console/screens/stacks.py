@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -25,7 +24,7 @@ from areal_console.core.stacks.report import (
     text_report,
 )
 from areal_console.core.stacks.store import save_capture, write_atomic
-from areal_console.core.textfmt import plural, printable
+from areal_console.core.textfmt import plural
 from areal_console.messages import (
     StacksAnalysed,
     StacksCaptureFailed,
@@ -38,6 +37,7 @@ from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.rank_group_table import RankGroupTable
+from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
 from areal_console.widgets.vim_table import VimTable
@@ -250,7 +250,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             self.action_recapture()
 
     def say(self, text: str) -> None:
-        self.query_one("#status", Static).update(Text(printable(text)))
+        self.query_one("#status", Static).update(remote_text(text))
 
     def on_vim_table_at_edge(self, message: VimTable.AtEdge) -> None:
         message.stop()
@@ -339,16 +339,14 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             text += f", {message.failed} failed"
         self.say(text + "…")
         if self.analysis is None:
-            self.query_one(DiagnosisBanner).update(Text(printable(text + "…")))
+            self.query_one(DiagnosisBanner).update(remote_text(text + "…"))
 
     @on(StacksCaptureFailed)
     def _capture_failed(self, message: StacksCaptureFailed) -> None:
         if not self.fresh(message):
             return  # answers an older request
         if self.analysis is None:
-            self.query_one(DiagnosisBanner).update(
-                Text(printable(f"capture failed: {message.error}"))
-            )
+            self.query_one(DiagnosisBanner).update(remote_text(f"capture failed: {message.error}"))
         self.say(f"capture failed: {message.error}")
 
     def _say_summary(self) -> None:

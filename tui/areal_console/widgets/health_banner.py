@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.metrics.report import HealthReport
+from areal_console.widgets.remote_text import remote_text
 
 
 def banner_text(
@@ -16,7 +17,7 @@ def banner_text(
     text = Text()
     if error:
         text.append(" no data ", style="bold white on dark_red")
-        text.append(f" {error}")
+        text.append_text(remote_text(f" {error}"))
         return text
     if report is None:
         text.append(" … ", style="reverse")
@@ -25,28 +26,33 @@ def banner_text(
     stall = report.stall
     if stall.stalled:
         text.append(" STALLED ", style="bold white on dark_red")
-        text.append(f" {stall.describe()}. ", style="bold")
+        text.append_text(remote_text(f" {stall.describe()}. ", style="bold"))
         text.append("Press s to capture this job's stacks.", style="bold yellow")
     elif stall.finished:
         text.append(" finished ", style="bold black on green")
-        text.append(f" {stall.describe()}")
+        text.append_text(remote_text(f" {stall.describe()}"))
     else:
         text.append(" running ", style="bold black on green")
-        text.append(f" {stall.describe()}")
+        text.append_text(remote_text(f" {stall.describe()}"))
     checks = [w for w in report.warnings if w.check != "stalled"]  # newest first
     if not checks:
         text.append("\n  no warnings from the guide's checks", style="dim")
     for w in checks[:max_warnings]:
         if w.active:
             text.append(f"\n  ⚠ since step {w.first_step}: ", style="bold yellow")
-            text.append(w.summary, style="yellow")
+            text.append_text(remote_text(w.summary, style="yellow"))
             text.append("\n    → ", style="bold green")
-            text.append(w.remedy, style="green")
+            text.append_text(remote_text(w.remedy, style="green"))
         else:
             text.append(f"\n  ✓ steps {w.first_step}-{w.last_step}, ended: ", style="dim bold")
-            text.append(w.summary, style="dim")
+            text.append_text(remote_text(w.summary, style="dim"))
     if len(checks) > max_warnings:
         text.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
+    for note in report.notes[:2]:  # records skipped, files dropped
+        text.append("\n  ! ", style="bold red")
+        text.append_text(remote_text(note, style="red"))
+    if len(report.notes) > 2:
+        text.append(f"\n  … {len(report.notes) - 2} more problems reading", style="dim")
     return text
 
 

@@ -10,6 +10,7 @@ from textual.widgets import Static
 from areal_console.core.ledger.analyse import Ledger
 from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.waitfor import WaitForGraph
+from areal_console.widgets.remote_text import remote_text
 
 
 def ledger_text(ledger: Ledger | None, graph: WaitForGraph | None = None) -> Text:
@@ -17,23 +18,33 @@ def ledger_text(ledger: Ledger | None, graph: WaitForGraph | None = None) -> Tex
     group with its findings under it; one line when there is no ledger."""
     text = Text()
     if ledger is None or not ledger.groups:
-        text.append(absent_note(ledger), style="dim")
-        return text
-    if graph is not None:
-        for c in graph.cycles:
-            text.append("deadlock ", style="bold red")
-            text.append(c.describe() + "\n", style="red")
-        for r in graph.roots:
-            text.append("root ", style="bold yellow")
-            text.append(f"{r.describe()}\n", style="yellow")
-    for g in ledger.used_groups:
-        text.append(g.label, style="bold")
-        text.append(f"  {g.summary()}\n")
-        for problem in g.problems():
-            text.append("  ! ", style="bold red")
-            text.append(problem + "\n", style="red")
-    for note in ledger.notes:
-        text.append(note + "\n", style="dim")
+        text.append_text(remote_text(absent_note(ledger), style="dim"))
+        text.append("\n")
+    else:
+        if graph is not None:
+            for c in graph.cycles:
+                text.append("deadlock ", style="bold red")
+                text.append_text(remote_text(c.describe(), style="red"))
+                text.append("\n")
+            for r in graph.roots:
+                text.append("root ", style="bold yellow")
+                text.append_text(remote_text(r.describe(), style="yellow"))
+                text.append("\n")
+        for g in ledger.used_groups:
+            text.append_text(remote_text(g.label, style="bold"))
+            text.append_text(remote_text(f"  {g.summary()}"))
+            text.append("\n")
+            for problem in g.problems():
+                text.append("  ! ", style="bold red")
+                text.append_text(remote_text(problem, style="red"))
+                text.append("\n")
+        for note in ledger.notes:
+            text.append_text(remote_text(note, style="dim"))
+            text.append("\n")
+    for error in ledger.errors if ledger is not None else ():
+        text.append("  ! ", style="bold red")
+        text.append_text(remote_text(error, style="red"))
+        text.append("\n")
     text.rstrip()
     return text
 

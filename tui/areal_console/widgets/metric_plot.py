@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from textual_plotext import PlotextPlot
 
 from areal_console.core.metrics.health import HealthWarning
+from areal_console.widgets.remote_text import remote_line
 
 
 class MetricPlot(PlotextPlot):
@@ -29,7 +30,7 @@ class MetricPlot(PlotextPlot):
             plt.title("space marks metrics to plot")
         for name, (steps, values) in series.items():
             if steps:
-                plt.plot(list(steps), list(values), label=name, marker="braille")
+                plt.plot(list(steps), list(values), label=remote_line(name), marker="braille")
         self.marks = episode_marks(series, episodes)
         for step, color in self.marks:
             plt.vline(step, color)

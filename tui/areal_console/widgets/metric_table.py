@@ -9,6 +9,7 @@ from rich.text import Text
 from areal_console.core.metrics.health import GUIDE_METRICS
 from areal_console.core.metrics.report import MetricSummary
 from areal_console.widgets.keyed_rows import sync_rows
+from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = ("plot", "metric", "latest", "min", "max", "trend", "last steps")
@@ -25,7 +26,7 @@ def ordered(summaries: Sequence[MetricSummary]) -> list[MetricSummary]:
 
 
 def cells(s: MetricSummary, plotted: bool, warned: bool) -> tuple[str | Text, ...]:
-    name = Text(s.name, style="bold yellow" if warned else "")
+    name = remote_text(s.name, style="bold yellow" if warned else "")
     return ("●" if plotted else "", name, fmt(s.latest), fmt(s.minimum), fmt(s.maximum),
             f"{s.trend:+.3g}", s.spark)  # fmt: skip
 

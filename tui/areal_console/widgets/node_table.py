@@ -8,7 +8,8 @@ from typing import Any
 from rich.text import Text
 
 from areal_console.core.monitor import NodeView
-from areal_console.core.textfmt import format_bytes, printable
+from areal_console.core.textfmt import format_bytes
+from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable
 
 STATE_STYLE = {
@@ -47,14 +48,14 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
     else:
         detail = view.hostname
     return {
-        "node": Text(printable(view.name)),
+        "node": remote_text(view.name),
         "state": Text(view.state, style=STATE_STYLE.get(view.state, "")),
         "latency": f"{view.latency * 1000:.0f} ms" if view.latency is not None else "-",
         "gpus": str(len(gpus)) if gpus else "-",
         "util": f"{sum(utils) / len(utils):.0f}%" if utils else "-",
         "mem": f"{format_bytes(used)}/{format_bytes(total)}" if total else "-",
         "ranks": str(len(ranks)),
-        "detail": Text(printable(detail)),
+        "detail": remote_text(detail),
     }
 
 

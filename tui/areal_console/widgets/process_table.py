@@ -11,6 +11,7 @@ from rich.text import Text
 from areal_console.core.nodes import server_text
 from areal_console.core.records import ProcessRow
 from areal_console.core.textfmt import format_bytes, printable
+from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = (
@@ -67,7 +68,7 @@ def process_cells(node: str, p: ProcessRow) -> dict[str, str | Text]:
         "rss": format_bytes(p.rss),
         "gpumem": format_bytes(p.gpu_memory),
         "gpus": ",".join(map(str, p.gpus)) or "-",
-        "state": Text(printable(p.state or "?"), style="bold red" if p.state == "Z" else ""),
+        "state": remote_text(p.state or "?", style="bold red" if p.state == "Z" else ""),
         # Text, not str: a command line is untrusted and must never be read as markup.
         "cmd": Text(
             printable(one_line(f"[{address}] {command}" if address else command))[:CMD_WIDTH]

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.batch_records import SampleView
+from areal_console.widgets.remote_text import remote_block, remote_text
 
 MAX_TOKENS = 4000  # a view, not an export: very long samples are cut with a note
 
@@ -39,13 +40,14 @@ def sample_text(view: SampleView, detailed: bool = False) -> Text:
         style="bold",
     )
     for name, value in view.extras.items():
-        out.append(f"{name}: {value}\n", style="dim")
+        out.append_text(remote_text(f"{name}: {value}", style="dim"))
+        out.append("\n")
     tokens = view.tokens
     if tokens is None:
         out.append("prompt\n", style="bold dim")
-        out.append(f"{view.prompt or ''}\n", style="dim")
+        out.append_text(remote_block(f"{view.prompt or ''}\n", style="dim"))
         out.append("completion\n", style="bold")
-        out.append(f"{view.completion or ''}\n")
+        out.append_text(remote_block(f"{view.completion or ''}\n"))
         return out
     # Separators end the preceding segment: a segment's leading spaces can be dropped.
     out.append("legend: prompt,", style="dim")
@@ -59,7 +61,7 @@ def sample_text(view: SampleView, detailed: bool = False) -> Text:
     out.append("«vN»", style="bold magenta")
     out.append(" = policy version from here on\n", style="dim")
     if view.text:
-        out.append(view.text + "\n\n")
+        out.append_text(remote_block(view.text + "\n\n"))
     mask = view.loss_mask or (False,) * len(tokens)
     logprobs = view.logprobs
     versions = view.versions
@@ -72,7 +74,7 @@ def sample_text(view: SampleView, detailed: bool = False) -> Text:
         lp = logprobs[i] if logprobs and i < len(logprobs) else None
         style = logprob_style(lp) if completion else "dim"
         label = f"{tok}:{lp:.2f}" if detailed and completion and lp is not None else str(tok)
-        out.append(label, style=style)
+        out.append_text(remote_text(label, style=style))
         out.append(" ")
     if len(tokens) > MAX_TOKENS:
         out.append(f"\n… {len(tokens) - MAX_TOKENS} more tokens", style="dim")

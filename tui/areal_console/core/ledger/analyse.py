@@ -144,6 +144,7 @@ class Ledger:
     groups: list[GroupLedger]
     sources: dict[int, str]  # rank -> "live:<socket>" | "file:<path>"
     notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # ranks whose trace was not one
 
     def findings(self) -> list[str]:
         return [f for g in self.groups for f in g.findings()]
@@ -160,6 +161,7 @@ class Ledger:
             "groups": [g.to_json() for g in self.groups],
             "sources": {str(r): s for r, s in sorted(self.sources.items())},
             "notes": list(self.notes),
+            "errors": list(self.errors),
             "findings": self.findings(),
         }
 
@@ -339,4 +341,5 @@ def ledger_from_json(doc: dict[str, Any]) -> Ledger:
             )
         )
     sources = {int(r): str(s) for r, s in (doc.get("sources") or {}).items()}
-    return Ledger(groups, sources, [str(n) for n in doc.get("notes") or []])
+    notes = [str(n) for n in doc.get("notes") or []]
+    return Ledger(groups, sources, notes, [str(e) for e in doc.get("errors") or []])

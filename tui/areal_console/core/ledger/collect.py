@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from areal_console.core.ledger.analyse import Ledger, build_ledger
+from areal_console.core.textfmt import printable
 
 if TYPE_CHECKING:  # parsed only when a rank sent a trace (most captures have none)
     from areal_console.core.ledger.trace import RankTrace
@@ -29,10 +30,14 @@ def absent_note(ledger: Ledger | None) -> str:
 
 
 def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
-    """The job's ledger, or None when no node was asked (agents without the op)."""
+    """The job's ledger, or None when no node was asked (agents without the op).
+
+    A rank whose trace is not one (a hostile or broken reply) is named in the ledger's
+    `errors`; the other ranks' traces and the stacks are kept."""
     live: dict[int, RankTrace] = {}
     files: dict[int, RankTrace] = {}
     notes: list[str] = []
+    errors: list[str] = []
     world = 0
     asked = False
     for node_raw in raw.get("nodes") or []:
@@ -40,7 +45,7 @@ def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
         for p in node_raw.get("processes") or []:
             world = max(world, int(p.get("world_size") or 0))
         fr = node_raw.get("fr")
-        if fr is None:
+        if not isinstance(fr, dict):
             continue
         asked = True
         if fr.get("error"):
@@ -51,18 +56,16 @@ def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
             if rank is None:
                 continue
             if reply.get("ok"):
-                from areal_console.core.ledger.trace import parse_trace
-
-                trace = parse_trace(
-                    int(rank), node, "live", str(reply.get("socket")), reply["trace"]
-                )
-                live.setdefault(int(rank), trace)
+                where = str(reply.get("socket"))
+                trace = _parsed(int(rank), node, "live", where, reply.get("trace"), errors)
+                if trace is not None:
+                    live.setdefault(int(rank), trace)
         for f in fr.get("files") or []:
             if f.get("ok"):
-                from areal_console.core.ledger.trace import parse_trace
-
-                trace = parse_trace(int(f["rank"]), node, "file", str(f["path"]), f["trace"])
-                files.setdefault(int(f["rank"]), trace)
+                where = str(f.get("path"))
+                trace = _parsed(int(f["rank"]), node, "file", where, f.get("trace"), errors)
+                if trace is not None:
+                    files.setdefault(int(f["rank"]), trace)
             elif not f.get("stale"):
                 notes.append(f"{node}: {f.get('path')}: {f.get('error')}")
     if not asked:
@@ -71,4 +74,19 @@ def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
     traces.update(live)
     if not traces:
         notes.insert(0, ABSENT_HINT)
-    return build_ledger(sorted(traces.values(), key=lambda t: t.rank), world or None, notes)
+    ledger = build_ledger(sorted(traces.values(), key=lambda t: t.rank), world or None, notes)
+    ledger.errors = errors
+    return ledger
+
+
+def _parsed(
+    rank: int, node: str, source: str, where: str, data: Any, errors: list[str]
+) -> RankTrace | None:
+    """One rank's trace, or None with a line in `errors` saying why it is not one."""
+    from areal_console.core.ledger.trace import TraceError, parse_trace
+
+    try:
+        return parse_trace(rank, node, source, where, data)
+    except TraceError as exc:
+        errors.append(f"{node}: rank {rank}: {source} trace {printable(where)[:200]}: {exc}")
+        return None

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.textfmt import clip, clip_repr, printable
+
 # torch's scalar type names (as the recorder writes them) -> the dtype users know.
 DTYPES = {
     "Float": "float32",
@@ -36,7 +38,19 @@ DTYPES = {
 
 
 def _sizes(raw: Any) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(int(d) for d in s) for s in raw or ())
+    return tuple(tuple(_dim(d) for d in s) for s in raw or ())
+
+
+def _dim(raw: Any) -> int:
+    value = int(raw)
+    if not 0 <= value < 2**63:
+        raise ValueError(f"tensor dimension {clip(value, 40)} out of range")
+    return value
+
+
+def _text(raw: Any, limit: int = 200) -> str:
+    """A name from a trace, safe to show and of a sane length."""
+    return printable(raw)[:limit]
 
 
 @dataclass(frozen=True)
@@ -57,10 +71,10 @@ class Call:
         name, inputs, outputs, dtypes = sig
         return cls(
             seq=seq,
-            op=str(name).split(":", 1)[-1],
+            op=_text(name).split(":", 1)[-1],
             input_sizes=_sizes(inputs),
             output_sizes=_sizes(outputs),
-            dtypes=tuple(DTYPES.get(str(d), str(d)) for d in dtypes or ()),
+            dtypes=tuple(DTYPES.get(str(d), _text(d, 40)) for d in dtypes or ()),
             state=state,
             retired=retired,
         )
@@ -172,15 +186,19 @@ class RankTrace:
 def _status_value(raw: Any) -> int | None:
     try:
         value = int(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return value if value >= 0 else None
+    return value if 0 <= value <= MAX_SEQ else None
 
 
 def _members(raw: Any) -> tuple[int, ...] | None:
     if isinstance(raw, str):
-        return _members_text(raw)
-    if isinstance(raw, (list, tuple)) and raw and all(isinstance(r, int) for r in raw):
+        return _members_text(raw) if len(raw) <= MAX_MEMBERS_TEXT else None
+    if (
+        isinstance(raw, (list, tuple))
+        and raw
+        and all(type(r) is int and 0 <= r < 2**31 for r in raw)
+    ):
         return tuple(sorted(raw))
     return None
 
@@ -191,48 +209,119 @@ def _members_text(raw: str) -> tuple[int, ...] | None:
     string, hence the cache)."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             value = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return None
     return _members(value) if not isinstance(value, str) else None
 
 
-def parse_trace(rank: int, node: str, source: str, where: str, data: dict[str, Any]) -> RankTrace:
-    """A `RankTrace` from the agent's reduced trace (`slim_trace`)."""
-    config = data.get("pg_config") or {}
+class TraceError(ValueError):
+    """A rank's trace that is not a Flight Recorder trace (malformed, hostile, too big)."""
+
+
+# A trace is what a rank's process answers, or what it left in a file: another user's
+# input. Bounds past any real recorder (its ring is `TORCH_FR_BUFFER_SIZE` entries).
+MAX_CALLS = 1_000_000  # collectives per group
+MAX_SEQ = 2**63 - 1  # the recorder's sequence ids are int64
+MAX_MEMBERS_TEXT = 1_000_000  # a member list as text ("[0, 1, ...]")
+
+
+def parse_trace(rank: int, node: str, source: str, where: str, data: Any) -> RankTrace:
+    """A `RankTrace` from the agent's reduced trace (`slim_trace`); `TraceError` when it
+    is not one (wrong types, bad indices, absurd sizes, nesting too deep)."""
+    try:
+        return _parse_trace(rank, node, source, where, data)
+    except TraceError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as exc:
+        raise TraceError(f"malformed trace: {clip(exc, 120)}") from None
+    except RecursionError:
+        raise TraceError("malformed trace: nested too deeply") from None
+
+
+def _mapping(data: dict[str, Any], key: str) -> dict[Any, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TraceError(f"malformed trace: {key} is a {type(value).__name__}, not a mapping")
+    return value
+
+
+def _seqs(g: dict[str, Any]) -> Sequence[int]:
+    seq_range = g.get("seq_range")
+    if seq_range:
+        first, count = (_bounded_int(v, MAX_SEQ) for v in seq_range)
+        if count > MAX_CALLS or first + count > MAX_SEQ:
+            raise TraceError(f"malformed trace: {count} calls from #{first}: out of range")
+        return range(first, first + count)
+    seqs = [_bounded_int(s, MAX_SEQ) for s in g.get("seqs") or ()]
+    if len(seqs) > MAX_CALLS:
+        raise TraceError(f"malformed trace: {len(seqs)} calls in one group")
+    return seqs
+
+
+def _bounded_int(value: Any, top: int) -> int:
+    if type(value) is not int or not 0 <= value <= top:
+        raise TraceError(f"malformed trace: {clip_repr(value, 40)} is not a sequence number")
+    return value
+
+
+def _group(g: Any, conf: Any) -> GroupTrace:
+    if not isinstance(g, dict):
+        raise TraceError(f"malformed trace: a group is a {type(g).__name__}, not a mapping")
+    conf = conf if isinstance(conf, dict) else {}
+    seqs = _seqs(g)
+    keys = list(g.get("keys") or ())
+    table = list(g.get("table") or ())
+    if len(keys) != len(seqs):
+        raise TraceError(f"malformed trace: {len(keys)} keys for {len(seqs)} calls")
+    if keys and (any(type(k) is not int for k in keys) or min(keys) < 0 or max(keys) >= len(table)):
+        raise TraceError("malformed trace: a call's key is not a row of its table")
+    for row in table:  # small (distinct signatures): each row must make a Call
+        if not isinstance(row, (list, tuple)) or len(row) != 4:
+            raise TraceError(f"malformed trace: table row {clip_repr(row, 40)}")
+        Call.from_sig(row, 0)
+    return GroupTrace(
+        name=_text(g.get("name")),
+        desc=_text(g.get("desc") or conf.get("desc") or ""),
+        ranks=_members(conf.get("ranks")),
+        seqs=seqs,
+        keys=keys,
+        table=table,
+        last_state=_text(g.get("last_state") or ""),
+        last_retired=bool(g.get("last_retired")),
+    )
+
+
+def _parse_trace(rank: int, node: str, source: str, where: str, data: Any) -> RankTrace:
+    if not isinstance(data, dict):
+        raise TraceError(f"malformed trace: a {type(data).__name__}, not a mapping")
+    config = _mapping(data, "pg_config")
+    for name, conf in config.items():
+        if not isinstance(conf, dict):
+            raise TraceError(f"malformed trace: pg_config[{_text(name, 40)!r}] is not a mapping")
     groups: dict[str, GroupTrace] = {}
     pg_ids: dict[str, str] = {}  # pg_status is keyed by the recorder's numeric pg id
-    for g in data.get("groups") or ():
-        name = str(g.get("name"))
-        conf = config.get(name) or {}
-        seq_range = g.get("seq_range")
-        seqs: Sequence[int] = (
-            range(int(seq_range[0]), int(seq_range[0]) + int(seq_range[1]))
-            if seq_range
-            else [int(s) for s in g.get("seqs") or ()]
-        )
-        groups[name] = GroupTrace(
-            name=name,
-            desc=str(g.get("desc") or conf.get("desc") or ""),
-            ranks=_members(conf.get("ranks")),
-            seqs=seqs,
-            keys=list(g.get("keys") or ()),
-            table=list(g.get("table") or ()),
-            last_state=str(g.get("last_state") or ""),
-            last_retired=bool(g.get("last_retired")),
-        )
-        pg_ids[str(g.get("pg_id"))] = name
+    raw_groups = data.get("groups") or ()
+    if not isinstance(raw_groups, (list, tuple)):
+        raise TraceError("malformed trace: groups is not a list")
+    for g in raw_groups:
+        group = _group(g, config.get(_text(g.get("name"))) if isinstance(g, dict) else None)
+        groups[group.name] = group
+        pg_ids[_text(g.get("pg_id"))] = group.name
     for name, conf in config.items():
-        if name and name not in groups and isinstance(conf, dict):
-            desc = str(conf.get("desc") or "")
-            groups[name] = GroupTrace(str(name), desc, _members(conf.get("ranks")))
-    for pg_id, status in (data.get("pg_status") or {}).items():
-        group = groups.get(pg_ids.get(str(pg_id), str(pg_id)))
-        if group is None or not isinstance(status, dict):
+        name = _text(name)
+        if name and name not in groups:
+            desc = _text(conf.get("desc") or "")
+            groups[name] = GroupTrace(name, desc, _members(conf.get("ranks")))
+    for pg_id, status in _mapping(data, "pg_status").items():
+        found = groups.get(pg_ids.get(_text(pg_id), _text(pg_id)))
+        if found is None or not isinstance(status, dict):
             continue
-        group.last_enqueued = _status_value(status.get("last_enqueued_collective"))
-        group.last_started = _status_value(status.get("last_started_collective"))
-        group.last_completed = _status_value(status.get("last_completed_collective"))
-    return RankTrace(rank, node, source, where, str(data.get("version") or ""), groups)
+        found.last_enqueued = _status_value(status.get("last_enqueued_collective"))
+        found.last_started = _status_value(status.get("last_started_collective"))
+        found.last_completed = _status_value(status.get("last_completed_collective"))
+    return RankTrace(rank, node, source, where, _text(data.get("version") or ""), groups)

@@ -26,6 +26,9 @@ from areal_console.core.metrics.store import MetricStore
 from areal_console.core.metrics.tboard import TensorboardReader
 
 CHUNK = 4 << 20
+# A one-shot report reads the whole log (AReaL logs ~20 KB a step: 1 GB is ~50,000 steps);
+# past this it says how much it left unread.
+READ_ALL_LIMIT = 4 << 30
 
 
 class FileAccess(Protocol):
@@ -147,6 +150,39 @@ class MetricsFollower:
             raise UserError(f"no AReaL log (main.log, trainer.log, merged.log, *.log) or "
                             f"tensorboard events at {where}{found['path']}")  # fmt: skip
 
+    def read_to_end(self, limit: int = READ_ALL_LIMIT) -> int:
+        """Read the log to the end it had when this call began (a one-shot report must see
+        the whole run, however large), at most `limit` bytes; returns how many new steps."""
+        new = self.poll()
+        if self.tensorboard is not None:
+            read = 0
+            while self.tensorboard.unread_bytes and read < limit:
+                read += self.tensorboard.unread_bytes
+                new += self.poll()
+        if self.log is None:
+            return new
+        end = self.log.size
+        spent = self.log.offset
+        while self.log.offset < end and spent < limit:
+            before = self.log.offset
+            new += self.poll()
+            if self.log.offset <= before:
+                break  # truncated, rotated or shrunk under us: what was read stands
+            spent += self.log.offset - before
+        return new
+
+    @property
+    def unread_bytes(self) -> int:
+        """The log's bytes past what was read (as the last read saw its size), or the
+        event files' bytes the last poll left for the next."""
+        if self.tensorboard is not None:
+            return self.tensorboard.unread_bytes
+        return max(0, self.log.size - self.log.offset) if self.log is not None else 0
+
+    @property
+    def notes(self) -> list[str]:
+        return self.tensorboard.notes if self.tensorboard is not None else []
+
     def poll(self, budget: int = 64 << 20) -> int:
         """Read what was appended (at most `budget` bytes); returns how many new steps."""
         if self.parser is None and self.tensorboard is None:
@@ -176,6 +212,9 @@ class MetricsFollower:
                     if result["eof"] or not result["data"]:
                         break
             self.tensorboard.poll()
+            errors = self.tensorboard.errors
+            if errors and not self.store.steps and len(errors) == len(self.tensorboard.files):
+                raise UserError("; ".join(errors.values()))
             if not self.event_tails:
                 self._node_now, self._node_mono = time.time(), time.monotonic()
         return len(self.store.steps) - before
@@ -196,7 +235,8 @@ class MetricsFollower:
     def report(self, now: float | None = None) -> HealthReport:
         total = self.parser.total_steps if self.parser else None
         return build_report(self.source or self.path, self.store, self.finished,
-                            self.node_now() if now is None else now, self.thresholds, total)  # fmt: skip
+                            self.node_now() if now is None else now, self.thresholds, total,
+                            self.unread_bytes, self.notes)  # fmt: skip
 
     def close(self) -> None:
         if self._mirror_dir:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
+from areal_console.core.textfmt import format_bytes
+
 IMPORTANCE_WEIGHT = "ppo_actor/update/importance_weight/avg"
 BEHAVE_IMP_WEIGHT = "ppo_actor/update/behave_imp_weight/avg"
 NO_EOS_RATIO = "ppo_actor/no_eos_ratios/avg"
@@ -474,31 +476,41 @@ class StallState:
     median_step_seconds: float | None
     waited_seconds: float | None
     limit_seconds: float | None
+    unread_bytes: int = 0  # the log's bytes not read yet: too early to judge
 
     def describe(self) -> str:
         if self.finished:
             return "finished (AReaL logged its completion line)"
+        if self.unread_bytes:
+            return f"reading the log: {format_bytes(self.unread_bytes)} not read yet"
         if self.last_step_at is None:
             return "no step logged yet"
         if self.median_step_seconds is None:
             return "too few steps to judge progress"
         waited = self.waited_seconds or 0.0
         if self.stalled:
-            return (f"stalled: no new step for {waited:.0f}s, {waited / self.median_step_seconds:.0f}x "
+            times = (f"{waited / self.median_step_seconds:.0f}x "
+                     if self.median_step_seconds > 0 else "")  # fmt: skip
+            return (f"stalled: no new step for {waited:.0f}s, {times}"
                     f"the median step time ({self.median_step_seconds:.3g}s)")  # fmt: skip
         return f"progressing: last step {waited:.0f}s ago (median step {self.median_step_seconds:.3g}s)"
 
 
 def stall_state(
-    step_times: Sequence[float], now: float, finished: bool, t: HealthThresholds | None = None
+    step_times: Sequence[float],
+    now: float,
+    finished: bool,
+    t: HealthThresholds | None = None,
+    unread_bytes: int = 0,
 ) -> StallState:
     """Is the run stalled? No new step for `stall_factor` x the median step time (and at
-    least `stall_min_seconds`); a run that logged its completion line is finished instead."""
+    least `stall_min_seconds`); a run that logged its completion line is finished instead,
+    and one whose log is not read to its end yet is not judged."""
     t = t or HealthThresholds()
     times = [x for x in step_times if math.isfinite(x)]
     last = times[-1] if times else None
-    if finished or last is None:
-        return StallState(False, finished, last, None, None, None)
+    if finished or last is None or unread_bytes:
+        return StallState(False, finished, last, None, None, None, unread_bytes)
     recent = times[-51:]
     gaps = [b - a for a, b in itertools.pairwise(recent) if b >= a]
     waited = max(0.0, now - last)

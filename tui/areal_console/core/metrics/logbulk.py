@@ -26,7 +26,14 @@ import numpy as np
 import numpy.typing as npt
 
 BAR = "│".encode()
-PROGRESS = re.compile(rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\.")
+# A count or step has at most 18 digits (inside int64): a line with a longer number is
+# not AReaL's progress line (int() of 5,000 digits raises, numpy's int64 overflows).
+COUNT = rb"(\d{1,18})"
+PROGRESS_LINE = (
+    rb"Epoch " + COUNT + rb"/" + COUNT + rb" Step " + COUNT + rb"/" + COUNT
+    + rb" Train step " + COUNT + rb"/" + COUNT + rb" done\."
+)  # fmt: skip
+PROGRESS = re.compile(PROGRESS_LINE)
 STATS_1_OF_1 = b"Stats (1/1):"
 TIMESTAMP = re.compile(rb"\d{8}-\d\d:\d\d:\d\d\.\d{3} ")
 HEADS = re.compile(

@@ -30,6 +30,8 @@ import re
 import time
 
 from areal_console.core.metrics.logbulk import (
+    COUNT,
+    PROGRESS_LINE,
     RecordRun,
     RecordTemplate,
     fits,
@@ -39,12 +41,8 @@ from areal_console.core.metrics.logbulk import (
 )
 from areal_console.core.metrics.store import MetricStore
 
-PROGRESS = re.compile(rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\.")
-STATS = re.compile(rb"Stats \((\d+)/(\d+)\):")
 HEADS = re.compile(
-    rb"Epoch (\d+)/(\d+) Step (\d+)/(\d+) Train step (\d+)/(\d+) done\."
-    rb"|Stats \((\d+)/(\d+)\):"
-    rb"|Training completes!"
+    PROGRESS_LINE + rb"|Stats \(" + COUNT + rb"/" + COUNT + rb"\):" + rb"|Training completes!"
 )
 TIMESTAMP = re.compile(rb"(\d{4})(\d\d)(\d\d)-(\d\d):(\d\d):(\d\d)\.(\d{3}) ")
 BAR = "│".encode()

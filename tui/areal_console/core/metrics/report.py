@@ -68,6 +68,7 @@ class HealthReport:
     warnings: list[HealthWarning]  # episodes, active first, newest first
     stall: StallState
     total_steps: int | None = None
+    notes: tuple[str, ...] = ()  # what could not be read (skipped records, dropped files)
 
 
 def build_report(
@@ -77,10 +78,13 @@ def build_report(
     now: float,
     thresholds: HealthThresholds | None = None,
     total_steps: int | None = None,
+    unread_bytes: int = 0,
+    notes: Sequence[str] = (),
 ) -> HealthReport:
+    """`unread_bytes`: the log's bytes not read yet (no stall is judged until they are)."""
     thresholds = thresholds or HealthThresholds()
     warnings = run_checks(SeriesView(store), thresholds)
-    stall = stall_state(list(store.step_times), now, finished, thresholds)
+    stall = stall_state(list(store.step_times), now, finished, thresholds, unread_bytes)
     if stall.stalled:
         last = store.steps[-1] if store.steps else None
         warnings.append(HealthWarning(
@@ -88,7 +92,8 @@ def build_report(
             "Capture every rank's stack to see where the job waits (the debugging guide's "
             "first hang symptom is logs that stop updating)", (), last, last, True,
         ))  # fmt: skip
-    return HealthReport(source, store.all_steps(), store, warnings, stall, total_steps)
+    steps = store.all_steps()
+    return HealthReport(source, steps, store, warnings, stall, total_steps, tuple(notes))
 
 
 class SeriesView(Mapping[str, tuple[list[int], list[float]]]):
@@ -136,6 +141,8 @@ def report_json(report: HealthReport) -> dict[str, Any]:
         "warnings": [w.to_json() for w in report.warnings],
         "last_step_at": iso(report.stall.last_step_at),
         "stalled": report.stall.stalled,
+        "unread_bytes": report.stall.unread_bytes,
+        "notes": list(report.notes),
     }
 
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
 
-from areal_console.core.textfmt import printable
+from areal_console.core.records import MAX_CMDLINE
+from areal_console.core.textfmt import capped, printable
 
 MAIN_THREAD = "MainThread"
 # AReaL's single-controller workers run all engine work, and so every collective, in this
@@ -622,7 +623,7 @@ def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
 def _rank_from_process(
     node: str, proc: dict[str, Any], table: FrameTable | None = None, **extra: Any
 ) -> RankStack:
-    cmdline = proc.get("cmdline") or ""
+    cmdline = capped(str(proc.get("cmdline") or ""), MAX_CMDLINE)
     server = proc.get("server")
     return RankStack(
         node=node,
@@ -706,7 +707,7 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
                 local_rank=r.get("local_rank"),
                 world_size=r.get("world_size"),
                 role=r.get("role"),
-                cmdline=str(r.get("cmdline") or ""),
+                cmdline=capped(str(r.get("cmdline") or ""), MAX_CMDLINE),
                 state=str(r.get("state") or "ok"),
                 error=r.get("error"),
                 progressing=r.get("progressing"),

@@ -35,15 +35,29 @@ from areal_console.core.stacks.model import (
     now_iso,
 )
 
-_PID_HEADER = re.compile(r"^\s*=+\s*PID\s+(\d+)\s*=+\s*$", re.IGNORECASE)
-_PROCESS = re.compile(r"^Process\s+(\d+):\s*(.*)$")
+# Numbers have bounded lengths (a pid, a rank, a line: at most 18 digits); longer is not
+# py-spy's output, and int() of thousands of digits raises.
+_PID_HEADER = re.compile(r"^\s*=+\s*PID\s+(\d{1,18})\s*=+\s*$", re.IGNORECASE)
+_PROCESS = re.compile(r"^Process\s+(\d{1,18}):\s*(.*)$")
 _PYTHON = re.compile(r"^Python v\S+")
-_THREAD = re.compile(r'^Thread(?:\s+(0x[0-9A-Fa-f]+|\d+))?\s*(?:\(([^)]*)\))?\s*:\s*"(.*)"\s*$')
-_FRAME = re.compile(r"^(\S.*?) \((.+?)(?::(\d+))?\)$")
+_THREAD = re.compile(
+    r'^Thread(?:\s+(0x[0-9A-Fa-f]{1,16}|\d{1,18}))?\s*(?:\(([^)]*)\))?\s*:\s*"(.*)"\s*$'
+)
+_FRAME = re.compile(r"^(\S.*?) \((.+?)(?::(\d{1,18}))?\)$")
 _COMMENT = re.compile(r"^\s*#\s?(.*)$")
-_RANK_WORD = re.compile(r"\brank\s*[_#-]?\s*(\d+)\b", re.IGNORECASE)
+_RANK_WORD = re.compile(r"\brank\s*[_#-]?\s*(\d{1,9})\b", re.IGNORECASE)
 _ERROR = re.compile(r"^Error:\s*(.*)$")
-_FILE_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+_FILE_RANK = re.compile(r"rank[_-]?(\d{1,9})", re.IGNORECASE)
+
+# Bounds on an import (pasted or another user's text): a 1,000-rank job's dumps are a few
+# MB and ~100,000 frames. Past these it is refused with one line, not parsed for minutes.
+MAX_IMPORT_BYTES = 64 << 20  # per file (or stdin)
+MAX_FRAMES = 200_000  # in all the files of one import
+MAX_LINE = 64 << 10  # a longer line is cut there (a frame's regex is not run on megabytes)
+
+
+class ImportTooLarge(ValueError):
+    """An import past one of the bounds above."""
 
 
 @dataclass
@@ -67,9 +81,11 @@ class DumpSection:
         )
 
 
-def parse_text(text: str, source: str) -> list[DumpSection]:
-    """Sections (one per process) of a py-spy text dump or a loop over several."""
+def parse_text(text: str, source: str, max_frames: int = MAX_FRAMES) -> list[DumpSection]:
+    """Sections (one per process) of a py-spy text dump or a loop over several;
+    `ImportTooLarge` past `max_frames` frames."""
     sections: list[DumpSection] = []
+    frames = 0
     cur = DumpSection(source)
     frame_indent: int | None = None
 
@@ -81,7 +97,7 @@ def parse_text(text: str, source: str) -> list[DumpSection]:
         return DumpSection(source)
 
     for raw in text.splitlines():
-        line = raw.split("\u2190", 1)[0].rstrip()  # the guide's "← note" annotations
+        line = raw[:MAX_LINE].split("\u2190", 1)[0].rstrip()  # the guide's "← note" annotations
         if not line.strip():
             continue
         stripped = line.strip()
@@ -126,6 +142,12 @@ def parse_text(text: str, source: str) -> list[DumpSection]:
                 cur.threads.append(("MainThread", 0, []))
             line_no = int(m.group(3)) if m.group(3) else 0
             cur.threads[-1][2].append((m.group(1), m.group(2), line_no))
+            frames += 1
+            if frames > max_frames:
+                raise ImportTooLarge(
+                    f"{source}: more than {MAX_FRAMES:,} frames in this import: not imported "
+                    "(a dump of 1,000 ranks has ~100,000; import fewer ranks at a time)"
+                )
     close()
     return sections
 
@@ -226,15 +248,30 @@ def import_text_dumps(
     paths: list[Path], capture_id: str | None = None, stdin: TextIO | None = None
 ) -> StackCapture:
     """A capture from py-spy text files (`-`: `stdin`). Raises ValueError when a file
-    holds no stack."""
+    holds no stack, `ImportTooLarge` past the import's bounds."""
     sections: list[DumpSection] = []
+    frames = 0
     for path in paths:
         if str(path) == "-" and stdin is not None:
-            text, source = stdin.read(), "stdin"
+            source = "stdin"
+            data = stdin.buffer.read(MAX_IMPORT_BYTES + 1) if hasattr(stdin, "buffer") else None
+            if data is None:
+                data = stdin.read(MAX_IMPORT_BYTES + 1).encode("utf-8", "replace")
         else:
-            text, source = path.read_text(encoding="utf-8", errors="replace"), str(path)
-        found = parse_text(text, source)
+            source = str(path)
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_IMPORT_BYTES + 1)
+        if len(data) > MAX_IMPORT_BYTES:
+            raise ImportTooLarge(
+                f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MB: not a py-spy dump "
+                "(import fewer ranks at a time)"
+            )
+        if b"\0" in data:
+            raise ValueError(f"{source}: binary data (NUL bytes): not py-spy text")
+        text = data.decode("utf-8", errors="replace")
+        found = parse_text(text, source, MAX_FRAMES - frames)
         if not any(s.threads for s in found):
             raise ValueError(f"{source}: no py-spy stack found (expected `py-spy dump` output)")
+        frames += sum(len(stack) for s in found for _, _, stack in s.threads)
         sections.extend(found)
     return sections_to_capture(sections, capture_id)

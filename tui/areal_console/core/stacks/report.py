@@ -105,9 +105,10 @@ def ledger_lines(capture: StackCapture, diagnosis: Diagnosis | None = None) -> l
     """The report's "Collective ledger" section (one line when there is none), with who
     waits for whom."""
     ledger = capture.ledger
+    errors = [f"  error: {e}" for e in (ledger.errors if ledger is not None else ())]
     if ledger is None or not ledger.groups:
-        return ["", "Collective ledger: " + absent_note(ledger)]
-    lines = ["", "Collective ledger (Flight Recorder):"]
+        return ["", "Collective ledger: " + absent_note(ledger), *errors]
+    lines = ["", "Collective ledger (Flight Recorder):", *errors]
     for g in ledger.used_groups:
         lines.append(f"  {g.label}, {g.members_label}: {g.summary()}")
         lines += [f"    ! {p}" for p in g.problems()]
