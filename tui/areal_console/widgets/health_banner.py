@@ -3,15 +3,24 @@ finished, and the guide's warnings with their remedies."""
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.metrics.report import HealthReport
 
 
+SHORT = 32  # terminal rows under which each warning and its remedy share one line
+
+
 def banner_text(
-    report: HealthReport | None, error: str | None = None, max_warnings: int = 4
-) -> Text:
+    report: HealthReport | None,
+    error: str | None = None,
+    max_warnings: int = 4,
+    compact: bool = False,
+) -> RenderableType:
+    """The verdict, then each warning with its remedy; `compact` (a short terminal): one
+    line a warning, remedy after it, cut at the edge, so the metric rows keep the room."""
     text = Text()
     if error:
         text.append(" no data ", style="bold white on dark_red")
@@ -33,6 +42,17 @@ def banner_text(
         text.append(" running ", style="bold black on green")
         text.append(f" {stall.describe()}")
     checks = [w for w in report.warnings if w.check != "stalled"]
+    if compact and checks:
+        lines = Text(no_wrap=True, overflow="ellipsis")
+        for w in checks[:max_warnings]:
+            lines.append("\n" if lines else "")
+            lines.append("  ⚠ ", style="bold yellow")
+            lines.append(w.summary, style="yellow")
+            lines.append(" → ", style="bold green")
+            lines.append(w.remedy, style="green")
+        if len(checks) > max_warnings:
+            lines.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
+        return Group(text, lines)
     if not checks:
         text.append("\n  no warnings from the guide's checks", style="dim")
     for w in checks[:max_warnings]:
@@ -50,5 +70,12 @@ class HealthBanner(Static):
     HealthBanner { height: auto; max-height: 12; padding: 0 1; background: $boost; }
     """
 
+    _shown: tuple[HealthReport | None, str | None] = (None, None)
+
     def show(self, report: HealthReport | None, error: str | None = None) -> None:
-        self.update(banner_text(report, error))
+        self._shown = (report, error)
+        self.update(banner_text(report, error, compact=self.app.size.height < SHORT))
+
+    def redraw(self) -> None:
+        """Draw again for the terminal's height now (a resize)."""
+        self.show(*self._shown)
