@@ -114,7 +114,7 @@ def _stats_text(out: Text, st: BatchStats, eos: tuple[int, ...] | None) -> None:
 
 
 def summary_text(s: BatchSummary) -> Text:
-    """The summary pane: what the file is, its stats, and warnings."""
+    """The summary pane: what the file is, its warnings, its stats."""
     out = Text()
     out.append(f"{s.description}\n", style="bold")
     tokens = _num(s.tokens, ",")  # unknown for RTensors
@@ -122,6 +122,9 @@ def summary_text(s: BatchSummary) -> Text:
     if s.step is not None:
         where.insert(0, f"step {s.step}" + (f" dp {s.dp_rank}" if s.dp_rank is not None else ""))
     out.append("  ".join(where) + "\n")
+    # The warnings before the figures: on a short terminal they are what must show.
+    for w in s.warnings:
+        out.append(f"! {w}\n", style="bold yellow")
     if s.stats is not None:
         _stats_text(out, s.stats, s.eos_token_ids)
     remote = s.remote
@@ -129,8 +132,6 @@ def summary_text(s: BatchSummary) -> Text:
         out.append(f"{'RTensors':<13}", style="bold")
         nodes = ", ".join(f"{a} ({n})" for a, n in sorted(remote.nodes.items()))
         out.append(f"{_num(remote.shards)} shards on {nodes}\n")
-    for w in s.warnings:
-        out.append(f"! {w}\n", style="bold yellow")
     return out
 
 

@@ -397,9 +397,9 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         below = table.rows_below() if table.size.height else 0
         self.query_one("#groups-title", Label).update(title + (f" +{below} below" if below else ""))
 
-    def on_rank_group_table_resized(self, message: RankGroupTable.Resized) -> None:
+    def on_rank_group_table_view_changed(self, message: RankGroupTable.ViewChanged) -> None:
         message.stop()
-        self._groups_title()
+        self.call_after_refresh(self._groups_title)  # the table's regions are final then
 
     def _show_trees(self) -> None:
         if self.analysis is None or self.capture is None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.text import Text
 
 from areal_console.core.metrics.health import GUIDE_METRICS
@@ -12,6 +14,8 @@ from areal_console.widgets.keyed_rows import sync_rows
 from areal_console.widgets.vim_table import VimTable
 
 COLUMNS = ("plot", "metric", "latest", "min", "max", "trend", "last steps")
+NARROW = 100  # under this many columns min and max give the metric's name their room
+NARROW_DROPS = ("min", "max")
 
 
 def fmt(value: float | None) -> str:
@@ -24,8 +28,46 @@ def ordered(summaries: Sequence[MetricSummary]) -> list[MetricSummary]:
     return sorted(summaries, key=lambda s: (rank.get(s.name, len(rank)), s.name))
 
 
-def cells(s: MetricSummary, plotted: bool, warned: bool) -> tuple[str | Text, ...]:
-    name = Text(s.name, style="bold yellow" if warned else "")
+def middle_cut(name: str, width: int) -> str:
+    """`name` in `width` cells, cut in the middle: AReaL's names share their starts
+    (`ppo_actor/update/...`) and differ at the end, so the end is kept whole first."""
+    if len(name) <= width:
+        return name
+    if width < 2:
+        return name[-width:] if width > 0 else ""
+    head = min(len(name.split("/", 1)[0]), width // 4)
+    return name[:head] + "…" + name[len(name) - (width - head - 1) :]
+
+
+class MetricName:
+    """A metric's name in its cell: measured whole, drawn cut in the middle when the column
+    is narrower than it (the table cuts this column before the numbers)."""
+
+    def __init__(self, name: str, style: str = "") -> None:
+        self.name = name
+        self.style = style
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, MetricName)
+            and (self.name, self.style) == (other.name, other.style)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.style))
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(len(self.name), len(self.name))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text(middle_cut(self.name, options.max_width), style=self.style, no_wrap=True)
+
+
+def cells(s: MetricSummary, plotted: bool, warned: bool) -> tuple[str | MetricName, ...]:
+    name = MetricName(s.name, "bold yellow" if warned else "")
     return ("●" if plotted else "", name, fmt(s.latest), fmt(s.minimum), fmt(s.maximum),
             f"{s.trend:+.3g}", s.spark)  # fmt: skip
 
@@ -44,8 +86,28 @@ class MetricTable(VimTable):
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        for name in COLUMNS:
+        self.shown_columns: tuple[str, ...] = ()
+        self._last: tuple[Sequence[MetricSummary], str, frozenset[str], frozenset[str]] = (
+            (), "", frozenset(), frozenset()
+        )
+        self._set_columns()
+
+    def _set_columns(self) -> bool:
+        """The columns for the terminal's width now; whether they changed."""
+        narrow = self.app.size.width < NARROW
+        shown = tuple(c for c in COLUMNS if not (narrow and c in NARROW_DROPS))
+        if shown == self.shown_columns:
+            return False
+        self.shown_columns = shown
+        self.clear(columns=True)
+        for name in shown:
             self.add_column(name, key=name)
+        return True
+
+    def on_resize(self) -> None:
+        if self._set_columns():
+            self.show(*self._last)
+        super().on_resize()
 
     def show(
         self,
@@ -54,10 +116,15 @@ class MetricTable(VimTable):
         plotted: frozenset[str] = frozenset(),
         warned: frozenset[str] = frozenset(),
     ) -> None:
+        self._last = (summaries, text_filter, plotted, warned)
         needle = text_filter.lower()
-        rows = [(s.name, cells(s, s.name in plotted, s.name in warned))
-                for s in ordered(summaries) if needle in s.name.lower()]  # fmt: skip
-        sync_rows(self, COLUMNS, rows)
+        index = [COLUMNS.index(c) for c in self.shown_columns]
+        rows = []
+        for s in ordered(summaries):
+            if needle in s.name.lower():
+                row = cells(s, s.name in plotted, s.name in warned)
+                rows.append((s.name, tuple(row[i] for i in index)))
+        sync_rows(self, self.shown_columns, rows)
 
     def highlighted_metric(self) -> str | None:
         if not self.row_count:

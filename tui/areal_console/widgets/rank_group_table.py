@@ -25,8 +25,8 @@ def group_matches(group: RankGroup, text: str) -> bool:
 class RankGroupTable(VimTable):
     """Rows are keyed by the group's index, so marks and filters never rebuild cells."""
 
-    class Resized(Message):
-        """The table's height changed: the rows out of view may have too."""
+    class ViewChanged(Message):
+        """The table's height or scroll changed: the rows out of view may have too."""
 
     row_noun = "group"
     cut_columns = ("where",)  # the group's whole stack is beside it (enter)
@@ -58,7 +58,12 @@ class RankGroupTable(VimTable):
 
     def on_resize(self) -> None:
         super().on_resize()
-        self.post_message(self.Resized())
+        self.post_message(self.ViewChanged())
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if round(old_value) != round(new_value):
+            self.post_message(self.ViewChanged())
 
     def rows_below(self) -> int:
         """Rows under the table's bottom edge (scrolled out of view below)."""
