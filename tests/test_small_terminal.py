@@ -319,3 +319,32 @@ async def test_jobs_verdict_uncut_with_long_job_names(
             column = table.columns[key]  # type: ignore[index]
             widest = max(len(str(table.get_cell(r, key))) for r in table.rows)
             assert column.content_width >= widest, key
+
+
+async def test_batches_samples_and_warnings_readable_at_80x24(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from textual.widgets import DataTable
+
+    monkeypatch.chdir(tmp_path)
+    recorded.write_batches_dump("dumps")
+    app = recorded.batches_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: isinstance(app.screen, BatchesScreen))
+        samples = app.screen.query_one("#samples", DataTable)
+        summary = app.screen.query_one("#summary", Static)
+        await until(pilot, lambda: samples.row_count == 12 and "seq_len" in str(summary.render()))
+        await recorded.until_drawn(pilot)
+        # the warnings come before the figures: on screen with the step list focused
+        text = screen_text(app)
+        assert "! no_eos_ratio" in text
+        # every sample column whole: the table fits its pane, the labels uncut
+        labels = [str(c.label) for c in samples.columns.values()]
+        assert labels == ["#", "grp", "resp", "reward", "eos", "ver"]
+        width = sum(c.get_render_width(samples) for c in samples.columns.values())
+        assert width <= samples.scrollable_content_region.width
+        header = next(line for line in text.splitlines() if "grp" in line)
+        assert "reward  eos  ver" in header
+        await recorded.open_sample(pilot)
+        assert "10..11" in screen_text(app)  # a version cell, whole

@@ -52,6 +52,11 @@ from areal_console.widgets.token_view import TokenView
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
 
+SAMPLE_COLUMNS = ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver")
+NARROW = 100  # terminal columns under which the sample table drops and shortens columns
+NARROW_DROPS = ("row", "seq", "prompt")
+NARROW_LABELS = {"group": "grp", "task_reward": "reward"}
+
 # Below this many rows the summary and the samples cannot both be usable at once.
 SUMMARY_NEEDS_HEIGHT = 36
 SAMPLE_WIDGETS = {"samples", "sample-view", "sample-filter"}
@@ -285,9 +290,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
             ("no_eos", "no_eos"),
         ):
             steps.add_column(label, key=key)
-        samples = self.query_one("#samples", DataTable)
-        for label in ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver"):
-            samples.add_column(label, key=label)
+        self._sample_columns()
         # Keys go to the step list first, and tab goes straight on to the samples: the
         # summary box above them scrolls with the mouse but takes no focus.
         self.query_one("#summary-pane").can_focus = False
@@ -300,6 +303,27 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
 
     def on_resize(self, _event: events.Resize) -> None:
         self._fit_to_height()
+        if self._sample_columns():
+            self._fill_samples()
+
+    def _sample_columns(self) -> bool:
+        """The sample table's columns for the terminal's width; whether they changed. Under
+        NARROW columns, beside the step list, row, seq and prompt give the rest their room
+        (the open sample's line has them) and two labels are shorter."""
+        narrow = self.app.size.width < NARROW
+        shown = tuple(
+            (key, NARROW_LABELS.get(key, key) if narrow else key)
+            for key in SAMPLE_COLUMNS
+            if not (narrow and key in NARROW_DROPS)
+        )
+        if shown == getattr(self, "_shown_sample_columns", None):
+            return False
+        self._shown_sample_columns = shown
+        table = self.query_one("#samples", DataTable)
+        table.clear(columns=True)
+        for key, label in shown:
+            table.add_column(label, key=key)
+        return True
 
     def _fit_to_height(self) -> None:
         """On a short terminal, working in the samples hides the step's summary and
@@ -461,20 +485,21 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     def _fill_samples(self) -> None:
         table = self.query_one("#samples", DataTable)
         table.clear()
+        keys = [key for key, _ in self._shown_sample_columns]
         for r in filter_rows(self.sample_rows, self.text_filter):
             eos = r.ends_in_eos  # AReaL's rule when no EOS id is known
-            table.add_row(
-                str(r.index),
-                _fmt(r.group),
-                _fmt(r.row),
-                _fmt(r.seq_len),
-                _fmt(r.prompt_len),
-                _fmt(r.response_len),
-                _fmt(r.task_reward, 2),
-                "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
-                f"{_fmt(r.head_version)}..{_fmt(r.tail_version)}",
-                key=str(r.index),
-            )
+            cells = {
+                "#": str(r.index),
+                "group": _fmt(r.group),
+                "row": _fmt(r.row),
+                "seq": _fmt(r.seq_len),
+                "prompt": _fmt(r.prompt_len),
+                "resp": _fmt(r.response_len),
+                "task_reward": _fmt(r.task_reward, 2),
+                "eos": "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
+                "ver": f"{_fmt(r.head_version)}..{_fmt(r.tail_version)}",
+            }
+            table.add_row(*(cells[k] for k in keys), key=str(r.index))
 
     @on(BatchSampleLoaded)
     def _sample_loaded(self, message: BatchSampleLoaded) -> None:
