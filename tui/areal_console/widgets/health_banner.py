@@ -9,7 +9,6 @@ from textual.widgets import Static
 
 from areal_console.core.metrics.report import HealthReport
 
-
 SHORT = 32  # terminal rows under which each warning and its remedy share one line
 
 

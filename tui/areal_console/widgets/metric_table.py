@@ -51,9 +51,9 @@ class MetricName:
         return self.name
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, MetricName)
-            and (self.name, self.style) == (other.name, other.style)
+        return isinstance(other, MetricName) and (self.name, self.style) == (
+            other.name,
+            other.style,
         )
 
     def __hash__(self) -> int:
@@ -88,7 +88,10 @@ class MetricTable(VimTable):
         self.cursor_type = "row"
         self.shown_columns: tuple[str, ...] = ()
         self._last: tuple[Sequence[MetricSummary], str, frozenset[str], frozenset[str]] = (
-            (), "", frozenset(), frozenset()
+            (),
+            "",
+            frozenset(),
+            frozenset(),
         )
         self._set_columns()
 
