@@ -49,13 +49,13 @@ from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
-from areal_console.widgets.vim_table import VimTable
+from areal_console.widgets.vim_table import VimTable, columns_for
 from areal_console.workers import Ticket, WorkerHost, background
 
 SAMPLE_COLUMNS = ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver")
-NARROW = 100  # terminal columns under which the sample table drops and shortens columns
-NARROW_DROPS = ("row", "seq", "prompt")
-NARROW_LABELS = {"group": "grp", "task_reward": "reward"}
+# On a narrow terminal, beside the step list (the open sample's line has these):
+SAMPLE_SPARE = ("row", "seq", "prompt")
+SAMPLE_SHORT = {"group": "grp", "task_reward": "reward"}
 
 # Below this many rows the summary and the samples cannot both be usable at once.
 SUMMARY_NEEDS_HEIGHT = 36
@@ -307,23 +307,10 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
             self._fill_samples()
 
     def _sample_columns(self) -> bool:
-        """The sample table's columns for the terminal's width; whether they changed. Under
-        NARROW columns, beside the step list, row, seq and prompt give the rest their room
-        (the open sample's line has them) and two labels are shorter."""
-        narrow = self.app.size.width < NARROW
-        shown = tuple(
-            (key, NARROW_LABELS.get(key, key) if narrow else key)
-            for key in SAMPLE_COLUMNS
-            if not (narrow and key in NARROW_DROPS)
-        )
-        if shown == getattr(self, "_shown_sample_columns", None):
-            return False
-        self._shown_sample_columns = shown
-        table = self.query_one("#samples", DataTable)
-        table.clear(columns=True)
-        for key, label in shown:
-            table.add_column(label, key=key)
-        return True
+        """The sample table's columns for the terminal's width; whether they changed."""
+        columns = [(key, key) for key in SAMPLE_COLUMNS]
+        wanted = columns_for(self.app.size.width, columns, SAMPLE_SPARE, SAMPLE_SHORT)
+        return self.query_one("#samples", VimTable).show_columns(wanted)
 
     def _fit_to_height(self) -> None:
         """On a short terminal, working in the samples hides the step's summary and
@@ -485,7 +472,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     def _fill_samples(self) -> None:
         table = self.query_one("#samples", DataTable)
         table.clear()
-        keys = [key for key, _ in self._shown_sample_columns]
+        keys = self.query_one("#samples", VimTable).column_keys
         for r in filter_rows(self.sample_rows, self.text_filter):
             eos = r.ends_in_eos  # AReaL's rule when no EOS id is known
             cells = {

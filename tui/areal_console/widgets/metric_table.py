@@ -11,11 +11,13 @@ from rich.text import Text
 from areal_console.core.metrics.health import GUIDE_METRICS
 from areal_console.core.metrics.report import MetricSummary
 from areal_console.widgets.keyed_rows import sync_rows
-from areal_console.widgets.vim_table import VimTable
+from areal_console.widgets.vim_table import VimTable, columns_for
 
 COLUMNS = ("plot", "metric", "latest", "min", "max", "trend", "last steps")
-NARROW = 100  # under this many columns min and max give the metric's name their room
-NARROW_DROPS = ("min", "max")
+SPARE = ("min", "max")  # on a narrow terminal, room for the metric's name
+
+# What `show` was given last (drawn again when a resize changes the columns).
+ShowArgs = tuple[Sequence[MetricSummary], str, frozenset[str], frozenset[str]]
 
 
 def fmt(value: float | None) -> str:
@@ -51,10 +53,9 @@ class MetricName:
         return self.name
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, MetricName) and (self.name, self.style) == (
-            other.name,
-            other.style,
-        )
+        if not isinstance(other, MetricName):
+            return False
+        return (self.name, self.style) == (other.name, other.style)
 
     def __hash__(self) -> int:
         return hash((self.name, self.style))
@@ -86,26 +87,11 @@ class MetricTable(VimTable):
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
-        self.shown_columns: tuple[str, ...] = ()
-        self._last: tuple[Sequence[MetricSummary], str, frozenset[str], frozenset[str]] = (
-            (),
-            "",
-            frozenset(),
-            frozenset(),
-        )
+        self._last: ShowArgs = ((), "", frozenset(), frozenset())
         self._set_columns()
 
     def _set_columns(self) -> bool:
-        """The columns for the terminal's width now; whether they changed."""
-        narrow = self.app.size.width < NARROW
-        shown = tuple(c for c in COLUMNS if not (narrow and c in NARROW_DROPS))
-        if shown == self.shown_columns:
-            return False
-        self.shown_columns = shown
-        self.clear(columns=True)
-        for name in shown:
-            self.add_column(name, key=name)
-        return True
+        return self.show_columns(columns_for(self.app.size.width, [(c, c) for c in COLUMNS], SPARE))
 
     def on_resize(self) -> None:
         if self._set_columns():
@@ -121,13 +107,13 @@ class MetricTable(VimTable):
     ) -> None:
         self._last = (summaries, text_filter, plotted, warned)
         needle = text_filter.lower()
-        index = [COLUMNS.index(c) for c in self.shown_columns]
+        index = [COLUMNS.index(c) for c in self.column_keys]
         rows = []
         for s in ordered(summaries):
             if needle in s.name.lower():
                 row = cells(s, s.name in plotted, s.name in warned)
                 rows.append((s.name, tuple(row[i] for i in index)))
-        sync_rows(self, self.shown_columns, rows)
+        sync_rows(self, self.column_keys, rows)
 
     def highlighted_metric(self) -> str | None:
         if not self.row_count:

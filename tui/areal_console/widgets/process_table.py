@@ -11,7 +11,7 @@ from rich.text import Text
 from areal_console.core.nodes import server_text
 from areal_console.core.records import ProcessRow
 from areal_console.core.textfmt import format_bytes, printable
-from areal_console.widgets.vim_table import VimTable
+from areal_console.widgets.vim_table import VimTable, columns_for
 
 COLUMNS = (
     ("node", "NODE"),
@@ -27,9 +27,7 @@ COLUMNS = (
     ("cmd", "COMMAND"),
 )
 
-# Under NARROW columns these give their room to COMMAND (all are in the detail, enter).
-NARROW = 100
-NARROW_DROPS = ("local", "rss", "state")
+SPARE = ("local", "rss", "state")  # on a narrow terminal, room for COMMAND (all in the detail)
 
 ROLE_STYLE = {
     "launcher": "cyan",
@@ -142,21 +140,10 @@ class ProcessTable(VimTable):
         self.zebra_stripes = True
         # row key -> (the record's cell fields, each cell's text) as shown
         self._shown: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {}
-        self.shown_columns: tuple[str, ...] = ()
         self._set_columns()
 
     def _set_columns(self) -> bool:
-        """The columns for the terminal's width now; whether they changed."""
-        narrow = self.app.size.width < NARROW
-        shown = tuple(c for c, _ in COLUMNS if not (narrow and c in NARROW_DROPS))
-        if shown == self.shown_columns:
-            return False
-        self.shown_columns = shown
-        self.clear(columns=True)
-        for key, label in COLUMNS:
-            if key in shown:
-                self.add_column(label, key=key)
-        return True
+        return self.show_columns(columns_for(self.app.size.width, COLUMNS, SPARE))
 
     def on_resize(self) -> None:
         if self._set_columns():  # rows again, in the new columns
@@ -194,18 +181,18 @@ class ProcessTable(VimTable):
                     shown[key] = (fields, tuple(now))
                     if cpu != old_cpu:
                         changes.append((key, "cpu", cpu))
-                    if rss != old_rss and "rss" in self.shown_columns:
+                    if rss != old_rss and "rss" in self.column_keys:
                         changes.append((key, "rss", rss))
                     continue
                 cells = process_cells(node, proc)
                 texts = tuple(str(cells[c]) for c, _ in COLUMNS)
                 shown[key] = (fields, texts)
                 if before is None:
-                    self.add_row(*(cells[c] for c in self.shown_columns), key=key)
+                    self.add_row(*(cells[c] for c in self.column_keys), key=key)
                     added = True
                     continue
                 for i, (column, _) in enumerate(COLUMNS):
-                    if before[1][i] != texts[i] and column in self.shown_columns:
+                    if before[1][i] != texts[i] and column in self.column_keys:
                         changes.append((key, column, cells[column]))
             self.update_cells(changes)
             if added or self.sort_by != "rank":  # live values move rows: re-sort each time
