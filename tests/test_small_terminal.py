@@ -8,6 +8,7 @@ the Batches stats beside the step list, the whole diagnosis one key away."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -348,3 +349,20 @@ async def test_batches_samples_and_warnings_readable_at_80x24(
         assert "reward  eos  ver" in header
         await recorded.open_sample(pilot)
         assert "10..11" in screen_text(app)  # a version cell, whole
+
+
+@pytest.mark.parametrize("width", [50, 60, 78, 120, 158])
+def test_gpu_pane_fits_its_width_figures_first(width: int) -> None:
+    """The recorded H200 drawn by the pane's own renderer at `width` cells: the figures in
+    every width from 50 cells, uncut; the bars only where they fit."""
+    from areal_console.widgets.gpu_pane import render_gpus
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render_gpus(recorded.h200_views()[0], width))
+    lines = console.export_text().splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), lines
+    row = lines[1]
+    for value in ("0", "H200", "100%", "7.4G/140.4G", "58°C", "651 W"):
+        assert value in row, (value, row)
+    assert ("█" in row) == (width >= 60)
