@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from areal_console import __version__
 from areal_console.core.errors import (
     EXIT_ERROR,
+    EXIT_PARTIAL,
     EXIT_USAGE,
     UsageError,
     UserError,
@@ -87,8 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         if args.command in PRINTABLE_COMMANDS:
-            return _run_printable(args)
-        return int(args.handler(args))
+            code = _run_printable(args)
+        else:
+            code = int(args.handler(args))
+        return _partial_when_stale(args, code)
     except UsageError as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -100,6 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return EXIT_ERROR
+
+
+def _partial_when_stale(args: argparse.Namespace, code: int) -> int:
+    """A command that succeeded on a job with stale records (`--areal`) is partial (3):
+    the warning lines already said which records."""
+    plan = getattr(args, "areal_plan", None)
+    if code == 0 and plan is not None and (plan.stale or plan.refused):
+        return EXIT_PARTIAL
+    return code
 
 
 def run() -> None:

@@ -6,7 +6,12 @@ import argparse
 from typing import Any
 
 from areal_console.core.settings import load_settings
-from areal_console.core.targets import add_target_arguments, fleet_options, resolve_targets
+from areal_console.core.targets import (
+    add_target_arguments,
+    areal_plan,
+    fleet_options,
+    resolve_targets,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
 
     settings = load_settings()  # before the screen opens: a bad file is a one-line error
     specs = resolve_targets(args)
+    health = HealthTarget(args.health, args.health_node) if args.health else None
+    plan = areal_plan(args)
+    if plan is not None and health is None:  # the job's log directory, without a path
+        health = HealthTarget(*plan.log_target())
     app = create_app(
         specs,
         fleet_options=fleet_options(args),
@@ -45,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         refresh_interval=args.interval,
         batches_path=args.batches,
         batches_node=args.batches_node,
-        health_target=HealthTarget(args.health, args.health_node) if args.health else None,
+        health_target=health,
     )
     app.run()
     return app.return_code or 0  # 130 after Ctrl-C
