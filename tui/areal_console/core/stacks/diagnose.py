@@ -106,6 +106,8 @@ def timeout_advice(analysis: StackAnalysis) -> str:
         if any("/areal/" in f.file.replace("\\", "/") for f in g.frames):
             return AREAL_TIMEOUT
     return GROUP_TIMEOUT
+
+
 LAUNCH_BLOCKING = (
     "CUDA_LAUNCH_BLOCKING=1 makes a kernel that never finishes show up in the stack of "
     "the rank that launched it"
