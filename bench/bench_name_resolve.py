@@ -39,7 +39,11 @@ def write_job(root: Path, user: str, experiment: str, trial: str, workers: int) 
     for role in ROLES:
         for index in range(per_role):
             port = 20000 + index
-            nfs_add(str(root), worker_key(user, experiment, trial, role, index), f"10.0.{index // 8}.1:{port}")
+            nfs_add(
+                str(root),
+                worker_key(user, experiment, trial, role, index),
+                f"10.0.{index // 8}.1:{port}",
+            )
     for _ in range(workers // 64):
         nfs_add(str(root), gen_server_key(user, experiment, trial), "10.1.0.1:30000")
 

@@ -156,10 +156,20 @@ def _probe_batch(batch: list[tuple[str, int]], timeout: float) -> dict[tuple[str
         for addr in batch:
             host, port = addr
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError as exc:  # no IPv6 here, out of descriptors
+                out[addr] = f"{_show(addr)}: {exc.strerror or exc}"
+                continue
             sock.setblocking(False)
-            code = sock.connect_ex((host, port))
-            if code in (0, errno.EINPROGRESS, errno.EAGAIN):
+            try:
+                code = sock.connect_ex((host, port))
+            except OSError as exc:  # a host name that does not resolve
+                code, why = -1, f"{_show(addr)}: {exc.strerror or exc}"
+            if code == -1:
+                out[addr] = why
+                sock.close()
+            elif code in (0, errno.EINPROGRESS, errno.EAGAIN):
                 sel.register(sock, selectors.EVENT_WRITE, addr)
             else:
                 out[addr] = _why(code, addr)
@@ -167,17 +177,19 @@ def _probe_batch(batch: list[tuple[str, int]], timeout: float) -> dict[tuple[str
         deadline = time.monotonic() + timeout
         while sel.get_map() and (left := deadline - time.monotonic()) > 0:
             for key, _ in sel.select(left):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                ready = key.fileobj
+                assert isinstance(ready, socket.socket)
+                code = ready.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 out[key.data] = None if code == 0 else _why(code, key.data)
-                sel.unregister(sock)
-                sock.close()
+                sel.unregister(ready)
+                ready.close()
         for key in list(sel.get_map().values()):
             out[key.data] = f"no answer from {_show(key.data)} in {timeout:g}s"
             sel.unregister(key.fileobj)
             key.fileobj.close()  # type: ignore[union-attr]
     finally:
+        for key in list(sel.get_map().values()):  # left by an error: never leak a socket
+            key.fileobj.close()  # type: ignore[union-attr]
         sel.close()
     return out
 
@@ -220,8 +232,8 @@ def specs_for_hosts(hosts: list[str], mine: set[str]) -> list[NodeSpec]:
 
 def with_states(records: JobRecords, probe_timeout: float = PROBE_TIMEOUT) -> list[EntryState]:
     """Each record with the probe's verdict."""
-    addresses = [(e.host, e.port) for e in records.entries if e.host and e.port]
-    verdicts = probe_addresses(addresses, probe_timeout)  # type: ignore[arg-type]
+    addresses = [(e.host, e.port) for e in records.entries if e.host is not None and e.port]
+    verdicts = probe_addresses(addresses, probe_timeout)
     states = []
     for e in records.entries:
         if e.host is None or e.port is None:
