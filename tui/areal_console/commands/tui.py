@@ -36,16 +36,23 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def health_target(args: argparse.Namespace) -> Any:
+    """What the Health screen follows: `--health PATH`, else the `--areal` job's log
+    directory (from `--fileroot`, or from its workers' command lines), else nothing."""
+    from areal_console.core.metrics.locate import HealthTarget
+
+    if args.health:
+        return HealthTarget(args.health, args.health_node)
+    plan = areal_plan(args)
+    return HealthTarget(*plan.log_target()) if plan is not None else None
+
+
 def run(args: argparse.Namespace) -> int:
     from areal_console.app import create_app
-    from areal_console.core.metrics.locate import HealthTarget
 
     settings = load_settings()  # before the screen opens: a bad file is a one-line error
     specs = resolve_targets(args)
-    health = HealthTarget(args.health, args.health_node) if args.health else None
-    plan = areal_plan(args)
-    if plan is not None and health is None:  # the job's log directory, without a path
-        health = HealthTarget(*plan.log_target())
+    health = health_target(args)
     app = create_app(
         specs,
         fleet_options=fleet_options(args),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from areal_console.core.errors import UserError
+from areal_console.core.errors import UsageError, UserError
 from areal_console.core.slurm import (
     SLURM_COMMAND_TIMEOUT,
     CommandRunner,
@@ -137,6 +137,9 @@ def plan_for_job(
 def job_id_by_name(client: SlurmClient, name: str) -> str:
     """The one running (else queued) job named `name`, as `squeue --name` finds it; AReaL's
     Slurm scheduler names each role's job `{experiment}_{trial}:{role}`."""
+    if not name.strip() or "," in name or any(ord(c) < 32 for c in name):
+        # squeue --name takes a comma-separated list: a comma can't be part of one name
+        raise UsageError(f"{clip_repr(name)} is not a Slurm job id or name")
     jobs = client.named([name])
     if not jobs:
         raise UserError(
