@@ -192,6 +192,31 @@ def test_an_entry_planted_by_another_user_is_refused(
         find_job(NfsRegistry(str(root)), parse_job_name(f"{USER}/exp/t2"))
 
 
+def test_links_and_special_files_are_never_followed(tmp_path: Path) -> None:
+    root = tmp_path / "nr"
+    nfs_add(str(root), worker_key(USER, "exp", "t1", "actor", 0), "127.0.0.1:1")
+    secret = tmp_path / "secret"
+    secret.write_text("10.0.0.1:22")
+    linked = root / worker_key(USER, "exp", "t1", "actor", 1)
+    linked.mkdir(parents=True)
+    (linked / "ENTRY").symlink_to(secret)
+    fifo = root / worker_key(USER, "exp", "t1", "actor", 2)
+    fifo.mkdir(parents=True)
+    os.mkfifo(fifo / "ENTRY")  # opening it must not block
+    outside = tmp_path / "elsewhere" / "workers" / "actor" / "3"
+    outside.mkdir(parents=True)
+    (outside / "ENTRY").write_text("10.0.0.3:22")
+    (root / USER / "exp" / "t1" / "more").symlink_to(tmp_path / "elsewhere")
+    records = NfsRegistry(str(root)).job(parse_job_name(f"{USER}/exp/t1"))
+    assert [e.label for e in records.entries] == ["actor/0"]
+    why = dict(r.split(": ", 1) for r in records.refused)
+    assert why == {
+        worker_key(USER, "exp", "t1", "actor", 1): "cannot open ENTRY (Too many levels of "
+        "symbolic links)",
+        worker_key(USER, "exp", "t1", "actor", 2): "ENTRY is not a regular file",
+    }
+
+
 @needs_root
 def test_an_unreadable_root_is_one_line(tmp_path: Path) -> None:
     if subprocess.run([*WITHOUT_DAC, "true"], capture_output=True).returncode != 0:

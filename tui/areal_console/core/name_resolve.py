@@ -37,6 +37,7 @@ DEFAULT_NFS_ROOT = "/tmp/areal/name_resolve"
 ENTRY_FILE = "ENTRY"
 MAX_VALUE_BYTES = 4096  # a value is `host:port`; anything longer is not AReaL's
 MAX_ENTRIES = 100_000  # bound on one job's records (and on a listing)
+MAX_DIRS = 4 * MAX_ENTRIES  # bound on the directories walked (a planted maze ends here)
 ETCD_TIMEOUT = 5.0
 
 
@@ -208,10 +209,11 @@ class NfsRegistry:
         uid = _uid_of(name.user)
         top = os.path.join(self.root, name.user, name.experiment, name.trial)
         stack = [top]
-        seen = 0
-        while stack and seen < MAX_ENTRIES:
+        seen = dirs = 0
+        while stack and seen < MAX_ENTRIES and dirs < MAX_DIRS:
+            dirs += 1
             for item in self._list(stack.pop()):
-                if item.is_dir(follow_symlinks=False):
+                if item.is_dir(follow_symlinks=False):  # never a link out of the root
                     stack.append(item.path)
                 elif item.name == ENTRY_FILE:
                     seen += 1
