@@ -88,10 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         if args.command in PRINTABLE_COMMANDS:
-            code = _run_printable(args)
-        else:
-            code = int(args.handler(args))
-        return _partial_when_stale(args, code)
+            return _partial_when_stale(args, _run_printable(args))
+        return int(args.handler(args))
     except UsageError as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -106,8 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _partial_when_stale(args: argparse.Namespace, code: int) -> int:
-    """A command that succeeded on a job with stale records (`--areal`) is partial (3):
-    the warning lines already said which records."""
+    """A headless command that succeeded on a job with stale records (`--areal`) is
+    partial (3): the warning lines already said which records."""
     plan = getattr(args, "areal_plan", None)
     if code == 0 and plan is not None and (plan.stale or plan.refused):
         return EXIT_PARTIAL
