@@ -93,7 +93,8 @@ def test_areal_job_on_two_nodes(cluster: TestCluster, cluster_job: ClusterJob) -
         assert roles[0] == "actor" and roles.count("actor") == 1, node["processes"]
         assert set(roles[1:]) == {"wrapper"}  # bash -c and tee around the worker
         worker = next(p for p in node["processes"] if p["role"] == "actor")
-        assert (worker["worker_index"], worker["rank"], worker["world_size"]) == (index, index, 1)
+        # The world size counts the role's workers over every node (2), not per node.
+        assert (worker["worker_index"], worker["rank"], worker["world_size"]) == (index, index, 2)
         assert all(p["job"] == f"{EXPERIMENT}/{TRIAL}" for p in node["processes"])
     entries = doc["areal"]["entries"]
     assert [(e["role"], e["index"], e["state"]) for e in entries] == [
