@@ -196,8 +196,12 @@ def test_unknown_job_is_a_clear_error(slurm_cluster: SlurmCluster) -> None:
         "error: Slurm job 987654 not found on this machine"
         " (it may have ended long ago: Slurm forgets jobs after MinJobAge)"
     )
-    bad = console(slurm_cluster, "nodes", "--slurm-job", "12;rm")
-    assert bad.returncode == 2 and "is not a Slurm job id" in bad.stderr
+    # Not an id: a job name (as AReaL's scheduler gives them), looked up, never a shell word.
+    named = console(slurm_cluster, "nodes", "--slurm-job", "12;rm")
+    assert named.returncode == 1
+    assert named.stderr == "error: no Slurm job named '12;rm' in the queue on this machine\n"
+    bad = console(slurm_cluster, "nodes", "--slurm-job", "a,b")
+    assert bad.returncode == 2 and bad.stderr == "error: 'a,b' is not a Slurm job id or name\n"
 
 
 def test_finished_and_pending_jobs_are_clear_errors(slurm_cluster: SlurmCluster) -> None:
