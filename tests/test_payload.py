@@ -1,0 +1,92 @@
+"""The node payload: the same sources give the same bytes, and a plain python runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from areal_console.core.payload import (
+    PACKAGE_DIR,
+    build_payload,
+    node_payload,
+    package_files,
+    payload_name,
+)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the package's sources (new files: new timestamps and inodes)."""
+    copy = tmp_path / "areal_node"
+    shutil.copytree(PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+@pytest.fixture
+def pyz(tmp_path: Path) -> Path:
+    path = tmp_path / payload_name(node_payload().sha256)
+    path.write_bytes(node_payload().data)
+    return path
+
+
+def test_same_sources_same_bytes(tree: Path) -> None:
+    (tree / "__pycache__").mkdir(exist_ok=True)
+    (tree / "__pycache__" / "agent.cpython-311.pyc").write_bytes(b"not shipped")
+    (tree / "py.typed").touch()
+    built = build_payload(tree)
+    assert built == build_payload(PACKAGE_DIR) == node_payload()
+    assert node_payload() is node_payload()  # built once per process
+    names = zipfile.ZipFile(io.BytesIO(built.data)).namelist()
+    assert names[0] == "__main__.py"
+    assert names[1:] == [name for name, _ in package_files(tree)]
+    assert "areal_node/__init__.py" in names
+    assert not [n for n in names if not n.endswith(".py") or "__pycache__" in n]
+
+
+def test_the_hash_follows_any_module(tree: Path) -> None:
+    before = build_payload(tree)
+    init = tree / "__init__.py"
+    init.write_bytes(init.read_bytes() + b"# one more line\n")
+    changed = build_payload(tree)
+    assert changed.sha256 != before.sha256
+    assert changed.sha256 == hashlib.sha256(changed.data).hexdigest()
+    (tree / "extra.py").write_text("X = 1\n")
+    assert build_payload(tree).sha256 != changed.sha256
+    assert changed.name == f"payload-{changed.sha256}.pyz"
+
+
+def test_an_isolated_python_imports_from_it(pyz: Path) -> None:
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import areal_node.agent as a; "
+        "print(a.PROTOCOL_VERSION, a.__file__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code, str(pyz)],
+        capture_output=True, text=True, timeout=60, check=True, cwd="/",
+    )  # fmt: skip
+    version, where = done.stdout.split()
+    assert version == "1" and where.startswith(str(pyz) + "/areal_node/")
+
+
+def test_running_the_zip_runs_the_agent(pyz: Path) -> None:
+    agent = subprocess.Popen(
+        [sys.executable, "-I", str(pyz)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/",
+    )  # fmt: skip
+    assert agent.stdin is not None and agent.stdout is not None
+    try:
+        assert json.loads(agent.stdout.readline())["event"] == "ready"
+        agent.stdin.write(json.dumps({"id": 1, "op": "ping", "args": {}}).encode() + b"\n")
+        agent.stdin.flush()
+        reply = json.loads(agent.stdout.readline())
+        assert reply["id"] == 1 and reply["ok"] is True and reply["result"]["time"] > 0
+    finally:
+        agent.stdin.close()  # EOF ends the agent
+        assert agent.wait(timeout=30) == 0
