@@ -13,9 +13,10 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from areal_node import constants
 from areal_node.agent import DUMP_FILE
 
-from areal_console.core import areal_keys, batches
+from areal_console.core import batches
 from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.fleet import NodeSession
@@ -206,7 +207,7 @@ def node_source() -> str:
     return (
         Path(batches.__file__).read_text(encoding="utf-8")
         + "\n\n"
-        + Path(areal_keys.__file__).read_text(encoding="utf-8")
+        + Path(constants.__file__).read_text(encoding="utf-8")
         + "\n\nimport re as _re\n\n"
         + f"STEP_FILE = _re.compile({DUMP_FILE.pattern!r})  # the agent's dump names\n"
     )

@@ -26,8 +26,7 @@ from typing import Any
 
 try:
     from areal_node.agent import DUMP_FILE as STEP_FILE
-
-    from areal_console.core.areal_keys import config_key, rejection_sampling_example
+    from areal_node.constants import config_key, rejection_sampling_example
 except ImportError:  # on a node: batch_source.py appends areal_keys.py's source to this
     pass  # one's, and STEP_FILE made from the agent's pattern
 

@@ -10,7 +10,6 @@ field typed into the UI is only ever one argv element, never parsed by a shell.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -21,26 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from areal_node.agent import escape_placeholders, fill_placeholders
+from areal_node.constants import METRIC_NAMES, config_key
 
-from areal_console.core.areal_keys import config_key
 from areal_console.core.errors import UserError
 
 TRAINER_PATH = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
 
 
-def _trainer_constant(name: str) -> Any:
-    """A literal the reference trainer defines, read from its source (importing it would
-    import torch; it is shipped to nodes as one self-contained file, so it owns these)."""
-    for node in ast.parse(TRAINER_PATH.read_text()).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            return ast.literal_eval(node.value)
-    raise LookupError(f"{TRAINER_PATH.name} defines no {name}")
-
-
-# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
-METRIC_NAMES: tuple[str, ...] = _trainer_constant("METRIC_NAMES")
 TRAINER_FILE_NAME = "reference_trainer.py"
 
 # Placeholders a template may use; each is substituted inside one argv element.
