@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 from areal_console.core.batch_source import RemoteBatchSource
-from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import local_node
+from areal_node.batches import BatchError, UnsafePickleError
 
 from tests.fixtures import batch_dumps as bf
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from areal_console.core import batches as b
-from areal_console.core.batches import BatchError
+from areal_node import batches as b
+from areal_node.batches import BatchError
 
 from tests.fixtures import areal_code as ac
 from tests.fixtures import batch_dumps as bf
