@@ -33,7 +33,9 @@ def dump_name(step: int, dp_rank: int | None) -> str:
 TRAINING_ROLES = frozenset({"actor", "ref", "critic", "teacher"})
 AREAL_ROLES = TRAINING_ROLES | {"rollout", "eval-rollout", "data", "proxy-rollout"}
 
-# What the reference trainer writes next to its dumps (and to its output_dir).
+# The reference trainer (`python3 -m areal_node.trainer`, or the node payload run as a
+# program) and what it writes next to its dumps (and to its output_dir).
+TRAINER_MODULE = "areal_node.trainer"
 METRICS_FILE = "metrics.jsonl"
 META_FILE = "trajectory_meta.json"
 CHECKPOINT_DIR = "checkpoints"
