@@ -257,7 +257,7 @@ def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
 def test_hook_removes_sockets_of_processes_that_are_gone(tmp_path: Path) -> None:
     import importlib.util
 
-    from areal_console.fr_hook import HOOK_DIR
+    from areal_node.fr_hook import HOOK_DIR
 
     spec = importlib.util.spec_from_file_location("fr_hook_module", HOOK_DIR / "sitecustomize.py")
     assert spec is not None and spec.loader is not None
