@@ -119,7 +119,7 @@ def merge_meta(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     if new["kind"] in ("tensor", "rtensor", "list") and old["kind"] == new["kind"]:
         a, b = old["shape"], new["shape"]
         if a and b:
-            out["shape"] = [a[0] + b[0], *[max(x, y) for x, y in zip(a[1:], b[1:])]]  # noqa: B905
+            out["shape"] = [a[0] + b[0], *[max(x, y) for x, y in zip(a[1:], b[1:])]]
     if new["dtype"] not in old["dtype"].split("|"):
         out["dtype"] = "|".join(sorted(set(old["dtype"].split("|")) | {new["dtype"]}))
     if "value" in old and old.get("value") != new.get("value"):

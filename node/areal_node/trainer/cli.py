@@ -87,4 +87,3 @@ def main(argv: list[str] | None = None) -> int:
         return relaunch_with_torchrun(nproc, passed_on)
     run(config, default_output_dir)
     return 0
-

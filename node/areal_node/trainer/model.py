@@ -97,7 +97,7 @@ class Adam:
     def step(self) -> None:
         self.t += 1
         b1, b2 = self.betas
-        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):  # noqa: B905
+        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
             if p.grad is None:
                 continue
             m.mul_(b1).add_(p.grad, alpha=1 - b1)

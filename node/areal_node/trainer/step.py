@@ -79,7 +79,7 @@ def train_step(
     with torch.no_grad():
         prox = [model.token_logprobs(g["input_ids"].long().to(device)).cpu() for g in groups]
     if trainer_view is not None:
-        for g, p in zip(groups, prox):  # noqa: B905 (nodes may run Python < 3.10)
+        for g, p in zip(groups, prox):
             next_mask = torch.roll(g["loss_mask"], shifts=-1, dims=-1)
             trainer_view.append({**g, "prox_logp": torch.roll(p, shifts=-1, dims=-1) * next_mask})
 
@@ -118,7 +118,7 @@ def train_step(
                     a.unsqueeze(1).expand(-1, g["input_ids"].shape[1]),
                     (0, width - g["input_ids"].shape[1]),
                 )
-                for a, g in zip(advantages[bounds[i] : bounds[i + 1]], mb_groups)  # noqa: B905
+                for a, g in zip(advantages[bounds[i] : bounds[i + 1]], mb_groups)
             ]
         )
         prox_mb = torch.cat(
