@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
 from areal_console.core.ledger import build_ledger, parse_trace  # noqa: E402
-from areal_node.agent import safe_unpickle, slim_trace  # noqa: E402
+from areal_node.agent.flight_recorder import safe_unpickle, slim_trace  # noqa: E402
 
 SAMPLE = ROOT / "tests" / "data" / "fr" / "op" / "rank_0"
 

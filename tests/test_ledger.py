@@ -19,7 +19,7 @@ from areal_console.core.ledger.analyse import Ledger
 from areal_console.core.ledger.collect import ABSENT_HINT, ledger_from_raw
 from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis
-from areal_node.agent import fr_dump_files, safe_unpickle, slim_trace
+from areal_node.agent.flight_recorder import fr_dump_files, safe_unpickle, slim_trace
 
 DATA = Path(__file__).parent / "data" / "fr"
 MODES = ("op", "size", "behind", "died")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def test_the_hash_follows_any_module(tree: Path) -> None:
 
 def test_an_isolated_python_imports_from_it(pyz: Path) -> None:
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import areal_node.agent as a; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import areal_node.agent.protocol as a; "
         "print(a.PROTOCOL_VERSION, a.__file__)"
     )
     done = subprocess.run(
@@ -75,9 +76,21 @@ def test_an_isolated_python_imports_from_it(pyz: Path) -> None:
     assert version == "1" and where.startswith(str(pyz) + "/areal_node/")
 
 
-def test_running_the_zip_runs_the_agent(pyz: Path) -> None:
+def test_run_as_a_program_it_is_the_trainer(pyz: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-I", str(pyz), "--help"],
+        capture_output=True, text=True, timeout=60, check=True, cwd="/",
+    )  # fmt: skip
+    assert "trajectory_debug.replay_rollout_data=false" in done.stdout
+
+
+def test_the_agent_runs_from_it(pyz: Path) -> None:
+    code = (
+        "import sys, runpy; sys.path.insert(0, sys.argv[1]); "
+        "runpy.run_module('areal_node', run_name='__main__')"
+    )
     agent = subprocess.Popen(
-        [sys.executable, "-I", str(pyz)],
+        [sys.executable, "-I", "-c", code, str(pyz)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/",
     )  # fmt: skip
     assert agent.stdin is not None and agent.stdout is not None
@@ -90,3 +103,26 @@ def test_running_the_zip_runs_the_agent(pyz: Path) -> None:
     finally:
         agent.stdin.close()  # EOF ends the agent
         assert agent.wait(timeout=30) == 0
+
+
+def test_python_3_9_compiles_every_module_and_runs_the_agent(pyz: Path) -> None:
+    """The node package targets Python 3.9: every module of the zip compiles there."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+    found = sorted(pyenv.glob("3.9.*/bin/python3.9"))
+    if not found:
+        pytest.skip("no Python 3.9 on this machine")
+    code = (
+        "import sys, zipfile\n"
+        "z = zipfile.ZipFile(sys.argv[1])\n"
+        "names = [n for n in z.namelist() if n.endswith('.py')]\n"
+        "for n in names: compile(z.read(n), n, 'exec')\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from areal_node.agent.serve import Agent\n"
+        "print(len(names), sys.version_info[:2] == (3, 9))\n"
+    )
+    done = subprocess.run(
+        [str(found[-1]), "-I", "-c", code, str(pyz)],
+        capture_output=True, text=True, timeout=60, check=True, cwd="/",
+    )  # fmt: skip
+    count, is_39 = done.stdout.split()
+    assert int(count) == len(package_files()) + 1 and is_39 == "True"

@@ -3,9 +3,14 @@
 The agent bootstrap, the batch reader, the reference trainer and its launch hook all reach
 a node as this one file. It is built here and nowhere else: every `.py` file of the
 package under `areal_node/` (sorted, fixed timestamps and modes, no bytecode), plus a
-root `__main__.py`, so `python3 payload.pyz ARGS` runs `python3 -m areal_node ARGS`. The
+root `__main__.py`: run as a program (`python3 payload.pyz ARGS`), the payload is the
+reference trainer (`python3 -m areal_node.trainer ARGS`, what replay templates run as
+`{script}`); the agent bootstrap imports the agent from it instead. The
 same source tree always gives the same bytes, hence the same hash, so a node that has the
-file in its cache (`payload_name(sha256)`) reuses it across consoles and sessions.
+file in its cache (`payload_name(sha256)`) reuses it across consoles and sessions. The
+entries are stored, not compressed: building it costs a console start about a millisecond
+(deflating, ten), the bytes do not depend on the zlib at hand, and a node reads them as
+they are.
 
 On a node: `sys.path.insert(0, path_to_cached_pyz)`, then import from `areal_node`
 (zipimport; Python 3.9+ reads it).
@@ -31,10 +36,9 @@ PACKAGE_DIR = Path(areal_node.__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MODE = 0o644 << 16
 ROOT_MAIN = (
-    b'"""Runs the areal_node package: `python3 payload.pyz ARGS` is `python3 -m areal_node'
-    b' ARGS`."""\n'
+    b'"""`python3 payload.pyz ARGS` is `python3 -m areal_node.trainer ARGS`."""\n'
     b"import runpy\n\n"
-    b'runpy.run_module("areal_node", run_name="__main__", alter_sys=True)\n'
+    b'runpy.run_module("areal_node.trainer", run_name="__main__", alter_sys=True)\n'
 )
 
 
@@ -76,10 +80,9 @@ def build_payload(root: Path = PACKAGE_DIR) -> Payload:
         entries += [(arcname, path.read_bytes()) for arcname, path in package_files(root)]
         for arcname, content in entries:
             info = zipfile.ZipInfo(arcname, date_time=_EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = _MODE
             info.create_system = 3  # Unix, whatever builds it
-            archive.writestr(info, content, compresslevel=6)
+            archive.writestr(info, content)
     data = buffer.getvalue()
     return Payload(data=data, sha256=hashlib.sha256(data).hexdigest())
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from areal_node.agent import escape_placeholders, fill_placeholders
+from areal_node.agent.jobs import escape_placeholders, fill_placeholders
 from areal_node.constants import METRIC_NAMES, TRAINER_MODULE, config_key
 
 from areal_console.core.errors import UserError
