@@ -50,6 +50,18 @@ def test_unknown_op_and_bad_arguments_answer_errors(client: AgentClient) -> None
     assert client.request("ping")["time"] > 0
 
 
+def test_load_adds_the_ops_of_a_payload_module(client: AgentClient) -> None:
+    from areal_console.core.batch_source import EXTENSION_MODULE
+
+    for bad in ("os", "areal_node", "areal_node..x", "areal_node.nope"):
+        with pytest.raises(AgentError, match="bad extension module|cannot load"):
+            client.request("load", {"name": "batches", "module": bad})
+    loaded = client.request("load", {"name": "batches", "module": EXTENSION_MODULE})
+    assert loaded == {"name": "batches", "ops": sorted(loaded["ops"])} and loaded["ops"]
+    listing = client.request("batch_list", {"path": "/"})
+    assert listing["path"] == "/"
+
+
 def test_malformed_lines_get_an_error_reply_and_the_agent_survives() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", "from areal_node.agent.serve import main; main()"],

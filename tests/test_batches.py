@@ -443,12 +443,12 @@ def test_the_agent_gets_the_four_batch_ops() -> None:
     assert set(OPS) == {"batch_summary", "batch_sample", "batch_samples", "batch_list"}
 
 
-def test_node_source_runs_from_the_payload_without_the_console(
+def test_the_batch_ops_run_from_the_payload_without_the_console(
     step_file: Path, tmp_path: Path
 ) -> None:
     """What a node's agent loads runs from the payload zip alone: no areal_console, and
     no areal_node but the zip's."""
-    from areal_console.core.batch_source import node_source
+    from areal_console.core.batch_source import EXTENSION_MODULE
     from areal_console.core.payload import node_payload
 
     pyz = tmp_path / "payload.pyz"
@@ -458,9 +458,9 @@ def test_node_source_runs_from_the_payload_without_the_console(
         import sys
         sys.modules["areal_console"] = None  # as on a node without the console: imports fail
         sys.path[:] = [{str(pyz)!r}] + [p for p in sys.path if "areal" not in p]
-        ns = {{"__name__": "areal_node_ext_batches"}}
-        exec(compile(sys.stdin.read(), "<ext>", "exec"), ns)
-        s = ns["OPS"]["batch_summary"](None, {{"path": {str(step_file)!r}, "eos_token_id": 31999}})
+        import importlib
+        ops = importlib.import_module({EXTENSION_MODULE!r}).OPS
+        s = ops["batch_summary"](None, {{"path": {str(step_file)!r}, "eos_token_id": 31999}})
         import areal_node.batches
         print(areal_node.batches.__file__)
         print("|".join(s["warnings"]))
@@ -469,7 +469,6 @@ def test_node_source_runs_from_the_payload_without_the_console(
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
         [sys.executable, "-c", code],
-        input=node_source(),
         capture_output=True,
         text=True,
         timeout=120,

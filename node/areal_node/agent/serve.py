@@ -267,20 +267,26 @@ def op_stream_stop(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("load")
 def op_load(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
-    """Load an extension module sent by the console; its `OPS` dict adds request handlers.
+    """Add an extension's ops: `module`, a module of the payload the agent runs from (the
+    batch reader's `areal_node.batches.ops`), whose `OPS` dict adds request handlers. Its
+    imports (torch) happen here, not at the agent's start."""
+    import importlib
 
-    The console ships its own code this way (the same trust as the agent itself).
-    """
     name = arg(args, "name", str, "")
-    source = arg(args, "source", str, "")
+    module = arg(args, "module", str, "")
     if not name.isidentifier():
         raise OpError(f"bad extension name {name!r}")
-    namespace: dict[str, Any] = {"__name__": f"areal_node_ext_{name}"}
-    exec(compile(source, f"<areal-console extension {name}>", "exec"), namespace)
-    ops = namespace.get("OPS", {})
+    parts = module.split(".")
+    if parts[0] != "areal_node" or len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        raise OpError(f"bad extension module {module!r}: not a module of areal_node")
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:
+        raise OpError(f"cannot load {module}: {exc}") from None
+    ops = getattr(loaded, "OPS", {})
     for op_name, func in ops.items():
         OPS[op_name] = func
-    agent.extensions[name] = namespace
+    agent.extensions[name] = loaded
     return {"name": name, "ops": sorted(ops)}
 
 

@@ -19,6 +19,8 @@ from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.fleet import NodeSession
 
 EXTENSION_NAME = "batches"
+# The batch reader's agent ops, a module of the payload the node's agent runs from.
+EXTENSION_MODULE = "areal_node.batches.ops"
 
 
 class BatchSource(Protocol):
@@ -120,7 +122,7 @@ class RemoteBatchSource:
         with self._lock:
             if self.session.client is not None and self._loaded_client is self.session.client:
                 return
-            self._call("load", {"name": EXTENSION_NAME, "source": node_source()})
+            self._call("load", {"name": EXTENSION_NAME, "module": EXTENSION_MODULE})
             # A reconnect starts a fresh agent that has to be taught again.
             self._loaded_client = self.session.client
 
@@ -192,11 +194,6 @@ class RemoteBatchSource:
 
     def list_dir(self, path: str) -> dict[str, Any]:
         return self._op("batch_list", {"path": path})
-
-
-def node_source() -> str:
-    """What a node's agent loads: the batch reader's ops, from the payload it runs from."""
-    return "from areal_node.batches.ops import OPS\n"
 
 
 def is_unsafe_pickle_error(message: str) -> bool:
