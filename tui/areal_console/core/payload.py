@@ -18,11 +18,8 @@ On a node: `sys.path.insert(0, path_to_cached_pyz)`, then import from `areal_nod
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
 import threading
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +71,12 @@ def package_files(root: Path = PACKAGE_DIR) -> list[tuple[str, Path]]:
 
 def build_payload(root: Path = PACKAGE_DIR) -> Payload:
     """The payload of the package at `root`: same sources, same bytes."""
+    # Imported here: a console that starts no agent elsewhere (a local capture) never
+    # builds the payload and need not load them.
+    import hashlib
+    import io
+    import zipfile
+
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         entries = [("__main__.py", ROOT_MAIN)]
