@@ -18,7 +18,8 @@ import threading
 import time
 from typing import Any
 
-from areal_node.agent import flight_recorder, jobs, logs  # noqa: F401 (their ops register)
+# Importing a module registers its ops: these serve theirs through this agent.
+from areal_node.agent import flight_recorder, jobs, logs, pyspy  # noqa: F401
 from areal_node.agent.gpus import GpuCollector
 from areal_node.agent.processes import process_record, select_processes
 from areal_node.agent.procfs import FULL_SAMPLE_EVERY, ProcessCollector
@@ -29,6 +30,8 @@ from areal_node.agent.threads import Workers
 
 
 class Agent:
+    """One agent: its stdin carries requests, its stdout replies and events."""
+
     def __init__(self, stdin: Any = None, stdout: Any = None) -> None:
         self.stdin = stdin or sys.stdin.buffer
         self.stdout = stdout or sys.stdout.buffer
