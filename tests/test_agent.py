@@ -54,7 +54,7 @@ def test_load_adds_the_ops_of_a_payload_module(client: AgentClient) -> None:
     from areal_console.core.batch_source import EXTENSION_MODULE
 
     for bad in ("os", "areal_node", "areal_node..x", "areal_node.nope"):
-        with pytest.raises(AgentError, match="bad extension module|cannot load"):
+        with pytest.raises(AgentError, match=r"bad extension module|cannot load"):
             client.request("load", {"name": "batches", "module": bad})
     loaded = client.request("load", {"name": "batches", "module": EXTENSION_MODULE})
     assert loaded == {"name": "batches", "ops": sorted(loaded["ops"])} and loaded["ops"]

@@ -63,25 +63,27 @@ def test_the_hash_follows_any_module(tree: Path) -> None:
     assert changed.name == f"payload-{changed.sha256}.pyz"
 
 
+def isolated(python: str, *args: str) -> str:
+    """What `python -I ARGS` prints, run away from this checkout (no PYTHONPATH, cwd /)."""
+    done = subprocess.run(
+        [python, "-I", *args], capture_output=True, text=True, timeout=60, check=True, cwd="/"
+    )
+    return done.stdout
+
+
 def test_an_isolated_python_imports_from_it(pyz: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import areal_node.agent.protocol as a; "
         "print(a.PROTOCOL_VERSION, a.__file__)"
     )
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", code, str(pyz)],
-        capture_output=True, text=True, timeout=60, check=True, cwd="/",
-    )  # fmt: skip
-    version, where = done.stdout.split()
+    version, where = isolated(sys.executable, "-c", code, str(pyz)).split()
     assert version == "1" and where.startswith(str(pyz) + "/areal_node/")
 
 
 def test_run_as_a_program_it_is_the_trainer(pyz: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-I", str(pyz), "--help"],
-        capture_output=True, text=True, timeout=60, check=True, cwd="/",
-    )  # fmt: skip
-    assert "trajectory_debug.replay_rollout_data=false" in done.stdout
+    assert "trajectory_debug.replay_rollout_data=false" in isolated(
+        sys.executable, str(pyz), "--help"
+    )
 
 
 def test_the_agent_runs_from_it(pyz: Path) -> None:
@@ -120,9 +122,5 @@ def test_python_3_9_compiles_every_module_and_runs_the_agent(pyz: Path) -> None:
         "from areal_node.agent.serve import Agent\n"
         "print(len(names), sys.version_info[:2] == (3, 9))\n"
     )
-    done = subprocess.run(
-        [str(found[-1]), "-I", "-c", code, str(pyz)],
-        capture_output=True, text=True, timeout=60, check=True, cwd="/",
-    )  # fmt: skip
-    count, is_39 = done.stdout.split()
+    count, is_39 = isolated(str(found[-1]), "-c", code, str(pyz)).split()
     assert int(count) == len(package_files()) + 1 and is_39 == "True"
