@@ -107,20 +107,45 @@ def test_the_agent_runs_from_it(pyz: Path) -> None:
         assert agent.wait(timeout=30) == 0
 
 
-def test_python_3_9_compiles_every_module_and_runs_the_agent(pyz: Path) -> None:
-    """The node package targets Python 3.9: every module of the zip compiles there."""
+def test_python_3_9_compiles_every_module_and_runs_the_agent(pyz: Path, tmp_path: Path) -> None:
+    """The node package targets Python 3.9: every module of the zip compiles there, and
+    the agent started by the real bootstrap serves a sample, a log search and a job list."""
+    from areal_console.core.transport import BOOTSTRAP, source_frame
+
     pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
     found = sorted(pyenv.glob("3.9.*/bin/python3.9"))
     if not found:
         pytest.skip("no Python 3.9 on this machine")
+    python = str(found[-1])
     code = (
         "import sys, zipfile\n"
         "z = zipfile.ZipFile(sys.argv[1])\n"
         "names = [n for n in z.namelist() if n.endswith('.py')]\n"
         "for n in names: compile(z.read(n), n, 'exec')\n"
-        "sys.path.insert(0, sys.argv[1])\n"
-        "from areal_node.agent.serve import Agent\n"
         "print(len(names), sys.version_info[:2] == (3, 9))\n"
     )
-    count, is_39 = isolated(str(found[-1]), "-c", code, str(pyz)).split()
+    count, is_39 = isolated(python, "-c", code, str(pyz)).split()
     assert int(count) == len(package_files()) + 1 and is_39 == "True"
+    requests = [
+        {"op": "sample", "args": {"all": True, "cpu": False, "gpus": False}},
+        {"op": "log_find", "args": {"path": str(tmp_path)}},
+        {"op": "jobs", "args": {"jobs_dir": str(tmp_path / "jobs")}},
+    ]
+    lines = [json.dumps({"id": i, **r}) for i, r in enumerate(requests)]
+    agent = subprocess.Popen(
+        [python, "-c", BOOTSTRAP, node_payload().sha256],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/", env={"HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert agent.stdin is not None and agent.stdout is not None
+    try:
+        agent.stdin.write(source_frame() + "\n".join(lines).encode() + b"\n")
+        agent.stdin.flush()
+        got = [json.loads(agent.stdout.readline()) for _ in range(2 + len(requests))]
+    finally:
+        agent.stdin.close()
+        agent.wait(timeout=30)
+    assert [m.get("event") for m in got[:2]] == ["need_source", "ready"]
+    replies = {m["id"]: m for m in got[2:]}
+    assert all(replies[i]["ok"] for i in range(len(requests))), replies
+    assert replies[0]["result"]["processes"] is not None
+    assert replies[1]["result"]["kind"] == "dir" and replies[2]["result"] == {"jobs": []}
