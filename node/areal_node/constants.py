@@ -2,7 +2,7 @@
 
 - AReaL's dump names (`step_NNNNNN[_dp_K].pt`), which the agent, the batch reader and the
   reference trainer all match;
-- the roles of AReaL's single-controller workers;
+- the roles of AReaL's single-controller workers that train;
 - the files the reference trainer writes and the metrics it logs (replay reads them);
 - the AReaL config keys the console suggests: every warning, diagnosis, template and doc
   that tells the user to set an AReaL key names it through `config_key`, so a test can
@@ -28,10 +28,9 @@ def dump_name(step: int, dp_rank: int | None) -> str:
     return f"step_{step:06d}.pt" if dp_rank is None else f"step_{step:06d}_dp_{dp_rank}.pt"
 
 
-# AReaL single-controller worker roles (`python3 -m areal.infra.rpc.rpc_server --role R`):
-# the ones that train, and every role AReaL starts.
+# The roles of AReaL's single-controller workers (`python3 -m areal.infra.rpc.rpc_server
+# --role R`) that train.
 TRAINING_ROLES = frozenset({"actor", "ref", "critic", "teacher"})
-AREAL_ROLES = TRAINING_ROLES | {"rollout", "eval-rollout", "data", "proxy-rollout"}
 
 # The reference trainer (`python3 -m areal_node.trainer`, or the node payload run as a
 # program) and what it writes next to its dumps (and to its output_dir).

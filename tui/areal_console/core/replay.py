@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from areal_node.agent.jobs import escape_placeholders, fill_placeholders
-from areal_node.constants import METRIC_NAMES, TRAINER_MODULE, config_key
+from areal_node.constants import METRIC_NAMES, METRICS_FILE, TRAINER_MODULE, config_key
 
 from areal_console.core.errors import UserError
 from areal_console.core.payload import PACKAGE_DIR
@@ -42,8 +42,8 @@ DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
             "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir} "
             "start_step={start} steps={stop} output_dir={job_dir}/out"
         ),
-        "metrics": "{job_dir}/out/metrics.jsonl",
-        "recorded_metrics": "{dir}/metrics.jsonl",
+        "metrics": f"{{job_dir}}/out/{METRICS_FILE}",
+        "recorded_metrics": f"{{dir}}/{METRICS_FILE}",
     },
     # AReaL's replay has no start-step option: it trains from global step 0 (or after a
     # recovered checkpoint), loading step_{global_step:06d}.pt each step (PR #1407,
