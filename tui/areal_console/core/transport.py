@@ -34,7 +34,10 @@ EXIT_UNSAFE_CACHE = 87
 # or blocking (a FIFO there must not hang), and written to a new temp file
 # (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600) renamed into place. Where it cannot be cached, an
 # unnamed temp file holds it for this run. The checked zip then goes first on `sys.path`
-# and the agent is imported from it.
+# and the agent is imported from it. zipimport compiles every module twice (up to Python
+# 3.13 its `get_filename` compiles the source to learn the module's path, and the import
+# machinery asks for that path before it asks for the code): `Z` names the path from the
+# documented `archive`, `prefix` and `is_package` instead, so each module compiles once.
 _BOOTSTRAP_HEAD = (
     "import sys,os,hashlib,stat\n"
     "def die(c,m):\n"
@@ -109,7 +112,12 @@ _BOOTSTRAP_TAIL = (
     "  sys.stderr.write('areal-agent: note: not cached (%s: %s)\\n'%(p,e.strerror))\n"
     "  import tempfile\n"
     "  k=tempfile.TemporaryFile();k.write(s);k.flush();p='/dev/fd/%d'%k.fileno()\n"
-    "sys.path.insert(0,p)\n"
+    "import zipimport\n"
+    "class Z(zipimport.zipimporter):\n"
+    " def get_filename(self,n):\n"
+    "  t=n.rpartition('.')[2];f=os.path.join(t,'__init__.py') if self.is_package(n) else t+'.py'\n"
+    "  return os.path.join(self.archive,self.prefix,f)\n"
+    "sys.path_hooks.insert(0,Z);sys.path.insert(0,p)\n"
     "from areal_node.agent.serve import main\n"
     "main()"
 )
