@@ -57,15 +57,17 @@ def payload_name(sha256: str) -> str:
     return f"payload-{sha256}.pyz"
 
 
-def package_files(root: Path = PACKAGE_DIR) -> list[tuple[str, Path]]:
+def package_files(root: Path = PACKAGE_DIR) -> list[tuple[str, str]]:
     """(name in the zip, file here) of every module of the package, sorted by name."""
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    top = str(root)
+    for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
-        rel = Path(dirpath).relative_to(root)
+        rel = os.path.relpath(dirpath, top).replace(os.sep, "/")
+        prefix = PACKAGE + "/" if rel == "." else f"{PACKAGE}/{rel}/"
         for name in filenames:
             if name.endswith(".py") and not name.startswith("."):
-                found.append(((Path(PACKAGE) / rel / name).as_posix(), Path(dirpath) / name))
+                found.append((prefix + name, os.path.join(dirpath, name)))
     return sorted(found)
 
 
@@ -80,7 +82,9 @@ def build_payload(root: Path = PACKAGE_DIR) -> Payload:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         entries = [("__main__.py", ROOT_MAIN)]
-        entries += [(arcname, path.read_bytes()) for arcname, path in package_files(root)]
+        for arcname, path in package_files(root):
+            with open(path, "rb") as f:
+                entries.append((arcname, f.read()))
         for arcname, content in entries:
             info = zipfile.ZipInfo(arcname, date_time=_EPOCH)
             info.external_attr = _MODE
