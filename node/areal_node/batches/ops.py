@@ -1,20 +1,15 @@
-"""The batch reader's agent ops: the agent adds `OPS` to its request handlers."""
+"""The batch reader's agent ops: the agent's `load` adds `OPS` to its request handlers; a
+file that cannot be read is an `OpError` reply with the reader's one-line reason."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from areal_node.agent.protocol import OpError
 from areal_node.batches.loader import BatchError
 from areal_node.batches.summary import list_dump_dir, summarize
 from areal_node.batches.views import json_safe, resolve_step_file, sample_table, sample_view
-
-
-def _agent_error(agent: Any, exc: Exception) -> Exception:
-    """The agent's own `OpError`, so the console sees a clean error reply."""
-    send = getattr(type(agent), "send", None)
-    cls = getattr(send, "__globals__", {}).get("OpError") if send is not None else None
-    return cls(str(exc)) if isinstance(cls, type) else exc
 
 
 def _common_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -26,7 +21,7 @@ def _op_summary(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
     try:
         return json_safe(summarize(str(args["path"]), **_common_args(args)))
     except BatchError as exc:
-        raise _agent_error(agent, exc) from None
+        raise OpError(str(exc)) from None
 
 
 def _op_sample(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -34,7 +29,7 @@ def _op_sample(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
         path = resolve_step_file(str(args["path"]), args.get("step"), args.get("dp_rank"))
         return json_safe(sample_view(path, int(args["index"]), **_common_args(args)))
     except BatchError as exc:
-        raise _agent_error(agent, exc) from None
+        raise OpError(str(exc)) from None
 
 
 def _op_samples(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +44,7 @@ def _op_samples(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
             )
         )
     except BatchError as exc:
-        raise _agent_error(agent, exc) from None
+        raise OpError(str(exc)) from None
 
 
 def _op_list(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +57,7 @@ def _op_list(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
             "files": [{k: v for k, v in e.items() if k != "path"} for e in list_dump_dir(path)],
         }
     except (BatchError, OSError) as exc:
-        raise _agent_error(agent, exc) from None
+        raise OpError(str(exc)) from None
 
 
 OPS = {
