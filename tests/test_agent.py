@@ -62,6 +62,28 @@ def test_load_adds_the_ops_of_a_payload_module(client: AgentClient) -> None:
     assert listing["path"] == "/"
 
 
+def test_ops_imported_on_first_use_are_the_ones_their_module_registers() -> None:
+    """An agent starts without the modules in LATER; each registers exactly its ops there."""
+    code = (
+        "import importlib, json, sys\n"
+        "from areal_node.agent import serve, protocol\n"
+        "early = sorted(m for m in protocol.LATER.values() if m in sys.modules)\n"
+        "for module in sorted(set(protocol.LATER.values())):\n"
+        "    importlib.import_module(module)\n"
+        "where = {n: f.__module__ for n, f in protocol.OPS.items()}\n"
+        "print(json.dumps({'early': early, 'where': where, 'later': protocol.LATER}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(protocol.__file__)))},
+    )  # fmt: skip
+    found = json.loads(done.stdout)
+    assert found["early"] == [] and len(found["later"]) >= 10
+    later_modules = set(found["later"].values())
+    registered = {n: m for n, m in found["where"].items() if m in later_modules}
+    assert registered == found["later"]
+
+
 def test_malformed_lines_get_an_error_reply_and_the_agent_survives() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", "from areal_node.agent.serve import main; main()"],

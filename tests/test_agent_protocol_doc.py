@@ -26,7 +26,7 @@ def agent_ops() -> set[str]:
     own: set[str] = set()
     for module in Path(serve.__file__).parent.glob("*.py"):
         own |= set(re.findall(r'^@op\("([a-z_]+)"\)$', module.read_text(), re.MULTILINE))
-    assert own <= set(protocol.OPS)
+    assert own == set(protocol.known_ops())
     return own
 
 

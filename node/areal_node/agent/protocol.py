@@ -2,6 +2,8 @@
 
 Every request names an op; a module registers its handlers with `@op("name")` and they
 run with the `Agent` and the request's `args` dict. `OpError` is a reply with `ok: false`.
+The modules of ops a session may never use are imported on their first request
+(`LATER`), so an agent starts without compiling them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ class OpError(Exception):
 
 Handler = Callable[["Agent", dict], Any]
 OPS: dict[str, Handler] = {}
+# op -> the module that registers it, imported when the op is first asked for (a third of
+# the agent's code: the agent starts about 5 ms sooner without it).
+LATER: dict[str, str] = {
+    **dict.fromkeys(
+        ("job_launch", "jobs", "job_stop", "job_tail", "stage_file", "replay_index"),
+        "areal_node.agent.jobs",
+    ),
+    **dict.fromkeys(("file_tail", "log_find", "file_read"), "areal_node.agent.logs"),
+    "fr_traces": "areal_node.agent.flight_recorder",
+}
 
 
 def op(name: str) -> Callable[[Handler], Handler]:
@@ -33,6 +45,20 @@ def op(name: str) -> Callable[[Handler], Handler]:
         return func
 
     return register
+
+
+def known_ops() -> list[str]:
+    """Every op this agent serves, registered or to be imported."""
+    return sorted(set(OPS) | set(LATER))
+
+
+def handler(name: str) -> Handler | None:
+    """The handler of op `name` (its module imported on first use); None: no such op."""
+    if name not in OPS and name in LATER:
+        import importlib
+
+        importlib.import_module(LATER[name])  # its @op decorators register it
+    return OPS.get(name)
 
 
 def arg(args: dict[str, Any], name: str, kind: type, default: Any) -> Any:

@@ -18,12 +18,22 @@ import threading
 import time
 from typing import Any
 
-# Importing a module registers its ops: these serve theirs through this agent.
-from areal_node.agent import flight_recorder, jobs, logs, pyspy  # noqa: F401
+# Importing a module registers its ops; the rest are imported on first use (LATER).
+from areal_node.agent import pyspy  # noqa: F401
 from areal_node.agent.gpus import GpuCollector
 from areal_node.agent.processes import process_record, select_processes
 from areal_node.agent.procfs import FULL_SAMPLE_EVERY, ProcessCollector
-from areal_node.agent.protocol import AGENT_VERSION, OPS, PROTOCOL_VERSION, OpError, arg, op
+from areal_node.agent.protocol import (
+    AGENT_VERSION,
+    LATER,
+    OPS,
+    PROTOCOL_VERSION,
+    OpError,
+    arg,
+    handler,
+    known_ops,
+    op,
+)
 from areal_node.agent.pyspy import find_pyspy
 from areal_node.agent.servers import HealthPoller
 from areal_node.agent.threads import Workers
@@ -92,8 +102,8 @@ class Agent:
         args = request.get("args")
         if args is None:
             args = {}
-        if not isinstance(name, str) or name not in OPS:
-            known = ", ".join(sorted(OPS))
+        if not isinstance(name, str) or (name not in OPS and name not in LATER):
+            known = ", ".join(known_ops())
             self.send({"id": rid, "ok": False, "error": f"unknown op {name!r} (known: {known})"})
             return
         if not isinstance(args, dict):
@@ -106,7 +116,10 @@ class Agent:
 
     def _run(self, rid: Any, name: str, args: dict[str, Any]) -> None:
         try:
-            result = OPS[name](self, args)
+            run = handler(name)
+            if run is None:  # a module in LATER that did not register its op
+                raise OpError(f"op {name} is not served by this agent")
+            result = run(self, args)
         except OpError as exc:
             self.send({"id": rid, "ok": False, "error": str(exc)})
         except (TypeError, ValueError, KeyError) as exc:
@@ -208,7 +221,7 @@ def op_hello(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
             "nvml_error": nvml_error,
             "torch": present("torch"),
         },
-        "ops": sorted(OPS),
+        "ops": known_ops(),
     }
 
 
