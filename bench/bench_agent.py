@@ -130,13 +130,13 @@ def main() -> None:
     trees = {"this": ROOT}
     if args.baseline is not None:
         trees["baseline"] = args.baseline.resolve()
-    bench_start(trees, args.repeat)
-    if args.start_only:
-        return
 
     # Pad the node to about 200 processes with idle ones (each with an environ to read).
     fillers = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.extra_procs)]
     try:
+        bench_start(trees, args.repeat)
+        if args.start_only:
+            return
         n_procs = count_processes()
         channel = LocalChannel()
         client = AgentClient(channel)
