@@ -103,7 +103,8 @@ def bench_start(trees: dict[str, Path], repeat: int) -> None:
                 times.setdefault((name, "hit"), []).append(start_once(root, warm))
     med = statistics.median
     print(
-        f"agent cold start to hello (median of {repeat}, interleaved; load {os.getloadavg()[0]:.1f})"
+        f"agent cold start to hello (median of {repeat}, interleaved; {count_processes()} "
+        f"processes; load {os.getloadavg()[0]:.1f})"
     )
     for cache in ("hit", "miss"):
         for name in trees:
