@@ -22,7 +22,7 @@ import pynvml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT / "tests")]
 
-from areal_node.agent import Agent  # noqa: E402
+from areal_node.agent.serve import Agent  # noqa: E402
 from conftest import GlooJob  # noqa: E402
 
 GiB = 2**30

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from areal_console.core import batches as b
+from areal_node import batches as b
 
 from tests.fixtures import areal_code as ac
 from tests.fixtures import batch_dumps as bf

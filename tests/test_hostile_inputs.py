@@ -164,9 +164,9 @@ def _start(channel: Any, timeout: float = 10) -> Any:
 
 
 def _cache_file(home: Path) -> Path:
-    from areal_node import agent_hash
+    from areal_console.core.payload import node_payload
 
-    return home / ".cache" / "areal-console" / f"agent-{agent_hash()}.py"
+    return home / ".cache" / "areal-console" / node_payload().name
 
 
 def test_cache_write_never_follows_a_planted_symlink(tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_cache_write_never_follows_a_planted_symlink(tmp_path: Path) -> None:
     victim.write_text("precious")
     channel = _bootstrap(tmp_path)
     try:
-        assert b"need_source" in channel.recv_line()  # the bootstrap now waits for the source
+        assert b"need_source" in channel.recv_line()  # the bootstrap now waits for the payload
         temp = Path(f"{_cache_file(tmp_path)}.{channel.proc.pid}.tmp")
         temp.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         temp.symlink_to(victim)  # planted at the temp name it is about to write

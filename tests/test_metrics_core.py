@@ -329,7 +329,7 @@ def test_report_of_a_run_with_no_steps_yet(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 9, 13])
 def test_trainer_table_is_byte_identical_to_tabulate(n: int) -> None:
-    from areal_console.trainer import reference_trainer as rt
+    from areal_node.trainer import areal_log as rt
 
     rng = random.Random(n)
     values = [rng.uniform(-5, 5) * 10 ** rng.randint(-6, 6) for _ in range(n)]
@@ -340,7 +340,7 @@ def test_trainer_table_is_byte_identical_to_tabulate(n: int) -> None:
 
 
 def test_trainer_log_line_is_areals_stdout_format(tmp_path: Path) -> None:
-    from areal_console.trainer import reference_trainer as rt
+    from areal_node.trainer import areal_log as rt
 
     writer = AReaLLogWriter(tmp_path, mode="spmd")
     writer.now = 1_700_000_123.456
@@ -353,15 +353,16 @@ def test_trainer_log_line_is_areals_stdout_format(tmp_path: Path) -> None:
 def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
     """A real (1-rank) run: its stdout and tensorboard events carry the metrics.jsonl values."""
     import json
-    import sys
 
-    from areal_console.trainer import reference_trainer as rt
+    from areal_console.core.replay import local_trainer
+    from areal_node.trainer.areal_log import AREAL_NAMES
 
-    out = subprocess.run(
-        [sys.executable, rt.__file__, "steps=4", f"output_dir={tmp_path / 'out'}",
-         f"stats_logger.tensorboard.path={tmp_path / 'tb'}"],
-        capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    argv, env = local_trainer(
+        "steps=4", f"output_dir={tmp_path / 'out'}",
+        f"stats_logger.tensorboard.path={tmp_path / 'tb'}",
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     parser = parse_log(out.stdout)
     records = [
@@ -369,7 +370,7 @@ def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
     ]
     assert list(parser.store.steps) == [0, 1, 2, 3]  # global steps, logged as Train step 1-4
     assert parser.finished and parser.total_steps == 4
-    for name, areal_name in rt.AREAL_NAMES.items():
+    for name, areal_name in AREAL_NAMES.items():
         assert parser.store.series(areal_name)[1] == [rounded(r[name]) for r in records]
     reader = TensorboardReader(str(tmp_path / "tb"))
     reader.poll()

@@ -129,7 +129,7 @@ def test_stacks_of_every_rank_through_one_srun_step(
     finally:
         fleet.close()
     assert hellos == {"node1": "node1", "node2": "node2", "node3": "node3"}
-    assert len(list((home / ".cache" / "areal-console").glob("agent-*.py"))) == 1
+    assert len(list((home / ".cache" / "areal-console").glob("payload-*.pyz"))) == 1
     reply_sizes = []
 
     def frame_names(result: dict, dump: dict) -> list[str]:

@@ -12,6 +12,8 @@ import posixpath
 from collections.abc import Callable
 from typing import Any
 
+from areal_node import batches
+from areal_node.batches import BatchError, UnsafePickleError
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
@@ -22,7 +24,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from areal_console.core import batches
 from areal_console.core.batch_records import (
     BatchStats,
     BatchSummary,
@@ -34,7 +35,6 @@ from areal_console.core.batch_records import (
     sample_rows,
 )
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
-from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.textfmt import plural, printable
 from areal_console.messages import (
