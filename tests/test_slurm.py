@@ -560,3 +560,21 @@ def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
     finally:
         slurm_cluster.run(["scancel", job], check=False)
         slurm_cluster.start_node(slurm_cluster.node("node3"))
+
+
+def test_a_slurm_that_does_not_start_is_an_error_not_a_skip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm installed and root, but munged dies at once: `SlurmStartError` with its log
+    line (the fixture lets it through, so every Slurm test errors), never `SlurmUnavailable`."""
+    from slurm_cluster import SlurmStartError, skip_reason, start_cluster
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(f"no test Slurm cluster: {reason}")
+    fake = tmp_path / "munged"
+    fake.write_text("#!/bin/sh\necho 'munged: Error: no key here' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(SlurmStartError, match="munged exited: munged: Error: no key here"):
+        start_cluster(1)
