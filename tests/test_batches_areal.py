@@ -91,7 +91,7 @@ def test_agent_rewards_task_reward_and_task_ids(tmp_path: Path) -> None:
 
 
 def test_no_eos_ratio_is_areals_padded_width_rule(tmp_path: Path) -> None:
-    """seqlen == the padded width of the rank's batch (actor.py:419), no EOS id needed."""
+    """seqlen == the padded width of the rank's batch (areal/trainer/ppo/actor.py:419), no EOS id needed."""
     gen = _gen(4)
     groups = [
         bf.on_policy_group(gen, max_new_tokens=24),

@@ -178,6 +178,7 @@ def test_bad_and_stale_files_are_reported_not_fatal(tmp_path: Path) -> None:
     assert not found[0]["ok"] and "UnpicklingError" in found[0]["error"]
     assert not found[1]["ok"] and "not a Flight Recorder dump" in found[1]["error"]
     stale = fr_dump_files([str(tmp_path / "rank_")], since=4e9)
+    assert sorted(f["rank"] for f in stale) == [0, 1]
     assert all(f.get("stale") for f in stale)
 
 

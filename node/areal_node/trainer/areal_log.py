@@ -77,8 +77,9 @@ def stats_table(stats: dict[str, float], col: int = 4) -> str:
 
 
 def areal_log_line(message: str, when: float) -> str:
-    """One StatsLogger record as rank 0's stdout carries it (logging.py:242-253: the
-    `colored_system` format, "%(log_color)s" + LOG_FORMAT, reset appended)."""
+    """One StatsLogger record as rank 0's stdout carries it (AReaL's areal/utils/logging.py:
+    218-229, the `plain` format "%(log_color)s" + LOG_FORMAT, in StatsLogger's light_green,
+    :60; reset appended)."""
     stamp = time.strftime("%Y%m%d-%H:%M:%S", time.localtime(when))
     millis = int((when - int(when)) * 1000)
     return (f"{LIGHT_GREEN}{AREAL_HEADER} {LIGHT_GREEN}{stamp}.{millis:03d} StatsLogger INFO: "
