@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 DEFAULT_NFS_ROOT = "/tmp/areal/name_resolve"
 ENTRY_FILE = "ENTRY"
@@ -38,7 +38,7 @@ def check_part(text: str, what: str) -> str:
     return text
 
 
-def uid_of(user: str) -> Optional[int]:
+def uid_of(user: str) -> int | None:
     try:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
@@ -68,7 +68,7 @@ def check_root(root: str) -> bool:
     return True
 
 
-def _list(path: str) -> List["os.DirEntry[str]"]:
+def _list(path: str) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(path) as it:
             return list(it)
@@ -78,11 +78,11 @@ def _list(path: str) -> List["os.DirEntry[str]"]:
         raise RootError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def read_job(root: str, user: str, experiment: str, trial: str) -> Dict[str, Any]:
+def read_job(root: str, user: str, experiment: str, trial: str) -> dict[str, Any]:
     """`{"entries": [{"key", "value", "owner"}], "refused": [why]}` of one job; the keys
     are the names (paths under `root`), the values stripped text."""
-    entries: List[Dict[str, Any]] = []
-    refused: List[str] = []
+    entries: list[dict[str, Any]] = []
+    refused: list[str] = []
     uid = uid_of(user)
     stack = [os.path.join(root, user, experiment, trial)]
     seen = dirs = 0
@@ -102,7 +102,7 @@ def read_job(root: str, user: str, experiment: str, trial: str) -> Dict[str, Any
     return {"entries": entries, "refused": refused}
 
 
-def _read_entry(path: str, uid: Optional[int], user: str) -> "tuple[str, Optional[str]]":
+def _read_entry(path: str, uid: int | None, user: str) -> tuple[str, str | None]:
     """(value, None) for a trusted ENTRY, ("", why) for one refused."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -122,7 +122,7 @@ def _read_entry(path: str, uid: Optional[int], user: str) -> "tuple[str, Optiona
     return data.decode("utf-8", "replace").strip(), None
 
 
-def trials(root: str, user: str) -> List[str]:
+def trials(root: str, user: str) -> list[str]:
     """`experiment/trial` of every job of `user` under `root`."""
     out = []
     for exp in _list(os.path.join(root, user)):
@@ -131,7 +131,7 @@ def trials(root: str, user: str) -> List[str]:
     return sorted(out)[:MAX_ENTRIES]
 
 
-def users_with(root: str, experiment: str, trial: str) -> List[str]:
+def users_with(root: str, experiment: str, trial: str) -> list[str]:
     """The users that have a job `experiment/trial` under `root`."""
     return sorted(
         u.name
@@ -141,13 +141,13 @@ def users_with(root: str, experiment: str, trial: str) -> List[str]:
     )
 
 
-def lookup(root: str, user: str, experiment: str, trial: str) -> Dict[str, Any]:
+def lookup(root: str, user: str, experiment: str, trial: str) -> dict[str, Any]:
     """Everything the console needs about one job in one answer: its entries and
     refusals, and where it has none, the user's jobs and the users with that name."""
     for text, what in ((user, "user"), (experiment, "experiment"), (trial, "trial")):
         check_part(text, what)
     root = os.path.normpath(root)
-    found: Dict[str, Any] = {"root": root, "exists": check_root(root)}
+    found: dict[str, Any] = {"root": root, "exists": check_root(root)}
     found.update(read_job(root, user, experiment, trial))
     if not found["entries"] and found["exists"]:
         found["trials"] = trials(root, user)

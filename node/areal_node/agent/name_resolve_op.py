@@ -13,7 +13,7 @@ the console's own when it reads a root it sees: same owner check, same bounds.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any
 
 from areal_node import name_resolve, tcp_probe
 from areal_node.agent.protocol import OpError, arg, op
@@ -25,7 +25,7 @@ MAX_PROBES = 4096  # addresses in one request (a 512-worker job has 512)
 
 
 @op("name_resolve")
-def op_name_resolve(agent: Agent, args: Dict[str, Any]) -> Dict[str, Any]:
+def op_name_resolve(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     root = arg(args, "root", str, name_resolve.DEFAULT_NFS_ROOT)
     if not root.startswith("/") or "\0" in root:
         raise OpError(f"argument 'root' must be an absolute path, got {root!r}")
@@ -39,14 +39,14 @@ def op_name_resolve(agent: Agent, args: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @op("tcp_probe")
-def op_tcp_probe(agent: Agent, args: Dict[str, Any]) -> Dict[str, Any]:
+def op_tcp_probe(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     raw = arg(args, "addresses", list, [])
     timeout = arg(args, "timeout", float, tcp_probe.PROBE_TIMEOUT)
     if not 0 < timeout <= 30:
         raise OpError(f"argument 'timeout' must be between 0 and 30 seconds, got {timeout}")
     if len(raw) > MAX_PROBES:
         raise OpError(f"at most {MAX_PROBES} addresses, got {len(raw)}")
-    addresses: List[Tuple[str, int]] = []
+    addresses: list[tuple[str, int]] = []
     for item in raw:
         ok = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
         port = item[1] if ok else None
