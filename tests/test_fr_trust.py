@@ -100,6 +100,11 @@ FAKE_SERVER = textwrap.dedent("""
         with open(ready + ".hits", "a") as f:
             f.write("hit\\n")
         c.recv(65536)
+        if mode == "deep":
+            body = b"[" * 50_000 + b"]" * 50_000
+            c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n" % len(body) + body)
+            c.close()
+            continue
         if mode == "trickle":
             c.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 100000\\r\\n\\r\\n")
             while True:
@@ -224,25 +229,47 @@ def sleeping_rank(procs: Procs, env: dict[str, str], nobody: bool = False) -> in
     return proc.pid
 
 
+def rank_serving(procs: Procs, tmp_path: Path, mode: str) -> int:
+    """A process that itself listens at its hook socket name and answers as `mode`."""
+    sock_dir = tmp_path / f"areal-fr-{os.getuid()}"
+    sock_dir.mkdir(mode=0o700, exist_ok=True)
+    ready = tmp_path / f"ready-{mode}"
+    script = FAKE_SERVER.replace("path, mode, ready = sys.argv[1], sys.argv[2], sys.argv[3]",
+                                 "mode, ready = sys.argv[1], sys.argv[2]\n"
+                                 "path = os.path.join(sys.argv[3], f'areal-fr-{os.getpid()}.sock')")  # fmt: skip
+    proc = procs.start([sys.executable, "-c", script, mode, str(ready), str(sock_dir)])
+    wait_for(ready.exists, timeout=30, what=f"the {mode} rank")
+    return proc.pid
+
+
 def test_trickling_socket_is_cut_at_the_ranks_deadline(tmp_path: Path, procs: Procs) -> None:
     """The rank's own socket sends one byte every 2 s: no read ever times out, the
     exchange as a whole does (3 s), as that rank's error."""
-    sock_dir = tmp_path / f"areal-fr-{os.getuid()}"
-    sock_dir.mkdir(mode=0o700)
-    # the rank itself listens (the agent asks only sockets the process holds)
-    ready = tmp_path / "ready"
-    script = FAKE_SERVER.replace("path, mode, ready = sys.argv[1], sys.argv[2], sys.argv[3]",
-                                 "mode, ready = 'trickle', sys.argv[1]\n"
-                                 "path = os.path.join(sys.argv[2], f'areal-fr-{os.getpid()}.sock')")  # fmt: skip
-    proc = procs.start([sys.executable, "-c", script, str(ready), str(sock_dir)])
-    wait_for(ready.exists, timeout=30, what="the trickling rank")
+    pid = rank_serving(procs, tmp_path, "trickle")
     env = {"RANK": "0", "AREAL_FR_SOCKET_DIR": str(tmp_path)}
-    assert fr_sockets(proc.pid, env) == [str(sock_dir / f"areal-fr-{proc.pid}.sock")]
+    sock = tmp_path / f"areal-fr-{os.getuid()}" / f"areal-fr-{pid}.sock"
+    assert fr_sockets(pid, env) == [str(sock)]
     started = time.monotonic()
-    reply = fr_live(proc.pid, env, timeout=3.0)
+    reply = fr_live(pid, env, timeout=3.0)
     elapsed = time.monotonic() - started
     assert 2.5 < elapsed < 4.5, elapsed
     assert reply["ok"] is False and "deadline" in reply["error"], reply
+
+
+def test_one_hostile_rank_is_its_own_error(tmp_path: Path, procs: Procs) -> None:
+    """Two ranks answer live: one a trace, one 50,000 nested `[`. The op answers for both
+    (the bad one `malformed`), and the console counts that rank into the ledger's errors."""
+    good, bad = rank_serving(procs, tmp_path, "trace"), rank_serving(procs, tmp_path, "deep")
+    reply = op_fr_traces(None, {"pids": [good, bad], "timeout": 3.0, "prefixes": []})  # type: ignore[arg-type]
+    json.dumps(reply)
+    by_pid = {r["pid"]: r for r in reply["live"]}
+    assert by_pid[good]["ok"] and by_pid[good]["trace"]["groups"][0]["name"] == "0"
+    assert by_pid[bad]["ok"] is False and by_pid[bad]["kind"] == "malformed", by_pid[bad]
+    for r, rank in ((by_pid[good], 0), (by_pid[bad], 1)):
+        r["rank"] = rank  # the fake ranks have no RANK in their environment
+    ledger = ledger_from_raw({"nodes": [{"node": "n0", "fr": reply}]})
+    assert ledger is not None and sorted(ledger.sources) == [0]
+    assert len(ledger.errors) == 1 and "rank 1" in ledger.errors[0]
 
 
 @needs_root
