@@ -484,3 +484,18 @@ def test_rpc_server_records_and_answers_with_its_later_rank(tmp_path: Path, proc
     assert files[1]["ok"] and files[1]["trace"]["rank"] == 1, files
     groups = files[1]["trace"]["groups"]
     assert any(g["name"] == "0" for g in groups)
+
+
+def test_availability_check_before_import_leaves_the_hook_on(tmp_path: Path) -> None:
+    """`importlib.util.find_spec("torch")`, then `import torch`: the server starts."""
+    script = (
+        "import importlib.util, sys; importlib.util.find_spec('torch'); import torch;"
+        " print(sys.modules['sitecustomize']._state.get('socket'))"
+    )
+    env = hooked_env(RANK="0", AREAL_FR_SOCKET_DIR=str(tmp_path))
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().endswith(".sock") and "areal-fr-" in run.stdout, run.stdout
