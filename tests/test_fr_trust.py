@@ -150,11 +150,20 @@ def shared_subtree(levels: int = 30) -> bytes:
     return pickle.dumps({"entries": [entry], "pg_status": {}}, protocol=4)
 
 
+def wide_shared_subtree() -> bytes:
+    """Shallow enough for the depth bound: 100^8 visits, stopped by the value budget."""
+    x: Any = [0]
+    for _ in range(8):
+        x = [x] * 100
+    return pickle.dumps({"entries": [{"process_group": ["0", ""], "input_sizes": x}]}, protocol=4)
+
+
 HOSTILE_DUMPS = {
     "self_referencing_pg_config": self_referencing_pg_config,
     "big_int": lambda: pickle.dumps({"entries": [], "pg_status": {"0": 2**20_000}}, protocol=2),
     "deep_nesting": deep_nesting,
     "shared_subtree": shared_subtree,
+    "wide_shared_subtree": wide_shared_subtree,
 }
 
 
