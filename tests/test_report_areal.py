@@ -95,7 +95,9 @@ def test_report_on_the_hung_job_has_every_section_true_to_the_run(
     # The template's headings, word for word, in its order.
     at = [md.index(h + "\n") for h in TEMPLATE_HEADINGS]
     assert at == sorted(at)
-    assert "- [ ] I can consistently reproduce the bug across multiple trials or random seeds." in md
+    assert (
+        "- [ ] I can consistently reproduce the bug across multiple trials or random seeds." in md
+    )
     # Checklist hint: rank 1 is elsewhere (slow_step), rank 0 only waits in the barrier.
     checklist = md[: md.index("## Detailed Information")]
     assert "Everyone waits on ranks 1 (in slow_step" in checklist
@@ -195,3 +197,56 @@ def test_report_bad_input_is_one_line(tmp_path: Path) -> None:
     result = run_cli("report", "--capture", "nope-" + secrets.token_hex(3))
     assert result.returncode == 1
     assert result.stderr.startswith("error: no saved capture") and "Traceback" not in result.stderr
+
+
+async def test_b_on_stacks_and_health_previews_then_writes_the_report(
+    planted_run: ArealRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from areal_console.app import create_app
+    from areal_console.core.metrics.locate import HealthTarget
+    from areal_console.core.settings import Settings
+    from areal_console.screens.report_preview import ReportPreview
+    from textual.widgets import DataTable, Static
+
+    from tests.waits import until
+
+    monkeypatch.chdir(tmp_path)  # the preview writes to the working directory
+    log_dir = planted_run.workdir / "logs" / getpass.getuser() / "gsm8k-grpo" / planted_run.trial
+    app = create_app([local_node()], settings=Settings(), initial_filter=str(planted_run.workdir),
+                     refresh_interval=0.5, health_target=HealthTarget(str(log_dir)))  # fmt: skip
+    async with app.run_test(size=(120, 40)) as pilot:
+        procs = app.screen.query_one("#processes", DataTable)
+        await until(pilot, lambda: procs.row_count >= 2, timeout=60)
+        await pilot.press("s")
+        await until(pilot, lambda: getattr(app.screen, "diagnosis", None) is not None, timeout=90)
+        await pilot.press("b")
+        await until(pilot, lambda: isinstance(app.screen, ReportPreview)
+                    and app.screen.report is not None, timeout=60)  # fmt: skip
+        preview = app.screen
+        assert isinstance(preview, ReportPreview) and preview.report is not None
+        shown = str(preview.query_one("#report-text", Static).render())
+        assert "## Checklist" in shown and "(`same_collective`)" in shown
+        assert f"git commit `{planted_run.commit}`" in shown  # type: ignore[attr-defined]
+        assert_no_secret(shown, {})
+        await pilot.press("a")  # anonymized: the user in the log path is an alias now
+        await until(pilot, lambda: "/logs/user-1/gsm8k-grpo/" in str(
+            preview.query_one("#report-text", Static).render()), timeout=30)  # fmt: skip
+        await pilot.press("w")
+        await until(pilot, lambda: not isinstance(app.screen, ReportPreview), timeout=30)
+        written = sorted(tmp_path.glob("areal-report-*"))
+        assert [p.suffix for p in written] == [".md", ".gz"]
+        md = written[0].read_text()
+        assert "/logs/user-1/gsm8k-grpo/" in md and f"/{getpass.getuser()}/" not in md
+        assert_no_secret(md, bundle_files(written[1]))
+        # Health: the same key; the report has this run's log and the capture just taken.
+        await pilot.press("escape", "5")
+        await until(pilot, lambda: type(app.screen).__name__ == "HealthScreen", timeout=30)
+        await pilot.press("b")
+        await until(pilot, lambda: isinstance(app.screen, ReportPreview)
+                    and app.screen.report is not None, timeout=60)  # fmt: skip
+        assert isinstance(app.screen, ReportPreview) and app.screen.report is not None
+        md = app.screen.report.markdown
+        assert "(`same_collective`)" in md and f"{log_dir}/actor.log" in md
+        await pilot.press("escape")
+        await until(pilot, lambda: type(app.screen).__name__ == "HealthScreen", timeout=30)
+        await pilot.press("q")

@@ -67,9 +67,9 @@ def _explicit_targets(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from areal_console.core.report.bundle import build_report, write_report
+    from areal_console.core.report.bundle import build_report, default_report_name, write_report
     from areal_console.core.report.collect import ReportRequest, collect
-    from areal_console.core.report.redact import Redactor
+    from areal_console.core.report.redact import Redactor, learn_identities
 
     if args.match:
         try:
@@ -90,9 +90,9 @@ def run(args: argparse.Namespace) -> int:
             fleet.close()
     redactor = Redactor(anonymize=args.anonymize)
     if args.anonymize:
-        _learn_identities(redactor, inputs)
+        learn_identities(redactor, inputs)
     report = build_report(inputs, redactor, int(args.max_bundle_mb * 2**20))
-    path = args.output or _default_name(inputs.job)
+    path = args.output or default_report_name(inputs.job, time.strftime("%Y%m%d-%H%M%S"))
     try:
         bundle, size = write_report(report, path)
     except OSError as exc:
@@ -161,26 +161,3 @@ def _newest_saved(job: str | None) -> Path | None:
         if job in text:
             return saved.path
     return None
-
-
-def _learn_identities(redactor: Any, inputs: Any) -> None:
-    """Host and user names to replace: the nodes, the hosts the processes name, the user
-    in the log directory's path, this machine's."""
-    import getpass
-    import socket
-
-    hosts = {p.get("node") for p in inputs.processes} | {v.node for v in inputs.versions}
-    hosts |= {socket.gethostname()}
-    hosts.discard("local")
-    redactor.learn_hosts(sorted(h for h in hosts if h))
-    users = {getpass.getuser()}
-    for path in (inputs.log_dir or "",):
-        parts = path.split("/")
-        if "logs" in parts and len(parts) > parts.index("logs") + 1:
-            users.add(parts[parts.index("logs") + 1])
-    redactor.learn_users(sorted(users))
-
-
-def _default_name(job: str | None) -> str:
-    stem = re.sub(r"[^\w.-]+", "_", job or "job").strip("_") or "job"
-    return f"areal-report-{stem}-{time.strftime('%Y%m%d-%H%M%S')}.md"

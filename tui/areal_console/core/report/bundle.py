@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import re
 import tarfile
 from typing import Any
@@ -65,9 +65,7 @@ def build_report(
     files: dict[str, bytes] = {}
     for name, value in parts.items():
         masked = redactor.data(value) if not isinstance(value, str) else redactor.text(value)
-        files[redactor.text(name)] = (
-            masked.encode() if isinstance(masked, str) else _json(masked)
-        )
+        files[redactor.text(name)] = masked.encode() if isinstance(masked, str) else _json(masked)
     files["report.md"] = masked_md.encode()
     cut: list[str] = []
     files["MANIFEST.txt"] = _manifest(inputs, redactor, cut, max_bytes)
@@ -174,3 +172,9 @@ def write_report(report: Report, markdown_path: str) -> tuple[str, int]:
     write_bytes_atomic(markdown_path, report.markdown.encode())
     write_bytes_atomic(bundle, data)
     return bundle, len(data)
+
+
+def default_report_name(job: str | None, stamp: str) -> str:
+    """`areal-report-<job>-<time>.md`: the name when none is given."""
+    stem = re.sub(r"[^\w.-]+", "_", job or "job").strip("_") or "job"
+    return f"areal-report-{stem}-{stamp}.md"

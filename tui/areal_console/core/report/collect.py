@@ -179,6 +179,10 @@ def _executable(processes: list[dict[str, Any]]) -> str | None:
     return None
 
 
+# Takes (or makes) the capture: (stacks document, where it came from, why there is none).
+CaptureSource = Callable[[], tuple[dict[str, Any] | None, str, str | None]]
+
+
 @dataclass
 class ReportRequest:
     """What to report on: a capture (taken already, or `take` one), and where the logs are."""
@@ -193,10 +197,9 @@ class ReportRequest:
 def collect(
     fleet: Fleet | None,
     request: ReportRequest,
-    take_capture: Callable[[], tuple[dict[str, Any] | None, str, str | None]] | None = None,
+    take_capture: CaptureSource | None = None,
 ) -> ReportInputs:
-    """Every part of the report. `take_capture` returns (stacks document, where it came
-    from, why there is none)."""
+    """Every part of the report; the capture is the request's, else `take_capture`'s."""
     inputs = ReportInputs(job=request.job, made_at=now_iso())
     inputs.capture, inputs.capture_note = request.capture, request.capture_note
     if inputs.capture is None and take_capture is not None:
@@ -259,7 +262,9 @@ def _places(fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs) -
             session = fleet.session(name)
         except KeyError:
             continue
-        files: FileAccess = LocalFiles() if session.spec.transport == "local" else NodeFiles(session)
+        files: FileAccess = (
+            LocalFiles() if session.spec.transport == "local" else NodeFiles(session)
+        )
         out.append(Where(name, files, str(session.hello.get("user") or _local_user())))
     return out
 

@@ -42,7 +42,9 @@ TOKEN_SHAPES = re.compile(
     r"|github_pat_\w{20,}|xox[abprs]-[\w-]{10,}|AKIA[0-9A-Z]{16}"
     r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})\b"
 )
-IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])")
+IPV4 = re.compile(
+    r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"
+)
 KEEP_IPS = frozenset({"0.0.0.0"})
 
 
@@ -212,3 +214,20 @@ def _pairs(data: Any) -> Iterable[tuple[str, Any]]:
     elif isinstance(data, (list, tuple)):
         for v in data:
             yield from _pairs(v)
+
+
+def learn_identities(redactor: Redactor, inputs: Any) -> None:
+    """Host and user names for `--anonymize` to replace (a `ReportInputs`): the nodes,
+    this machine, and the user in the log directory's path (`.../logs/<user>/...`)."""
+    import getpass
+    import socket
+
+    hosts = {str(p.get("node")) for p in inputs.processes if p.get("node")}
+    hosts |= {v.node for v in inputs.versions} | {socket.gethostname()}
+    hosts.discard("local")
+    redactor.learn_hosts(sorted(hosts))
+    users = {getpass.getuser()}
+    parts = (inputs.log_dir or "").split("/")
+    if "logs" in parts and len(parts) > parts.index("logs") + 1:
+        users.add(parts[parts.index("logs") + 1])
+    redactor.learn_users(sorted(users))

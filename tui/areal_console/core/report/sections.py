@@ -224,9 +224,10 @@ def _servers(processes: list[dict[str, Any]]) -> list[str]:
     for p in processes:
         if p.get("role") not in SERVER_ROLES and not p.get("server"):
             continue
-        server = p.get("server") or {}
+        server: dict[str, Any] = p.get("server") or {}
         # nodes --json nests the answer under `health`; a capture's rank holds it flat.
-        health = server.get("health") if isinstance(server.get("health"), dict) else server
+        nested = server.get("health")
+        health: dict[str, Any] = nested if isinstance(nested, dict) else server
         ok = health.get("ok")
         why = health.get("status") or health.get("error") or "?"
         state = "health not read" if ok is None else "healthy" if ok else f"unhealthy ({why})"
@@ -283,9 +284,7 @@ def environment_lines(nv: NodeVersions) -> list[str]:
     s = nv.system
     gpus = nv.gpus or list(s.get("gpus") or [])
     models = sorted(set(gpus))
-    gpu_text = (
-        ", ".join(f"{gpus.count(m)} x {m}" for m in models) if gpus else "no NVIDIA GPU seen"
-    )
+    gpu_text = ", ".join(f"{gpus.count(m)} x {m}" for m in models) if gpus else "no NVIDIA GPU seen"
     lines = [
         f"- OS: {s.get('os') or '?'} (kernel {s.get('kernel') or '?'}, {s.get('machine') or '?'})",
         f"- GPUs: {gpu_text}; driver {s.get('driver') or 'not found'}",
