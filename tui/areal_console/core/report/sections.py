@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from areal_console.core.report.model import NodeVersions, ReportInputs
-from areal_console.core.stacks.diagnose import COLLECTIVES
+from areal_console.core.stacks.diagnose import CLEANUP_FUNCTIONS, CLEANUP_WORDS, COLLECTIVES
 
 # The template's headings (bug.md:9,16,18,22,26,30,32,36,41 at cbff54d), in its order.
 HEADINGS = (
@@ -70,9 +70,21 @@ def _in_collective(frames: list[dict[str, Any]]) -> bool:
     return False
 
 
-def _leaf(frames: list[dict[str, Any]]) -> str:
+def _in_cleanup(frames: list[dict[str, Any]]) -> bool:
     for f in frames:
-        return f"{f.get('function')} ({f.get('file')}:{f.get('line')})"
+        name = str(f.get("function") or "").rsplit(".", 1)[-1]
+        if name in CLEANUP_FUNCTIONS or any(w in name.lower() for w in CLEANUP_WORDS):
+            return True
+    return False
+
+
+def _work_leaf(frames: list[dict[str, Any]]) -> str:
+    """The innermost frame outside torch.distributed and its wrappers (the call site)."""
+    for f in frames:
+        where = str(f.get("file") or "")
+        if "torch/distributed" in where or "c10d" in where:
+            continue
+        return f"{f.get('function')} ({where}:{f.get('line')})"
     return "no frames"
 
 
@@ -84,8 +96,12 @@ def root_cause(capture: dict[str, Any] | None) -> list[str]:
     diag = capture.get("diagnosis") or {}
     pattern = str(diag.get("pattern") or "none")
     groups = [g for g in capture.get("groups") or [] if isinstance(g, dict)]
-    waiting = [g for g in groups if _in_collective(g.get("frames") or [])]
-    elsewhere = [g for g in groups if g not in waiting]
+    if pattern == "cleanup_deadlock":  # the ranks that left the loop are the waited-on
+        elsewhere = [g for g in groups if _in_cleanup(g.get("frames") or [])]
+        waiting = [g for g in groups if g not in elsewhere]
+    else:
+        waiting = [g for g in groups if _in_collective(g.get("frames") or [])]
+        elsewhere = [g for g in groups if g not in waiting]
     gone = sorted(
         int(r["rank"]) for r in capture.get("ranks") or []
         if r.get("rank") is not None and r.get("state") == "gone"
@@ -98,11 +114,12 @@ def root_cause(capture: dict[str, Any] | None) -> list[str]:
         lines.append(f"Ranks {who} are gone (their process died): their error is the root "
                      "cause; the ranks still running only wait for them.")  # fmt: skip
     elif waiting and elsewhere:
+        where = "in the training loop" if pattern == "cleanup_deadlock" else "in a collective"
         lines.append(
             "Everyone waits on ranks " + "; ".join(
-                f"{g.get('label')} (in {_leaf(g.get('frames') or [])})" for g in elsewhere
+                f"{g.get('label')} (in {_work_leaf(g.get('frames') or [])})" for g in elsewhere
             ) + "; ranks " + ", ".join(str(g.get("label")) for g in waiting)
-            + " only wait in a collective. The error to report is the waited-on ranks'."
+            + f" only wait {where}. The error to report is the waited-on ranks'."
         )  # fmt: skip
     elif waiting and len(waiting) > 1:
         lines.append("Every rank waits in a collective, at different call sites: no rank is "
@@ -213,8 +230,11 @@ def _health_section(inputs: ReportInputs) -> list[str]:
     if not warnings:
         lines.append("- no warnings")
     for w in warnings:
-        began = w.get("first_step", w.get("step"))
-        since = f" (since step {began})" if began is not None else ""
+        began, at = w.get("first_step"), w.get("step")
+        since = (
+            f" (began at step {began})" if began is not None
+            else f" (at step {at})" if at is not None else ""
+        )  # fmt: skip
         lines.append(f"- `{w.get('metric')}`{since}: {w.get('message')}")
     return lines
 
@@ -344,26 +364,30 @@ def _env_vars(versions: list[NodeVersions]) -> list[str]:
     return [f"{k}={v}" for k, v in sorted(seen.items())]
 
 
-def controller_cmdline(inputs: ReportInputs) -> str | None:
-    """The command that started the job: its controller, else its launcher, else rank 0."""
+def controller_cmdline(inputs: ReportInputs) -> tuple[str, str] | None:
+    """The command that started the job (its controller, else its launcher, else the
+    lowest rank's), and which process that is."""
     for role in ("controller", "launcher"):
         for p in inputs.processes:
             if p.get("role") == role and p.get("cmdline"):
-                return str(p["cmdline"])
+                return str(p["cmdline"]), f"the {role} (pid {p.get('pid')} on {p.get('node')})"
     ranks = sorted(
-        (r for r in (inputs.capture or {}).get("ranks") or [] if r.get("cmdline")),
-        key=lambda r: (r.get("rank") is None, r.get("rank") or 0),
+        (r for r in inputs.processes if r.get("cmdline") and r.get("rank") is not None),
+        key=lambda r: int(r["rank"]),
     )
-    for r in ranks:
-        if r.get("role") in ("controller", "launcher"):
-            return str(r["cmdline"])
-    return str(ranks[0]["cmdline"]) if ranks else None
+    if not ranks:
+        return None
+    r = ranks[0]
+    return str(r["cmdline"]), f"rank {r['rank']} (pid {r.get('pid')} on {r.get('node')})"
 
 
 def script(inputs: ReportInputs) -> list[str]:
     out = ["### Script", "", "The bash script or YAML configuration to run:", ""]
-    cmd = controller_cmdline(inputs)
-    out += fence(cmd, "bash") if cmd else ["Command line: not known (no process of the job seen)."]
+    found = controller_cmdline(inputs)
+    if found:
+        out += [f"Command line of {found[1]}:", "", *fence(found[0], "bash")]
+    else:
+        out.append("Command line: not known (no process of the job seen).")
     if inputs.config_text is not None:
         out += ["", *details(f"{inputs.config_path}", fence(inputs.config_text, "yaml"))]
     else:
