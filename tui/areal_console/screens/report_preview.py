@@ -67,11 +67,17 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="report-box"):
-            yield Label("Bug report for AReaL's issue tracker (preview)", id="report-title")
+            yield Label(self._title(), id="report-title")
             with VerticalScroll(id="report-scroll"):
                 yield Static("collecting logs, config and versions from the nodes…",
                              id="report-text", markup=False)  # fmt: skip
             yield Label("", id="report-status")
+
+    def _title(self) -> str:
+        masked = "secrets masked; hosts, IPs and users anonymized" if self.anonymize else (
+            "secrets masked"
+        )  # fmt: skip
+        return f"Bug report for AReaL's issue tracker (preview; {masked})"
 
     def on_mount(self) -> None:
         self._build(None)
@@ -110,8 +116,7 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
         report = self.report
         if report is None:
             return
-        parts = [f"w: write to {self.directory}", f"a: anonymize ({'on' if self.anonymize else 'off'})",
-                 "esc: close"]  # fmt: skip
+        parts = [f"w: write to {self.directory}", "a: anonymize", "esc: close"]
         if report.missing:
             parts.insert(0, "not collected: " + ", ".join(report.missing))
         if report.cut:
@@ -138,6 +143,7 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
 
     def action_toggle_anonymize(self) -> None:
         self.anonymize = not self.anonymize
+        self.query_one("#report-title", Label).update(self._title())
         if self.inputs is not None:
             self._build(self.inputs)
         self._say()
