@@ -250,3 +250,25 @@ async def test_b_on_stacks_and_health_previews_then_writes_the_report(
         await pilot.press("escape")
         await until(pilot, lambda: type(app.screen).__name__ == "HealthScreen", timeout=30)
         await pilot.press("q")
+
+
+def test_report_on_a_rollout_stall_names_the_server_its_health_and_flags(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    run = ArealRun(tmp_path_factory.mktemp("areal-report-rollout"), "rollout", 1,
+                   health="unhealthy")  # fmt: skip
+    try:
+        server = json.loads((run.workdir / "server.json").read_text())
+        result = run_cli("report", "--local", "--match", str(run.workdir), "-o",
+                         str(tmp_path / "rollout.md"))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        md = (tmp_path / "rollout.md").read_text()
+        assert "(`rollout_stall`)" in md
+        servers = md[md.index("Inference servers:") : md.index("### Expected behavior")]
+        assert f"- sglang on {local_node().name}, pid {server['pid']}, " in servers
+        assert f"http://127.0.0.1:{server['port']}/health: unhealthy (503); flags:" in servers
+        assert f"--model-path stub-model --host 127.0.0.1 --port {server['port']}" in servers
+        # The controller's command line is the script that ran.
+        assert "Command line of the controller (pid " in md
+    finally:
+        run.stop()
