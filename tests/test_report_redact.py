@@ -63,6 +63,16 @@ def test_data_masks_values_of_secret_keys_and_every_string() -> None:
     assert out == {"env": {"HF_TOKEN": "***", "NCCL_DEBUG": "INFO"}, "cmd": ["--token=***"]}
 
 
+def test_a_local_variable_named_as_a_secret_is_masked_with_its_value_elsewhere() -> None:
+    r = Redactor()
+    doc = {"locals": [[{"name": "hf_token", "repr": "'abcd1234xyz'", "arg": True},
+                       {"name": "step", "repr": "3", "arg": False}]]}  # fmt: skip
+    r.learn_data(doc)
+    assert r.data(doc)["locals"][0] == [{"name": "hf_token", "repr": "***", "arg": True},
+                                        {"name": "step", "repr": "3", "arg": False}]  # fmt: skip
+    assert r.text("login abcd1234xyz") == "login ***(hf_token)"
+
+
 def test_anonymize_replaces_hosts_ips_and_users_consistently() -> None:
     r = Redactor(anonymize=True)
     r.learn_hosts(["gpu-node-07", "gpu-node-08"])

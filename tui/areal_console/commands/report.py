@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.anonymize:
         learn_identities(redactor, inputs)
     report = build_report(inputs, redactor, int(args.max_bundle_mb * 2**20))
-    path = args.output or default_report_name(inputs.job, time.strftime("%Y%m%d-%H%M%S"))
+    path = args.output or default_report_name(report.job, time.strftime("%Y%m%d-%H%M%S"))
     try:
         bundle, size = write_report(report, path)
     except OSError as exc:

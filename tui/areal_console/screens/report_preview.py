@@ -137,7 +137,7 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
             self.query_one("#report-status", Label).update("still collecting: wait for it")
             return
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = self.directory / default_report_name(self.inputs.job, stamp)
+        path = self.directory / default_report_name(self.report.job, stamp)
         self.written = path
         self._write(self.report, path)
 

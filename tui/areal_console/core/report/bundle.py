@@ -93,6 +93,7 @@ def build_report(
         files=[BundleFile(name, data) for name, data in files.items()],
         missing=dict(inputs.missing),
         cut=_merge_cuts(cut),
+        job=redactor.text(inputs.job or ""),
     )
 
 

@@ -69,3 +69,5 @@ class Report:
     files: list[BundleFile]
     missing: dict[str, str]
     cut: list[str] = field(default_factory=list)
+    job: str = ""
+    """The job's name, masked (files are named after it)."""

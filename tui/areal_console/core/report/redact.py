@@ -104,6 +104,8 @@ class Redactor:
         for key, value in _pairs(data):
             if is_secret_name(key) and isinstance(value, str):
                 self._remember(key, value)
+        for name, value in _variables(data):  # py-spy --locals: {"name", "repr"}
+            self._remember(name, value)
 
     def learn_hosts(self, names: Iterable[str | None]) -> None:
         for name in names:
@@ -171,7 +173,11 @@ class Redactor:
             return self.text(data)
         if isinstance(data, dict):
             out = {}
+            variable = _variable_name(data)
             for k, v in data.items():
+                if variable is not None and k == "repr":
+                    out[k] = MASK
+                    continue
                 key = self.text(k) if isinstance(k, str) else k
                 if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int, float)):
                     out[key] = MASK
@@ -203,6 +209,26 @@ def _strings(data: Any) -> Iterable[str]:
     elif isinstance(data, (list, tuple)):
         for v in data:
             yield from _strings(v)
+
+
+def _variable_name(data: dict[Any, Any]) -> str | None:
+    """A local variable ({"name", "repr"}, as py-spy --locals gives it) named as a secret."""
+    name = data.get("name")
+    if isinstance(name, str) and isinstance(data.get("repr"), str) and is_secret_name(name):
+        return name
+    return None
+
+
+def _variables(data: Any) -> Iterable[tuple[str, str]]:
+    if isinstance(data, dict):
+        name = _variable_name(data)
+        if name is not None:
+            yield name, str(data["repr"])
+        for v in data.values():
+            yield from _variables(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            yield from _variables(v)
 
 
 def _pairs(data: Any) -> Iterable[tuple[str, Any]]:
