@@ -225,7 +225,7 @@ async def test_b_on_stacks_and_health_previews_then_writes_the_report(
         preview = app.screen
         assert isinstance(preview, ReportPreview) and preview.report is not None
         shown = str(preview.query_one("#report-text", Static).render())
-        assert "## Checklist" in shown and "(`same_collective`)" in shown
+        assert "## Checklist\n\n- [ ] The error occurs" in shown and "(`same_collective`)" in shown
         assert f"git commit `{planted_run.commit}`" in shown  # type: ignore[attr-defined]
         assert_no_secret(shown, {})
         await pilot.press("a")  # anonymized: the user in the log path is an alias now

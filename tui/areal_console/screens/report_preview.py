@@ -109,7 +109,9 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
         if not self.fresh(message) or message.report is None:
             return
         self.inputs, self.report = message.inputs, message.report
-        self.query_one("#report-text", Static).update(Text(printable(message.report.markdown)))
+        # Line by line: printable() escapes a newline, and the preview shows the lines.
+        lines = (printable(line) for line in message.report.markdown.splitlines())
+        self.query_one("#report-text", Static).update(Text("\n".join(lines)))
         self._say()
 
     def _say(self) -> None:
