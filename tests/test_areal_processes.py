@@ -45,6 +45,8 @@ class ArealRun:
         n_actors: int,
         health: str = "healthy",
         stub: Path = STUB,
+        env: dict[str, str] | None = None,
+        script_args: tuple[str, ...] = (),
     ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -52,13 +54,14 @@ class ArealRun:
         self.trial = f"{workdir.name}-{os.getpid()}-{secrets.token_hex(3)}"
         env = {
             **os.environ,
+            **(env or {}),
             "PYTHONPATH": str(stub),
             "OMP_NUM_THREADS": "1",
             "AREAL_STUB_TRIAL": self.trial,
         }
         self.proc = subprocess.Popen(
             [sys.executable, str(JOBS / "areal_controller.py"), str(workdir), mode,
-             str(n_actors), health],
+             str(n_actors), health, *script_args],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
         ready = (

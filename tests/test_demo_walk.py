@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -166,6 +167,11 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
     await w.press("slash", "escape")
     await w.press("number_sign", "0", "enter")  # the group of rank 0
     await w.press("f", "f", "e")  # the whole diagnosis and back; export
+    await w.press("b")  # a bug report's preview: collected, then shown
+    await w.until("the report", lambda: getattr(app.screen, "report", None) is not None)
+    await w.press("a")  # anonymized
+    await w.press("w")  # written (to the test's directory) and closed
+    await w.until("the Stacks screen", lambda: type(app.screen).__name__ == "StacksScreen")
     for key in ("N", "L", "r"):  # capture again: with native frames, with locals, plain
         before = app.screen.capture.capture_id if app.screen.capture else None
         await w.press(key)
@@ -225,6 +231,9 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
         t.row_count > 0 for t in app.screen.query(DataTable)
     ))  # fmt: skip
     await w.press("G", "g", "j", "k", "space", "enter", "slash", "escape", "r")
+    await w.press("b")  # the bug report from here: this run's log and the last capture
+    await w.until("the report", lambda: getattr(app.screen, "report", None) is not None)
+    await w.press("escape")  # closed without writing
     await w.press("s")  # py-spy the job from here: the Stacks screen
     await w.until("the stacks", lambda: type(app.screen).__name__ == "StacksScreen")
     await w.press("escape", "1")
@@ -233,7 +242,10 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
-async def test_walk_every_documented_key_of_the_demo(demo: DemoJob, size: tuple[int, int]) -> None:
+async def test_walk_every_documented_key_of_the_demo(
+    demo: DemoJob, size: tuple[int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where the bug report's preview writes
     # As `areal-console demo` builds it (commands/demo.py), with default settings.
     app = create_app([local_node()], settings=Settings(), batches_path=str(demo.dump_dir),
                      initial_filter=demo.tag, welcome=WELCOME, refresh_interval=0.5,
@@ -256,3 +268,4 @@ async def test_walk_every_documented_key_of_the_demo(demo: DemoJob, size: tuple[
     }
     missed = {screen: ids for screen, ids in missed.items() if ids}
     assert not missed, f"documented keys the walk never pressed: {missed}"
+    assert [p.suffix for p in sorted(tmp_path.glob("areal-report-*"))] == [".md", ".gz"]

@@ -80,3 +80,39 @@ def test_unreachable_node_is_partial(cluster: TestCluster, job: GlooJob, tmp_pat
     assert [e["node"] for e in doc["errors"]] == ["dead"]
     assert doc["diagnosis"]["pattern"] == "cleanup_deadlock"  # the rest still diagnosed
     assert "warning: dead:" in result.stderr
+
+
+def test_report_across_nodes_reads_versions_through_each_agent(
+    cluster: TestCluster, job: GlooJob, tmp_path: Path
+) -> None:
+    import platform
+    import tarfile
+
+    env = cluster.env()
+    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}"
+    out = tmp_path / "bug.md"
+    result = subprocess.run(
+        [sys.executable, "-m", "areal_console", "report", "--hosts", cluster.hosts_arg(),
+         "--match", MARKER, "-o", str(out)],
+        capture_output=True, text=True, env=env, timeout=240, check=False,
+    )  # fmt: skip
+    # The job's command lines name no AReaL log directory: logs, config and metrics are
+    # named as not collected (exit 3); everything else came from the four nodes.
+    assert result.returncode == 3, result.stderr
+    assert "warning: not collected: logs: the log directory is not known" in result.stderr
+    assert "versions" not in result.stderr
+    md = out.read_text()
+    last = job.world_size - 1
+    assert f"Everyone waits on ranks {last} (in " in md and "(`cleanup_deadlock`)" in md
+    names = ", ".join(n.name for n in cluster.nodes)
+    assert f"All {len(cluster.nodes)} nodes ({names}) agree:" in md
+    assert f"- Python {platform.python_version()} (" in md
+    with tarfile.open(tmp_path / "bug.tar.gz") as tar:
+        member = tar.extractfile("report/versions.json")
+        assert member is not None
+        versions = json.loads(member.read())
+    assert sorted(v["node"] for v in versions) == sorted(n.name for n in cluster.nodes)
+    for v in versions:  # each node's agent read its own ranks' interpreters (the `load`ed op)
+        ok = [i for i in v["interpreters"] if "error" not in i]
+        assert len(ok) == RANKS_PER_NODE, v
+        assert all(i["python"] == platform.python_version() for i in ok)

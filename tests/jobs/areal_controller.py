@@ -8,7 +8,7 @@ python3 -m areal.infra.rpc.rpc_server --port P --experiment-name E --trial-name 
 2>&1 | tee -a LOG/R.log >(stdbuf -oL sed 's/^/[R] /' >> LOG/merged.log)"`, then sends each
 training worker RANK/WORLD_SIZE/MASTER_* over `POST /set_env` (train_controller.py:336-344).
 
-Usage: areal_controller.py WORKDIR MODE N_ACTORS [SERVER_HEALTH]
+Usage: areal_controller.py WORKDIR MODE N_ACTORS [SERVER_HEALTH [SCRIPT ARGS...]]
   MODE collective: the actors all_reduce, then all but the last wait in a barrier
                    (in their EngineWorker threads); this process waits on their replies.
   MODE rollout:    a rollout worker starts an SGLang stand-in server (SERVER_HEALTH:
@@ -18,6 +18,7 @@ Usage: areal_controller.py WORKDIR MODE N_ACTORS [SERVER_HEALTH]
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shlex
@@ -39,10 +40,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def log_dir(workdir: Path) -> Path:
+    """AReaL's log directory, where LocalScheduler's role logs and merged.log go and where
+    save_config writes config.yaml: <fileroot>/logs/<user>/<experiment>/<trial>
+    (areal/infra/scheduler/local.py:159-165, areal/utils/stats_logger.py:179)."""
+    return workdir / "logs" / getpass.getuser() / EXPERIMENT / TRIAL
+
+
+def save_config(workdir: Path) -> None:
+    """config.yaml as AReaL's save_config writes it (areal/api/cli_args.py:3568-3579), the
+    few keys this run has; the W&B key and URL come from the environment when set."""
+    wandb_key = os.environ.get("WANDB_API_KEY", "")
+    wandb_url = os.environ.get("AREAL_STUB_WANDB_BASE_URL", "")
+    (log_dir(workdir) / "config.yaml").write_text(
+        f"experiment_name: {EXPERIMENT}\ntrial_name: {TRIAL}\ncluster:\n"
+        f"  fileroot: {workdir}\nstats_logger:\n  wandb:\n    mode: disabled\n"
+        f"    wandb_base_url: '{wandb_url}'\n    wandb_api_key: '{wandb_key}'\n"
+    )
+
+
 def start_worker(role: str, index: int, workdir: Path) -> int:
     port = free_port()
-    logs = workdir / "logs"
-    logs.mkdir(exist_ok=True)
+    logs = log_dir(workdir)
+    logs.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable, "-m", "areal.infra.rpc.rpc_server", "--port", str(port),
         "--experiment-name", EXPERIMENT, "--trial-name", TRIAL, "--role", role,
@@ -85,6 +105,10 @@ def main() -> None:
     # One trial per run: test runs in parallel on one machine never share a job.
     TRIAL = os.environ.get("AREAL_STUB_TRIAL") or workdir.name
     health = sys.argv[4] if len(sys.argv) > 4 else "healthy"
+    # Further arguments are the training script's own (AReaL's `key=value` overrides and
+    # flags): taken and ignored, as the stand-in trains nothing.
+    log_dir(workdir).mkdir(parents=True, exist_ok=True)
+    save_config(workdir)
     ports = [start_worker("actor", i, workdir) for i in range(n_actors)]
     master_port = free_port()
     for rank, port in enumerate(ports):

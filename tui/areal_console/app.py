@@ -32,6 +32,8 @@ from areal_console.core.stacks.capture import (
     capture_and_analyse,
     scope_processes,
 )
+from areal_console.core.stacks.diagnose import Diagnosis
+from areal_console.core.stacks.merge import StackAnalysis
 from areal_console.core.stacks.report import AnalysedCapture
 from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
@@ -257,6 +259,13 @@ class ConsoleApp(WorkerHost, App[None]):
         return capture_and_analyse(
             self.fleet, options, sampled=self._latest_processes(), progress=self._progress
         )
+
+    def shown_capture(self) -> tuple[StackAnalysis, Diagnosis] | None:
+        """The Stacks screen's capture, analysed (None before one is)."""
+        screen = self._stacks_screen
+        if screen is None or screen.analysis is None or screen.diagnosis is None:
+            return None
+        return screen.analysis, screen.diagnosis
 
     def _new_stacks_screen(self) -> StacksScreen:
         self._stacks_screen = StacksScreen(recapture=self.take_capture)

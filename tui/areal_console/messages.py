@@ -17,6 +17,7 @@ from textual.message import Message
 from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow, SampleView
 from areal_console.core.jobs import JobRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
+from areal_console.core.report.model import Report, ReportInputs
 from areal_console.core.slurm import SlurmJob
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.merge import StackAnalysis, TreeNode
@@ -191,3 +192,23 @@ class ProcessStack(Reply):
     """One process's stack dump, rendered (or why there is none)."""
 
     text: Text
+
+
+# Bug report ---------------------------------------------------------------------------
+
+
+@dataclass
+class ReportBuilt(Reply):
+    """A bug report collected and masked (or why it could not be made)."""
+
+    inputs: ReportInputs | None
+    report: Report | None
+    error: str = ""
+
+
+@dataclass
+class ReportWritten(Reply):
+    """Where the report and its bundle went, or why they did not."""
+
+    text: str
+    ok: bool

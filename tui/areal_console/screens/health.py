@@ -24,8 +24,10 @@ from areal_console.core.metrics.follow import FileAccess, LocalFiles, MetricsFol
 from areal_console.core.metrics.health import TASK_REWARD, HealthThresholds
 from areal_console.core.metrics.locate import HealthTarget, find_job_logs
 from areal_console.core.metrics.report import HealthReport, MetricSummary, summarize
+from areal_console.core.report.collect import ReportRequest
 from areal_console.core.textfmt import clip
 from areal_console.messages import HealthPolled
+from areal_console.screens.report_preview import report_preview_for
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.health_banner import HealthBanner
@@ -56,6 +58,9 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
                 tooltip="py-spy every rank of this job and diagnose (the answer to a stall)"),
         Binding("r", "refresh", "Refresh", id="health.refresh",
                 tooltip="Read the log now instead of at the next poll"),
+        Binding("b", "bug_report", "Bug report", id="health.report",
+                tooltip="A bug report for AReaL's issue tracker: this run's warnings and logs, "
+                "the last capture's diagnosis, versions, config (secrets masked); preview first"),
     ]  # fmt: skip
 
     def __init__(
@@ -246,6 +251,16 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
             trial = parts[-1] if not parts[-1].endswith(".log") else parts[-2]
             return re.escape(trial)
         return None
+
+    def action_bug_report(self) -> None:
+        follower = self.follower
+        request = ReportRequest(
+            log_path=follower.path if follower is not None else self.target.path,
+            log_node=follower.files.node if follower is not None else self.target.node,
+        )
+        shown = self.console.shown_capture()
+        analysis, diagnosis = shown if shown is not None else (None, None)
+        self.app.push_screen(report_preview_for(self.console, analysis, diagnosis, request))
 
     def action_refresh(self) -> None:
         self.poll()

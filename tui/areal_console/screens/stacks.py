@@ -31,6 +31,7 @@ from areal_console.messages import (
     StacksExported,
     StackTreesReady,
 )
+from areal_console.screens.report_preview import report_preview_for
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
@@ -184,6 +185,14 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             "Recorder setup",
             id="stacks.recorder_setup",
             tooltip="How to turn the Flight Recorder on (hook line, AReaL config block)",
+        ),
+        Binding(
+            "b",
+            "bug_report",
+            "Bug report",
+            id="stacks.report",
+            tooltip="A bug report for AReaL's issue tracker from this capture (logs, versions, "
+            "config; secrets masked): preview, then w writes it and its bundle",
         ),
         Binding(
             "r",
@@ -646,6 +655,13 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         if self.analysis is None or self.diagnosis is None:
             return
         self._export(self.analysis, self.diagnosis)
+
+    def action_bug_report(self) -> None:
+        if self.analysis is None or self.diagnosis is None:
+            self.say("no capture analysed yet: wait for it, then press b")
+            return
+        analysis, diagnosis = self.analysis, self.diagnosis
+        self.app.push_screen(report_preview_for(self.app, analysis, diagnosis))
 
     def action_recapture(self) -> None:
         if self.recapture is None:

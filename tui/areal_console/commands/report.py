@@ -1,0 +1,163 @@
+"""`areal-console report`: a bug report in AReaL's issue template, with a bundle beside it."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets
+from areal_console.core.textfmt import printable
+
+
+def megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MB") from None
+    if not 0.01 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"{text!r}: give between 0.01 and 4096 MB")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    from areal_console.core.report.bundle import DEFAULT_MAX_MB
+
+    parser = subparsers.add_parser(
+        "report",
+        help="a bug report for AReaL's issue tracker: diagnosis, logs, versions, config",
+        description=(
+            "Write a markdown bug report in the sections of AReaL's issue template (root "
+            "cause from the stack capture, diagnosis, ledger, health warnings, log tails, "
+            "AReaL's commit, each node's environment, the command line and config.yaml) and "
+            "a .tar.gz bundle beside it (the capture, ledger, metrics, longer log tails, "
+            "config). Secrets are masked in every part. On a job that is gone, give a saved "
+            "capture (--capture) and the log directory (--logs)."
+        ),
+    )
+    add_target_arguments(parser)
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="the markdown file (the bundle goes beside it as FILE.tar.gz); "
+                        "default: areal-report-<job>-<time>.md here")  # fmt: skip
+    parser.add_argument("--anonymize", action="store_true",
+                        help="also replace host names, IPs and user names (consistently)")  # fmt: skip
+    parser.add_argument("--max-bundle-mb", type=megabytes, default=DEFAULT_MAX_MB, metavar="MB",
+                        help=f"bound on the bundle's size (default {DEFAULT_MAX_MB:g}); "
+                        "longer parts are cut to fit, and the report says which")  # fmt: skip
+    parser.add_argument("--job", metavar="KEY",
+                        help="the job, when the nodes run several (a key from the list shown)")  # fmt: skip
+    parser.add_argument("--match", metavar="REGEX",
+                        help="only processes whose command line matches")  # fmt: skip
+    parser.add_argument("--capture", metavar="ID",
+                        help="a saved capture (id, prefix, path or 'latest') instead of a new one")  # fmt: skip
+    parser.add_argument("--logs", metavar="PATH",
+                        help="the run's log directory (or log file), when the command lines "
+                        "do not name it")  # fmt: skip
+    parser.add_argument("--node", metavar="NAME", help="the node that holds --logs")
+    parser.set_defaults(handler=run)
+
+
+def _explicit_targets(args: argparse.Namespace) -> bool:
+    return any(getattr(args, name, None) for name in
+               ("hosts", "inventory", "slurm_job", "ray", "areal", "local"))  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    from areal_console.core.report.bundle import build_report, default_report_name, write_report
+    from areal_console.core.report.collect import ReportRequest, collect
+    from areal_console.core.report.redact import Redactor, learn_identities
+
+    if args.match:
+        try:
+            re.compile(args.match)
+        except re.error as exc:
+            raise UsageError(f"bad --match regex {args.match!r}: {exc}") from None
+    request = ReportRequest(job=args.job, log_path=args.logs, log_node=args.node)
+    if args.capture:
+        request.capture, request.capture_note = _saved(args.capture)
+    # A saved capture and no target: the job is gone; everything is read here.
+    fleet = None
+    if not args.capture or _explicit_targets(args):
+        fleet = open_fleet(args, resolve_targets(args), probe_gpus=False, in_process=True)
+    try:
+        inputs = collect(fleet, request, (lambda: _take(fleet, args)) if fleet else None)
+    finally:
+        if fleet is not None:
+            fleet.close()
+    redactor = Redactor(anonymize=args.anonymize)
+    if args.anonymize:
+        learn_identities(redactor, inputs)
+    report = build_report(inputs, redactor, int(args.max_bundle_mb * 2**20))
+    path = args.output or default_report_name(report.job, time.strftime("%Y%m%d-%H%M%S"))
+    try:
+        bundle, size = write_report(report, path)
+    except OSError as exc:
+        raise UserError(f"cannot write the report: {exc}") from None
+    print(f"wrote {path} and {bundle} ({size} bytes)")
+    for line in report.cut:
+        print(f"note: cut to fit --max-bundle-mb {args.max_bundle_mb:g}: {printable(line)}",
+              file=sys.stderr)  # fmt: skip
+    for part, why in report.missing.items():
+        print(f"warning: not collected: {part}: {printable(redactor.text(why))}", file=sys.stderr)
+    return EXIT_PARTIAL if report.missing else EXIT_OK
+
+
+def _saved(ref: str) -> tuple[dict[str, Any], str]:
+    import json
+
+    from areal_console.core.stacks.store import resolve_capture
+
+    path = resolve_capture(ref)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read capture {path}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
+        raise UserError(f"{path} is not a stack capture")
+    return doc, f"stacks from the saved capture {doc.get('id') or path.stem} taken at " \
+                f"{doc.get('captured_at') or '?'}"  # fmt: skip
+
+
+def _take(fleet: Any, args: argparse.Namespace) -> tuple[dict[str, Any] | None, str, str | None]:
+    """A new capture of the job; when no rank runs any more, the newest saved one of it."""
+    from areal_console.core.stacks.capture import (
+        CaptureOptions,
+        JobChoiceError,
+        capture_and_analyse,
+    )
+
+    options = CaptureOptions(match=args.match, job=args.job,
+                             slurm_job=getattr(args, "slurm_job", None))  # fmt: skip
+    try:
+        result = capture_and_analyse(fleet, options)
+    except JobChoiceError as exc:
+        raise UsageError(str(exc)) from None
+    doc = result.json()
+    captured = [r for r in doc["ranks"] if r.get("rank") is not None and r.get("state") == "ok"]
+    if captured:
+        return doc, f"stacks captured now (capture {doc.get('id')})", None
+    saved = _newest_saved(args.job or args.match)
+    why = "no rank of the job runs on the targets"
+    if saved is None:
+        return None, "", why + " and no saved capture of it (give --capture)"
+    doc, note = _saved(str(saved))
+    return doc, f"{note} ({why} now)", None
+
+
+def _newest_saved(job: str | None) -> Path | None:
+    from areal_console.core.stacks.store import list_captures
+
+    for saved in list_captures():
+        if job is None:
+            return saved.path
+        try:
+            text = saved.path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if job in text:
+            return saved.path
+    return None

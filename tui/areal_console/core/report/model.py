@@ -1,0 +1,73 @@
+"""What a bug report is made from: typed records of the parts collected, and why a part
+could not be collected."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LogTail:
+    """The end of one log file: a few lines for the markdown, more for the bundle."""
+
+    node: str
+    path: str
+    lines: list[str]
+    """The last lines (the markdown shows these)."""
+    text: str
+    """The bundle's copy: the file's last bytes, whole lines."""
+    size: int
+
+
+@dataclass(frozen=True)
+class NodeVersions:
+    """What one node runs: the `versions` op's answer, plus GPU names from NVML."""
+
+    node: str
+    system: dict[str, Any]
+    interpreters: list[dict[str, Any]]
+    gpus: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportInputs:
+    """Every part of a report, as collected (JSON-shaped where a command prints it: the
+    sections read fields they know and ignore the rest). A part that could not be had is
+    None, with the reason in `missing`."""
+
+    job: str | None = None
+    made_at: str = ""
+    capture: dict[str, Any] | None = None
+    """The `stacks --json` document."""
+    capture_note: str = ""
+    """Where the capture came from (taken now, or a saved one and when)."""
+    metrics: dict[str, Any] | None = None
+    """The `metrics --json` document."""
+    processes: list[dict[str, Any]] = field(default_factory=list)
+    """The job's processes (`nodes --json` entries, each with its `node`)."""
+    log_dir: str | None = None
+    logs: list[LogTail] = field(default_factory=list)
+    config_path: str | None = None
+    config_text: str | None = None
+    versions: list[NodeVersions] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+    """part -> why it was not collected."""
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    name: str
+    data: bytes
+
+
+@dataclass
+class Report:
+    """The markdown and the bundle's files, masked; what was cut to fit the bound."""
+
+    markdown: str
+    files: list[BundleFile]
+    missing: dict[str, str]
+    cut: list[str] = field(default_factory=list)
+    job: str = ""
+    """The job's name, masked (files are named after it)."""

@@ -1,0 +1,259 @@
+"""Masking what must not leave the machine, and (with --anonymize) who and where it ran.
+
+A `Redactor` first `learn`s from every part of a report (secrets named as such: an
+environment assignment, a command-line flag, a config key, a URL's password, a token of a
+well-known shape), then `text`/`data` mask them in every part, including each learned
+value wherever it appears again without its name (a log line echoing a key). A masked
+value reads `***`, next to its name where it had one, else `***(NAME)`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+MASK = "***"
+
+# A name whose value is a credential: its last word(s) say so. `max_new_tokens`,
+# `pad_token` and `tokenizer_path` are not.
+_SECRET_WORDS = (
+    r"(?:api|access|secret|private|auth|service|wandb|openai|hf|client)[_-]?key"
+    r"|(?:auth[_-]?|access[_-]?|refresh[_-]?|bearer[_-]?|session[_-]?|api[_-]?|hf[_-]?|"
+    r"hub[_-]?|github[_-]?|gh[_-]?|ray[_-]?|redis[_-]?|wandb[_-]?|slack[_-]?|id[_-]?)?token"
+    r"|secret|passwd|password|pwd|credentials?|cookie"
+)
+SECRET_NAME = re.compile(rf"(?:^|[^a-z0-9])(?:{_SECRET_WORDS})$", re.I)
+NOT_SECRET = re.compile(r"(?:pad|eos|bos|unk|sep|cls|mask|stop|special)[_-]?token$", re.I)
+_NAME = r"[A-Za-z_][\w.-]*"
+
+# NAME=value (environment assignments, key=value overrides), --flag value / --flag=value,
+# `key: value` (YAML) and "key": "value" (JSON).
+ASSIGN = re.compile(rf"(?<![\w.-])({_NAME})=(\"[^\"]*\"|'[^']*'|[^\s\"',;]+)")
+FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(\s+|=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
+YAML = re.compile(rf"^(\s*-?\s*)({_NAME})(\s*:\s+)(\S.*?)\s*$", re.M)
+JSON_PAIR = re.compile(r"\"([\w.-]+)\"(\s*:\s*)\"((?:[^\"\\]|\\.)*)\"")
+URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s/:@]+)(?::([^\s/@]+))?@", re.I)
+BEARER = re.compile(r"\b(Bearer|Basic|token)(\s+)([A-Za-z0-9._~+/=-]{12,})", re.I)
+# Credentials recognisable by their shape alone.
+TOKEN_SHAPES = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_\w{20,}|xox[abprs]-[\w-]{10,}|AKIA[0-9A-Z]{16}"
+    r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})\b"
+)
+IPV4 = re.compile(
+    r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"
+)
+KEEP_IPS = frozenset({"0.0.0.0"})
+
+
+def is_secret_name(name: str) -> bool:
+    bare = name.lstrip("-")
+    return bool(SECRET_NAME.search(bare)) and not NOT_SECRET.search(bare)
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+@dataclass
+class Redactor:
+    """Masks secrets; with `anonymize`, also host names, IPs and user names, each
+    replaced by the same alias everywhere (`host-1`, `ip-1`, `user-1`)."""
+
+    anonymize: bool = False
+    secrets: dict[str, str] = field(default_factory=dict)  # value -> the name it had
+    hosts: dict[str, str] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=dict)
+    ips: dict[str, str] = field(default_factory=dict)
+
+    # learning -----------------------------------------------------------------------
+    def _remember(self, name: str, value: str) -> None:
+        value = _unquote(value)
+        if len(value) >= 4 and value != MASK and not value.startswith(MASK):
+            self.secrets.setdefault(value, name.lstrip("-"))
+
+    def learn(self, text: str) -> None:
+        """Find the secrets `text` names (call on every part before masking any)."""
+        for m in ASSIGN.finditer(text):
+            if is_secret_name(m.group(1)):
+                self._remember(m.group(1), m.group(2))
+        for m in FLAG.finditer(text):
+            if is_secret_name(m.group(1)):
+                self._remember(m.group(1), m.group(3))
+        for m in YAML.finditer(text):
+            if is_secret_name(m.group(2)):
+                self._remember(m.group(2), m.group(4))
+        for m in JSON_PAIR.finditer(text):
+            if is_secret_name(m.group(1)):
+                self._remember(m.group(1), m.group(3))
+        for m in URL_USERINFO.finditer(text):
+            if m.group(3):
+                self._remember("URL password", m.group(3))
+        for m in BEARER.finditer(text):
+            self._remember(m.group(1), m.group(3))
+        for m in TOKEN_SHAPES.finditer(text):
+            self._remember("token", m.group(0))
+
+    def learn_data(self, data: Any) -> None:
+        for text in _strings(data):
+            self.learn(text)
+        for key, value in _pairs(data):
+            if is_secret_name(key) and isinstance(value, str):
+                self._remember(key, value)
+        for name, value in _variables(data):  # py-spy --locals: {"name", "repr"}
+            self._remember(name, value)
+
+    def learn_hosts(self, names: Iterable[str | None]) -> None:
+        for name in names:
+            if name and name not in self.hosts and not IPV4.fullmatch(name) and name != "localhost":
+                self.hosts[name] = f"host-{len(self.hosts) + 1}"
+
+    def learn_users(self, names: Iterable[str | None]) -> None:
+        for name in names:
+            if name and name not in self.users:
+                self.users[name] = f"user-{len(self.users) + 1}"
+
+    # masking ------------------------------------------------------------------------
+    def text(self, text: str) -> str:
+        """`text` with every known and named secret masked (and anonymized)."""
+        text = ASSIGN.sub(
+            lambda m: f"{m.group(1)}={MASK}" if is_secret_name(m.group(1)) else m.group(0), text
+        )
+        text = FLAG.sub(
+            lambda m: f"{m.group(1)}{m.group(2)}{MASK}" if is_secret_name(m.group(1))
+            else m.group(0),
+            text,
+        )  # fmt: skip
+        text = YAML.sub(
+            lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}'{MASK}'"
+            if is_secret_name(m.group(2)) else m.group(0),
+            text,
+        )  # fmt: skip
+        text = JSON_PAIR.sub(
+            lambda m: f'"{m.group(1)}"{m.group(2)}"{MASK}"' if is_secret_name(m.group(1))
+            else m.group(0),
+            text,
+        )  # fmt: skip
+        text = URL_USERINFO.sub(_mask_userinfo, text)
+        text = BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+        text = TOKEN_SHAPES.sub(f"{MASK}(token)", text)
+        for value in sorted(self.secrets, key=len, reverse=True):
+            if value in text:
+                text = text.replace(value, f"{MASK}({self.secrets[value]})")
+        if self.anonymize:
+            text = self._anonymized(text)
+        return text
+
+    def _anonymized(self, text: str) -> str:
+        def ip(m: re.Match[str]) -> str:
+            found = m.group(0)
+            if found in KEEP_IPS:
+                return found
+            return self.ips.setdefault(found, f"ip-{len(self.ips) + 1}")
+
+        text = IPV4.sub(ip, text)
+        for name in sorted(self.hosts, key=len, reverse=True):
+            text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", self.hosts[name], text)
+        for name in sorted(self.users, key=len, reverse=True):
+            alias = self.users[name]
+            u = re.escape(name)
+            # Only where a user name stands: a path segment, user@host, user=NAME.
+            text = re.sub(rf"(?<=/){u}(?=/|\b)", alias, text)
+            text = re.sub(rf"(?<![\w.-]){u}(?=@)", alias, text)
+            text = re.sub(rf"(?i)(\buser(?:name)?\s*[=:]\s*['\"]?){u}\b", rf"\g<1>{alias}", text)
+        return text
+
+    def data(self, data: Any) -> Any:
+        """A JSON-like value with every string masked, and every value of a secret key."""
+        if isinstance(data, str):
+            return self.text(data)
+        if isinstance(data, dict):
+            out = {}
+            variable = _variable_name(data)
+            for k, v in data.items():
+                if variable is not None and k == "repr":
+                    out[k] = MASK
+                    continue
+                key = self.text(k) if isinstance(k, str) else k
+                if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int, float)):
+                    out[key] = MASK
+                else:
+                    out[key] = self.data(v)
+            return out
+        if isinstance(data, (list, tuple)):
+            return [self.data(v) for v in data]
+        return data
+
+
+def _mask_userinfo(m: re.Match[str]) -> str:
+    scheme, user, password = m.group(1), m.group(2), m.group(3)
+    if password is not None:
+        return f"{scheme}{user}:{MASK}@"
+    if len(user) >= 16:  # a token as the user part (https://TOKEN@host)
+        return f"{scheme}{MASK}@"
+    return m.group(0)
+
+
+def _strings(data: Any) -> Iterable[str]:
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(k, str):
+                yield k
+            yield from _strings(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            yield from _strings(v)
+
+
+def _variable_name(data: dict[Any, Any]) -> str | None:
+    """A local variable ({"name", "repr"}, as py-spy --locals gives it) named as a secret."""
+    name = data.get("name")
+    if isinstance(name, str) and isinstance(data.get("repr"), str) and is_secret_name(name):
+        return name
+    return None
+
+
+def _variables(data: Any) -> Iterable[tuple[str, str]]:
+    if isinstance(data, dict):
+        name = _variable_name(data)
+        if name is not None:
+            yield name, str(data["repr"])
+        for v in data.values():
+            yield from _variables(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            yield from _variables(v)
+
+
+def _pairs(data: Any) -> Iterable[tuple[str, Any]]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(k, str):
+                yield k, v
+            yield from _pairs(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            yield from _pairs(v)
+
+
+def learn_identities(redactor: Redactor, inputs: Any) -> None:
+    """Host and user names for `--anonymize` to replace (a `ReportInputs`): the nodes,
+    this machine, and the user in the log directory's path (`.../logs/<user>/...`)."""
+    import getpass
+    import socket
+
+    hosts = {str(p.get("node")) for p in inputs.processes if p.get("node")}
+    hosts |= {v.node for v in inputs.versions} | {socket.gethostname()}
+    hosts.discard("local")
+    redactor.learn_hosts(sorted(hosts))
+    users = {getpass.getuser()}
+    parts = (inputs.log_dir or "").split("/")
+    if "logs" in parts and len(parts) > parts.index("logs") + 1:
+        users.add(parts[parts.index("logs") + 1])
+    redactor.learn_users(sorted(users))

@@ -1,0 +1,435 @@
+"""The report's markdown, in the sections of AReaL's bug template (.github/ISSUE_TEMPLATE/
+bug.md at cbff54d), headings word for word. Pure functions over `ReportInputs`: each
+section reads the fields it knows from the JSON documents and ignores the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from areal_console.core.report.model import NodeVersions, ReportInputs
+from areal_console.core.stacks.diagnose import CLEANUP_FUNCTIONS, CLEANUP_WORDS, COLLECTIVES
+
+# The template's headings (bug.md:9,16,18,22,26,30,32,36,41 at cbff54d), in its order.
+HEADINGS = (
+    "## Checklist",
+    "## Detailed Information",
+    "### Describe the bug",
+    "### Expected behavior",
+    "### Full logs",
+    "## To Reproduce",
+    "### Commit ID",
+    "### Environment",
+    "### Script",
+)
+# The template's checklist, word for word (bug.md:11-14).
+CHECKLIST = (
+    "- [ ] The error occurs when using our provided Docker image.",
+    "- [ ] I can consistently reproduce the bug across multiple trials or random seeds.",
+    "- [ ] If the error causes experiment abortion, I've verified that this error is the root\n"
+    "  cause, not a secondary error caused by peer workers.",
+)
+LOG_LINES_SHOWN = 40
+SERVER_ROLES = ("sglang", "vllm", "server")
+
+
+def fence(text: str, lang: str = "") -> list[str]:
+    """A fenced block that no backtick run inside `text` can close."""
+    longest = max((len(run) for run in _backtick_runs(text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return [f"{ticks}{lang}", text.rstrip("\n"), ticks]
+
+
+def _backtick_runs(text: str) -> Iterable[str]:
+    run = ""
+    for ch in text:
+        if ch == "`":
+            run += ch
+        elif run:
+            yield run
+            run = ""
+    if run:
+        yield run
+
+
+def details(summary: str, body: list[str]) -> list[str]:
+    """A part folded on GitHub (`<details>`), with a blank line so markdown renders inside."""
+    return ["<details>", f"<summary>{_html(summary)}</summary>", "", *body, "", "</details>"]
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _in_collective(frames: list[dict[str, Any]]) -> bool:
+    for f in frames:
+        name = str(f.get("function") or "").rsplit(".", 1)[-1]
+        where = str(f.get("file") or "")
+        if name in COLLECTIVES and ("distributed" in where or "c10d" in where):
+            return True
+    return False
+
+
+def _in_cleanup(frames: list[dict[str, Any]]) -> bool:
+    for f in frames:
+        name = str(f.get("function") or "").rsplit(".", 1)[-1]
+        if name in CLEANUP_FUNCTIONS or any(w in name.lower() for w in CLEANUP_WORDS):
+            return True
+    return False
+
+
+def _work_leaf(frames: list[dict[str, Any]]) -> str:
+    """The innermost frame outside torch.distributed and its wrappers (the call site)."""
+    for f in frames:
+        where = str(f.get("file") or "")
+        if "torch/distributed" in where or "c10d" in where:
+            continue
+        return f"{f.get('function')} ({where}:{f.get('line')})"
+    return "no frames"
+
+
+def root_cause(capture: dict[str, Any] | None) -> list[str]:
+    """Which ranks the others wait on, and which only wait, from the capture's groups,
+    diagnosis and ledger: what the checklist's third box asks the reporter to know."""
+    if capture is None:
+        return ["No stack capture: the root cause could not be checked."]
+    diag = capture.get("diagnosis") or {}
+    pattern = str(diag.get("pattern") or "none")
+    groups = [g for g in capture.get("groups") or [] if isinstance(g, dict)]
+    if pattern == "cleanup_deadlock":  # the ranks that left the loop are the waited-on
+        elsewhere = [g for g in groups if _in_cleanup(g.get("frames") or [])]
+        waiting = [g for g in groups if g not in elsewhere]
+    else:
+        waiting = [g for g in groups if _in_collective(g.get("frames") or [])]
+        elsewhere = [g for g in groups if g not in waiting]
+    gone = sorted(
+        int(r["rank"]) for r in capture.get("ranks") or []
+        if r.get("rank") is not None and r.get("state") == "gone"
+    )  # fmt: skip
+    lines = [f"Diagnosis: **{diag.get('title') or pattern}** (`{pattern}`)."]
+    if pattern == "progressing":
+        lines.append("The ranks' stacks change between samples: the job is slow, not hung.")
+    elif gone or pattern == "missing_ranks":
+        who = ", ".join(map(str, gone)) or "some"
+        lines.append(f"Ranks {who} are gone (their process died): their error is the root "
+                     "cause; the ranks still running only wait for them.")  # fmt: skip
+    elif waiting and elsewhere:
+        where = "in the training loop" if pattern == "cleanup_deadlock" else "in a collective"
+        lines.append(
+            "Everyone waits on ranks " + "; ".join(
+                f"{g.get('label')} (in {_work_leaf(g.get('frames') or [])})" for g in elsewhere
+            ) + "; ranks " + ", ".join(str(g.get("label")) for g in waiting)
+            + f" only wait {where}. The error to report is the waited-on ranks'."
+        )  # fmt: skip
+    elif waiting and len(waiting) > 1:
+        lines.append("Every rank waits in a collective, at different call sites: no rank is "
+                     "waited on alone; the mismatch itself is the bug.")  # fmt: skip
+    elif waiting:
+        lines.append("Every rank waits in the same collective: a network/NCCL problem or a "
+                     "slow rank outside the stacks (see the collective ledger).")  # fmt: skip
+    lines += [f"- {line}" for line in _ledger_findings(capture.get("ledger"))]
+    return lines
+
+
+def _ledger_findings(ledger: Any) -> list[str]:
+    if not isinstance(ledger, dict):
+        return []
+    out = []
+    for g in ledger.get("groups") or []:
+        if not isinstance(g, dict):
+            continue
+        behind = g.get("behind") or {}
+        if isinstance(behind, dict) and behind:
+            ranks = ", ".join(f"rank {r} ({n} behind)" for r, n in behind.items())
+            out.append(f"Flight Recorder, group {g.get('name')}: {ranks}")
+        if g.get("absent"):
+            out.append(f"Flight Recorder, group {g.get('name')}: no trace from ranks "
+                       f"{', '.join(map(str, g['absent']))}")  # fmt: skip
+    wait_for = ledger.get("wait_for")
+    if isinstance(wait_for, list):
+        for edge in wait_for[:32]:
+            if isinstance(edge, dict):
+                out.append("wait-for: " + ", ".join(f"{k}={v}" for k, v in edge.items()))
+    elif isinstance(wait_for, dict) and wait_for:
+        out.append("wait-for: " + ", ".join(f"{k}={v}" for k, v in wait_for.items()))
+    return out
+
+
+def checklist(inputs: ReportInputs) -> list[str]:
+    return [
+        "## Checklist",
+        "",
+        *CHECKLIST,
+        "",
+        "> **Root cause (from the console's stack capture).** " + " ".join(
+            line for line in root_cause(inputs.capture) if not line.startswith("- ")
+        ),
+        *[f"> {line}" for line in root_cause(inputs.capture) if line.startswith("- ")],
+    ]  # fmt: skip
+
+
+def describe_bug(inputs: ReportInputs) -> list[str]:
+    out = ["### Describe the bug", ""]
+    cap = inputs.capture
+    if cap is None:
+        out.append(f"No stack capture ({inputs.missing.get('stacks', 'not collected')}).")
+    else:
+        diag = cap.get("diagnosis") or {}
+        ranks = [r for r in cap.get("ranks") or [] if r.get("rank") is not None]
+        out += [
+            f"The job{f' `{inputs.job}`' if inputs.job else ''} stopped making progress. "
+            f"{len(ranks)} ranks; {inputs.capture_note}.",
+            "",
+            f"**{diag.get('title') or 'No diagnosis'}** (`{diag.get('pattern')}`)",
+            "",
+            str(diag.get("detail") or ""),
+        ]
+        if diag.get("evidence"):
+            out += ["", "Evidence:", *[f"- `{e}`" for e in diag["evidence"]]]
+        groups = cap.get("groups") or []
+        if groups:
+            body: list[str] = []
+            for g in groups:
+                frames = g.get("frames") or []
+                body += [f"Ranks {g.get('label')}:", *fence("\n".join(
+                    f"{f.get('function')} ({f.get('file')}:{f.get('line')})" for f in frames[:30]
+                ))]  # fmt: skip
+            out += ["", *details(f"Stacks of {len(groups)} rank groups (leaf first)", body)]
+    out += ["", *_ledger_section(cap)]
+    out += ["", *_health_section(inputs)]
+    servers = _servers(inputs.processes)
+    if servers:
+        out += ["", "Inference servers:", *servers]
+    return out
+
+
+def _ledger_section(cap: dict[str, Any] | None) -> list[str]:
+    ledger = cap.get("ledger") if cap else None
+    if not isinstance(ledger, dict) or not ledger.get("groups"):
+        note = "; ".join(ledger.get("notes") or []) if isinstance(ledger, dict) else ""
+        return [f"Collective ledger: none ({note or 'no Flight Recorder traces'})."]
+    lines = ["Collective ledger (Flight Recorder):"]
+    for g in ledger["groups"]:
+        if isinstance(g, dict):
+            lines.append(f"- {g.get('name')} {g.get('desc') or ''}, ranks "
+                         f"{','.join(map(str, g.get('members') or []))}: {g.get('summary')}")  # fmt: skip
+    lines += [f"- {line}" for line in _ledger_findings(ledger)]
+    lines += [f"- note: {n}" for n in ledger.get("notes") or []]
+    return lines
+
+
+def _health_section(inputs: ReportInputs) -> list[str]:
+    doc = inputs.metrics
+    if doc is None:
+        return [f"Training health: not read ({inputs.missing.get('metrics', 'no log')})."]
+    steps = doc.get("steps") or []
+    span = f"steps {steps[0]}-{steps[-1]}" if steps else "no step logged"
+    stalled = ", stalled" if doc.get("stalled") else ""
+    lines = [f"Training health ({span}, last step at {doc.get('last_step_at') or '-'}{stalled}):"]
+    warnings = doc.get("warnings") or []
+    if not warnings:
+        lines.append("- no warnings")
+    for w in warnings:
+        since = _episode_span(w)
+        lines.append(f"- `{w.get('metric')}`{since}: {w.get('message')}")
+    return lines
+
+
+def _episode_span(w: dict[str, Any]) -> str:
+    """When a warning's episode began and whether it still holds (`metrics --json`)."""
+    began, last, at = w.get("first_step"), w.get("last_step"), w.get("step")
+    if began is None:
+        return f" (at step {at})" if at is not None else ""
+    if w.get("active", True):
+        return f" (since step {began}, still at step {at})"
+    return f" (steps {began}-{last}, ended)"
+
+
+def _servers(processes: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for p in processes:
+        if p.get("role") not in SERVER_ROLES and not p.get("server"):
+            continue
+        server: dict[str, Any] = p.get("server") or {}
+        # nodes --json nests the answer under `health`; a capture's rank holds it flat.
+        nested = server.get("health")
+        health: dict[str, Any] = nested if isinstance(nested, dict) else server
+        ok = health.get("ok")
+        why = health.get("status") or health.get("error") or "?"
+        state = "health not read" if ok is None else "healthy" if ok else f"unhealthy ({why})"
+        out += [f"- {p.get('role')} on {p.get('node')}, pid {p.get('pid')}, "
+                f"{server.get('url') or '-'}: {state}; flags:",
+                *["  " + line for line in fence(str(p.get("cmdline") or ""), "")]]  # fmt: skip
+    return out
+
+
+def expected(inputs: ReportInputs) -> list[str]:
+    return ["### Expected behavior", "",
+            "The job keeps training (each step logs `Train step N/T done.`) and no rank waits "
+            "on the others indefinitely."]  # fmt: skip
+
+
+def full_logs(inputs: ReportInputs) -> list[str]:
+    out = ["### Full logs", ""]
+    if inputs.log_dir:
+        out.append(f"Log directory: `{inputs.log_dir}` (the bundle holds longer tails).")
+    if not inputs.logs:
+        out.append(f"No log read ({inputs.missing.get('logs', 'no log directory known')}).")
+    for tail in inputs.logs:
+        shown = tail.lines[-LOG_LINES_SHOWN:]
+        out += ["", *details(f"{tail.node}: {tail.path} (last {len(shown)} lines)",
+                             fence("\n".join(shown), "text"))]  # fmt: skip
+    return out
+
+
+def commit_id(inputs: ReportInputs) -> list[str]:
+    out = ["### Commit ID", ""]
+    seen: dict[tuple[Any, ...], list[str]] = {}
+    for nv in inputs.versions:
+        for interp in nv.interpreters:
+            areal = interp.get("areal")
+            if isinstance(areal, dict):
+                key = (areal.get("version"), areal.get("commit"), areal.get("branch"))
+                seen.setdefault(key, []).append(nv.node)
+    if not seen:
+        why = inputs.missing.get("versions") or "AReaL was not found in the ranks' interpreters"
+        return [*out, f"Not known: {why}."]
+    for (version, commit, branch), nodes in seen.items():
+        where = f" ({', '.join(sorted(set(nodes)))})" if len(seen) > 1 else ""
+        line = f"AReaL {version or '(version not recorded)'}"
+        if commit:
+            line += f", git commit `{commit}`" + (f" on branch `{branch}`" if branch else "")
+        else:
+            line += " (installed package, not a source checkout)"
+        out.append(f"- {line}{where}")
+    return out
+
+
+def environment_lines(nv: NodeVersions) -> list[str]:
+    """One node's environment as lines (the rank interpreters that differ, each once)."""
+    s = nv.system
+    gpus = nv.gpus or list(s.get("gpus") or [])
+    models = sorted(set(gpus))
+    gpu_text = ", ".join(f"{gpus.count(m)} x {m}" for m in models) if gpus else "no NVIDIA GPU seen"
+    lines = [
+        f"- OS: {s.get('os') or '?'} (kernel {s.get('kernel') or '?'}, {s.get('machine') or '?'})",
+        f"- GPUs: {gpu_text}; driver {s.get('driver') or 'not found'}",
+    ]
+    shown: set[tuple[Any, ...]] = set()
+    for interp in nv.interpreters:
+        if interp.get("error"):
+            lines.append(f"- pid {interp.get('pid')}: {interp['error']}")
+            continue
+        torch = interp.get("torch") or {}
+        packages = interp.get("packages") or {}
+        key = (interp.get("executable"), interp.get("python"), str(torch),
+               tuple(sorted(packages.items())))  # fmt: skip
+        if key in shown:
+            continue
+        shown.add(key)
+        torch_text = (
+            f"torch {torch.get('version')} (CUDA {torch.get('cuda') or 'none'}"
+            + (f", HIP {torch['hip']}" if torch.get("hip") else "")
+            + f", NCCL {torch.get('nccl') or 'not found'})"
+        ) if torch else "torch not found"  # fmt: skip
+        others = ", ".join(
+            f"{name} {packages[name]}" for name in ("sglang", "vllm", "transformers", "ray")
+            if name in packages
+        ) or "no SGLang or vLLM"  # fmt: skip
+        lines.append(f"- Python {interp.get('python') or '?'} ({interp.get('executable')}): "
+                     f"{torch_text}; {others}")  # fmt: skip
+    return lines
+
+
+def environment(inputs: ReportInputs) -> list[str]:
+    out = ["### Environment", ""]
+    if not inputs.versions:
+        return [*out, f"Not read: {inputs.missing.get('versions', 'no node answered')}."]
+    per_node = {nv.node: environment_lines(nv) for nv in inputs.versions}
+    distinct = {tuple(lines) for lines in per_node.values()}
+    if len(distinct) == 1:
+        nodes = ", ".join(per_node)
+        out += [f"All {len(per_node)} nodes ({nodes}) agree:" if len(per_node) > 1
+                else f"Node {nodes}:", *next(iter(distinct))]  # fmt: skip
+    else:
+        for node, lines in per_node.items():
+            out += [f"Node {node}:", *lines, ""]
+    env = _env_vars(inputs.versions)
+    if env:
+        out += ["", *details("Rank environment (NCCL_*, CUDA_*, TORCH_*, ...; secrets masked)",
+                             fence("\n".join(env), "text"))]  # fmt: skip
+    return out
+
+
+def _env_vars(versions: list[NodeVersions]) -> list[str]:
+    seen: dict[str, str] = {}
+    for nv in versions:
+        for interp in nv.interpreters:
+            for k, v in (interp.get("environment") or {}).items():
+                seen.setdefault(k, str(v))
+    return [f"{k}={v}" for k, v in sorted(seen.items())]
+
+
+def controller_cmdline(inputs: ReportInputs) -> tuple[str, str] | None:
+    """The command that started the job (its controller, else its launcher, else the
+    lowest rank's), and which process that is."""
+    for role in ("controller", "launcher"):
+        for p in inputs.processes:
+            if p.get("role") == role and p.get("cmdline"):
+                return str(p["cmdline"]), f"the {role} (pid {p.get('pid')} on {p.get('node')})"
+    ranks = sorted(
+        (r for r in inputs.processes if r.get("cmdline") and r.get("rank") is not None),
+        key=lambda r: int(r["rank"]),
+    )
+    if not ranks:
+        return None
+    r = ranks[0]
+    return str(r["cmdline"]), f"rank {r['rank']} (pid {r.get('pid')} on {r.get('node')})"
+
+
+def script(inputs: ReportInputs) -> list[str]:
+    out = ["### Script", "", "The bash script or YAML configuration to run:", ""]
+    found = controller_cmdline(inputs)
+    if found:
+        out += [f"Command line of {found[1]}:", "", *fence(found[0], "bash")]
+    else:
+        out.append("Command line: not known (no process of the job seen).")
+    if inputs.config_text is not None:
+        out += ["", *details(f"{inputs.config_path}", fence(inputs.config_text, "yaml"))]
+    else:
+        out += ["", f"config.yaml: {inputs.missing.get('config', 'not found')}."]
+    return out
+
+
+def not_collected(inputs: ReportInputs) -> list[str]:
+    if not inputs.missing:
+        return []
+    return ["", "---", "", "Not collected by areal-console:",
+            *[f"- {part}: {why}" for part, why in inputs.missing.items()]]  # fmt: skip
+
+
+def markdown(inputs: ReportInputs) -> str:
+    """The whole report, in the template's order."""
+    lines = [
+        *checklist(inputs),
+        "",
+        "## Detailed Information",
+        "",
+        *describe_bug(inputs),
+        "",
+        *expected(inputs),
+        "",
+        *full_logs(inputs),
+        "",
+        "## To Reproduce",
+        "",
+        *commit_id(inputs),
+        "",
+        *environment(inputs),
+        "",
+        *script(inputs),
+        *not_collected(inputs),
+        "",
+        f"<sub>Made by areal-console at {inputs.made_at}.</sub>",
+    ]
+    return "\n".join(lines) + "\n"
