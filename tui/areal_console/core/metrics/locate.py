@@ -17,6 +17,9 @@ class JobLogs:
     path: str
     """The log directory (or the tensorboard directory when only that is known)."""
     processes: int
+    owner: str | None = None
+    """The job's user (the agent's, whose name the log directory carries): only files
+    that user owns are read from it."""
 
 
 def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | None:
@@ -39,12 +42,12 @@ def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | 
 def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs]:
     """The first node whose processes (matching `match`) name an AReaL log directory."""
 
-    def look(session: NodeSession) -> tuple[str | None, int]:
+    def look(session: NodeSession) -> tuple[str | None, int, str]:
         sample = session.call("sample", {"all": True}, timeout=30)
         procs = sample.get("processes", [])
         user = str(session.hello.get("user") or "")
         cmdlines = [str(p.get("cmdline") or "") for p in procs]
-        return job_logs_in(cmdlines, user, match), len(procs)
+        return job_logs_in(cmdlines, user, match), len(procs), user
 
     results = fleet.fan_out(look)
     errors = []
@@ -54,7 +57,7 @@ def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs
             errors.append(f"{session.name}: {result.error}")
             continue
         if result and result[0]:
-            return session, JobLogs(session.name, result[0], result[1])
+            return session, JobLogs(session.name, result[0], result[1], result[2] or None)
     what = f"matching {match!r} " if match else ""
     detail = f" ({'; '.join(errors)})" if errors else ""
     raise UserError(f"no process {what}names an AReaL log directory (--fileroot, "

@@ -1,0 +1,206 @@
+"""The agent under hostile input: replies that cannot be encoded, ops past their deadline,
+a FIFO or symlink in place of a log, an agent that lost its console."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from areal_console.core.client import AgentClient, AgentError
+from areal_console.core.transport import InProcessChannel
+from areal_node.agent import protocol
+from areal_node.agent.protocol import OPS, ReplyUnsendable, encode_message
+from areal_node.agent.threads import Workers
+
+NODE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(protocol.__file__)))
+
+
+def _deep(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _shared(levels: int) -> Any:
+    """A list whose two items are the same list, `levels` times: 2**levels leaves."""
+    value: Any = "x" * 64
+    for _ in range(levels):
+        value = [value, value]
+    return value
+
+
+PLANTED = {
+    "test_deep_reply": lambda agent, args: {"trace": _deep(200_000)},
+    "test_big_int_reply": lambda agent, args: {"pg_config": 1 << 20_000},
+    "test_shared_reply": lambda agent, args: {"entries": _shared(40)},
+    "test_key_reply": lambda agent, args: {(1, 2): "a tuple key"},
+}
+
+
+@pytest.fixture()
+def in_process() -> Iterator[AgentClient]:
+    """An agent served by a thread of this process: the stand-in ops are registered here."""
+    added = {name: fn for name, fn in PLANTED.items() if name not in OPS}
+    OPS.update(added)
+    client = AgentClient(InProcessChannel())
+    client.start(gpus=False)
+    yield client
+    client.close()
+    for name in added:
+        OPS.pop(name, None)
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_a_reply_that_cannot_be_encoded_answers_an_error(
+    in_process: AgentClient, name: str
+) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(AgentError, match=r"reply"):
+        in_process.request(name, timeout=20)
+    assert time.monotonic() - t0 < 10  # the shared subtree is not expanded to gigabytes
+    assert in_process.request("ping", timeout=5)["time"] > 0
+
+
+def test_many_unencodable_replies_leave_the_agent_answering(in_process: AgentClient) -> None:
+    """Before: each such reply killed its worker thread without a reply; after 16, the
+    agent answered nothing."""
+    replies = [in_process.request_async("test_big_int_reply") for _ in range(40)]
+    for reply in replies:
+        with pytest.raises(AgentError, match="integer of 20001 bits"):
+            reply.result(20)
+    assert in_process.request("ping", timeout=5)["time"] > 0
+
+
+def test_encode_message_bounds() -> None:
+    assert encode_message({"id": 1, "ok": True, "result": _deep(150)}).endswith(b"\n")
+    with pytest.raises(ReplyUnsendable, match="nested deeper"):
+        encode_message({"result": _deep(500)})
+    with pytest.raises(ReplyUnsendable, match="larger than"):
+        encode_message({"result": _shared(30)})
+    with pytest.raises(ReplyUnsendable, match="cannot be encoded"):
+        encode_message({"result": {(1,): 2}})
+
+
+@pytest.fixture()
+def hanging_op(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    import threading
+
+    release = threading.Event()
+
+    def hang(agent: Any, args: dict[str, Any]) -> dict[str, Any]:
+        release.wait(60)
+        return {"late": True}
+
+    OPS["test_hang"] = hang
+    monkeypatch.setitem(protocol.DEADLINES, "test_hang", 0.5)
+    yield release
+    release.set()
+    OPS.pop("test_hang", None)
+
+
+def test_an_op_past_its_deadline_answers_a_timeout_error(hanging_op: Any) -> None:
+    client = AgentClient(InProcessChannel())
+    client.start(gpus=False)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(AgentError, match=r"test_hang: no answer within 0.5 s"):
+            client.request("test_hang", timeout=10)
+        assert time.monotonic() - t0 < 3
+        # More stuck calls than the pool has threads: each is answered at its deadline,
+        # and the agent still serves (stuck threads are replaced).
+        stuck = [client.request_async("test_hang") for _ in range(24)]
+        for reply in stuck:
+            with pytest.raises(AgentError, match="no answer within"):
+                reply.result(10)
+        assert client.request("ping", timeout=5)["time"] > 0
+    finally:
+        hanging_op.set()
+        client.close()
+
+
+def test_every_served_op_has_a_named_deadline() -> None:
+    import areal_node.batches.ops as batch_ops
+    from areal_node.agent.protocol import DEADLINES, known_ops
+
+    for name in known_ops():
+        if not name.startswith("test_"):
+            assert name in DEADLINES, name
+    for name in batch_ops.OPS:
+        assert protocol.deadline(name, {}) == protocol.DEFAULT_DEADLINE
+    assert protocol.deadline("pyspy", {"timeout": 10.0}) == DEADLINES["pyspy"] + 10
+    assert protocol.deadline("pyspy", {"timeout": 1e9}) == protocol.MAX_DEADLINE
+    assert protocol.deadline("pyspy", {"timeout": "x"}) == DEADLINES["pyspy"]
+
+
+def test_pool_join_is_bounded() -> None:
+    import threading
+
+    release = threading.Event()
+    pool = Workers(2, "t")
+    pool.submit(release.wait, 30)
+    t0 = time.monotonic()
+    pool.shutdown(wait=True, timeout=0.3)
+    assert time.monotonic() - t0 < 2
+    release.set()
+
+
+def _agent_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": NODE_DIR}
+
+
+def test_an_agent_whose_console_died_exits_within_5_seconds(tmp_path) -> None:
+    """The console (here a shell) is killed while another process still holds the
+    agent's stdin open (no EOF ever comes) and a request hangs on a FIFO: the agent
+    notices it was adopted and exits."""
+    fifo = tmp_path / "main.log"
+    os.mkfifo(fifo)
+    pidfile = tmp_path / "agent.pid"
+    request = json.dumps({"id": 1, "op": "file_read", "args": {"path": str(fifo)}})
+    script = (
+        f"(echo '{request}'; sleep 600) | "
+        f"{sys.executable} -c 'from areal_node.agent.serve import main; main()' > /dev/null &"
+        f" echo $! > {pidfile}; wait"
+    )
+    console = subprocess.Popen(["sh", "-c", script], env=_agent_env(), start_new_session=True)
+    try:
+        for _ in range(100):
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            time.sleep(0.05)
+        agent = int(pidfile.read_text())
+        time.sleep(1.0)  # serving, the request in flight
+        os.kill(console.pid, signal.SIGKILL)
+        console.wait()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10 and os.path.exists(f"/proc/{agent}"):
+            if Path(f"/proc/{agent}/stat").read_text().split(")")[1].split()[0] == "Z":
+                break
+            time.sleep(0.1)
+        gone_after = time.monotonic() - t0
+        assert gone_after < 5, f"the agent was still running {gone_after:.1f} s later"
+    finally:
+        os.killpg(console.pid, signal.SIGKILL)
+
+
+def test_agent_exits_promptly_on_eof_with_a_request_stuck(hanging_op: Any) -> None:
+    """EOF while a request hangs: the in-process agent's serve() returns, the pool is
+    not joined forever (main() bounds it; here serve() itself must return)."""
+    channel = InProcessChannel()
+    client = AgentClient(channel)
+    client.start(gpus=False)
+    client.request_async("test_hang")
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    channel.close()
+    channel._thread.join(5)
+    assert not channel._thread.is_alive()
+    assert time.monotonic() - t0 < 5
