@@ -19,6 +19,8 @@ from areal_console.core.transport import InProcessChannel
 from areal_node.agent import protocol
 from areal_node.agent.protocol import OPS, ReplyUnsendable, encode_message
 from areal_node.agent.threads import Workers
+from hypothesis import given
+from hypothesis import strategies as st
 
 NODE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(protocol.__file__)))
 
@@ -204,3 +206,107 @@ def test_agent_exits_promptly_on_eof_with_a_request_stuck(hanging_op: Any) -> No
     channel._thread.join(5)
     assert not channel._thread.is_alive()
     assert time.monotonic() - t0 < 5
+
+
+LONG_ARG = "x" * (120 << 10)  # under MAX_ARG_STRLEN (128 KiB): 9 of them make ~1 MB
+
+
+def test_200_processes_with_1mb_command_lines_give_a_small_sample(tmp_path) -> None:
+    """One rank with a 1 MB command line forks 199 more (copy-on-write: the same argv and
+    RANK): the agent reads at most 64 KB of each and sends 16 KB."""
+    from areal_console.core.client import AgentClient
+    from areal_console.core.transport import LocalChannel
+    from areal_node.agent.procfs import CMDLINE_SEND_MAX
+
+    script = (
+        "import os, sys, time\n"
+        "kids = []\n"
+        "for _ in range(199):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(120); os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *([LONG_ARG] * 9)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "RANK": "0", "WORLD_SIZE": "200"},
+        start_new_session=True,
+    )
+    client = AgentClient(LocalChannel())
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        client.start(gpus=False)
+        sample = client.request("sample", {"cpu": False, "gpus": False}, timeout=60)
+        mine = [p for p in sample["processes"] if LONG_ARG[:100] in p["cmdline"]]
+        assert len(mine) == 200
+        for record in mine:
+            assert len(record["cmdline"]) <= CMDLINE_SEND_MAX + 64
+            assert record["cmdline"].endswith(" more characters)")
+        size = len(json.dumps(sample))
+        assert size < 8 << 20, size  # before: over 200 MB
+    finally:
+        client.close()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+# Properties of the agent-side parsers and encoders (the CI profile in conftest.py).
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+@given(JSONISH)
+def test_property_encode_message_round_trips_or_refuses(value: Any) -> None:
+    try:
+        data = encode_message({"id": 1, "ok": True, "result": value})
+    except ReplyUnsendable:
+        return
+    assert data.endswith(b"\n") and b"\n" not in data[:-1]
+    assert json.loads(data)["result"] == value
+
+
+@given(st.binary(max_size=600), st.sampled_from(["RANK", "SLURM_PROCID", "PATH"]))
+def test_property_parse_environ_keeps_only_bounded_rank_variables(raw: bytes, name: str) -> None:
+    from areal_node.agent.procfs import ENV_VALUE_MAX, RANK_VARS, parse_environ
+
+    env = parse_environ(raw + b"\0" + name.encode() + b"=" + b"7" * 5000)
+    assert set(env) <= set(RANK_VARS)
+    assert all(len(v) <= ENV_VALUE_MAX for v in env.values())
+    if name in RANK_VARS:
+        assert env[name] == "7" * ENV_VALUE_MAX
+
+
+@given(st.text(max_size=300), st.integers(0, 200), st.integers(0, 10**6))
+def test_property_cap_text_is_bounded_and_says_what_it_cut(
+    text: str, limit: int, more: int
+) -> None:
+    from areal_node.agent.procfs import cap_text
+
+    out = cap_text(text, limit, more)
+    if len(text) <= limit and not more:
+        assert out == text
+    else:
+        assert out.startswith(text[:limit]) and len(out) <= limit + 40
+        assert out.endswith(f"({max(0, len(text) - limit) + more:,} more characters)")
+
+
+@given(st.binary(max_size=3000), st.integers(1, 2500))
+def test_property_read_capped_keeps_the_head_and_counts_all(
+    tmp_path_factory, data: bytes, keep: int
+) -> None:
+    from areal_node.agent.procfs import read_capped
+
+    path = tmp_path_factory.mktemp("cap") / "f"
+    path.write_bytes(data)
+    head, total = read_capped(str(path), keep)
+    assert head == data[:keep] and total == len(data)

@@ -18,7 +18,7 @@ from areal_node.agent.cmdline import (
     is_wrapper_exe,
     python_module,
 )
-from areal_node.agent.procfs import to_int
+from areal_node.agent.procfs import CMDLINE_SEND_MAX, cap_text, to_int
 from areal_node.agent.servers import SERVER_MODULES, server_address, server_kind
 from areal_node.constants import TRAINING_ROLES
 
@@ -224,7 +224,9 @@ def process_record(
     return {
         "pid": p["pid"],
         "ppid": p["ppid"],
-        "cmdline": " ".join(p["cmdline"]) or f"[{p['comm']}]",
+        "cmdline": cap_text(
+            " ".join(p["cmdline"]) or f"[{p['comm']}]", CMDLINE_SEND_MAX, p.get("cmdline_more", 0)
+        ),
         "rank": rank,
         "local_rank": local_rank,
         "world_size": world_size,
