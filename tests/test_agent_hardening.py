@@ -310,3 +310,48 @@ def test_property_read_capped_keeps_the_head_and_counts_all(
     path.write_bytes(data)
     head, total = read_capped(str(path), keep)
     assert head == data[:keep] and total == len(data)
+
+
+def _proc(pid: int, ppid: int, cmdline: list[str], env: dict[str, str]) -> dict[str, Any]:
+    comm = os.path.basename(cmdline[0])[:15]
+    return {"pid": pid, "ppid": ppid, "comm": comm, "state": "S", "cmdline": cmdline,
+            "env": env, "env_error": None, "cpu_percent": None}  # fmt: skip
+
+
+def test_launchers_and_children_of_ranks_get_no_rank() -> None:
+    """Two srun tasks, each `bash -c` -> torchrun (SLURM_PROCID k) -> workers (RANK r,
+    SLURM_PROCID k); rank 0 has a data loader child (same RANK); an `srun python` task
+    (SLURM_PROCID 2) has a child of its own. Ranks: 0-4 once each, and the srun task."""
+    from areal_node.agent.processes import select_processes
+
+    py = "/usr/bin/python3"
+    torchrun = [py, "-m", "torch.distributed.run", "--nproc-per-node=3", "train.py"]
+    procs: dict[int, dict[str, Any]] = {}
+    pid = 100
+    rank = 0
+    for task, nproc in ((0, 3), (1, 2)):
+        slurm = {"SLURM_PROCID": str(task), "SLURM_NTASKS": "3", "SLURM_JOB_ID": "9"}
+        shell, launcher = pid, pid + 1
+        procs[shell] = _proc(
+            shell, 1, ["bash", "-c", "exec python -m torch.distributed.run"], slurm
+        )
+        procs[launcher] = _proc(launcher, shell, torchrun, slurm)
+        pid += 2
+        for local in range(nproc):
+            env = {**slurm, "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": "5"}
+            procs[pid] = _proc(pid, launcher, [py, "train.py"], env)
+            if rank == 0:
+                procs[pid + 1] = _proc(pid + 1, pid, [py, "-c", "from multiprocessing"], env)
+                pid += 1
+            pid += 1
+            rank += 1
+    lone = {"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_JOB_ID": "9"}
+    procs[900] = _proc(900, 1, [py, "solo.py"], lone)
+    procs[901] = _proc(901, 900, [py, "-c", "from multiprocessing"], lone)
+    select_processes(procs, include_all=True)
+    ranks = sorted((p["rank"], p["pid"]) for p in procs.values() if p["rank"] is not None)
+    assert [r for r, _ in ranks] == [0, 1, 2, 2, 3, 4]
+    assert [r for r, pid in ranks if pid == 900] == [2]
+    for p in procs.values():
+        if p["role"] == "launcher" or p["cmdline"][0] == "bash":
+            assert p["rank"] is None, p
