@@ -355,3 +355,11 @@ def test_launchers_and_children_of_ranks_get_no_rank() -> None:
     for p in procs.values():
         if p["role"] == "launcher" or p["cmdline"][0] == "bash":
             assert p["rank"] is None, p
+
+
+def test_the_deadline_table_in_the_docs_is_the_agents() -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "agent-protocol.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (\d+)(?: \+ `\w+`)? \|$", doc, re.MULTILINE))
+    assert {k: float(v) for k, v in rows.items()} == protocol.DEADLINES
