@@ -191,3 +191,27 @@ def test_the_agents_log_reads_report_json_errors_not_hangs(tmp_path: Path) -> No
     assert "Traceback" not in out.stderr
     assert time.monotonic() - t0 < 20
     json.dumps(out.stderr)
+
+
+@needs_nobody
+def test_another_users_job_names_only_its_own_users_files(tmp_path: Path) -> None:
+    """`nobody`'s process names a run under <fileroot>/logs/nobody/...: the console looks
+    there (not under its own user's tree) and reads only nobody's files; a run planted
+    there by another user (here this test's) is not read as nobody's."""
+    fileroot = tmp_path / "root"
+    write_run(fileroot / "logs" / "nobody" / "e" / "t", 5, finished=True)
+    tag = f"other{os.getpid()}"
+    proc = subprocess.Popen([SETPRIV, "--reuid", "nobody", "--regid", "nogroup",  # type: ignore[list-item]
+                             "--clear-groups", sys.executable, "-c", "import time; time.sleep(120)",
+                             "-m", "areal.infra.rpc.rpc_server", "--role", tag,
+                             "--experiment-name", "e", "--trial-name", "t",
+                             "--fileroot", str(fileroot)])  # fmt: skip
+    try:
+        wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().count(b"\0") > 10,
+                 what="the planted process")  # fmt: skip
+        out = run_cli("metrics", "--local", "--job", tag, "--json")
+        assert f"{fileroot}/logs/nobody/e/t" in out.stderr, out.stderr
+        assert out.returncode == 1 and "steps" not in out.stdout, out.stdout
+    finally:
+        proc.kill()
+        proc.wait()

@@ -7,6 +7,7 @@ servers around a job's workers take that job.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -237,6 +238,19 @@ def select_processes(
     return sorted(chosen)
 
 
+@functools.lru_cache(maxsize=256)
+def user_name(uid: int | None) -> str | None:
+    """The name of `uid` on this node (its number when it has none)."""
+    if uid is None:
+        return None
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
 def parse_cuda_visible(value: str | None) -> list[int]:
     if not value:
         return []
@@ -267,6 +281,7 @@ def process_record(
     return {
         "pid": p["pid"],
         "ppid": p["ppid"],
+        "user": user_name(p.get("uid")),
         "cmdline": cap_text(
             " ".join(p["cmdline"]) or f"[{p['comm']}]", CMDLINE_SEND_MAX, p.get("cmdline_more", 0)
         ),

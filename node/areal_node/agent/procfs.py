@@ -158,6 +158,7 @@ class ProcessCollector:
         # pid -> (start ticks, cmdline, rank env, env error, first seen)
         self._static: dict[int, tuple[int, list[str], dict[str, str], str | None, float]] = {}
         self._cmdline_more: dict[int, int] = {}  # pid -> command line bytes not read
+        self._uids: dict[int, int] = {}  # pid -> the uid that owns the process
         self._last_cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (start, ticks, t)
         self._last_stat: dict[int, tuple[str, str, int, int, int]] = {}  # parse_stat's
         self._boot_time = time.time()
@@ -175,6 +176,10 @@ class ProcessCollector:
             cmdline = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
         except OSError:
             cmdline, raw, total = [], b"", 0
+        try:
+            self._uids[pid] = os.stat(base).st_uid
+        except OSError:
+            self._uids.pop(pid, None)
         if total > len(raw):
             self._cmdline_more[pid] = total - len(raw)
         else:
@@ -218,6 +223,7 @@ class ProcessCollector:
                         "env": cached[2],
                         "env_error": cached[3],
                         "cmdline_more": self._cmdline_more.get(pid, 0),
+                        "uid": self._uids.get(pid),
                         "cpu_percent": None,
                     }
                     continue
@@ -243,11 +249,13 @@ class ProcessCollector:
                 "env": env,
                 "env_error": env_error,
                 "cmdline_more": self._cmdline_more.get(pid, 0),
+                "uid": self._uids.get(pid),
                 "cpu_percent": cpu_percent,
             }
         for gone in set(last_stat) - seen:
             self._static.pop(gone, None)
             self._cmdline_more.pop(gone, None)
+            self._uids.pop(gone, None)
             self._last_cpu.pop(gone, None)
             last_stat.pop(gone, None)
         return procs

@@ -45,9 +45,18 @@ def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs
     def look(session: NodeSession) -> tuple[str | None, int, str]:
         sample = session.call("sample", {"all": True}, timeout=30)
         procs = sample.get("processes", [])
-        user = str(session.hello.get("user") or "")
-        cmdlines = [str(p.get("cmdline") or "") for p in procs]
-        return job_logs_in(cmdlines, user, match), len(procs), user
+        me = str(session.hello.get("user") or "")
+        # A process names its own user's log directory (<fileroot>/logs/<its user>/...),
+        # and only that user's files are read there: another user's process cannot steer
+        # the console into this user's (or root's) runs. The agent's user's jobs first.
+        by_user: dict[str, list[str]] = {}
+        for p in procs:
+            by_user.setdefault(str(p.get("user") or me), []).append(str(p.get("cmdline") or ""))
+        for user in [me, *sorted(set(by_user) - {me})]:
+            found = job_logs_in(by_user.get(user, []), user, match)
+            if found:
+                return found, len(procs), user
+        return None, len(procs), me
 
     results = fleet.fan_out(look)
     errors = []
