@@ -72,7 +72,7 @@ def deadline(name: str, args: dict[str, Any]) -> float:
     """Seconds op `name` may take with these arguments before a timeout error answers it."""
     base = DEADLINES.get(name, DEFAULT_DEADLINE)
     extra = args.get(DEADLINE_ARGS.get(name, ""), 0.0)
-    if isinstance(extra, bool) or not isinstance(extra, int | float) or not extra > 0:
+    if isinstance(extra, bool) or not isinstance(extra, (int, float)) or not extra > 0:
         extra = 0.0
     return min(base + float(extra), MAX_DEADLINE)
 
@@ -134,7 +134,7 @@ def check_message(message: Any) -> None:
         values += 1
         if isinstance(value, str):
             size += len(value) + 2
-        elif isinstance(value, dict | list | tuple):
+        elif isinstance(value, (dict, list, tuple)):
             if depth >= MAX_REPLY_DEPTH:
                 raise ReplyUnsendable(f"reply nested deeper than {MAX_REPLY_DEPTH} levels")
             if isinstance(value, dict):
