@@ -3,7 +3,9 @@ reading a text file."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,15 +20,109 @@ LOG_NAMES = ("main.log", "trainer.log", "merged.log")  # preferred first
 EVENT_PREFIX = "events.out.tfevents."
 
 
-def read_chunk(path: str, offset: int, ident: str | None, max_bytes: int) -> dict[str, Any]:
+MAX_SYMLINK_HOPS = 40
+
+
+def owner_uid(args: dict[str, Any]) -> int | None:
+    """The `owner` argument (a user name or uid): the job's user, whose files alone are
+    trusted; None when the console named none."""
+    owner = args.get("owner")
+    if owner is None:
+        return None
+    if isinstance(owner, int) and not isinstance(owner, bool) and owner >= 0:
+        return owner
+    if not isinstance(owner, str) or not owner:
+        raise OpError("argument 'owner' must be a user name or uid")
+    import pwd
+
+    try:
+        return pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        raise OpError(f"no user {owner!r} on this node") from None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def trusted_path(path: str, owner: int | None) -> str:
+    """`path` with its symlinks resolved, each one followed only when its owner is
+    root, the agent's user or `owner` (a link planted by another user is not followed)."""
+    trusted = {0, os.getuid()} | ({owner} if owner is not None else set())
+    parts = os.path.abspath(path).split("/")
+    parts.reverse()
+    cur = "/"
+    hops = 0
+    while parts:
+        name = parts.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, name)
+        try:
+            st = os.lstat(nxt)
+        except FileNotFoundError:
+            return os.path.join(nxt, *reversed(parts))
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in trusted:
+                raise OpError(f"{nxt} is a symlink owned by {_user_name(st.st_uid)}: not followed")
+            hops += 1
+            if hops > MAX_SYMLINK_HOPS:
+                raise OpError(f"{path}: too many levels of symbolic links")
+            target = os.readlink(nxt)
+            if target.startswith("/"):
+                cur = "/"
+            parts.extend(reversed(target.split("/")))
+            continue
+        cur = nxt
+    return cur
+
+
+def open_log(path: str, owner: int | None = None) -> int:
+    """A descriptor of the regular file at `path`, opened without blocking (a FIFO in
+    place of a log) and without following a final symlink; with `owner`, only a file
+    that user owns. FileNotFoundError, IsADirectoryError, or OpError for the rest."""
+    real = trusted_path(path, owner)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # swapped for a symlink since trusted_path looked
+            raise OpError(f"{path} is a symlink: not followed") from None
+        raise
+    st = os.fstat(fd)
+    problem = None
+    if stat.S_ISDIR(st.st_mode):
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    if not stat.S_ISREG(st.st_mode):
+        problem = f"{path} is not a regular file"
+    elif owner is not None and st.st_uid != owner:
+        problem = (f"{path} is owned by {_user_name(st.st_uid)}, not by the job's user "
+                   f"{_user_name(owner)}: not trusted")  # fmt: skip
+    if problem:
+        os.close(fd)
+        raise OpError(problem)
+    return fd
+
+
+def read_chunk(
+    path: str, offset: int, ident: str | None, max_bytes: int, owner: int | None = None
+) -> dict[str, Any]:
     """Bytes of `path` from `offset`, at most `max_bytes`; never the whole file again.
 
     `ident` ("dev:inode" from the previous call) detects rotation: a different file under
     the same name is read from its start, as is a file that shrank (truncated). The caller
-    keeps `ident` and `next` for its next call.
+    keeps `ident` and `next` for its next call. The file is opened as `open_log` does.
     """
     try:
-        fh = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+        fh = os.fdopen(open_log(path, owner), "rb")
     except FileNotFoundError:
         return {"exists": False, "now": time.time()}
     with fh:
@@ -66,7 +162,7 @@ def op_file_tail(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError("argument 'ident' must be a string or null")
     limit = max(1, min(arg(args, "max_bytes", int, TAIL_MAX_BYTES), 64 << 20))
     try:
-        result = read_chunk(path, arg(args, "offset", int, 0), ident, limit)
+        result = read_chunk(path, arg(args, "offset", int, 0), ident, limit, owner_uid(args))
     except IsADirectoryError:
         raise OpError(f"{path} is a directory on this node, not a log file") from None
     except OSError as exc:
@@ -78,14 +174,22 @@ def op_file_tail(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def find_logs(path: str, max_depth: int = 3, limit: int = 64) -> dict[str, Any]:
-    """A run's log files and tensorboard event files at `path` (a file or a directory)."""
+def find_logs(
+    path: str, max_depth: int = 3, limit: int = 64, owner: int | None = None
+) -> dict[str, Any]:
+    """A run's log files and tensorboard event files at `path` (a file or a directory).
+
+    Symlinks are followed only when `trusted_path` trusts them; with `owner`, only files
+    that user owns are listed (another user's file planted in a run's directory is not)."""
     path = os.path.normpath(os.path.expanduser(path))
+    trusted_path(path, owner)
     if os.path.isfile(path):
         is_events = os.path.basename(path).startswith(EVENT_PREFIX)
         return {"path": path, "kind": "file", "logs": [] if is_events else [path],
                 "events": [path] if is_events else []}  # fmt: skip
     if not os.path.isdir(path):
+        if os.path.exists(path):
+            raise OpError(f"{path} is not a regular file or directory")
         raise OpError(f"no such file or directory on this node: {path}")
     logs: list[str] = []
     events: list[str] = []
@@ -96,6 +200,8 @@ def find_logs(path: str, max_depth: int = 3, limit: int = 64) -> dict[str, Any]:
         dirs.sort()
         for name in sorted(files):
             full = os.path.join(root, name)
+            if not _owned_file(full, owner):
+                continue
             if name.startswith(EVENT_PREFIX) and len(events) < limit:
                 events.append(full)
             elif root == path and name.endswith(".log"):
@@ -105,20 +211,31 @@ def find_logs(path: str, max_depth: int = 3, limit: int = 64) -> dict[str, Any]:
     return {"path": path, "kind": "dir", "logs": logs, "events": events}
 
 
+def _owned_file(path: str, owner: int | None) -> bool:
+    """A regular file (not a symlink, FIFO...) and, with `owner`, that user's."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and (owner is None or st.st_uid == owner)
+
+
 @op("log_find")
 def op_log_find(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     """Where a run logs: `main.log`, `trainer.log`, `merged.log`, other `*.log`, event files."""
-    return find_logs(arg(args, "path", str, ""))
+    return find_logs(arg(args, "path", str, ""), owner=owner_uid(args))
 
 
 @op("file_read")
 def op_file_read(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     """A text file (metrics JSONL and the like), at most `max_bytes` from its start."""
     path = os.path.expanduser(arg(args, "path", str, ""))
-    limit = arg(args, "max_bytes", int, 4 << 20)
+    limit = max(0, min(arg(args, "max_bytes", int, 4 << 20), 64 << 20))
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(open_log(path, owner_uid(args)), "rb") as fh:
             data = fh.read(limit + 1)
+    except IsADirectoryError:
+        raise OpError(f"{path} is a directory on this node, not a file") from None
     except FileNotFoundError:
         raise OpError(f"no such file on this node: {path}") from None
     except OSError as exc:

@@ -7,6 +7,7 @@ servers around a job's workers take that job.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -18,7 +19,7 @@ from areal_node.agent.cmdline import (
     is_wrapper_exe,
     python_module,
 )
-from areal_node.agent.procfs import to_int
+from areal_node.agent.procfs import CMDLINE_SEND_MAX, cap_text, to_int
 from areal_node.agent.servers import SERVER_MODULES, server_address, server_kind
 from areal_node.constants import TRAINING_ROLES
 
@@ -54,14 +55,31 @@ def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
     return None
 
 
+# Where a rank comes from, the most specific source first: RANK (torchrun and the like set
+# it for each worker) over Slurm's task id over the MPI variables.
+RANK_SOURCES: tuple[tuple[str, str | None, str], ...] = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", None, "PMI_SIZE"),
+)
+# Roles that are never a rank, whatever their environment says: a launcher (torchrun under
+# srun carries SLURM_PROCID), the shells around a worker, a single-controller's controller.
+NOT_RANKS = frozenset({"launcher", "wrapper", "controller"})
+
+
+def rank_source(env: dict[str, str]) -> tuple[str, int] | None:
+    """(variable, value) of the most specific rank variable set, or None."""
+    for rank_var, _, _ in RANK_SOURCES:
+        rank = to_int(env.get(rank_var))
+        if rank is not None:
+            return rank_var, rank
+    return None
+
+
 def env_rank(env: dict[str, str]) -> tuple[int | None, int | None, int | None]:
     """(rank, local rank, world size) from the environment, whichever launcher set it."""
-    for rank_var, local_var, size_var in (
-        ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
-        ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-        ("PMI_RANK", None, "PMI_SIZE"),
-    ):
+    for rank_var, local_var, size_var in RANK_SOURCES:
         rank = to_int(env.get(rank_var))
         if rank is not None:
             local = to_int(env.get(local_var)) if local_var else None
@@ -156,6 +174,31 @@ def _link_job_tree(procs: dict[int, dict[str, Any]]) -> None:
             p["world_size"] = counts[(p["job"] or "", p["role"] or "")]
 
 
+def _drop_inherited_ranks(procs: dict[int, dict[str, Any]]) -> None:
+    """A rank variable describes the process it was set for, not every process that
+    inherits it: a launcher, wrapper or controller has no rank, and a process whose
+    nearest Python ancestor (past the shells) carries the same rank from the same
+    variable is that rank's child (a torchrun under srun, a data loader worker, a server
+    a rank started), not a rank. AReaL's workers take their index from their own flags."""
+    for p in procs.values():
+        if p["rank"] is None or p["worker_index"] is not None:
+            continue
+        if p["role"] in NOT_RANKS:
+            p.update(rank=None, local_rank=None, world_size=None)
+            continue
+        source = rank_source(p["env"])
+        cur = procs.get(p["ppid"])
+        for _ in range(16):
+            if cur is None or rank_source(cur["env"]) != source:
+                break
+            if is_wrapper_exe(cur["cmdline"]) or cur["role"] == "wrapper":
+                cur = procs.get(cur["ppid"])
+                continue
+            if is_python(cur["cmdline"], cur["comm"]) and cur["role"] != "launcher":
+                p.update(rank=None, local_rank=None, world_size=None)
+            break
+
+
 IDENTITY_KEYS = ("role", "rank", "local_rank", "world_size", "job", "worker_index", "server")
 
 
@@ -184,6 +227,7 @@ def select_processes(
         for gone in [pid for pid in cache if pid not in procs]:
             del cache[gone]
     _link_job_tree(procs)
+    _drop_inherited_ranks(procs)
     chosen = []
     for pid, p in procs.items():
         ranked = p["rank"] is not None or any(
@@ -192,6 +236,19 @@ def select_processes(
         if ranked or p["role"] is not None or (include_all and is_python(p["cmdline"], p["comm"])):
             chosen.append(pid)
     return sorted(chosen)
+
+
+@functools.lru_cache(maxsize=256)
+def user_name(uid: int | None) -> str | None:
+    """The name of `uid` on this node (its number when it has none)."""
+    if uid is None:
+        return None
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
 
 
 def parse_cuda_visible(value: str | None) -> list[int]:
@@ -224,7 +281,10 @@ def process_record(
     return {
         "pid": p["pid"],
         "ppid": p["ppid"],
-        "cmdline": " ".join(p["cmdline"]) or f"[{p['comm']}]",
+        "user": user_name(p.get("uid")),
+        "cmdline": cap_text(
+            " ".join(p["cmdline"]) or f"[{p['comm']}]", CMDLINE_SEND_MAX, p.get("cmdline_more", 0)
+        ),
         "rank": rank,
         "local_rank": local_rank,
         "world_size": world_size,

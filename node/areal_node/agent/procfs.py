@@ -48,6 +48,46 @@ def read_all(path: str) -> bytes:
         os.close(fd)
 
 
+# Bounds on what the agent reads of another process and sends on: a command line or an
+# environment may be megabytes (up to ARG_MAX), and any user can make one.
+CMDLINE_READ_MAX = 64 << 10  # read and parsed (flags, -m module)
+CMDLINE_SEND_MAX = (16 << 10) - 64  # sent, with "… (N more characters)" after it
+ENVIRON_READ_MAX = 1 << 20  # read to find the rank variables
+ENV_VALUE_MAX = 4096  # each rank variable's value kept
+
+
+def read_capped(path: str, keep: int) -> tuple[bytes, int]:
+    """The first `keep` bytes of `path`, and its whole length (the rest read in chunks
+    and dropped, never held)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < keep:
+            chunk = os.read(fd, min(65536, keep - size))
+            if not chunk:
+                return b"".join(chunks), size
+            chunks.append(chunk)
+            size += len(chunk)
+        total = size
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks), total
+            total += len(chunk)
+    finally:
+        os.close(fd)
+
+
+def cap_text(text: str, limit: int, more: int = 0) -> str:
+    """`text` cut to `limit` characters, saying how many more there were (`more`: beyond
+    `text`, never read)."""
+    if len(text) <= limit and not more:
+        return text
+    cut = max(0, len(text) - limit) + more
+    return f"{text[:limit]}… ({cut:,} more characters)"
+
+
 def read_small(path: str) -> bytes:
     """A one-line /proc file (stat, statm): one read, unless it fills the buffer."""
     fd = os.open(path, os.O_RDONLY)
@@ -85,7 +125,7 @@ def parse_environ(raw: bytes, wanted: tuple[str, ...] = RANK_VARS) -> dict[str, 
         if sep:
             name = key.decode(errors="replace")
             if name in wanted:
-                env[name] = value.decode(errors="replace")
+                env[name] = value[:ENV_VALUE_MAX].decode(errors="replace")
     return env
 
 
@@ -117,6 +157,8 @@ class ProcessCollector:
         self.proc_root = proc_root
         # pid -> (start ticks, cmdline, rank env, env error, first seen)
         self._static: dict[int, tuple[int, list[str], dict[str, str], str | None, float]] = {}
+        self._cmdline_more: dict[int, int] = {}  # pid -> command line bytes not read
+        self._uids: dict[int, int] = {}  # pid -> the uid that owns the process
         self._last_cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (start, ticks, t)
         self._last_stat: dict[int, tuple[str, str, int, int, int]] = {}  # parse_stat's
         self._boot_time = time.time()
@@ -130,14 +172,21 @@ class ProcessCollector:
             return cached[1], cached[2], cached[3]
         base = f"{self.proc_root}/{pid}"
         try:
-            cmdline = [
-                a.decode(errors="replace") for a in read_all(base + "/cmdline").split(b"\0") if a
-            ]
+            raw, total = read_capped(base + "/cmdline", CMDLINE_READ_MAX)
+            cmdline = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
         except OSError:
-            cmdline = []
+            cmdline, raw, total = [], b"", 0
+        try:
+            self._uids[pid] = os.stat(base).st_uid
+        except OSError:
+            self._uids.pop(pid, None)
+        if total > len(raw):
+            self._cmdline_more[pid] = total - len(raw)
+        else:
+            self._cmdline_more.pop(pid, None)
         env_error = None
         try:
-            env = parse_environ(read_all(base + "/environ"))
+            env = parse_environ(read_capped(base + "/environ", ENVIRON_READ_MAX)[0])
         except PermissionError:
             env, env_error = {}, "permission denied reading environ"
         except OSError:
@@ -173,6 +222,8 @@ class ProcessCollector:
                         "cmdline": cached[1],
                         "env": cached[2],
                         "env_error": cached[3],
+                        "cmdline_more": self._cmdline_more.get(pid, 0),
+                        "uid": self._uids.get(pid),
                         "cpu_percent": None,
                     }
                     continue
@@ -197,10 +248,14 @@ class ProcessCollector:
                 "cmdline": cmdline,
                 "env": env,
                 "env_error": env_error,
+                "cmdline_more": self._cmdline_more.get(pid, 0),
+                "uid": self._uids.get(pid),
                 "cpu_percent": cpu_percent,
             }
         for gone in set(last_stat) - seen:
             self._static.pop(gone, None)
+            self._cmdline_more.pop(gone, None)
+            self._uids.pop(gone, None)
             self._last_cpu.pop(gone, None)
             last_stat.pop(gone, None)
         return procs

@@ -11,11 +11,13 @@ shutdown) and imports the modules whose ops it serves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 # Importing a module registers its ops; the rest are imported on first use (LATER).
@@ -29,14 +31,17 @@ from areal_node.agent.protocol import (
     OPS,
     PROTOCOL_VERSION,
     OpError,
+    ReplyUnsendable,
     arg,
+    deadline,
+    encode_message,
     handler,
     known_ops,
     op,
 )
 from areal_node.agent.pyspy import find_pyspy
 from areal_node.agent.servers import HealthPoller
-from areal_node.agent.threads import Workers
+from areal_node.agent.threads import Call, Deadlines, Workers
 
 
 class Agent:
@@ -53,7 +58,9 @@ class Agent:
         self._streams: dict[int, threading.Event] = {}
         self._stream_ids = 0
         self.exiting = False  # set when no request can run any more (the interpreter exits)
-        self.pool = Workers(16, "areal-agent")
+        # 16 threads serve requests; one stuck past its deadline is replaced, up to 64.
+        self.pool = Workers(16, "areal-agent", hard_limit=64)
+        self.deadlines = Deadlines(self._expire)
         self.started = time.time()
         self.extensions: dict[str, Any] = {}
         self._primed = False
@@ -66,7 +73,20 @@ class Agent:
 
     # output --------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":"), default=str) + "\n").encode()
+        """Write one message. One that cannot be encoded within the bounds (too deep, too
+        big, a huge integer) goes out as an error of its request, or event, instead."""
+        try:
+            data = encode_message(message)
+        except ReplyUnsendable as exc:
+            error: dict[str, Any]
+            if "event" in message:
+                error = {"event": "unsendable", "of": str(message["event"])[:64], "error": str(exc)}
+            else:
+                error = {"id": message.get("id"), "ok": False, "error": str(exc)}
+            data = encode_message(error)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
         with self._write_lock:
             try:
                 self.stdout.write(data)
@@ -109,28 +129,59 @@ class Agent:
         if not isinstance(args, dict):
             self.send({"id": rid, "ok": False, "error": f"bad arguments for {name}: not an object"})
             return
+        call = Call(rid, name, deadline(name, args))
         try:
-            self.pool.submit(self._run, rid, name, args)
+            self.pool.submit(self._run, call, args)
+            self.deadlines.add(call)
         except RuntimeError:  # the interpreter is exiting (an agent served by a thread of the
             self.exiting = True  # console, e.g. after Ctrl-C): stop serving, say nothing
 
-    def _run(self, rid: Any, name: str, args: dict[str, Any]) -> None:
+    def _run(self, call: Call, args: dict[str, Any]) -> None:
+        """Run one request and answer it; every path out answers (or the deadline did)."""
+        if not call.start():
+            return  # answered at its deadline while still queued
+        name = call.name
+        reply: dict[str, Any]
         try:
-            run = handler(name)
-            if run is None:  # a module in LATER that did not register its op
-                raise OpError(f"op {name} is not served by this agent")
-            result = run(self, args)
-        except OpError as exc:
-            self.send({"id": rid, "ok": False, "error": str(exc)})
-        except (TypeError, ValueError, KeyError) as exc:
-            self.send({"id": rid, "ok": False, "error": f"bad arguments for {name}: {exc}"})
-        except Exception as exc:  # never crash the agent
-            import traceback
+            try:
+                run = handler(name)
+                if run is None:  # a module in LATER that did not register its op
+                    raise OpError(f"op {name} is not served by this agent")
+                reply = {"ok": True, "result": run(self, args)}
+            except OpError as exc:
+                reply = {"ok": False, "error": str(exc)}
+            except (TypeError, ValueError, KeyError) as exc:
+                reply = {"ok": False, "error": f"bad arguments for {name}: {_text(exc)}"}
+            except Exception as exc:  # never crash the agent
+                reply = {"ok": False, "error": f"{name} failed: {_detail(exc)}"}
+            # Encoded here, under the same protection: a reply that cannot be (too deep,
+            # too big, a huge integer) answers an error instead.
+            message = {"id": call.rid, **reply}
+            try:
+                data = encode_message(message)
+            except ReplyUnsendable as exc:
+                data = encode_message({"id": call.rid, "ok": False, "error": f"{name}: {exc}"})
+            if call.finish():
+                self._write(data)
+        except BaseException as exc:  # even an interrupt: the request gets its answer
+            if call.finish():
+                self.send({"id": call.rid, "ok": False, "error": f"{name} failed: {_detail(exc)}"})
+            raise
+        finally:
+            if call.overdue:
+                self.pool.overdue(-1)
 
-            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            self.send({"id": rid, "ok": False, "error": f"{name} failed: {detail}"})
-        else:
-            self.send({"id": rid, "ok": True, "result": result})
+    def _expire(self, call: Call) -> None:
+        """At a request's deadline: answer it with a timeout error if nothing answered yet;
+        the thread still running it no longer counts against the pool's limit."""
+        if not call.expire():
+            return
+        self.send(
+            {"id": call.rid, "ok": False, "timeout": True,
+             "error": f"{call.name}: no answer within {call.seconds:g} s (its deadline)"}
+        )  # fmt: skip
+        if call.overdue:
+            self.pool.overdue(+1)
 
     def serve(self) -> None:
         self.emit(
@@ -148,6 +199,7 @@ class Agent:
         for stop in self._streams.values():
             stop.set()
         self.pool.shutdown(wait=False, cancel=True)
+        self.deadlines.stop()
 
     # sampling ------------------------------------------------------------------------
     def sample(
@@ -190,6 +242,21 @@ class Agent:
             "gpu_error": gpu_error,
             "processes": records,
         }
+
+
+def _text(exc: BaseException) -> str:
+    """An exception's message, bounded (its text may carry hostile input)."""
+    try:
+        text = str(exc)
+    except Exception:  # a str() that itself raises (an integer too long to print)
+        text = "(unprintable)"
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def _detail(exc: BaseException) -> str:
+    """`Type: message` of an exception, bounded."""
+    text = _text(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @op("hello")
@@ -312,7 +379,37 @@ def op_shutdown(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     return {"bye": True}
 
 
+# After its console is gone (EOF on stdin, or its parent exited and it was adopted), the
+# agent waits this long for running requests to answer, then exits: within 5 s in all.
+EXIT_GRACE = 3.0
+PARENT_CHECK_EVERY = 1.0
+
+
+def watch_parent(parent: int, gone: Callable[[], None], every: float = PARENT_CHECK_EVERY) -> None:
+    """Call `gone()` once the process's parent is no longer `parent` (it exited: the
+    agent was adopted by init or a subreaper). A console that dies without closing the
+    agent's stdin (a child holding the pipe) still ends its agent this way."""
+
+    def loop() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        gone()
+
+    threading.Thread(target=loop, name="parent-watch", daemon=True).start()
+
+
 def main() -> None:
     agent = Agent()
+
+    def orphaned() -> None:
+        agent.pool.shutdown(wait=True, cancel=True, timeout=EXIT_GRACE)
+        os._exit(0)
+
+    watch_parent(os.getppid(), orphaned)
     agent.serve()
-    agent.pool.shutdown(wait=True)  # the requests still running answer before the exit
+    # The requests still running answer before the exit, for a bounded time: a request
+    # stuck on a hostile file or socket does not keep the agent (often root) alive.
+    agent.pool.shutdown(wait=True, timeout=EXIT_GRACE)
+    with contextlib.suppress(Exception):
+        agent.stdout.flush()
+    os._exit(0)

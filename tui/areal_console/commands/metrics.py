@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if remote:
             fleet = open_fleet(args, resolve_targets(args))
-            session, path = _where(fleet, args)
-            follower = MetricsFollower(path, NodeFiles(session), thresholds)
+            session, path, owner = _where(fleet, args)
+            follower = MetricsFollower(path, NodeFiles(session, owner), thresholds)
         else:
             follower = MetricsFollower(args.path, LocalFiles(), thresholds)
         follower.read_to_end()
@@ -87,13 +87,15 @@ def run(args: argparse.Namespace) -> int:
             fleet.close()
 
 
-def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str]:
+def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str, str | None]:
+    """The node, the path and, for a path found from a job's processes, the job's user
+    (only that user's files are read there)."""
     from areal_console.core.metrics.locate import find_job_logs
 
     if args.path:
         if args.node:
             try:
-                return fleet.session(args.node), args.path
+                return fleet.session(args.node), args.path, None
             except KeyError:
                 names = ", ".join(s.name for s in fleet)
                 raise UsageError(
@@ -101,19 +103,19 @@ def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str]:
                 ) from None
         if len(fleet) > 1:
             raise UsageError("metrics: several nodes: say which holds PATH with --node NAME")
-        return fleet.sessions[0], args.path
+        return fleet.sessions[0], args.path, None
     plan = areal_plan(args)
     if plan is not None and not args.job:
         path, node, match = plan.log_target()
         if path is not None:
             print(f"note: log directory {path} (from --fileroot)", file=sys.stderr)
-            return (fleet.session(node) if node else fleet.sessions[0]), path
+            return (fleet.session(node) if node else fleet.sessions[0]), path, None
         session, found = find_job_logs(fleet, match)
         print(f"note: {found.node}: {found.path}", file=sys.stderr)
-        return session, found.path
+        return session, found.path, found.owner
     session, found = find_job_logs(fleet, args.job)
     print(f"note: {found.node}: {found.path}", file=sys.stderr)
-    return session, found.path
+    return session, found.path, found.owner
 
 
 def _follow(follower: Any, args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -14,9 +15,17 @@ from typing import Any
 
 from areal_node.agent.protocol import PROTOCOL_VERSION
 
-from areal_console.core.transport import Channel, ChannelClosed, source_frame
+from areal_console.core.transport import (
+    MAX_LINE_BYTES,
+    TOO_LONG,
+    Channel,
+    ChannelClosed,
+    source_frame,
+)
 
 EventHandler = Callable[[dict[str, Any]], None]
+# The id at the start of a reply line, as the agent writes it: `{"id":12,`.
+_LINE_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*(\d{1,18})\s*[,}]')
 
 
 class AgentError(Exception):
@@ -144,29 +153,53 @@ class AgentClient:
 
     # reader ---------------------------------------------------------------------------
     def _read_loop(self) -> None:
+        """Survives any line: one it cannot use fails the request it answers (its id read
+        from the line's start), and the reader goes on."""
         while True:
             line = self.channel.recv_line()
             if not line:
                 break
             try:
-                message = json.loads(line)
-            except ValueError:
-                continue  # noise on stdout (e.g. a login banner) is not a reply
-            if not isinstance(message, dict):
-                continue
-            if "event" in message:
-                self._handle_event(message)
-                continue
-            rid = message.get("id")
-            with self._lock:
-                fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
-            if fut is None:
-                continue
-            if message.get("ok"):
-                fut.set_result(message.get("result"))
-            else:
-                fut.set_exception(AgentError(str(message.get("error", "unknown error"))))
+                self._handle_line(line)
+            except Exception as exc:  # a message that broke its handling fails its request
+                self._fail(line, f"reply could not be handled: {type(exc).__name__}")
         self._closed(self.channel.exit_reason())
+
+    def _handle_line(self, line: bytes) -> None:
+        if line.startswith(TOO_LONG):
+            self._fail(line[len(TOO_LONG) :], f"reply longer than {MAX_LINE_BYTES >> 20} MB")
+            return
+        try:
+            message = json.loads(line)
+        except RecursionError:
+            self._fail(line, "reply nested too deeply to decode")
+            return
+        except ValueError:
+            return  # noise on stdout (e.g. a login banner) is not a reply
+        if not isinstance(message, dict):
+            return
+        if "event" in message:
+            self._handle_event(message)
+            return
+        rid = message.get("id")
+        with self._lock:
+            fut = self._pending.pop(rid, None) if isinstance(rid, int) else None
+        if fut is None:
+            return
+        if message.get("ok"):
+            fut.set_result(message.get("result"))
+        else:
+            fut.set_exception(AgentError(str(message.get("error", "unknown error"))))
+
+    def _fail(self, line: bytes, why: str) -> None:
+        """Fail the request whose id starts `line` (the agent writes the id first)."""
+        found = _LINE_ID.match(line[:64])
+        if found is None:
+            return
+        with self._lock:
+            fut = self._pending.pop(int(found.group(1)), None)
+        if fut is not None:
+            fut.set_exception(AgentError(why))
 
     def _handle_event(self, message: dict[str, Any]) -> None:
         kind = message["event"]

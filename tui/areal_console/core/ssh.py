@@ -35,7 +35,12 @@ from areal_console.core import locations
 from areal_console.core.errors import UserError
 from areal_console.core.inventory import parse_destination
 from areal_console.core.specs import NodeSpec
-from areal_console.core.transport import ChannelClosed, bootstrap_argv, bootstrap_problem
+from areal_console.core.transport import (
+    ChannelClosed,
+    bootstrap_argv,
+    bootstrap_problem,
+    bounded_readline,
+)
 
 # paramiko logs transport errors itself; with no handler Python would print them on
 # stderr, over the TUI. Every failure reaches the user through SshError instead.
@@ -748,7 +753,7 @@ class SshChannel:
 
     def recv_line(self) -> bytes:
         try:
-            return bytes(self._stdout.readline())
+            return bounded_readline(lambda size: bytes(self._stdout.readline(size)))
         except (OSError, EOFError, paramiko.SSHException, ValueError):
             return b""
 

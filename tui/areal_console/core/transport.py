@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from areal_node.agent.protocol import MAX_REPLY_BYTES
+
 from areal_console.core.payload import node_payload, payload_name
 
 # The oldest Python the agent runs on (it is checked first, before anything else runs).
@@ -219,6 +221,28 @@ class ChannelClosed(Exception):
     pass
 
 
+# The longest line a channel hands on: above the agent's own bound on a reply. A longer
+# one (a hostile or broken agent) is skipped to its end and handed on as TOO_LONG plus its
+# first bytes, so that the client can fail the request it answers.
+MAX_LINE_BYTES = MAX_REPLY_BYTES + (16 << 20)
+TOO_LONG = b"\0too-long\0"
+TOO_LONG_HEAD = 256
+
+
+def bounded_readline(readline: Callable[[int], bytes], limit: int = MAX_LINE_BYTES) -> bytes:
+    """One line from `readline(size)`, or TOO_LONG + its head for a line over `limit`
+    (the rest read and dropped, never held); b"" at EOF."""
+    line = readline(limit + 1)
+    if len(line) <= limit or line.endswith(b"\n"):
+        return line
+    head = line[:TOO_LONG_HEAD]
+    del line
+    while True:
+        rest = readline(1 << 20)
+        if not rest or rest.endswith(b"\n"):
+            return TOO_LONG + head.replace(b"\n", b" ") + b"\n"
+
+
 def source_frame() -> bytes:
     """The payload as the bootstrap reads it on a cache miss: its length, a newline, its bytes."""
     data = node_payload().data
@@ -284,7 +308,7 @@ class ProcessChannel:
     def recv_line(self) -> bytes:
         assert self.proc.stdout is not None
         try:
-            return self.proc.stdout.readline()
+            return bounded_readline(self.proc.stdout.readline)
         except (ValueError, OSError):
             return b""
 
@@ -383,7 +407,7 @@ class InProcessChannel:
 
     def recv_line(self) -> bytes:
         try:
-            return self._from_agent.readline()
+            return bounded_readline(self._from_agent.readline)
         except (ValueError, OSError):
             return b""
 

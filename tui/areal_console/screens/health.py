@@ -147,7 +147,7 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
             if fleet is None:
                 raise UserError("no live nodes to look for the job on: give :health PATH")
             session, found = find_job_logs(fleet, target.match)
-            files, path = NodeFiles(session), found.path
+            files, path = NodeFiles(session, found.owner), found.path
         elif target.node is not None:
             if fleet is None:
                 raise UserError(f"node {target.node} is not connected")

@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from areal_node.agent.logs import find_logs, read_chunk
+from areal_node.agent.logs import find_logs, owner_uid, read_chunk
 from areal_node.agent.protocol import OpError
 
 from areal_console.core.errors import UserError
@@ -42,11 +42,24 @@ class FileAccess(Protocol):
 
 
 class LocalFiles:
+    """Files on this machine, read as the agent reads them (`owner`: as `NodeFiles`)."""
+
     node: str | None = None
+
+    def __init__(self, owner: str | None = None) -> None:
+        self.owner = owner
+
+    def _uid(self) -> int | None:
+        try:
+            return owner_uid({"owner": self.owner})
+        except OpError as exc:
+            raise UserError(str(exc).replace(" on this node", "")) from None
 
     def read(self, path: str, offset: int, ident: str | None, max_bytes: int) -> dict[str, Any]:
         try:
-            result = read_chunk(path, offset, ident, max_bytes)
+            result = read_chunk(path, offset, ident, max_bytes, self._uid())
+        except OpError as exc:
+            raise UserError(str(exc)) from None
         except OSError as exc:
             raise UserError(f"cannot read {path}: {exc.strerror}") from None
         if not result["exists"]:
@@ -55,7 +68,7 @@ class LocalFiles:
 
     def find(self, path: str) -> dict[str, Any]:
         try:
-            return find_logs(path)
+            return find_logs(path, owner=self._uid())
         except OpError as exc:
             raise UserError(str(exc).replace(" on this node", "")) from None
 
@@ -68,20 +81,27 @@ class Caller(Protocol):
 
 
 class NodeFiles:
-    """Files on a node, read by its agent (`file_tail`, `log_find`)."""
+    """Files on a node, read by its agent (`file_tail`, `log_find`).
 
-    def __init__(self, session: Caller) -> None:
+    `owner`: the job's user, when the path came from a job's processes; the agent then
+    reads only files that user owns (and follows no other user's symlink)."""
+
+    def __init__(self, session: Caller, owner: str | None = None) -> None:
         self.session = session
         self.node: str | None = session.name
+        self.owner = owner
 
     def read(self, path: str, offset: int, ident: str | None, max_bytes: int) -> dict[str, Any]:
-        result = dict(self._call("file_tail", {"path": path, "offset": offset, "ident": ident,
-                                                "max_bytes": max_bytes}))  # fmt: skip
+        args = {"path": path, "offset": offset, "ident": ident, "max_bytes": max_bytes}
+        result = dict(self._call("file_tail", self._owned(args)))
         result["data"] = zlib.decompress(base64.b64decode(result["data"]))
         return result
 
     def find(self, path: str) -> dict[str, Any]:
-        return dict(self._call("log_find", {"path": path}))
+        return dict(self._call("log_find", self._owned({"path": path})))
+
+    def _owned(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {**args, "owner": self.owner} if self.owner else args
 
     def _call(self, op: str, args: dict[str, Any]) -> Any:
         try:
@@ -289,12 +309,31 @@ def run_identity(cmdline: str | list[str]) -> dict[str, str]:
 DEFAULT_FILEROOT = "/tmp/areal"
 
 
+def safe_component(name: str | None) -> bool:
+    """A name that stays one path component: not empty, no `/`, not `.` or `..`, no NUL.
+    Another user's process may carry any `--experiment-name`; `../../x` must not steer
+    the console into another directory."""
+    return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")  # type: ignore[operator]
+
+
+def safe_root(path: str) -> bool:
+    """An absolute fileroot with no `..` component and no NUL."""
+    return path.startswith("/") and "\0" not in path and ".." not in path.split("/")
+
+
 def log_dir_of(identity: dict[str, str], user: str) -> str | None:
-    """AReaL's log directory: <fileroot>/logs/<user>/<experiment>/<trial> (stats_logger.py:179)."""
-    if not (identity.get("experiment") and identity.get("trial")):
+    """AReaL's log directory: <fileroot>/logs/<user>/<experiment>/<trial> (stats_logger.py:179).
+
+    None when a name would leave its place in that tree (see `safe_component`)."""
+    experiment, trial = identity.get("experiment"), identity.get("trial")
+    if not (experiment and trial):
         return None
-    root = (identity.get("fileroot") or DEFAULT_FILEROOT).rstrip("/")
-    return f"{root}/logs/{user}/{identity['experiment']}/{identity['trial']}"
+    root = (identity.get("fileroot") or DEFAULT_FILEROOT).rstrip("/") or "/"
+    if not (safe_component(experiment) and safe_component(trial) and safe_component(user)):
+        return None
+    if not safe_root(root):
+        return None
+    return f"{root.rstrip('/')}/logs/{user}/{experiment}/{trial}"
 
 
 def log_dir_from_processes(cmdlines: list[str], user: str) -> str | None:

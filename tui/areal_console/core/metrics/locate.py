@@ -17,6 +17,9 @@ class JobLogs:
     path: str
     """The log directory (or the tensorboard directory when only that is known)."""
     processes: int
+    owner: str | None = None
+    """The job's user (the agent's, whose name the log directory carries): only files
+    that user owns are read from it."""
 
 
 def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | None:
@@ -39,12 +42,21 @@ def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | 
 def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs]:
     """The first node whose processes (matching `match`) name an AReaL log directory."""
 
-    def look(session: NodeSession) -> tuple[str | None, int]:
+    def look(session: NodeSession) -> tuple[str | None, int, str]:
         sample = session.call("sample", {"all": True}, timeout=30)
         procs = sample.get("processes", [])
-        user = str(session.hello.get("user") or "")
-        cmdlines = [str(p.get("cmdline") or "") for p in procs]
-        return job_logs_in(cmdlines, user, match), len(procs)
+        me = str(session.hello.get("user") or "")
+        # A process names its own user's log directory (<fileroot>/logs/<its user>/...),
+        # and only that user's files are read there: another user's process cannot steer
+        # the console into this user's (or root's) runs. The agent's user's jobs first.
+        by_user: dict[str, list[str]] = {}
+        for p in procs:
+            by_user.setdefault(str(p.get("user") or me), []).append(str(p.get("cmdline") or ""))
+        for user in [me, *sorted(set(by_user) - {me})]:
+            found = job_logs_in(by_user.get(user, []), user, match)
+            if found:
+                return found, len(procs), user
+        return None, len(procs), me
 
     results = fleet.fan_out(look)
     errors = []
@@ -54,7 +66,7 @@ def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs
             errors.append(f"{session.name}: {result.error}")
             continue
         if result and result[0]:
-            return session, JobLogs(session.name, result[0], result[1])
+            return session, JobLogs(session.name, result[0], result[1], result[2] or None)
     what = f"matching {match!r} " if match else ""
     detail = f" ({'; '.join(errors)})" if errors else ""
     raise UserError(f"no process {what}names an AReaL log directory (--fileroot, "
