@@ -71,6 +71,7 @@ def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
     record = node_report(session.name, session.spec.address, result)
     sampled = result.get("hostname") if isinstance(result, dict) else None
     record["hostname"] = sampled or session.hello.get("hostname")
+    record["via"] = session.via
     record["python"] = session.hello.get("python")
     record["python_executable"] = session.hello.get("python_executable")
     record["tools"] = session.hello.get("tools")

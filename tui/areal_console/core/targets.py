@@ -61,6 +61,19 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="JOBID",
         help="the nodes of a running Slurm job, reached through srun --overlap",
     )
+    excl.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="the nodes of a Ray cluster, the agent as a Ray actor on each (default: "
+        "$RAY_ADDRESS or the cluster started here; GCS host:port, ray://, or the dashboard URL)",
+    )
+    group.add_argument(
+        "--ray-ssh",
+        action="store_true",
+        help="where Ray can't run the agent on a node, reach the node over SSH at its IP",
+    )
     group.add_argument(
         "--login",
         metavar="[USER@]HOST[:PORT]",
@@ -110,6 +123,16 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
+    ray = getattr(args, "ray", None)
+    if getattr(args, "ray_ssh", False) and ray is None:
+        raise UsageError("--ray-ssh goes with --ray")
+    if ray is not None:
+        from areal_console.core.ray_targets import resolve_ray_targets
+
+        plan = resolve_ray_targets(ray, ssh_fallback=bool(getattr(args, "ray_ssh", False)))
+        for note in plan.notes:
+            print(f"note: {note}", file=sys.stderr)
+        return plan.specs
     slurm_job = getattr(args, "slurm_job", None)
     if getattr(args, "login", None) and not slurm_job:
         raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
