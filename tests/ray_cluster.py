@@ -182,6 +182,8 @@ def skip_reason() -> str | None:
         return "needs root (PID namespaces)"
     for port in (GCS_PORT, DASHBOARD_PORT, CLIENT_PORT):
         with socket.socket() as s:
+            # As servers bind: a port in TIME-WAIT (a cluster just stopped) is free.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((HEAD_IP, port))
             except OSError as exc:
@@ -215,6 +217,8 @@ def start_cluster(nodes: int = 2, base: Path | None = None) -> RayCluster:
 
 if __name__ == "__main__":  # a cluster to try things by hand: Ctrl-C stops it
     c = start_cluster()
+    # A background job ignores SIGINT: let SIGTERM stop the cluster too.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(f"RAY_ADDRESS={c.address} dashboard {c.dashboard} logs {c.base}", flush=True)
     try:
         signal.pause()

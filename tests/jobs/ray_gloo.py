@@ -32,9 +32,12 @@ class RankWorker:
 
 def main() -> None:
     address, pattern, state_dir, port, repo, nodes_wanted = sys.argv[1:7]
-    ray.init(address=address, namespace="areal-test-job", log_to_driver=False, logging_level="ERROR")
+    ray.init(
+        address=address, namespace="areal-test-job", log_to_driver=False, logging_level="ERROR"
+    )
     nodes = sorted(
-        (n for n in ray.nodes() if n["Alive"]), key=lambda n: tuple(map(int, n["NodeManagerAddress"].split(".")))
+        (n for n in ray.nodes() if n["Alive"]),
+        key=lambda n: tuple(map(int, n["NodeManagerAddress"].split("."))),
     )[: int(nodes_wanted)]
     world = len(nodes) * RANKS_PER_NODE
     runs = []

@@ -87,7 +87,6 @@ def _init_failure(address: str, exc: BaseException, version: str) -> str:
 
 def _host_class(ray: Any) -> Any:
     import cloudpickle  # ray's own dependency
-
     from areal_node import ray_host
 
     # By value: the cluster's workers need nothing of ours installed.

@@ -95,9 +95,11 @@ def parse_address(text: str | None, environ: Mapping[str, str] | None = None) ->
                 f"{CURRENT_CLUSTER_FILE}): give --ray ADDRESS (GCS host:port, ray://host:port "
                 "or the dashboard's http://host:8265)"
             )
-    dashboard_env = (env.get("RAY_DASHBOARD_ADDRESS") or env.get("RAY_API_SERVER_ADDRESS") or "").strip()
+    dashboard_env = (
+        env.get("RAY_DASHBOARD_ADDRESS") or env.get("RAY_API_SERVER_ADDRESS") or ""
+    ).strip()
     if given.startswith(("http://", "https://")):
-        host = _host_of(given)
+        _host_of(given)  # a malformed URL is one line now, not a traceback later
         return RayAddress(given, None, None, given.rstrip("/"))
     if given.startswith("ray://"):
         host = _host_of(given)

@@ -129,10 +129,10 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     if ray is not None:
         from areal_console.core.ray_targets import resolve_ray_targets
 
-        plan = resolve_ray_targets(ray, ssh_fallback=bool(getattr(args, "ray_ssh", False)))
-        for note in plan.notes:
+        ray_plan = resolve_ray_targets(ray, ssh_fallback=bool(getattr(args, "ray_ssh", False)))
+        for note in ray_plan.notes:
             print(f"note: {note}", file=sys.stderr)
-        return plan.specs
+        return ray_plan.specs
     slurm_job = getattr(args, "slurm_job", None)
     if getattr(args, "login", None) and not slurm_job:
         raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
