@@ -40,7 +40,11 @@ OBJECT_STORE_BYTES = 80 * 1024 * 1024
 
 
 class RayUnavailable(Exception):
-    """Ray can't run here; the message says why (tests skip with it)."""
+    """Ray can't run here (not installed, not root); the message says why (tests skip)."""
+
+
+class RayStartError(RuntimeError):
+    """Ray is here but the cluster did not come up: an error of every test that needs it."""
 
 
 @dataclass
@@ -109,7 +113,11 @@ class RayCluster:
             ]
         else:
             argv.append(f"--address={self.address}")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        # No RAY_ settings of the caller's, and no PYTHONPATH: a worker on a node must not
+        # import this checkout (the agent reaches nodes as its payload only).
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "PYTHONPATH"
+        }
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         with node.log.open("ab") as log:
             node.proc = subprocess.Popen(
@@ -133,7 +141,7 @@ class RayCluster:
         def up() -> bool:
             for n in self.nodes:
                 if n.proc is not None and n.proc.poll() is not None and n.ip in ips:
-                    raise RayUnavailable(f"ray start on {n.ip} exited: {self.tail(n)}")
+                    raise RayStartError(f"ray start on {n.ip} exited: {self.tail(n)}")
             try:
                 return ips <= self.alive_ips()
             except OSError:
@@ -142,7 +150,8 @@ class RayCluster:
         try:
             wait_for(up, timeout, f"Ray nodes {sorted(ips)} to be alive", interval=0.3)
         except TimeoutError as exc:
-            raise RayUnavailable(str(exc)) from None
+            tails = "; ".join(f"{n.ip}: {self.tail(n, 300)}" for n in self.nodes)
+            raise RayStartError(f"{exc} ({tails})") from None
 
     def kill_node(self, ip: str) -> None:
         """Take a node away like a crash: its raylet and everything in its namespace die."""
@@ -180,6 +189,11 @@ def skip_reason() -> str | None:
         return "unshare is missing"
     if os.geteuid() != 0:
         return "needs root (PID namespaces)"
+    return None
+
+
+def ports_taken() -> str | None:
+    """Which of the head's fixed ports is taken (another cluster still running?), or None."""
     for port in (GCS_PORT, DASHBOARD_PORT, CLIENT_PORT):
         with socket.socket() as s:
             # As servers bind: a port in TIME-WAIT (a cluster just stopped) is free.
@@ -196,6 +210,9 @@ def start_cluster(nodes: int = 2, base: Path | None = None) -> RayCluster:
     why = skip_reason()
     if why:
         raise RayUnavailable(why)
+    taken = ports_taken()
+    if taken:
+        raise RayStartError(taken)
     base = base or Path(tempfile.mkdtemp(prefix="areal-ray-"))
     cluster = RayCluster(base)
     for i in range(nodes):

@@ -13,30 +13,41 @@ stopped or cut off) the actor's process exits, so nothing is left running on the
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import sys
+import tempfile
 import threading
 import time
-import types
 from collections import deque
 from typing import Any
 
 DEFAULT_LEASE = 3.0
 RECV_MAX_WAIT = 2.0  # one recv call waits at most this long for a line
 RECV_MAX_BYTES = 8 * 1024 * 1024  # lines handed over by one recv call (at least one line)
-MODULE_NAME = "areal_console_ray_agent"
 
 
 def load_agent(payload: bytes, sha256: str) -> Any:
-    """The agent module from `payload`, after checking its hash."""
+    """The agent's `Agent` class from the node payload (the package as one zip), after
+    checking its hash. The zip goes to a new private file and first on `sys.path`, and any
+    `areal_node` this process imported before is dropped: the agent that runs is the one
+    whose hash was checked, whatever else the node has installed."""
     digest = hashlib.sha256(payload).hexdigest()
     if digest != sha256:
         raise ValueError(f"agent payload hash mismatch: got {digest}, expected {sha256}")
-    module = types.ModuleType(MODULE_NAME)
-    module.__file__ = f"<areal-agent {sha256[:12]}>"
-    sys.modules[MODULE_NAME] = module  # dataclasses look their module up there
-    exec(compile(payload, module.__file__, "exec"), module.__dict__)
-    return module
+    home = tempfile.mkdtemp(prefix="areal-agent-")  # mode 0700, ours alone
+    path = os.path.join(home, f"payload-{sha256}.pyz")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(payload)
+    for name in [m for m in sys.modules if m == "areal_node" or m.startswith("areal_node.")]:
+        del sys.modules[name]
+    sys.path.insert(0, path)
+    importlib.invalidate_caches()
+    module = importlib.import_module("areal_node.agent.serve")
+    if not getattr(module, "__file__", "").startswith(path):
+        raise ImportError(f"the agent came from {module.__file__}, not from the payload")
+    return module.Agent
 
 
 class AgentHost:
@@ -49,7 +60,7 @@ class AgentHost:
         self._ready = threading.Condition()
         self._ended: str | None = None
         self._started = time.time()
-        agent = load_agent(payload, sha256)
+        agent_class = load_agent(payload, sha256)
         to_agent_r, to_agent_w = os.pipe()
         from_agent_r, from_agent_w = os.pipe()
         self._to_agent = os.fdopen(to_agent_w, "wb")
@@ -59,7 +70,7 @@ class AgentHost:
 
         def serve() -> None:
             try:
-                agent.Agent(stdin=agent_in, stdout=agent_out).serve()
+                agent_class(stdin=agent_in, stdout=agent_out).serve()
             finally:
                 agent_in.close()
                 agent_out.close()

@@ -2,8 +2,8 @@
 
 One actor per node, placed with a hard node affinity and no resources reserved (no CPU,
 no GPU), so a cluster whose every CPU the training job holds still admits it. The actor
-class (`areal_node.ray_host.AgentHost`) is shipped by value and the agent as the payload
-bytes with their sha256, which the actor checks before running anything: nothing needs
+class (`areal_node.ray_host.AgentHost`) is shipped by value and the agent as the node
+payload (`payload.py`: the `areal_node` package as one zip) with its sha256, which the actor checks before running anything: nothing needs
 installing on the cluster. Requests go through `send` calls; replies and the monitor
 stream come back through a long-polling `recv` loop, which also renews the actor's lease
 (it exits when the console has been gone for a few seconds).
@@ -17,9 +17,8 @@ import threading
 import time
 from typing import Any
 
-from areal_node import agent_hash, agent_source
-
 from areal_console.core.errors import UserError
+from areal_console.core.payload import node_payload
 from areal_console.core.ray_nodes import RAY_EXTRA
 from areal_console.core.specs import NodeSpec
 from areal_console.core.transport import ChannelClosed
@@ -113,6 +112,7 @@ class RayChannel:
         self._closed = threading.Event()
         self._send_lock = threading.Lock()
         started = time.perf_counter()
+        payload = node_payload()
         self.actor = (
             _host_class(ray)
             .options(
@@ -123,7 +123,7 @@ class RayChannel:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(target.node_id, soft=False),
                 name=None,
             )
-            .remote(agent_source(), agent_hash(), LEASE_SECONDS)
+            .remote(payload.data, payload.sha256, LEASE_SECONDS)
         )
         try:
             self.info = ray.get(self.actor.ready.remote(), timeout=start_timeout)
