@@ -85,8 +85,8 @@ def _init_failure(address: str, exc: BaseException, version: str) -> str:
 
 
 def _host_class(ray: Any) -> Any:
-    import cloudpickle  # ray's own dependency
     from areal_node import ray_host
+    from ray import cloudpickle  # the pickler Ray ships actor classes with
 
     # By value: the cluster's workers need nothing of ours installed.
     cloudpickle.register_pickle_by_value(ray_host)
