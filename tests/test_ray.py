@@ -20,6 +20,7 @@ from areal_console.core.errors import UserError
 from areal_console.core.ray_nodes import list_nodes, parse_address
 from areal_console.core.ray_ranks import join_ids
 
+from tests import waits
 from tests.ray_cluster import CPUS_PER_NODE, HEAD_IP, RayCluster
 from tests.waits import wait_for
 
@@ -222,6 +223,52 @@ def test_without_the_extra(ray_cluster: RayCluster) -> None:
     assert stacks.returncode == 1
     assert "areal-console[ray]" in stacks.stderr
     assert "Traceback" not in stacks.stderr
+
+
+@pytest.mark.slow
+async def test_cluster_screen_and_capture_on_ray(
+    ray_cluster: RayCluster, ray_gloo_job: Any
+) -> None:
+    """The TUI on `--ray`: both nodes up through their agent actors, the four ranks listed
+    on their nodes, and `s` captures and diagnoses them."""
+    import ray
+    from areal_console.app import ConsoleApp
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.ray_targets import resolve_ray_targets
+    from areal_console.screens.stacks import StacksScreen
+    from areal_console.widgets.node_table import NodeTable
+    from areal_console.widgets.process_table import ProcessTable
+
+    app = ConsoleApp(Fleet(resolve_ray_targets(ray_cluster.address).specs), refresh_interval=0.2)
+    try:
+        async with app.run_test(size=(160, 40)) as pilot:
+            table = app.screen.query_one(ProcessTable)
+            nodes = app.screen.query_one(NodeTable)
+
+            def ranks() -> dict[str, str]:
+                return {
+                    str(table.get_cell(k, "rank")): (k.value or "").split(":")[0]
+                    for k in table.rows
+                    if str(table.get_cell(k, "rank")).endswith("/4")
+                }
+
+            await waits.until(None, lambda: len(ranks()) == 4, 60, "four rank rows")
+            assert ranks() == {
+                "0/4": "127.0.0.2", "1/4": "127.0.0.2", "2/4": "127.0.0.3", "3/4": "127.0.0.3",
+            }  # fmt: skip
+            assert [str(nodes.get_cell(n, "state")) for n in ("127.0.0.2", "127.0.0.3")] == [
+                "up",
+                "up",
+            ]
+            await pilot.press("s")
+            await waits.until(None, lambda: isinstance(app.screen, StacksScreen), 30, "Stacks")
+            stacks = app.screen
+            assert isinstance(stacks, StacksScreen)
+            await waits.until(None, lambda: stacks.diagnosis is not None, 60, "a diagnosis")
+            assert stacks.diagnosis is not None
+            assert stacks.diagnosis.pattern == "cleanup_deadlock"
+    finally:
+        ray.shutdown()  # this test process was the console's Ray driver
 
 
 HOLDER = """
