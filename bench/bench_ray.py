@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -37,33 +36,12 @@ from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
 from areal_console.core.ray_targets import resolve_ray_targets  # noqa: E402
 from areal_console.core.stacks.capture import CaptureOptions, take_capture  # noqa: E402
 
-from tests.cluster import PRIVSEP_DIR, SSHD, ClusterNode, TestCluster, _port_open  # noqa: E402
+from tests.cluster import TestCluster  # noqa: E402
 from tests.fixtures.hang import free_port  # noqa: E402
 from tests.ray_cluster import RayCluster, start_cluster  # noqa: E402
 from tests.waits import wait_for  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
-
-
-def ns_init(ray_node: Any) -> int:
-    """The host PID of a Ray node's namespace init (the child of its `unshare`)."""
-    pid = ray_node.proc.pid
-    return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
-
-
-def sshd_in(ray_cluster: RayCluster, node: ClusterNode) -> None:
-    """Start `node`'s sshd inside the namespaces of the Ray node with its address."""
-    PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
-    init = ns_init(ray_cluster.node(node.address))
-    argv = ["nsenter", f"--target={init}", "--pid", "--mount", "--"]
-    node.proc = subprocess.Popen(
-        [*argv, SSHD, "-D", "-e", "-f", str(node.config)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    wait_for(lambda: _port_open(node.address, node.port), 20, f"sshd on {node.address}")
 
 
 def start_job(cluster: RayCluster) -> tuple[subprocess.Popen[bytes], Path]:
@@ -149,7 +127,7 @@ def idle_cost(cluster: RayCluster, seconds: float) -> dict[str, tuple[float, int
         strategy = NodeAffinitySchedulingStrategy(spec.ray.node_id, soft=False)
         empty = Empty.options(num_cpus=0, scheduling_strategy=strategy).remote()  # type: ignore[attr-defined]
         empty_pid = ray.get(empty.pid.remote())
-        init = ns_init(cluster.node(spec.host or ""))
+        init = cluster.ns_init(spec.host or "")
         pids = {"agent actor": host_pid(agent_pid, init), "empty actor": host_pid(empty_pid, init)}
         time.sleep(3)  # past the start
         before = {k: cpu_and_rss(p) for k, p in pids.items()}
@@ -172,11 +150,7 @@ def main() -> int:
     ssh = TestCluster(cluster.base / "ssh", nodes=2)
     try:
         driver, _ = start_job(cluster)
-        for node in ssh.nodes:
-            node.start = types.MethodType(  # type: ignore[method-assign]
-                lambda self, timeout=20.0: sshd_in(cluster, self), node
-            )
-        ssh.start()
+        cluster.start_sshd(ssh)
         ray_fleet = Fleet(resolve_ray_targets(cluster.address).specs)
         ssh_fleet = ssh.fleet()
         for fleet in (ray_fleet, ssh_fleet):

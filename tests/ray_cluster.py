@@ -21,9 +21,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import types
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.waits import wait_for
 
@@ -169,6 +171,39 @@ class RayCluster:
             return node.log.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+    def ns_init(self, ip: str) -> int:
+        """The PID (in our namespace) of a node's namespace init (the child of `unshare`)."""
+        proc = self.node(ip).proc
+        assert proc is not None
+        return int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+
+    def start_sshd(self, ssh: Any) -> None:
+        """Start `ssh` (a `tests.cluster.TestCluster` on the same addresses) with each sshd
+        inside the namespaces of the Ray node at its address, so SSH sees exactly what the
+        node's Ray actors see; its ssh config also names each node by its IP, as Ray does."""
+        from tests.cluster import PRIVSEP_DIR, SSHD, _port_open
+
+        def start_inside(node: Any, timeout: float = 20.0) -> None:
+            PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+            enter = ["nsenter", f"--target={self.ns_init(node.address)}", "--pid", "--mount"]
+            node.proc = subprocess.Popen(
+                [*enter, "--", SSHD, "-D", "-e", "-f", str(node.config)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            up = lambda: _port_open(node.address, node.port)  # noqa: E731
+            wait_for(up, timeout, f"sshd in the Ray node {node.address}")
+
+        for node in ssh.nodes:
+            node.start = types.MethodType(start_inside, node)
+        ssh.start()
+        config = ssh.ssh_config.read_text()
+        for node in ssh.nodes:
+            config = config.replace(f"Host {node.name}\n", f"Host {node.name} {node.address}\n")
+        ssh.ssh_config.write_text(config)
 
     def env(self, **extra: str) -> dict[str, str]:
         """An environment for a console or driver that talks to this cluster."""

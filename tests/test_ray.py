@@ -35,9 +35,13 @@ WITHOUT_RAY = (
 
 
 def console(
-    cluster: RayCluster, *args: str, without_ray: bool = False, timeout: float = 120
+    cluster: RayCluster,
+    *args: str,
+    without_ray: bool = False,
+    timeout: float = 120,
+    **env_extra: str,
 ) -> subprocess.CompletedProcess[str]:
-    env = cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}")
+    env = cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}", **env_extra)
     head = (
         [sys.executable, "-c", WITHOUT_RAY]
         if without_ray
@@ -269,6 +273,38 @@ async def test_cluster_screen_and_capture_on_ray(
             assert stacks.diagnosis.pattern == "cleanup_deadlock"
     finally:
         ray.shutdown()  # this test process was the console's Ray driver
+
+
+@pytest.mark.slow
+def test_ssh_fallback_says_which_way(
+    ray_cluster: RayCluster, ray_gloo_job: Any, tmp_path: Path
+) -> None:
+    """--ray-ssh: where the agent can't run as an actor (here: no [ray] extra), the node is
+    reached over SSH at the IP Ray reports; nodes[].via says which way each node went."""
+    from tests.cluster import TestCluster
+
+    ssh = TestCluster(tmp_path / "ssh", nodes=2)
+    ray_cluster.start_sshd(ssh)  # an sshd inside each Ray node's namespaces
+    try:
+        config = str(ssh.ssh_config)
+        args = ("nodes", "--ray", ray_cluster.dashboard, "--ray-ssh", "--json")
+        fallback = console(ray_cluster, *args, without_ray=True, AREAL_CONSOLE_SSH_CONFIG=config)
+        assert fallback.returncode == 0, fallback.stderr
+        assert "reached over SSH to each node's IP" in fallback.stderr
+        nodes = json.loads(fallback.stdout)["nodes"]
+        assert [(n["name"], n["via"], n["state"]) for n in nodes] == [
+            ("127.0.0.2", "ssh", "up"),
+            ("127.0.0.3", "ssh", "up"),
+        ]
+        seen = sorted(p["rank"] for n in nodes for p in n["processes"] if p["rank"] is not None)
+        assert seen == [0, 1, 2, 3]
+        placed = console(
+            ray_cluster, "nodes", "--ray", "--ray-ssh", "--json", AREAL_CONSOLE_SSH_CONFIG=config
+        )
+        assert placed.returncode == 0, placed.stderr
+        assert [n["via"] for n in json.loads(placed.stdout)["nodes"]] == ["ray", "ray"]
+    finally:
+        ssh.stop()
 
 
 HOLDER = """
