@@ -307,6 +307,70 @@ def test_ssh_fallback_says_which_way(
         ssh.stop()
 
 
+# AReaL's Ray name-resolve actor as AReaL declares it (areal/utils/name_resolve.py:781-882
+# at cbff54d6: a detached `DistributedKVStore` named `distributed_kv_store` in namespace
+# `areal_name_resolve`), holding a job's worker records as rpc_servers register them.
+KV_ACTOR = """
+import os, sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+
+@ray.remote
+class DistributedKVStore:
+    def __init__(self):
+        self.store = {}
+    def put(self, key, value, lease_id=None):
+        self.store[key] = value
+        return True
+    def get_prefix(self, prefix):
+        prefix = os.path.normpath(prefix)
+        return [(k, v) for k, v in self.store.items()
+                if os.path.normpath(k) == prefix or os.path.normpath(k).startswith(prefix + "/")]
+    def get_all_keys(self):
+        return list(self.store)
+
+kv = DistributedKVStore.options(
+    name="distributed_kv_store", namespace="areal_name_resolve", lifetime="detached",
+    get_if_exists=True,
+).remote()
+for key, value in zip(sys.argv[2::2], sys.argv[3::2]):
+    ray.get(kv.put.remote(key, value))
+"""
+
+
+@pytest.mark.slow
+def test_areal_job_from_rays_kv(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
+    """`--areal E/T --ray`: the job's records from AReaL's Ray KV actor, its nodes reached
+    through the agent actors."""
+    from tests.ray_cluster import NODE_PORT_BASE
+
+    job = "root/ray-exp/trial0"
+    records = [
+        f"{job}/workers/actor/0", f"127.0.0.2:{NODE_PORT_BASE}",  # the raylets: listening
+        f"{job}/workers/actor/1", f"127.0.0.3:{NODE_PORT_BASE + 10}",
+    ]  # fmt: skip
+    put = subprocess.run(
+        [sys.executable, "-c", KV_ACTOR, ray_cluster.address, *records],
+        env=ray_cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert put.returncode == 0, put.stderr
+    result = console(ray_cluster, "nodes", "--areal", job, "--ray", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["areal"]["source"] == f"ray:{ray_cluster.address}"
+    assert [(n["name"], n["via"], n["state"]) for n in doc["nodes"]] == [
+        ("127.0.0.2", "ray", "up"),
+        ("127.0.0.3", "ray", "up"),
+    ]
+    missing = console(ray_cluster, "nodes", "--areal", "root/nope/t", "--ray")
+    assert missing.returncode == 1
+    assert "no AReaL job nope/t" in missing.stderr
+    assert "found: ray-exp/trial0" in missing.stderr
+
+
 HOLDER = """
 import sys, time
 from areal_console.core.fleet import Fleet

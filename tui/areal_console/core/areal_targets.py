@@ -28,6 +28,7 @@ from areal_console.core.name_resolve import (
     JobName,
     JobRecords,
     NameEntry,
+    Registry,
     find_job,
     open_registry,
     parse_job_name,
@@ -271,10 +272,12 @@ def resolve_areal_targets(
     slurm_timeout: float = 30.0,
     probe_timeout: float = PROBE_TIMEOUT,
     fileroot: str | None = None,
+    registry: Registry | None = None,
 ) -> ArealPlan:
-    """`--areal [USER/]EXPERIMENT/TRIAL` -> the job's nodes and its records' states."""
+    """`--areal [USER/]EXPERIMENT/TRIAL` -> the job's nodes and its records' states
+    (`registry`: a backend already open, e.g. AReaL's Ray KV actor with `--ray`)."""
     name = parse_job_name(text)
-    registry = open_registry(nfs_root, etcd3)
+    registry = registry or open_registry(nfs_root, etcd3)
     records = find_job(registry, name)
     states = with_states(records, probe_timeout)
     plan = ArealPlan(name, registry.source, [], states, list(records.refused), fileroot=fileroot)

@@ -199,7 +199,8 @@ def _ray_failure(address: RayAddress, token: str | None, exc: BaseException) -> 
         return _token_missing(address)
     if "403" in text or "authentication failed" in lower or "forbidden" in lower:
         return _token_refused(address, token)
-    return f"--ray: can't reach the Ray cluster at {address.given}: {text}"
+    first = text.split(". ")[0].rstrip(".")  # Ray's reason; the rest is its advice
+    return f"--ray: can't reach the Ray cluster at {address.given}: {first}"
 
 
 def _token_missing(address: RayAddress) -> str:

@@ -83,7 +83,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         help="--areal: the job's cluster.fileroot, for its log directory (default: read "
         "from the workers' command lines)",
     )
-    excl.add_argument(
+    group.add_argument(  # not exclusive: `--areal E/T --ray` reads the job from Ray's KV
         "--ray",
         nargs="?",
         const="auto",
@@ -148,7 +148,10 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     ray = getattr(args, "ray", None)
     if getattr(args, "ray_ssh", False) and ray is None:
         raise UsageError("--ray-ssh goes with --ray")
-    if ray is not None:
+    others = [o for o in ("local", "hosts", "inventory", "slurm_job") if getattr(args, o, None)]
+    if ray is not None and others:
+        raise UsageError(f"--ray and --{others[0].replace('_', '-')} name two different targets")
+    if ray is not None and not getattr(args, "areal", None):
         from areal_console.core.ray_targets import resolve_ray_targets
 
         ray_plan = resolve_ray_targets(ray, ssh_fallback=bool(getattr(args, "ray_ssh", False)))
@@ -203,8 +206,18 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
 
     if getattr(args, "name_resolve_root", None) and getattr(args, "etcd3", None):
         raise UsageError("--name-resolve-root (nfs) and --etcd3 name two different backends")
+    registry = None
+    ray = getattr(args, "ray", None)
+    if ray is not None:
+        if getattr(args, "name_resolve_root", None) or getattr(args, "etcd3", None):
+            raise UsageError("--ray reads the job from AReaL's Ray KV actor: no other backend")
+        from areal_console.core.ray_name_resolve import RayKvRegistry
+        from areal_console.core.ray_nodes import parse_address
+
+        registry = RayKvRegistry(parse_address(ray).for_ray)
     plan = resolve_areal_targets(
         name,
+        registry=registry,
         nfs_root=getattr(args, "name_resolve_root", None),
         etcd3=getattr(args, "etcd3", None),
         login=getattr(args, "login", None),
@@ -212,12 +225,28 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
         slurm_timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
         fileroot=getattr(args, "fileroot", None),
     )
+    if ray is not None:
+        _on_ray_nodes(plan, ray, bool(getattr(args, "ray_ssh", False)))
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     for line in plan.warnings():
         print(f"warning: {line}", file=sys.stderr)
     args.areal_plan = plan
     return plan.specs
+
+
+def _on_ray_nodes(plan: Any, ray: str, ssh_fallback: bool) -> None:
+    """The job's nodes as the Ray cluster's: the agent actor on each node whose IP one of
+    the job's records names."""
+    from areal_console.core.ray_targets import resolve_ray_targets
+
+    ray_plan = resolve_ray_targets(ray, ssh_fallback=ssh_fallback)
+    hosts = {e.entry.host for e in plan.entries if e.entry.host}
+    plan.specs = [s for s in ray_plan.specs if s.host in hosts]
+    plan.notes += ray_plan.notes
+    missing = sorted(hosts - {s.host for s in plan.specs})
+    if missing:
+        plan.notes.append(f"no alive Ray node at {', '.join(missing)} (named by the job's records)")
 
 
 def areal_plan(args: argparse.Namespace) -> Any:
