@@ -250,9 +250,16 @@ def pytest_report_header() -> str:
     return f"sshd test cluster: {skip_reason() or 'available'} (pid {os.getpid()})"
 
 
-# Fixtures that bind fixed 127.0.0.x addresses (the sshd cluster, the Slurm cluster): under
+# Fixtures that bind fixed 127.0.0.x addresses (the sshd, Slurm and Ray clusters): under
 # pytest-xdist (`-n 2 --dist loadgroup`) every test using them runs on one worker, in turn.
-SHARED_ADDRESS_FIXTURES = {"cluster", "live_cluster", "slurm_cluster", "slurm_gloo_job"}
+SHARED_ADDRESS_FIXTURES = {
+    "cluster",
+    "live_cluster",
+    "slurm_cluster",
+    "slurm_gloo_job",
+    "ray_cluster",
+    "ray_gloo_job",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

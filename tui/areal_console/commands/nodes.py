@@ -13,6 +13,7 @@ from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.fleet import NodeFailure, NodeSession
 from areal_console.core.nodes import node_report, server_text
 from areal_console.core.records import ServerRow
+from areal_console.core.specs import NodeSpec
 from areal_console.core.targets import (
     add_target_arguments,
     areal_plan,
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
         nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
+        add_ray_ids(specs, nodes)
         count_areal_world_sizes(n["processes"] for n in nodes)
     finally:
         fleet.close()
@@ -84,6 +86,7 @@ def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
     record = node_report(session.name, session.spec.address, result)
     sampled = result.get("hostname") if isinstance(result, dict) else None
     record["hostname"] = sampled or session.hello.get("hostname")
+    record["via"] = session.via
     record["python"] = session.hello.get("python")
     record["python_executable"] = session.hello.get("python_executable")
     record["tools"] = session.hello.get("tools")
@@ -96,6 +99,22 @@ def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
             "fingerprint": key.fingerprint,
         }
     return record
+
+
+def add_ray_ids(specs: list[NodeSpec], nodes: list[dict[str, Any]]) -> None:
+    """`processes[].ray` on Ray nodes: the actor and task each process is (else null)."""
+    targets = {s.name: s.ray for s in specs if s.ray is not None}
+    if not targets:
+        return
+    from areal_console.core.ray_ranks import ray_process_ids
+
+    address = next(iter(targets.values())).address
+    ids = ray_process_ids(address, [t.node_id for t in targets.values()])
+    for node in nodes:
+        target = targets.get(node["name"])
+        by_pid = ids.get(target.node_id, {}) if target is not None else {}
+        for p in node["processes"]:
+            p["ray"] = by_pid.get(p["pid"])
 
 
 def render_summary(nodes: list[dict[str, Any]]) -> str:

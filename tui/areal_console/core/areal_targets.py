@@ -251,11 +251,14 @@ def resolve_areal_targets(
     probe_timeout: float = PROBE_TIMEOUT,
     fileroot: str | None = None,
     via: Any = None,
+    registry: Registry | None = None,
 ) -> ArealPlan:
     """`--areal [USER/]EXPERIMENT/TRIAL` -> the job's nodes and its records' states;
-    `via` (a `NodeSession`): read the nfs records through that node's agent."""
+    `via` (a `NodeSession`): read the nfs records through that node's agent; `registry`:
+    a backend already open (AReaL's Ray KV actor with `--ray`)."""
     name = parse_job_name(text)
-    registry = open_registry(nfs_root, etcd3) if via is None else via_registry(via, nfs_root)
+    if registry is None:
+        registry = open_registry(nfs_root, etcd3) if via is None else via_registry(via, nfs_root)
     records = find_job(registry, name)
     states = with_states(records, probe_timeout, via)
     plan = ArealPlan(name, registry.source, [], states, list(records.refused), fileroot=fileroot)

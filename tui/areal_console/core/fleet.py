@@ -24,6 +24,7 @@ from typing import Any
 from areal_node.agent.threads import parallel_map
 
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
+from areal_console.core.errors import UserError
 from areal_console.core.specs import NodeSpec
 from areal_console.core.transport import Channel, InProcessChannel, LocalChannel
 
@@ -86,7 +87,35 @@ def open_channel(spec: NodeSpec, in_process: bool = False, **options: Any) -> Ch
 
         channel: Channel = open_slurm_channel(spec, **options)
         return channel
+    if spec.transport == "ray":
+        return _open_ray(spec, **options)
     raise ValueError(f"unknown transport {spec.transport!r} for node {spec.name}")
+
+
+def _open_ray(spec: NodeSpec, **options: Any) -> Channel:
+    """The agent actor on the node; SSH to its IP instead when Ray can't place it and the
+    user allowed that (`--ray-ssh`), the channel then saying `via = "ssh"`."""
+    import dataclasses
+
+    from areal_console.core.ray_channel import open_ray_channel
+    from areal_console.core.transport import ChannelClosed
+
+    try:
+        return open_ray_channel(spec, **options)
+    except (ChannelClosed, UserError) as exc:
+        if spec.ray is None or not spec.ray.ssh_fallback:
+            raise
+        reason = str(exc)
+    from areal_console.core.ssh import open_ssh_channel
+
+    try:
+        return open_ssh_channel(dataclasses.replace(spec, transport="ssh", ray=None), **options)
+    except Exception as exc:
+        raise ChannelClosed(f"{reason}; over SSH at {spec.host} instead: {exc}") from None
+
+
+def _via(spec: NodeSpec) -> str:
+    return "ssh" if spec.transport == "ray" else spec.transport
 
 
 def _describe(exc: BaseException) -> str:
@@ -118,6 +147,7 @@ class NodeSession:
         self.on_event = on_event
         self.backoff = backoff or Backoff()
         self.state = "new"  # new | connecting | up | down
+        self.via = spec.transport  # how the agent is reached once connected (see connect)
         self.error: str | None = None
         self.latency: float | None = None  # seconds for one ping round trip
         self.connect_seconds: float | None = None  # last successful connect + handshake
@@ -203,6 +233,8 @@ class NodeSession:
                     if slots is not None:
                         slots.release()
                 client = AgentClient(channel, on_event=self._client_event)
+                # How the agent was reached: a Ray node's may be "ssh" (the fallback).
+                self.via = getattr(channel, "via", None) or _via(self.spec)
                 self.client = client
                 hello = client.start(timeout=timeout, gpus=self.probe_gpus)
             except Exception as exc:  # every failure is data: the node is down, and why

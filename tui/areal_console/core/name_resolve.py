@@ -16,7 +16,7 @@ cbff54d6); rollout launchers add `{user}/{experiment}/{trial}/gen_servers/{id}`
   etcd's v3 HTTP/JSON gateway (`POST /v3/kv/range`) with the standard library. etcd has
   no per-key owner: whoever may write to that etcd is trusted, as AReaL trusts it.
 
-The Ray KV actor backend is not read here.
+The Ray KV actor backend is read by `ray_name_resolve.py` (it needs `ray`).
 """
 
 from __future__ import annotations

@@ -25,8 +25,20 @@ class SlurmTarget:
 
 
 @dataclass(frozen=True)
+class RayTarget:
+    """How a "ray" node is reached: an agent actor pinned to `node_id` of the cluster at
+    `address` (what `ray.init` takes). `ssh_fallback`: where Ray can't place the actor,
+    reach the node over SSH at its IP."""
+
+    address: str
+    node_id: str
+    ssh_fallback: bool = False
+
+
+@dataclass(frozen=True)
 class NodeSpec:
-    """One node to reach: `transport` is "local" (a child process), "ssh" or "slurm"."""
+    """One node to reach: `transport` is "local" (a child process), "ssh", "slurm" or
+    "ray"."""
 
     name: str
     transport: str = "local"
@@ -38,6 +50,7 @@ class NodeSpec:
     python: str = "python3"
     groups: tuple[str, ...] = field(default=())
     slurm: SlurmTarget | None = None
+    ray: RayTarget | None = None
 
     @property
     def address(self) -> str:
@@ -45,6 +58,8 @@ class NodeSpec:
             return "local"
         if self.transport == "slurm" and self.slurm is not None:
             return f"slurm:{self.slurm.job_id}:{self.host}"
+        if self.transport == "ray":
+            return f"ray:{self.host}"
         user = f"{self.user}@" if self.user else ""
         port = f":{self.port}" if self.port else ""
         return f"{user}{self.host}{port}"

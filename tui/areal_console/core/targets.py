@@ -89,6 +89,19 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         help="--areal: the job's cluster.fileroot, for its log directory (default: read "
         "from the workers' command lines)",
     )
+    group.add_argument(  # not exclusive: `--areal E/T --ray` reads the job from Ray's KV
+        "--ray",
+        nargs="?",
+        const="auto",
+        metavar="ADDRESS",
+        help="the nodes of a Ray cluster, the agent as a Ray actor on each (default: "
+        "$RAY_ADDRESS or the cluster started here; GCS host:port, ray://, or the dashboard URL)",
+    )
+    group.add_argument(
+        "--ray-ssh",
+        action="store_true",
+        help="where Ray can't run the agent on a node, reach the node over SSH at its IP",
+    )
     group.add_argument(
         "--login",
         metavar="[USER@]HOST[:PORT]",
@@ -138,6 +151,19 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
+    ray = getattr(args, "ray", None)
+    if getattr(args, "ray_ssh", False) and ray is None:
+        raise UsageError("--ray-ssh goes with --ray")
+    others = [o for o in ("local", "hosts", "inventory", "slurm_job") if getattr(args, o, None)]
+    if ray is not None and others:
+        raise UsageError(f"--ray and --{others[0].replace('_', '-')} name two different targets")
+    if ray is not None and not getattr(args, "areal", None):
+        from areal_console.core.ray_targets import resolve_ray_targets
+
+        ray_plan = resolve_ray_targets(ray, ssh_fallback=bool(getattr(args, "ray_ssh", False)))
+        for note in ray_plan.notes:
+            print(f"note: {note}", file=sys.stderr)
+        return ray_plan.specs
     slurm_job = getattr(args, "slurm_job", None)
     areal = getattr(args, "areal", None)
     if getattr(args, "login", None) and not (slurm_job or areal):
@@ -190,6 +216,15 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
     via_node = getattr(args, "name_resolve_via", None)
     if etcd3 and via_node:
         raise UsageError("--name-resolve-via reads nfs records; --etcd3 is read from here")
+    registry = None
+    ray = getattr(args, "ray", None)
+    if ray is not None:
+        if getattr(args, "name_resolve_root", None) or etcd3 or via_node:
+            raise UsageError("--ray reads the job from AReaL's Ray KV actor: no other backend")
+        from areal_console.core.ray_name_resolve import RayKvRegistry
+        from areal_console.core.ray_nodes import parse_address
+
+        registry = RayKvRegistry(parse_address(ray).for_ray)
     via = open_fleet(args, _one_host(via_node), probe_gpus=False) if via_node else None
     try:
         plan = resolve_areal_targets(
@@ -201,16 +236,33 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
             slurm_timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
             fileroot=getattr(args, "fileroot", None),
             via=None if via is None else via.sessions[0],
+            registry=registry,
         )
     finally:
         if via is not None:
             via.close()
+    if ray is not None:
+        _on_ray_nodes(plan, ray, bool(getattr(args, "ray_ssh", False)))
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     for line in plan.warnings():
         print(f"warning: {line}", file=sys.stderr)
     args.areal_plan = plan
     return plan.specs
+
+
+def _on_ray_nodes(plan: Any, ray: str, ssh_fallback: bool) -> None:
+    """The job's nodes as the Ray cluster's: the agent actor on each node whose IP one of
+    the job's records names."""
+    from areal_console.core.ray_targets import resolve_ray_targets
+
+    ray_plan = resolve_ray_targets(ray, ssh_fallback=ssh_fallback)
+    hosts = {e.entry.host for e in plan.entries if e.entry.host}
+    plan.specs = [s for s in ray_plan.specs if s.host in hosts]
+    plan.notes += ray_plan.notes
+    missing = sorted(hosts - {s.host for s in plan.specs})
+    if missing:
+        plan.notes.append(f"no alive Ray node at {', '.join(missing)} (named by the job's records)")
 
 
 def _one_host(text: str) -> list[NodeSpec]:

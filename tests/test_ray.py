@@ -1,0 +1,456 @@
+"""`--ray`: a real Ray cluster (head + one node, each in its own PID namespace), the
+agent as an actor on each node, and a 4-rank gloo job placed as Ray actors."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from areal_console.core.errors import UserError
+from areal_console.core.ray_nodes import list_nodes, parse_address
+from areal_console.core.ray_ranks import join_ids
+
+from tests import waits
+from tests.ray_cluster import CPUS_PER_NODE, HEAD_IP, RayCluster
+from tests.waits import wait_for
+
+pytest_plugins = ["conftest_ray"]
+
+REPO = Path(__file__).resolve().parents[1]
+# A console whose Python has no `ray` (the [ray] extra not installed).
+WITHOUT_RAY = (
+    "import sys; sys.modules['ray'] = None; from areal_console.cli import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
+def console(
+    cluster: RayCluster,
+    *args: str,
+    without_ray: bool = False,
+    timeout: float = 120,
+    **env_extra: str,
+) -> subprocess.CompletedProcess[str]:
+    env = cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}", **env_extra)
+    head = (
+        [sys.executable, "-c", WITHOUT_RAY]
+        if without_ray
+        else [sys.executable, "-m", "areal_console"]
+    )
+    return subprocess.run(
+        [*head, *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+
+
+# -- addresses and the dashboard, without a cluster -------------------------------------
+
+
+def test_addresses_read_as_ray_reads_them() -> None:
+    env = {"RAY_ADDRESS": "10.0.0.5:6379"}
+    assert parse_address(None, env).gcs == "10.0.0.5:6379"
+    assert parse_address("auto", env).dashboard == "http://10.0.0.5:8265"
+    client = parse_address("ray://head:10001", {})
+    assert (client.client, client.gcs, client.dashboard) == (
+        "ray://head:10001",
+        None,
+        "http://head:8265",
+    )
+    dash = parse_address("http://head:9999/", {})
+    assert (dash.gcs, dash.dashboard, dash.for_ray) == (
+        None,
+        "http://head:9999",
+        "http://head:9999",
+    )
+    moved = parse_address("head:6379", {"RAY_DASHBOARD_ADDRESS": "head:7000"})
+    assert moved.dashboard == "http://head:7000"
+    with pytest.raises(UserError, match=r"no address|names no host"):
+        parse_address("[x", {})
+
+
+class _Dashboard(http.server.BaseHTTPRequestHandler):
+    """Answers like a Ray dashboard with token authentication on (token "right")."""
+
+    def do_GET(self) -> None:
+        auth = self.headers.get("Authorization")
+        if auth is None:
+            self._reply(401, b"Unauthorized: Missing authentication token")
+        elif auth != "Bearer right":
+            self._reply(403, b"Forbidden: Invalid authentication token")
+        else:
+            row = {"node_id": "ab" * 28, "node_ip": "10.1.2.3", "node_name": "10.1.2.3",
+                   "state": "ALIVE", "is_head_node": True,
+                   "resources_total": {"CPU": 8.0, "GPU": 4.0}}  # fmt: skip
+            self._reply(200, json.dumps({"data": {"result": {"result": [row]}}}).encode())
+
+    def _reply(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def token_dashboard() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        (None, "requires a token: set RAY_AUTH_TOKEN"),
+        ("wrong", "refused the token from RAY_AUTH_TOKEN"),
+        ("right", None),
+    ],
+)
+def test_dashboard_token(
+    token_dashboard: str,
+    token: str | None,
+    expected: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token of the machine's
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    if token is None:
+        monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_TOKEN", token)
+    address = parse_address(token_dashboard, {})
+    if expected is None:
+        nodes, how = list_nodes(address, use_ray=False)
+        assert how == "dashboard"
+        assert [(n.ip, n.is_head, n.gpus) for n in nodes] == [("10.1.2.3", True, 4)]
+        return
+    with pytest.raises(UserError) as caught:
+        list_nodes(address, use_ray=False)
+    assert expected in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_ray_ids_join_by_node_and_pid() -> None:
+    actors = [
+        {"actor_id": "a1", "pid": 10, "node_id": "n1"},
+        {"actor_id": "a9", "pid": 10, "node_id": "n9"},
+    ]
+    tasks = [
+        {"task_id": "t1", "worker_pid": 10, "node_id": "n1", "actor_id": "a1"},
+        {"task_id": "t2", "worker_pid": 11, "node_id": "n1", "actor_id": None},  # run_func
+    ]
+    assert join_ids(actors, tasks, {"n1"}) == {
+        "n1": {
+            10: {"actor_id": "a1", "task_id": "t1", "node_id": "n1"},
+            11: {"actor_id": None, "task_id": "t2", "node_id": "n1"},
+        }
+    }
+
+
+# -- the real cluster ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_nodes_from_both_apis(ray_cluster: RayCluster) -> None:
+    ips = {n.ip for n in ray_cluster.nodes}
+    by_http, how = list_nodes(parse_address(ray_cluster.dashboard, {}), use_ray=False)
+    assert how == "dashboard"
+    assert {n.ip for n in by_http if n.alive} == ips
+    by_ray, how = list_nodes(parse_address(ray_cluster.address, {}), use_ray=True)
+    assert how == "state-api"
+    assert {(n.ip, n.node_id, n.is_head) for n in by_ray} == {
+        (n.ip, n.node_id, n.is_head) for n in by_http
+    }
+    assert [n.ip for n in by_ray if n.is_head] == [HEAD_IP]
+
+
+@pytest.mark.slow
+def test_nodes_and_stacks_see_every_rank(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
+    # Every CPU of every node is the job's: the agent actors reserve none, so they still fit.
+    from tests.jobs.ray_gloo import CPUS_PER_RANK, RANKS_PER_NODE
+
+    assert RANKS_PER_NODE * CPUS_PER_RANK == CPUS_PER_NODE
+    result = console(ray_cluster, "nodes", "--ray", "--json")
+    assert result.returncode == 0, result.stderr
+    nodes = json.loads(result.stdout)["nodes"]
+    assert [(n["name"], n["via"], n["state"]) for n in nodes] == [
+        ("127.0.0.2", "ray", "up"),
+        ("127.0.0.3", "ray", "up"),
+    ]
+    ranks = {
+        p["rank"]: (n["name"], p) for n in nodes for p in n["processes"] if p["rank"] is not None
+    }
+    assert {r: name for r, (name, _) in ranks.items()} == {
+        0: "127.0.0.2", 1: "127.0.0.2", 2: "127.0.0.3", 3: "127.0.0.3",
+    }  # fmt: skip
+    from ray.util.state import list_nodes as ray_list_nodes
+
+    node_ids = {n.node_ip: n.node_id for n in ray_list_nodes(address=ray_cluster.address)}
+    for name, p in ranks.values():
+        assert p["ray"]["node_id"] == node_ids[name]
+        assert p["ray"]["actor_id"] and p["ray"]["task_id"]  # RankWorker.run, running
+
+    stacks = console(ray_cluster, "stacks", "--ray", ray_cluster.address, "--json")
+    assert stacks.returncode == 0, stacks.stderr
+    doc = json.loads(stacks.stdout)
+    assert doc["errors"] == []
+    assert sorted((r["rank"], r["node"]) for r in doc["ranks"]) == sorted(
+        (r, name) for r, (name, _) in ranks.items()
+    )
+    assert [g["label"] for g in doc["groups"]] == ["0-2", "3"]
+    assert doc["diagnosis"]["pattern"] == "cleanup_deadlock"
+
+
+@pytest.mark.slow
+def test_without_the_extra(ray_cluster: RayCluster) -> None:
+    listed = console(ray_cluster, "nodes", "--ray", ray_cluster.dashboard, without_ray=True)
+    assert listed.returncode == 1
+    assert "127.0.0.2" in listed.stdout and "127.0.0.3" in listed.stdout
+    assert "areal-console[ray]" in listed.stderr
+    stacks = console(ray_cluster, "stacks", "--ray", ray_cluster.dashboard, without_ray=True)
+    assert stacks.returncode == 1
+    assert "areal-console[ray]" in stacks.stderr
+    assert "Traceback" not in stacks.stderr
+
+
+@pytest.mark.slow
+async def test_cluster_screen_and_capture_on_ray(
+    ray_cluster: RayCluster, ray_gloo_job: Any
+) -> None:
+    """The TUI on `--ray`: both nodes up through their agent actors, the four ranks listed
+    on their nodes, and `s` captures and diagnoses them."""
+    import ray
+    from areal_console.app import ConsoleApp
+    from areal_console.core.fleet import Fleet
+    from areal_console.core.ray_targets import resolve_ray_targets
+    from areal_console.screens.stacks import StacksScreen
+    from areal_console.widgets.node_table import NodeTable
+    from areal_console.widgets.process_table import ProcessTable
+
+    app = ConsoleApp(Fleet(resolve_ray_targets(ray_cluster.address).specs), refresh_interval=0.2)
+    try:
+        async with app.run_test(size=(160, 40)) as pilot:
+            table = app.screen.query_one(ProcessTable)
+            nodes = app.screen.query_one(NodeTable)
+
+            def ranks() -> dict[str, str]:
+                return {
+                    str(table.get_cell(k, "rank")): (k.value or "").split(":")[0]
+                    for k in table.rows
+                    if str(table.get_cell(k, "rank")).endswith("/4")
+                }
+
+            await waits.until(None, lambda: len(ranks()) == 4, 60, "four rank rows")
+            assert ranks() == {
+                "0/4": "127.0.0.2", "1/4": "127.0.0.2", "2/4": "127.0.0.3", "3/4": "127.0.0.3",
+            }  # fmt: skip
+            assert [str(nodes.get_cell(n, "state")) for n in ("127.0.0.2", "127.0.0.3")] == [
+                "up",
+                "up",
+            ]
+            await pilot.press("s")
+            await waits.until(None, lambda: isinstance(app.screen, StacksScreen), 30, "Stacks")
+            stacks = app.screen
+            assert isinstance(stacks, StacksScreen)
+            await waits.until(None, lambda: stacks.diagnosis is not None, 60, "a diagnosis")
+            assert stacks.diagnosis is not None
+            assert stacks.diagnosis.pattern == "cleanup_deadlock"
+    finally:
+        ray.shutdown()  # this test process was the console's Ray driver
+
+
+@pytest.mark.slow
+def test_ssh_fallback_says_which_way(
+    ray_cluster: RayCluster, ray_gloo_job: Any, tmp_path: Path
+) -> None:
+    """--ray-ssh: where the agent can't run as an actor (here: no [ray] extra), the node is
+    reached over SSH at the IP Ray reports; nodes[].via says which way each node went."""
+    from tests.cluster import TestCluster
+
+    ssh = TestCluster(tmp_path / "ssh", nodes=2)
+    ray_cluster.start_sshd(ssh)  # an sshd inside each Ray node's namespaces
+    try:
+        config = str(ssh.ssh_config)
+        args = ("nodes", "--ray", ray_cluster.dashboard, "--ray-ssh", "--json")
+        fallback = console(ray_cluster, *args, without_ray=True, AREAL_CONSOLE_SSH_CONFIG=config)
+        assert fallback.returncode == 0, fallback.stderr
+        assert "reached over SSH to each node's IP" in fallback.stderr
+        nodes = json.loads(fallback.stdout)["nodes"]
+        assert [(n["name"], n["via"], n["state"]) for n in nodes] == [
+            ("127.0.0.2", "ssh", "up"),
+            ("127.0.0.3", "ssh", "up"),
+        ]
+        seen = sorted(p["rank"] for n in nodes for p in n["processes"] if p["rank"] is not None)
+        assert seen == [0, 1, 2, 3]
+        placed = console(
+            ray_cluster, "nodes", "--ray", "--ray-ssh", "--json", AREAL_CONSOLE_SSH_CONFIG=config
+        )
+        assert placed.returncode == 0, placed.stderr
+        assert [n["via"] for n in json.loads(placed.stdout)["nodes"]] == ["ray", "ray"]
+    finally:
+        ssh.stop()
+
+
+# AReaL's Ray name-resolve actor as AReaL declares it (areal/utils/name_resolve.py:781-882
+# at cbff54d6: a detached `DistributedKVStore` named `distributed_kv_store` in namespace
+# `areal_name_resolve`), holding a job's worker records as rpc_servers register them.
+KV_ACTOR = """
+import os, sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+
+@ray.remote
+class DistributedKVStore:
+    def __init__(self):
+        self.store = {}
+    def put(self, key, value, lease_id=None):
+        self.store[key] = value
+        return True
+    def get_prefix(self, prefix):
+        prefix = os.path.normpath(prefix)
+        return [(k, v) for k, v in self.store.items()
+                if os.path.normpath(k) == prefix or os.path.normpath(k).startswith(prefix + "/")]
+    def get_all_keys(self):
+        return list(self.store)
+
+kv = DistributedKVStore.options(
+    name="distributed_kv_store", namespace="areal_name_resolve", lifetime="detached",
+    get_if_exists=True,
+).remote()
+for key, value in zip(sys.argv[2::2], sys.argv[3::2]):
+    ray.get(kv.put.remote(key, value))
+"""
+
+
+@pytest.mark.slow
+def test_areal_job_from_rays_kv(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
+    """`--areal E/T --ray`: the job's records from AReaL's Ray KV actor, its nodes reached
+    through the agent actors."""
+    from tests.ray_cluster import NODE_PORT_BASE
+
+    job = "root/ray-exp/trial0"
+    records = [
+        f"{job}/workers/actor/0", f"127.0.0.2:{NODE_PORT_BASE}",  # the raylets: listening
+        f"{job}/workers/actor/1", f"127.0.0.3:{NODE_PORT_BASE + 10}",
+    ]  # fmt: skip
+    put = subprocess.run(
+        [sys.executable, "-c", KV_ACTOR, ray_cluster.address, *records],
+        env=ray_cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert put.returncode == 0, put.stderr
+    result = console(ray_cluster, "nodes", "--areal", job, "--ray", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["areal"]["source"] == f"ray:{ray_cluster.address}"
+    assert [(n["name"], n["via"], n["state"]) for n in doc["nodes"]] == [
+        ("127.0.0.2", "ray", "up"),
+        ("127.0.0.3", "ray", "up"),
+    ]
+    missing = console(ray_cluster, "nodes", "--areal", "root/nope/t", "--ray")
+    assert missing.returncode == 1
+    assert "no AReaL job nope/t" in missing.stderr
+    assert "found: ray-exp/trial0" in missing.stderr
+
+
+HOLDER = """
+import sys, time
+from areal_console.core.fleet import Fleet
+from areal_console.core.ray_targets import resolve_ray_targets
+fleet = Fleet(resolve_ray_targets(sys.argv[1]).specs)
+fleet.connect_all()
+print(' '.join(s.state for s in fleet), flush=True)
+time.sleep(3600)
+"""
+
+
+def _agent_actors(address: str) -> int:
+    from ray.util.state import list_actors
+
+    alive = list_actors(
+        address=address,
+        filters=[("state", "=", "ALIVE"), ("class_name", "=", "AgentHost")],
+        raise_on_missing_output=False,
+    )
+    return len(alive)
+
+
+@pytest.mark.slow
+def test_agent_exits_when_its_console_stops(ray_cluster: RayCluster) -> None:
+    env = ray_cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, ray_cluster.address],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().split() == ["up", "up"]
+        assert _agent_actors(ray_cluster.address) == 2
+        os.kill(holder.pid, signal.SIGSTOP)  # connected, but calling no more
+        stopped = time.monotonic()
+        wait_for(lambda: _agent_actors(ray_cluster.address) == 0, 10, "the agent actors to exit")
+        assert time.monotonic() - stopped < 5.0
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+LOSER = """
+import json, sys
+from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.core.ray_targets import resolve_ray_targets
+fleet = Fleet(resolve_ray_targets(sys.argv[1]).specs)
+for _ in range(2):
+    results = fleet.call_all("sample", {}, timeout=60)
+    print(json.dumps({name: ({"error": r.error} if isinstance(r, NodeFailure) else
+        {"ranks": sorted(p["rank"] for p in r["processes"] if p.get("rank") is not None)})
+        for name, r in results.items()}), flush=True)
+    sys.stdin.readline()
+fleet.close()
+"""
+
+
+@pytest.mark.slow
+def test_node_lost_mid_session(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
+    """Last: it takes the second node away for good."""
+    env = ray_cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}")
+    session = subprocess.Popen(
+        [sys.executable, "-c", LOSER, ray_cluster.address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert session.stdin is not None and session.stdout is not None
+        first = json.loads(session.stdout.readline())
+        assert first == {"127.0.0.2": {"ranks": [0, 1]}, "127.0.0.3": {"ranks": [2, 3]}}
+        ray_cluster.kill_node("127.0.0.3")
+        session.stdin.write("\n")
+        session.stdin.flush()
+        after = json.loads(session.stdout.readline())
+        assert after["127.0.0.2"] == {"ranks": [0, 1]}  # the rest kept
+        assert "127.0.0.3" in after["127.0.0.3"]["error"]
+    finally:
+        session.kill()
+        session.wait(timeout=30)
