@@ -167,6 +167,10 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
     await w.press("slash", "escape")
     await w.press("number_sign", "0", "enter")  # the group of rank 0
     await w.press("f", "f", "e")  # the whole diagnosis and back; export
+    await w.press("F")  # how to turn the Flight Recorder on: the hook line, AReaL's block
+    await w.until("the recorder setup", lambda: type(app.screen).__name__ != "StacksScreen")
+    await w.press("c", "escape")  # copied; closed
+    await w.until("the Stacks screen", lambda: type(app.screen).__name__ == "StacksScreen")
     await w.press("b")  # a bug report's preview: collected, then shown
     await w.until("the report", lambda: getattr(app.screen, "report", None) is not None)
     await w.press("a")  # anonymized
