@@ -10,6 +10,7 @@ mostly histogram buckets the console never shows.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 MAX_LINE = 8192  # a longer line is skipped as malformed
@@ -49,15 +50,29 @@ MAX_OVER_SERIES = frozenset(
 )
 _SPECIAL = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf, "Inf": math.inf}
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
+# A label block, then its pairs. The alternatives of a value cannot overlap, so matching
+# stays linear in the (capped) line length.
+_PAIR_TEXT = r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\]*(?:\\.[^"\\]*)*)"[ \t]*'
+_LABELS = re.compile(r"\{(?:" + _PAIR_TEXT + r",)*(?:" + _PAIR_TEXT + r")?\}")
+_PAIR = re.compile(_PAIR_TEXT)
+_ESCAPE = re.compile(r"\\(.)", re.S)
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One sample line: the metric name, its labels in the order given, the value."""
+    """One sample line: the metric name, its label block as written, the value. The
+    labels are parsed on demand (`labels()`): the agent reports values by name only."""
 
     name: str
-    labels: tuple[tuple[str, str], ...]
+    label_text: str
     value: float
+
+    def labels(self) -> tuple[tuple[str, str], ...] | None:
+        """The labels in the order given (None: a malformed block)."""
+        if not self.label_text:
+            return ()
+        parsed = parse_labels(self.label_text)
+        return None if parsed is None or parsed[1] != len(self.label_text) else parsed[0]
 
 
 @dataclass(slots=True)
@@ -100,54 +115,42 @@ def parse_value(text: str) -> float | None:
 
 def parse_labels(text: str) -> tuple[tuple[tuple[str, str], ...], int] | None:
     """`{a="x",b="y"}` from `text[0] == "{"`: the labels and the index after `}`."""
-    labels: list[tuple[str, str]] = []
-    i, n = 1, len(text)
-    while True:
-        while i < n and text[i] in " ,":
-            i += 1
-        if i < n and text[i] == "}":
-            return tuple(labels), i + 1
-        eq = text.find("=", i)
-        if eq < 0 or eq + 1 >= n or text[eq + 1] != '"' or len(labels) >= MAX_LABELS:
+    block = _LABELS.match(text)
+    if block is None:
+        return None
+    pairs = _PAIR.findall(text, 0, block.end())
+    if len(pairs) > MAX_LABELS:
+        return None
+    labels = []
+    for key, raw in pairs:
+        if len(raw) > MAX_LABEL_TEXT:
             return None
-        key = text[i:eq].strip()
-        if not key.isidentifier():
-            return None
-        i = eq + 2
-        chars: list[str] = []
-        while True:
-            if i >= n:
-                return None
-            c = text[i]
-            if c == '"':
-                break
-            if c == "\\" and i + 1 < n:
-                i += 1
-                c = {"n": "\n", "\\": "\\", '"': '"'}.get(text[i], "\\" + text[i])
-            chars.append(c)
-            i += 1
-        if len(chars) > MAX_LABEL_TEXT:
-            return None
-        labels.append((key, "".join(chars)))
-        i += 1
+        labels.append((key, _ESCAPE.sub(_unescape, raw) if "\\" in raw else raw))
+    return tuple(labels), block.end()
+
+
+def _unescape(m: re.Match[str]) -> str:
+    c = m.group(1)
+    return {"n": "\n", "\\": "\\", '"': '"'}.get(c, "\\" + c)
 
 
 def parse_sample(line: str, name: str, start: int) -> Sample | None:
-    """The labels and value after the name (at `start`) of one sample line."""
-    labels: tuple[tuple[str, str], ...] = ()
+    """The label block and value after the name (at `start`) of one sample line."""
+    label_text = ""
     if start < len(line) and line[start] == "{":
-        parsed = parse_labels(line[start:])
-        if parsed is None:
+        # Label values may hold "}", but the value and timestamp after the block never do.
+        close = line.rfind("}")
+        if close < start:
             return None
-        labels, used = parsed
-        start += used
+        label_text = line[start : close + 1]
+        start = close + 1
     parts = line[start:].split()
     if not parts or len(parts) > 2:  # value, optional timestamp
         return None
     value = parse_value(parts[0])
     if value is None:
         return None
-    return Sample(name, labels, value)
+    return Sample(name, label_text, value)
 
 
 def parse_exposition(text: str, wanted: frozenset[str] | None = WANTED) -> Exposition:
