@@ -39,7 +39,10 @@ def answers(size: int) -> dict[str, bytes]:
     base = sglang_metrics(ServerState(tp_ranks=8, histograms=40))
     real = (base * (size // len(base) + 1))[:size]
     hostile = "".join(HOSTILE_LINE % i for i in range(size // 60)).encode()[:size]
-    return {name: body[: body.rfind(b"\n") + 1] for name, body in (("sglang", real), ("hostile", hostile))}
+    return {
+        name: body[: body.rfind(b"\n") + 1]
+        for name, body in (("sglang", real), ("hostile", hostile))
+    }
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -56,17 +59,23 @@ def reference(body: bytes) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--size", type=int, default=1 << 20)
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
-    print(f"{'answer':8} {'bytes':>9} {'split ms':>9} {'parse ms':>9} {'ratio':>6} {'prom_client ms':>15} {'ratio':>6} kept")
+    print(
+        f"{'answer':8} {'bytes':>9} {'split ms':>9} {'parse ms':>9} {'ratio':>6} {'prom_client ms':>15} {'ratio':>6} kept"
+    )
     for name, body in answers(args.size).items():
         base = median_ms(lambda b=body: decode_body(b).split("\n"), args.repeats)
         ours = median_ms(lambda b=body: parse_exposition(decode_body(b)), args.repeats)
         ref = median_ms(lambda b=body: reference(b), max(3, args.repeats // 4))
         kept = len(parse_exposition(decode_body(body)).samples)
-        print(f"{name:8} {len(body):9d} {base:9.2f} {ours:9.2f} {ours / base:6.1f} {ref:15.2f} {ref / base:6.1f} {kept}")
+        print(
+            f"{name:8} {len(body):9d} {base:9.2f} {ours:9.2f} {ours / base:6.1f} {ref:15.2f} {ref / base:6.1f} {kept}"
+        )
 
 
 if __name__ == "__main__":

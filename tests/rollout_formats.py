@@ -52,19 +52,43 @@ def sglang_metrics(state: ServerState, model: str = "qwen3-8b") -> bytes:
         return Gauge(name, doc, labelnames=SGLANG_LABELS, registry=reg)
 
     defs = {
-        "num_running_reqs": (gauge("sglang:num_running_reqs", "The number of running requests."), state.running),
-        "num_used_tokens": (gauge("sglang:num_used_tokens", "The number of used tokens."), state.used_tokens),
+        "num_running_reqs": (
+            gauge("sglang:num_running_reqs", "The number of running requests."),
+            state.running,
+        ),
+        "num_used_tokens": (
+            gauge("sglang:num_used_tokens", "The number of used tokens."),
+            state.used_tokens,
+        ),
         "token_usage": (gauge("sglang:token_usage", "The token usage."), state.token_usage),
-        "gen_throughput": (gauge("sglang:gen_throughput", "The generation throughput (token/s)."), state.throughput),
-        "num_queue_reqs": (gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue."), state.queued),
-        "cache_hit_rate": (gauge("sglang:cache_hit_rate", "The prefix cache hit rate."), state.cache_hit_rate),
+        "gen_throughput": (
+            gauge("sglang:gen_throughput", "The generation throughput (token/s)."),
+            state.throughput,
+        ),
+        "num_queue_reqs": (
+            gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+            state.queued,
+        ),
+        "cache_hit_rate": (
+            gauge("sglang:cache_hit_rate", "The prefix cache hit rate."),
+            state.cache_hit_rate,
+        ),
         "max_total_num_tokens": (
-            gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."),
+            gauge(
+                "sglang:max_total_num_tokens",
+                "Maximum total number of tokens in the KV cache pool.",
+            ),
             state.max_tokens,
         ),
     }
     for tp in range(state.tp_ranks):
-        labels = {"model_name": model, "engine_type": "unified", "tp_rank": str(tp), "pp_rank": "0", "moe_ep_rank": "0"}
+        labels = {
+            "model_name": model,
+            "engine_type": "unified",
+            "tp_rank": str(tp),
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
         for metric, value in defs.values():
             metric.labels(**labels).set(value if tp == 0 else 0.0)
     for h in range(state.histograms):
@@ -85,19 +109,41 @@ def vllm_metrics(state: ServerState, model: str = "qwen3-8b") -> bytes:
     reg = CollectorRegistry()
     labels = {"model_name": model, "engine": "0"}
     running = Gauge(
-        "vllm:num_requests_running", "Number of requests in model execution batches.", VLLM_LABELS, registry=reg
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        VLLM_LABELS,
+        registry=reg,
     )
     waiting = Gauge(
-        "vllm:num_requests_waiting", "Number of requests waiting to be processed.", VLLM_LABELS, registry=reg
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        VLLM_LABELS,
+        registry=reg,
     )
-    kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", VLLM_LABELS, registry=reg)
+    kv = Gauge(
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        VLLM_LABELS,
+        registry=reg,
+    )
     queries = Counter(
-        "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", VLLM_LABELS, registry=reg
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        VLLM_LABELS,
+        registry=reg,
     )
     hits = Counter(
-        "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", VLLM_LABELS, registry=reg
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        VLLM_LABELS,
+        registry=reg,
     )
-    gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.", VLLM_LABELS, registry=reg)
+    gen = Counter(
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        VLLM_LABELS,
+        registry=reg,
+    )
     running.labels(**labels).set(state.running)
     waiting.labels(**labels).set(state.queued)
     kv.labels(**labels).set(state.token_usage)
@@ -130,5 +176,11 @@ def sglang_model_info(state: ServerState, model_path: str = "/models/qwen3-8b") 
 
 def data_proxy_health(state: ServerState, backend: str = "http://127.0.0.1:30000") -> bytes:
     """`GET /health` of AReaL v2's data proxy (pydantic's JSON of DataProxyHealthResponse)."""
-    body = {"status": "ok", "backend": backend, "sessions": 0, "paused": state.paused, "version": state.proxy_version}
+    body = {
+        "status": "ok",
+        "backend": backend,
+        "sessions": 0,
+        "paused": state.paused,
+        "version": state.proxy_version,
+    }
     return json.dumps(body, separators=(",", ":")).encode()

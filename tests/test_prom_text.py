@@ -22,7 +22,9 @@ from tests.rollout_formats import ServerState, sglang_metrics, vllm_metrics
 
 
 def test_sglang_answer_gives_every_family_the_console_reads() -> None:
-    state = ServerState(running=7, queued=3, token_usage=0.91, throughput=2345.5, cache_hit_rate=0.25)
+    state = ServerState(
+        running=7, queued=3, token_usage=0.91, throughput=2345.5, cache_hit_rate=0.25
+    )
     values = parse_exposition(decode_body(sglang_metrics(state))).values()
     assert set(values) == set(SGLANG_METRICS)
     assert values["sglang:num_running_reqs"] == 7
@@ -40,11 +42,15 @@ def test_sglang_series_per_tp_rank_add_up_and_ratios_take_the_largest() -> None:
     assert values["sglang:num_running_reqs"] == 5  # tp 0 reports, the others 0
     assert values["sglang:token_usage"] == 0.5
     labels = parsed.samples[0].labels()
-    assert labels is not None and ("tp_rank", "0") in labels and ("model_name", "qwen3-8b") in labels
+    assert (
+        labels is not None and ("tp_rank", "0") in labels and ("model_name", "qwen3-8b") in labels
+    )
 
 
 def test_vllm_counters_are_read_with_their_total_suffix() -> None:
-    values = parse_exposition(decode_body(vllm_metrics(ServerState(generation_tokens=1234, queued=2)))).values()
+    values = parse_exposition(
+        decode_body(vllm_metrics(ServerState(generation_tokens=1234, queued=2)))
+    ).values()
     assert set(values) == set(VLLM_METRICS)
     assert values["vllm:generation_tokens_total"] == 1234
     assert values["vllm:num_requests_waiting"] == 2
@@ -79,13 +85,19 @@ def test_truncated_and_malformed_lines_are_counted_not_raised() -> None:
     assert "sglang:token_usage" not in parsed.values()
     assert parsed.values()["sglang:num_running_reqs"] == 4
     assert parsed.malformed == 1
-    junk = 'sglang:num_queue_reqs{a="1"} 1 2 3\nsglang:num_queue_reqs 1_0\n{x="1"} 3\n' + "a" * 10000 + " 1\n"
+    junk = (
+        'sglang:num_queue_reqs{a="1"} 1 2 3\nsglang:num_queue_reqs 1_0\n{x="1"} 3\n'
+        + "a" * 10000
+        + " 1\n"
+    )
     parsed = parse_exposition(junk)
     assert parsed.samples == [] and parsed.malformed == 4
 
 
 def test_sample_cap_bounds_a_flood_of_wanted_lines() -> None:
-    text = "".join(f'sglang:num_running_reqs{{tp_rank="{i}"}} 1\n' for i in range(MAX_SAMPLES + 500))
+    text = "".join(
+        f'sglang:num_running_reqs{{tp_rank="{i}"}} 1\n' for i in range(MAX_SAMPLES + 500)
+    )
     parsed = parse_exposition(text)
     assert len(parsed.samples) == MAX_SAMPLES and parsed.dropped == 500
     assert parsed.values()["sglang:num_running_reqs"] == MAX_SAMPLES

@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 FLAG_KINDS = (
@@ -155,7 +156,7 @@ def server_flags(
         and usage >= KV_FULL
         and len(queues) >= 2
         and queues[-1] > queues[0]
-        and all(b >= a for a, b in zip(queues, queues[1:], strict=False))
+        and all(b >= a for a, b in pairwise(queues))
     ):
         flags.append(
             _flag(
