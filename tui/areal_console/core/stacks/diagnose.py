@@ -3,6 +3,8 @@
 Patterns, checked in this order (the first that fits wins):
 - `progressing`: repeated samples differ, so the job is slow rather than hung.
 - `missing_ranks`: WORLD_SIZE promises ranks that no node shows (a rank died).
+- `weight_update_stuck`: ranks inside AReaL's weight-update path (core/stacks/
+  weight_update.py), with the servers' pause state and versions when polled.
 - `rollout_stall`: AReaL's controller (or the data-parallel heads) wait for rollout
   results while trainers idle or wait at a barrier (staleness control, a dead server).
 - `cleanup_deadlock`: some ranks are in a cleanup/exit path, others in the training loop.
@@ -321,6 +323,11 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
     cleanup = [g for g in groups if cleanup_frame(g.frames) is not None]
     training = [g for g in groups if cleanup_frame(g.frames) is None]
     if not cleanup:
+        from areal_console.core.stacks.weight_update import weight_update_stuck
+
+        stuck = weight_update_stuck(analysis, failed_note)
+        if stuck is not None:
+            return stuck
         stall = rollout_stall(analysis, failed_note)
         if stall is not None:
             return stall

@@ -173,6 +173,36 @@ def frame_variables(raw_frames: list[dict[str, Any]]) -> list[list[dict[str, Any
     ]  # fmt: skip
 
 
+def _polled_state(raw: Any) -> dict[str, Any]:
+    """The typed parts of the agent's server poll (`metrics`, `weight_version`, `paused`,
+    `flags`, `throughput` under a process's `server` in `nodes --json`)."""
+    if not isinstance(raw, dict):
+        return {}
+    metrics = raw.get("metrics")
+    version = raw.get("weight_version")
+    paused = raw.get("paused")
+    flags = raw.get("flags")
+    rates = raw.get("throughput")
+    return {
+        "metrics": {
+            str(k)[:100]: float(v)
+            for k, v in (metrics.items() if isinstance(metrics, dict) else ())
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        },
+        "weight_version": version if isinstance(version, int | str) and not isinstance(version, bool) else None,
+        "paused": paused if isinstance(paused, bool) else None,
+        "flags": [
+            {k: str(f.get(k, ""))[:500] for k in ("kind", "evidence", "remedy", "config_key")}
+            for f in (flags if isinstance(flags, list) else ())[:16]
+            if isinstance(f, dict)
+        ],
+        "throughput": [
+            float(x) for x in (rates if isinstance(rates, list) else ())[-60:]
+            if isinstance(x, int | float) and not isinstance(x, bool)
+        ],
+    }
+
+
 @dataclass(slots=True)
 class ServerInfo:
     """An inference server's address and its last `GET /health` answer (from the agent)."""
@@ -185,6 +215,12 @@ class ServerInfo:
     status: int | None = None
     latency_ms: float | None = None
     error: str | None = None
+    # From the agent's poll of the server's own listening port (absent from older agents).
+    metrics: dict[str, float] = field(default_factory=dict)
+    weight_version: int | str | None = None
+    paused: bool | None = None
+    flags: list[dict[str, str]] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -212,6 +248,7 @@ class ServerInfo:
             status=health.get("status", raw.get("status")),
             latency_ms=health.get("latency_ms", raw.get("latency_ms")),
             error=health.get("error", raw.get("error")),
+            **_polled_state(raw),
         )
 
     def to_json(self) -> dict[str, Any]:
