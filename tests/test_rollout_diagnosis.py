@@ -36,11 +36,16 @@ def rank(r: int, frames: tuple[Frame, ...]) -> RankStack:
         rank=r,
         world_size=4,
         role="actor",
-        threads=[Thread("EngineWorker", 10 + r, frames), Thread("MainThread", 1, (), idle=True, is_main=True)],
+        threads=[
+            Thread("EngineWorker", 10 + r, frames),
+            Thread("MainThread", 1, (), idle=True, is_main=True),
+        ],
     )
 
 
-def server(paused: bool | None, version: int | None, flags: list[dict[str, str]] | None = None) -> RankStack:
+def server(
+    paused: bool | None, version: int | None, flags: list[dict[str, str]] | None = None
+) -> RankStack:
     info = ServerInfo.from_json(
         {
             "kind": "sglang",
@@ -52,7 +57,13 @@ def server(paused: bool | None, version: int | None, flags: list[dict[str, str]]
             "flags": flags or [],
         }
     )
-    return RankStack(node="node2", pid=900, role="sglang", server=info, threads=[Thread("MainThread", 1, (), is_main=True)])
+    return RankStack(
+        node="node2",
+        pid=900,
+        role="sglang",
+        server=info,
+        threads=[Thread("MainThread", 1, (), is_main=True)],
+    )
 
 
 def capture(ranks: list[RankStack]) -> StackCapture:
@@ -60,7 +71,12 @@ def capture(ranks: list[RankStack]) -> StackCapture:
 
 
 def test_ranks_in_the_update_path_with_a_paused_server() -> None:
-    flag = {"kind": "paused_after_update", "evidence": "paused for 340s at version 3", "remedy": "r", "config_key": "actor.weight_update_mode"}
+    flag = {
+        "kind": "paused_after_update",
+        "evidence": "paused for 340s at version 3",
+        "remedy": "r",
+        "config_key": "actor.weight_update_mode",
+    }
     ranks = [rank(r, UPDATE_STACK) for r in range(4)] + [server(True, 3, [flag])]
     d = diagnose(analyse(capture(ranks)))
     assert d.pattern == "weight_update_stuck"
@@ -80,7 +96,9 @@ def test_without_update_frames_it_stays_a_collective_pattern() -> None:
 def test_a_size_mismatch_in_the_ledger_names_the_update_collective() -> None:
     data = Path(__file__).parent / "data" / "fr" / "size" / "rank_"
     files = fr_dump_files([str(data)], None)
-    ledger = build_ledger([parse_trace(f["rank"], "node", "file", f["path"], f["trace"]) for f in files], 4)
+    ledger = build_ledger(
+        [parse_trace(f["rank"], "node", "file", f["path"], f["trace"]) for f in files], 4
+    )
     analysis = analyse(capture([rank(r, UPDATE_STACK) for r in range(4)] + [server(False, 2)]))
     d = with_ledger(diagnose(analysis), ledger, stack_activity(analysis))
     assert d.pattern == "weight_update_stuck"

@@ -75,6 +75,23 @@ class RankPhase:
             "role": self.role,
         }
 
+    @classmethod
+    def from_json(cls, raw: Any, rank: Any = None) -> RankPhase | None:
+        """From a saved capture's `ranks[].phase` (None: absent or not one)."""
+        if not isinstance(raw, dict):
+            return None
+        span, after, role = raw.get("span"), raw.get("after"), raw.get("role")
+        step, age = raw.get("step"), raw.get("age_s")
+        return cls(
+            role if isinstance(role, str) else None,
+            rank if type(rank) is int else -1,
+            span[:200] if isinstance(span, str) else None,
+            step if type(step) is int else None,
+            float(age) if isinstance(age, int | float) and not isinstance(age, bool) else 0.0,
+            raw.get("straggler") is True,
+            after[:200] if isinstance(after, str) else None,
+        )
+
 
 def parse_spans(lines: Iterable[str]) -> list[Span]:
     """Complete spans from trace lines; metadata, instants and junk are skipped."""

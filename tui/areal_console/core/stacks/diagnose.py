@@ -116,6 +116,12 @@ ROLLOUT_FILES = frozenset(
 # concurrency capacity (StalenessManager.get_capacity() <= 0), rollout paused, or no input
 # (areal/infra/workflow_executor.py:460-473).
 ROLLOUT_PRODUCER_WAIT = "_get_next_task_for_submission"
+BUSY_METRICS = (
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+)
 STALENESS_KEYS = (
     f"Raise `{config_key('rollout.max_head_offpolicyness')}` (default 0: no rollout may run "
     f"ahead of the trained weights) and `{config_key('rollout.max_concurrent_rollouts')}` "
@@ -325,9 +331,9 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
     if not cleanup:
         from areal_console.core.stacks.weight_update import weight_update_stuck
 
-        stuck = weight_update_stuck(analysis, failed_note)
-        if stuck is not None:
-            return stuck
+        updating = weight_update_stuck(analysis, failed_note)
+        if updating is not None:
+            return updating
         stall = rollout_stall(analysis, failed_note)
         if stall is not None:
             return stall
@@ -543,7 +549,46 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
             f"{r.server.kind} server {r.server.address} (pid {r.pid} on {r.node}): "
             f"{r.server.health_text}"
         )
+    summary = capture.rollout
+    cap = summary.capacity if summary is not None else None
+    if summary is not None and cap is not None:
+        used = ", ".join(
+            f"{k.removeprefix('rollout.')} {v['value']} ({v['from']})" for k, v in summary.config.items()
+        )
+        evidence.append(f"AReaL's rollout capacity recomputed: {cap.explanation}; capacity {cap.capacity}")
+        evidence.append(f"with {used}")
+        if summary.counts is not None:
+            evidence.append(f"counts from the {summary.counts.source}")
+    idle_servers = [
+        r
+        for r in servers
+        if r.server is not None
+        and r.server.metrics
+        and not any(r.server.metrics.get(n) for n in BUSY_METRICS)
+    ]
+    for r in idle_servers[:4]:
+        assert r.server is not None
+        evidence.append(f"{r.server.kind} server {r.server.address}: idle (no request running or queued)")
+    if cap is not None and cap.zero_terms:
+        terms = " and ".join(cap.zero_terms)
+        detail += (
+            f" AReaL's capacity for new rollouts is {cap.capacity}: the {terms} "
+            f"term{'s are' if len(cap.zero_terms) > 1 else ' is'} at or below zero."
+        )
     suggestions = []
+    if cap is not None and "staleness" in cap.zero_terms:
+        suggestions.append(
+            "The staleness term is spent: every rollout this version allows is accepted or "
+            f"running, and the version does not advance. Raise `{config_key('rollout.max_head_offpolicyness')}`, "
+            "or find why the trainer does not consume the accepted rollouts"
+        )
+    if cap is not None and "concurrency" in cap.zero_terms:
+        suggestions.append(
+            "The concurrency term is spent: the rollouts in flight never finish. Look at the "
+            f"servers and reward functions, then `{config_key('rollout.max_concurrent_rollouts')}`"
+        )
+    if summary is not None:
+        suggestions.extend(summary.notes)
     if bad:
         listed = ", ".join(
             f"{r.server.kind} {r.server.address} on {r.node}" for r in bad if r.server

@@ -78,6 +78,7 @@ def capture_json(
         "diagnosis": diagnosis.to_json(),
         "errors": [e.to_json() for e in capture.errors],
         "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
+        "rollout": capture.rollout.to_json() if capture.rollout is not None else None,
     }
     if doc["ledger"] is not None:
         graph = diagnosis.wait_for

@@ -125,8 +125,12 @@ def weight_update_stuck(analysis: StackAnalysis, failed_note: list[str]) -> Diag
         if srv.weight_version is not None:
             state.append(f"version {srv.weight_version}")
         state.append(srv.health_text)
-        evidence.append(f"{srv.kind} server {srv.address} (pid {r.pid} on {r.node}): {', '.join(state)}")
-        evidence.extend(f"{srv.address}: {f.get('kind')}: {f.get('evidence')}" for f in srv.flags[:3])
+        evidence.append(
+            f"{srv.kind} server {srv.address} (pid {r.pid} on {r.node}): {', '.join(state)}"
+        )
+        evidence.extend(
+            f"{srv.address}: {f.get('kind')}: {f.get('evidence')}" for f in srv.flags[:3]
+        )
     trainers = ("rank " if len(ranks_inside) == 1 else "ranks ") + format_ranks(ranks_inside)
     why = []
     if paused:
