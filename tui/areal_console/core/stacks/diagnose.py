@@ -553,9 +553,12 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
     cap = summary.capacity if summary is not None else None
     if summary is not None and cap is not None:
         used = ", ".join(
-            f"{k.removeprefix('rollout.')} {v['value']} ({v['from']})" for k, v in summary.config.items()
+            f"{k.removeprefix('rollout.')} {v['value']} ({v['from']})"
+            for k, v in summary.config.items()
         )
-        evidence.append(f"AReaL's rollout capacity recomputed: {cap.explanation}; capacity {cap.capacity}")
+        evidence.append(
+            f"AReaL's rollout capacity recomputed: {cap.explanation}; capacity {cap.capacity}"
+        )
         evidence.append(f"with {used}")
         if summary.counts is not None:
             evidence.append(f"counts from the {summary.counts.source}")
@@ -568,7 +571,9 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
     ]
     for r in idle_servers[:4]:
         assert r.server is not None
-        evidence.append(f"{r.server.kind} server {r.server.address}: idle (no request running or queued)")
+        evidence.append(
+            f"{r.server.kind} server {r.server.address}: idle (no request running or queued)"
+        )
     if cap is not None and cap.zero_terms:
         terms = " and ".join(cap.zero_terms)
         detail += (
@@ -576,6 +581,15 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
             f"term{'s are' if len(cap.zero_terms) > 1 else ' is'} at or below zero."
         )
     suggestions = []
+    if bad:
+        listed = ", ".join(
+            f"{r.server.kind} {r.server.address} on {r.node}" for r in bad if r.server
+        )
+        suggestions.append(
+            f"Inference server(s) not healthy: {listed}. Rollouts cannot finish while a "
+            "server is down: read its log (the rollout role's log in the experiment's log "
+            "dir), restart it or the rollout workers"
+        )
     if cap is not None and "staleness" in cap.zero_terms:
         suggestions.append(
             "The staleness term is spent: every rollout this version allows is accepted or "
@@ -587,18 +601,9 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
             "The concurrency term is spent: the rollouts in flight never finish. Look at the "
             f"servers and reward functions, then `{config_key('rollout.max_concurrent_rollouts')}`"
         )
+    suggestions.append(STALENESS_KEYS)
     if summary is not None:
         suggestions.extend(summary.notes)
-    if bad:
-        listed = ", ".join(
-            f"{r.server.kind} {r.server.address} on {r.node}" for r in bad if r.server
-        )
-        suggestions.append(
-            f"Inference server(s) not healthy: {listed}. Rollouts cannot finish while a "
-            "server is down: read its log (the rollout role's log in the experiment's log "
-            "dir), restart it or the rollout workers"
-        )
-    suggestions.append(STALENESS_KEYS)
     if not bad:
         suggestions.append(
             "Check that every inference server answers `GET /health` (`areal-console "
