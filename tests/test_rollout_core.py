@@ -12,6 +12,7 @@ import pytest
 from areal_console.core.rollout.perf_trace import (
     find_trace_files,
     parse_spans,
+    phase_summary,
     read_phases,
     read_tail,
 )
@@ -144,3 +145,20 @@ def test_hostile_trace_files_are_bounded(tmp_path: Path) -> None:
 
 def test_no_tracer_dir_means_no_phases(tmp_path: Path) -> None:
     assert read_phases(tmp_path, time.time()) == ([], [])
+
+
+def test_phase_summary_groups_ranks_and_names_stragglers(tmp_path: Path) -> None:
+    now = time.time()
+    for rank in range(4):
+        write_steps(
+            TranscribedPerfTracer(tmp_path, rank, role="actor"),
+            5 if rank != 2 else 4,
+            mtime=now - 20,
+        )
+    phases, _ = read_phases(tmp_path, now)
+    line = phase_summary([(p.rank, p) for p in phases])
+    assert (
+        line
+        == "train.rollout (step 5, 20s): ranks 0-1,3 · straggler: rank 2 in train.rollout (step 4, 20s)"
+    )
+    assert phase_summary([]) is None

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from areal_console.core.rankset import format_ranks
+
 TRACE_FILE = re.compile(r"^traces-r(\d{1,6})\.jsonl$")
 SESSION_FILE = re.compile(r"^sessions-r(\d{1,6})\.jsonl$")
 MAX_TAIL = 1 << 20  # bytes read from the end of each file
@@ -237,3 +239,30 @@ def read_phases(trial_dir: Path, now: float) -> tuple[list[RankPhase], list[str]
             continue
         ranks.append(progress(role, rank, lines, mtime))
     return phases(ranks, now), errors
+
+
+def phase_summary(ranked: list[tuple[int, RankPhase]]) -> str | None:
+    """One line for a status bar: ranks by the span they are in, stragglers apart.
+    `train.rollout (step 4, 20s): ranks 0,2-3 · straggler: rank 1 in train.rollout (step 3, 95s)`."""
+    if not ranked:
+        return None
+    together: dict[tuple[str, int | None], list[tuple[int, float]]] = {}
+    stragglers = []
+    for rank, ph in sorted(ranked, key=lambda x: x[0]):
+        if ph.straggler:
+            stragglers.append((rank, ph))
+        else:
+            together.setdefault((ph.span or "no span", ph.step), []).append((rank, ph.age_s))
+    parts = []
+    for (span, step), members in sorted(together.items(), key=lambda kv: -len(kv[1]))[:3]:
+        age = max(a for _, a in members)
+        at = f"step {step}, " if step is not None else ""
+        ranks = [r for r, _ in members]
+        word = "rank" if len(ranks) == 1 else "ranks"
+        parts.append(f"{span} ({at}{age:.0f}s): {word} {format_ranks(ranks)}")
+    for rank, ph in stragglers[:3]:
+        at = f"step {ph.step}, " if ph.step is not None else ""
+        parts.append(f"straggler: rank {rank} in {ph.span or 'no span'} ({at}{ph.age_s:.0f}s)")
+    if len(stragglers) > 3:
+        parts.append(f"{len(stragglers) - 3} more stragglers")
+    return " · ".join(parts)
