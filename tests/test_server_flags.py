@@ -95,3 +95,8 @@ def test_version_skew_names_the_odd_servers() -> None:
     assert list(flags) == ["c:1"]
     assert "serves version 6; most servers serve 7 (6: 1, 7: 2)" in flags["c:1"][0].evidence
     assert fleet_flags({"a": 7, "b": 7}) == {} and fleet_flags({}) == {}
+
+
+def test_version_skew_tie_goes_to_the_newest_number() -> None:
+    assert list(fleet_flags({"a": 10, "b": 9})) == ["b"]
+    assert list(fleet_flags({"a": "default", "b": 3})) == ["a"]
