@@ -24,6 +24,7 @@ from areal_console.core.areal_keys import config_key
 from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack, gc_paused
+from areal_console.core.stacks.weight_update import weight_update_stuck
 
 if TYPE_CHECKING:
     from areal_console.core.ledger.waitfor import WaitForGraph
@@ -329,11 +330,9 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
     cleanup = [g for g in groups if cleanup_frame(g.frames) is not None]
     training = [g for g in groups if cleanup_frame(g.frames) is None]
     if not cleanup:
-        from areal_console.core.stacks.weight_update import weight_update_stuck
-
-        updating = weight_update_stuck(analysis, failed_note)
+        updating = weight_update_stuck(analysis, failed_note, collective_frame)
         if updating is not None:
-            return updating
+            return Diagnosis("weight_update_stuck", *updating)
         stall = rollout_stall(analysis, failed_note)
         if stall is not None:
             return stall

@@ -13,15 +13,24 @@ AWEX's reader (areal/engine/awex/colocate_reader.py:503).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 from areal_console.core.areal_keys import config_key
 from areal_console.core.stacks.merge import format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack
 
 if TYPE_CHECKING:
-    from areal_console.core.stacks.diagnose import Diagnosis
     from areal_console.core.stacks.merge import StackAnalysis
+
+
+class Finding(NamedTuple):
+    """A `weight_update_stuck` diagnosis's parts (diagnose.py makes the Diagnosis)."""
+
+    title: str
+    detail: str
+    evidence: list[str]
+    suggestions: list[str]
 
 WEIGHT_UPDATE_FUNCTIONS = frozenset(
     {
@@ -83,11 +92,13 @@ def _who(r: RankStack) -> str:
     return r.label if r.rank is not None else f"the {r.role or 'process'} (pid {r.pid} on {r.node})"
 
 
-def weight_update_stuck(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis | None:
-    """Ranks (or the controller) blocked in the weight-update path; servers' state as
-    evidence when the agent polled them."""
-    from areal_console.core.stacks.diagnose import Diagnosis, collective_frame
-
+def weight_update_stuck(
+    analysis: StackAnalysis,
+    failed_note: list[str],
+    collective_frame: Callable[[Stack], Frame | None],
+) -> Finding | None:
+    """Ranks blocked in the weight-update path; the servers' state as evidence when the
+    agent polled them (`collective_frame`: the diagnosis's own, to name the collective)."""
     capture = analysis.capture
     inside: list[tuple[RankStack, list[Frame]]] = []
     for r in capture.ranks:
@@ -154,8 +165,7 @@ def weight_update_stuck(analysis: StackAnalysis, failed_note: list[str]) -> Diag
         "after a disk update (AReaL #1160/#1181) resumes with POST /continue_generation",
         "NCCL_DEBUG=INFO on both trainer and servers shows where the weight broadcast stops",
     ]
-    return Diagnosis(
-        "weight_update_stuck",
+    return Finding(
         f"Weight update stuck: {trainers} in the weight-update path"
         + (", servers paused" if paused else ""),
         detail,
