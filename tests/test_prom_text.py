@@ -94,6 +94,25 @@ def test_truncated_and_malformed_lines_are_counted_not_raised() -> None:
     assert parsed.samples == [] and parsed.malformed == 4
 
 
+def test_wanted_families_are_found_at_line_starts_only() -> None:
+    text = (
+        "# HELP sglang:num_running_reqs The number of running requests.\n"
+        'sglang:num_running_reqs_offline_batch{tp_rank="0"} 9\n'
+        'x sglang:num_running_reqs{tp_rank="0"} 8\n'
+        'sglang:num_running_reqs{tp_rank="0"} 7\r\n'
+        "sglang:num_running_reqs 1"
+    )
+    parsed = parse_exposition(text)
+    assert [s.value for s in parsed.samples] == [7, 1] and parsed.lines == 5
+    every = parse_exposition(text, wanted=None)
+    assert [(s.name, s.value) for s in every.samples] == [
+        ("sglang:num_running_reqs_offline_batch", 9),
+        ("sglang:num_running_reqs", 7),
+        ("sglang:num_running_reqs", 1),
+    ]
+    assert every.malformed == 1  # the line that starts with "x"
+
+
 def test_sample_cap_bounds_a_flood_of_wanted_lines() -> None:
     text = "".join(
         f'sglang:num_running_reqs{{tp_rank="{i}"}} 1\n' for i in range(MAX_SAMPLES + 500)

@@ -42,11 +42,12 @@ class Standin:
             ]
         )
         deadline = time.monotonic() + 20
-        while not (self.ready.exists() and self.ready.read_text()):
+        while not (self.ready.exists() and self.ready.read_text().strip()):
             assert self.proc.poll() is None, "stand-in server exited"
             assert time.monotonic() < deadline, "stand-in server did not start"
             time.sleep(0.05)
-        self.port = int(self.ready.read_text())
+        self.ports = [int(p) for p in self.ready.read_text().split()]
+        self.port = self.ports[0]
 
     @property
     def requests(self) -> list[str]:

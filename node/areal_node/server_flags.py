@@ -194,7 +194,8 @@ def fleet_flags(versions: dict[str, int | str | None]) -> dict[str, list[ServerF
     counts: dict[str, int] = {}
     for v in known.values():
         counts[str(v)] = counts.get(str(v), 0) + 1
-    common = max(counts, key=lambda v: (counts[v], v))
+    # The most common version; on a tie the newest (numbers compared as numbers).
+    common = max(counts, key=lambda v: (counts[v], v.isdigit(), int(v) if v.isdigit() else 0, v))
     listing = ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
     return {
         name: [

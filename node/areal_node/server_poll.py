@@ -35,7 +35,7 @@ MAX_ANSWER = 4 << 20  # bytes of one HTTP answer (headers and body)
 MAX_HEADERS = 16 << 10
 CONNECT_TIMEOUT = 1.0
 POLL_DEADLINE = 2.0  # one server's whole poll (every route)
-POLL_INTERVAL = 2.0  # a server is asked again this long after its last poll ended
+POLL_INTERVAL = 3.0  # a server is asked again this long after its last poll ended (as /health was)
 HISTORY = 120  # polls kept per server (throughput sparkline, medians)
 WORKERS = 8
 
@@ -184,7 +184,7 @@ def http_get(
                 if left <= 0:
                     return HttpAnswer(error=f"no complete answer within {deadline - started:.1f}s")
                 sock.settimeout(left)
-                data = sock.recv(65536)
+                data = sock.recv(1 << 18)
                 if not data:
                     break
                 size += len(data)

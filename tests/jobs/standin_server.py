@@ -112,31 +112,54 @@ def main() -> None:
     ap.add_argument("--throughput", type=float, default=1800.0)
     ap.add_argument("--ready")
     ap.add_argument("--log")
+    ap.add_argument("--histograms", type=int, default=0, help="extra histogram families")
+    ap.add_argument("--listen-count", type=int, default=1, help="ports to listen on (bench)")
+    ap.add_argument("--cache", action="store_true", help="answer precomputed bodies (bench)")
     args = ap.parse_args()
     state = ServerState(
         paused=args.paused,
         proxy_version=args.version,
         weight_version=str(args.version),
         throughput=args.throughput,
+        histograms=args.histograms,
     )
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    srv = socket.socket(family, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((args.host, args.port))
-    srv.listen(64)
+    servers = []
+    for i in range(args.listen_count):
+        srv = socket.socket(family, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind((args.host, args.port if i == 0 else 0))
+        srv.listen(64)
+        servers.append(srv)
+    if args.cache:
+        cached: dict[tuple[str, str], bytes | None] = {}
+
+        def cached_body(kind: str, path: str, state: ServerState) -> bytes | None:
+            if (kind, path) not in cached:
+                cached[(kind, path)] = uncached(kind, path, state)
+            return cached[(kind, path)]
+
+        global body_for
+        uncached, body_for = body_for, cached_body
     if args.ready:
-        Path(args.ready).write_text(str(srv.getsockname()[1]))
-    while True:
-        conn, _ = srv.accept()
+        Path(args.ready).write_text(" ".join(str(srv.getsockname()[1]) for srv in servers))
 
-        def serve(c: socket.socket = conn) -> None:
-            with c:
-                try:
-                    answer(c, args, state)
-                except OSError:
-                    pass
+    def accept(srv: socket.socket) -> None:
+        while True:
+            conn, _ = srv.accept()
 
-        threading.Thread(target=serve, daemon=True).start()
+            def serve(c: socket.socket = conn) -> None:
+                with c:
+                    try:
+                        answer(c, args, state)
+                    except OSError:
+                        pass
+
+            threading.Thread(target=serve, daemon=True).start()
+
+    for srv in servers[1:]:
+        threading.Thread(target=accept, args=(srv,), daemon=True).start()
+    accept(servers[0])
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ class Finding(NamedTuple):
     evidence: list[str]
     suggestions: list[str]
 
+
 WEIGHT_UPDATE_FUNCTIONS = frozenset(
     {
         "update_weights",
