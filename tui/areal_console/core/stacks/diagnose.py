@@ -332,7 +332,9 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
     if not cleanup:
         updating = weight_update_stuck(analysis, failed_note, collective_frame)
         if updating is not None:
-            return Diagnosis("weight_update_stuck", *updating)
+            notes = analysis.capture.rollout.notes if analysis.capture.rollout else []
+            title, detail, evidence, suggestions = updating
+            return Diagnosis("weight_update_stuck", title, detail, evidence, suggestions + notes)
         stall = rollout_stall(analysis, failed_note)
         if stall is not None:
             return stall
