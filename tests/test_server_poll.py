@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from areal_node.server_poll import (
     ServerPoller,
+    attach_state,
     http_get,
     listeners,
     parse_http,
@@ -216,3 +217,30 @@ def test_poller_never_waits_and_keeps_one_request_in_flight(
         assert slow.requests.count("/health") == 1  # one in flight, never a second
     finally:
         poller.close()
+
+
+def test_attach_state_fills_verified_servers_and_says_why_not(
+    standin: Callable[..., Standin],
+) -> None:
+    good = standin("--kind", "data_proxy", "--paused", "--version", "5")
+    records = [
+        {"pid": good.proc.pid, "server": {"kind": "data_proxy", "port": good.port}},
+        {"pid": good.proc.pid, "server": {"kind": "data_proxy", "port": good.port + 1}},
+        {"pid": good.proc.pid, "server": {"kind": "sglang", "port": "x"}},
+        {"pid": good.proc.pid, "server": None},
+    ]
+    poller = ServerPoller(workers=1, interval=0.1)
+    try:
+        attach_state(records, poller)
+        assert records[0]["server"]["polled"] is False  # scheduled, not awaited
+        deadline = time.monotonic() + 10
+        while not records[0]["server"].get("polled"):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+            attach_state(records, poller)
+    finally:
+        poller.close()
+    assert records[0]["server"]["paused"] is True and records[0]["server"]["weight_version"] == 5
+    assert "does not listen on port" in records[1]["server"]["poll_error"]
+    assert records[2]["server"]["poll_error"] == "no port to poll"
+    assert records[3]["server"] is None

@@ -395,3 +395,31 @@ class ServerPoller:
             ],
             "flags": flags_json(server_flags(history)),
         }
+
+
+def attach_state(
+    records: list[dict[str, Any]], poller: ServerPoller, proc_root: str = "/proc"
+) -> None:
+    """Put each server process's polled state under its `server` record (`nodes --json`):
+    `polled`, `metrics`, `weight_version`, `paused`, `throughput`, `flags`, and
+    `poll_error` when it is not polled (the reason: no verified listening port)."""
+    targets: list[tuple[str, str, int]] = []
+    keyed: list[tuple[dict[str, Any], str]] = []
+    for rec in records:
+        srv = rec.get("server")
+        if not isinstance(srv, dict) or srv.get("kind") not in ROUTES:
+            continue
+        port = srv.get("port")
+        if type(port) is not int or not 0 < port < 65536:
+            srv.update(polled=False, poll_error="no port to poll")
+            continue
+        endpoint, why = verified_endpoint(int(rec["pid"]), port, proc_root)
+        if endpoint is None:
+            srv.update(polled=False, poll_error=why)
+            continue
+        target = (str(srv["kind"]), endpoint.host, endpoint.port)
+        targets.append(target)
+        keyed.append((srv, "|".join(map(str, target))))
+    states = poller.state(targets)
+    for srv, key in keyed:
+        srv.update(states.get(key, {"polled": False}))
