@@ -7,16 +7,21 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from areal_console.core.rollout.perf_trace import (
     find_trace_files,
     parse_spans,
     phase_summary,
+    phases,
+    progress,
     read_phases,
     read_tail,
 )
 from areal_console.core.rollout.staleness import capacity, last_counts, session_counts
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.fixtures.perf_tracer_files import TRAIN_STEP, TranscribedPerfTracer, write_steps
 
@@ -162,3 +167,38 @@ def test_phase_summary_groups_ranks_and_names_stragglers(tmp_path: Path) -> None
         == "train.rollout (step 5, 20s): ranks 0-1,3 · straggler: rank 2 in train.rollout (step 4, 20s)"
     )
     assert phase_summary([]) is None
+
+
+@given(st.lists(st.text(max_size=300), max_size=50))
+def test_tracer_and_tracing_readers_take_any_lines(lines: list[str]) -> None:
+    t0 = time.perf_counter()
+    spans = parse_spans(lines)
+    progress_of = progress("actor", 0, lines, time.time())
+    last_counts(lines)
+    session_counts(lines)
+    assert time.perf_counter() - t0 < 0.5
+    assert len(spans) <= len(lines)
+    assert progress_of.rank == 0
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "name": st.sampled_from(["train.rollout", "train.ppo_update", "x"]),
+                "ph": st.sampled_from(["X", "M", "i"]),
+                "ts": st.integers(min_value=-(2**70), max_value=2**70),
+                "dur": st.integers(min_value=-5, max_value=2**40),
+                "args": st.one_of(
+                    st.none(), st.fixed_dictionaries({"global_step": st.integers(-3, 10**20)})
+                ),
+            }
+        ),
+        max_size=40,
+    )
+)
+def test_mutated_trace_events_give_a_phase_or_none(events: list[dict[str, Any]]) -> None:
+    lines = [json.dumps(e) for e in events]
+    (phase,) = phases([progress(None, 0, lines, time.time() - 5)], time.time())
+    assert phase.span is None or phase.span in {"train.rollout", "train.ppo_update", "x"}
+    assert phase.age_s >= 0
