@@ -41,7 +41,7 @@ def peak_kb():
 
 mode, path, cold = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 torch.zeros(1).sum()  # torch's lazy init is not part of either measurement
-from areal_console.core import batches
+from areal_node import batches
 fd = os.open(path, os.O_RDONLY)
 if cold:
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

@@ -83,7 +83,7 @@ torch.zeros(1).sum()  # torch's lazy init is part of neither side
 ANCHOR = (
     COMMON
     + r"""
-from areal_console.core import batches
+from areal_node import batches
 warm(path)
 before = peak_kb()
 with AnonPeak() as anon:

@@ -1,6 +1,7 @@
 """`areal-console stacks --local --json`, whole process, against the shell loops it replaces.
 
     flock /tmp/areal-heavy.lock python bench/bench_capture.py --ranks 16,64 --repeat 5
+    flock /tmp/areal-heavy.lock python bench/bench_capture.py --baseline OTHER_CHECKOUT
 
 For each job size, a real hung gloo job (`collective_mismatch` scenario) runs on this
 machine; once its ranks are idle (the job's own start is no part of a capture), each
@@ -10,7 +11,9 @@ repeat times, interleaved so background load hits all alike:
 - floor: the same dumps all at once (`py-spy dump ... &` for each, then `wait`), the CPU
   floor of dumping these processes;
 - console: `python -m areal_console stacks --local --json --job KEY`, the whole process
-  (interpreter start, imports, agent, capture, diagnosis, save, JSON out).
+  (interpreter start, imports, agent, capture, diagnosis, save, JSON out);
+- with `--baseline`, the same console command from another checkout (its `tui/` and its
+  agent's directory on PYTHONPATH), right after this one's.
 
 Plus the fixed cost: the console capturing a single Python process with rank variables
 (its own job), against one `py-spy dump` of it and a bare `python -c pass`.
@@ -37,11 +40,17 @@ sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 from tests.fixtures.hang import free_port, start_scenario  # noqa: E402
 
 
-def console_env(pycache: str) -> dict[str, str]:
+def checkout_path(root: Path) -> str:
+    """PYTHONPATH for a checkout: its console and its agent package's parent."""
+    agent_dir = root / "node" if (root / "node").is_dir() else root / "agents"
+    return os.pathsep.join([str(root / "tui"), str(agent_dir)])
+
+
+def console_env(pycache: str, root: Path = ROOT) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = pycache
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
+    env["PYTHONPATH"] = checkout_path(root)
     env.setdefault("AREAL_CONSOLE_DATA_DIR", os.path.join(pycache, "data"))
     return env
 
@@ -83,36 +92,52 @@ def settle(pids: list[int], limit: float = 120.0) -> float:
     return time.monotonic() - t0
 
 
-def measure(pids: list[int], job: str, env: dict[str, str], repeat: int) -> dict[str, float]:
+def measure(
+    pids: list[int], job: str, env: dict[str, str], repeat: int, base: dict[str, str] | None
+) -> dict[str, float]:
     ids = " ".join(map(str, pids))
     loop = ["bash", "-c", f"for pid in {ids}; do py-spy dump --pid $pid; done"]
     floor = ["bash", "-c", f"for pid in {ids}; do py-spy dump --pid $pid >/dev/null & done; wait"]
     console = [sys.executable, "-m", "areal_console", "stacks", "--local", "--json", "--job", job]
     import json
 
-    timed(console, env)  # warm the bytecode cache and the page cache
-    times: dict[str, list[float]] = {"loop": [], "floor": [], "console": []}
+    consoles = {"console": env, **({"baseline": base} if base is not None else {})}
+    for console_env_ in consoles.values():
+        timed(console, console_env_)  # warm the bytecode cache and the page cache
+    times: dict[str, list[float]] = {"loop": [], "floor": [], **{k: [] for k in consoles}}
     for _ in range(repeat):
         t, out = timed(loop)
         assert out.count("Thread ") >= len(pids), out[-500:]
         times["loop"].append(t)
         times["floor"].append(timed(floor)[0])
-        t, out = timed(console, env)
-        doc = json.loads(out)
-        ok = [r for r in doc["ranks"] if r["state"] == "ok"]
-        assert {r["pid"] for r in ok} == set(pids), (len(ok), len(pids))
-        times["console"].append(t)
+        for name, console_env_ in consoles.items():
+            t, out = timed(console, console_env_)
+            doc = json.loads(out)
+            ok = [r for r in doc["ranks"] if r["state"] == "ok"]
+            assert {r["pid"] for r in ok} == set(pids), (len(ok), len(pids))
+            times[name].append(t)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def bench_job(nproc: int, env: dict[str, str], repeat: int) -> None:
+def baseline_line(m: dict[str, float]) -> str:
+    if "baseline" not in m:
+        return ""
+    return (
+        f"\n  baseline checkout           {m['baseline']:.3f}s  "
+        f"(this / baseline {m['console'] / m['baseline']:.3f})"
+    )
+
+
+def bench_job(
+    nproc: int, env: dict[str, str], repeat: int, base: dict[str, str] | None = None
+) -> None:
     t0 = time.perf_counter()
     with start_scenario("collective_mismatch", nproc=nproc) as scenario:
         scenario.wait_ready(900)
         pids = scenario.rank_pids()
         started = time.perf_counter() - t0
         settled = settle(pids)
-        m = measure(pids, f"127.0.0.1:{job_port(pids[0])}", env, repeat)
+        m = measure(pids, f"127.0.0.1:{job_port(pids[0])}", env, repeat, base)
     load = os.getloadavg()[0]
     print(
         f"\n{nproc} ranks (job up in {started:.0f}s, idle after {settled:.0f}s more; median of {repeat}; "
@@ -123,10 +148,11 @@ def bench_job(nproc: int, env: dict[str, str], repeat: int) -> None:
     print(
         f"  areal-console stacks --json {m['console']:.3f}s  "
         f"= {m['console'] / m['loop']:.2f}x the loop, {m['console'] / m['floor']:.2f}x the floor"
+        + baseline_line(m)
     )
 
 
-def bench_fixed(env: dict[str, str], repeat: int) -> None:
+def bench_fixed(env: dict[str, str], repeat: int, base: dict[str, str] | None = None) -> None:
     """One Python process with rank variables: its own one-rank job."""
     port = str(free_port())
     proc_env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
@@ -134,7 +160,7 @@ def bench_fixed(env: dict[str, str], repeat: int) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], env=proc_env)
     try:
         time.sleep(1.0)  # let it settle past the interpreter start
-        m = measure([proc.pid], f"127.0.0.1:{port}", env, repeat)
+        m = measure([proc.pid], f"127.0.0.1:{port}", env, repeat, base)
         bare = statistics.median(timed([sys.executable, "-c", "pass"])[0] for _ in range(repeat))
     finally:
         proc.kill()
@@ -142,19 +168,21 @@ def bench_fixed(env: dict[str, str], repeat: int) -> None:
     print(f"\nfixed cost: a capture of 1 rank (median of {repeat})")
     print(f"  python -c pass              {bare:.3f}s")
     print(f"  one py-spy dump             {m['loop']:.3f}s")
-    print(f"  areal-console stacks --json {m['console']:.3f}s  (bar: 0.150s)")
+    print(f"  areal-console stacks --json {m['console']:.3f}s  (bar: 0.150s)" + baseline_line(m))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="16,64", help="job sizes, comma-separated")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another checkout, timed interleaved")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-capture-") as tmp:
         env = console_env(tmp)
-        bench_fixed(env, args.repeat)
+        base = console_env(tmp, args.baseline.resolve()) if args.baseline else None
+        bench_fixed(env, args.repeat, base)
         for n in (int(x) for x in args.ranks.split(",") if x):
-            bench_job(n, env, args.repeat)
+            bench_job(n, env, args.repeat, base)
     return 0
 
 

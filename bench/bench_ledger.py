@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
 from areal_console.core.ledger import build_ledger, parse_trace  # noqa: E402
 from areal_console.core.ledger.waitfor import RankActivity, build_wait_for  # noqa: E402
-from areal_node.agent import safe_unpickle, slim_trace  # noqa: E402
+from areal_node.agent.flight_recorder import safe_unpickle, slim_trace  # noqa: E402
 
 SAMPLE = ROOT / "tests" / "data" / "fr" / "op" / "rank_0"
 

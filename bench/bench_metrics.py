@@ -43,7 +43,7 @@ from areal_console.core.metrics.follow import MetricsFollower, NodeFiles  # noqa
 from areal_console.core.metrics.logparse import LogParser  # noqa: E402
 from areal_console.core.metrics.report import summarize  # noqa: E402
 from areal_console.core.transport import LocalChannel  # noqa: E402
-from areal_console.trainer.reference_trainer import AREAL_NAMES  # noqa: E402
+from areal_node.trainer.areal_log import AREAL_NAMES  # noqa: E402
 
 from tests.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats  # noqa: E402
 

@@ -27,16 +27,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
-from areal_console.core.replay import TRAINER_PATH, parse_metrics, verify  # noqa: E402
+from areal_console.core.replay import local_trainer, parse_metrics, verify  # noqa: E402
 
 CPU_SECONDS: dict[str, float] = {}  # CPU time (user + sys) of the last process run
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     """Wall seconds of one process; its CPU seconds go to CPU_SECONDS["last"]."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -56,7 +56,7 @@ def best(runs: int, fn: Callable[[], float]) -> tuple[float, float]:
 
 def trainer(*args: str) -> float:
     """Run the trainer; wall seconds."""
-    return timed([sys.executable, str(TRAINER_PATH), *args])
+    return timed(*local_trainer(*args))
 
 
 def metrics(path: Path) -> dict[int, dict]:

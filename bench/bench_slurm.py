@@ -35,7 +35,12 @@ from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
 from areal_console.core.slurm import SshLoginRunner  # noqa: E402
 from areal_console.core.slurm_targets import resolve_slurm_targets  # noqa: E402
 from login_sshd import LoginHost  # noqa: E402
-from slurm_cluster import SlurmCluster, SlurmUnavailable, start_cluster  # noqa: E402
+from slurm_cluster import (  # noqa: E402
+    SlurmCluster,
+    SlurmStartError,
+    SlurmUnavailable,
+    start_cluster,
+)
 
 # A rank-like process per node: RANK etc. in its environment, as torchrun or srun set them.
 RANK_JOB = """#!/bin/bash
@@ -119,6 +124,8 @@ def main() -> None:
         cluster: SlurmCluster = start_cluster(args.nodes)
     except SlurmUnavailable as exc:
         raise SystemExit(f"no Slurm here: {exc}") from exc
+    except SlurmStartError as exc:
+        raise SystemExit(f"error: the Slurm cluster did not start: {exc}") from exc
     try:
         os.environ["SLURM_CONF"] = str(cluster.conf)
         job = str(

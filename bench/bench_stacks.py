@@ -33,7 +33,7 @@ from areal_console.core.stacks.merge import analyse  # noqa: E402
 from areal_console.core.stacks.model import build_capture  # noqa: E402
 from areal_console.core.stacks.report import capture_json  # noqa: E402
 from areal_console.core.targets import NodeSpec  # noqa: E402
-from areal_node.agent import key_stacks  # noqa: E402
+from areal_node.agent.pyspy import key_stacks  # noqa: E402
 
 from tests.fixtures.hang import rank_script, start_scenario  # noqa: E402
 

@@ -2,7 +2,9 @@
 
 This machine has no GPU, so NVML is answered by pynvml with its device functions patched to
 describe H100s (the same patching the NVML tests use); processes, ranks, CPU and memory are
-real. PIDs and host names are renumbered so the snapshot is deterministic.
+real. PIDs and host names are renumbered so the snapshot is deterministic, and machine
+paths (the checkout, the interpreter, temporary directories) rewritten to a neutral root
+(tests/fixtures/neutral_paths.py).
 
     python scripts/record_cluster_sample.py tests/data/cluster_recording.json
 """
@@ -22,8 +24,9 @@ import pynvml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT / "tests")]
 
-from areal_node.agent import Agent  # noqa: E402
+from areal_node.agent.serve import Agent  # noqa: E402
 from conftest import GlooJob  # noqa: E402
+from fixtures.neutral_paths import neutral  # noqa: E402
 
 GiB = 2**30
 
@@ -70,12 +73,12 @@ def main(out: str) -> None:
             continue
         p["pid"] = renumber[p["pid"]]
         p["ppid"] = renumber.get(p["ppid"], 1)
-        p["cmdline"] = p["cmdline"].replace(str(ROOT), "/home/alice/areal").replace(tmp, "/tmp/run")
         p["cpu_percent"] = 0.0
         procs.append(p)
     sample["processes"] = procs
     sample["hostname"] = "node1"
     sample["time"] = 0
+    sample = neutral(sample)
     Path(out).write_text(json.dumps(sample, indent=1) + "\n")
     print(f"wrote {out}: {len(procs)} processes, {len(sample['gpus'])} GPUs")
 

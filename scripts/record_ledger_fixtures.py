@@ -7,11 +7,16 @@ Flight Recorder hook (tests/jobs/fr_ranks.py):
   process-group timeout failed them (mode op, size, behind, died);
 - tests/data/pyspy/ledger_op.json: a raw capture (agent records, py-spy dumps and the
   `fr_traces` reply) of the hung `op` job, as `areal-console stacks` takes it.
+
+Machine paths (the checkout, the interpreter, temporary directories) are rewritten to a
+neutral root (tests/fixtures/neutral_paths.py); a dump is re-pickled with the protocol
+torch wrote it in.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,6 +26,7 @@ from areal_console.core.stacks.capture import CaptureOptions, capture_raw
 from areal_console.core.targets import NodeSpec
 
 from tests.fixtures.fr_jobs import FrJob
+from tests.fixtures.neutral_paths import neutral
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 
@@ -34,9 +40,15 @@ def record_dumps(mode: str) -> None:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         for f in sorted(job.dump_dir.iterdir()):
-            shutil.copy(f, out / f.name)
+            (out / f.name).write_bytes(neutral_dump(f.read_bytes()))
     finally:
         job.stop()
+
+
+def neutral_dump(data: bytes) -> bytes:
+    """A Flight Recorder dump (a pickle torch wrote) with machine paths rewritten."""
+    protocol = data[1] if data[:1] == b"\x80" else 0
+    return pickle.dumps(neutral(pickle.loads(data)), protocol=protocol)
 
 
 def record_capture() -> None:
@@ -49,7 +61,7 @@ def record_capture() -> None:
         fleet.close()
         job.stop()
     raw["scenario"] = "ledger_op"
-    (DATA / "pyspy" / "ledger_op.json").write_text(json.dumps(raw, indent=1) + "\n")
+    (DATA / "pyspy" / "ledger_op.json").write_text(json.dumps(neutral(raw), indent=1) + "\n")
 
 
 def main() -> None:

@@ -4,7 +4,9 @@
 
 Each scenario runs as a real 4-rank gloo job on this machine; the local agent captures
 it exactly as `areal-console stacks` does, and the raw capture (agent `sample` records
-plus py-spy dumps) is written to tests/data/pyspy/<pattern>.json.
+plus py-spy dumps) is written to tests/data/pyspy/<pattern>.json, with machine paths (the
+checkout, the interpreter, temporary directories) rewritten to a neutral root
+(tests/fixtures/neutral_paths.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from areal_console.core.stacks.capture import CaptureOptions, capture_raw
 from areal_console.core.targets import NodeSpec
 
 from tests.fixtures.hang import PATTERNS, start_scenario
+from tests.fixtures.neutral_paths import neutral
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "pyspy"
 
@@ -30,7 +33,7 @@ def record(pattern: str, fleet: Fleet) -> Path:
         raw = capture_raw(fleet, options)
     raw["scenario"] = pattern
     path = OUT / f"{pattern}.json"
-    path.write_text(json.dumps(raw, indent=1) + "\n")
+    path.write_text(json.dumps(neutral(raw), indent=1) + "\n")
     return path
 
 

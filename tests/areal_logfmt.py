@@ -1,21 +1,26 @@
 """AReaL's metric logging, transcribed to write test logs exactly as AReaL writes them.
 
-Transcribed from AReaL at commit cbff54d645d2cd8ee1f1c358a82f3f473588433d (file:line there):
+Transcribed from AReaL at commit cbff54d645d2cd8ee1f1c358a82f3f473588433d (file:line there;
+every citation is checked by tests/test_areal_citations.py, and the formats themselves
+against AReaL's own code by tests/test_metrics_core.py):
 - `tabulate_stats`: areal/utils/printing.py:6-21 (column-major, 4 pairs per row, `.4e`,
   `fancy_grid`), run with the real `tabulate` package.
 - the line format: areal/utils/logging.py:15-22 (`(AReaL)` header in colour,
-  `%Y%m%d-%H:%M:%S.mmm name LEVEL: message`), the per-logger colours (:38-60, `StatsLogger`
-  is `light_green`) and `LoggerColoredFormatter.formatMessage` (:197-212), run with the real
-  `colorlog` package.
+  `%Y%m%d-%H:%M:%S.mmm name LEVEL: message`), the per-logger colours
+  (areal/utils/logging.py:38-133; `StatsLogger` is `light_green` at areal/utils/logging.py:60,
+  `RLTrainer` at areal/utils/logging.py:76) and `LoggerColoredFormatter.formatMessage`
+  (areal/utils/logging.py:197-212), run with the real `colorlog` package.
 - the files: `main.log` and `merged.log` (`[main]` padded to 10, on the first line of each
-  record only) from `setup_file_logging` (:415-484); a worker's `<role>.log` and its
-  `merged.log` lines (`[role]` padded to 10 on *every* line, by `sed`) from
-  areal/infra/utils/proc.py:104-119; SPMD's `trainer.log` is rank 0's stdout
-  (`"%(log_color)s" + LOG_FORMAT`, logging.py:242-253) teed by the launcher
-  (areal/infra/launcher/local.py:115-118, job name `trainer`).
+  record only) from `setup_file_logging` (areal/utils/logging.py:415-484); a worker's
+  `<role>.log` and its `merged.log` lines (`[role]` padded to 10 on *every* line, by `sed`)
+  from areal/infra/utils/proc.py:104-119; SPMD's `trainer.log` is rank 0's stdout (the
+  `plain` formatter, `"%(log_color)s" + LOG_FORMAT`, areal/utils/logging.py:218-229, on
+  stdout, areal/utils/logging.py:268-273) teed by the launcher
+  (areal/infra/launcher/local.py:148 into areal/infra/launcher/local.py:115-118, job name
+  `trainer` at areal/infra/launcher/local.py:409).
 - `StatsLogger.commit` (areal/utils/stats_logger.py:135-162: progress line, `Stats (i/n):`,
-  `print_stats`, tensorboardX `add_scalar(key, val, log_step + i)`) and `close` (:122-133:
-  the `Training completes!` line).
+  `print_stats`, tensorboardX `add_scalar(key, val, log_step + i)`) and `close`
+  (areal/utils/stats_logger.py:122-133: the `Training completes!` line).
 """
 
 from __future__ import annotations
@@ -127,10 +132,11 @@ class AReaLLogWriter:
         record.msecs = (self.now - int(self.now)) * 1000
         for fh, formatter in self.streams:
             fh.write(formatter.format(record) + "\n")
-            fh.flush()  # StreamingFileHandler, logging.py:159-164
+            fh.flush()  # StreamingFileHandler, areal/utils/logging.py:159-164
 
     def worker_line(self, role: str, text: str) -> None:
-        """A worker's stdout line: `<role>.log` as is, `merged.log` with `[role]` (proc.py:104-119)."""
+        """A worker's stdout line: `<role>.log` as is, `merged.log` with `[role]`
+        (areal/infra/utils/proc.py:104-119)."""
         with open(self.log_dir / f"{role}.log", "a") as fh:
             fh.write(text + "\n")
         with open(self.log_dir / "merged.log", "a") as fh:
@@ -187,8 +193,9 @@ class AReaLLogWriter:
 def actor_stats(step: int, **overrides: float) -> dict[str, float]:
     """A step's stats with the keys AReaL's PPO actor and rollout export (values vary by step).
 
-    Key names from areal/trainer/ppo/actor.py:396-437 (`ppo_actor/...`, avg/min/max from
-    areal/utils/stats_tracker.py:363-372), :459-484 and :671-699 (`ppo_actor/update/...`),
+    Key names from areal/trainer/ppo/actor.py:396-439 (`ppo_actor/...`, avg/min/max from
+    areal/utils/stats_tracker.py:363-372), areal/trainer/ppo/actor.py:459-484 and
+    areal/trainer/ppo/actor.py:661-711 (`ppo_actor/update/...`),
     the engine's `grad_norm` (areal/engine/fsdp_engine.py:725), the workflow's
     `rollout/reward` (areal/workflow/rlvr.py:135) and `timeperf/*`
     (areal/utils/stats_tracker.py:104-105).

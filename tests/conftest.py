@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests import areal_source
 from tests.cluster import TestCluster, free_port, skip_reason
 from tests.waits import wait_for
 
@@ -184,6 +185,41 @@ def _isolated_console_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("AREAL_CONSOLE_SSH_CONFIG", raising=False)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+@pytest.fixture(scope="session")
+def areal_release(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> areal_source.ReleaseSource:
+    """AReaL's newest release (1.0.4) from the package index, unpacked, never installed.
+    Kept in pytest's cache folder between runs; a failed download is an error."""
+    cache = request.config.cache
+    folder = (
+        Path(cache.mkdir("areal-release"))
+        if cache is not None
+        else tmp_path_factory.mktemp("areal-release")
+    )
+    return areal_source.ReleaseSource(areal_source.fetch_release(folder))
+
+
+def areal_checkout(commit: str) -> areal_source.CheckoutSource:
+    """The `$AREAL_REPO` checkout at `commit`; skips, naming the variable, where it is unset."""
+    source = areal_source.checkout(commit)
+    if source is None:
+        pytest.skip(
+            f"${areal_source.AREAL_REPO_ENV} is not set (an AReaL git checkout with {commit[:7]})"
+        )
+    return source
+
+
+@pytest.fixture(scope="module", params=["areal-1.0.4", "cbff54d"])
+def areal(request: pytest.FixtureRequest) -> areal_source.AReaLSource:
+    """AReaL's source in two versions, for checks both can answer: the 1.0.4 release
+    (always) and the commit the transcriptions cite (where `$AREAL_REPO` is set)."""
+    if request.param == "areal-1.0.4":
+        source: areal_source.AReaLSource = request.getfixturevalue("areal_release")
+        return source
+    return areal_checkout(areal_source.CITED_COMMIT)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, SlurmUnavailable, free_port, start_cluster
+from slurm_cluster import SlurmCluster, free_port, skip_reason, start_cluster
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 SLURM_NODES = 3
@@ -22,11 +22,13 @@ RANKS_PER_NODE = 2
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A 3-node Slurm cluster on this machine (skips, saying why, when Slurm can't run)."""
-    try:
-        cluster = start_cluster(SLURM_NODES)
-    except SlurmUnavailable as exc:
-        pytest.skip(f"no test Slurm cluster: {exc}")
+    """A 3-node Slurm cluster on this machine. Skips, saying why, only where Slurm can't run
+    (not installed, not root); a cluster that fails to start is an error of every test
+    that uses it (`SlurmStartError`, with the daemons' last log lines)."""
+    reason = skip_reason()
+    if reason:
+        pytest.skip(f"no test Slurm cluster: {reason}")
+    cluster = start_cluster(SLURM_NODES)
     try:
         yield cluster
     finally:

@@ -16,6 +16,17 @@ import time
 from pathlib import Path
 
 
+def _sshd() -> str:
+    return shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def skip_reason() -> str | None:
+    """Why a login host cannot run here (OpenSSH missing), or None."""
+    if not Path(_sshd()).exists() or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
+        return "openssh-server and openssh-client are needed for the login host"
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,9 +60,11 @@ class LoginHost:
         ]
 
     def start(self, timeout: float = 20.0) -> LoginHost:
-        sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-        if not Path(sshd).exists() or not shutil.which("ssh"):
-            raise RuntimeError("openssh-server and openssh-client are needed")
+        """Start sshd; RuntimeError (with sshd's log) when it does not come up."""
+        reason = skip_reason()
+        if reason:
+            raise RuntimeError(reason)
+        sshd = _sshd()
         b = self.base
         for key in ("host_key", "client_key"):
             subprocess.run(

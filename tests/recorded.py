@@ -51,6 +51,26 @@ def recorded_monitor() -> RecordedMonitor:
     return RecordedMonitor(recorded_views())
 
 
+def h200_views() -> list[NodeView]:
+    """A GPU node as `nodes --local --json` recorded it (one H200, real NVML values): each
+    node record made into the view the monitor keeps, so the panes draw it as they draw a
+    live agent sample."""
+    recording = json.loads((DATA / "h200-nodes.json").read_text())
+    views = []
+    for node in recording["nodes"]:
+        sample = {key: node[key] for key in ("gpus", "gpu_error", "processes")}
+        latency = node["latency_ms"] / 1000 if node["latency_ms"] is not None else None
+        views.append(NodeView(node["name"], node["host"], node["state"], node["error"],
+                              latency, sample, 0.0, {},
+                              {"hostname": node["name"], "python": node["python"]}))  # fmt: skip
+    return views
+
+
+def h200_app() -> ConsoleApp:
+    """The console on the recorded GPU node."""
+    return ConsoleApp(None, RecordedMonitor(h200_views()))
+
+
 # --------------------------------------------------------------------------------------
 # Every top-level screen in the real app shell, on recorded data (screenshots, snapshots)
 

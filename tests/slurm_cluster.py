@@ -32,13 +32,34 @@ GPUS_PER_NODE = 2
 
 
 class SlurmUnavailable(Exception):
-    """Slurm can't run here; the message says why (tests skip with it)."""
+    """Slurm can't run here (not installed, not root); the message says why. The only case
+    in which tests skip."""
+
+
+class SlurmStartError(RuntimeError):
+    """Slurm is installed and we are root, yet the cluster did not come up: a failure (tests
+    error with it), never a skip."""
 
 
 def missing_binaries() -> list[str]:
     return [
         b for b in SLURM_BINARIES if shutil.which(b) is None and not Path(f"/usr/sbin/{b}").exists()
     ]
+
+
+def skip_reason() -> str | None:
+    """Why the test Slurm cluster cannot run here (missing tools, not root), or None."""
+    missing = missing_binaries()
+    if missing:
+        return (
+            f"Slurm is not installed (missing {', '.join(missing)}): "
+            f"apt-get install -y {' '.join(SLURM_APT_PACKAGES)}"
+        )
+    if not shutil.which("unshare"):
+        return "unshare (util-linux) is missing"
+    if os.geteuid() != 0:
+        return "the test Slurm cluster needs root (slurmd, namespaces)"
+    return None
 
 
 def free_port() -> int:
@@ -52,8 +73,8 @@ def _wait_for(
 ) -> Any:
     try:
         return wait_for(predicate, timeout, what, interval)
-    except TimeoutError as exc:  # a Slurm that does not come up skips its tests
-        raise SlurmUnavailable(str(exc)) from None
+    except TimeoutError as exc:
+        raise SlurmStartError(str(exc)) from None
 
 
 class SlurmNode:
@@ -165,14 +186,9 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
 
     # lifecycle ------------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> SlurmCluster:
-        missing = missing_binaries()
-        if missing:
-            raise SlurmUnavailable(
-                f"Slurm is not installed (missing {', '.join(missing)}): "
-                f"apt-get install -y {' '.join(SLURM_APT_PACKAGES)}"
-            )
-        if os.geteuid() != 0:
-            raise SlurmUnavailable("the test Slurm cluster needs root (slurmd, namespaces)")
+        reason = skip_reason()
+        if reason:
+            raise SlurmUnavailable(reason)
         self._write_files()
         try:
             self._start_munged(timeout)
@@ -212,7 +228,7 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
             "munged",
         )
         if self.munged.poll() is not None:
-            raise SlurmUnavailable(f"munged exited: {self._tail('munged.out')}")
+            raise SlurmStartError(f"munged exited: {self._tail('munged.out')}")
         # The socket must be usable by other users' clients too.
         self.munge_socket.chmod(0o777)
 
@@ -227,7 +243,7 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
 
         def up() -> bool:
             if self.ctld is not None and self.ctld.poll() is not None:
-                raise SlurmUnavailable(f"slurmctld exited: {self._tail('slurmctld.log')}")
+                raise SlurmStartError(f"slurmctld exited: {self._tail('slurmctld.log')}")
             r = self.run(["scontrol", "ping"], check=False, timeout=10)
             return "UP" in r.stdout
 
@@ -268,7 +284,7 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
         def idle() -> bool:
             for n in self.nodes:
                 if n.proc is not None and n.proc.poll() is not None:
-                    raise SlurmUnavailable(
+                    raise SlurmStartError(
                         f"slurmd on {n.name} exited: {self._tail(f'slurmd-{n.name}.out')}"
                     )
             r = self.run(["sinfo", "-h", "-N", "-o", "%N %t"], check=False, timeout=10)
@@ -336,7 +352,7 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
         self, job_id: int | str, states: tuple[str, ...], timeout: float = 60.0
     ) -> str:
         return str(
-            _wait_for(
+            wait_for(
                 lambda: (s := self.job_state(job_id)) in states and s,
                 timeout,
                 f"job {job_id} to reach {'/'.join(states)}",
@@ -354,16 +370,20 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
 
 
 def start_cluster(nodes: int = 3) -> SlurmCluster:
-    """Start a cluster or raise `SlurmUnavailable` with the reason."""
+    """Start a cluster; `SlurmUnavailable` where Slurm can't run here (not installed, not
+    root), `SlurmStartError` (with the daemons' log lines) where it should but did not."""
+    reason = skip_reason()
+    if reason:
+        raise SlurmUnavailable(reason)
     cluster = SlurmCluster(nodes)
     try:
         return cluster.start()
-    except SlurmUnavailable:
+    except SlurmStartError:
         cluster.cleanup()
         raise
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         cluster.cleanup()
-        raise SlurmUnavailable(f"could not start Slurm: {exc}") from exc
+        raise SlurmStartError(f"could not start Slurm: {exc}") from exc
 
 
 if __name__ == "__main__":  # manual use: start, print the environment, wait for Ctrl-C

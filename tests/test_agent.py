@@ -11,9 +11,9 @@ import time
 
 import pytest
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
+from areal_console.core.payload import node_payload
 from areal_console.core.transport import InProcessChannel, LocalChannel
-from areal_node import agent as agent_mod
-from areal_node import agent_source
+from areal_node.agent import processes, procfs, protocol, pyspy
 from conftest import GlooJob, wait_for
 
 
@@ -25,15 +25,25 @@ def client():
     c.close()
 
 
+def _nvml_loads() -> bool:
+    """Whether NVML initialises on this machine, found out apart from the agent."""
+    probe = "import pynvml; pynvml.nvmlInit(); pynvml.nvmlShutdown()"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
 def test_hello_reports_versions_and_tools(client: AgentClient) -> None:
     hello = client.hello
-    assert hello["protocol"] == agent_mod.PROTOCOL_VERSION
+    assert hello["protocol"] == protocol.PROTOCOL_VERSION
     assert hello["python"] == sys.version.split()[0]
     assert hello["tools"]["torch"] is True
     assert hello["tools"]["py-spy"] and os.path.basename(hello["tools"]["py-spy"]) == "py-spy"
-    # No GPU here: NVML's absence is data, not a crash.
-    assert hello["tools"]["pynvml"] is False
-    assert hello["tools"]["nvml_error"].startswith("NVML unavailable")
+    # NVML as this machine has it, asked directly: on a GPU node it loads; elsewhere its
+    # absence is data (with the reason), not a crash.
+    if _nvml_loads():
+        assert hello["tools"]["pynvml"] is True and hello["tools"]["nvml_error"] is None
+    else:
+        assert hello["tools"]["pynvml"] is False
+        assert hello["tools"]["nvml_error"].startswith("NVML unavailable")
     assert {"hello", "sample", "stream", "pyspy", "load"} <= set(hello["ops"])
 
 
@@ -50,12 +60,49 @@ def test_unknown_op_and_bad_arguments_answer_errors(client: AgentClient) -> None
     assert client.request("ping")["time"] > 0
 
 
+def test_load_adds_the_ops_of_a_payload_module(client: AgentClient) -> None:
+    from areal_console.core.batch_source import EXTENSION_MODULE
+
+    for bad in ("os", "areal_node", "areal_node..x", "areal_node.nope"):
+        with pytest.raises(AgentError, match=r"bad extension module|cannot load"):
+            client.request("load", {"name": "batches", "module": bad})
+    loaded = client.request("load", {"name": "batches", "module": EXTENSION_MODULE})
+    assert loaded == {"name": "batches", "ops": sorted(loaded["ops"])} and loaded["ops"]
+    listing = client.request("batch_list", {"path": "/"})
+    assert listing["path"] == "/"
+
+
+def test_ops_imported_on_first_use_are_the_ones_their_module_registers() -> None:
+    """An agent starts without the modules in LATER; each registers exactly its ops there."""
+    code = (
+        "import importlib, json, sys\n"
+        "from areal_node.agent import serve, protocol\n"
+        "early = sorted(m for m in protocol.LATER.values() if m in sys.modules)\n"
+        "for module in sorted(set(protocol.LATER.values())):\n"
+        "    importlib.import_module(module)\n"
+        "where = {n: f.__module__ for n, f in protocol.OPS.items()}\n"
+        "print(json.dumps({'early': early, 'where': where, 'later': protocol.LATER}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(protocol.__file__)))},
+    )  # fmt: skip
+    found = json.loads(done.stdout)
+    assert found["early"] == [] and len(found["later"]) >= 10
+    later_modules = set(found["later"].values())
+    registered = {n: m for n, m in found["where"].items() if m in later_modules}
+    assert registered == found["later"]
+
+
 def test_malformed_lines_get_an_error_reply_and_the_agent_survives() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from areal_node.agent import main; main()"],
+        [sys.executable, "-c", "from areal_node.agent.serve import main; main()"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(agent_mod.__file__))},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(protocol.__file__))),
+        },
     )
     assert proc.stdin and proc.stdout
     assert json.loads(proc.stdout.readline())["event"] == "ready"
@@ -112,8 +159,8 @@ def test_agent_is_shipped_and_cached_by_content_hash(tmp_path, monkeypatch) -> N
         client = AgentClient(LocalChannel())
         client.start()
         client.close()
-    cached = list((tmp_path / ".cache" / "areal-console").glob("agent-*.py"))
-    assert len(cached) == 1 and cached[0].read_bytes() == agent_source()
+    cached = list((tmp_path / ".cache" / "areal-console").glob("payload-*.pyz"))
+    assert len(cached) == 1 and cached[0].read_bytes() == node_payload().data
 
 
 def test_in_process_agent_serves_the_same_protocol(gloo_job: GlooJob) -> None:
@@ -149,7 +196,7 @@ def test_pyspy_reports_each_dump_as_it_finishes(client: AgentClient, gloo_job: G
     assert [e["done"] for e in progress] == [1, 2, 3, 4]
     assert {e["pid"] for e in progress} == set(pids)
     assert all(e["token"] == "t1" and e["total"] == 4 and e["ok"] for e in progress)
-    assert 1 <= agent_mod.cpu_count() <= (os.cpu_count() or 1)
+    assert 1 <= pyspy.cpu_count() <= (os.cpu_count() or 1)
 
 
 def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: GlooJob) -> None:
@@ -201,25 +248,25 @@ def test_sample_reports_exactly_the_jobs_ranks(client: AgentClient, gloo_job: Gl
     ],
 )
 def test_detect_role(cmdline: list[str], env: dict[str, str], role: str | None) -> None:
-    assert agent_mod.detect_role(cmdline, env) == role
+    assert processes.detect_role(cmdline, env) == role
 
 
 def test_parse_stat_handles_spaces_and_parens_in_the_name() -> None:
     raw = b"42 (my (odd) proc) S 7 42 42 0 -1 4194560 0 0 0 0 150 50 0 0 20 0 1 0 999 0 0"
-    comm, state, ppid, ticks, start = agent_mod.parse_stat(raw)
+    comm, state, ppid, ticks, start = procfs.parse_stat(raw)
     assert (comm, state, ppid, ticks, start) == ("my (odd) proc", "S", 7, 200, 999)
 
 
 def test_parse_environ_keeps_only_rank_variables() -> None:
     raw = b"PATH=/bin\0RANK=5\0LOCAL_RANK=1\0WORLD_SIZE=8\0CUDA_VISIBLE_DEVICES=2,3\0X=1=2\0"
-    assert agent_mod.parse_environ(raw) == {
+    assert procfs.parse_environ(raw) == {
         "RANK": "5",
         "LOCAL_RANK": "1",
         "WORLD_SIZE": "8",
         "CUDA_VISIBLE_DEVICES": "2,3",
     }
-    assert agent_mod.parse_cuda_visible("2,3") == [2, 3]
-    assert agent_mod.parse_cuda_visible("GPU-uuid-1") == []
+    assert processes.parse_cuda_visible("2,3") == [2, 3]
+    assert processes.parse_cuda_visible("GPU-uuid-1") == []
 
 
 def _program(path, first_bytes: bytes) -> str:
@@ -237,16 +284,16 @@ def test_find_pyspy_skips_a_version_managers_shim_for_the_binary_beside_python(
     real = _program(tmp_path / "version" / "bin" / "py-spy", b"\x7fELF\x02\x01\x01")
     monkeypatch.setattr(sys, "executable", str(tmp_path / "version" / "bin" / "python3"))
     monkeypatch.setenv("PATH", str(tmp_path / "shims"))
-    assert agent_mod.find_pyspy() == real
+    assert pyspy.find_pyspy() == real
     # A real program first on PATH is taken as it is (the user's choice of py-spy).
     first = _program(tmp_path / "first" / "py-spy", b"\x7fELF\x02\x01\x01")
     monkeypatch.setenv("PATH", f"{tmp_path / 'first'}:{tmp_path / 'shims'}")
-    assert agent_mod.find_pyspy() == first
+    assert pyspy.find_pyspy() == first
     # Nothing beside python: the shim still works, only slower.
     monkeypatch.setattr(sys, "executable", str(tmp_path / "elsewhere" / "python3"))
     monkeypatch.setenv("PATH", str(tmp_path / "shims"))
-    assert agent_mod.find_pyspy() == shim
+    assert pyspy.find_pyspy() == shim
     # Not on PATH at all: the one beside python.
     monkeypatch.setattr(sys, "executable", str(tmp_path / "version" / "bin" / "python3"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert agent_mod.find_pyspy() == real
+    assert pyspy.find_pyspy() == real

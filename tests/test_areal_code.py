@@ -1,16 +1,17 @@
 """The transcriptions in tests/fixtures/areal_code.py against AReaL's own source.
 
-AReaL's functions are taken out of its source with `ast` (from a git checkout, at the
-commit the transcriptions cite) and run next to ours on the same inputs. Skipped, with the
-reason, where no AReaL checkout is available ($AREAL_REPO, default: the local mirror).
+AReaL's functions are taken out of its source with `ast` and run next to ours on the same
+inputs, for two versions of AReaL (tests/areal_source.py): the release `areal 1.0.4` from
+the package index, always (the tensor helpers and RTensor are the same there as at the
+cited commit), and the cited commit cbff54d itself where `$AREAL_REPO` names a checkout
+with it (skipped, saying so, otherwise). Every file:line the transcriptions cite is checked
+by test_areal_citations.py.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -19,25 +20,11 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
-from areal_console.core import batches as b
+from areal_node import batches as b
 
+from tests.areal_source import AReaLSource
 from tests.fixtures import areal_code as ac
 from tests.fixtures import batch_dumps as bf
-
-AREAL_REPO = os.environ.get("AREAL_REPO", "/work/.mirror/areal-project+AReaL/repo")
-
-
-def _show(commit: str, path: str) -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", AREAL_REPO, "show", f"{commit}:{path}"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"no AReaL checkout with {commit[:8]} at {AREAL_REPO} ({exc})")
 
 
 def _functions(source: str, names: set[str], namespace: dict[str, Any]) -> dict[str, Any]:
@@ -53,8 +40,8 @@ def _functions(source: str, names: set[str], namespace: dict[str, Any]) -> dict[
 
 
 @pytest.fixture(scope="module")
-def areal_data() -> dict[str, Any]:
-    source = _show(ac.AREAL_COMMIT, "areal/utils/data.py")
+def areal_data(areal: AReaLSource) -> dict[str, Any]:
+    source = areal.read("areal/utils/data.py")
     ns: dict[str, Any] = {"torch": torch, "F": F, "Any": Any, "copy": copy}
     return _functions(
         source,
@@ -108,70 +95,12 @@ def test_split_and_unpad_matches_areal(areal_data: dict[str, Any]) -> None:
         assert _equal(ours, theirs)
 
 
-def test_cited_workflow_code_is_what_areal_has() -> None:
-    """The episode builders' key lines appear in AReaL's workflows at the cited places."""
-    checks = [
-        (
-            ac.AREAL_COMMIT,
-            "areal/workflow/rlvr.py",
-            172,
-            '"input_ids": torch.tensor(seq, dtype=torch.int32),',
-        ),
-        (
-            ac.AREAL_COMMIT,
-            "areal/workflow/rlvr.py",
-            180,
-            "return {k: v.unsqueeze(0) for k, v in res.items()}",
-        ),
-        (
-            ac.AREAL_COMMIT,
-            "areal/workflow/vision_rlvr.py",
-            164,
-            '"multi_modal_input": multi_modal_input,',
-        ),
-        (
-            ac.AREAL_COMMIT,
-            "areal/experimental/openai/types.py",
-            224,
-            "original_rewards=torch.tensor([float(original_reward)]),",
-        ),
-        (
-            ac.AREAL_COMMIT,
-            "areal/trainer/rl_trainer.py",
-            761,
-            'traj["rl_loss_weight"] = self.config.teacher.rl_loss_weight',
-        ),
-        (
-            ac.AREAL_COMMIT,
-            "areal/trainer/ppo/actor.py",
-            419,
-            "no_eos_ratios=(seqlens == attn_mask.shape[-1]).float(),",
-        ),
-        (
-            ac.AREAL_COMMIT,
-            "areal/trainer/ppo/actor.py",
-            239,
-            'old_logp = torch.roll(data["logprobs"], shifts=-1, dims=-1)',
-        ),
-        (
-            ac.PR_1407_COMMIT,
-            "areal/trainer/rl_trainer.py",
-            1379,
-            'filename = f"step_{step:06d}.pt"',
-        ),
-        (ac.PR_1407_COMMIT, "areal/trainer/rl_trainer.py", 1388, "torch.save(batch, path)"),
-    ]
-    for commit, path, line, text in checks:
-        lines = _show(commit, path).splitlines()
-        assert lines[line - 1].strip() == text, (
-            f"{path}:{line} at {commit[:8]}: {lines[line - 1]!r}"
-        )
-
-
-def test_rtensor_pickles_as_areal_pickles_it(tmp_path: Path, areal_data: dict[str, Any]) -> None:
+def test_rtensor_pickles_as_areal_pickles_it(
+    tmp_path: Path, areal: AReaLSource, areal_data: dict[str, Any]
+) -> None:
     """AReaL's own RTensor classes and remotize, run with an in-memory shard store, write the
     same file structure as the transcription, and the console reads both the same way."""
-    source = _show(ac.AREAL_COMMIT, "areal/infra/rpc/rtensor.py")
+    source = areal.read("areal/infra/rpc/rtensor.py")
     counter = iter(range(10**6))
 
     class Store:

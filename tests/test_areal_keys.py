@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core import areal_keys
+from areal_node import constants
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 FIELDS = {
-    areal_keys.MAIN: DATA / "areal_cli_args_cbff54d6.json",
-    areal_keys.PR_1407: DATA / "areal_cli_args_pr1407_6250a6e8.json",
+    constants.MAIN: DATA / "areal_cli_args_cbff54d6.json",
+    constants.PR_1407: DATA / "areal_cli_args_pr1407_6250a6e8.json",
 }
 # Config sections (PPOConfig / BaseExperimentConfig fields holding a config class) whose
 # keys users set on the command line; a dotted name under one of them in the console's
@@ -84,31 +84,31 @@ def resolve(dotted: str, data: dict[str, Any]) -> bool:
 
 
 def test_field_lists_name_their_commits() -> None:
-    main, pr = _load(areal_keys.MAIN), _load(areal_keys.PR_1407)
-    assert main["commit"] == areal_keys.AREAL_COMMIT
-    assert pr["commit"] == areal_keys.AREAL_PR_1407_COMMIT
+    main, pr = _load(constants.MAIN), _load(constants.PR_1407)
+    assert main["commit"] == constants.AREAL_COMMIT
+    assert pr["commit"] == constants.AREAL_PR_1407_COMMIT
     assert main["file"] == "areal/api/cli_args.py" and "RejectionSamplingConfig" in main["classes"]
     assert "TrajectoryDebugConfig" not in main["classes"]  # not merged at that commit
     assert "TrajectoryDebugConfig" in pr["classes"]
 
 
-@pytest.mark.parametrize("key", sorted(areal_keys.AREAL_KEYS))
+@pytest.mark.parametrize("key", sorted(constants.AREAL_KEYS))
 def test_every_registered_key_exists_in_areal(key: str) -> None:
-    where, _ = areal_keys.AREAL_KEYS[key]
+    where, _ = constants.AREAL_KEYS[key]
     assert resolve(key, _load(where)), f"{key} is not a field of AReaL's config ({where})"
-    if where == areal_keys.PR_1407:
-        assert not resolve(key, _load(areal_keys.MAIN)), f"{key} is on main now: mark it so"
+    if where == constants.PR_1407:
+        assert not resolve(key, _load(constants.MAIN)), f"{key} is on main now: mark it so"
 
 
 def test_resolver_rejects_the_names_areal_removed_or_moved() -> None:
-    main = _load(areal_keys.MAIN)
+    main = _load(constants.MAIN)
     assert not resolve("actor.behav_imp_weight_cap", main)
     assert not resolve("actor.behave_imp_weight_cap", main)
     assert not resolve("actor.max_head_offpolicyness", main)
     assert resolve("rollout.max_head_offpolicyness", main)
     assert resolve("actor.rejection_sampling.upper", main)
     with pytest.raises(KeyError):
-        areal_keys.config_key("actor.behav_imp_weight_cap")
+        constants.config_key("actor.behav_imp_weight_cap")
 
 
 def _suggestion_text(path: Path) -> str:
@@ -143,7 +143,7 @@ def suggested_keys() -> dict[str, set[str]]:
 
 def test_every_key_the_console_names_exists_in_areal() -> None:
     """Warnings, diagnoses, templates, docs: any `section.key` they name is AReaL's."""
-    main, pr = _load(areal_keys.MAIN), _load(areal_keys.PR_1407)
+    main, pr = _load(constants.MAIN), _load(constants.PR_1407)
     found = suggested_keys()
     assert "rollout.max_head_offpolicyness" in found  # the scan sees the registry's users
     bad = {
@@ -151,6 +151,6 @@ def test_every_key_the_console_names_exists_in_areal() -> None:
         for key, where in found.items()
         if not resolve(key, main)
         and not (key.startswith("trajectory_debug.") and resolve(key, pr))
-        and key not in areal_keys.REFERENCE_TRAINER_KEYS
+        and key not in constants.REFERENCE_TRAINER_KEYS
     }
     assert not bad, f"keys AReaL does not have: {bad}"

@@ -397,7 +397,14 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
         "done"
     )
     # Output as a terminal shows it (py-spy's errors too); a COLUMNS inherited from the test
-    # runner would cut `ps aux` lines.
+    # runner would cut `ps aux` lines. The loop's `py-spy` is the one the agent runs (beside
+    # this interpreter, e.g. an unactivated venv's), not whatever is first on PATH.
+    from areal_node.agent import find_pyspy
+
+    pyspy = find_pyspy()
+    assert pyspy is not None, "py-spy is a dependency of the console: pip install py-spy"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PATH"] = os.pathsep.join([os.path.dirname(pyspy), env.get("PATH", "")])
     text = subprocess.run(
         ["/bin/bash", "-c", loop, "loop", str(collective_run.workdir)],
         stdout=subprocess.PIPE,
@@ -405,7 +412,7 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
         text=True,
         timeout=120,
         check=False,
-        env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+        env=env,
     ).stdout
     (tmp_path / "pyspy.txt").write_text(text)
     assert text.count("========== PID ") >= 5  # controller, two workers, two bash wrappers

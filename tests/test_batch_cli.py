@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 from areal_console.core.batch_source import RemoteBatchSource
-from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.targets import local_node
+from areal_node.batches import BatchError, UnsafePickleError
 
 from tests.fixtures import batch_dumps as bf
 
@@ -173,7 +173,7 @@ def test_no_numpy_warning_even_without_numpy(dump: Path, env: dict[str, str]) ->
     assert via_cli.returncode == 0, via_cli.stderr
     assert via_cli.stderr == ""
     trainer = subprocess.run(
-        [sys.executable, "-c", hide_numpy + "import areal_console.trainer.reference_trainer"],
+        [sys.executable, "-c", hide_numpy + "import areal_node.trainer.run"],
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert trainer.returncode == 0 and trainer.stderr == "", trainer.stderr

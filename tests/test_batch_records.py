@@ -14,7 +14,6 @@ from areal_console.core.batch_records import (
     sample_rows,
 )
 from areal_console.core.batch_source import LocalBatchSource
-from areal_console.core.batches import compare
 from areal_console.core.stacks.model import (
     Frame,
     ProcessDump,
@@ -25,6 +24,7 @@ from areal_console.core.stacks.model import (
     variables_at,
 )
 from areal_console.widgets.token_view import sample_text
+from areal_node.batches import compare
 
 from tests.fixtures import batch_dumps as bf
 

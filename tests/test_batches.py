@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import torch
-from areal_console.core import batches as b
-from areal_console.core.batches import BatchError, UnsafePickleError
+from areal_node import batches as b
+from areal_node.batches import BatchError, UnsafePickleError
 
 from tests.fixtures import batch_dumps as bf
 
@@ -347,7 +347,7 @@ def test_unreadable_file_in_a_directory_is_reported_not_fatal(tmp_path: Path) ->
 MEASURE = textwrap.dedent("""
     import json, sys, time
     import torch
-    from areal_console.core import batches
+    from areal_node import batches
 
     def peak_kb():
         # VmHWM belongs to this process image; ru_maxrss would carry the parent's over exec.
@@ -429,7 +429,7 @@ def test_the_summary_reads_the_mapped_file_without_faulting_its_pages_in(tmp_pat
     path = bf.write_large_trajectory(tmp_path / "step_000001.pt", 20 << 20, width=8192)
     obj = b.load_pt(str(path), False)
     fmt, _ = b.detect_format(obj)
-    groups = b._groups_of(obj, fmt)
+    groups = b.groups_of(obj, fmt)
     assert len(groups) >= 5 and _mapped_kb(path) == 0
     result = b.analyze_groups(groups, [2], b.TOKEN_BUDGET, str(path))
     assert len(result["rows"]) == 16 * len(groups)
@@ -437,52 +437,45 @@ def test_the_summary_reads_the_mapped_file_without_faulting_its_pages_in(tmp_pat
     assert _mapped_kb(path) == 0
 
 
-def test_batches_module_can_be_shipped_to_a_node() -> None:
-    """The agent runs this module's source: the stdlib, torch and optional tokenizer libs."""
-    import ast
+def test_the_agent_gets_the_four_batch_ops() -> None:
+    from areal_node.batches.ops import OPS
 
-    tree = ast.parse(Path(b.__file__).read_text())
-    guarded = {
-        id(n)
-        for t in ast.walk(tree)
-        if isinstance(t, ast.Try)
-        and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in t.handlers)
-        for n in t.body
-    }
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and id(node) not in guarded:
-            assert node.level == 0 and node.module is not None
-            roots.add(node.module.split(".")[0])
-    allowed = set(sys.stdlib_module_names) | {"__future__", "torch", "tokenizers", "transformers"}
-    assert roots and roots <= allowed, roots - allowed
-    assert set(b.OPS) == {"batch_summary", "batch_sample", "batch_samples", "batch_list"}
+    assert set(OPS) == {"batch_summary", "batch_sample", "batch_samples", "batch_list"}
 
 
-def test_node_source_runs_without_the_console_installed(step_file: Path) -> None:
-    """What a node's agent execs (batches.py plus the key registry) needs no areal_console."""
-    from areal_console.core.batch_source import node_source
+def test_the_batch_ops_run_from_the_payload_without_the_console(
+    step_file: Path, tmp_path: Path
+) -> None:
+    """What a node's agent loads runs from the payload zip alone: no areal_console, and
+    no areal_node but the zip's."""
+    from areal_console.core.batch_source import EXTENSION_MODULE
+    from areal_console.core.payload import node_payload
 
+    pyz = tmp_path / "payload.pyz"
+    pyz.write_bytes(node_payload().data)
     code = textwrap.dedent(
         f"""
         import sys
         sys.modules["areal_console"] = None  # as on a node without the console: imports fail
-        ns = {{"__name__": "areal_node_ext_batches"}}
-        exec(compile(sys.stdin.read(), "<ext>", "exec"), ns)
-        s = ns["summarize"]({str(step_file)!r}, eos_token_id=31999)
+        sys.path[:] = [{str(pyz)!r}] + [p for p in sys.path if "areal" not in p]
+        import importlib
+        ops = importlib.import_module({EXTENSION_MODULE!r}).OPS
+        s = ops["batch_summary"](None, {{"path": {str(step_file)!r}, "eos_token_id": 31999}})
+        import areal_node.batches
+        print(areal_node.batches.__file__)
         print("|".join(s["warnings"]))
         """
     )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(
         [sys.executable, "-c", code],
-        input=node_source(),
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(str(pyz) + "/areal_node/batches/")
     assert "gconfig.max_new_tokens" in out.stdout
 
 

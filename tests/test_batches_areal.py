@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from areal_console.core import batches as b
-from areal_console.core.batches import BatchError
+from areal_node import batches as b
+from areal_node.batches import BatchError
 
 from tests.fixtures import areal_code as ac
 from tests.fixtures import batch_dumps as bf
@@ -91,7 +91,7 @@ def test_agent_rewards_task_reward_and_task_ids(tmp_path: Path) -> None:
 
 
 def test_no_eos_ratio_is_areals_padded_width_rule(tmp_path: Path) -> None:
-    """seqlen == the padded width of the rank's batch (actor.py:419), no EOS id needed."""
+    """seqlen == the padded width of the rank's batch (areal/trainer/ppo/actor.py:419), no EOS id needed."""
     gen = _gen(4)
     groups = [
         bf.on_policy_group(gen, max_new_tokens=24),
@@ -197,20 +197,20 @@ def test_trusted_rtensor_file_without_areal_installed(sc_dump: Path) -> None:
 def test_reference_trainer_full_dump_reads_as_on_policy(tmp_path: Path) -> None:
     """The reference trainer stores prox_logp as AReaL's compute_logp returns it; with
     on-policy rollouts (rollout.max_head_offpolicyness=0) pi_prox/pi_behave is 1."""
-    from areal_console.core.replay import TRAINER_PATH
+    from areal_console.core.replay import local_trainer
 
     dump = tmp_path / "dump"
+    argv, env = local_trainer(
+        "steps=2",
+        "rollout.max_head_offpolicyness=0",
+        "trajectory_debug.dump_rollout_data=true",
+        "trajectory_debug.dump_scope=full",
+        f"trajectory_debug.path={dump}",
+        f"output_dir={tmp_path / 'out'}",
+    )
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(TRAINER_PATH),
-            "steps=2",
-            "rollout.max_head_offpolicyness=0",
-            "trajectory_debug.dump_rollout_data=true",
-            "trajectory_debug.dump_scope=full",
-            f"trajectory_debug.path={dump}",
-            f"output_dir={tmp_path / 'out'}",
-        ],
+        argv,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,

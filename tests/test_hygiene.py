@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import areal_console.core as core
-from areal_node import AGENT_PATH
+import areal_node.agent
 from conftest import cli_env
 
 
@@ -29,15 +29,19 @@ def test_core_imports_no_textual() -> None:
 
 
 def test_agent_module_level_imports_are_stdlib_only() -> None:
-    tree = ast.parse(Path(AGENT_PATH).read_text())
+    modules = sorted(Path(areal_node.agent.__file__).parent.glob("*.py"))
+    assert len(modules) > 10, modules
     top_level: set[str] = set()
-    for node in tree.body:  # module level only; optional imports live inside functions
-        if isinstance(node, ast.Import):
-            top_level.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            top_level.add(node.module.split(".")[0])
-    assert top_level, "no imports found: the check would be vacuous"
-    assert top_level <= set(sys.stdlib_module_names) | {"__future__"}, top_level
+    for module in modules:
+        tree = ast.parse(module.read_text())
+        for node in tree.body:  # module level only; optional imports live inside functions
+            if isinstance(node, ast.Import):
+                top_level.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top_level.add(node.module.split(".")[0])
+    assert {"json", "areal_node"} <= top_level, "the check would be vacuous"
+    # The node package's own modules and the standard library, nothing else.
+    assert top_level <= set(sys.stdlib_module_names) | {"__future__", "areal_node"}, top_level
 
 
 def test_no_core_dump_is_tracked() -> None:
@@ -80,3 +84,44 @@ def test_installed_package_holds_no_test_code() -> None:
     assert offenders == []
     assert not (package / "scenarios").exists()
     assert not (package / "core" / "batch_fixtures.py").exists()
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_recorded_fixtures_carry_no_machine_paths() -> None:
+    """Recordings under tests/data name the neutral root (tests/fixtures/neutral_paths.py),
+    not the checkout, interpreter, home or temporary directories of the machine that
+    recorded them, nor of this one."""
+    import pickle
+    import re
+
+    from tests.fixtures.neutral_paths import machine_paths
+
+    data = Path(__file__).resolve().parent / "data"
+    # Where this project's machines keep checkouts, homes, interpreters and temp files,
+    # and this machine's own paths.
+    foreign = re.compile(
+        r"(?<![\w.])(?:/work/|/root/|/home/(?!alice[/\s\"']|alice$)|/tmp/(?!run\b)"
+        + "".join(f"|{re.escape(p)}(?=[/\\s\"']|$)" for p in machine_paths())
+        + ")"
+    )
+    checked, found = 0, []
+    for path in sorted(p for p in data.rglob("*") if p.is_file()):
+        raw = path.read_bytes()
+        if raw[:1] == b"\x80":  # a pickled Flight Recorder dump (our own recording)
+            texts = _strings(pickle.loads(raw))
+        else:
+            texts = [raw.decode()]
+        checked += 1
+        found += [f"{path.relative_to(data)}: {m.group(0)!r}" for t in texts
+                  for m in foreign.finditer(t)]  # fmt: skip
+    assert checked >= 30
+    assert found == [], "\n".join(found[:20])

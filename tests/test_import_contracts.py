@@ -1,15 +1,18 @@
 """Import contracts (the role import-linter plays in Harlequin), on the static import graph
-of the console and the agent: no cycles, and layers that point one way:
+of the console and the node package: no cycles, and layers that point one way:
 
-    app, palette, cli, commands  ->  screens  ->  widgets  ->  core  ->  agent protocol
+    app, palette, cli, commands  ->  screens  ->  widgets  ->  core  ->  areal_node
 
 Deferred imports inside functions count (they are still dependencies); imports under
-`if TYPE_CHECKING:` do not (they never run).
+`if TYPE_CHECKING:` do not (they never run). The node package runs on nodes: it imports
+nothing of the console, only the standard library outside the modules named below, and
+Python 3.9 reads it.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +111,7 @@ def test_the_graph_is_read() -> None:
     edges = graph()
     assert "areal_console.screens.jobs" in edges["areal_console.app"]
     assert "areal_console.core.fleet" in edges["areal_console.core.monitor"]
-    assert "areal_node.agent" in edges["areal_console.core.client"]
+    assert "areal_node.batches" in edges["areal_console.core.batch_source"]
 
 
 def test_no_import_cycles() -> None:
@@ -163,3 +166,83 @@ def test_every_project_import_names_an_existing_module() -> None:
                 if target.split(".")[0] in PACKAGES and target not in found:
                     missing.append(f"{name}: {target}")
     assert missing == []
+
+
+# Node modules that import more than the standard library, and what. Only the trainer's
+# modules import torch when they load; the others import it (or an optional library whose
+# absence they report) inside the functions that use it, so the agent and the batch reader
+# load on a node without them.
+NODE_BEYOND_STDLIB = {
+    "areal_node.agent.gpus": {"pynvml"},
+    "areal_node.batches.analysis": {"torch"},
+    "areal_node.batches.eos": {"tokenizers", "transformers"},
+    "areal_node.batches.loader": {"torch"},
+    "areal_node.fr_hook.sitecustomize": {"torch"},
+    "areal_node.trainer.areal_log": {"torch"},
+    "areal_node.trainer.model": {"torch"},
+    "areal_node.trainer.rollout": {"torch"},
+    "areal_node.trainer.run": {"torch"},
+    "areal_node.trainer.step": {"torch"},
+}
+TORCH_WHEN_LOADED = {
+    "areal_node.trainer.model",
+    "areal_node.trainer.rollout",
+    "areal_node.trainer.run",
+    "areal_node.trainer.step",
+}
+
+
+def beyond_stdlib(tree: ast.AST, nodes: list[ast.stmt] | None = None) -> set[str]:
+    """Top-level names of what the statements import that is neither the standard library
+    nor this project (every statement of `tree`, or only `nodes`)."""
+    found: set[str] = set()
+    for node in ast.walk(tree) if nodes is None else nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    project = set(PACKAGES) | {"__future__"}
+    return {name for name in found if name not in sys.stdlib_module_names | project}
+
+
+def node_modules() -> dict[str, Path]:
+    return {name: path for name, path in modules().items() if under(name, "areal_node")}
+
+
+def test_the_node_package_imports_nothing_of_the_console() -> None:
+    """Not even for type checking: the console is not installed on a node."""
+    offenders = []
+    for name, path in node_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                targets = [node.module or ""]
+            else:
+                continue
+            offenders += [f"{name}: {t}" for t in targets if under(t, "areal_console")]
+    assert offenders == []
+    assert len(node_modules()) > 20  # the package is there
+
+
+def test_the_node_package_needs_only_the_stdlib_outside_named_modules() -> None:
+    found = {}
+    for name, path in node_modules().items():
+        extra = beyond_stdlib(ast.parse(path.read_text()))
+        if extra:
+            found[name] = extra
+    assert found == NODE_BEYOND_STDLIB
+
+
+def test_only_the_trainer_imports_torch_when_it_loads() -> None:
+    at_load = {
+        name
+        for name, path in node_modules().items()
+        if beyond_stdlib(tree := ast.parse(path.read_text()), tree.body)
+    }
+    assert at_load == TORCH_WHEN_LOADED
+
+
+def test_python_3_9_reads_the_node_package() -> None:
+    for name, path in node_modules().items():
+        ast.parse(path.read_text(), filename=name, feature_version=(3, 9))

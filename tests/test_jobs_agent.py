@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -101,11 +102,26 @@ def test_unknown_job_and_bad_arguments(session: tuple[NodeSession, list]) -> Non
 
 
 def test_trainer_is_staged_once_by_content_hash(session: tuple[NodeSession, list]) -> None:
+    """The node runs the trainer from the payload, staged under the trainer's name."""
+    from areal_console.core.payload import node_payload
+
     s, _ = session
     path = jobs.stage_trainer(s)
-    assert Path(path).read_bytes() == jobs.trainer_source()
-    again = s.call("stage_file", {"name": "reference_trainer.py", "sha256": jobs.trainer_hash()})
+    payload = node_payload()
+    assert Path(path).name == "reference_trainer.pyz"
+    assert Path(path).read_bytes() == payload.data
+    again = s.call("stage_file", {"name": "reference_trainer.pyz", "sha256": payload.sha256})
     assert again == {"path": path, "present": True}
+    # Run as a program, the staged payload is the trainer (what replay templates run).
+    out = subprocess.run(
+        [sys.executable, path, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "trajectory_debug.replay_rollout_data=false" in out.stdout
 
 
 def test_dropped_node_shows_unknown_and_keeps_the_log(env: Path) -> None:

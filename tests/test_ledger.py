@@ -19,7 +19,7 @@ from areal_console.core.ledger.analyse import Ledger
 from areal_console.core.ledger.collect import ABSENT_HINT, ledger_from_raw
 from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis
-from areal_node.agent import fr_dump_files, safe_unpickle, slim_trace
+from areal_node.agent.flight_recorder import fr_dump_files, safe_unpickle, slim_trace
 
 DATA = Path(__file__).parent / "data" / "fr"
 MODES = ("op", "size", "behind", "died")
@@ -178,6 +178,7 @@ def test_bad_and_stale_files_are_reported_not_fatal(tmp_path: Path) -> None:
     assert not found[0]["ok"] and "UnpicklingError" in found[0]["error"]
     assert not found[1]["ok"] and "not a Flight Recorder dump" in found[1]["error"]
     stale = fr_dump_files([str(tmp_path / "rank_")], since=4e9)
+    assert sorted(f["rank"] for f in stale) == [0, 1]
     assert all(f.get("stale") for f in stale)
 
 
@@ -294,7 +295,7 @@ def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
 def test_hook_removes_sockets_of_processes_that_are_gone(tmp_path: Path) -> None:
     import importlib.util
 
-    from areal_console.fr_hook import HOOK_DIR
+    from areal_node.fr_hook import HOOK_DIR
 
     spec = importlib.util.spec_from_file_location("fr_hook_module", HOOK_DIR / "sitecustomize.py")
     assert spec is not None and spec.loader is not None

@@ -17,7 +17,8 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.ledger import build_ledger, parse_trace
 from areal_console.core.stacks.capture import CaptureOptions, take_capture
 from areal_console.core.targets import NodeSpec
-from areal_node.agent import FR_ENV, fr_live, parse_environ
+from areal_node.agent.flight_recorder import FR_ENV, fr_live
+from areal_node.agent.procfs import parse_environ
 from conftest import run_cli, wait_for
 
 from tests.cluster import free_port

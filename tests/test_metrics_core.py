@@ -7,10 +7,12 @@ StatsLogger/printing/logging code run with the real `tabulate`, `colorlog` and
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
@@ -35,26 +37,68 @@ from areal_console.core.metrics.report import build_report, report_json
 from areal_console.core.metrics.tboard import TensorboardReader
 
 from tests.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats, write_run
-
-MIRROR = Path("/work/.mirror/areal-project+AReaL/repo")
-COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
+from tests.areal_source import AReaLSource
 
 
 def rounded(value: float) -> float:
     return float(f"{value:.4e}")
 
 
-def test_transcribed_tabulate_stats_matches_areals_own_function() -> None:
-    """Where AReaL's source is at hand, its printing.py gives the same table."""
-    if not MIRROR.exists():
-        pytest.skip("AReaL's source is not on this machine")
-    source = subprocess.run(["git", "-C", str(MIRROR), "show", f"{COMMIT}:areal/utils/printing.py"],
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
-    namespace: dict[str, object] = {}
-    exec(compile(source, "areal/utils/printing.py", "exec"), namespace)
+def areal_module(areal: AReaLSource, path: str) -> types.ModuleType:
+    """One of AReaL's modules, run from its file under a private name (never imported as
+    `areal...`)."""
+    module = types.ModuleType(f"areal_under_test.{path.replace('/', '.')[:-3]}")
+    exec(compile(areal.read(path), path, "exec"), module.__dict__)
+    return module
+
+
+def test_transcribed_tabulate_stats_matches_areals_own_function(areal: AReaLSource) -> None:
+    """AReaL's printing.py gives the same table."""
+    printing = areal_module(areal, "areal/utils/printing.py")
     for n in (1, 3, 4, 5, 83):
         stats = dict(list(actor_stats(7).items())[:n])
-        assert namespace["tabulate_stats"](stats) == tabulate_stats(stats)  # type: ignore[operator]
+        assert printing.tabulate_stats(stats) == tabulate_stats(stats)
+
+
+def test_log_lines_are_what_areals_logging_code_writes(tmp_path: Path, areal: AReaLSource) -> None:
+    """main.log and merged.log as AReaL's own `setup_file_logging` handlers write them, and
+    rank 0's stdout (trainer.log) as its `plain` formatter prints it, byte for byte, for the
+    loggers and messages the test logs use (one-line and table records)."""
+    logging_py = areal_module(areal, "areal/utils/logging.py")
+    logging_py.setup_file_logging(str(tmp_path / "areal"))
+    handlers = list(logging_py._file_handlers)
+    plain = logging_py.log_config["formatters"]["plain"]
+    stdout = plain["()"](plain["format"], datefmt=plain["datefmt"], log_colors=plain["log_colors"])
+    assert [Path(h.baseFilename).name for h in handlers] == ["main.log", "merged.log"]
+    records = [
+        ("StatsLogger", "Epoch 1/1 Step 3/12 Train step 3/12 done."),
+        ("StatsLogger", "Stats (1/1):"),
+        ("StatsLogger", "\n" + tabulate_stats(dict(list(actor_stats(2).items())[:9]))),
+        ("RLTrainer", "Training completes! Total time elapsed 90.00."),
+    ]
+    ours = {mode: AReaLLogWriter(tmp_path / mode, mode=mode) for mode in ("single", "spmd")}
+    printed = []
+    try:
+        for i, (name, message) in enumerate(records):
+            when = 1_700_000_000.0 + 30.25 * i
+            record = logging.LogRecord(name, logging.INFO, __file__, 0, message, None, None)
+            record.created, record.msecs = when, (when - int(when)) * 1000
+            for handler in handlers:
+                handler.handle(record)
+            printed.append(stdout.format(record) + "\n")
+            for writer in ours.values():
+                writer.now = when
+                writer.info(name, message)
+    finally:
+        for handler in handlers:
+            handler.close()
+        for writer in ours.values():
+            writer.release()
+    for name in ("main.log", "merged.log"):
+        theirs = (tmp_path / "areal" / name).read_bytes()
+        assert b"\x1b[" in theirs and theirs.count(b"(AReaL)") == len(records)
+        assert (tmp_path / "single" / name).read_bytes() == theirs, name
+    assert (tmp_path / "spmd" / "trainer.log").read_text() == "".join(printed)
 
 
 def test_table_is_column_major_four_pairs_a_row() -> None:
@@ -87,7 +131,8 @@ def test_parser_reads_every_step_and_metric_as_areal_wrote_them(
 
 
 def test_worker_prefix_in_merged_log_is_tolerated(tmp_path: Path) -> None:
-    """merged.log gets `[role]` padded to 10 on every line of a worker's output (proc.py:112-119)."""
+    """merged.log gets `[role]` padded to 10 on every line of a worker's output
+    (areal/infra/utils/proc.py:112-119)."""
     write_run(tmp_path, 4, mode="spmd")
     text = (tmp_path / "trainer.log").read_text()
     prefixed = "".join("[actor]".ljust(10) + line + "\n" for line in text.splitlines())
@@ -114,7 +159,7 @@ def test_incremental_feeding_in_any_chunks_equals_one_read(tmp_path: Path) -> No
 
 
 def test_several_stats_dicts_in_one_commit_take_consecutive_steps(tmp_path: Path) -> None:
-    """log_step = max(global_step, last + 1) + i (stats_logger.py:145-159)."""
+    """log_step = max(global_step, last + 1) + i (areal/utils/stats_logger.py:145-159)."""
     writer = AReaLLogWriter(tmp_path, mode="spmd")
     writer.commit(0, 0, 0, [{"a": 1.0}, {"a": 2.0}])
     writer.commit(0, 1, 1, {"a": 3.0})  # global step 1 < last + 1 = 2: logged at 2
@@ -309,7 +354,7 @@ def test_log_dir_from_worker_and_controller_command_lines() -> None:
     assert run_identity(controller)["tensorboard"] == "/fs/tb"
     assert log_dir_from_processes([controller], "bob") == "/fs/logs/bob/e/t"
     assert log_dir_from_processes(["python3 train.py"], "bob") is None
-    # no fileroot on the command line: AReaL's default (cli_args.py:3048-3049)
+    # no fileroot on the command line: AReaL's default (areal/api/cli_args.py:3048-3049)
     assert log_dir_from_processes(["python3 t.py experiment_name=e trial_name=t"], "bob") == (
         "/tmp/areal/logs/bob/e/t"
     )
@@ -329,7 +374,7 @@ def test_report_of_a_run_with_no_steps_yet(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 9, 13])
 def test_trainer_table_is_byte_identical_to_tabulate(n: int) -> None:
-    from areal_console.trainer import reference_trainer as rt
+    from areal_node.trainer import areal_log as rt
 
     rng = random.Random(n)
     values = [rng.uniform(-5, 5) * 10 ** rng.randint(-6, 6) for _ in range(n)]
@@ -340,7 +385,7 @@ def test_trainer_table_is_byte_identical_to_tabulate(n: int) -> None:
 
 
 def test_trainer_log_line_is_areals_stdout_format(tmp_path: Path) -> None:
-    from areal_console.trainer import reference_trainer as rt
+    from areal_node.trainer import areal_log as rt
 
     writer = AReaLLogWriter(tmp_path, mode="spmd")
     writer.now = 1_700_000_123.456
@@ -353,15 +398,16 @@ def test_trainer_log_line_is_areals_stdout_format(tmp_path: Path) -> None:
 def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
     """A real (1-rank) run: its stdout and tensorboard events carry the metrics.jsonl values."""
     import json
-    import sys
 
-    from areal_console.trainer import reference_trainer as rt
+    from areal_console.core.replay import local_trainer
+    from areal_node.trainer.areal_log import AREAL_NAMES
 
-    out = subprocess.run(
-        [sys.executable, rt.__file__, "steps=4", f"output_dir={tmp_path / 'out'}",
-         f"stats_logger.tensorboard.path={tmp_path / 'tb'}"],
-        capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    argv, env = local_trainer(
+        "steps=4", f"output_dir={tmp_path / 'out'}",
+        f"stats_logger.tensorboard.path={tmp_path / 'tb'}",
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     parser = parse_log(out.stdout)
     records = [
@@ -369,7 +415,7 @@ def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
     ]
     assert list(parser.store.steps) == [0, 1, 2, 3]  # global steps, logged as Train step 1-4
     assert parser.finished and parser.total_steps == 4
-    for name, areal_name in rt.AREAL_NAMES.items():
+    for name, areal_name in AREAL_NAMES.items():
         assert parser.store.series(areal_name)[1] == [rounded(r[name]) for r in records]
     reader = TensorboardReader(str(tmp_path / "tb"))
     reader.poll()

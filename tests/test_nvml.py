@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
-from areal_node.agent import GpuCollector, process_record
+from areal_node.agent.gpus import GpuCollector
+from areal_node.agent.processes import process_record
 
 GiB = 2**30
 

@@ -34,7 +34,7 @@ from areal_console.core.metrics.logparse import LogParser
 from areal_console.core.metrics.store import MetricStore
 from areal_console.core.metrics.tboard import TensorboardReader
 from areal_console.core.stacks.pyspy_text import parse_text, sections_to_capture
-from areal_node.agent import safe_unpickle, slim_trace
+from areal_node.agent.flight_recorder import safe_unpickle, slim_trace
 from hypothesis import given
 from hypothesis import strategies as st
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c

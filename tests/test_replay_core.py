@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import builtins
 from pathlib import Path
-from typing import Any
 
 import pytest
 from areal_console.core.errors import UserError
@@ -39,37 +37,23 @@ def index(
 
 
 def test_metric_names_and_dump_names_come_from_one_place() -> None:
-    """The console reads METRIC_NAMES from the trainer's source. Dump names are the agent's
-    DUMP_FILE: the console imports it, the batch extension shipped to a node is given it,
-    and the reference trainer (a script run on a node on its own) holds a copy, equal."""
-    from areal_console.core.batch_source import node_source
-    from areal_console.core.batches import STEP_FILE, parse_step_name
-    from areal_console.trainer import reference_trainer
-    from areal_node.agent import DUMP_FILE
+    """METRIC_NAMES and the dump-name pattern are defined once, in the node package's
+    constants: the console, the batch reader and the reference trainer import them."""
+    from areal_node import constants
+    from areal_node.batches import parse_step_name
+    from areal_node.batches import summary as batch_summary
+    from areal_node.trainer import layout
 
-    assert reference_trainer.METRIC_NAMES == METRIC_NAMES
+    assert METRIC_NAMES is constants.METRIC_NAMES
     assert "grad_norm" in METRIC_NAMES
-    assert STEP_FILE is DUMP_FILE
-    assert reference_trainer.DUMP_NAME.pattern == DUMP_FILE.pattern
-
-    # As a node's agent loads the extension: a namespace of its own, and neither the
-    # console's package nor the agent's to import.
-    def node_import(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.split(".")[0] in ("areal_node", "areal_console"):
-            raise ImportError(f"no module named {name!r} on the node")
-        return builtins.__import__(name, *args, **kwargs)
-
-    shipped: dict[str, object] = {
-        "__name__": "areal_node_ext_batches",
-        "__builtins__": {**vars(builtins), "__import__": node_import},
-    }
-    exec(compile(node_source(), "<batches extension>", "exec"), shipped)
-    assert shipped["STEP_FILE"].pattern == DUMP_FILE.pattern  # type: ignore[attr-defined]
-    assert shipped["parse_step_name"]("step_000012_dp_3.pt") == (12, 3)  # type: ignore[operator]
+    assert batch_summary.DUMP_FILE is constants.DUMP_FILE
+    assert layout.DUMP_FILE is constants.DUMP_FILE
     # AReaL writes f"step_{step:06d}.pt" and f"step_{step:06d}_dp_{dp_rank}.pt".
     assert parse_step_name(f"step_{12:06d}.pt") == (12, None)
     assert parse_step_name(f"step_{12:06d}_dp_{3}.pt") == (12, 3)
     assert parse_step_name(f"step_{1234567:06d}_dp_{0}.pt") == (1234567, 0)
+    assert parse_step_name(constants.dump_name(12, 3)) == (12, 3)
+    assert parse_step_name(constants.dump_name(12, None)) == (12, None)
     for other in ("step_12.pt", "step_000012_dp_.pt", "step_000012.pt.tmp", "xstep_000012.pt"):
         assert parse_step_name(other) is None, other
 
@@ -265,23 +249,6 @@ def test_areal_template_may_use_more_gpus_than_dp_ranks() -> None:
         plan_replay(dump, "n", GPU_SAMPLE, areal, script="s.py", config="c.yaml", gpus=[0])
 
 
-def test_reference_trainer_imports_only_stdlib_and_torch() -> None:
-    import ast
-    import sys
-
-    from areal_console.core.replay import TRAINER_PATH
-
-    tree = ast.parse(TRAINER_PATH.read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    outside = {m for m in roots if m not in sys.stdlib_module_names and m != "torch"}
-    assert outside == set(), outside
-
-
 def test_replay_core_does_not_import_textual() -> None:
     import os
     import subprocess
@@ -299,7 +266,7 @@ def test_replay_core_does_not_import_textual() -> None:
 
 
 def test_trainer_config_file_and_dotted_overrides(tmp_path: Path) -> None:
-    from areal_console.trainer import reference_trainer as rt
+    from areal_node.trainer import config as rt
 
     config_file = tmp_path / "exp.yaml"
     config_file.write_text(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
-from areal_console.core.replay import TRAINER_PATH, Verification, load_templates
+from areal_console.core.replay import Verification, load_templates, local_trainer
 from areal_console.core.targets import local_node
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.screens.jobs import JobRow, JobsScreen
@@ -40,15 +40,15 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def dump(home: Path) -> Path:
     path = home / "dump"
+    argv, env = local_trainer(
+        "steps=2",
+        "trajectory_debug.dump_rollout_data=true",
+        f"trajectory_debug.path={path}",
+        f"output_dir={home / 'run'}",
+    )
     subprocess.run(
-        [
-            sys.executable,
-            str(TRAINER_PATH),
-            "steps=2",
-            "trajectory_debug.dump_rollout_data=true",
-            f"trajectory_debug.path={path}",
-            f"output_dir={home / 'run'}",
-        ],
+        argv,
+        env=env,
         check=True,
         capture_output=True,
     )

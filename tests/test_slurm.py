@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -129,7 +130,7 @@ def test_stacks_of_every_rank_through_one_srun_step(
     finally:
         fleet.close()
     assert hellos == {"node1": "node1", "node2": "node2", "node3": "node3"}
-    assert len(list((home / ".cache" / "areal-console").glob("agent-*.py"))) == 1
+    assert len(list((home / ".cache" / "areal-console").glob("payload-*.pyz"))) == 1
     reply_sizes = []
 
     def frame_names(result: dict, dump: dict) -> list[str]:
@@ -196,8 +197,12 @@ def test_unknown_job_is_a_clear_error(slurm_cluster: SlurmCluster) -> None:
         "error: Slurm job 987654 not found on this machine"
         " (it may have ended long ago: Slurm forgets jobs after MinJobAge)"
     )
-    bad = console(slurm_cluster, "nodes", "--slurm-job", "12;rm")
-    assert bad.returncode == 2 and "is not a Slurm job id" in bad.stderr
+    # Not an id: a job name (as AReaL's scheduler gives them), looked up, never a shell word.
+    named = console(slurm_cluster, "nodes", "--slurm-job", "12;rm")
+    assert named.returncode == 1
+    assert named.stderr == "error: no Slurm job named '12;rm' in the queue on this machine\n"
+    bad = console(slurm_cluster, "nodes", "--slurm-job", "a,b")
+    assert bad.returncode == 2 and bad.stderr == "error: 'a,b' is not a Slurm job id or name\n"
 
 
 def test_finished_and_pending_jobs_are_clear_errors(slurm_cluster: SlurmCluster) -> None:
@@ -243,8 +248,17 @@ def test_job_of_another_user_falls_back_to_ssh(
     python = "/usr/bin/python3"
     if not Path(python).exists() or not shutil.which("setpriv"):
         pytest.skip("needs the system python3 and setpriv to act as another user")
+    # `nobody` may not reach this checkout (e.g. under a 0700 home): it runs a copy of the
+    # console's source in the cluster's world-readable directory, so any failure is real.
+    source = Path(tempfile.mkdtemp(prefix="console-src-", dir=slurm_cluster.base))
+    source.chmod(0o755)
+    for package in (ROOT / "tui" / "areal_console", ROOT / "node" / "areal_node"):
+        shutil.copytree(package, source / package.name,
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    for path in source.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
     env = slurm_cluster.env(HOME="/tmp")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
+    env["PYTHONPATH"] = str(source)
     argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
     result = subprocess.run(
         [*argv, "-m", "areal_console", "slurm", slurm_gloo_job.job_id, "--json"],
@@ -255,8 +269,6 @@ def test_job_of_another_user_falls_back_to_ssh(
         cwd="/tmp",
         check=False,
     )
-    if "No module named" in result.stderr or "Permission denied" in result.stderr:
-        pytest.skip(f"the checkout is not usable by another user: {result.stderr.strip()[-200:]}")
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     assert shown["job"]["user"] == "root"
@@ -271,13 +283,14 @@ def test_job_of_another_user_falls_back_to_ssh(
 
 @pytest.fixture(scope="module")
 def login_host(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from login_sshd import LoginHost
+    """sshd on 127.0.0.1; skips only where OpenSSH is missing, a failed start is an error."""
+    from login_sshd import LoginHost, skip_reason
 
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
     host = LoginHost(tmp_path_factory.mktemp("login"), slurm_cluster.conf)
-    try:
-        host.start()
-    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"no sshd login host: {exc}")
+    host.start()
     try:
         yield host
     finally:
@@ -551,3 +564,21 @@ def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
     finally:
         slurm_cluster.run(["scancel", job], check=False)
         slurm_cluster.start_node(slurm_cluster.node("node3"))
+
+
+def test_a_slurm_that_does_not_start_is_an_error_not_a_skip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm installed and root, but munged dies at once: `SlurmStartError` with its log
+    line (the fixture lets it through, so every Slurm test errors), never `SlurmUnavailable`."""
+    from slurm_cluster import SlurmStartError, skip_reason, start_cluster
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(f"no test Slurm cluster: {reason}")
+    fake = tmp_path / "munged"
+    fake.write_text("#!/bin/sh\necho 'munged: Error: no key here' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(SlurmStartError, match="munged exited: munged: Error: no key here"):
+        start_cluster(1)

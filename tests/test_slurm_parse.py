@@ -31,7 +31,7 @@ from areal_console.core.slurm_channel import (
 )
 from areal_console.core.slurm_launch import BatchRequest, batch_script, overlap_step_argv
 from areal_console.core.targets import SlurmTarget
-from areal_node import agent as agent_mod
+from areal_node.agent.serve import Agent
 
 DATA = Path(__file__).resolve().parent / "data" / "slurm"
 
@@ -191,10 +191,10 @@ def test_agent_answers_only_requests_for_its_node() -> None:
         def flush(self) -> None:
             pass
 
-    agent = agent_mod.Agent(stdin=io.BytesIO(), stdout=Out())
+    agent = Agent(stdin=io.BytesIO(), stdout=Out())
     agent.node_name = "node2"
     agent.handle_line(b'{"node":"node1","id":1,"op":"ping","args":{}}\n')
-    # The agent source, sent once to the shared step for nodes that lack it, is dropped by
+    # The payload, sent once to the shared step for nodes that lack it, is dropped by
     # agents that already run.
     agent.handle_line(shared_source_line())
     agent.handle_line(b'{"node":"node2","id":2,"op":"ping","args":{}}\n')

@@ -63,7 +63,7 @@ def test_each_node_runs_its_own_agent_in_its_own_namespace(live_cluster: TestClu
     assert all(h["user"] == "root" and h["python"] for h in hellos)
     # The agent was shipped once per node and cached there by content hash.
     for node in live_cluster.nodes[:2]:
-        assert list((node.home / ".cache" / "areal-console").glob("agent-*.py"))
+        assert list((node.home / ".cache" / "areal-console").glob("payload-*.pyz"))
 
 
 def test_proxyjump_chain_reaches_target_through_jump_hosts(

@@ -195,13 +195,13 @@ def test_unreachable_node_is_partial(
     assert "warning: broken:" in err
 
 
-def test_capture_is_parallel_and_saved(jobs: dict[str, ScenarioJob]) -> None:
+def test_capture_dumps_every_rank_and_is_saved(jobs: dict[str, ScenarioJob]) -> None:
+    # How much the parallel dumps save over AReaL's one-by-one loop is measured in
+    # bench/bench_capture.py, not timed here.
     fleet = Fleet([NodeSpec(name="node0")])
     try:
         fleet.call_all("ping")
-        t0 = time.perf_counter()
         raw = capture_raw(fleet, CaptureOptions(match=str(jobs["collective_mismatch"].state_dir)))
-        elapsed = time.perf_counter() - t0
         capture = take_capture(
             fleet, CaptureOptions(match=str(jobs["collective_mismatch"].state_dir))
         )
@@ -209,8 +209,6 @@ def test_capture_is_parallel_and_saved(jobs: dict[str, ScenarioJob]) -> None:
         fleet.close()
     dumps = raw["nodes"][0]["samples"][0]
     assert len(dumps) == 4 and all(d["ok"] for d in dumps)
-    # the dumps overlap in time: the whole round costs less than the dumps in a row
-    assert elapsed < sum(d["seconds"] for d in dumps) + 1.0
     assert any(c.capture_id == capture.capture_id for c in list_captures())
 
 

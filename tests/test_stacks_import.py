@@ -12,6 +12,8 @@ Fixtures in tests/data/pyspy_text/:
   reaching it), bash wrappers included;
 - rank0.txt, rank1.txt: `py-spy dump --pid` of those two workers; rank0_locals.txt the same
   with `--locals`.
+Machine paths in the recorded ones are rewritten to the neutral root of
+tests/fixtures/neutral_paths.py.
 """
 
 from __future__ import annotations

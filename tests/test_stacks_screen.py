@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -217,17 +216,16 @@ async def test_four_thousand_ranks_stay_responsive() -> None:
     capture = big_capture(4096)
     screen = StacksScreen(capture)
     app = StacksApp(screen)
+    # How fast it opens is measured in bench/bench_stacks.py (`bench_screen(4096)`), not
+    # here: a time budget in a test fails on a loaded machine and proves nothing.
     async with app.run_test(size=(120, 40)) as pilot:
-        t0 = time.perf_counter()
         await open_screen(pilot, screen)
-        opened = time.perf_counter() - t0
         table = screen.query_one(RankGroupTable)
         assert len(table.shown) == 2 and table.groups[0].size == 4096 - 5
         await pilot.press("number_sign", *"3993", "enter")
         assert "rank 3993 is in group 2" in status(screen)
         await pilot.press("d")
         assert screen.query_one(StackDiffView).display
-    assert opened < 10.0, f"the screen took {opened:.1f}s to show 4096 ranks"
 
 
 async def test_recapture_through_a_callable() -> None:

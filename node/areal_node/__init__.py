@@ -1,19 +1,7 @@
-"""The areal-console node agent: one standard-library module, shipped over SSH stdio."""
+"""The code areal-console runs on nodes: the agent, the batch reader, the reference trainer
+and its launch hook, with the constants both sides share.
 
-from __future__ import annotations
-
-import os
-
-AGENT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "agent.py")
-
-
-def agent_source() -> bytes:
-    """The agent program exactly as it is shipped to a node."""
-    with open(AGENT_PATH, "rb") as f:
-        return f.read()
-
-
-def agent_hash() -> str:
-    import hashlib  # only a remote node's bootstrap needs it (a local capture never does)
-
-    return hashlib.sha256(agent_source()).hexdigest()
+Standard library only and Python 3.9+ (the modules that use torch import it where they
+need it). The console ships this package to a node as one zip (`core/payload.py` builds
+it) and imports nothing from it but these modules; nothing here imports the console.
+"""

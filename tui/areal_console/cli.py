@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from areal_console import __version__
 from areal_console.core.errors import (
     EXIT_ERROR,
+    EXIT_PARTIAL,
     EXIT_USAGE,
     UsageError,
     UserError,
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         if args.command in PRINTABLE_COMMANDS:
-            return _run_printable(args)
+            return _partial_when_stale(args, _run_printable(args))
         return int(args.handler(args))
     except UsageError as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)
@@ -117,6 +118,15 @@ def _check_command(word: str) -> None:
     close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else f" (commands: {', '.join(names)})"
     raise UsageError(f"unknown command {word!r}{hint}")
+
+
+def _partial_when_stale(args: argparse.Namespace, code: int) -> int:
+    """A headless command that succeeded on a job with stale records (`--areal`) is
+    partial (3): the warning lines already said which records."""
+    plan = getattr(args, "areal_plan", None)
+    if code == 0 and plan is not None and (plan.stale or plan.refused):
+        return EXIT_PARTIAL
+    return code
 
 
 def run() -> None:

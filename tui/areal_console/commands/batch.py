@@ -7,8 +7,9 @@ import json
 import sys
 from typing import Any
 
+from areal_node.batches import BATCH_FORMATS, BatchError, compare
+
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
-from areal_console.core.batches import BATCH_FORMATS, BatchError, compare
 from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.targets import add_target_arguments, index, open_fleet, resolve_targets
 

@@ -9,7 +9,13 @@ import time
 from typing import Any
 
 from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
-from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
+from areal_console.core.targets import (
+    add_target_arguments,
+    areal_plan,
+    open_fleet,
+    resolve_targets,
+    seconds,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -51,10 +57,16 @@ def run(args: argparse.Namespace) -> int:
     from areal_console.core.metrics.health import thresholds_from
     from areal_console.core.settings import load_settings
 
-    if not args.path and not args.job:
-        raise UsageError("metrics: give a log PATH, or --job REGEX with the job's nodes")
+    if not args.path and not args.job and not args.areal:
+        raise UsageError(
+            "metrics: give a log PATH, --job REGEX with the job's nodes, or --areal E/T"
+        )
+    if args.interval <= 0:
+        raise UsageError("metrics: --interval must be positive")
     thresholds = thresholds_from(load_settings().health)
-    remote = bool(args.hosts or args.inventory or args.slurm_job or args.job or args.node)
+    remote = bool(
+        args.hosts or args.inventory or args.slurm_job or args.areal or args.job or args.node
+    )
     fleet = None
     try:
         if remote:
@@ -90,6 +102,15 @@ def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str]:
         if len(fleet) > 1:
             raise UsageError("metrics: several nodes: say which holds PATH with --node NAME")
         return fleet.sessions[0], args.path
+    plan = areal_plan(args)
+    if plan is not None and not args.job:
+        path, node, match = plan.log_target()
+        if path is not None:
+            print(f"note: log directory {path} (from --fileroot)", file=sys.stderr)
+            return (fleet.session(node) if node else fleet.sessions[0]), path
+        session, found = find_job_logs(fleet, match)
+        print(f"note: {found.node}: {found.path}", file=sys.stderr)
+        return session, found.path
     session, found = find_job_logs(fleet, args.job)
     print(f"note: {found.node}: {found.path}", file=sys.stderr)
     return session, found.path

@@ -13,7 +13,13 @@ from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.fleet import NodeFailure, NodeSession
 from areal_console.core.nodes import node_report, server_text
 from areal_console.core.records import ServerRow
-from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets, seconds
+from areal_console.core.targets import (
+    add_target_arguments,
+    areal_plan,
+    open_fleet,
+    resolve_targets,
+    seconds,
+)
 from areal_console.core.textfmt import format_bytes, rank_summary, render_table
 
 
@@ -41,8 +47,15 @@ def run(args: argparse.Namespace) -> int:
         count_areal_world_sizes(n["processes"] for n in nodes)
     finally:
         fleet.close()
+    plan = areal_plan(args)
+    doc: dict[str, Any] = {"nodes": nodes}
+    if plan is not None:
+        if not args.all:  # the job's processes only: its workers, wrappers, controller, servers
+            for n in nodes:
+                n["processes"] = [p for p in n["processes"] if p.get("job") == plan.job_key]
+        doc["areal"] = plan.to_json()
     if args.json:
-        json.dump({"nodes": nodes}, sys.stdout, indent=2)
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_nodes(nodes, _terminal_width()))

@@ -19,6 +19,7 @@ from areal_console.core.errors import (
 from areal_console.core.identity import UserScope
 from areal_console.core.targets import (
     add_target_arguments,
+    areal_plan,
     count,
     open_fleet,
     resolve_targets,
@@ -248,6 +249,9 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
         raise UsageError(str(exc)) from None
     # One-shot: a local agent runs as a thread of this process, and nobody loads NVML.
     fleet = open_fleet(args, resolve_targets(args), probe_gpus=False, in_process=True)
+    plan = areal_plan(args)
+    if plan is not None and not (args.job or args.all_jobs):
+        options.job = f"areal:{plan.job_key}"  # --areal names the job, not only its nodes
     try:
         result = capture_and_analyse(fleet, options)  # saved before it is shown
     except JobChoiceError as exc:

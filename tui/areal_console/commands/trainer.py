@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 from datetime import datetime, timezone
 
 from areal_console.core.locations import data_dir
-from areal_console.core.replay import TRAINER_PATH
+from areal_console.core.replay import local_trainer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    argv = [sys.executable, str(TRAINER_PATH), "--nproc", str(args.nproc)]
+    argv = ["--nproc", str(args.nproc)]
     if args.config:
         argv += ["--config", args.config]
     # Metrics go to the data dir unless `output_dir=` says otherwise (never into the current
@@ -38,4 +37,5 @@ def run(args: argparse.Namespace) -> int:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     argv += ["--default-output-dir", str(data_dir() / "trainer-runs" / stamp)]
     # The trainer validates its own configuration and prints "error: ..." itself.
-    return subprocess.call([*argv, *args.overrides])
+    command, env = local_trainer(*argv, *args.overrides)
+    return subprocess.call(command, env=env)

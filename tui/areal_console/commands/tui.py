@@ -8,6 +8,7 @@ from typing import Any
 from areal_console.core.settings import load_settings
 from areal_console.core.targets import (
     add_target_arguments,
+    areal_plan,
     fleet_options,
     resolve_targets,
     seconds,
@@ -36,12 +37,23 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def health_target(args: argparse.Namespace) -> Any:
+    """What the Health screen follows: `--health PATH`, else the `--areal` job's log
+    directory (from `--fileroot`, or from its workers' command lines), else nothing."""
+    from areal_console.core.metrics.locate import HealthTarget
+
+    if args.health:
+        return HealthTarget(args.health, args.health_node)
+    plan = areal_plan(args)
+    return HealthTarget(*plan.log_target()) if plan is not None else None
+
+
 def run(args: argparse.Namespace) -> int:
     from areal_console.app import create_app
-    from areal_console.core.metrics.locate import HealthTarget
 
     settings = load_settings()  # before the screen opens: a bad file is a one-line error
     specs = resolve_targets(args)
+    health = health_target(args)
     app = create_app(
         specs,
         fleet_options=fleet_options(args),
@@ -50,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         refresh_interval=args.interval,
         batches_path=args.batches,
         batches_node=args.batches_node,
-        health_target=HealthTarget(args.health, args.health_node) if args.health else None,
+        health_target=health,
     )
     app.run()
     return app.return_code or 0  # 130 after Ctrl-C

@@ -2,25 +2,25 @@
 
 Both sources answer the same four questions (summary, sample table, one sample, the files
 of a dump directory) with the same JSON-able dicts, so the CLI and the Batches screen do
-not care where the file lives. A node computes everything next to the file: the console
-ships `batches.py` through the agent's `load` op once per session and only small results
-travel back.
+not care where the file lives. A node computes everything next to the file: its agent runs
+from the payload, which holds the batch reader (`areal_node.batches`); the agent's `load`
+op adds the reader's ops once per session, and only small results travel back.
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any, Protocol
 
-from areal_node.agent import DUMP_FILE
+from areal_node import batches
+from areal_node.batches import BatchError, UnsafePickleError
 
-from areal_console.core import areal_keys, batches
-from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.fleet import NodeSession
 
 EXTENSION_NAME = "batches"
+# The batch reader's agent ops, a module of the payload the node's agent runs from.
+EXTENSION_MODULE = "areal_node.batches.ops"
 
 
 class BatchSource(Protocol):
@@ -109,7 +109,7 @@ class LocalBatchSource:
 
 
 class RemoteBatchSource:
-    """Files on a node: the node's agent runs `batches.py` next to them."""
+    """Files on a node: the node's agent runs the batch reader next to them."""
 
     def __init__(self, session: NodeSession, timeout: float = 120.0) -> None:
         self.session = session
@@ -122,7 +122,7 @@ class RemoteBatchSource:
         with self._lock:
             if self.session.client is not None and self._loaded_client is self.session.client:
                 return
-            self._call("load", {"name": EXTENSION_NAME, "source": node_source()})
+            self._call("load", {"name": EXTENSION_NAME, "module": EXTENSION_MODULE})
             # A reconnect starts a fresh agent that has to be taught again.
             self._loaded_client = self.session.client
 
@@ -194,22 +194,6 @@ class RemoteBatchSource:
 
     def list_dir(self, path: str) -> dict[str, Any]:
         return self._op("batch_list", {"path": path})
-
-
-def node_source() -> str:
-    """What a node's agent runs: batches.py, then the config-key registry it names keys with.
-
-    The registry comes second (it has no `from __future__` line, which must open a module)
-    and batches.py only calls it at run time, so one namespace holds both; last comes the
-    agent's dump-name pattern (batches.py imports it where the agent's package is).
-    """
-    return (
-        Path(batches.__file__).read_text(encoding="utf-8")
-        + "\n\n"
-        + Path(areal_keys.__file__).read_text(encoding="utf-8")
-        + "\n\nimport re as _re\n\n"
-        + f"STEP_FILE = _re.compile({DUMP_FILE.pattern!r})  # the agent's dump names\n"
-    )
 
 
 def is_unsafe_pickle_error(message: str) -> bool:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from areal_node.agent import PROTOCOL_VERSION
+from areal_node.agent.protocol import PROTOCOL_VERSION
 
 from areal_console.core.transport import Channel, ChannelClosed, source_frame
 

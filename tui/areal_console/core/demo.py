@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from areal_console.core.errors import UserError
+from areal_console.core.replay import local_trainer
 
 PATTERNS = ("cleanup", "mismatch", "collective", "none")
 TRAIN_STEPS = 30
 # Rollouts up to 32 versions stale and a high learning rate: the behaviour policy falls
 # behind and behave_imp_weight leaves 1 (what AReaL's guide warns about).
 DRIFT = ("rollout.max_head_offpolicyness=32", "actor.optimizer.lr=0.01")
-TRAINER = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
 
 Progress = Callable[[str], None]
 
@@ -83,14 +82,14 @@ class DemoJob:
         """A string found in every rank's command line: filters the console to this job."""
         return self.workdir.name
 
-    def argv(self) -> list[str]:
+    def trainer_args(self) -> list[str]:
         # Without a hang the job keeps training slowly past the dumped steps ("slow, not
         # hung": its stacks change between samples).
         steps = max(self.dump_steps, TRAIN_STEPS)
         if self.pattern == "none":
             steps += 100_000
         return [
-            sys.executable, str(TRAINER), "--nproc", str(self.nproc),
+            "--nproc", str(self.nproc),
             f"steps={steps}", "seed=1", *DRIFT,
             f"stats_logger.tensorboard.path={self.tensorboard_dir}",
             "trajectory_debug.dump_rollout_data=true",
@@ -103,11 +102,13 @@ class DemoJob:
     def start(self) -> None:
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         # TMPDIR inside the work dir: torchrun's scratch files go when the demo's files go.
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-               "TMPDIR": str(self.workdir)}  # fmt: skip
+        argv, env = local_trainer(*self.trainer_args(), env={
+            **os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+            "TMPDIR": str(self.workdir),
+        })  # fmt: skip
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                self.argv(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=env, cwd=self.workdir,
             )  # fmt: skip
 

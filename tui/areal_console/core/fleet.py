@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from areal_node.agent import parallel_map
+from areal_node.agent.threads import parallel_map
 
 from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
 from areal_console.core.specs import NodeSpec

@@ -7,6 +7,7 @@ of what it launched under `jobs_dir()` so a job on a node that dropped is still 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -22,6 +23,7 @@ from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.identity import login_user
+from areal_console.core.payload import node_payload
 from areal_console.core.replay import (
     TRAINER_FILE_NAME,
     DumpIndex,
@@ -29,8 +31,6 @@ from areal_console.core.replay import (
     Verification,
     parse_metrics,
     resolve,
-    trainer_hash,
-    trainer_source,
     verify,
 )
 from areal_console.core.replay_changes import verification_from_json, verify_changed_run
@@ -240,11 +240,14 @@ def dump_index(session: NodeSession, path: str) -> DumpIndex:
 
 
 def stage_trainer(session: NodeSession) -> str:
-    """The reference trainer's path on the node, sending it only when its hash is new there."""
-    args: dict[str, Any] = {"name": TRAINER_FILE_NAME, "sha256": trainer_hash()}
+    """The reference trainer's path on the node: the node payload, staged under the
+    trainer's name and sent only when its hash is new there."""
+    payload = node_payload()
+    args: dict[str, Any] = {"name": TRAINER_FILE_NAME, "sha256": payload.sha256}
     staged = session.call("stage_file", args)
     if not staged.get("present"):
-        staged = session.call("stage_file", {**args, "source": trainer_source().decode()})
+        data = base64.b64encode(payload.data).decode("ascii")
+        staged = session.call("stage_file", {**args, "data": data})
     return str(staged["path"])
 
 

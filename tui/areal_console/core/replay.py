@@ -10,38 +10,24 @@ field typed into the UI is only ever one argv element, never parsed by a shell.
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import math
+import os
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from areal_node.agent import escape_placeholders, fill_placeholders
+from areal_node.agent.jobs import escape_placeholders, fill_placeholders
+from areal_node.constants import METRIC_NAMES, METRICS_FILE, TRAINER_MODULE, config_key
 
-from areal_console.core.areal_keys import config_key
 from areal_console.core.errors import UserError
+from areal_console.core.payload import PACKAGE_DIR
 
-TRAINER_PATH = Path(__file__).resolve().parent.parent / "trainer" / "reference_trainer.py"
-
-
-def _trainer_constant(name: str) -> Any:
-    """A literal the reference trainer defines, read from its source (importing it would
-    import torch; it is shipped to nodes as one self-contained file, so it owns these)."""
-    for node in ast.parse(TRAINER_PATH.read_text()).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            return ast.literal_eval(node.value)
-    raise LookupError(f"{TRAINER_PATH.name} defines no {name}")
-
-
-# The metrics the reference trainer logs (AReaL's names); replay must reproduce each.
-METRIC_NAMES: tuple[str, ...] = _trainer_constant("METRIC_NAMES")
-TRAINER_FILE_NAME = "reference_trainer.py"
+# A node runs the reference trainer from the payload, staged under this name (run as a
+# program, the payload is the trainer); this machine runs it from the node package.
+TRAINER_FILE_NAME = "reference_trainer.pyz"
 
 # Placeholders a template may use; each is substituted inside one argv element.
 # Steps are AReaL's global steps (from 0): {start} and {end} are the first and last replayed,
@@ -56,8 +42,8 @@ DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
             "trajectory_debug.replay_rollout_data=true trajectory_debug.path={dir} "
             "start_step={start} steps={stop} output_dir={job_dir}/out"
         ),
-        "metrics": "{job_dir}/out/metrics.jsonl",
-        "recorded_metrics": "{dir}/metrics.jsonl",
+        "metrics": f"{{job_dir}}/out/{METRICS_FILE}",
+        "recorded_metrics": f"{{dir}}/{METRICS_FILE}",
     },
     # AReaL's replay has no start-step option: it trains from global step 0 (or after a
     # recovered checkpoint), loading step_{global_step:06d}.pt each step (PR #1407,
@@ -72,13 +58,16 @@ DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
 }
 
 
-def trainer_source() -> bytes:
-    """The reference trainer exactly as it is shipped to a node."""
-    return TRAINER_PATH.read_bytes()
-
-
-def trainer_hash() -> str:
-    return hashlib.sha256(trainer_source()).hexdigest()
+def local_trainer(
+    *args: str, env: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) that run the reference trainer on this machine with `args`:
+    `python -m areal_node.trainer` on the node package this process imports, whose root
+    goes first on PYTHONPATH (the trainer and its torchrun ranks import the same code)."""
+    base = dict(os.environ if env is None else env)
+    root = str(PACKAGE_DIR.parent)
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [root, base.get("PYTHONPATH")]))
+    return [sys.executable, "-m", TRAINER_MODULE, *args], base
 
 
 # --------------------------------------------------------------------------------------

@@ -537,6 +537,19 @@ class SlurmClient:
             raise UserError(f"squeue failed on {self.runner.where}: {result.error_line}")
         return parse_squeue_lines(result.stdout)
 
+    def named(self, names: Iterable[str], user: str | None = None) -> list[SlurmJob]:
+        """Queued or running jobs with one of these names (`squeue --name`)."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return []
+        argv = ["squeue", "-h", f"--name={','.join(wanted)}", "-o", SQUEUE_FORMAT]
+        if user:
+            argv += ["-u", user]
+        result = self._run(argv)
+        if result.returncode != 0:
+            raise UserError(f"squeue failed on {self.runner.where}: {result.error_line}")
+        return [j for j in parse_squeue_lines(result.stdout) if j.name in wanted]
+
     def current_user(self) -> str:
         result = self._run(["id", "-un"])
         return result.stdout.strip() or "?"

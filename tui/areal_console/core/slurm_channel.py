@@ -16,6 +16,7 @@ the nodes that were not at fault fall back to their own per-node step.
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import re
@@ -23,8 +24,7 @@ import threading
 import time
 from typing import Any
 
-from areal_node import agent_source
-
+from areal_console.core.payload import node_payload
 from areal_console.core.slurm import CommandRunner, StepProcess, make_runner
 from areal_console.core.specs import NodeSpec, SlurmTarget
 from areal_console.core.transport import (
@@ -49,9 +49,10 @@ SOURCE_NODE = "(source)"  # an address no agent has
 
 
 def shared_source_line() -> bytes:
+    """The payload for the shared step's bootstraps: one JSON line (base64) to no node."""
+    data = base64.b64encode(node_payload().data).decode()
     return (
-        json.dumps({"node": SOURCE_NODE, "source": agent_source().decode()}, separators=(",", ":"))
-        + "\n"
+        json.dumps({"node": SOURCE_NODE, "payload": data}, separators=(",", ":")) + "\n"
     ).encode()
 
 

@@ -8,9 +8,10 @@ site that forbids overlapping steps) the nodes are reached over SSH, and a note 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from areal_console.core.errors import UserError
+from areal_console.core.errors import UsageError, UserError
 from areal_console.core.slurm import (
     SLURM_COMMAND_TIMEOUT,
     CommandRunner,
@@ -20,8 +21,10 @@ from areal_console.core.slurm import (
     running_job,
 )
 from areal_console.core.specs import NodeSpec, SlurmTarget
+from areal_console.core.textfmt import clip_repr
 
 SLURM_MODES = ("step", "node", "ssh")
+JOB_ID = re.compile(r"\d+(_\d+)?(\+\d+)?")
 
 
 @dataclass
@@ -97,8 +100,26 @@ def resolve_slurm_targets(
     if mode not in SLURM_MODES:
         raise UserError(f"--slurm-mode must be one of {', '.join(SLURM_MODES)}, not {mode!r}")
     runner = runner or make_runner(login)
-    job = running_job(SlurmClient(runner, timeout), job_id)
+    client = SlurmClient(runner, timeout)
     notes: list[str] = []
+    if not JOB_ID.fullmatch(job_id):
+        name, job_id = job_id, job_id_by_name(client, job_id)
+        notes.append(f"Slurm job {job_id} is the one named {clip_repr(name)}")
+    job = running_job(client, job_id)
+    return plan_for_job(runner, job, login, mode, probe, timeout, notes)
+
+
+def plan_for_job(
+    runner: CommandRunner,
+    job: SlurmJob,
+    login: str | None,
+    mode: str,
+    probe: bool,
+    timeout: float,
+    notes: list[str] | None = None,
+) -> SlurmPlan:
+    """How to reach a running job's nodes: srun steps, or SSH when srun can't join."""
+    notes = list(notes or [])
     down = job.unreachable_nodes()
     for reason in down.values():
         notes.append(f"{reason}: not contacting it")
@@ -111,3 +132,23 @@ def resolve_slurm_targets(
             notes.append(f"{why_not}; reaching the job's {len(job.nodes)} nodes over SSH instead")
             return SlurmPlan(job, ssh_specs(job, login), "ssh", notes)
     return SlurmPlan(job, slurm_specs(job, login, mode), "slurm", notes)
+
+
+def job_id_by_name(client: SlurmClient, name: str) -> str:
+    """The one running (else queued) job named `name`, as `squeue --name` finds it; AReaL's
+    Slurm scheduler names each role's job `{experiment}_{trial}:{role}`."""
+    if not name.strip() or "," in name or any(ord(c) < 32 for c in name):
+        # squeue --name takes a comma-separated list: a comma can't be part of one name
+        raise UsageError(f"{clip_repr(name)} is not a Slurm job id or name")
+    jobs = client.named([name])
+    if not jobs:
+        raise UserError(
+            f"no Slurm job named {clip_repr(name)} in the queue on {client.runner.where}"
+        )
+    running = [j for j in jobs if j.active] or jobs
+    if len(running) > 1:
+        ids = ", ".join(j.job_id for j in running)
+        raise UserError(
+            f"{len(running)} Slurm jobs are named {clip_repr(name)} ({ids}): give an id"
+        )
+    return running[0].job_id

@@ -58,8 +58,30 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     excl.add_argument("--inventory", metavar="FILE", help="a cluster.yaml inventory")
     excl.add_argument(
         "--slurm-job",
-        metavar="JOBID",
-        help="the nodes of a running Slurm job, reached through srun --overlap",
+        metavar="JOBID|NAME",
+        help="the nodes of a running Slurm job (by id, or by name as squeue shows it), "
+        "reached through srun --overlap",
+    )
+    excl.add_argument(
+        "--areal",
+        metavar="[USER/]EXPERIMENT/TRIAL",
+        help="an AReaL job by its name: its workers' nodes, from AReaL's name-resolve records",
+    )
+    group.add_argument(
+        "--name-resolve-root",
+        metavar="DIR",
+        help="--areal: the nfs record root (default /tmp/areal/name_resolve)",
+    )
+    group.add_argument(
+        "--etcd3",
+        metavar="HOST:PORT",
+        help="--areal: read the records from etcd at this address (AReaL's etcd3_addr)",
+    )
+    group.add_argument(
+        "--fileroot",
+        metavar="DIR",
+        help="--areal: the job's cluster.fileroot, for its log directory (default: read "
+        "from the workers' command lines)",
     )
     group.add_argument(
         "--login",
@@ -111,8 +133,14 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
     slurm_job = getattr(args, "slurm_job", None)
-    if getattr(args, "login", None) and not slurm_job:
-        raise UsageError("--login goes with --slurm-job (it is where Slurm's commands run)")
+    areal = getattr(args, "areal", None)
+    if getattr(args, "login", None) and not (slurm_job or areal):
+        raise UsageError("--login goes with --slurm-job or --areal (where Slurm's commands run)")
+    for option in ("name_resolve_root", "etcd3", "fileroot"):
+        if getattr(args, option, None) and not areal:
+            raise UsageError(f"--{option.replace('_', '-')} goes with --areal")
+    if areal:
+        return _areal_targets(args, str(areal))
     if slurm_job:
         from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT
         from areal_console.core.slurm_targets import resolve_slurm_targets
@@ -142,6 +170,36 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
                 raise UsageError(f"--hosts: {exc}") from None
         return inv.load_inventory(str(inventory), groups=getattr(args, "group", None))
     return [local_node()]
+
+
+def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
+    """`--areal`: the job's nodes; the plan stays on `args` (`areal_plan`) for the
+    command's scoping and for the exit code (stale records make a run partial)."""
+    from areal_console.core.areal_targets import resolve_areal_targets
+    from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT
+
+    if getattr(args, "name_resolve_root", None) and getattr(args, "etcd3", None):
+        raise UsageError("--name-resolve-root (nfs) and --etcd3 name two different backends")
+    plan = resolve_areal_targets(
+        name,
+        nfs_root=getattr(args, "name_resolve_root", None),
+        etcd3=getattr(args, "etcd3", None),
+        login=getattr(args, "login", None),
+        mode=getattr(args, "slurm_mode", "step"),
+        slurm_timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
+        fileroot=getattr(args, "fileroot", None),
+    )
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    for line in plan.warnings():
+        print(f"warning: {line}", file=sys.stderr)
+    args.areal_plan = plan
+    return plan.specs
+
+
+def areal_plan(args: argparse.Namespace) -> Any:
+    """The `ArealPlan` `--areal` resolved to (None without `--areal`)."""
+    return getattr(args, "areal_plan", None)
 
 
 def fleet_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Byte channels to a node's agent: a local subprocess or (see `ssh.py`) an SSH exec channel.
 
-Both run the same bootstrap: the node's `python3` looks for the agent in its cache by
-content hash; on a miss it asks for the source on stdin, caches it atomically, and runs it.
-A reconnect to a node that has the agent therefore costs a single round trip.
+Both run the same bootstrap: the node's `python3` looks for the node payload (the
+`areal_node` package as one zip, see `payload.py`) in its cache by content hash; on a miss
+it asks for it on stdin, caches it atomically, puts it on `sys.path` and starts the agent
+from it. A reconnect to a node that has the payload therefore costs a single round trip.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from areal_node import agent_hash, agent_source
+from areal_console.core.payload import node_payload, payload_name
 
 # The oldest Python the agent runs on (it is checked first, before anything else runs).
 MIN_PYTHON = (3, 9)
@@ -26,12 +27,17 @@ EXIT_OLD_PYTHON = 86
 EXIT_UNSAFE_CACHE = 87
 
 # The bootstrap the node's python runs (`python3 -c BOOTSTRAP HASH`). It looks for the
-# agent in the node's cache by content hash; on a miss it asks for the source and caches
-# it. Written for Python 2.7 and 3.x syntax, so that an old interpreter can still say why
-# it cannot run the agent. The cache is trusted only when it is a real directory (not a
-# link) owned by the user and writable by no one else; the file is read without following
-# links or blocking (a FIFO there must not hang), and written to a new temp file
-# (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600) renamed into place.
+# payload in the node's cache by content hash; on a miss it asks for it and caches it.
+# Written for Python 2.7 and 3.x syntax, so that an old interpreter can still say why it
+# cannot run the agent. The cache is trusted only when it is a real directory (not a link)
+# owned by the user and writable by no one else; the file is read without following links
+# or blocking (a FIFO there must not hang), and written to a new temp file
+# (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600) renamed into place. Where it cannot be cached, an
+# unnamed temp file holds it for this run. The checked zip then goes first on `sys.path`
+# and the agent is imported from it. zipimport compiles every module twice (up to Python
+# 3.13 its `get_filename` compiles the source to learn the module's path, and the import
+# machinery asks for that path before it asks for the code): `Z` names the path from the
+# documented `archive`, `prefix` and `is_package` instead, so each module compiles once.
 _BOOTSTRAP_HEAD = (
     "import sys,os,hashlib,stat\n"
     "def die(c,m):\n"
@@ -43,7 +49,7 @@ _BOOTSTRAP_HEAD = (
     "h=sys.argv[1]\n"
     "d=os.path.join(os.environ.get('XDG_CACHE_HOME') or "
     "os.path.join(os.path.expanduser('~'),'.cache'),'areal-console')\n"
-    "p=os.path.join(d,'agent-'+h+'.py')\n"
+    "p=os.path.join(d,'@NAME@'%h)\n"
     "try:\n"
     " os.makedirs(d,0o700)\n"
     "except OSError:\n"
@@ -79,10 +85,10 @@ _BOOTSTRAP_HEAD = (
     "if hashlib.sha256(s).hexdigest()!=h:\n"
     ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
 )
-# The source as a length-prefixed frame on stdin.
+# The payload as a length-prefixed frame on stdin.
 _SOURCE_FROM_FRAME = " n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
-# The source as the one JSON line addressed to no node (the shared Slurm step: agents that
-# already run drop it like any request for another node).
+# The payload (base64) in the one JSON line addressed to no node (the shared Slurm step:
+# agents that already run drop it like any request for another node).
 _SOURCE_FROM_JSON = (
     " import json\n"
     " while True:\n"
@@ -90,10 +96,11 @@ _SOURCE_FROM_JSON = (
     "  if not l:sys.exit(1)\n"
     "  try:m=json.loads(l)\n"
     "  except ValueError:continue\n"
-    "  if isinstance(m,dict) and 'source' in m:s=m['source'].encode();break\n"
+    "  if isinstance(m,dict) and 'payload' in m:\n"
+    "   import base64;s=base64.b64decode(m['payload']);break\n"
 )
 _BOOTSTRAP_TAIL = (
-    " if hashlib.sha256(s).hexdigest()!=h:die(@CACHE@,'the agent source arrived damaged')\n"
+    " if hashlib.sha256(s).hexdigest()!=h:die(@CACHE@,'the agent payload arrived damaged')\n"
     " t=p+'.%d.tmp'%os.getpid()\n"
     " try:\n"
     "  f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)\n"
@@ -103,7 +110,16 @@ _BOOTSTRAP_TAIL = (
     "  try:os.unlink(t)\n"
     "  except OSError:pass\n"
     "  sys.stderr.write('areal-agent: note: not cached (%s: %s)\\n'%(p,e.strerror))\n"
-    "g={'__name__':'__areal_node__'};exec(compile(s,p,'exec'),g)"
+    "  import tempfile\n"
+    "  k=tempfile.TemporaryFile();k.write(s);k.flush();p='/dev/fd/%d'%k.fileno()\n"
+    "import zipimport\n"
+    "class Z(zipimport.zipimporter):\n"
+    " def get_filename(self,n):\n"
+    "  t=n.rpartition('.')[2];f=os.path.join(t,'__init__.py') if self.is_package(n) else t+'.py'\n"
+    "  return os.path.join(self.archive,self.prefix,f)\n"
+    "sys.path_hooks.insert(0,Z);sys.path.insert(0,p)\n"
+    "from areal_node.agent.serve import main\n"
+    "main()"
 )
 
 
@@ -113,6 +129,7 @@ def _fill(script: str) -> str:
         .replace("@NEED@", ".".join(map(str, MIN_PYTHON)))
         .replace("@OLD@", str(EXIT_OLD_PYTHON))
         .replace("@CACHE@", str(EXIT_UNSAFE_CACHE))
+        .replace("@NAME@", payload_name("%s"))
     )
 
 
@@ -143,7 +160,9 @@ RESOLVE_PYTHON = (
 
 def resolving_argv(python: str, code: str) -> list[str]:
     """`/bin/sh` choosing the interpreter on the node, then running `code` with it."""
-    return ["/bin/sh", "-c", _fill(RESOLVE_PYTHON), "areal-agent", python, code, agent_hash()]
+    return [
+        "/bin/sh", "-c", _fill(RESOLVE_PYTHON), "areal-agent", python, code, node_payload().sha256
+    ]  # fmt: skip
 
 
 _BOOTSTRAP_LINE = re.compile(r"areal-agent: (?!note:)(.+)")
@@ -177,7 +196,7 @@ def bootstrap_problem(
 
 
 def bootstrap_argv(python: str = "python3") -> list[str]:
-    return [python, "-c", BOOTSTRAP, agent_hash()]
+    return [python, "-c", BOOTSTRAP, node_payload().sha256]
 
 
 class Channel(Protocol):
@@ -201,8 +220,9 @@ class ChannelClosed(Exception):
 
 
 def source_frame() -> bytes:
-    src = agent_source()
-    return str(len(src)).encode() + b"\n" + src
+    """The payload as the bootstrap reads it on a cache miss: its length, a newline, its bytes."""
+    data = node_payload().data
+    return str(len(data)).encode() + b"\n" + data
 
 
 class ProcessChannel:
@@ -332,7 +352,7 @@ class InProcessChannel:
     """
 
     def __init__(self) -> None:
-        from areal_node.agent import Agent
+        from areal_node.agent.serve import Agent
 
         to_agent_r, to_agent_w = os.pipe()
         from_agent_r, from_agent_w = os.pipe()

@@ -12,6 +12,8 @@ import posixpath
 from collections.abc import Callable
 from typing import Any
 
+from areal_node import batches
+from areal_node.batches import BatchError, UnsafePickleError
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
@@ -22,7 +24,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from areal_console.core import batches
 from areal_console.core.batch_records import (
     BatchStats,
     BatchSummary,
@@ -34,7 +35,6 @@ from areal_console.core.batch_records import (
     sample_rows,
 )
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
-from areal_console.core.batches import BatchError, UnsafePickleError
 from areal_console.core.fleet import Fleet
 from areal_console.core.textfmt import plural, printable
 from areal_console.messages import (
@@ -50,8 +50,13 @@ from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.remote_text import remote_block, remote_text
 from areal_console.widgets.token_view import TokenView
-from areal_console.widgets.vim_table import VimTable
+from areal_console.widgets.vim_table import VimTable, columns_for
 from areal_console.workers import Ticket, WorkerHost, background
+
+SAMPLE_COLUMNS = ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver")
+# On a narrow terminal, beside the step list (the open sample's line has these):
+SAMPLE_SPARE = ("row", "seq", "prompt")
+SAMPLE_SHORT = {"group": "grp", "task_reward": "reward"}
 
 # Below this many rows the summary and the samples cannot both be usable at once.
 SUMMARY_NEEDS_HEIGHT = 36
@@ -115,7 +120,7 @@ def _stats_text(out: Text, st: BatchStats, eos: tuple[int, ...] | None) -> None:
 
 
 def summary_text(s: BatchSummary) -> Text:
-    """The summary pane: what the file is, its stats, and warnings."""
+    """The summary pane: what the file is, its warnings, its stats."""
     out = Text()
     out.append_text(remote_text(s.description, style="bold"))
     out.append("\n")
@@ -124,6 +129,10 @@ def summary_text(s: BatchSummary) -> Text:
     if s.step is not None:
         where.insert(0, f"step {s.step}" + (f" dp {s.dp_rank}" if s.dp_rank is not None else ""))
     out.append("  ".join(where) + "\n")
+    # The warnings before the figures: on a short terminal they are what must show.
+    for w in s.warnings:
+        out.append_text(remote_text(f"! {w}", style="bold yellow"))
+        out.append("\n")
     if s.stats is not None:
         _stats_text(out, s.stats, s.eos_token_ids)
     remote = s.remote
@@ -131,9 +140,6 @@ def summary_text(s: BatchSummary) -> Text:
         out.append(f"{'RTensors':<13}", style="bold")
         nodes = ", ".join(f"{a} ({n})" for a, n in sorted(remote.nodes.items()))
         out.append(f"{_num(remote.shards)} shards on {nodes}\n")
-    for w in s.warnings:
-        out.append_text(remote_text(f"! {w}", style="bold yellow"))
-        out.append("\n")
     return out
 
 
@@ -287,9 +293,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
             ("no_eos", "no_eos"),
         ):
             steps.add_column(label, key=key)
-        samples = self.query_one("#samples", DataTable)
-        for label in ("#", "group", "row", "seq", "prompt", "resp", "task_reward", "eos", "ver"):
-            samples.add_column(label, key=label)
+        self._sample_columns()
         # Keys go to the step list first, and tab goes straight on to the samples: the
         # summary box above them scrolls with the mouse but takes no focus.
         self.query_one("#summary-pane").can_focus = False
@@ -302,6 +306,14 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
 
     def on_resize(self, _event: events.Resize) -> None:
         self._fit_to_height()
+        if self._sample_columns():
+            self._fill_samples()
+
+    def _sample_columns(self) -> bool:
+        """The sample table's columns for the terminal's width; whether they changed."""
+        columns = [(key, key) for key in SAMPLE_COLUMNS]
+        wanted = columns_for(self.app.size.width, columns, SAMPLE_SPARE, SAMPLE_SHORT)
+        return self.query_one("#samples", VimTable).show_columns(wanted)
 
     def _fit_to_height(self) -> None:
         """On a short terminal, working in the samples hides the step's summary and
@@ -463,20 +475,21 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     def _fill_samples(self) -> None:
         table = self.query_one("#samples", DataTable)
         table.clear()
+        keys = self.query_one("#samples", VimTable).column_keys
         for r in filter_rows(self.sample_rows, self.text_filter):
             eos = r.ends_in_eos  # AReaL's rule when no EOS id is known
-            table.add_row(
-                str(r.index),
-                _fmt(r.group),
-                _fmt(r.row),
-                _fmt(r.seq_len),
-                _fmt(r.prompt_len),
-                _fmt(r.response_len),
-                _fmt(r.task_reward, 2),
-                "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
-                f"{_fmt(r.head_version)}..{_fmt(r.tail_version)}",
-                key=str(r.index),
-            )
+            cells = {
+                "#": str(r.index),
+                "group": _fmt(r.group),
+                "row": _fmt(r.row),
+                "seq": _fmt(r.seq_len),
+                "prompt": _fmt(r.prompt_len),
+                "resp": _fmt(r.response_len),
+                "task_reward": _fmt(r.task_reward, 2),
+                "eos": "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
+                "ver": f"{_fmt(r.head_version)}..{_fmt(r.tail_version)}",
+            }
+            table.add_row(*(cells[k] for k in keys), key=str(r.index))
 
     @on(BatchSampleLoaded)
     def _sample_loaded(self, message: BatchSampleLoaded) -> None:

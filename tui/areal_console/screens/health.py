@@ -98,6 +98,9 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
         self.call_after_refresh(self._focus_table)
         self.poll()
 
+    def on_resize(self) -> None:
+        self.query_one(HealthBanner).redraw()  # one line a warning on a short terminal
+
     def _focus_table(self) -> None:
         for table in self.query(MetricTable):
             table.focus()

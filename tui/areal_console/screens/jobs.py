@@ -163,6 +163,9 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         with Vertical():
             yield FilterInput("filter jobs…", id="jobs-filter", back_to="#jobs-table")
             table = VimTable(id="jobs-table", cursor_type="row")
+            # A narrow terminal cuts the job's name (whole in the detail below), never
+            # its state or verdict.
+            table.cut_columns = ("job",)
             yield table
             yield Static("", id="jobs-detail")
             yield Log(id="jobs-log", max_lines=2000)

@@ -48,9 +48,15 @@ from areal_console.workers import Ticket, WorkerHost, background
 CaptureFn = Callable[[], StackCapture | AnalysedCapture]
 
 
+DIFFING_GROUPS_WIDTH = 37  # the groups pane beside an open diff, border included
+
+
 class StacksScreen(FilterHost, WorkerHost, Screen[None]):
     """One capture, analysed. Give it a `StackCapture`, or a `recapture` callable that
     takes (and saves) a new one; `r` calls it again. All analysis runs in workers."""
+
+    # Under 100 columns a diff takes the whole width (its title names both groups).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
 
     BINDINGS = [
         Binding(
@@ -381,9 +387,21 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             return
         table = self.query_one(RankGroupTable)
         table.show_groups(self.analysis.groups, self.marked, self.text_filter)
-        self.query_one("#groups-title", Label).update(
-            f"Groups ({len(table.shown)} of {len(self.analysis.groups)})"
-        )
+        self._groups_title()
+        self.call_after_refresh(self._groups_title)  # once the table has its height
+
+    def _groups_title(self) -> None:
+        """`Groups (shown of all)`, and how many rows are below the pane's edge."""
+        if self.analysis is None:
+            return
+        table = self.query_one(RankGroupTable)
+        title = f"Groups ({len(table.shown)} of {len(self.analysis.groups)})"
+        below = table.rows_below() if table.size.height else 0
+        self.query_one("#groups-title", Label).update(title + (f" +{below} below" if below else ""))
+
+    def on_rank_group_table_view_changed(self, message: RankGroupTable.ViewChanged) -> None:
+        message.stop()
+        self.call_after_refresh(self._groups_title)  # the table's regions are final then
 
     def _show_trees(self) -> None:
         if self.analysis is None or self.capture is None:
@@ -444,11 +462,14 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         diff = diff_stacks(a.frames, b.frames)
         self.diffing = pair
         view = self.query_one(StackDiffView)
+        body = self.query_one("#stacks-body")
+        body.add_class("-diffing")  # narrower groups pane, or none (global.tcss)
+        groups_box = 0 if self.has_class("-narrow") else DIFFING_GROUPS_WIDTH
         view.show_diff(
             diff,
             f"ranks {a.label} ({a.size})",
             f"ranks {b.label} ({b.size})",
-            width=self.query_one("#detail-box").size.width,
+            width=body.size.width - groups_box,  # the view re-fits on its first resize
         )
         self.query_one(StackTree).display = False
         view.display = True
@@ -479,6 +500,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
 
     def _close_diff(self) -> None:
         self.diffing = None
+        self.query_one("#stacks-body").remove_class("-diffing")
         self.query_one(StackDiffView).display = False
         self.query_one(StackTree).display = True
         self._set_detail_title()

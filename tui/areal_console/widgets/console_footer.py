@@ -1,5 +1,6 @@
-"""The footer of every screen, with `? Help` first: on a narrow terminal the keys at the end
-are cut, and `?` is the one that lists all the others."""
+"""The footer of every screen, with `? Help` first and `q Quit` second: on a narrow terminal
+the keys at the end are cut, `?` is the one that lists all the others, and `q` is the one a
+newcomer looks for to leave."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ class ConsoleFooter(Footer):
         self._shown = self._bindings_shown() if self._bindings_ready else None
         keys = list(super().compose())
         help_keys = [k for k in keys if getattr(k, "key", None) == "question_mark"]
-        yield from help_keys + [k for k in keys if k not in help_keys]
+        quit_keys = [k for k in keys if str(getattr(k, "action", "")).endswith("quit")]
+        first = help_keys + quit_keys
+        yield from first + [k for k in keys if k not in first]
 
     def bindings_changed(self, screen: Screen[Any]) -> None:
         # Textual rebuilds every key of the footer whenever the bindings may have changed

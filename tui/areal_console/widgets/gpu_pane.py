@@ -24,8 +24,28 @@ def _level_style(fraction: float | None) -> str:
     return "green"
 
 
-def render_gpus(view: NodeView | None) -> RenderableType:
-    """A table of the node's GPUs, or a plain sentence saying why there is none."""
+def gpu_widths(width: int, name: int, memory: int) -> tuple[int, int]:
+    """(bar, history) widths for a pane `width` cells wide. Index, name, temperature and
+    power are always shown; the bars shrink (down to none: the figures stay), and the
+    history is shown only where both bars have their full width."""
+    gaps = 2 * 5  # six columns, two cells between each
+    fixed = 3 + name + len(" 100%") + len(" ") + memory + len("100°C") + len("1000 W") + gaps
+    room = width - fixed
+    bar_width = max(0, min(BAR_WIDTH, room // 2))
+    if bar_width < 3:
+        bar_width = 0
+    spare = room - 2 * BAR_WIDTH - 2
+    history = min(HISTORY_WIDTH, spare) if bar_width == BAR_WIDTH and spare >= 8 else 0
+    return bar_width, history
+
+
+def _figure(bar_text: str, style: str, figure: str) -> Text:
+    return Text.assemble((bar_text, style), f" {figure}" if bar_text else figure)
+
+
+def render_gpus(view: NodeView | None, width: int = 200) -> RenderableType:
+    """A table of the node's GPUs fitted to `width` cells, or a plain sentence saying why
+    there is none."""
     if view is None:
         return Text("No node selected.", style="dim")
     if view.state != "up" and not view.sample:
@@ -40,37 +60,38 @@ def render_gpus(view: NodeView | None) -> RenderableType:
             (printable(reason), "yellow"),
             ("\nProcesses are still shown below; GPU columns use CUDA_VISIBLE_DEVICES.", "dim"),
         )
-    table = Table(box=None, expand=True, pad_edge=False, padding=(0, 1))
-    for label, justify in (
-        ("GPU", "right"),
-        ("NAME", "left"),
-        ("UTIL", "left"),
-        ("MEMORY", "left"),
-        ("HISTORY", "left"),
-        ("TEMP", "right"),
-        ("POWER", "right"),
-    ):
+    names = [printable(gpu.name or "?").replace("NVIDIA ", "") for gpu in view.gpus]
+    memories = [f"{format_bytes(g.mem_used)}/{format_bytes(g.mem_total)}" for g in view.gpus]
+    name_width = min(max(len(n) for n in names), 16)
+    bar_width, history_width = gpu_widths(width, name_width, max(len(m) for m in memories))
+    table = Table(box=None, expand=False, pad_edge=False, padding=(0, 1))
+    columns = [("GPU", "right"), ("NAME", "left"), ("UTIL", "left"), ("MEMORY", "left")]
+    if history_width:
+        columns.append(("HISTORY", "left"))
+    columns += [("TEMP", "right"), ("POWER", "right")]
+    for label, justify in columns:
         table.add_column(label, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for gpu in view.gpus:
+    table.columns[1].max_width = name_width  # a long name is cut, never the figures
+    table.columns[1].overflow = "ellipsis"
+    for gpu, name, memory in zip(view.gpus, names, memories, strict=True):
         util, used, total = gpu.util, gpu.mem_used, gpu.mem_total
         util_frac = None if util is None else util / 100.0
         mem_frac = used / total if used is not None and total else None
-        history: list[float] = list(view.gpu_history.get(gpu.index, []))
-        table.add_row(
+        cells: list[RenderableType] = [
             str(gpu.index),
-            Text(printable(gpu.name or "?").replace("NVIDIA ", "")),
-            Text.assemble(
-                (bar(util_frac, BAR_WIDTH), _level_style(util_frac)),
-                f" {util if util is not None else '-':>3}%",
-            ),
-            Text.assemble(
-                (bar(mem_frac, BAR_WIDTH), _level_style(mem_frac)),
-                f" {format_bytes(used)}/{format_bytes(total)}",
-            ),
-            Text(sparkline(list(history), HISTORY_WIDTH), style="cyan"),
+            Text(name),
+            _figure(bar(util_frac, bar_width), _level_style(util_frac),
+                    f"{util if util is not None else '-':>3}%"),
+            _figure(bar(mem_frac, bar_width), _level_style(mem_frac), memory),
+        ]  # fmt: skip
+        if history_width:
+            history = list(view.gpu_history.get(gpu.index, []))
+            cells.append(Text(sparkline(history, history_width), style="cyan"))
+        cells += [
             f"{gpu.temp}°C" if gpu.temp is not None else "-",
             f"{gpu.power:.0f} W" if gpu.power is not None else "-",
-        )
+        ]
+        table.add_row(*cells)
     return table
 
 
@@ -82,10 +103,20 @@ class GpuPane(Static):
     """
 
     _shape: tuple[object, ...] | None = None
+    _view: NodeView | None = None
 
     def show(self, view: NodeView | None) -> None:
         """Redraw for `view`; the layout is redone only when the pane's shape changes (a
         1 Hz sample of the same GPUs changes their figures, not the pane's height)."""
+        self._view = view
         shape = None if view is None else (view.name, view.state, len(view.gpus), view.gpu_error)
-        self.update(render_gpus(view), layout=shape != self._shape)
+        self.update(render_gpus(view, self._width()), layout=shape != self._shape)
         self._shape = shape
+
+    def _width(self) -> int:
+        # Before the first layout the pane has no size yet: the screen's width, less padding.
+        return self.content_region.width or max(20, self.app.size.width - 2)
+
+    def on_resize(self) -> None:
+        if self._shape is not None:
+            self.update(render_gpus(self._view, self._width()))

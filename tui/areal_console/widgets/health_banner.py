@@ -4,16 +4,25 @@ remedies, ended ones with the steps they spanned."""
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.metrics.report import HealthReport
 from areal_console.widgets.remote_text import remote_text
 
+SHORT = 32  # terminal rows under which each warning and its remedy share one line
+
 
 def banner_text(
-    report: HealthReport | None, error: str | None = None, max_warnings: int = 6
-) -> Text:
+    report: HealthReport | None,
+    error: str | None = None,
+    max_warnings: int = 6,
+    compact: bool = False,
+) -> RenderableType:
+    """The verdict, then each warning (episode) with its remedy; `compact` (a short
+    terminal): one line a warning, remedy after it, cut at the edge, so the metric rows
+    keep the room."""
     text = Text()
     if error:
         text.append(" no data ", style="bold white on dark_red")
@@ -35,6 +44,25 @@ def banner_text(
         text.append(" running ", style="bold black on green")
         text.append_text(remote_text(f" {stall.describe()}"))
     checks = [w for w in report.warnings if w.check != "stalled"]  # newest first
+    if compact and checks:
+        lines = Text(no_wrap=True, overflow="ellipsis")
+        for w in checks[:max_warnings]:
+            lines.append("\n" if lines else "")
+            # The finding first: on a narrow terminal the line is cut at its end.
+            if w.active:
+                lines.append("  ⚠ ", style="bold yellow")
+                lines.append_text(remote_text(w.summary, style="yellow"))
+                lines.append(f" (since step {w.first_step})", style="yellow")
+                lines.append(" → ", style="bold green")
+                lines.append_text(remote_text(w.remedy, style="green"))
+            else:
+                lines.append("  ✓ ", style="dim bold")
+                lines.append_text(remote_text(w.summary, style="dim"))
+                lines.append(f" (steps {w.first_step}-{w.last_step}, ended)", style="dim")
+        if len(checks) > max_warnings:
+            lines.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
+        _notes(lines, report.notes)
+        return Group(text, lines)
     if not checks:
         text.append("\n  no warnings from the guide's checks", style="dim")
     for w in checks[:max_warnings]:
@@ -48,12 +76,17 @@ def banner_text(
             text.append_text(remote_text(w.summary, style="dim"))
     if len(checks) > max_warnings:
         text.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
-    for note in report.notes[:2]:  # records skipped, files dropped
+    _notes(text, report.notes)
+    return text
+
+
+def _notes(text: Text, notes: tuple[str, ...]) -> None:
+    """What could not be read (records skipped, files dropped), two lines at most."""
+    for note in notes[:2]:
         text.append("\n  ! ", style="bold red")
         text.append_text(remote_text(note, style="red"))
-    if len(report.notes) > 2:
-        text.append(f"\n  … {len(report.notes) - 2} more problems reading", style="dim")
-    return text
+    if len(notes) > 2:
+        text.append(f"\n  … {len(notes) - 2} more problems reading", style="dim")
 
 
 class HealthBanner(Static):
@@ -61,5 +94,12 @@ class HealthBanner(Static):
     HealthBanner { height: auto; max-height: 12; padding: 0 1; background: $boost; }
     """
 
+    _shown: tuple[HealthReport | None, str | None] = (None, None)
+
     def show(self, report: HealthReport | None, error: str | None = None) -> None:
-        self.update(banner_text(report, error))
+        self._shown = (report, error)
+        self.update(banner_text(report, error, compact=self.app.size.height < SHORT))
+
+    def redraw(self) -> None:
+        """Draw again for the terminal's height now (a resize)."""
+        self.show(*self._shown)

@@ -12,7 +12,7 @@ from areal_console.core.nodes import server_text
 from areal_console.core.records import ProcessRow
 from areal_console.core.textfmt import format_bytes, printable
 from areal_console.widgets.remote_text import remote_text
-from areal_console.widgets.vim_table import VimTable
+from areal_console.widgets.vim_table import VimTable, columns_for
 
 COLUMNS = (
     ("node", "NODE"),
@@ -27,6 +27,8 @@ COLUMNS = (
     ("state", "ST"),
     ("cmd", "COMMAND"),
 )
+
+SPARE = ("local", "rss", "state")  # on a narrow terminal, room for COMMAND (all in the detail)
 
 ROLE_STYLE = {
     "launcher": "cyan",
@@ -57,7 +59,7 @@ def process_cells(node: str, p: ProcessRow) -> dict[str, str | Text]:
     if p.server is not None and p.server.down:
         role_style = "bold red"  # an inference server that does not answer /health
     address = server_text(p.server)
-    command = p.cmdline
+    command = short_paths(p.cmdline)
     return {
         "node": node,
         "rank": f"{rank}/{world}" if rank is not None and world is not None else opt(rank),
@@ -74,6 +76,17 @@ def process_cells(node: str, p: ProcessRow) -> dict[str, str | Text]:
             printable(one_line(f"[{address}] {command}" if address else command))[:CMD_WIDTH]
         ),
     }
+
+
+def short_paths(command: str) -> str:
+    """A command line with each path argument shown by its last part (`/root/.pyenv/…/bin/
+    python -u /work/x/train.py` reads `python -u train.py`): the pane's narrow COMMAND
+    column shows what runs, not the start of a directory. The whole line is in the process
+    detail (enter), and the filter searches the whole line."""
+    return " ".join(
+        word.rstrip("/").rsplit("/", 1)[-1] or word if word.startswith(("/", "~/", "./")) else word
+        for word in command.split(" ")
+    )
 
 
 CMD_WIDTH = 200  # the cut end of a longer command line is in the process detail (enter)
@@ -126,10 +139,17 @@ class ProcessTable(VimTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
         # row key -> (the record's cell fields, each cell's text) as shown
         self._shown: dict[str, tuple[tuple[Any, ...], tuple[str, ...]]] = {}
+        self._set_columns()
+
+    def _set_columns(self) -> bool:
+        return self.show_columns(columns_for(self.app.size.width, COLUMNS, SPARE))
+
+    def on_resize(self) -> None:
+        if self._set_columns():  # rows again, in the new columns
+            self.update_processes(self.processes.values())
+        super().on_resize()
 
     def clear(self, columns: bool = False) -> ProcessTable:
         self._shown = {}
@@ -162,18 +182,18 @@ class ProcessTable(VimTable):
                     shown[key] = (fields, tuple(now))
                     if cpu != old_cpu:
                         changes.append((key, "cpu", cpu))
-                    if rss != old_rss:
+                    if rss != old_rss and "rss" in self.column_keys:
                         changes.append((key, "rss", rss))
                     continue
                 cells = process_cells(node, proc)
                 texts = tuple(str(cells[c]) for c, _ in COLUMNS)
                 shown[key] = (fields, texts)
                 if before is None:
-                    self.add_row(*(cells[c] for c, _ in COLUMNS), key=key)
+                    self.add_row(*(cells[c] for c in self.column_keys), key=key)
                     added = True
                     continue
                 for i, (column, _) in enumerate(COLUMNS):
-                    if before[1][i] != texts[i]:
+                    if before[1][i] != texts[i] and column in self.column_keys:
                         changes.append((key, column, cells[column]))
             self.update_cells(changes)
             if added or self.sort_by != "rank":  # live values move rows: re-sort each time

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.message import Message
 
 from areal_console.core.stacks.diagnose import short_where
 from areal_console.core.stacks.merge import RankGroup
@@ -23,6 +24,9 @@ def group_matches(group: RankGroup, text: str) -> bool:
 
 class RankGroupTable(VimTable):
     """Rows are keyed by the group's index, so marks and filters never rebuild cells."""
+
+    class ViewChanged(Message):
+        """The table's height or scroll changed: the rows out of view may have too."""
 
     row_noun = "group"
     cut_columns = ("where",)  # the group's whole stack is beside it (enter)
@@ -51,6 +55,20 @@ class RankGroupTable(VimTable):
                 if any(m.progressing for m in g.members):
                     where.append("  moving", style="green")
                 self.add_row(MARK if i in marked else "", ranks, str(g.size), where, key=str(i))
+
+    def on_resize(self) -> None:
+        super().on_resize()
+        self.post_message(self.ViewChanged())
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if round(old_value) != round(new_value):
+            self.post_message(self.ViewChanged())
+
+    def rows_below(self) -> int:
+        """Rows under the table's bottom edge (scrolled out of view below)."""
+        visible = max(0, self.scrollable_content_region.height - self.header_height)
+        return max(0, self.row_count - int(self.scroll_y) - visible)
 
     def set_marks(self, marked: list[int]) -> None:
         for i in self.shown:

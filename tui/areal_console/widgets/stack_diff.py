@@ -12,20 +12,44 @@ ROW_STYLE = {"same": "dim", "line": "yellow", "differ": "bold red"}
 MARKER = {"same": " ", "line": "~", "differ": "≠"}
 
 
-def frame_cell(frame: Frame | None, kind: str, width: int | None = None) -> Text:
-    """`function  file:line`; when it does not fit `width`, the function name is cut (the
-    `file:line` is what tells two frames apart). The frame pane below shows it in full."""
+def _location(frame: Frame) -> str:
+    return f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}"
+
+
+def _cut_left(text: str, width: int) -> str:
+    """The end of `text` in `width` cells: a file name loses its start, never its line."""
+    if len(text) <= width:
+        return text
+    return "…" + text[len(text) - width + 1 :] if width > 1 else ""
+
+
+def _cut_right(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def fits_one_line(frame: Frame | None, width: int) -> bool:
+    """Whether `function  file:line` fits `width` cells uncut."""
+    return frame is None or len(frame.function) + 2 + len(_location(frame)) <= width
+
+
+def frame_cell(
+    frame: Frame | None, kind: str, width: int | None = None, two_lines: bool = False
+) -> Text:
+    """`function  file:line` in `width` cells. The function name is what a reader compares,
+    so it is cut last: first the file name loses its start (`…iner.py:1094`); with
+    `two_lines` the location goes under the name and each line has the whole width."""
     if frame is None:
         return Text("—", style="dim")
-    where = f"  {frame.file.rsplit('/', 1)[-1]}:{frame.line}"
-    function = frame.function
-    if width is not None and len(function) + len(where) > width:
-        room = max(1, width - len(where) - 1)
-        function = function[:room] + "…"
-        if len(function) + len(where) > width:  # not even the location fits: keep its end
-            where = "…" + where[-(width - len(function) - 1) :] if width > len(function) + 1 else ""
+    function, where = frame.function, _location(frame)
+    if width is not None and two_lines:
+        function, where = _cut_right(function, width), _cut_left(where, width - 2)
+    elif width is not None and len(function) + 2 + len(where) > width:
+        line = f":{frame.line}"
+        keep = min(len(where), max(len(line) + 1, width - 2 - len(function)))
+        where = _cut_left(where, keep)
+        function = _cut_right(function, width - 2 - len(where))
     text = Text(function, style=ROW_STYLE[kind])
-    text.append(where, style="dim")
+    text.append(("\n  " if two_lines else "  ") + where, style="dim")
     return text
 
 
@@ -64,6 +88,9 @@ class StackDiffView(VimTable):
             # Two equal halves, whatever the frames' lengths: long ones are cut, not the
             # right-hand side.
             side = self._side = self._side_for(width or self.size.width)
+            # One line a frame where every frame fits; otherwise the location goes under
+            # the function name (a narrow terminal keeps whole names instead of cut ones).
+            two = not all(fits_one_line(f, side) for r in diff.rows for f in (r.left, r.right))
             self.add_column("#", key="depth", width=3)
             self.add_column(left_title, key="left", width=side)
             self.add_column(" ", key="marker", width=1)
@@ -71,10 +98,11 @@ class StackDiffView(VimTable):
             for i, row in enumerate(diff.rows):
                 self.add_row(
                     str(i),
-                    frame_cell(row.left, row.kind, side),
+                    frame_cell(row.left, row.kind, side, two),
                     Text(MARKER[row.kind], style=ROW_STYLE[row.kind]),
-                    frame_cell(row.right, row.kind, side),
+                    frame_cell(row.right, row.kind, side, two),
                     key=str(i),
+                    height=2 if two else 1,
                 )
         if diff.first_difference is not None:
             self.move_cursor(row=diff.first_difference)

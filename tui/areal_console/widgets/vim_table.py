@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.cells import cell_len
@@ -28,6 +28,25 @@ VIM_BINDINGS: list[BindingType] = [
     Binding("G", "scroll_bottom", "Last row", show=False, id="table.last",
             tooltip="Last row (as ctrl+end)"),
 ]  # fmt: skip
+
+
+# Terminal columns under which tables leave out the columns they can best spare (each
+# table names its own; what they hold is one key away, in a detail or a line below).
+NARROW = 100
+
+
+def columns_for(
+    width: int,
+    columns: Sequence[tuple[str, str]],
+    spare: Sequence[str] = (),
+    short_labels: dict[str, str] | None = None,
+) -> tuple[tuple[str, str], ...]:
+    """(key, label) of the `columns` to show on a terminal `width` cells wide: all of them,
+    or under NARROW those not in `spare`, with their `short_labels`."""
+    if width >= NARROW:
+        return tuple(columns)
+    short = short_labels or {}
+    return tuple((key, short.get(key, label)) for key, label in columns if key not in spare)
 
 
 class VimTable(DataTable[Any]):
@@ -88,6 +107,24 @@ class VimTable(DataTable[Any]):
     # content; the full text of a cut cell is one key away (enter). None by default: a
     # table too wide scrolls sideways.
     cut_columns: tuple[str, ...] = ()
+    shown_columns: tuple[tuple[str, str], ...] = ()  # (key, label) as set by show_columns
+
+    def show_columns(self, columns: Sequence[tuple[str, str]]) -> bool:
+        """Make the table's columns `columns` ((key, label), in order); when they change the
+        rows are cleared (the caller adds them again). Whether they changed."""
+        wanted = tuple(columns)
+        if wanted == self.shown_columns:
+            return False
+        self.shown_columns = wanted
+        self.clear(columns=True)
+        for key, label in wanted:
+            self.add_column(label, key=key)
+        return True
+
+    @property
+    def column_keys(self) -> list[str]:
+        return [key for key, _ in self.shown_columns]
+
     _drawn_widths: tuple[int, ...] = ()
 
     async def _on_click(self, event: events.Click) -> None:

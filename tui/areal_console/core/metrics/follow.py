@@ -16,7 +16,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from areal_node.agent import OpError, find_logs, read_chunk
+from areal_node.agent.logs import find_logs, read_chunk
+from areal_node.agent.protocol import OpError
 
 from areal_console.core.errors import UserError
 from areal_console.core.metrics.health import HealthThresholds

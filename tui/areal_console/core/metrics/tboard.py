@@ -12,7 +12,8 @@ import math
 import os
 from typing import Any
 
-from areal_node.agent import OpError, find_logs
+from areal_node.agent.logs import find_logs
+from areal_node.agent.protocol import OpError
 
 from areal_console.core.metrics.store import MetricStore
 from areal_console.core.metrics.tfrecord import RecordFile, RecordFileError

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.areal_keys import config_key
+from areal_node.constants import config_key
+
 from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack, gc_paused
@@ -84,10 +85,38 @@ DEBUG_ENV = (
     "collectives and reports the first mismatch with op and shapes"
 )
 NCCL_DEBUG = "Set NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=COLL) and read the last lines each rank logged"
-NCCL_TIMEOUT = (
-    "Lower the collective timeout (NCCL_TIMEOUT, or `timeout=` in init_process_group) so "
-    "a hang fails fast with an error instead of waiting"
+# A hung collective fails when its process group's timeout runs out. AReaL creates every
+# group with DIST_GROUP_DEFAULT_TIMEOUT = 7200 s (areal/utils/constants.py:12 at cbff54d6,
+# passed to init_process_group/new_group in areal/engine/fsdp_engine.py:322-334 and
+# megatron_engine.py:373-400, and made torch's default by patch_dist_group_timeout,
+# areal/engine/core/distributed.py:10-23). NCCL_TIMEOUT is read by neither torch nor AReaL.
+AREAL_GROUP_TIMEOUT_S = 7200
+AREAL_TIMEOUT = (
+    f"AReaL creates every process group with a {AREAL_GROUP_TIMEOUT_S} s timeout "
+    "(DIST_GROUP_DEFAULT_TIMEOUT in areal/utils/constants.py): a hung collective fails "
+    "with an error only 2 hours after it started. NCCL_TIMEOUT changes nothing (neither "
+    "torch nor AReaL reads it); to fail sooner, lower DIST_GROUP_DEFAULT_TIMEOUT, the "
+    "`timeout=` AReaL passes to init_process_group and new_group"
 )
+GROUP_TIMEOUT = (
+    "A hung collective fails only when its process group's timeout runs out: pass a "
+    "shorter `timeout=` to init_process_group (torch's default: 10 min for NCCL, 30 min "
+    "for gloo) so the next hang fails fast with an error. NCCL_TIMEOUT is not read by torch"
+)
+
+
+def timeout_advice(analysis: StackAnalysis) -> str:
+    """How long this job hangs before failing, and what shortens it: AReaL's fixed
+    7200 s for an AReaL job (a worker with an experiment/trial, or AReaL's frames in a
+    group's stack; groups are few, so this stays cheap at 16,384 ranks)."""
+    if any(r.job for r in analysis.capture.rank_stacks):
+        return AREAL_TIMEOUT
+    for g in analysis.groups:
+        if any("/areal/" in f.file.replace("\\", "/") for f in g.frames):
+            return AREAL_TIMEOUT
+    return GROUP_TIMEOUT
+
+
 LAUNCH_BLOCKING = (
     "CUDA_LAUNCH_BLOCKING=1 makes a kernel that never finishes show up in the stack of "
     "the rank that launched it"
@@ -320,7 +349,7 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
             [
                 "Read the missing rank's log and exit status; check `dmesg` for the OOM "
                 "killer and the node for GPU Xid errors",
-                NCCL_TIMEOUT,
+                timeout_advice(analysis),
                 "TORCH_DISTRIBUTED_DEBUG=DETAIL and NCCL_DEBUG=INFO make the next run "
                 "report which peer went away",
                 "Restart from the last checkpoint once the cause is fixed",
@@ -381,7 +410,7 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
                 "Do not call collectives (barrier, destroy_process_group) in exception or "
                 "`finally` paths; on error, exit so the launcher stops the other ranks",
                 DEBUG_ENV,
-                NCCL_TIMEOUT,
+                timeout_advice(analysis),
             ],
         )
 
@@ -409,7 +438,7 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
                 "Check conditions that depend on the rank, data or a caught exception "
                 "before these call sites (skipped batches, early `continue`)",
                 NCCL_DEBUG,
-                NCCL_TIMEOUT,
+                timeout_advice(analysis),
             ],
         )
 
@@ -429,7 +458,7 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
                     "Check the network between nodes (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, "
                     "firewall) and GPU health (nvidia-smi, Xid errors in dmesg)",
                     "Capture again with --samples 3 to tell a slow rank from a hang",
-                    NCCL_TIMEOUT,
+                    timeout_advice(analysis),
                     LAUNCH_BLOCKING,
                 ],
             )

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from areal_node.agent import TRAINING_ROLES, detect_role, rpc_worker
+from areal_node.agent.processes import detect_role, rpc_worker
+from areal_node.constants import TRAINING_ROLES
 
 from areal_console.core.identity import login_user
 from areal_console.core.stacks.model import (

@@ -125,6 +125,25 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(404, {"error": "not found"})
 
 
+def register(args: argparse.Namespace, host: str, port: int) -> None:
+    """As run_server does (guard/app.py:565-571, 618-625): the index from SLURM_PROCID when
+    set, the key from names.worker_discovery, the value `host:port`, written as
+    NfsNameRecordRepository.add writes it (name_resolve.py:301-328: ENTRY.tmp.<id>, rename)."""
+    import getpass
+    import uuid
+
+    index = int(os.environ.get("SLURM_PROCID", args.worker_index))
+    name = (
+        f"{getpass.getuser()}/{args.experiment_name}/{args.trial_name}/workers/{args.role}/{index}"
+    )
+    path = os.path.join(args.nfs_record_root, os.path.normpath(name), "ENTRY")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + f".tmp.{str(uuid.uuid4())[:8]}"
+    with open(tmp, "w") as f:
+        f.write(f"{host}:{port}")
+    os.rename(tmp, path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="AReaL Sync RPC Server (stand-in)")
     parser.add_argument("--port", type=int, default=0)
@@ -142,6 +161,8 @@ def main() -> None:
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host  # tests: loopback
     server = ThreadingHTTPServer((host, args.port), Handler)
     server.daemon_threads = True
+    if os.environ.get("AREAL_STUB_REGISTER") and args.name_resolve_type == "nfs":
+        register(args, host, server.server_address[1])
     print(f"worker {args.role}/{args.worker_index} serving on {host}:{args.port}", flush=True)
     server.serve_forever()
 

@@ -1,6 +1,6 @@
 """Opt-in Flight Recorder access for a running job, enabled with one line at launch:
 
-    PYTHONPATH=/path/to/areal_console/fr_hook${PYTHONPATH:+:$PYTHONPATH} torchrun ...
+    PYTHONPATH=/path/to/areal_node/fr_hook${PYTHONPATH:+:$PYTHONPATH} torchrun ...
 
 Python imports this file at start-up (it is a `sitecustomize`). In every process that is a
 rank (has `RANK` set) it

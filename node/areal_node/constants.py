@@ -1,14 +1,56 @@
-"""The AReaL config keys the console suggests, in one place.
+"""Names both sides agree on: the console and the code it runs on nodes import them from here.
 
-Every warning, diagnosis, template and doc that tells the user to set an AReaL key names
-it through `config_key`, so a test can check the whole registry against the fields of
-AReaL's own config classes (`areal/api/cli_args.py`, generated into tests/data by
-scripts/areal_config_fields.py). Keys of the trajectory dump/replay feature exist only in
-its pull request (#1407), not yet on AReaL's main branch; they are marked as such.
+- AReaL's dump names (`step_NNNNNN[_dp_K].pt`), which the agent, the batch reader and the
+  reference trainer all match;
+- the roles of AReaL's single-controller workers that train;
+- the files the reference trainer writes and the metrics it logs (replay reads them);
+- the AReaL config keys the console suggests: every warning, diagnosis, template and doc
+  that tells the user to set an AReaL key names it through `config_key`, so a test can
+  check the whole registry against the fields of AReaL's own config classes
+  (`areal/api/cli_args.py`, generated into tests/data by scripts/areal_config_fields.py).
+  Keys of the trajectory dump/replay feature exist only in its pull request (#1407), not
+  yet on AReaL's main branch; they are marked as such.
 
-Standard library only, and no `from __future__` import: on a node this source is appended
-to `batches.py`'s before the agent runs it (see batch_source.py).
+Standard library only, Python 3.9: it runs on nodes.
 """
+
+from __future__ import annotations
+
+import re
+
+# AReaL's dump names, `step_{step:06d}.pt` (single controller) or
+# `step_{step:06d}_dp_{dp_rank}.pt` (SPMD), PR #1407 rl_trainer.py:1371-1383.
+DUMP_FILE = re.compile(r"^step_(\d{6,})(?:_dp_(\d+))?\.pt$")
+
+
+def dump_name(step: int, dp_rank: int | None) -> str:
+    """The file name AReaL gives a step's dump (`dp_rank` None: one file per step)."""
+    return f"step_{step:06d}.pt" if dp_rank is None else f"step_{step:06d}_dp_{dp_rank}.pt"
+
+
+# The roles of AReaL's single-controller workers (`python3 -m areal.infra.rpc.rpc_server
+# --role R`) that train.
+TRAINING_ROLES = frozenset({"actor", "ref", "critic", "teacher"})
+
+# The reference trainer (`python3 -m areal_node.trainer`, or the node payload run as a
+# program) and what it writes next to its dumps (and to its output_dir).
+TRAINER_MODULE = "areal_node.trainer"
+METRICS_FILE = "metrics.jsonl"
+META_FILE = "trajectory_meta.json"
+CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_FILE = re.compile(r"^ckpt_(\d+)\.pt$")
+
+# Metric names as AReaL's trainer logs them; the reference trainer logs these and replay
+# verification compares them.
+METRIC_NAMES = (
+    "task_reward",
+    "seq_len",
+    "no_eos_ratio",
+    "importance_weight",
+    "behave_imp_weight",
+    "actor_loss",
+    "grad_norm",
+)
 
 # AReaL's main branch as checked (areal-project/AReaL).
 AREAL_COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"

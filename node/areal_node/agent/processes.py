@@ -1,0 +1,246 @@
+"""Processes and ranks: each process's role, rank, job and server, and the records sent.
+
+A process is named from its command line and the rank variables of its environment
+(torchrun, Slurm, MPI, AReaL's single-controller workers); the wrappers, controller and
+servers around a job's workers take that job.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from areal_node.agent.cmdline import (
+    exe_name,
+    flag_value,
+    is_agent,
+    is_python,
+    is_wrapper_exe,
+    python_module,
+)
+from areal_node.agent.procfs import to_int
+from areal_node.agent.servers import SERVER_MODULES, server_address, server_kind
+from areal_node.constants import TRAINING_ROLES
+
+# AReaL single-controller workers (`python3 -m areal.infra.rpc.rpc_server --role R
+# --worker-index N ...`, areal/infra/scheduler/local.py:777-814 at AReaL cbff54d6). RANK,
+# WORLD_SIZE and MASTER_* reach them later over HTTP (`POST /set_env`), never in their
+# /proc environment; the controller sets RANK = the worker's index in its role
+# (areal/infra/controller/train_controller.py:336-343).
+RPC_SERVER_MODULE = "areal.infra.rpc.rpc_server"
+
+
+def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
+    """A role from the command line: AReaL worker role, inference server, launcher, rank."""
+    if is_wrapper_exe(cmdline):
+        joined = " ".join(cmdline)
+        if RPC_SERVER_MODULE in joined or any(m in joined for m in SERVER_MODULES):
+            return "wrapper"  # a shell around a worker or server, not the worker
+        return None
+    if python_module(cmdline) == RPC_SERVER_MODULE:
+        return flag_value(cmdline, "--role") or "rpc_server"
+    kind = server_kind(cmdline)
+    if kind is not None:
+        return kind[0]
+    exe = exe_name(cmdline)
+    if (
+        exe == "torchrun"
+        or python_module(cmdline) in ("torch.distributed.run", "torch.distributed.launch")
+        or (len(cmdline) > 1 and os.path.basename(cmdline[1]) == "torchrun")
+    ):
+        return "launcher"
+    if "RANK" in env:
+        return "trainer"
+    return None
+
+
+def env_rank(env: dict[str, str]) -> tuple[int | None, int | None, int | None]:
+    """(rank, local rank, world size) from the environment, whichever launcher set it."""
+    for rank_var, local_var, size_var in (
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+        ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI_RANK", None, "PMI_SIZE"),
+    ):
+        rank = to_int(env.get(rank_var))
+        if rank is not None:
+            local = to_int(env.get(local_var)) if local_var else None
+            return rank, local, to_int(env.get(size_var))
+    return None, to_int(env.get("LOCAL_RANK")), to_int(env.get("WORLD_SIZE"))
+
+
+def rpc_worker(cmdline: list[str]) -> dict[str, Any] | None:
+    """What an AReaL rpc_server command line says about its worker (None: not one)."""
+    if python_module(cmdline) != RPC_SERVER_MODULE:
+        return None
+    return {
+        "role": flag_value(cmdline, "--role"),
+        "worker_index": to_int(flag_value(cmdline, "--worker-index")),
+        "experiment": flag_value(cmdline, "--experiment-name"),
+        "trial": flag_value(cmdline, "--trial-name"),
+        "fileroot": flag_value(cmdline, "--fileroot"),
+    }
+
+
+def identify(p: dict[str, Any]) -> None:
+    """Role, rank, job and server address of one process, from its command line and env."""
+    cmdline, env = p["cmdline"], p["env"]
+    p["role"] = detect_role(cmdline, env)
+    rank, local_rank, world_size = env_rank(env)
+    if "RANK" not in env and not is_python(cmdline, p["comm"]):
+        rank = local_rank = world_size = None  # a shell inside an srun step is no rank
+    p.update(rank=rank, local_rank=local_rank, world_size=world_size, job=None)
+    p.update(worker_index=None, server=None)
+    worker = rpc_worker(cmdline)
+    if worker is not None:
+        index = worker["worker_index"]
+        # AReaL itself lets SLURM_PROCID override --worker-index (guard/app.py:565-571).
+        if to_int(env.get("SLURM_PROCID")) is not None:
+            index = to_int(env.get("SLURM_PROCID"))
+        p["worker_index"] = index
+        if worker["experiment"] is not None or worker["trial"] is not None:
+            p["job"] = f"{worker['experiment']}/{worker['trial']}"
+        training = worker["role"] in TRAINING_ROLES
+        p.update(rank=index if training else None, local_rank=0 if training else None)
+        p["world_size"] = None  # counted over the job's workers below
+        return
+    kind = server_kind(cmdline)
+    if kind is not None:
+        p["server"] = {"kind": kind[0], **server_address(cmdline, kind[1])}
+
+
+def _link_job_tree(procs: dict[int, dict[str, Any]]) -> None:
+    """Wrappers, the controller and servers take the job of the workers they belong to."""
+    for p in procs.values():
+        if p["job"] is None or p["worker_index"] is None:
+            continue
+        # Up from a worker: its wrappers (bash, stdbuf), then the controller that started it.
+        cur = procs.get(p["ppid"])
+        seen = 0
+        while cur is not None and seen < 8:
+            seen += 1
+            if is_wrapper_exe(cur["cmdline"]):
+                cur["role"], cur["job"] = "wrapper", p["job"]
+            elif cur["worker_index"] is None and is_python(cur["cmdline"], cur["comm"]):
+                if cur["role"] is None:
+                    cur["role"] = "controller"
+                cur["job"] = cur["job"] or p["job"]
+                break
+            else:
+                break
+            cur = procs.get(cur["ppid"])
+    # Down: tee/sed of a wrapper, servers started by a worker (rollout workers start SGLang).
+    children: dict[int, list[dict[str, Any]]] = {}
+    for p in procs.values():
+        children.setdefault(p["ppid"], []).append(p)
+    stack = [p for p in procs.values() if p["job"] is not None]
+    while stack:
+        parent = stack.pop()
+        for child in children.get(parent["pid"], []):
+            if child["job"] is not None:
+                continue
+            if is_wrapper_exe(child["cmdline"]) and parent["role"] == "wrapper":
+                child["role"] = "wrapper"
+            elif child["server"] is None and child["role"] is None:
+                continue
+            child["job"] = parent["job"]
+            stack.append(child)
+    # World size of a training role: its workers in the same experiment/trial.
+    counts: dict[tuple[str, str], int] = {}
+    for p in procs.values():
+        if p["worker_index"] is not None and p["rank"] is not None:
+            key = (p["job"] or "", p["role"] or "")
+            counts[key] = counts.get(key, 0) + 1
+    for p in procs.values():
+        if p["worker_index"] is not None and p["rank"] is not None:
+            p["world_size"] = counts[(p["job"] or "", p["role"] or "")]
+
+
+IDENTITY_KEYS = ("role", "rank", "local_rank", "world_size", "job", "worker_index", "server")
+
+
+def select_processes(
+    procs: dict[int, dict[str, Any]],
+    include_all: bool,
+    cache: dict[int, tuple[Any, Any, dict[str, Any]]] | None = None,
+) -> list[int]:
+    """Training processes (ranks, known roles, their wrappers and controller); with
+    include_all, every Python process too.
+
+    `cache` (pid -> (cmdline, env, identity)) keeps each process's `identify` result while
+    its command line and environment are the same objects (the collector re-reads them
+    only for a new or young process), so a 1 Hz sample does not parse them again."""
+    for pid in [pid for pid, p in procs.items() if is_agent(p["cmdline"])]:
+        procs.pop(pid)
+    for pid, p in procs.items():
+        known = cache.get(pid) if cache is not None else None
+        if known is not None and known[0] is p["cmdline"] and known[1] is p["env"]:
+            p.update(known[2])
+            continue
+        identify(p)
+        if cache is not None:
+            cache[pid] = (p["cmdline"], p["env"], {k: p[k] for k in IDENTITY_KEYS})
+    if cache is not None:
+        for gone in [pid for pid in cache if pid not in procs]:
+            del cache[gone]
+    _link_job_tree(procs)
+    chosen = []
+    for pid, p in procs.items():
+        ranked = p["rank"] is not None or any(
+            k in p["env"] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+        )
+        if ranked or p["role"] is not None or (include_all and is_python(p["cmdline"], p["comm"])):
+            chosen.append(pid)
+    return sorted(chosen)
+
+
+def parse_cuda_visible(value: str | None) -> list[int]:
+    if not value:
+        return []
+    out = []
+    for part in value.split(","):
+        part = part.strip()
+        if part.isdigit():
+            out.append(int(part))
+    return out
+
+
+def process_record(
+    p: dict[str, Any], rss: int | None, gpu_use: dict[int, list[tuple[int, int | None]]]
+) -> dict[str, Any]:
+    env = p["env"]
+    used = gpu_use.get(p["pid"], [])
+    if used:
+        gpus = sorted({idx for idx, _ in used})
+        mems = [m for _, m in used if m is not None]
+        gpu_memory: int | None = sum(mems) if mems else None
+    else:
+        gpus = parse_cuda_visible(env.get("CUDA_VISIBLE_DEVICES"))
+        gpu_memory = None
+    if "rank" in p:
+        rank, local_rank, world_size = p["rank"], p["local_rank"], p["world_size"]
+    else:
+        rank, local_rank, world_size = env_rank(env)
+    return {
+        "pid": p["pid"],
+        "ppid": p["ppid"],
+        "cmdline": " ".join(p["cmdline"]) or f"[{p['comm']}]",
+        "rank": rank,
+        "local_rank": local_rank,
+        "world_size": world_size,
+        "master_addr": env.get("MASTER_ADDR"),
+        "master_port": to_int(env.get("MASTER_PORT")),
+        "torchelastic_run_id": env.get("TORCHELASTIC_RUN_ID"),
+        "slurm_job_id": env.get("SLURM_JOB_ID"),
+        "role": p.get("role"),
+        "job": p.get("job"),
+        "worker_index": p.get("worker_index"),
+        "server": p.get("server"),
+        "cpu_percent": p["cpu_percent"],
+        "rss": rss,
+        "state": p["state"],
+        "gpus": gpus,
+        "gpu_memory": gpu_memory,
+        "env": dict(env),  # the rank variables only (RANK_VARS), for the process detail
+        "env_error": p["env_error"],
+    }

@@ -1,0 +1,212 @@
+"""Reading /proc: raw reads, `stat` and `environ` parsing, and the process table sampler."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+# Environment variables that identify a rank of a distributed job.
+RANK_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    # Ranks set by other launchers: Slurm (`srun python ...`), Open MPI, MPICH/Intel MPI.
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+)
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+YOUNG_SECONDS = 3.0
+FULL_SAMPLE_EVERY = 10  # every Nth sample reads every process's stat again
+
+
+def read_all(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_small(path: str) -> bytes:
+    """A one-line /proc file (stat, statm): one read, unless it fills the buffer."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, 4096)
+        if len(data) < 4096:
+            return data
+        chunks = [data]
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def parse_stat(raw: bytes) -> tuple[str, str, int, int, int]:
+    """(comm, state, ppid, cpu_ticks, start_ticks) from /proc/PID/stat."""
+    # comm may hold spaces and parentheses: split at the last ')'.
+    close = raw.rindex(b")")
+    comm = raw[raw.index(b"(") + 1 : close].decode(errors="replace")
+    fields = raw[close + 2 :].split()
+    state = fields[0].decode()
+    ppid = int(fields[1])
+    cpu_ticks = int(fields[11]) + int(fields[12])
+    start_ticks = int(fields[19])
+    return comm, state, ppid, cpu_ticks, start_ticks
+
+
+def parse_environ(raw: bytes, wanted: tuple[str, ...] = RANK_VARS) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep:
+            name = key.decode(errors="replace")
+            if name in wanted:
+                env[name] = value.decode(errors="replace")
+    return env
+
+
+def to_int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    try:
+        return parse_stat(read_all(f"/proc/{pid}/stat"))[4]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def boot_time() -> float:
+    for line in read_all("/proc/stat").decode().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+class ProcessCollector:
+    """Samples /proc. Static facts (cmdline, environ) are cached per (pid, start time)."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        # pid -> (start ticks, cmdline, rank env, env error, first seen)
+        self._static: dict[int, tuple[int, list[str], dict[str, str], str | None, float]] = {}
+        self._last_cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (start, ticks, t)
+        self._last_stat: dict[int, tuple[str, str, int, int, int]] = {}  # parse_stat's
+        self._boot_time = time.time()
+
+    def _static_info(self, pid: int, start: int) -> tuple[list[str], dict[str, str], str | None]:
+        cached = self._static.get(pid)
+        now = time.monotonic()
+        # A process caught between fork and exec still shows its parent's command line and
+        # environment (torchrun's workers do this): re-read young processes until they settle.
+        if cached and cached[0] == start and now - cached[4] > YOUNG_SECONDS:
+            return cached[1], cached[2], cached[3]
+        base = f"{self.proc_root}/{pid}"
+        try:
+            cmdline = [
+                a.decode(errors="replace") for a in read_all(base + "/cmdline").split(b"\0") if a
+            ]
+        except OSError:
+            cmdline = []
+        env_error = None
+        try:
+            env = parse_environ(read_all(base + "/environ"))
+        except PermissionError:
+            env, env_error = {}, "permission denied reading environ"
+        except OSError:
+            env = {}
+        first_seen = cached[4] if cached and cached[0] == start else now
+        self._static[pid] = (start, cmdline, env, env_error, first_seen)
+        return cmdline, env, env_error
+
+    def snapshot(self, watch: set[int] | None = None) -> dict[int, dict[str, Any]]:
+        """Every process: pid -> basic facts (no filtering).
+
+        With `watch`, a process seen before that is not in it (and is past its young
+        seconds) keeps its last `stat` reading instead of a new one: no CPU%, its state and
+        parent as last read. A 1 Hz sample then reads only the processes it reports."""
+        now = time.monotonic()
+        procs: dict[int, dict[str, Any]] = {}
+        seen: set[int] = set()
+        last_stat = self._last_stat
+        for name in os.listdir(self.proc_root):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            known = last_stat.get(pid)
+            if watch is not None and known is not None and pid not in watch:
+                cached = self._static.get(pid)
+                if cached is not None and now - cached[4] > YOUNG_SECONDS:
+                    seen.add(pid)
+                    procs[pid] = {
+                        "pid": pid,
+                        "ppid": known[2],
+                        "comm": known[0],
+                        "state": known[1],
+                        "cmdline": cached[1],
+                        "env": cached[2],
+                        "env_error": cached[3],
+                        "cpu_percent": None,
+                    }
+                    continue
+            try:
+                stat = parse_stat(read_small(f"{self.proc_root}/{pid}/stat"))
+            except (OSError, ValueError, IndexError):
+                continue
+            comm, state, ppid, ticks, start = stat
+            last_stat[pid] = stat
+            seen.add(pid)
+            cmdline, env, env_error = self._static_info(pid, start)
+            prev = self._last_cpu.get(pid)
+            cpu_percent: float | None = None
+            if prev and prev[0] == start and now > prev[2]:
+                cpu_percent = round(100.0 * (ticks - prev[1]) / CLK_TCK / (now - prev[2]), 1)
+            self._last_cpu[pid] = (start, ticks, now)
+            procs[pid] = {
+                "pid": pid,
+                "ppid": ppid,
+                "comm": comm,
+                "state": state,
+                "cmdline": cmdline,
+                "env": env,
+                "env_error": env_error,
+                "cpu_percent": cpu_percent,
+            }
+        for gone in set(last_stat) - seen:
+            self._static.pop(gone, None)
+            self._last_cpu.pop(gone, None)
+            last_stat.pop(gone, None)
+        return procs
+
+    def rss(self, pid: int) -> int | None:
+        try:
+            return int(read_small(f"{self.proc_root}/{pid}/statm").split()[1]) * PAGE_SIZE
+        except (OSError, ValueError, IndexError):
+            return None

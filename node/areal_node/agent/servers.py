@@ -1,0 +1,119 @@
+"""Inference servers (SGLang, vLLM): recognised by command line, polled at `GET /health`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from areal_node.agent.cmdline import exe_name, flag_value, python_module
+from areal_node.agent.procfs import to_int
+
+# Inference servers: module -> (kind, default port). AReaL builds their command lines with
+# `get_py_cmd(module, args)` (areal/api/cli_args.py:2007-2022, 2121, 2255); both remote
+# engines check health with `GET /health` (areal/engine/sglang_remote.py:374-376,
+# areal/engine/vllm_remote.py:258-260).
+SERVER_MODULES = {
+    "areal.v2.inference_service.sglang.launch_server": ("sglang", 30000),
+    "areal.experimental.inference_service.sglang.launch_server": ("sglang", 30000),
+    "areal.engine.awex.sglang_plugin": ("sglang", 30000),
+    "sglang.launch_server": ("sglang", 30000),
+    "areal.engine.vllm_ext.areal_vllm_server": ("vllm", 8000),
+    "vllm.entrypoints.openai.api_server": ("vllm", 8000),
+}
+HEALTH_PATH = "/health"
+HEALTH_TIMEOUT = 1.0  # seconds per poll
+HEALTH_TTL = 3.0  # a poll younger than this is reused
+
+
+def server_kind(cmdline: list[str]) -> tuple[str, int] | None:
+    """(kind, default port) of an inference server command line."""
+    module = python_module(cmdline)
+    if module in SERVER_MODULES:
+        return SERVER_MODULES[module]
+    if exe_name(cmdline) == "vllm" and len(cmdline) > 1 and cmdline[1] == "serve":
+        return ("vllm", 8000)
+    return None
+
+
+def server_address(cmdline: list[str], default_port: int) -> dict[str, Any]:
+    host = flag_value(cmdline, "--host")
+    port = to_int(flag_value(cmdline, "--port")) or default_port
+    # A server bound to every interface answers on loopback, where the agent is.
+    target = {None: "127.0.0.1", "": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(
+        host, host
+    )
+    shown = f"[{target}]" if target and ":" in target else target
+    return {"host": host, "port": port, "url": f"http://{shown}:{port}{HEALTH_PATH}"}
+
+
+class HealthPoller:
+    """`GET /health` of inference servers, with a short timeout; answers are reused for
+    HEALTH_TTL seconds and refreshed in the background, so a sample never waits on a
+    server it has already asked (only a server seen for the first time costs a poll)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._running: dict[str, threading.Thread] = {}
+
+    @staticmethod
+    def poll(url: str, timeout: float = HEALTH_TIMEOUT) -> dict[str, Any]:
+        import http.client
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(url)
+        started = time.monotonic()
+        result: dict[str, Any] = {"ok": False, "status": None, "error": None}
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        try:
+            conn.request("GET", parts.path or "/")
+            response = conn.getresponse()
+            response.read(4096)
+            result["status"] = response.status
+            result["ok"] = response.status == 200
+            if not result["ok"]:
+                result["error"] = f"HTTP {response.status} {response.reason}".strip()
+        except TimeoutError:
+            result["error"] = f"no answer within {timeout:g}s"
+        except ConnectionRefusedError:
+            result["error"] = "connection refused (nothing listens on that port)"
+        except (OSError, http.client.HTTPException) as exc:
+            result["error"] = str(exc) or type(exc).__name__
+        finally:
+            conn.close()
+        result["latency_ms"] = round(1000 * (time.monotonic() - started), 1)
+        result["checked_at"] = time.time()
+        return result
+
+    def _refresh(self, url: str) -> None:
+        result = self.poll(url)
+        with self._lock:
+            self._cache[url] = dict(result, _mono=time.monotonic())
+            self._running.pop(url, None)
+
+    def health(self, urls: list[str]) -> dict[str, dict[str, Any]]:
+        """The latest answer of each URL (first-time URLs are polled now, in parallel)."""
+        now = time.monotonic()
+        waits = []
+        with self._lock:
+            for url in set(urls):
+                cached = self._cache.get(url)
+                if (cached is None or now - cached["_mono"] > HEALTH_TTL) and (
+                    url not in self._running
+                ):
+                    thread = threading.Thread(
+                        target=self._refresh, args=(url,), name="health", daemon=True
+                    )
+                    self._running[url] = thread
+                    thread.start()
+                if cached is None:
+                    waits.append(self._running[url])
+        for thread in waits:
+            thread.join(HEALTH_TIMEOUT + 1.0)
+        with self._lock:
+            return {
+                url: {k: v for k, v in self._cache[url].items() if k != "_mono"}
+                for url in urls
+                if url in self._cache
+            }

@@ -1,0 +1,89 @@
+"""The trainer's command line: options, config keys, and the torchrun relaunch with --nproc."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import areal_node.trainer
+from areal_node.trainer.config import (
+    DEFAULTS,
+    ConfigError,
+    check_replay_input,
+    flatten,
+    load_config,
+)
+from areal_node.trainer.run import run
+
+
+def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
+    """Run the trainer under torchrun with `nproc` ranks on this node. The ranks import it
+    from where this process did: the package's directory, or the payload zip."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(areal_node.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        areal_node.trainer.__name__,
+        *argv,
+    ]
+    return subprocess.call(cmd, env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    nproc, config_file, overrides = 1, None, []
+    default_output_dir = "reference-trainer-out"  # when output_dir is not set
+    passed_on: list[str] = []  # everything but --nproc, for the torchrun relaunch
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in ("-h", "--help"):
+            print(areal_node.trainer.__doc__)
+            print("config keys and defaults:")
+            for key, value in flatten(DEFAULTS).items():
+                print(f"  {key}={json.dumps(value)}")
+            return 0
+        if arg in ("--nproc", "--config", "--default-output-dir") and i + 1 < len(args):
+            if arg == "--default-output-dir":
+                default_output_dir = args[i + 1]
+                passed_on += args[i : i + 2]
+            elif arg == "--nproc":
+                try:
+                    nproc = int(args[i + 1])
+                except ValueError:
+                    print(f"error: --nproc needs an integer, got {args[i + 1]!r}", file=sys.stderr)
+                    return 2
+            else:
+                config_file = args[i + 1]
+                passed_on += args[i : i + 2]
+            i += 2
+            continue
+        if arg.startswith("-"):
+            print(f"error: unknown option {arg}", file=sys.stderr)
+            return 2
+        overrides.append(arg)
+        passed_on.append(arg)
+        i += 1
+    under_torchrun = "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+    try:
+        config = load_config(config_file, overrides)
+        world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
+        td = config["trajectory_debug"]
+        if td["replay_rollout_data"]:
+            check_replay_input(str(td["path"]), config["start_step"], config["steps"] - 1, world)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if nproc > 1 and not under_torchrun:
+        return relaunch_with_torchrun(nproc, passed_on)
+    run(config, default_output_dir)
+    return 0

@@ -1,1 +1,0 @@
-"""The reference trainer, shipped to nodes as a single torch-only script."""
