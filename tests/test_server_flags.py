@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from areal_console.core.areal_keys import AREAL_KEYS
+from areal_node.constants import AREAL_KEYS
 from areal_node.prom_text import decode_body, parse_exposition
 from areal_node.server_flags import (
     FLAG_CONFIG_KEYS,

@@ -231,8 +231,9 @@ def test_attach_state_fills_verified_servers_and_says_why_not(
     ]
     poller = ServerPoller(workers=1, interval=0.1)
     try:
-        attach_state(records, poller)
+        verified = attach_state(records, poller)
         assert records[0]["server"]["polled"] is False  # scheduled, not awaited
+        assert verified[id(records[0]["server"])].port == good.port and len(verified) == 1
         deadline = time.monotonic() + 10
         while not records[0]["server"].get("polled"):
             assert time.monotonic() < deadline

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -398,13 +398,17 @@ class ServerPoller:
 
 
 def attach_state(
-    records: list[dict[str, Any]], poller: ServerPoller, proc_root: str = "/proc"
-) -> None:
+    records: list[dict[str, Any]],
+    poller: ServerPoller,
+    verify: Callable[[int, int], tuple[Listener | None, str]] = verified_endpoint,
+) -> dict[int, Listener]:
     """Put each server process's polled state under its `server` record (`nodes --json`):
     `polled`, `metrics`, `weight_version`, `paused`, `throughput`, `flags`, and
-    `poll_error` when it is not polled (the reason: no verified listening port)."""
+    `poll_error` when it is not polled (the reason: no verified listening port). Returns
+    the verified listener of each polled server record, by `id()` of the record."""
     targets: list[tuple[str, str, int]] = []
     keyed: list[tuple[dict[str, Any], str]] = []
+    verified: dict[int, Listener] = {}
     for rec in records:
         srv = rec.get("server")
         if not isinstance(srv, dict) or srv.get("kind") not in ROUTES:
@@ -413,13 +417,15 @@ def attach_state(
         if type(port) is not int or not 0 < port < 65536:
             srv.update(polled=False, poll_error="no port to poll")
             continue
-        endpoint, why = verified_endpoint(int(rec["pid"]), port, proc_root)
+        endpoint, why = verify(int(rec["pid"]), port)
         if endpoint is None:
             srv.update(polled=False, poll_error=why)
             continue
+        verified[id(srv)] = endpoint
         target = (str(srv["kind"]), endpoint.host, endpoint.port)
         targets.append(target)
         keyed.append((srv, "|".join(map(str, target))))
     states = poller.state(targets)
     for srv, key in keyed:
         srv.update(states.get(key, {"polled": False}))
+    return verified

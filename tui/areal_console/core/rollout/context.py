@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.areal_keys import config_key
+from areal_node.constants import config_key
+
 from areal_console.core.metrics.follow import log_dir_from_processes
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
 from areal_console.core.rollout.staleness import Capacity, RolloutCounts, capacity, last_counts

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from areal_console.core.areal_keys import config_key
+from areal_node.constants import config_key
+
 from areal_console.core.stacks.merge import format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack
 
