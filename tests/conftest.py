@@ -193,7 +193,7 @@ def areal_release(
 ) -> areal_source.ReleaseSource:
     """AReaL's newest release (1.0.4) from the package index, unpacked, never installed.
     Kept in pytest's cache folder between runs; a failed download is an error."""
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
     folder = (
         Path(cache.mkdir("areal-release"))
         if cache is not None

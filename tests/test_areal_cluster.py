@@ -110,6 +110,80 @@ def test_metrics_find_the_log_dir_on_the_nodes(cluster_job: ClusterJob) -> None:
     assert f"{cluster_job.fileroot}/logs/{USER}/{EXPERIMENT}/{TRIAL}" in result.stderr
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def copy_records_on(node: ClusterNode, source: Path, root: str) -> None:
+    """On `node`: each record under `source` written under `root` as AReaL's nfs writer
+    writes it (tests/areal_name_resolve.py), plus a record planted by `nobody`."""
+    script = (
+        "import os, sys, pathlib\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "from tests.areal_name_resolve import nfs_add, worker_key\n"
+        f"src, root = pathlib.Path({str(source)!r}), {root!r}\n"
+        "for entry in src.rglob('ENTRY'):\n"
+        "    nfs_add(root, str(entry.parent.relative_to(src)), entry.read_text())\n"
+        f"path = nfs_add(root, worker_key({USER!r}, {EXPERIMENT!r}, {TRIAL!r}, 'actor', 2),\n"
+        "               '127.0.0.9:1')\n"
+        "os.chown(path, 65534, 65534)\n"
+    )
+    result = node.run(f"python3 -c {shlex.quote(script)}")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_root_only_a_node_sees(
+    cluster: TestCluster, cluster_job: ClusterJob, tmp_path: Path
+) -> None:
+    """The record root is a tmpfs mounted in node2's mount namespace only: the console
+    reads it through node2's agent (`--name-resolve-via node2`)."""
+    node2 = cluster.nodes[1]
+    mount = tmp_path / "cluster-nfs"  # an empty directory here; a tmpfs on node2
+    mount.mkdir()
+    result = node2.run(f"mount -t tmpfs areal-nfs {mount}")
+    assert result.returncode == 0, result.stderr
+    try:
+        root = f"{mount}/name_resolve"
+        copy_records_on(node2, cluster_job.root, root)
+        assert not os.path.exists(root)  # not visible here
+        base = ["nodes", "--json", "--areal", f"{EXPERIMENT}/{TRIAL}", "--ssh-config",
+                str(cluster_job.ssh_config), "--name-resolve-root", root]  # fmt: skip
+        here = run_cli(*base)
+        assert here.returncode == 1
+        assert (
+            here.stderr == f"error: no AReaL job {EXPERIMENT}/{TRIAL} under {root} (found: none)\n"
+        )
+
+        result = run_cli(*base, "--name-resolve-via", "node2")
+        assert result.returncode == 3, result.stderr  # partial: the planted entry is refused
+        doc = json.loads(result.stdout)
+        assert doc["areal"]["source"] == f"nfs:node2:{root}"
+        entries = doc["areal"]["entries"]
+        assert [(e["role"], e["index"], e["state"]) for e in entries] == [
+            ("actor", 0, "ok"),
+            ("actor", 1, "ok"),
+        ]
+        key = f"{USER}/{EXPERIMENT}/{TRIAL}/workers/actor/2"
+        assert doc["areal"]["refused"] == [f"{key}: ENTRY owned by nobody, not {USER}"]
+        assert f"warning: entry refused: {key}: ENTRY owned by nobody, not {USER}" in result.stderr
+        assert [n["name"] for n in doc["nodes"]] == [n.address for n in cluster.nodes[:2]]
+        assert [n["state"] for n in doc["nodes"]] == ["up", "up"]
+        roles = [p["role"] for n in doc["nodes"] for p in n["processes"] if p["role"] != "wrapper"]
+        assert roles == ["actor", "actor"]
+
+        # Bad input: one line, exit 1.
+        unknown = run_cli(*base, "--name-resolve-via", "node9", "--connect-timeout", "5")
+        assert unknown.returncode == 1
+        assert unknown.stderr.startswith("error: --name-resolve-via node9: cannot reach it (")
+        assert unknown.stderr.count("\n") == 1
+        missing = run_cli(*base[:-1], f"{mount}/nothing", "--name-resolve-via", "node2")
+        assert missing.returncode == 1
+        assert missing.stderr == (
+            f"error: name-resolve root {mount}/nothing does not exist on node2\n"
+        )
+    finally:
+        node2.run(f"umount {mount}")
+
+
 def test_a_worker_gone_is_stale_exit_3(cluster: TestCluster, cluster_job: ClusterJob) -> None:
     node2 = cluster.nodes[1]
     node2.run(f"kill -- -{cluster_job.groups.pop(node2.name)}")

@@ -16,14 +16,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.areal_targets import probe_addresses, resolve_areal_targets
+from areal_console.core.areal_targets import probe_addresses, probe_via, resolve_areal_targets
+from areal_console.core.client import AgentError
 from areal_console.core.errors import UsageError, UserError
+from areal_console.core.fleet import NodeSession
 from areal_console.core.name_resolve import (
     EtcdRegistry,
     NfsRegistry,
     find_job,
     parse_job_name,
 )
+from areal_console.core.specs import local_node
 from areal_console.core.stacks.diagnose import AREAL_TIMEOUT, GROUP_TIMEOUT, timeout_advice
 from areal_console.core.stacks.merge import analyse
 from areal_console.core.stacks.model import Frame, RankStack, StackCapture, Thread
@@ -402,3 +405,55 @@ def test_timeout_advice_says_areals_7200_s_and_never_nccl_timeout() -> None:
     for analysis in (areal_worker, plain):
         for line in diagnose(analysis).suggestions:
             assert "NCCL_TIMEOUT" not in line or "not read" in line or "changes nothing" in line
+
+
+@pytest.fixture
+def local_agent() -> Iterator[NodeSession]:
+    """A real agent as a thread of this process, as `--name-resolve-via` asks one."""
+    session = NodeSession(local_node(), in_process=True, probe_gpus=False)
+    yield session
+    session.close()
+
+
+def test_an_address_unreachable_here_is_probed_from_the_via_node(
+    local_agent: NodeSession, listener: tuple[str, int]
+) -> None:
+    dead = ("127.0.0.1", dead_port())
+    gone = f"nothing listens on 127.0.0.1:{dead[1]}: the worker is gone"
+    # As this machine saw them: the live worker behind a network it cannot reach.
+    mine = {listener: "no route to host", dead: gone, ("127.0.0.1", 1): None}
+    out = probe_via(local_agent, mine, 1.0)
+    assert out == {listener: None, dead: gone}  # the node reaches one; both miss the other
+
+
+def test_the_name_resolve_op_refuses_bad_arguments(local_agent: NodeSession) -> None:
+    bad = [
+        ("name_resolve", {"root": "rel/dir", "user": "u", "experiment": "e", "trial": "t"}),
+        ("name_resolve", {"root": "/tmp", "user": "..", "experiment": "e", "trial": "t"}),
+        ("name_resolve", {"root": "/tmp", "user": "u", "experiment": "a/b", "trial": "t"}),
+        ("tcp_probe", {"addresses": [["127.0.0.1", 0]]}),
+        ("tcp_probe", {"addresses": [["127.0.0.1", 1]], "timeout": 60}),
+    ]
+    for op, args in bad:
+        with pytest.raises(AgentError):
+            local_agent.call(op, args)
+
+
+@needs_root
+def test_the_name_resolve_op_reads_as_the_console_does(
+    local_agent: NodeSession, public_tmp: Path, listener: tuple[str, int]
+) -> None:
+    root = public_tmp / "nr-op"
+    nfs_add(str(root), worker_key(USER, "exp", "t1", "actor", 0), f"{listener[0]}:{listener[1]}")
+    planted = nfs_add(str(root), worker_key(USER, "exp", "t1", "actor", 1), "127.0.0.9:1")
+    os.chown(planted, 65534, 65534)
+    args = {"root": str(root), "user": USER, "experiment": "exp", "trial": "t1"}
+    answer = local_agent.call("name_resolve", args)
+    here = NfsRegistry(str(root)).job(parse_job_name(f"{USER}/exp/t1"))
+    assert answer["exists"] is True
+    assert [(e["key"], e["value"]) for e in answer["entries"]] == [
+        (e.key, e.value) for e in here.entries
+    ]
+    assert answer["refused"] == here.refused and len(here.refused) == 1
+    missing = local_agent.call("name_resolve", {**args, "trial": "t9"})
+    assert missing["entries"] == [] and missing["trials"] == ["exp/t1"]

@@ -401,7 +401,7 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
     # Output as a terminal shows it (py-spy's errors too); a COLUMNS inherited from the test
     # runner would cut `ps aux` lines. The loop's `py-spy` is the one the agent runs (beside
     # this interpreter, e.g. an unactivated venv's), not whatever is first on PATH.
-    from areal_node.agent import find_pyspy
+    from areal_node.agent.pyspy import find_pyspy
 
     pyspy = find_pyspy()
     assert pyspy is not None, "py-spy is a dependency of the console: pip install py-spy"

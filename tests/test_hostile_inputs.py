@@ -732,7 +732,7 @@ def test_stacks_list_names_the_bad_capture_and_lists_the_rest(tmp_path: Path) ->
         ["batch", "x.pt", "--sample", "-1"],
         ["replay", "/tmp", "--gpus", "zero"],
         ["replay", "/tmp", "--steps", "5:2"],
-        ["slurm", "12;rm"],
+        ["slurm", "12,rm"],
     ],
 )
 def test_bad_values_exit_2_in_one_line(args: list[str]) -> None:

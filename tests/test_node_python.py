@@ -35,7 +35,7 @@ def vermin(*paths: Path) -> subprocess.CompletedProcess[str]:
 
 def node_files() -> list[Path]:
     files = sorted(NODE_PACKAGE.rglob("*.py"))
-    assert NODE_PACKAGE / "agent.py" in files
+    assert NODE_PACKAGE / "agent" / "serve.py" in files
     return files
 
 

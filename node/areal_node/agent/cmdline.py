@@ -9,6 +9,7 @@ import os
 # (areal/infra/utils/proc.py:26-121).
 WRAPPER_EXES = frozenset(
     {"bash", "sh", "dash", "zsh", "stdbuf", "tee", "sed", "env", "nohup", "setsid", "timeout"}
+    | {"singularity", "apptainer"}  # Slurm tasks: `singularity exec ... IMAGE bash -c ...`
 )
 
 

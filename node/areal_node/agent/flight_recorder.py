@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import time
 from typing import TYPE_CHECKING, Any
 
 from areal_node.agent.procfs import (
@@ -33,7 +35,20 @@ FR_ENV = (
     "TORCH_WORKER_SERVER_SOCKET",
 )
 FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
-FR_MAX_BYTES = 256 << 20
+FR_MAX_BYTES = 64 << 20  # a dump or reply larger than this is not a trace
+FR_MAX_NODES = 1_000_000  # values visited (a shared subtree counts every time it is reached)
+FR_MAX_DEPTH = 12  # nesting of the fields the ledger reads (an entry's sizes are 4 deep)
+FR_MAX_INT_BITS = 64
+FR_MAX_CHARS = 32 << 20  # characters of all strings together
+ENTRY_KEYS = (
+    "is_p2p", "process_group", "pg_id", "profiling_name", "input_sizes", "output_sizes",
+    "input_dtypes", "collective_seq_id", "state", "retired",
+)  # fmt: skip
+
+
+class TraceDumpError(ValueError):
+    """A trace (dump file or live reply) that is not one, or too large or deep to be one:
+    the agent's per-rank error (`"kind": "malformed"`), never an exception of the op."""
 
 
 def safe_unpickle(data: bytes) -> Any:
@@ -49,6 +64,105 @@ def safe_unpickle(data: bytes) -> Any:
             raise pickle.UnpicklingError("refusing persistent ids in a trace dump")
 
     return PlainUnpickler(io.BytesIO(data)).load()
+
+
+class _Budget:
+    """What one trace may still spend: values visited and characters."""
+
+    def __init__(self) -> None:
+        self.nodes = FR_MAX_NODES
+        self.chars = FR_MAX_CHARS
+
+
+def _plain(value: Any, budget: _Budget, depth: int) -> Any:
+    """A bounded copy of `value` made of JSON's types only (tuples and sets become lists,
+    keys strings), or TraceDumpError. Every visit counts, so a subtree shared many times
+    (cheap in a pickle, huge once expanded) or a container holding itself runs out of
+    budget or depth instead of memory or stack."""
+    budget.nodes -= 1
+    if budget.nodes < 0:
+        raise TraceDumpError(f"more than {FR_MAX_NODES} values")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() > FR_MAX_INT_BITS:
+            raise TraceDumpError(f"an integer of {value.bit_length()} bits")
+        return int(value)
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, str):
+        budget.chars -= len(value)
+        if budget.chars < 0:
+            raise TraceDumpError(f"more than {FR_MAX_CHARS} characters of text")
+        return str(value)
+    if depth <= 0:
+        raise TraceDumpError(f"nested deeper than {FR_MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise TraceDumpError(f"a mapping key of type {type(key).__name__}")
+            out[str(_plain(key, budget, depth - 1))] = _plain(item, budget, depth - 1)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(item, budget, depth - 1) for item in value]
+    raise TraceDumpError(f"a value of type {type(value).__name__}")
+
+
+def _projected(data: Any) -> dict[str, Any]:
+    """The parts of a Flight Recorder dump the ledger reads, bounded (see `_plain`); the
+    rest (Python stacks of every entry, ...) is never walked."""
+    if not isinstance(data, dict):
+        raise TraceDumpError("not a Flight Recorder dump (not a mapping)")
+    if "entries" not in data and "pg_status" not in data:
+        raise TraceDumpError("not a Flight Recorder dump (no entries, no pg_status)")
+    budget = _Budget()
+    entries = data.get("entries") or []
+    if not isinstance(entries, (list, tuple)):
+        raise TraceDumpError("entries is not a list")
+    out: dict[str, Any] = {"entries": []}
+    for e in entries:
+        budget.nodes -= 1
+        if budget.nodes < 0:
+            raise TraceDumpError(f"more than {FR_MAX_NODES} values")
+        if not isinstance(e, dict):
+            raise TraceDumpError("an entry is not a mapping")
+        out["entries"].append(
+            {k: _plain(e[k], budget, FR_MAX_DEPTH - 2) for k in ENTRY_KEYS if k in e}
+        )
+    for key in ("version", "pg_config", "pg_status", "rank"):
+        if key in data:
+            out[key] = _plain(data[key], budget, FR_MAX_DEPTH - 1)
+    return out
+
+
+def _bounded_slim(load: Any, blob: bytes) -> dict[str, Any]:
+    """`slim_trace` of what `load(blob)` decodes, or TraceDumpError (never another)."""
+    if len(blob) > FR_MAX_BYTES:
+        raise TraceDumpError(f"{len(blob)} bytes: too large for a trace")
+    try:
+        data = load(blob)
+    except TraceDumpError:
+        raise
+    except Exception as exc:  # anything a hostile blob makes the decoder raise
+        raise TraceDumpError(f"not decodable: {type(exc).__name__}: {str(exc)[:200]}") from None
+    projected = _projected(data)
+    try:
+        return slim_trace(projected)
+    except TraceDumpError:
+        raise
+    except Exception as exc:  # a field of the wrong type
+        raise TraceDumpError(f"malformed: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def decode_dump(blob: bytes) -> dict[str, Any]:
+    """A dump file (pickle) as the reduced trace the agent relays, or TraceDumpError."""
+    return _bounded_slim(safe_unpickle, blob)
+
+
+def decode_live(body: bytes) -> dict[str, Any]:
+    """A worker server's JSON trace as the reduced trace, or TraceDumpError."""
+    return _bounded_slim(json.loads, body)
 
 
 def slim_trace(data: Any) -> dict[str, Any]:
@@ -101,7 +215,9 @@ def slim_trace(data: Any) -> dict[str, Any]:
         group["last_state"] = str(last.get("state") or "")
         group["last_retired"] = bool(last.get("retired"))
         out.append(group)
+    rank = data.get("rank")
     return {
+        "rank": rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
         "version": data.get("version"),
         "pg_config": data.get("pg_config") or {},
         "pg_status": data.get("pg_status") or {},
@@ -109,18 +225,51 @@ def slim_trace(data: Any) -> dict[str, Any]:
     }
 
 
-def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
+def _post(path: str, url: str, uid: int, deadline: float) -> tuple[int, bytes]:
+    """POST `url` on the Unix socket `path`, all of it (connect, request, reply) before
+    `deadline` (time.monotonic()): a server that trickles its reply runs out of time, not a
+    per-read timeout. The peer must run as `uid` (SO_PEERCRED)."""
     import http.client
     import socket
+    import struct
+
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no complete reply before the deadline")
+        return left
+
+    class DeadlineSocket(socket.socket):
+        def recv_into(self, *a: Any, **k: Any) -> int:
+            self.settimeout(remaining())
+            try:
+                return super().recv_into(*a, **k)
+            except TimeoutError:
+                raise TimeoutError("no complete reply before the deadline") from None
+
+        def recv(self, *a: Any, **k: Any) -> bytes:
+            self.settimeout(remaining())
+            try:
+                return super().recv(*a, **k)
+            except TimeoutError:
+                raise TimeoutError("no complete reply before the deadline") from None
 
     class UnixConnection(http.client.HTTPConnection):
         def connect(self) -> None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(timeout)
-            sock.connect(path)
+            sock = DeadlineSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(remaining())
+                sock.connect(path)
+                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+                peer_uid = struct.unpack("3i", creds)[1]
+                if peer_uid != uid:
+                    raise PermissionError(f"served by uid {peer_uid}, not the rank's uid {uid}")
+            except BaseException:
+                sock.close()
+                raise
             self.sock = sock
 
-    conn = UnixConnection("localhost", timeout=timeout)
+    conn = UnixConnection("localhost", timeout=remaining())
     try:
         conn.request("POST", url, body=b"", headers={"Content-Length": "0"})
         reply = conn.getresponse()
@@ -132,42 +281,143 @@ def _unix_post(path: str, url: str, timeout: float) -> tuple[int, bytes]:
         conn.close()
 
 
+def _listening_unix_sockets(pid: int) -> set[str]:
+    """The paths of the Unix sockets process `pid` itself listens on: its open socket
+    inodes matched against its network namespace's socket table. A socket file someone
+    else bound at a name the rank would use is not among them."""
+    inodes = set()
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            inodes.add(target[8:-1])
+    paths = set()
+    table = read_all(f"/proc/{pid}/net/unix").decode("utf-8", "surrogateescape")
+    for line in table.splitlines()[1:]:
+        # Num RefCount Protocol Flags Type St Inode Path; Flags 0x10000 = listening
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[6] in inodes and int(fields[3], 16) & 0x10000:
+            paths.add(fields[7])
+    return paths
+
+
+def process_uid(pid: int) -> int:
+    """The user a process runs as (the owner of its /proc entry)."""
+    return os.stat(f"/proc/{pid}").st_uid
+
+
 def fr_sockets(pid: int, env: dict[str, str]) -> list[str]:
-    """The sockets a rank's trace can be asked at (our launch hook's, or torch's
-    `worker_main`) that exist now."""
-    dirs = (env.get("AREAL_FR_SOCKET_DIR"), env.get("TMPDIR"), "/tmp")
-    sockets = list(dict.fromkeys(os.path.join(d, f"areal-fr-{pid}.sock") for d in dirs if d))
-    if env.get("TORCH_WORKER_SERVER_SOCKET"):
-        sockets.append(env["TORCH_WORKER_SERVER_SOCKET"])
-    return [path for path in sockets if os.path.exists(path)]
+    """The sockets a rank's trace can be asked at: our launch hook's `areal-fr-<pid>.sock`
+    (in a private directory, see the hook) or torch's `TORCH_WORKER_SERVER_SOCKET`, each
+    only if this very process listens on it and the file is a socket owned by its user.
+    Planted names and an environment naming another user's socket are never asked."""
+    try:
+        uid = process_uid(pid)
+        listening = _listening_unix_sockets(pid)
+    except OSError:
+        return []
+    wanted = f"areal-fr-{pid}.sock"
+    found = sorted(p for p in listening if os.path.basename(p) == wanted)
+    named = env.get("TORCH_WORKER_SERVER_SOCKET")
+    if named and named in listening and named not in found:
+        found.append(named)
+    trusted = []
+    for path in found:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode) and st.st_uid == uid:
+            trusted.append(path)
+    return trusted
 
 
 def fr_live(
     pid: int, env: dict[str, str], timeout: float, sockets: list[str] | None = None
 ) -> dict[str, Any]:
-    """Ask a rank's worker server for its trace (at `sockets`, by default all it has)."""
+    """Ask a rank's worker server for its trace (at `sockets`, by default all it has),
+    within `timeout` seconds for the whole exchange. Never raises: a rank that does not
+    answer, or answers with something that is not a trace, is this rank's error."""
+    deadline = time.monotonic() + timeout
     errors = []
+    malformed = False
+    try:
+        uid = process_uid(pid)
+    except OSError as exc:
+        return {"ok": False, "error": f"process gone: {exc}"}
     for path in fr_sockets(pid, env) if sockets is None else sockets:
         for handler in ("areal_fr_trace", "fr_trace_json"):
             try:
-                status, body = _unix_post(path, f"/handler/{handler}", timeout)
-            except (OSError, ValueError) as exc:
-                errors.append(f"{path}: {exc}")
+                status, body = _post(path, f"/handler/{handler}", uid, deadline)
+            except Exception as exc:  # one rank's failure, whatever it is
+                errors.append(f"{path}: {type(exc).__name__}: {str(exc)[:200]}")
                 break
             if status == 200:
                 try:
-                    return {"ok": True, "socket": path, "trace": slim_trace(json.loads(body))}
-                except ValueError as exc:
+                    return {"ok": True, "socket": path, "trace": decode_live(body)}
+                except TraceDumpError as exc:
+                    malformed = True
                     errors.append(f"{path} {handler}: {exc}")
             else:
                 errors.append(f"{path} {handler}: HTTP {status}")
     if not errors:
         return {"ok": False, "error": "no Flight Recorder socket (recorder access not enabled)"}
-    return {"ok": False, "error": "; ".join(errors)}
+    reply: dict[str, Any] = {"ok": False, "error": "; ".join(errors)}
+    if malformed:
+        reply["kind"] = "malformed"
+    return reply
 
 
-def fr_dump_files(prefixes: list[str], since: float | None) -> list[dict[str, Any]]:
-    """Every `<prefix><rank>` file under the given prefixes, decoded safely."""
+def _read_dump(path: str, owners: set[int], since: float | None) -> dict[str, Any]:
+    """One dump file as a record: trusted only if it is a regular file owned by one of the
+    job's users, opened without following a link and without blocking (a FIFO), and
+    checked again on the open descriptor."""
+    record: dict[str, Any] = {}
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        return {"ok": False, "kind": "untrusted", "error": f"not opened: {exc.strerror}"}
+    try:
+        st = os.fstat(fd)
+        record["mtime"] = st.st_mtime
+        if not stat.S_ISREG(st.st_mode):
+            return {**record, "ok": False, "kind": "untrusted", "error": "not a regular file"}
+        if st.st_uid not in owners:
+            who = ", ".join(str(u) for u in sorted(owners))
+            error = f"owned by uid {st.st_uid}, not the job's user (uid {who})"
+            return {**record, "ok": False, "kind": "untrusted", "error": error}
+        if since is not None and st.st_mtime < since:
+            return {**record, "ok": False, "stale": True, "error": "older than the job's processes"}
+        if st.st_size > FR_MAX_BYTES:
+            error = f"{st.st_size} bytes: too large for a trace"
+            return {**record, "ok": False, "kind": "malformed", "error": error}
+        chunks = []
+        left = FR_MAX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return {**record, "ok": True, "trace": decode_dump(b"".join(chunks))}
+    except TraceDumpError as exc:
+        return {**record, "ok": False, "kind": "malformed", "error": str(exc)}
+    except OSError as exc:
+        return {**record, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        os.close(fd)
+
+
+def fr_dump_files(
+    prefixes: list[str], since: float | None, owners: set[int] | None = None
+) -> list[dict[str, Any]]:
+    """Every `<prefix><rank>` file under the given prefixes, decoded safely: only files
+    owned by `owners` (the job's users; by default this agent's user) are read."""
+    owners = {os.getuid()} if owners is None else owners
     found = []
     seen = set()
     for prefix in prefixes:
@@ -178,26 +428,13 @@ def fr_dump_files(prefixes: list[str], since: float | None) -> list[dict[str, An
             continue
         for name in names:
             tail = name[len(stem) :]
-            if not name.startswith(stem) or not tail.isdigit():
+            if not name.startswith(stem) or not tail.isdigit() or len(tail) > 9:
                 continue
             path = os.path.join(directory, name)
             if path in seen:
                 continue
             seen.add(path)
-            record: dict[str, Any] = {"path": path, "rank": int(tail)}
-            try:
-                st = os.stat(path)
-                record["mtime"] = st.st_mtime
-                if since is not None and st.st_mtime < since:
-                    record.update(ok=False, stale=True, error="older than the job's processes")
-                elif st.st_size > FR_MAX_BYTES:
-                    record.update(ok=False, error=f"{st.st_size} bytes: too large for a trace")
-                else:
-                    with open(path, "rb") as fh:
-                        record.update(ok=True, trace=slim_trace(safe_unpickle(fh.read())))
-            except Exception as exc:  # one bad file must not hide the others
-                record.update(ok=False, error=f"{type(exc).__name__}: {exc}")
-            found.append(record)
+            found.append({"path": path, "rank": int(tail), **_read_dump(path, owners, since)})
     return found
 
 
@@ -213,10 +450,12 @@ def op_fr_traces(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     timeout = arg(args, "timeout", float, 5.0)
     live = arg(args, "live", bool, True)
     envs: dict[int, dict[str, str]] = {}
+    owners: set[int] = set()
     starts = []
     for pid in pids:
         try:
             envs[pid] = parse_environ(read_all(f"/proc/{pid}/environ"), FR_ENV)
+            owners.add(process_uid(pid))
         except OSError:
             envs[pid] = {}
         ticks = start_ticks(pid)
@@ -236,16 +475,22 @@ def op_fr_traces(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     ranks = []
     if live:
         # Only ranks with a socket are asked, each in a thread of its own (a rank that is
-        # slow to answer must not hold up the others); the rest answer at once.
+        # slow to answer must not hold up the others); the rest answer at once. Each
+        # rank's exchange has its own deadline (`timeout`), so the op ends within it.
         sockets = {pid: fr_sockets(pid, envs[pid]) for pid in pids}
         asked = [pid for pid in pids if sockets[pid]]
         replies = parallel_map(lambda p: fr_live(p, envs[p], timeout, sockets[p]), asked, 32)
         answers = dict(zip(asked, replies))
         for pid in pids:
             reply = answers[pid] if pid in answers else fr_live(pid, envs[pid], timeout, [])
-            ranks.append({"pid": pid, "rank": to_int(envs[pid].get("RANK")), **reply})
+            rank = to_int(envs[pid].get("RANK"))
+            if rank is None and reply.get("ok"):
+                # an AReaL rpc_server learns its rank after start (POST /set_env): the
+                # hook's reply carries the rank known when it answered
+                rank = reply["trace"].get("rank")
+            ranks.append({"pid": pid, "rank": rank, **reply})
     return {
         "live": ranks,
-        "files": fr_dump_files(list(dict.fromkeys(prefixes)), since),
+        "files": fr_dump_files(list(dict.fromkeys(prefixes)), since, owners or None),
         "prefixes": list(dict.fromkeys(prefixes)),
     }

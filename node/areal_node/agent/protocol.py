@@ -34,6 +34,7 @@ LATER: dict[str, str] = {
     ),
     **dict.fromkeys(("file_tail", "log_find", "file_read"), "areal_node.agent.logs"),
     "fr_traces": "areal_node.agent.flight_recorder",
+    **dict.fromkeys(("name_resolve", "tcp_probe"), "areal_node.agent.name_resolve_op"),
 }
 
 

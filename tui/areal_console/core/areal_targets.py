@@ -14,28 +14,29 @@ never waited on. The nodes are reached:
 
 from __future__ import annotations
 
-import errno
 import os
 import re
-import selectors
 import shutil
 import socket
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_node.tcp_probe import PROBE_TIMEOUT, probe_addresses
+
+from areal_console.core.errors import UserError
 from areal_console.core.name_resolve import (
+    DEFAULT_NFS_ROOT,
     JobName,
     JobRecords,
     NameEntry,
+    NodeNfsRegistry,
+    Registry,
     find_job,
     open_registry,
     parse_job_name,
 )
 from areal_console.core.specs import NodeSpec, local_node
 
-PROBE_TIMEOUT = 2.0
-PROBE_BATCH = 256  # sockets open at once
 # AReaL's worker roles (DESIGN: actor, ref, critic, teacher, rollout, eval-rollout, data,
 # proxy-rollout): asked of Slurm by name besides the roles the records name.
 AREAL_ROLES = (
@@ -136,75 +137,6 @@ class ArealPlan:
         }
 
 
-def probe_addresses(
-    addresses: list[tuple[str, int]], timeout: float = PROBE_TIMEOUT
-) -> dict[tuple[str, int], str | None]:
-    """address -> None when something accepts a TCP connection there, else why not. All
-    addresses are tried at once (non-blocking connects); the whole probe takes at most
-    about `timeout` per `PROBE_BATCH` addresses."""
-    out: dict[tuple[str, int], str | None] = {}
-    unique = list(dict.fromkeys(addresses))
-    for start in range(0, len(unique), PROBE_BATCH):
-        out.update(_probe_batch(unique[start : start + PROBE_BATCH], timeout))
-    return out
-
-
-def _probe_batch(batch: list[tuple[str, int]], timeout: float) -> dict[tuple[str, int], str | None]:
-    out: dict[tuple[str, int], str | None] = {}
-    sel = selectors.DefaultSelector()
-    try:
-        for addr in batch:
-            host, port = addr
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            try:
-                sock = socket.socket(family, socket.SOCK_STREAM)
-            except OSError as exc:  # no IPv6 here, out of descriptors
-                out[addr] = f"{_show(addr)}: {exc.strerror or exc}"
-                continue
-            sock.setblocking(False)
-            try:
-                code = sock.connect_ex((host, port))
-            except OSError as exc:  # a host name that does not resolve
-                code, why = -1, f"{_show(addr)}: {exc.strerror or exc}"
-            if code == -1:
-                out[addr] = why
-                sock.close()
-            elif code in (0, errno.EINPROGRESS, errno.EAGAIN):
-                sel.register(sock, selectors.EVENT_WRITE, addr)
-            else:
-                out[addr] = _why(code, addr)
-                sock.close()
-        deadline = time.monotonic() + timeout
-        while sel.get_map() and (left := deadline - time.monotonic()) > 0:
-            for key, _ in sel.select(left):
-                ready = key.fileobj
-                assert isinstance(ready, socket.socket)
-                code = ready.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                out[key.data] = None if code == 0 else _why(code, key.data)
-                sel.unregister(ready)
-                ready.close()
-        for key in list(sel.get_map().values()):
-            out[key.data] = f"no answer from {_show(key.data)} in {timeout:g}s"
-            sel.unregister(key.fileobj)
-            key.fileobj.close()  # type: ignore[union-attr]
-    finally:
-        for key in list(sel.get_map().values()):  # left by an error: never leak a socket
-            key.fileobj.close()  # type: ignore[union-attr]
-        sel.close()
-    return out
-
-
-def _show(addr: tuple[str, int]) -> str:
-    host, port = addr
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _why(code: int, addr: tuple[str, int]) -> str:
-    if code == errno.ECONNREFUSED:
-        return f"nothing listens on {_show(addr)}: the worker is gone"
-    return f"{_show(addr)}: {os.strerror(code)}"
-
-
 def own_addresses() -> set[str]:
     """Addresses that mean this machine: loopback's first, and the host name's."""
     found = {"127.0.0.1", "::1", "localhost"}
@@ -230,10 +162,15 @@ def specs_for_hosts(hosts: list[str], mine: set[str]) -> list[NodeSpec]:
     return specs
 
 
-def with_states(records: JobRecords, probe_timeout: float = PROBE_TIMEOUT) -> list[EntryState]:
-    """Each record with the probe's verdict."""
+def with_states(
+    records: JobRecords, probe_timeout: float = PROBE_TIMEOUT, via: Any = None
+) -> list[EntryState]:
+    """Each record with the probe's verdict: from here, and for the addresses this
+    machine cannot reach, from the `via` node too (its agent's `tcp_probe`)."""
     addresses = [(e.host, e.port) for e in records.entries if e.host is not None and e.port]
     verdicts = probe_addresses(addresses, probe_timeout)
+    if via is not None:
+        verdicts.update(probe_via(via, verdicts, probe_timeout))
     states = []
     for e in records.entries:
         if e.host is None or e.port is None:
@@ -244,11 +181,53 @@ def with_states(records: JobRecords, probe_timeout: float = PROBE_TIMEOUT) -> li
     return states
 
 
+def probe_via(
+    via: Any, verdicts: dict[tuple[str, int], str | None], timeout: float
+) -> dict[tuple[str, int], str | None]:
+    """The addresses that failed from here, probed by the node `via` (a `NodeSession`):
+    reachable there is live; unreachable from both keeps both reasons."""
+    failed = [addr for addr, why in verdicts.items() if why is not None]
+    if not failed:
+        return {}
+    answer = _ask(via, "tcp_probe", {"addresses": [list(a) for a in failed], "timeout": timeout})
+    out: dict[tuple[str, int], str | None] = {}
+    for item in answer.get("verdicts", []) if isinstance(answer, dict) else []:
+        if not (isinstance(item, list) and len(item) == 3):
+            continue
+        addr = (str(item[0]), item[1])
+        if addr not in verdicts:
+            continue
+        theirs = item[2]
+        mine = verdicts[addr]
+        out[addr] = (
+            None
+            if theirs is None
+            else (mine if theirs == mine else f"{mine}; from {via.name}: {theirs}")
+        )
+    return out
+
+
+def _ask(via: Any, op: str, args: dict[str, Any]) -> Any:
+    """One request to the `--name-resolve-via` node; its failure is one line."""
+    from areal_console.core.client import AgentDisconnected, AgentError
+
+    try:
+        return via.call(op, args, timeout=30.0)
+    except AgentDisconnected as exc:
+        raise UserError(f"--name-resolve-via {via.name}: cannot reach it ({exc})") from None
+    except AgentError as exc:
+        raise UserError(f"--name-resolve-via {via.name}: {exc}") from None
+
+
+def via_registry(via: Any, root: str | None) -> Registry:
+    """The nfs records under `root` as the node `via` sees them."""
+    return NodeNfsRegistry(via.name, root or DEFAULT_NFS_ROOT, lambda op, a: _ask(via, op, a))
+
+
 def slurm_role_jobs(
     name: JobName, roles: list[str], login: str | None, timeout: float
 ) -> list[Any]:
     """The job's per-role Slurm jobs that run now (empty where Slurm is not here)."""
-    from areal_console.core.errors import UserError
     from areal_console.core.slurm import SlurmClient, make_runner
 
     if not login and shutil.which("squeue") is None:
@@ -271,12 +250,14 @@ def resolve_areal_targets(
     slurm_timeout: float = 30.0,
     probe_timeout: float = PROBE_TIMEOUT,
     fileroot: str | None = None,
+    via: Any = None,
 ) -> ArealPlan:
-    """`--areal [USER/]EXPERIMENT/TRIAL` -> the job's nodes and its records' states."""
+    """`--areal [USER/]EXPERIMENT/TRIAL` -> the job's nodes and its records' states;
+    `via` (a `NodeSession`): read the nfs records through that node's agent."""
     name = parse_job_name(text)
-    registry = open_registry(nfs_root, etcd3)
+    registry = open_registry(nfs_root, etcd3) if via is None else via_registry(via, nfs_root)
     records = find_job(registry, name)
-    states = with_states(records, probe_timeout)
+    states = with_states(records, probe_timeout, via)
     plan = ArealPlan(name, registry.source, [], states, list(records.refused), fileroot=fileroot)
     roles = sorted({e.role for e in records.entries if e.role})
     jobs = slurm_role_jobs(name, roles, login, slurm_timeout)

@@ -9,7 +9,9 @@ cbff54d6); rollout launchers add `{user}/{experiment}/{trial}/gen_servers/{id}`
   file, written to `ENTRY.tmp.<id>` and renamed (name_resolve.py:286-326). The default
   root is `/tmp/areal/name_resolve` (guard/app.py:523-526), where anyone can plant a
   tree: an entry counts only when its `ENTRY` file is a regular file owned by the job's
-  user, opened without following links, read with a size bound.
+  user, opened without following links, read with a size bound. The reader is the node
+  package's (areal_node.name_resolve): here for a root this machine sees, through a
+  node's agent (`--name-resolve-via NODE`) for a root only that node sees.
 - etcd3: the same names as keys (normalised paths, name_resolve.py:511-534), read through
   etcd's v3 HTTP/JSON gateway (`POST /v3/kv/range`) with the standard library. etcd has
   no per-key owner: whoever may write to that etcd is trusted, as AReaL trusts it.
@@ -23,21 +25,18 @@ import base64
 import getpass
 import json
 import os
-import pwd
-import stat
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from areal_node import name_resolve as nfs
+from areal_node.name_resolve import DEFAULT_NFS_ROOT, MAX_ENTRIES, MAX_VALUE_BYTES
 
 from areal_console.core.errors import UsageError, UserError
 from areal_console.core.textfmt import clip_repr
 
-DEFAULT_NFS_ROOT = "/tmp/areal/name_resolve"
-ENTRY_FILE = "ENTRY"
-MAX_VALUE_BYTES = 4096  # a value is `host:port`; anything longer is not AReaL's
-MAX_ENTRIES = 100_000  # bound on one job's records (and on a listing)
-MAX_DIRS = 4 * MAX_ENTRIES  # bound on the directories walked (a planted maze ends here)
 ETCD_TIMEOUT = 5.0
 
 
@@ -161,108 +160,90 @@ class Registry(Protocol):
 # nfs
 
 
-def _uid_of(user: str) -> int | None:
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return int(user) if user.isdigit() else None
-
-
-def _user_of(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
 class NfsRegistry:
-    """Records under an nfs record root, read on this machine."""
+    """Records under an nfs record root, read on this machine (node package's reader)."""
 
     def __init__(self, root: str = DEFAULT_NFS_ROOT) -> None:
         self.root = os.path.normpath(os.path.expanduser(root))
         self.source = f"nfs:{self.root}"
-        self._check_root()
-
-    def _check_root(self) -> None:
         try:
-            st = os.stat(self.root)
-        except FileNotFoundError:
-            return  # no record at all: "no AReaL job ... (found: none)"
-        except OSError as exc:
-            raise UserError(f"cannot read name-resolve root {self.root}: {exc.strerror}") from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise UserError(f"name-resolve root {self.root} is not a directory")
-        if not os.access(self.root, os.R_OK | os.X_OK):
-            raise UserError(f"cannot read name-resolve root {self.root}: permission denied")
-
-    def _list(self, path: str) -> list[os.DirEntry[str]]:
-        try:
-            with os.scandir(path) as it:
-                return list(it)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except OSError as exc:
-            raise UserError(f"cannot read {path}: {exc.strerror}") from None
+            nfs.check_root(self.root)
+        except nfs.RootError as exc:
+            raise UserError(str(exc)) from None
 
     def job(self, name: JobName) -> JobRecords:
-        records = JobRecords(name, self.source)
-        uid = _uid_of(name.user)
-        top = os.path.join(self.root, name.user, name.experiment, name.trial)
-        stack = [top]
-        seen = dirs = 0
-        while stack and seen < MAX_ENTRIES and dirs < MAX_DIRS:
-            dirs += 1
-            for item in self._list(stack.pop()):
-                if item.is_dir(follow_symlinks=False):  # never a link out of the root
-                    stack.append(item.path)
-                elif item.name == ENTRY_FILE:
-                    seen += 1
-                    self._read_entry(records, item.path, uid)
-        records.entries.sort(key=_sort_key)
-        return records
-
-    def _read_entry(self, records: JobRecords, path: str, uid: int | None) -> None:
-        key = os.path.dirname(path)[len(self.root) + 1 :]
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            records.refused.append(f"{key}: cannot open ENTRY ({exc.strerror})")
-            return
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                records.refused.append(f"{key}: ENTRY is not a regular file")
-                return
-            if uid is None or st.st_uid != uid:
-                records.refused.append(
-                    f"{key}: ENTRY owned by {_user_of(st.st_uid)}, not {records.name.user}"
-                )
-                return
-            data = os.read(fd, MAX_VALUE_BYTES + 1)
-        finally:
-            os.close(fd)
-        if len(data) > MAX_VALUE_BYTES:
-            records.refused.append(f"{key}: ENTRY larger than {MAX_VALUE_BYTES} bytes")
-            return
-        value = data.decode("utf-8", "replace").strip()
-        owner = records.name.user
-        records.entries.append(make_entry(records.name.key, key, value, owner))
+            found = nfs.read_job(self.root, name.user, name.experiment, name.trial)
+        except nfs.RootError as exc:
+            raise UserError(str(exc)) from None
+        return typed_records(name, self.source, found)
 
     def trials(self, user: str) -> list[str]:
-        out = []
-        for exp in self._list(os.path.join(self.root, user)):
-            if exp.is_dir(follow_symlinks=False):
-                out += [f"{exp.name}/{t.name}" for t in self._list(exp.path) if t.is_dir()]
-        return sorted(out)[:MAX_ENTRIES]
+        try:
+            return nfs.trials(self.root, user)
+        except nfs.RootError as exc:
+            raise UserError(str(exc)) from None
 
     def users_with(self, experiment: str, trial: str) -> list[str]:
-        users = self._list(self.root)
-        return sorted(
-            u.name
-            for u in users
-            if u.is_dir(follow_symlinks=False)
-            and os.path.isdir(os.path.join(u.path, experiment, trial))
-        )
+        try:
+            return nfs.users_with(self.root, experiment, trial)
+        except nfs.RootError as exc:
+            raise UserError(str(exc)) from None
+
+
+class NodeNfsRegistry:
+    """Records under an nfs record root that only a cluster node sees, read by that
+    node's agent (op `name_resolve`, the same reader): `--name-resolve-via NODE`.
+
+    `call(op, args)` asks the node's agent; one answer per job carries its entries and,
+    where it has none, the user's jobs and the users with that name."""
+
+    def __init__(self, node: str, root: str, call: Callable[[str, dict[str, Any]], Any]) -> None:
+        self.node = node
+        self.root = os.path.normpath(root)
+        self.source = f"nfs:{node}:{self.root}"
+        self._call = call
+        self._answers: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+    def _lookup(self, name: JobName) -> dict[str, Any]:
+        key = (name.user, name.experiment, name.trial)
+        if key not in self._answers:
+            args = {"root": self.root, "user": key[0], "experiment": key[1], "trial": key[2]}
+            found = self._call("name_resolve", args)
+            if not isinstance(found, dict) or not isinstance(found.get("entries"), list):
+                raise UserError(f"--name-resolve-via {self.node}: not a name_resolve answer")
+            if not found.get("exists"):
+                raise UserError(f"name-resolve root {self.root} does not exist on {self.node}")
+            self._answers[key] = found
+        return self._answers[key]
+
+    def job(self, name: JobName) -> JobRecords:
+        return typed_records(name, self.source, self._lookup(name))
+
+    def trials(self, user: str) -> list[str]:
+        found: set[str] = set()
+        for (u, _, _), answer in self._answers.items():
+            if u == user:
+                found.update(str(t) for t in answer.get("trials", []))
+        return sorted(found)
+
+    def users_with(self, experiment: str, trial: str) -> list[str]:
+        found: set[str] = set()
+        for (_, e, t), answer in self._answers.items():
+            if (e, t) == (experiment, trial):
+                found.update(str(u) for u in answer.get("users", []))
+        return sorted(found)
+
+
+def typed_records(name: JobName, source: str, found: dict[str, Any]) -> JobRecords:
+    """The node reader's answer (`{"entries": [{"key", "value", "owner"}], "refused"}`)
+    as the job's typed records, workers first."""
+    records = JobRecords(name, source, refused=[str(r) for r in found.get("refused", [])])
+    for item in found.get("entries", []):
+        key, value = str(item["key"]), str(item["value"])
+        records.entries.append(make_entry(name.key, key, value, item.get("owner")))
+    records.entries.sort(key=_sort_key)
+    return records
 
 
 # --------------------------------------------------------------------------------------

@@ -73,6 +73,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         help="--areal: the nfs record root (default /tmp/areal/name_resolve)",
     )
     group.add_argument(
+        "--name-resolve-via",
+        metavar="[USER@]HOST[:PORT]",
+        help="--areal: read the nfs record root through this node's agent (over SSH), where "
+        "it is not visible here",
+    )
+    group.add_argument(
         "--etcd3",
         metavar="HOST:PORT",
         help="--areal: read the records from etcd at this address (AReaL's etcd3_addr)",
@@ -136,7 +142,7 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     areal = getattr(args, "areal", None)
     if getattr(args, "login", None) and not (slurm_job or areal):
         raise UsageError("--login goes with --slurm-job or --areal (where Slurm's commands run)")
-    for option in ("name_resolve_root", "etcd3", "fileroot"):
+    for option in ("name_resolve_root", "name_resolve_via", "etcd3", "fileroot"):
         if getattr(args, option, None) and not areal:
             raise UsageError(f"--{option.replace('_', '-')} goes with --areal")
     if areal:
@@ -178,23 +184,46 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
     from areal_console.core.areal_targets import resolve_areal_targets
     from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT
 
-    if getattr(args, "name_resolve_root", None) and getattr(args, "etcd3", None):
+    etcd3 = getattr(args, "etcd3", None)
+    if etcd3 and getattr(args, "name_resolve_root", None):
         raise UsageError("--name-resolve-root (nfs) and --etcd3 name two different backends")
-    plan = resolve_areal_targets(
-        name,
-        nfs_root=getattr(args, "name_resolve_root", None),
-        etcd3=getattr(args, "etcd3", None),
-        login=getattr(args, "login", None),
-        mode=getattr(args, "slurm_mode", "step"),
-        slurm_timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
-        fileroot=getattr(args, "fileroot", None),
-    )
+    via_node = getattr(args, "name_resolve_via", None)
+    if etcd3 and via_node:
+        raise UsageError("--name-resolve-via reads nfs records; --etcd3 is read from here")
+    via = open_fleet(args, _one_host(via_node), probe_gpus=False) if via_node else None
+    try:
+        plan = resolve_areal_targets(
+            name,
+            nfs_root=getattr(args, "name_resolve_root", None),
+            etcd3=etcd3,
+            login=getattr(args, "login", None),
+            mode=getattr(args, "slurm_mode", "step"),
+            slurm_timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
+            fileroot=getattr(args, "fileroot", None),
+            via=None if via is None else via.sessions[0],
+        )
+    finally:
+        if via is not None:
+            via.close()
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     for line in plan.warnings():
         print(f"warning: {line}", file=sys.stderr)
     args.areal_plan = plan
     return plan.specs
+
+
+def _one_host(text: str) -> list[NodeSpec]:
+    """`--name-resolve-via`: one SSH destination, `[USER@]HOST[:PORT]`."""
+    from areal_console.core import inventory as inv
+
+    try:
+        specs = inv.parse_hosts(text)
+    except UserError as exc:
+        raise UsageError(f"--name-resolve-via: {exc}") from None
+    if len(specs) != 1:
+        raise UsageError(f"--name-resolve-via names one node, got {len(specs)}")
+    return specs
 
 
 def areal_plan(args: argparse.Namespace) -> Any:

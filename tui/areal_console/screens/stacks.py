@@ -180,6 +180,13 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             tooltip="Write the plain-text report and JSON next to the saved capture",
         ),
         Binding(
+            "F",
+            "recorder_setup",
+            "Recorder setup",
+            id="stacks.recorder_setup",
+            tooltip="How to turn the Flight Recorder on (hook line, AReaL config block)",
+        ),
+        Binding(
             "r",
             "recapture",
             "Recapture",
@@ -570,6 +577,15 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             return
         variables = variables_at(self.capture, frame) if self.capture is not None else []
         self.app.push_screen(SourceViewScreen(frame, variables=variables))
+
+    def action_recorder_setup(self) -> None:
+        """`F`: the launch hook line and the AReaL config block, to paste."""
+        from areal_node.fr_hook import HOOK_DIR
+
+        from areal_console.core.ledger.setup import recorder_setup
+        from areal_console.screens.recorder_setup import RecorderSetupScreen
+
+        self.app.push_screen(RecorderSetupScreen(recorder_setup(str(HOOK_DIR))))
 
     def action_toggle_diagnosis(self) -> None:
         full = self.query_one(DiagnosisBanner).toggle_full()

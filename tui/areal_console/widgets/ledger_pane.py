@@ -19,6 +19,8 @@ def ledger_text(ledger: Ledger | None, graph: WaitForGraph | None = None) -> Tex
     text = Text()
     if ledger is None or not ledger.groups:
         text.append_text(remote_text(absent_note(ledger), style="dim"))
+        if ledger is not None:  # asked, and no rank had a trace
+            text.append("  F: how to turn it on", style="bold")
         text.append("\n")
     else:
         if graph is not None:

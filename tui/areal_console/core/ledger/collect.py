@@ -32,8 +32,8 @@ def absent_note(ledger: Ledger | None) -> str:
 def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
     """The job's ledger, or None when no node was asked (agents without the op).
 
-    A rank whose trace is not one (a hostile or broken reply) is named in the ledger's
-    `errors`; the other ranks' traces and the stacks are kept."""
+    A rank whose trace is not one (a hostile or broken reply, or one the agent already
+    marked `"kind": "malformed"`) is named in the ledger's `errors`; the other ranks' traces and the stacks are kept."""
     live: dict[int, RankTrace] = {}
     files: dict[int, RankTrace] = {}
     notes: list[str] = []
@@ -53,6 +53,11 @@ def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
             continue
         for reply in fr.get("live") or []:
             rank = reply.get("rank")
+            if reply.get("kind") == "malformed":
+                errors.append(
+                    f"{node}: rank {rank} (pid {reply.get('pid')}): {_text(reply.get('error'))}"
+                )
+                continue
             if rank is None:
                 continue
             if reply.get("ok"):
@@ -66,6 +71,10 @@ def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
                 trace = _parsed(int(f["rank"]), node, "file", where, f.get("trace"), errors)
                 if trace is not None:
                     files.setdefault(int(f["rank"]), trace)
+            elif f.get("kind") == "malformed":
+                errors.append(
+                    f"{node}: rank {f.get('rank')}: file {_text(f.get('path'))}: {_text(f.get('error'))}"
+                )
             elif not f.get("stale"):
                 notes.append(f"{node}: {f.get('path')}: {f.get('error')}")
     if not asked:
@@ -77,6 +86,11 @@ def ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
     ledger = build_ledger(sorted(traces.values(), key=lambda t: t.rank), world or None, notes)
     ledger.errors = errors
     return ledger
+
+
+def _text(value: Any) -> str:
+    """A field of an agent's reply, as one printable line of bounded length."""
+    return printable(str(value))[:300]
 
 
 def _parsed(

@@ -1,0 +1,60 @@
+"""The Flight Recorder setup block (docs/ledger.md) and the Stacks screen's `F` key that
+shows it when no trace came: the block's AReaL keys are AReaL's own fields."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from areal_console.core.ledger.setup import recorder_setup
+from areal_console.core.stacks.model import build_capture
+from areal_console.screens.recorder_setup import RecorderSetupScreen
+from areal_console.screens.stacks import StacksScreen
+from areal_console.widgets.ledger_pane import LedgerPane
+from areal_node.fr_hook import HOOK_DIR
+from textual.widgets import TextArea
+
+from tests.test_stacks_screen import StacksApp, load_raw, open_screen
+from tests.waits import until as wait_until
+
+CLI_ARGS = Path(__file__).parent / "data" / "areal_cli_args_cbff54d6.json"
+
+
+def test_block_is_yaml_with_arealss_own_fields() -> None:
+    block = recorder_setup("/opt/fr_hook")
+    assert "export PYTHONPATH=/opt/fr_hook${PYTHONPATH:+:$PYTHONPATH}" in block
+    doc = yaml.safe_load(block[block.index("actor:") :])
+    (spec,) = doc["actor"]["scheduling_spec"]
+    assert spec["cmd"] == "python -m areal.infra.rpc.rpc_server"
+    assert spec["env_vars"] == {"PYTHONPATH": "/opt/fr_hook", "TORCH_FR_BUFFER_SIZE": "2000"}
+    classes = json.loads(CLI_ARGS.read_text())["classes"]
+    assert set(spec) <= set(classes["SchedulingSpec"]["fields"])
+    assert classes["SchedulingSpec"]["fields"]["env_vars"] == "dict[str, str]"
+    assert "scheduling_spec" in classes["TrainEngineConfig"]["fields"]
+    # AReaL joins env_vars as k=v,... and splits them again
+    assert not any("," in v or "=" in v for v in spec["env_vars"].values())
+
+
+def test_docs_carry_the_block() -> None:
+    docs = (Path(__file__).parents[1] / "docs" / "ledger.md").read_text()
+    assert recorder_setup("/path/to/fr_hook") in docs
+
+
+async def test_f_shows_the_block_and_copies_it() -> None:
+    raw = load_raw("cleanup_deadlock")
+    for node in raw["nodes"]:
+        node["fr"] = {"live": [], "files": [], "prefixes": []}  # asked; no rank had a trace
+    screen = StacksScreen(build_capture(raw))
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        assert "F: how to turn it on" in str(screen.query_one(LedgerPane).render())
+        await pilot.press("F")
+        await wait_until(pilot, lambda: isinstance(app.screen, RecorderSetupScreen))
+        block = recorder_setup(str(HOOK_DIR))
+        assert app.screen.query_one(TextArea).text == block
+        await pilot.press("c")
+        assert app.clipboard == block
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen)
