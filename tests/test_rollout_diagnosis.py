@@ -11,7 +11,7 @@ from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.stacks import diagnose
 from areal_console.core.stacks.merge import analyse
 from areal_console.core.stacks.model import Frame, RankStack, ServerInfo, StackCapture, Thread
-from areal_node.agent import fr_dump_files
+from areal_node.agent.flight_recorder import fr_dump_files
 
 AREAL = "/opt/venv/lib/python3.11/site-packages/areal"
 TORCH = "/opt/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
