@@ -240,16 +240,28 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
 
 
 def test_weight_update_stuck_with_each_ranks_phase(weight_update_run: ArealRun) -> None:
+    # The agent asked the data proxy at the port its process listens on: paused, version 3.
+    proxy = json.loads((weight_update_run.workdir / "server.json").read_text())
+    (record,) = [p for p in job_processes(weight_update_run) if p["pid"] == proxy["pid"]]
+    server = record["server"]
+    assert server["kind"] == "data_proxy" and server["health"]["ok"] is True
+    assert server["polled"] is True and server["paused"] is True and server["weight_version"] == 3
     out = run_cli("stacks", "--local", "--json", "--match", str(weight_update_run.workdir))
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     diagnosis = doc["diagnosis"]
     assert diagnosis["pattern"] == "weight_update_stuck", diagnosis
-    assert diagnosis["title"].startswith("Weight update stuck: ranks 0-1 in the weight-update path")
+    assert (
+        diagnosis["title"]
+        == "Weight update stuck: ranks 0-1 in the weight-update path, servers paused"
+    )
+    assert "1 of 1 server(s) paused" in diagnosis["detail"]
     evidence = "\n".join(diagnosis["evidence"])
     assert "rank 0: update_weights (" in evidence and "-> broadcast (" in evidence
     assert "rank 1: update_weights (" in evidence
     assert "_update_bucket_weights_from_distributed (" in evidence
+    assert f"data_proxy server 127.0.0.1:{proxy['port']} (pid {proxy['pid']} " in evidence
+    assert "paused, version 3, healthy" in evidence
     # The perf tracer files (as AReaL writes them, under perf_tracer/actor/): rank 1
     # finished one step fewer than rank 0, so it is the straggler.
     phases = {r["rank"]: r["phase"] for r in doc["ranks"] if r["rank"] is not None}

@@ -306,6 +306,7 @@ class ServerPoller:
     def __init__(self, workers: int = WORKERS, interval: float = POLL_INTERVAL) -> None:
         self.interval = interval
         self._lock = threading.Lock()
+        self._polled = threading.Condition(self._lock)  # notified after each poll
         self._servers: dict[str, ServerRecord] = {}
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._threads = [
@@ -347,6 +348,7 @@ class ServerPoller:
                 rec.last = dict(result, checked_at=now)
                 rec.in_flight = False
                 rec.next_at = time.monotonic() + self.interval
+                self._polled.notify_all()
 
     def state(self, targets: Iterable[tuple[str, str, int]]) -> dict[str, dict[str, Any]]:
         """The latest state of each (kind, host, port); polls are scheduled, never awaited."""
@@ -368,6 +370,19 @@ class ServerPoller:
                 if not self._servers[key].in_flight:
                     del self._servers[key]  # the server is gone
         return out
+
+    def wait_first(self, targets: Iterable[tuple[str, str, int]], timeout: float) -> None:
+        """Wait (at most `timeout`) until each target has been polled once: a one-shot
+        `nodes` then shows a first answer, as the `/health` poll always did."""
+        keys = [f"{kind}|{host}|{port}" for kind, host, port in targets]
+        deadline = time.monotonic() + timeout
+        with self._polled:
+            while True:
+                pending = [k for k in keys if k in self._servers and self._servers[k].last is None]
+                left = deadline - time.monotonic()
+                if not pending or left <= 0:
+                    return
+                self._polled.wait(left)
 
     @staticmethod
     def _describe(rec: ServerRecord) -> dict[str, Any]:
@@ -401,11 +416,13 @@ def attach_state(
     records: list[dict[str, Any]],
     poller: ServerPoller,
     verify: Callable[[int, int], tuple[Listener | None, str]] = verified_endpoint,
+    wait_first: float = 0.0,
 ) -> dict[int, Listener]:
     """Put each server process's polled state under its `server` record (`nodes --json`):
     `polled`, `metrics`, `weight_version`, `paused`, `throughput`, `flags`, and
     `poll_error` when it is not polled (the reason: no verified listening port). Returns
-    the verified listener of each polled server record, by `id()` of the record."""
+    the verified listener of each polled server record, by `id()` of the record. With
+    `wait_first`, servers never polled before are waited for (at most that long)."""
     targets: list[tuple[str, str, int]] = []
     keyed: list[tuple[dict[str, Any], str]] = []
     verified: dict[int, Listener] = {}
@@ -426,6 +443,10 @@ def attach_state(
         targets.append(target)
         keyed.append((srv, "|".join(map(str, target))))
     states = poller.state(targets)
+    new = [t for t, (_, key) in zip(targets, keyed, strict=True) if not states[key].get("polled")]
+    if new and wait_first > 0:
+        poller.wait_first(new, wait_first)
+        states = poller.state(targets)
     for srv, key in keyed:
         srv.update(states.get(key, {"polled": False}))
     return verified

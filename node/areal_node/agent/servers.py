@@ -157,9 +157,10 @@ class ServerStates:
 
     def attach(self, records: list[dict[str, Any]]) -> None:
         """Fill `health` and the polled state of each record's `server`."""
-        from areal_node.server_poll import attach_state
+        from areal_node.server_poll import POLL_DEADLINE, attach_state
 
-        verified = attach_state(records, self.poller, self._verify)
+        # A server seen for the first time is waited for (one deadline), as /health was.
+        verified = attach_state(records, self.poller, self._verify, wait_first=POLL_DEADLINE + 0.5)
         urls: dict[int, str] = {}
         for rec in records:
             srv = rec.get("server")
