@@ -58,7 +58,7 @@ _PAIR = re.compile(_PAIR_TEXT)
 _ESCAPE = re.compile(r"\\(.)", re.S)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Sample:
     """One sample line: the metric name, its label block as written, the value. The
     labels are parsed on demand (`labels()`): the agent reports values by name only."""
@@ -75,7 +75,7 @@ class Sample:
         return None if parsed is None or parsed[1] != len(self.label_text) else parsed[0]
 
 
-@dataclass(slots=True)
+@dataclass
 class Exposition:
     """What one answer held: the wanted samples, and how much was skipped."""
 

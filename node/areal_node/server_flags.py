@@ -17,7 +17,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
 FLAG_KINDS = (
@@ -45,7 +44,7 @@ QUEUE_METRICS = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
 RUNNING_METRICS = ("sglang:num_running_reqs", "vllm:num_requests_running")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ServerFlag:
     kind: str
     evidence: str
@@ -61,7 +60,7 @@ class ServerFlag:
         }
 
 
-@dataclass(slots=True)
+@dataclass
 class ServerPoint:
     """One poll of one server: when, its metric values, throughput (tokens/s, measured or
     derived from a counter), pause state and served version (None: not known)."""
@@ -156,7 +155,7 @@ def server_flags(
         and usage >= KV_FULL
         and len(queues) >= 2
         and queues[-1] > queues[0]
-        and all(b >= a for a, b in pairwise(queues))
+        and all(b >= a for a, b in zip(queues, queues[1:]))
     ):
         flags.append(
             _flag(

@@ -50,14 +50,14 @@ ROUTES = {
 LISTEN = "0A"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Listener:
     host: str  # the address to connect to (a wildcard bind becomes loopback)
     port: int
     bound: str  # the address as bound
 
 
-@dataclass(slots=True)
+@dataclass
 class HttpAnswer:
     status: int | None = None
     body: bytes = b""
@@ -288,7 +288,7 @@ def poll_server(
     return out
 
 
-@dataclass(slots=True)
+@dataclass
 class ServerRecord:
     kind: str
     host: str
@@ -443,7 +443,7 @@ def attach_state(
         targets.append(target)
         keyed.append((srv, "|".join(map(str, target))))
     states = poller.state(targets)
-    new = [t for t, (_, key) in zip(targets, keyed, strict=True) if not states[key].get("polled")]
+    new = [t for t, (_, key) in zip(targets, keyed) if not states[key].get("polled")]
     if new and wait_first > 0:
         poller.wait_first(new, wait_first)
         states = poller.state(targets)
