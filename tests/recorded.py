@@ -276,3 +276,42 @@ async def until_drawn(pilot: Pilot[None], timeout: float = 10.0) -> None:
         if now == before:
             return
         before = now
+
+
+def servers_views() -> list[NodeView]:
+    """The recorded node with three inference servers as the agent reports them after
+    polling their own ports: one healthy, one paused after a weight update on an older
+    version (flagged), one vLLM with its KV cache full and its queue growing."""
+    views = recorded_views()
+    sample = dict(views[0].sample or {})
+
+    def server(pid: int, kind: str, port: int, **state: Any) -> dict[str, Any]:
+        role = "vllm" if kind == "vllm" else "sglang"
+        return {
+            "pid": pid, "ppid": 1, "cmdline": f"python3 -m {kind}.launch_server --port {port}",
+            "rank": None, "local_rank": None, "world_size": None, "role": role, "cpu_percent": 12.0,
+            "rss": 6 << 30, "state": "S", "gpus": [pid % 4], "gpu_memory": 60 << 30, "env_error": None,
+            "server": {"kind": kind, "url": f"http://127.0.0.1:{port}/health", "host": "127.0.0.1",
+                       "port": port, "health": {"ok": True, "status": 200, "latency_ms": 2.0}, **state},
+        }  # fmt: skip
+
+    rising = [1800.0 + 40 * math.sin(i / 2) for i in range(30)]
+    sample["processes"] = [
+        *sample["processes"],
+        server(5101, "sglang", 30000, weight_version=12, paused=False, throughput=rising,
+               metrics={"sglang:num_running_reqs": 24, "sglang:num_queue_reqs": 0,
+                        "sglang:token_usage": 0.41, "sglang:gen_throughput": rising[-1]}),
+        server(5102, "data_proxy", 8082, weight_version=11, paused=True, throughput=[0.0] * 12,
+               metrics={}, flags=[{"kind": "paused_after_update",
+                                   "evidence": "paused for 340s at version 11; the trainer is on version 12",
+                                   "remedy": "resume with POST /continue_generation",
+                                   "config_key": "actor.weight_update_mode"}]),
+        server(5103, "vllm", 8000, throughput=[900.0] * 20 + [150.0] * 5,
+               metrics={"vllm:num_requests_running": 64, "vllm:num_requests_waiting": 41,
+                        "vllm:kv_cache_usage_perc": 0.98},
+               flags=[{"kind": "kv_saturated", "evidence": "KV cache 98% full, queue grew 12 -> 41 over 3 polls",
+                       "remedy": "lower the rollouts in flight", "config_key": "rollout.max_concurrent_rollouts"}]),
+    ]  # fmt: skip
+    views[0] = NodeView(views[0].name, views[0].address, "up", None, 0.004, sample, 0.0,
+                        views[0].gpu_history, views[0].hello)  # fmt: skip
+    return views

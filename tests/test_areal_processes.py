@@ -58,10 +58,17 @@ class ArealRun:
             "PYTHONPATH": str(stub),
             "OMP_NUM_THREADS": "1",
             "AREAL_STUB_TRIAL": self.trial,
+            "STUB_TESTS_ROOT": str(JOBS.parent.parent),
         }
+        # AReaL's config overrides on the controller's command line, as a launch has them.
+        overrides = (
+            ["rollout.consumer_batch_size=4", "rollout.max_concurrent_rollouts=4",
+             "rollout.max_head_offpolicyness=0"]
+            if mode == "rollout" else []
+        )  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, str(JOBS / "areal_controller.py"), str(workdir), mode,
-             str(n_actors), health, *script_args],
+             str(n_actors), health, *script_args, *overrides],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )  # fmt: skip
         ready = (
@@ -110,6 +117,15 @@ def collective_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRu
 @pytest.fixture(scope="module")
 def rollout_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
     run = ArealRun(tmp_path_factory.mktemp("areal-rollout"), "rollout", 2, health="unhealthy")
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
+@pytest.fixture(scope="module")
+def weight_update_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
+    run = ArealRun(tmp_path_factory.mktemp("areal-update"), "weight_update", 2)
     try:
         yield run
     finally:
@@ -214,6 +230,49 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
     assert (
         "`rollout.max_head_offpolicyness`" in keys and "`rollout.max_concurrent_rollouts`" in keys
     )
+    # The controller logged its accepted rollouts (rollout tracing): AReaL's capacity,
+    # recomputed with the command line's overrides, has its staleness term at zero.
+    assert "the staleness term is at or below zero" in detail
+    assert (
+        "AReaL's rollout capacity recomputed: concurrency = 4 - 0 running = 4; staleness = "
+        "(0 + version 0 + 1) x 4 - (4 accepted + 0 running) = 0; capacity 0" in evidence
+    )
+    assert "consumer_batch_size 4 (command line)" in evidence
+    assert suggestions[1].startswith("The staleness term is spent")
+    assert any(s.startswith("No perf tracer files") for s in suggestions)
+
+
+def test_weight_update_stuck_with_each_ranks_phase(weight_update_run: ArealRun) -> None:
+    # The agent asked the data proxy at the port its process listens on: paused, version 3.
+    proxy = json.loads((weight_update_run.workdir / "server.json").read_text())
+    (record,) = [p for p in job_processes(weight_update_run) if p["pid"] == proxy["pid"]]
+    server = record["server"]
+    assert server["kind"] == "data_proxy" and server["health"]["ok"] is True
+    assert server["polled"] is True and server["paused"] is True and server["weight_version"] == 3
+    out = run_cli("stacks", "--local", "--json", "--match", str(weight_update_run.workdir))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    diagnosis = doc["diagnosis"]
+    assert diagnosis["pattern"] == "weight_update_stuck", diagnosis
+    assert (
+        diagnosis["title"]
+        == "Weight update stuck: ranks 0-1 in the weight-update path, servers paused"
+    )
+    assert "1 of 1 server(s) paused" in diagnosis["detail"]
+    evidence = "\n".join(diagnosis["evidence"])
+    assert "rank 0: update_weights (" in evidence and "-> broadcast (" in evidence
+    assert "rank 1: update_weights (" in evidence
+    assert "_update_bucket_weights_from_distributed (" in evidence
+    assert f"data_proxy server 127.0.0.1:{proxy['port']} (pid {proxy['pid']} " in evidence
+    assert "paused, version 3, healthy" in evidence
+    # The perf tracer files (as AReaL writes them, under perf_tracer/actor/): rank 1
+    # finished one step fewer than rank 0, so it is the straggler.
+    phases = {r["rank"]: r["phase"] for r in doc["ranks"] if r["rank"] is not None}
+    assert phases[0]["span"] == "train.rollout" and phases[0]["step"] == 4
+    assert phases[0]["after"] == "train.update_weights" and phases[0]["role"] == "actor"
+    assert phases[1]["step"] == 3 and phases[1]["straggler"] is True
+    assert phases[0]["straggler"] is False
+    assert 0 <= phases[0]["age_s"] < 600
 
 
 async def test_cluster_screen_shows_workers_controller_and_wrappers(
@@ -286,7 +345,9 @@ def test_server_health_healthy_unhealthy_hung_and_dead(tmp_path: Path) -> None:
         hung = seen["hang"]["server"]["health"]
         assert hung["ok"] is False and hung["error"] == "no answer within 1s"
         dead = seen["dead"]["server"]["health"]
-        assert dead["ok"] is False and "connection refused" in dead["error"]
+        # It listens on no port: not asked at all (only a port the process listens on is).
+        assert dead["ok"] is False
+        assert dead["error"].startswith(f"the process does not listen on port {servers['dead'][1]}")
     finally:
         for proc, _ in servers.values():
             os.killpg(proc.pid, signal.SIGKILL)

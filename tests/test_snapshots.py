@@ -10,11 +10,19 @@ from typing import Any
 import pytest
 import recorded
 from areal_console.app import ConsoleApp
+from areal_console.core.monitor import RecordedMonitor
 from recorded import SIZE, recorded_monitor
 
 
 def test_cluster_screen_snapshot(snap_compare: Any) -> None:
     app = ConsoleApp(None, recorded_monitor())
+    assert snap_compare(app, terminal_size=SIZE)
+
+
+def test_cluster_servers_snapshot(snap_compare: Any) -> None:
+    """The Servers pane: a healthy SGLang server, a data proxy paused on an older version,
+    a vLLM server with its KV cache full (flags with evidence and config key below)."""
+    app = ConsoleApp(None, RecordedMonitor(recorded.servers_views()))
     assert snap_compare(app, terminal_size=SIZE)
 
 

@@ -341,6 +341,7 @@ def test_json_matches_schema_and_round_trips(fixtures: dict[str, Any]) -> None:
         "progressing",
         "job",
         "server",
+        "phase",
         "threads",
     }
     assert set(rank["threads"][0]) == {"name", "tid", "idle", "frames"}

@@ -346,3 +346,21 @@ async def test_ledger_pane_leads_with_the_deadlock_between_groups() -> None:
         assert pane.startswith("deadlock rank 2 waits in all_reduce #4 of group 0 (default_pg) "
                                "for rank 3, rank 3 waits in all_reduce #1 of group ")  # fmt: skip
         assert pane.index("deadlock") < pane.index("group 0 (default_pg)  ranks 0-2 all_reduce")
+
+
+async def test_status_shows_each_ranks_phase_and_stragglers_escaped() -> None:
+    from areal_console.core.rollout.perf_trace import RankPhase
+
+    capture = capture_of("cleanup_deadlock")
+    for r in capture.rank_stacks:
+        assert r.rank is not None
+        span = "train.rollout" if r.rank != 3 else "train.\x1b]2;pwned\x07update"
+        r.phase = RankPhase("actor", r.rank, span, 7 if r.rank != 3 else 6, 12.0, r.rank == 3, None)
+    screen = StacksScreen(capture)
+    app = StacksApp(screen)
+    async with app.run_test(size=(200, 40)) as pilot:
+        await open_screen(pilot, screen)
+        text = status(screen)
+        assert "train.rollout (step 7, 12s): ranks 0-2" in text
+        assert "straggler: rank 3 in train.\\x1b]2;pwned\\x07update (step 6, 12s)" in text
+        assert "\x1b" not in text

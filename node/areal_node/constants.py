@@ -67,6 +67,13 @@ AREAL_KEYS = {
         "how many versions a rollout may lag the trainer; 0 is synchronous RL",
     ),
     "rollout.max_concurrent_rollouts": (MAIN, "rollouts in flight at once"),
+    "rollout.consumer_batch_size": (MAIN, "rollouts the trainer takes per step"),
+    "rollout.enable_rollout_tracing": (MAIN, "log each rollout's submit/accept/reject"),
+    "actor.weight_update_mode": (MAIN, "how weights reach the servers: xccl, disk or awex"),
+    "sglang.mem_fraction_static": (MAIN, "GPU memory share of SGLang's KV cache pool"),
+    "vllm.gpu_memory_utilization": (MAIN, "GPU memory share of vLLM's KV cache"),
+    "perf_tracer.enabled": (MAIN, "write Chrome-trace spans per rank (perf_tracer/)"),
+    "perf_tracer.session_tracer.enabled": (MAIN, "write session traces (session_tracer/)"),
     "rollout.dump_to_file": (MAIN, "write text rollouts to <log dir>/rollout/<version>/"),
     "actor.rejection_sampling": (
         MAIN,

@@ -13,7 +13,12 @@ Usage: areal_controller.py WORKDIR MODE N_ACTORS [SERVER_HEALTH [SCRIPT ARGS...]
                    (in their EngineWorker threads); this process waits on their replies.
   MODE rollout:    a rollout worker starts an SGLang stand-in server (SERVER_HEALTH:
                    healthy | unhealthy | dead); this process waits in
-                   RolloutController.prepare_batch, blocked by staleness control.
+                   RolloutController.prepare_batch, blocked by staleness control, after
+                   logging its accepted rollouts (rollout tracing on) to main.log.
+  MODE weight_update: a rollout worker starts a data proxy stand-in, paused at version 3;
+                   the actors run FSDPEngine.update_weights (after writing their perf
+                   tracer files): all but the last wait in the bucket broadcast, the last
+                   waits for the paused server, all inside the weight-update path.
 """
 
 from __future__ import annotations
@@ -131,6 +136,35 @@ def main() -> None:
         for call in calls:
             call.join()
         return
+    logs = log_dir(workdir)
+    if mode == "weight_update":
+        rollout = start_worker("rollout", 0, workdir)
+        proxy_port = free_port()
+        args = ["--host", "127.0.0.1", "--port", str(proxy_port)]
+        env = {"STUB_PAUSED": "1", "STUB_VERSION": "3"}
+        reply = post(
+            rollout, "/call", {"method": "launch_data_proxy", "kwargs": {"args": args, "env": env}}
+        )
+        (workdir / "server.json").write_text(
+            json.dumps({"pid": reply["result"], "port": proxy_port})
+        )
+        calls = [
+            threading.Thread(
+                target=post,
+                args=(port, "/call", {"method": "update_weights", "kwargs": {
+                    "log_dir": str(logs), "ready_file": str(workdir / f"rank{rank}.ready")}}),
+                daemon=True,
+            )
+            for rank, port in enumerate(ports)
+        ]  # fmt: skip
+        for call in calls:
+            call.start()
+        while len(list(workdir.glob("rank*.ready"))) < n_actors:
+            time.sleep(0.1)
+        (workdir / "controller.ready").write_text("waiting for the weight update\n")
+        for call in calls:
+            call.join()
+        return
     from areal.infra.controller.rollout_controller import RolloutController
 
     rollout = start_worker("rollout", 0, workdir)
@@ -140,7 +174,10 @@ def main() -> None:
                                     "kwargs": {"args": args, "env": {"STUB_HEALTH": health}}})  # fmt: skip
     (workdir / "server.json").write_text(json.dumps({"pid": reply["result"], "port": server_port}))
     controller = RolloutController(
-        max_concurrent_rollouts=4, consumer_batch_size=4, max_head_offpolicyness=0
+        max_concurrent_rollouts=4,
+        consumer_batch_size=4,
+        max_head_offpolicyness=0,
+        log_dir=str(logs),
     )
     (workdir / "controller.ready").write_text("waiting for rollout\n")
     controller.prepare_batch([{"prompt": "1+1="}], batch_size=4)

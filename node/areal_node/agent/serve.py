@@ -40,7 +40,7 @@ from areal_node.agent.protocol import (
     op,
 )
 from areal_node.agent.pyspy import find_pyspy
-from areal_node.agent.servers import HealthPoller
+from areal_node.agent.servers import ServerStates
 from areal_node.agent.threads import Call, Deadlines, Workers
 
 
@@ -53,7 +53,7 @@ class Agent:
         self._write_lock = threading.Lock()
         self.processes = ProcessCollector()
         self.gpus = GpuCollector()
-        self.health = HealthPoller()
+        self.servers = ServerStates(self.processes.proc_root)
         self._sample_lock = threading.Lock()
         self._streams: dict[int, threading.Event] = {}
         self._stream_ids = 0
@@ -198,6 +198,7 @@ class Agent:
             self.handle_line(line)
         for stop in self._streams.values():
             stop.set()
+        self.servers.close()
         self.pool.shutdown(wait=False, cancel=True)
         self.deadlines.stop()
 
@@ -230,11 +231,9 @@ class Agent:
             records = [
                 process_record(procs[pid], self.processes.rss(pid), gpu_use) for pid in chosen
             ]
-        servers = [r["server"] for r in records if r.get("server")]
+        servers = [r for r in records if r.get("server")]
         if servers:
-            answers = self.health.health([srv["url"] for srv in servers])
-            for srv in servers:
-                srv["health"] = answers.get(srv["url"])
+            self.servers.attach(servers)
         return {
             "time": time.time(),
             "hostname": os.uname().nodename,

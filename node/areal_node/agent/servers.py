@@ -20,6 +20,9 @@ SERVER_MODULES = {
     "sglang.launch_server": ("sglang", 30000),
     "areal.engine.vllm_ext.areal_vllm_server": ("vllm", 8000),
     "vllm.entrypoints.openai.api_server": ("vllm", 8000),
+    # AReaL v2's data proxy in front of SGLang: its /health says paused and version
+    # (areal/v2/inference_service/data_proxy/__main__.py:23-24, app.py:371-381).
+    "areal.v2.inference_service.data_proxy": ("data_proxy", 8082),
 }
 HEALTH_PATH = "/health"
 HEALTH_TIMEOUT = 1.0  # seconds per poll
@@ -117,3 +120,66 @@ class HealthPoller:
                 for url in urls
                 if url in self._cache
             }
+
+
+VERIFY_TTL = 10.0  # seconds a server's verified listening port is reused
+
+
+class ServerStates:
+    """What the node's inference servers say, asked only at a port their own process
+    listens on (node/areal_node/server_poll.py): `GET /health` (as before, its answer
+    under `health`), and in the background their metrics, weight version, pause state
+    and flags. A server whose port is not verified is not asked; `health` says why."""
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        from areal_node.server_poll import ServerPoller
+
+        self.proc_root = proc_root
+        self.health = HealthPoller()
+        self.poller = ServerPoller()
+        self._verified: dict[tuple[int, int], tuple[float, Any, str]] = {}
+
+    def close(self) -> None:
+        self.poller.close()
+
+    def _verify(self, pid: int, port: int) -> tuple[Any, str]:
+        from areal_node.server_poll import verified_endpoint
+
+        now = time.monotonic()
+        hit = self._verified.get((pid, port))
+        if hit is not None and now - hit[0] < VERIFY_TTL:
+            return hit[1], hit[2]
+        endpoint, why = verified_endpoint(pid, port, self.proc_root)
+        if len(self._verified) > 4096:
+            self._verified.clear()
+        self._verified[(pid, port)] = (now, endpoint, why)
+        return endpoint, why
+
+    def attach(self, records: list[dict[str, Any]]) -> None:
+        """Fill `health` and the polled state of each record's `server`."""
+        from areal_node.server_poll import POLL_DEADLINE, attach_state
+
+        # A server seen for the first time is waited for (one deadline), as /health was.
+        verified = attach_state(records, self.poller, self._verify, wait_first=POLL_DEADLINE + 0.5)
+        urls: dict[int, str] = {}
+        for rec in records:
+            srv = rec.get("server")
+            if not isinstance(srv, dict):
+                continue
+            listener = verified.get(id(srv))
+            if listener is None:
+                srv["health"] = {
+                    "ok": False,
+                    "status": None,
+                    "error": srv.get("poll_error") or "not polled",
+                    "latency_ms": None,
+                    "checked_at": time.time(),
+                }
+                continue
+            shown = f"[{listener.host}]" if ":" in listener.host else listener.host
+            urls[id(srv)] = f"http://{shown}:{listener.port}{HEALTH_PATH}"
+        answers = self.health.health(list(urls.values())) if urls else {}
+        for rec in records:
+            srv = rec.get("server")
+            if isinstance(srv, dict) and id(srv) in urls:
+                srv["health"] = answers.get(urls[id(srv)])

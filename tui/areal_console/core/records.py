@@ -33,6 +33,15 @@ def _number(value: Any) -> float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _as_float(value: Any) -> float | None:
+    """A number as a float (None: not a number, or too large for one)."""
+    number = _number(value)
+    try:
+        return None if number is None else float(number)
+    except OverflowError:
+        return None
+
+
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
@@ -78,12 +87,35 @@ class ServerHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerFlagRow:
+    kind: str
+    evidence: str
+    remedy: str
+    config_key: str
+
+
+@dataclass(frozen=True, slots=True)
 class ServerRow:
-    """An inference server a process runs: its kind, URL and last health answer."""
+    """An inference server a process runs: its kind, URL and last health answer, and
+    (when the agent polled its own listening port) its metrics, served weight version,
+    pause state, flags and recent throughput."""
 
     kind: str | None
     url: str
     health: ServerHealth | None  # None: not polled yet
+    metrics: tuple[tuple[str, float], ...] = ()
+    weight_version: int | str | None = None
+    paused: bool | None = None
+    flags: tuple[ServerFlagRow, ...] = ()
+    throughput: tuple[float, ...] = ()
+
+    def metric(self, *names: str) -> float | None:
+        """The first of `names` the server reported."""
+        found = dict(self.metrics)
+        for name in names:
+            if name in found:
+                return found[name]
+        return None
 
     @property
     def address(self) -> str:
@@ -108,7 +140,41 @@ class ServerRow:
             if isinstance(polled, Mapping)
             else None
         )
-        return cls(kind=_text(raw.get("kind")), url=str(raw.get("url") or ""), health=health)
+        metrics = raw.get("metrics")
+        version = raw.get("weight_version")
+        flags = raw.get("flags")
+        rates = raw.get("throughput")
+        return cls(
+            kind=_text(raw.get("kind")),
+            url=str(raw.get("url") or ""),
+            health=health,
+            metrics=tuple(
+                (str(k)[:100], x)
+                for k, v in (list(metrics.items())[:64] if isinstance(metrics, Mapping) else ())
+                if (x := _as_float(v)) is not None
+            ),
+            weight_version=(
+                version
+                if isinstance(version, int | str) and not isinstance(version, bool)
+                else None
+            ),
+            paused=raw.get("paused") if isinstance(raw.get("paused"), bool) else None,
+            flags=tuple(
+                ServerFlagRow(
+                    *(
+                        str(f.get(k) or "")[:500]
+                        for k in ("kind", "evidence", "remedy", "config_key")
+                    )
+                )
+                for f in (flags[:16] if isinstance(flags, list) else ())
+                if isinstance(f, Mapping)
+            ),
+            throughput=tuple(
+                y
+                for x in (rates[-60:] if isinstance(rates, list) else ())
+                if (y := _as_float(x)) is not None
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Label
+from textual.widgets import DataTable, Label, Static
 
 from areal_console.core.monitor import NodeView
 from areal_console.core.textfmt import plural
@@ -21,6 +21,7 @@ from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable, process_matches
+from areal_console.widgets.servers_pane import ServersPane, flag_lines
 from areal_console.widgets.status_line import StatusLine
 from areal_console.workers import Ticket, WorkerHost, background
 
@@ -186,6 +187,10 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         with Vertical(id="gpus-box"):
             yield Label("GPUs", classes="pane-title", id="gpus-title")
             yield GpuPane(id="gpus")
+        with Vertical(id="servers-box"):
+            yield Label("Servers", classes="pane-title", id="servers-title")
+            yield ServersPane(id="servers")
+            yield Static(id="server-flags")
         with Vertical(id="procs-box"):
             yield Label("Processes", classes="pane-title")
             yield ProcessTable(id="processes")
@@ -199,6 +204,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         yield ConsoleFooter()
 
     def on_mount(self) -> None:
+        self.query_one("#servers-box").display = False
         self.set_filter(self.text_filter)
         self.refresh_view()
         self.set_interval(self.refresh_interval, self.refresh_view)
@@ -225,10 +231,24 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             for p in v.processes
         ]
         self.query_one(ProcessTable).update_processes(rows, self.text_filter)
+        self._show_servers(views)
         self.query_one(StatusLine).say(
             status_text(views, self.drilled, self.text_filter, self.show_all)
         )
         self._ask_about_host_keys(views)
+
+    def _show_servers(self, views: list[NodeView]) -> None:
+        """The Servers pane, shown only while some node runs an inference server."""
+        lines = self.query_one(ServersPane).show_servers((v.name, v.processes) for v in views)
+        box = self.query_one("#servers-box")
+        if box.display != bool(lines):
+            box.display = bool(lines)
+        if lines:
+            flagged = [line for line in lines if line.flags]
+            flags = self.query_one("#server-flags", Static)
+            flags.display = bool(flagged)
+            flags.update(flag_lines(flagged))
+            self.query_one("#servers-title", Label).update(f"Servers ({len(lines)})")
 
     def _ask_about_host_keys(self, views: list[NodeView]) -> None:
         """Show each unknown host key once, and let the user trust it."""

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Static
 
 from areal_console.core.errors import UserError
+from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
@@ -390,6 +391,9 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         if capture.errors:
             parts.append(plural(len(capture.errors), "node error"))
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
+        phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
+        if phases:
+            parts.append(phases)
         if self.text_filter:
             parts.append(f"filter: {self.text_filter!r}")
         self.say(" · ".join(parts))

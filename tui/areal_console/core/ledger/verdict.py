@@ -89,6 +89,14 @@ def with_ledger(
         return _named_roots(diagnosis, graph)
     first = mismatched[0]
     assert first.mismatch is not None
+    if diagnosis.pattern == "weight_update_stuck":
+        # The weight-update group's two sides sent different sizes or dtypes (AReaL #1439).
+        title = (
+            f"Weight update stuck: {first.mismatch.kind} mismatch at collective "
+            f"#{first.mismatch.seq} of {first.label}"
+        )
+        detail = f"{first.mismatch.describe()}. {diagnosis.detail}".strip()
+        return _named_roots(replace(diagnosis, title=title, detail=detail), graph)
     if diagnosis.pattern not in REPLACEABLE:
         return _named_roots(diagnosis, graph)  # a dead rank or cleanup says more
     title = f"Ranks disagree at collective #{first.mismatch.seq} of {first.label}"

@@ -22,6 +22,7 @@ from typing import Any
 from areal_console.core.areal_world import count_areal_world_sizes
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.identity import login_user
+from areal_console.core.rollout.context import rollout_files
 from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
 from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
@@ -64,6 +65,7 @@ class CaptureOptions:
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     on_sample: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
+    rollout: bool = True  # also read perf tracer files and rollout tracing lines
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -143,6 +145,8 @@ def dump_node(
             session.progress_listeners.pop(token, None)
     if options.ledger:
         node["fr"] = fr_traces(session, procs)
+    if options.rollout:
+        node["rollout"] = rollout_files(session, procs, login_user())
     return node
 
 

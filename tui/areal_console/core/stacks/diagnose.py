@@ -3,6 +3,8 @@
 Patterns, checked in this order (the first that fits wins):
 - `progressing`: repeated samples differ, so the job is slow rather than hung.
 - `missing_ranks`: WORLD_SIZE promises ranks that no node shows (a rank died).
+- `weight_update_stuck`: ranks inside AReaL's weight-update path (core/stacks/
+  weight_update.py), with the servers' pause state and versions when polled.
 - `rollout_stall`: AReaL's controller (or the data-parallel heads) wait for rollout
   results while trainers idle or wait at a barrier (staleness control, a dead server).
 - `cleanup_deadlock`: some ranks are in a cleanup/exit path, others in the training loop.
@@ -23,6 +25,7 @@ from areal_node.constants import config_key
 from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
 from areal_console.core.stacks.model import Frame, RankStack, Stack, gc_paused
+from areal_console.core.stacks.weight_update import weight_update_stuck
 
 if TYPE_CHECKING:
     from areal_console.core.ledger.waitfor import WaitForGraph
@@ -143,6 +146,12 @@ ROLLOUT_FILES = frozenset(
 # concurrency capacity (StalenessManager.get_capacity() <= 0), rollout paused, or no input
 # (areal/infra/workflow_executor.py:460-473).
 ROLLOUT_PRODUCER_WAIT = "_get_next_task_for_submission"
+BUSY_METRICS = (
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+)
 STALENESS_KEYS = (
     f"Raise `{config_key('rollout.max_head_offpolicyness')}` (default 0: no rollout may run "
     f"ahead of the trained weights) and `{config_key('rollout.max_concurrent_rollouts')}` "
@@ -350,6 +359,11 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
     cleanup = [g for g in groups if cleanup_frame(g.frames) is not None]
     training = [g for g in groups if cleanup_frame(g.frames) is None]
     if not cleanup:
+        updating = weight_update_stuck(analysis, failed_note, collective_frame)
+        if updating is not None:
+            notes = analysis.capture.rollout.notes if analysis.capture.rollout else []
+            title, detail, evidence, suggestions = updating
+            return Diagnosis("weight_update_stuck", title, detail, evidence, suggestions + notes)
         stall = rollout_stall(analysis, failed_note)
         if stall is not None:
             return stall
@@ -565,6 +579,37 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
             f"{r.server.kind} server {r.server.address} (pid {r.pid} on {r.node}): "
             f"{r.server.health_text}"
         )
+    summary = capture.rollout
+    cap = summary.capacity if summary is not None else None
+    if summary is not None and cap is not None:
+        used = ", ".join(
+            f"{k.removeprefix('rollout.')} {v['value']} ({v['from']})"
+            for k, v in summary.config.items()
+        )
+        evidence.append(
+            f"AReaL's rollout capacity recomputed: {cap.explanation}; capacity {cap.capacity}"
+        )
+        evidence.append(f"with {used}")
+        if summary.counts is not None:
+            evidence.append(f"counts from the {summary.counts.source}")
+    idle_servers = [
+        r
+        for r in servers
+        if r.server is not None
+        and r.server.metrics
+        and not any(r.server.metrics.get(n) for n in BUSY_METRICS)
+    ]
+    for r in idle_servers[:4]:
+        assert r.server is not None
+        evidence.append(
+            f"{r.server.kind} server {r.server.address}: idle (no request running or queued)"
+        )
+    if cap is not None and cap.zero_terms:
+        terms = " and ".join(cap.zero_terms)
+        detail += (
+            f" AReaL's capacity for new rollouts is {cap.capacity}: the {terms} "
+            f"term{'s are' if len(cap.zero_terms) > 1 else ' is'} at or below zero."
+        )
     suggestions = []
     if bad:
         listed = ", ".join(
@@ -575,7 +620,20 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
             "server is down: read its log (the rollout role's log in the experiment's log "
             "dir), restart it or the rollout workers"
         )
+    if cap is not None and "staleness" in cap.zero_terms:
+        suggestions.append(
+            "The staleness term is spent: every rollout this version allows is accepted or "
+            f"running, and the version does not advance. Raise `{config_key('rollout.max_head_offpolicyness')}`, "
+            "or find why the trainer does not consume the accepted rollouts"
+        )
+    if cap is not None and "concurrency" in cap.zero_terms:
+        suggestions.append(
+            "The concurrency term is spent: the rollouts in flight never finish. Look at the "
+            f"servers and reward functions, then `{config_key('rollout.max_concurrent_rollouts')}`"
+        )
     suggestions.append(STALENESS_KEYS)
+    if summary is not None:
+        suggestions.extend(summary.notes)
     if not bad:
         suggestions.append(
             "Check that every inference server answers `GET /health` (`areal-console "

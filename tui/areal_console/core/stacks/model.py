@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
+    from areal_console.core.rollout.context import RolloutSummary
 
 from areal_console.core.records import MAX_CMDLINE
+from areal_console.core.rollout.perf_trace import RankPhase
 from areal_console.core.textfmt import capped, printable
 
 MAIN_THREAD = "MainThread"
@@ -173,6 +175,39 @@ def frame_variables(raw_frames: list[dict[str, Any]]) -> list[list[dict[str, Any
     ]  # fmt: skip
 
 
+def _polled_state(raw: Any) -> dict[str, Any]:
+    """The typed parts of the agent's server poll (`metrics`, `weight_version`, `paused`,
+    `flags`, `throughput` under a process's `server` in `nodes --json`)."""
+    if not isinstance(raw, dict):
+        return {}
+    metrics = raw.get("metrics")
+    version = raw.get("weight_version")
+    paused = raw.get("paused")
+    flags = raw.get("flags")
+    rates = raw.get("throughput")
+    return {
+        "metrics": {
+            str(k)[:100]: float(v)
+            for k, v in (metrics.items() if isinstance(metrics, dict) else ())
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        },
+        "weight_version": version
+        if isinstance(version, int | str) and not isinstance(version, bool)
+        else None,
+        "paused": paused if isinstance(paused, bool) else None,
+        "flags": [
+            {k: str(f.get(k, ""))[:500] for k in ("kind", "evidence", "remedy", "config_key")}
+            for f in (flags if isinstance(flags, list) else ())[:16]
+            if isinstance(f, dict)
+        ],
+        "throughput": [
+            float(x)
+            for x in (rates if isinstance(rates, list) else ())[-60:]
+            if isinstance(x, int | float) and not isinstance(x, bool)
+        ],
+    }
+
+
 @dataclass(slots=True)
 class ServerInfo:
     """An inference server's address and its last `GET /health` answer (from the agent)."""
@@ -185,6 +220,12 @@ class ServerInfo:
     status: int | None = None
     latency_ms: float | None = None
     error: str | None = None
+    # From the agent's poll of the server's own listening port (absent from older agents).
+    metrics: dict[str, float] = field(default_factory=dict)
+    weight_version: int | str | None = None
+    paused: bool | None = None
+    flags: list[dict[str, str]] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -212,6 +253,7 @@ class ServerInfo:
             status=health.get("status", raw.get("status")),
             latency_ms=health.get("latency_ms", raw.get("latency_ms")),
             error=health.get("error", raw.get("error")),
+            **_polled_state(raw),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -235,6 +277,7 @@ class RankStack:
     threads: list[Thread] = field(default_factory=list)
     job: str | None = None  # AReaL experiment/trial, when the command line says
     server: ServerInfo | None = None
+    phase: RankPhase | None = None  # where it is in its step (AReaL's perf tracer files)
     # `work_thread`, once picked: (the thread, or None; the `threads` list it was picked from)
     _work: tuple[Thread | None, list[Thread]] | None = field(
         default=None, init=False, repr=False, compare=False
@@ -306,6 +349,7 @@ class RankStack:
             "progressing": self.progressing,
             "job": self.job,
             "server": self.server.to_json() if self.server else None,
+            "phase": self.phase.to_json() if self.phase else None,
         }
         if with_threads:
             doc["threads"] = [t.to_json() for t in self.threads]
@@ -333,6 +377,7 @@ class StackCapture:
     job: str | None = None  # the job key(s) the capture was scoped to (see scope.py)
     ledger: Ledger | None = None  # Flight Recorder's view; None: not read
     user: str | None = None  # who took it (login identity); None: an older capture
+    rollout: RolloutSummary | None = None  # rollout capacity and tracer notes; None: not read
 
     @property
     def rank_stacks(self) -> list[RankStack]:
@@ -601,7 +646,7 @@ def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCaptur
             for d in first:
                 ranks.append(_rank_from_dump(node, proc, d, slots, table))
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.node, r.pid))
-    return StackCapture(
+    capture = StackCapture(
         captured_at=str(raw.get("captured_at") or now_iso()),
         samples=max(1, n_samples),
         ranks=ranks,
@@ -612,6 +657,10 @@ def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCaptur
         ledger=_ledger_from_raw(raw),
         user=raw["user"] if isinstance(raw.get("user"), str) else None,
     )
+    from areal_console.core.rollout.context import apply_rollout
+
+    apply_rollout(capture, raw)
+    return capture
 
 
 def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
@@ -714,6 +763,7 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
                 threads=threads,
                 job=r.get("job"),
                 server=ServerInfo.from_json(r.get("server")),
+                phase=RankPhase.from_json(r.get("phase"), r.get("rank")),
             )
         )
     return StackCapture(
@@ -726,7 +776,14 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         job=data.get("job"),
         ledger=_ledger_from_json(data.get("ledger")),
         user=data["user"] if isinstance(data.get("user"), str) else None,
+        rollout=_rollout_from_json(data.get("rollout")),
     )
+
+
+def _rollout_from_json(doc: Any) -> RolloutSummary | None:
+    from areal_console.core.rollout.context import RolloutSummary
+
+    return RolloutSummary.from_json(doc)
 
 
 def _ledger_from_json(doc: Any) -> Ledger | None:

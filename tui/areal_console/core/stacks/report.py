@@ -7,6 +7,7 @@ from typing import Any
 
 from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import stack_activity, with_ledger
+from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.model import Frame, Stack, StackCapture
@@ -78,6 +79,7 @@ def capture_json(
         "diagnosis": diagnosis.to_json(),
         "errors": [e.to_json() for e in capture.errors],
         "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
+        "rollout": capture.rollout.to_json() if capture.rollout is not None else None,
     }
     if doc["ledger"] is not None:
         graph = diagnosis.wait_for
@@ -152,6 +154,9 @@ def text_report(
         lines.append("  Next steps:")
         lines += [f"    - {s}" for s in diagnosis.suggestions]
     lines += ledger_lines(capture, diagnosis)
+    phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
+    if phases:
+        lines += ["", f"Step phases (perf tracer): {phases}"]
     if analysis.divergence is not None:
         lines += ["", f"Divergence point: {_frame_line(analysis.divergence)}"]
     for i, g in enumerate(analysis.groups, start=1):

@@ -30,6 +30,7 @@ JOB_ROLES = frozenset(
     {
         "sglang",
         "vllm",
+        "data_proxy",
         "rpc_server",
         "controller",
         "rollout",

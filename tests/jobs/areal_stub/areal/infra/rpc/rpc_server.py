@@ -70,7 +70,26 @@ def launch_server(args: list[str], env: dict[str, str]) -> int:
     return proc.pid
 
 
-ENGINE = {"train_batch": train_batch, "launch_server": launch_server}
+def update_weights(log_dir: str, ready_file: str) -> None:
+    from areal.engine.fsdp_engine import FSDPEngine
+
+    FSDPEngine().update_weights(log_dir, ready_file)
+
+
+def launch_data_proxy(args: list[str], env: dict[str, str]) -> int:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "areal.v2.inference_service.data_proxy", *args],
+        env={**os.environ, **env},
+    )
+    return proc.pid
+
+
+ENGINE = {
+    "train_batch": train_batch,
+    "launch_server": launch_server,
+    "update_weights": update_weights,
+    "launch_data_proxy": launch_data_proxy,
+}
 
 
 class Handler(BaseHTTPRequestHandler):

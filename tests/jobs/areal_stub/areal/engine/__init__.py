@@ -1,0 +1,1 @@
+"""Stand-in engines (tests only)."""

@@ -1,0 +1,1 @@
+"""Stand-in for AReaL v2's inference data proxy (tests only)."""

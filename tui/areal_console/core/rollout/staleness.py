@@ -1,0 +1,116 @@
+"""AReaL's rollout capacity, recomputed: which term of `StalenessManager.get_capacity()`
+is zero when rollout starves.
+
+At AReaL cbff54d (areal/infra/staleness_manager.py:99-113):
+    concurrency = max(1, max_concurrent_rollouts) - running
+    staleness   = (max_head_offpolicyness + version + 1) * max(1, consumer_batch_size)
+                  - (accepted + running)
+    capacity    = min(concurrency, staleness)
+with `max_concurrent_rollouts` and `consumer_batch_size` divided by the data-parallel size
+first (areal/infra/workflow_executor.py:1074-1078). The producer thread submits only
+while capacity > 0 (workflow_executor.py:460-473).
+
+The counts come from the executor's rollout tracing lines (on with
+`rollout.enable_rollout_tracing`; workflow_executor.py:399, :565, :1241, :1256 write
+`... rollout. enqueued: E, running: R, accepted: A, rejected: J.` through `_rollout_stats`,
+:543-550), or from the session tracer's records (accepted/rejected per finalized session).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_STATS = re.compile(
+    r"(Submit|Enqueue|Finish and accept|Finish but reject) rollout\. "
+    r"enqueued: (-?\d{1,12}), running: (-?\d{1,12}), accepted: (-?\d{1,12}), "
+    r"rejected: (-?\d{1,12})\."
+)
+MAX_LINE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutCounts:
+    enqueued: int
+    running: int
+    accepted: int
+    rejected: int
+    source: str  # where the counts were read
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    concurrency: int
+    staleness: int
+    capacity: int
+    zero_terms: tuple[str, ...]  # "concurrency" / "staleness": the terms at or below 0
+    explanation: str
+
+
+def last_counts(lines: Iterable[str]) -> RolloutCounts | None:
+    """The latest counts in rollout tracing lines (None: tracing was off)."""
+    found = None
+    for line in lines:
+        if "rollout. enqueued:" not in line or len(line) > MAX_LINE:
+            continue
+        m = _STATS.search(line)
+        if m is not None:
+            e, r, a, j = (int(x) for x in m.groups()[1:])
+            found = RolloutCounts(e, r, a, j, f"rollout tracing line: {m.group(0)}")
+    return found
+
+
+def session_counts(lines: Iterable[str]) -> RolloutCounts | None:
+    """Accepted and rejected sessions from the session tracer's records (finished
+    sessions only: `running` is not in them and is taken as 0)."""
+    accepted = rejected = 0
+    seen = False
+    for line in lines:
+        if len(line) > 1 << 16:
+            continue
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(doc, dict):
+            continue
+        seen = True
+        if doc.get("status") == "accepted":
+            accepted += 1
+        elif doc.get("status") == "rejected":
+            rejected += 1
+    if not seen:
+        return None
+    return RolloutCounts(0, 0, accepted, rejected, "session tracer records (running not recorded)")
+
+
+def capacity(
+    counts: RolloutCounts,
+    version: int,
+    max_head_offpolicyness: int,
+    consumer_batch_size: int,
+    max_concurrent_rollouts: int | None = None,
+    dp_size: int = 1,
+) -> Capacity:
+    """AReaL's formula with the executor's data-parallel scaling; names the zero terms."""
+    dp = max(1, dp_size)
+    max_conc = max(1, (max_concurrent_rollouts or consumer_batch_size) // dp)
+    bs = max(1, consumer_batch_size // dp)
+    concurrency = max_conc - counts.running
+    samples = counts.accepted + counts.running
+    staleness = (max_head_offpolicyness + version + 1) * bs - samples
+    zero = []
+    if concurrency <= 0:
+        zero.append("concurrency")
+    if staleness <= 0:
+        zero.append("staleness")
+    parts = [
+        f"concurrency = {max_conc} - {counts.running} running = {concurrency}",
+        f"staleness = ({max_head_offpolicyness} + version {version} + 1) x {bs} - "
+        f"({counts.accepted} accepted + {counts.running} running) = {staleness}",
+    ]
+    return Capacity(
+        concurrency, staleness, min(concurrency, staleness), tuple(zero), "; ".join(parts)
+    )
