@@ -25,7 +25,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from areal_console.core.areal_keys import AREAL_COMMIT, AREAL_PR_1407_COMMIT
+from areal_node.constants import AREAL_COMMIT, AREAL_PR_1407_COMMIT
 
 AREAL_RELEASE = "1.0.4"
 AREAL_RELEASE_WHEEL = f"areal-{AREAL_RELEASE}-py3-none-any.whl"
