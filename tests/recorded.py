@@ -13,7 +13,9 @@ from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import HISTORY, NodeView, RecordedMonitor
 from areal_console.core.replay import Verification
-from areal_console.core.stacks.model import StackCapture, build_capture, capture_from_json
+from areal_console.core.stacks.codec import capture_from_json
+from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.records import StackCapture
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.jobs import JobsScreen
 from areal_console.screens.stacks import StacksScreen

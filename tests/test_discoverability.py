@@ -10,7 +10,7 @@ from pathlib import Path
 from areal_console.app import ConsoleApp
 from areal_console.core.monitor import NodeView, RecordedMonitor
 from areal_console.core.settings import Settings
-from areal_console.core.stacks.model import StackCapture
+from areal_console.core.stacks.records import StackCapture
 from areal_console.core.stacks.store import save_capture
 from areal_console.core.textfmt import plural
 from areal_console.screens.batches import BatchesScreen

@@ -681,7 +681,7 @@ def test_unreadable_file_alone_is_one_line(dump_with_unreadable_step: Path) -> N
 def test_stacks_list_names_the_bad_capture_and_lists_the_rest(tmp_path: Path) -> None:
     import json
 
-    from areal_console.core.stacks.model import StackCapture
+    from areal_console.core.stacks.records import StackCapture
     from areal_console.core.stacks.store import save_capture
 
     data = tmp_path / "data"

@@ -21,7 +21,7 @@ from areal_console.app import ConsoleApp
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.metrics.locate import HealthTarget
-from areal_console.core.stacks.model import build_capture
+from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.targets import local_node
 from areal_console.screens.health import HealthScreen
 from areal_console.screens.jobs import JobsScreen
@@ -173,7 +173,7 @@ async def test_a_process_detail_is_escaped(tmp_path: Path) -> None:
 
 
 async def test_a_source_file_shown_beside_a_frame_is_escaped(tmp_path: Path) -> None:
-    from areal_console.core.stacks.model import Frame
+    from areal_console.core.stacks.records import Frame
     from areal_console.screens.source_view import SourceViewScreen
 
     source = tmp_path / "train.py"

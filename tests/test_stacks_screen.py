@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core.stacks.model import StackCapture, build_capture
+from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.records import StackCapture
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET

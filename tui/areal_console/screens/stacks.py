@@ -16,7 +16,7 @@ from areal_console.core.errors import UserError
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
-from areal_console.core.stacks.model import Frame, StackCapture, variables_at
+from areal_console.core.stacks.records import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import (
     AnalysedCapture,
     capture_json,

@@ -7,7 +7,7 @@
 3. `pyspy` on every node in parallel (the agent runs py-spy on its cores in parallel),
    `samples` times.
 
-The result is a raw capture (see `model.py`) turned into a `StackCapture` and saved.
+The result is a raw capture (see `parsing.py`) turned into a `StackCapture` and saved.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from typing import Any
 from areal_console.core.areal_world import count_areal_world_sizes
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.identity import login_user
-from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
+from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.records import StackCapture, now_iso
 from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
     JobChoiceError,

@@ -9,7 +9,7 @@ from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
-from areal_console.core.stacks.model import Frame, Stack, StackCapture
+from areal_console.core.stacks.records import Frame, Stack, StackCapture
 from areal_console.core.textfmt import plural
 
 
