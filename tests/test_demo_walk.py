@@ -172,7 +172,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
         await w.until(f"the capture after {key}", lambda b=before: (
             app.screen.capture is not None and app.screen.capture.capture_id != b
         ))  # fmt: skip
-    assert app.capture_native and app.capture_locals
+    assert app.capture_state.native and app.capture_state.with_locals
     assert any(t.locals for r in app.screen.capture.ranks for t in r.threads)
     await w.press("escape")  # back to the Cluster screen
 

@@ -29,6 +29,7 @@ from areal_console.core.replay import load_templates
 from areal_console.core.settings import Settings
 from areal_console.core.stacks.capture import (
     CaptureOptions,
+    CaptureState,
     capture_and_analyse,
     scope_processes,
 )
@@ -136,10 +137,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
         self._stacks_screen: StacksScreen | None = None
         self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
-        self.capture_match: str | None = None
-        self.capture_native = False  # py-spy --native (Stacks screen: N)
-        self.capture_locals = False  # py-spy --locals (Stacks screen: L)
-        self.capture_job: str | None = None  # the job chosen for the last capture
+        self.capture_state = CaptureState()  # shared with the Stacks screen
         # `s` starts the capture here, before the Stacks screen exists to wait for it.
         self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
         self._pending_capture: Future[AnalysedCapture] | None = None
@@ -238,9 +236,9 @@ class ConsoleApp(WorkerHost, App[None]):
             samples=self.settings.capture_samples,
             interval=self.settings.capture_interval,
             timeout=self.settings.pyspy_timeout,
-            match=self.capture_match,
-            native=self.capture_native,
-            with_locals=self.capture_locals,
+            match=self.capture_state.match,
+            native=self.capture_state.native,
+            with_locals=self.capture_state.with_locals,
         )
 
     def take_capture(self) -> AnalysedCapture:
@@ -253,13 +251,13 @@ class ConsoleApp(WorkerHost, App[None]):
         if self.fleet is None:
             raise UserError("no live nodes to capture (this console shows recorded data)")
         options = self.capture_options()
-        options.job = self.capture_job
+        options.job = self.capture_state.job
         return capture_and_analyse(
             self.fleet, options, sampled=self._latest_processes(), progress=self._progress
         )
 
     def _new_stacks_screen(self) -> StacksScreen:
-        self._stacks_screen = StacksScreen(recapture=self.take_capture)
+        self._stacks_screen = StacksScreen(recapture=self.take_capture, state=self.capture_state)
         return self._stacks_screen
 
     def _latest_processes(self) -> dict[str, list[dict[str, Any]]]:
@@ -294,7 +292,7 @@ class ConsoleApp(WorkerHost, App[None]):
         screen switch. `match` (a regex on command lines; the Cluster screen passes its
         filter) narrows it; when the nodes still run several jobs, a dialog asks which.
         """
-        self.capture_match = match
+        self.capture_state.match = match
         if self.fleet is None:
             self.notify("No live nodes to capture: this console shows recorded data.",
                         severity="warning")  # fmt: skip
@@ -319,7 +317,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self, options: CaptureOptions, sampled: dict[str, list[dict[str, Any]]]
     ) -> None:
         assert self.fleet is not None
-        self.capture_job = options.job  # `r` on the Stacks screen recaptures the same job
+        self.capture_state.job = options.job  # `r` on the Stacks screen recaptures the same job
         with self._progress_lock:
             self._dumped, self._progress_shown_at = {}, 0.0
         self._pending_capture = self._capture_pool.submit(
@@ -506,7 +504,7 @@ class ConsoleApp(WorkerHost, App[None]):
             if mode == "batches":
                 self.notify("Open a dump first: :batches PATH (a step_*.pt file or its directory)")
             elif mode == "health":
-                self.open_health_for_job(self.capture_match)
+                self.open_health_for_job(self.capture_state.match)
             else:
                 title = entry.title if entry else mode
                 self.notify(f"The {title} screen needs live nodes.", severity="warning")
