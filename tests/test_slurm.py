@@ -470,7 +470,8 @@ def test_replay_through_slurm_verifies(
     how: str,
 ) -> None:
     """`replay --slurm-job J --node node2`: srun --overlap into J's allocation, or sbatch."""
-    from areal_console.core.jobs import load_jobs, refresh_slurm
+    from areal_console.core.jobs import load_jobs
+    from areal_console.core.slurm_runs import refresh_slurm
 
     dump, env = slurm_recording
     args = ["replay", str(dump), "--slurm-job", slurm_gloo_job.job_id, "--node", "node2"]

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from areal_console.core import jobs
+from areal_console.core import jobs, slurm_runs
 from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
 from areal_console.core.replay import (
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         via_slurm = spec.slurm is not None or args.sbatch
         try:
             if via_slurm:
-                launch = jobs.launch_slurm(
+                launch = slurm_runs.launch_slurm(
                     make_runner(spec.slurm.login if spec.slurm else None),
                     plan,
                     host_job=spec.slurm.job_id if spec.slurm else None,
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                  "waiting for it to end (Ctrl-C stops waiting, the job keeps running)")  # fmt: skip
             try:
                 if via_slurm:
-                    jobs.wait_slurm(launch, args.timeout)
+                    slurm_runs.wait_slurm(launch, args.timeout)
                 else:
                     jobs.wait(session, record, args.timeout, on_poll=_LogProgress(session))
             except KeyboardInterrupt:

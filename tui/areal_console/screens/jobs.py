@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Log, Static
 
-from areal_console.core import jobs
+from areal_console.core import jobs, slurm_runs
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
 from areal_console.core.identity import UserScope
@@ -191,7 +191,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         for r in records:
             if r.slurm_job and r.state == "running":
                 try:
-                    jobs.refresh_slurm(r)  # Slurm, not a node's agent, knows these
+                    slurm_runs.refresh_slurm(r)  # Slurm, not a node's agent, knows these
                 except Exception as exc:
                     r.error = f"Slurm: {exc}"
         if cancelled():
