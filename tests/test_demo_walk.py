@@ -195,7 +195,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
     await w.press("t", "y")  # and yes (the demo's own dump)
     app.screen.top_summary = None  # f5 reads the dump again: the screen may end as it began
     await w.press("f5", did=lambda: app.screen.top_summary is not None)
-    for _ in range(2):  # two replays: the Jobs screen then has rows to move between
+    for _ in range(2):  # two replays: the Runs screen then has rows to move between
         await w.press("r")
         await w.until("the command preview", lambda: type(app.screen).__name__ == "ReplayDialog"
                       and "reference_trainer" in str(app.screen.query_one("#replay-command").render()))  # fmt: skip
@@ -204,7 +204,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
             await w.press("r")
             await w.until("the dialog again", lambda: type(app.screen).__name__ == "ReplayDialog")
         await w.press("enter")
-        await w.until("the Jobs screen", lambda: app.current_mode == "jobs")
+        await w.until("the Runs screen", lambda: app.current_mode == "jobs")
         if _ == 0:
             await w.press("3")
 

@@ -47,7 +47,7 @@ from areal_console.screens.command_line import CommandLine
 from areal_console.screens.health import HealthScreen
 from areal_console.screens.help import HelpScreen
 from areal_console.screens.job_choice import JobChoiceDialog
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
@@ -88,8 +88,8 @@ class ConsoleApp(WorkerHost, App[None]):
                 tooltip="The Stacks screen: the last capture and its diagnosis"),
         Binding("3", "goto('batches')", "Batches", id="app.goto.batches", show=False,
                 tooltip="The Batches screen: dumped rollout batches"),
-        Binding("4", "goto('jobs')", "Jobs", id="app.goto.jobs", show=False,
-                tooltip="The Jobs screen: replay runs and their logs"),
+        Binding("4", "goto('jobs')", "Runs", id="app.goto.jobs", show=False,
+                tooltip="The Runs screen: replay runs and their logs"),
         Binding("5", "goto('health')", "Health", id="app.goto.health", show=False,
                 tooltip="The Health screen: the run's metrics from AReaL's log, checks, stalls"),
         Binding("ctrl+t", "toggle_theme", "Theme", id="app.theme", show=False,
@@ -151,7 +151,7 @@ class ConsoleApp(WorkerHost, App[None]):
         if batches_path:
             self.screen_factories["batches"] = self._new_batches_screen
         if fleet is not None:
-            self.screen_factories["jobs"] = lambda: JobsScreen(
+            self.screen_factories["jobs"] = lambda: RunsScreen(
                 fleet, read_only=self.read_only, users=self.users
             )
         self.health_target = health_target
@@ -355,9 +355,9 @@ class ConsoleApp(WorkerHost, App[None]):
 
     def action_toggle_users(self) -> None:
         """Everyone's captures and runs, or the user's own (the default): the palette and
-        the Jobs screen share the choice."""
+        the Runs screen share the choice."""
         screen = self.screen
-        if isinstance(screen, JobsScreen):
+        if isinstance(screen, RunsScreen):
             screen.action_toggle_users()  # the same scope: it redraws its rows as well
         else:
             self.notify(f"Runs and captures shown: {self.users.toggle()}")
@@ -392,7 +392,7 @@ class ConsoleApp(WorkerHost, App[None]):
                     jobs_screen = self.get_screen_stack("jobs")[0]
                 except (KeyError, IndexError):
                     return
-                if isinstance(jobs_screen, JobsScreen):
+                if isinstance(jobs_screen, RunsScreen):
                     jobs_screen.show_job(record.node, record.job_id)
 
         try:
@@ -487,7 +487,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self.action_goto("nodes")
         # Screens built on the old nodes are dropped; the next visit builds new ones.
         self.register_screen(
-            "jobs", lambda: JobsScreen(fleet, read_only=self.read_only, users=self.users)
+            "jobs", lambda: RunsScreen(fleet, read_only=self.read_only, users=self.users)
         )
         self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None

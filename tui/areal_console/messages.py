@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.message import Message
 
 from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow, SampleView
-from areal_console.core.jobs import JobRecord
+from areal_console.core.jobs import RunRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
 from areal_console.core.slurm import SlurmJob
 from areal_console.core.stacks.diagnose import Diagnosis
@@ -41,17 +41,17 @@ class Notice(Message):
     severity: Severity = "information"
 
 
-# Jobs screen ----------------------------------------------------------------------------
+# Runs screen ----------------------------------------------------------------------------
 
 
 @dataclass
-class JobsRefreshed(Reply):
+class RunsRefreshed(Reply):
     """Every node's jobs, merged with the console's own records."""
 
-    records: list[JobRecord]
+    records: list[RunRecord]
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, JobsRefreshed)
+        return isinstance(message, RunsRefreshed)
 
 
 @dataclass

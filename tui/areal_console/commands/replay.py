@@ -82,7 +82,7 @@ class _LogProgress:
         self.last_line = ""
         self.next_at = 0.0
 
-    def __call__(self, record: jobs.JobRecord) -> None:
+    def __call__(self, record: jobs.RunRecord) -> None:
         now = time.monotonic()
         if now < self.next_at:
             return
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
                      f"(detached; log: {record.log})")  # fmt: skip
                 raise
             if record.state == "finished":
-                verification = jobs.verify_job(session, record)
+                verification = jobs.verify_run(session, record)
         result = {
             "job_id": record.job_id,
             "node": record.node,

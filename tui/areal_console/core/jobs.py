@@ -1,4 +1,4 @@
-"""Launching, watching and verifying replay jobs on nodes, and the console's own job list.
+"""Launching, watching and verifying replay runs on nodes, and the console's own job list.
 
 The node keeps the authoritative record (its agent's `jobs` op); the console keeps a copy
 of what it launched under `jobs_dir()` so a job on a node that dropped is still listed
@@ -38,7 +38,7 @@ FINAL_STATES = ("finished", "failed", "stopped")
 
 
 @dataclass
-class JobRecord:
+class RunRecord:
     """A job the console launched, as the console remembers it and last saw it.
 
     `plan` stays the plan's JSON as it was saved and sent to the node (a node's own job
@@ -125,7 +125,7 @@ class JobRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobRecord:
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
         known: dict[str, Any] = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
@@ -148,9 +148,9 @@ class JobRecord:
             self.extra["argv"] = list(status["argv"])  # with {job_dir} resolved by the node
 
 
-def merge_jobs(
-    known: list[JobRecord], node_jobs: dict[str, list[dict[str, Any]] | str]
-) -> list[JobRecord]:
+def merge_runs(
+    known: list[RunRecord], node_jobs: dict[str, list[dict[str, Any]] | str]
+) -> list[RunRecord]:
     """The console's records updated from each node's answer (a string: the node's error)."""
     by_key = {(r.node, r.job_id): r for r in known}
     for node, answer in node_jobs.items():
@@ -168,7 +168,7 @@ def merge_jobs(
             if record is None:
                 plan = meta.get("plan") if isinstance(meta, dict) else None
                 user = meta.get("user") if isinstance(meta, dict) else None
-                record = JobRecord(
+                record = RunRecord(
                     job_id=key[1],
                     node=node,
                     plan=dict(plan) if isinstance(plan, dict) else {},
@@ -193,11 +193,11 @@ def node_jobs(fleet: Fleet, timeout: float = 15.0) -> dict[str, list[dict[str, A
     return answers
 
 
-def new_job_id(kind: str = "replay") -> str:
+def new_run_id(kind: str = "replay") -> str:
     return time.strftime(f"{kind}-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def save_job(record: JobRecord, directory: Path | None = None) -> Path:
+def save_run(record: RunRecord, directory: Path | None = None) -> Path:
     """Write the console's copy atomically."""
     root = directory or locations.jobs_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -208,13 +208,13 @@ def save_job(record: JobRecord, directory: Path | None = None) -> Path:
     return path
 
 
-def load_jobs(directory: Path | None = None) -> list[JobRecord]:
+def load_runs(directory: Path | None = None) -> list[RunRecord]:
     """Every job the console remembers, newest first (unreadable files are skipped)."""
     root = directory or locations.jobs_dir()
     out = []
     for path in sorted(root.glob("*.json")) if root.is_dir() else []:
         try:
-            out.append(JobRecord.from_json(json.loads(path.read_text())))
+            out.append(RunRecord.from_json(json.loads(path.read_text())))
         except (OSError, ValueError, TypeError):
             continue
     out.sort(key=lambda r: r.launched_at or 0, reverse=True)
@@ -246,10 +246,10 @@ def launch(
     plan: ReplayPlan,
     job_id: str | None = None,
     overrides: list[str] | None = None,
-) -> JobRecord:
+) -> RunRecord:
     """Start the plan detached on its node and remember it (with who launched it, and the
     user's `overrides`, which make it a changed run)."""
-    job_id = job_id or new_job_id()
+    job_id = job_id or new_run_id()
     status = session.call(
         "job_launch",
         {
@@ -262,7 +262,7 @@ def launch(
             "meta": {"kind": "replay", "plan": plan.to_json(), "user": login_user()},
         },
     )
-    record = JobRecord(
+    record = RunRecord(
         job_id=job_id,
         node=plan.node,
         plan=plan.to_json(),
@@ -271,34 +271,34 @@ def launch(
         user=login_user(),
     )
     record.update_from_node(status)
-    save_job(record)
+    save_run(record)
     return record
 
 
-def refresh(session: NodeSession, record: JobRecord) -> JobRecord:
+def refresh(session: NodeSession, record: RunRecord) -> RunRecord:
     """The node's view of the job; a node that cannot answer makes the state "unknown"."""
     try:
         found = session.call("jobs", {"jobs": [record.job_id]}, timeout=15)["jobs"]
     except (AgentError, AgentDisconnected, OSError) as exc:
         record.state, record.error = "unknown", f"node {record.node} unreachable: {exc}"
-        save_job(record)  # the log path and plan stay listed while the node is away
+        save_run(record)  # the log path and plan stay listed while the node is away
         return record
     if not found:
         record.state, record.error = "unknown", f"node {record.node} has no record of the job"
-        save_job(record)
+        save_run(record)
         return record
     record.update_from_node(found[0])
-    save_job(record)
+    save_run(record)
     return record
 
 
 def wait(
     session: NodeSession,
-    record: JobRecord,
+    record: RunRecord,
     timeout: float,
     poll: float = 0.25,
-    on_poll: Callable[[JobRecord], None] | None = None,
-) -> JobRecord:
+    on_poll: Callable[[RunRecord], None] | None = None,
+) -> RunRecord:
     """Poll until the job ends (or `timeout` seconds pass: the state stays "running");
     `on_poll` sees the record after each poll (to show progress)."""
     deadline = time.monotonic() + timeout
@@ -318,7 +318,7 @@ def read_metrics(session: NodeSession, path: str, job_dir: str | None) -> dict[i
     return parse_metrics(session.call("file_read", {"path": path})["text"])
 
 
-def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
+def verify_run(session: NodeSession, record: RunRecord) -> Verification | None:
     """Compare the replay's metrics with the recording; None when the template has no metrics."""
     plan = record.plan
     if not plan.get("metrics") or not plan.get("recorded_metrics"):
@@ -353,7 +353,7 @@ def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
             else:
                 result = verify(recorded, replayed, steps, rel_tol=tolerance)
     record.verification = result
-    save_job(record)
+    save_run(record)
     return result
 
 
@@ -361,10 +361,10 @@ def tail(session: NodeSession, job_id: str, lines: int = 50) -> list[str]:
     return list(session.call("job_tail", {"job": job_id, "lines": lines})["lines"])
 
 
-def stop(session: NodeSession, record: JobRecord, grace: float = 10.0) -> JobRecord:
+def stop(session: NodeSession, record: RunRecord, grace: float = 10.0) -> RunRecord:
     status = session.call("job_stop", {"job": record.job_id, "grace": grace}, timeout=grace + 15)
     record.update_from_node(status)
-    save_job(record)
+    save_run(record)
     return record
 
 

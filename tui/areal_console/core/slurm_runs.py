@@ -15,7 +15,7 @@ from pathlib import Path
 from areal_console.core import locations
 from areal_console.core.errors import UserError
 from areal_console.core.identity import login_user
-from areal_console.core.jobs import JobRecord, new_job_id, save_job
+from areal_console.core.jobs import RunRecord, new_run_id, save_run
 from areal_console.core.replay import ReplayPlan, resolve
 from areal_console.core.slurm import (
     CommandRunner,
@@ -33,7 +33,7 @@ SLURM_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", 
 class SlurmLaunch:
     """A replay started through Slurm; `process` holds an overlap step (None for sbatch)."""
 
-    record: JobRecord
+    record: RunRecord
     runner: CommandRunner
     process: subprocess.Popen[bytes] | None = None
 
@@ -61,14 +61,14 @@ def launch_slurm(
     The job directory sits in the dump directory (`replays/<id>`), on the filesystem the
     login host and the nodes share; the trainer's log is `train.log` there.
     """
-    job_id = job_id or new_job_id()
+    job_id = job_id or new_run_id()
     job_dir = f"{plan.dump_dir.rstrip('/')}/replays/{job_id}"
     made = runner.run(["mkdir", "-p", "--", job_dir], timeout=30)
     if made.returncode != 0:
         raise UserError(f"cannot create {job_dir} on {runner.where}: {made.error_line}")
     log = f"{job_dir}/train.log"
     command = slurm_command(plan, job_dir)
-    record = JobRecord(
+    record = RunRecord(
         job_id=job_id,
         node=plan.node,
         plan=plan.to_json(),
@@ -114,7 +114,7 @@ def launch_slurm(
         record.slurm_job = host_job
         record.slurm_step = _find_step(runner, host_job, job_id, process)
         record.extra["slurm_state"] = "RUNNING"
-    save_job(record)
+    save_run(record)
     return SlurmLaunch(record, runner, process)
 
 
@@ -135,7 +135,7 @@ def _find_step(
     return None
 
 
-def wait_slurm(launch: SlurmLaunch, timeout: float, poll: float = 0.5) -> JobRecord:
+def wait_slurm(launch: SlurmLaunch, timeout: float, poll: float = 0.5) -> RunRecord:
     """Wait for the step (its srun) or the batch job (`job_state`) to end, and record it."""
     record = launch.record
     deadline = time.monotonic() + timeout
@@ -153,7 +153,7 @@ def wait_slurm(launch: SlurmLaunch, timeout: float, poll: float = 0.5) -> JobRec
         record.extra["slurm_state"] = "COMPLETED" if code == 0 else "FAILED"
         if code != 0 and stderr.strip():
             record.error = stderr.strip().splitlines()[-1]
-        save_job(record)
+        save_run(record)
         return record
     while True:
         refresh_slurm(record, launch.runner)
@@ -162,7 +162,7 @@ def wait_slurm(launch: SlurmLaunch, timeout: float, poll: float = 0.5) -> JobRec
         time.sleep(poll)
 
 
-def refresh_slurm(record: JobRecord, runner: CommandRunner | None = None) -> JobRecord:
+def refresh_slurm(record: RunRecord, runner: CommandRunner | None = None) -> RunRecord:
     """Slurm's view of a job launched through it: the batch job's state, or whether the
     step still runs (a step that ended is "unknown" here: its exit code was srun's)."""
     runner = runner or make_runner(record.extra.get("slurm_login"))
@@ -175,7 +175,7 @@ def refresh_slurm(record: JobRecord, runner: CommandRunner | None = None) -> Job
             record.error = (
                 f"step {record.slurm_step} ended; its exit code went to srun (see the log)"
             )
-        save_job(record)
+        save_run(record)
         return record
     state, exit_code = job_state(SlurmClient(runner), record.slurm_job)
     record.extra["slurm_state"] = state
@@ -188,5 +188,5 @@ def refresh_slurm(record: JobRecord, runner: CommandRunner | None = None) -> Job
             record.state = "stopped"
         else:
             record.state, record.error = "failed", f"Slurm job {record.slurm_job}: {state}"
-    save_job(record)
+    save_run(record)
     return record
