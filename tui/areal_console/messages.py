@@ -55,15 +55,15 @@ class RunsRefreshed(Reply):
 
 
 @dataclass
-class LogTail(Reply):
-    """The last lines of one job's log (or why they could not be read)."""
+class RunLogTail(Reply):
+    """The last lines of one run's log (or why they could not be read)."""
 
     key: str
     lines: list[str]
     error: str | None = None
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, LogTail) and message.key == self.key
+        return isinstance(message, RunLogTail) and message.key == self.key
 
 
 # Health screen --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
 from areal_console.core.identity import UserScope
 from areal_console.core.textfmt import plural
-from areal_console.messages import LogTail, Notice, RunsRefreshed
+from areal_console.messages import Notice, RunLogTail, RunsRefreshed
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
@@ -292,8 +292,8 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
             self.selected = event.row_key.value
             self.action_follow()
 
-    @on(LogTail)
-    def _log_tail(self, message: LogTail) -> None:
+    @on(RunLogTail)
+    def _log_tail(self, message: RunLogTail) -> None:
         if not self.fresh(message) or message.key != self._log_key:
             return
         log = self.query_one("#jobs-log", Log)
@@ -336,14 +336,16 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
             session = self.fleet.session(record.node)
         except KeyError:
             error = f"node {record.node} is not connected"
-            self.post_message(LogTail(key, [], error, ticket=ticket))
+            self.post_message(RunLogTail(key, [], error, ticket=ticket))
             return
         try:
             lines = jobs.tail(session, record.job_id, TAIL_LINES)
         except Exception as exc:  # shown in the log pane, where the user looks for it
-            self.post_message(LogTail(key, [], str(exc) or exc.__class__.__name__, ticket=ticket))
+            self.post_message(
+                RunLogTail(key, [], str(exc) or exc.__class__.__name__, ticket=ticket)
+            )
             return
-        self.post_message(LogTail(key, lines, ticket=ticket))
+        self.post_message(RunLogTail(key, lines, ticket=ticket))
 
     def action_refresh(self) -> None:
         self.notify("Asking every node for its jobs…", timeout=2)  # seen even if nothing changed
