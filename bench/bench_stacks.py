@@ -30,7 +30,7 @@ from areal_console.core.fleet import Fleet  # noqa: E402
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw  # noqa: E402
 from areal_console.core.stacks.diagnose import diagnose  # noqa: E402
 from areal_console.core.stacks.merge import analyse  # noqa: E402
-from areal_console.core.stacks.model import build_capture  # noqa: E402
+from areal_console.core.stacks.records import build_capture  # noqa: E402
 from areal_console.core.stacks.report import capture_json  # noqa: E402
 from areal_console.core.targets import NodeSpec  # noqa: E402
 from areal_node.agent.pyspy import key_stacks  # noqa: E402

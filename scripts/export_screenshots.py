@@ -4,7 +4,7 @@ python scripts/export_screenshots.py [--text]
 
 Cluster, Stacks (and a side-by-side diff), Batches, Jobs and Health, each in the real app shell at
 130x36: recorded agent samples, recorded py-spy captures, a seeded dump written with
-torch.save and recorded replay jobs; no clock, no host names, no pids of this machine.
+torch.save and recorded replay runs; no clock, no host names, no pids of this machine.
 `--text` prints each screen's text instead of writing files.
 """
 

@@ -13,9 +13,11 @@ from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.monitor import HISTORY, NodeView, RecordedMonitor
 from areal_console.core.replay import Verification
-from areal_console.core.stacks.model import StackCapture, build_capture, capture_from_json
+from areal_console.core.stacks.codec import capture_from_json
+from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.records import StackCapture
 from areal_console.screens.batches import BatchesScreen
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.token_view import TokenView
@@ -164,23 +166,23 @@ REPLAY_LOG = [  # what the reference trainer prints while it replays steps 11-12
 ]
 
 
-def recorded_jobs() -> list[jobs.JobRecord]:
+def recorded_jobs() -> list[jobs.RunRecord]:
     """Three replays as the console remembers them: one verified, one failed, one running."""
     verified = Verification(matched=True, steps=[11, 12])
     failed_plan = {**REPLAY_PLAN, "steps": [10, 10], "gpus": [2]}
     return [
-        jobs.JobRecord("replay-0011", "node1", REPLAY_PLAN, 300.0, "finished", 0,
+        jobs.RunRecord("replay-0011", "node1", REPLAY_PLAN, 300.0, "finished", 0,
                        "/scratch/jobs/replay-0011/train.log", verification=verified),
-        jobs.JobRecord("replay-0010", "node1", failed_plan, 200.0, "failed", 1,
+        jobs.RunRecord("replay-0010", "node1", failed_plan, 200.0, "failed", 1,
                        "/scratch/jobs/replay-0010/train.log",
                        error="exit 1: CUDA error: out of memory"),
-        jobs.JobRecord("replay-0012", "node1", {**REPLAY_PLAN, "steps": [12, 12], "gpus": [3]},
+        jobs.RunRecord("replay-0012", "node1", {**REPLAY_PLAN, "steps": [12, 12], "gpus": [3]},
                        100.0, "running", None, "/scratch/jobs/replay-0012/train.log"),
     ]  # fmt: skip
 
 
 class RecordedSession:
-    """A node that answers the Jobs screen's questions from the recording."""
+    """A node that answers the Runs screen's questions from the recording."""
 
     name = "node1"
 
@@ -195,7 +197,7 @@ class RecordedSession:
 
 
 class RecordedFleet(Fleet):
-    """One recorded node for the Jobs screen (nothing is connected, nothing runs)."""
+    """One recorded node for the Runs screen (nothing is connected, nothing runs)."""
 
     def __init__(self) -> None:
         super().__init__([])
@@ -215,7 +217,7 @@ class RecordedFleet(Fleet):
 def jobs_app() -> ConsoleApp:
     """The console with the recorded replays saved as its own (in AREAL_CONSOLE_DATA_DIR)."""
     for record in recorded_jobs():
-        jobs.save_job(record)
+        jobs.save_run(record)
     return ConsoleApp(RecordedFleet(), recorded_monitor())
 
 
@@ -223,7 +225,7 @@ async def open_jobs(pilot: Pilot[None]) -> None:
     """`4`, wait for the rows, the verdict and the log tail of the finished replay."""
     await pilot.press("4")
     app = pilot.app
-    await wait_until(pilot, lambda: isinstance(app.screen, JobsScreen))
+    await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
     screen = app.screen
     table = screen.query_one("#jobs-table", DataTable)
     log = screen.query_one("#jobs-log", Log)

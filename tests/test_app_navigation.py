@@ -13,7 +13,7 @@ from areal_console.core.targets import local_node
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
 from areal_console.screens.command_line import CommandLine
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.widgets.process_table import ProcessTable
 from recorded import recorded_monitor
 from textual.command import CommandList, CommandPalette
@@ -84,7 +84,7 @@ async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Pa
     app = recorded.jobs_app()
     async with app.run_test(size=recorded.SIZE) as pilot:
         await pilot.press("4")
-        await recorded.wait_until(pilot, lambda: isinstance(app.screen, JobsScreen))
+        await recorded.wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
         old_jobs = app.screen
         app.run_command(f"batches {first}")
         await recorded.wait_until(pilot, lambda: isinstance(app.screen, BatchesScreen))
@@ -98,9 +98,9 @@ async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Pa
         app.replace_targets([local_node()])
         assert app.current_mode == "nodes"
         await pilot.press("4")
-        await recorded.wait_until(pilot, lambda: isinstance(app.screen, JobsScreen))
+        await recorded.wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
         assert app.screen is not old_jobs
-        assert isinstance(app.screen, JobsScreen) and app.screen.fleet is app.fleet
+        assert isinstance(app.screen, RunsScreen) and app.screen.fleet is app.fleet
 
 
 async def test_palette_lists_saved_captures_from_a_cache_read_off_the_ui_thread(

@@ -29,7 +29,7 @@ from areal_console.core.name_resolve import (
 from areal_console.core.specs import local_node
 from areal_console.core.stacks.diagnose import AREAL_TIMEOUT, GROUP_TIMEOUT, timeout_advice
 from areal_console.core.stacks.merge import analyse
-from areal_console.core.stacks.model import Frame, RankStack, StackCapture, Thread
+from areal_console.core.stacks.records import Frame, RankStack, StackCapture, Thread
 
 from tests.areal_logfmt import write_run
 from tests.areal_name_resolve import etcd_put, gen_server_key, nfs_add, worker_key

@@ -14,9 +14,9 @@ from areal_console.core.batch_records import (
     sample_rows,
 )
 from areal_console.core.batch_source import LocalBatchSource
-from areal_console.core.stacks.model import (
+from areal_console.core.stacks.parsing import ProcessDump
+from areal_console.core.stacks.records import (
     Frame,
-    ProcessDump,
     RankStack,
     StackCapture,
     Thread,

@@ -182,7 +182,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
         await w.until(f"the capture after {key}", lambda b=before: (
             app.screen.capture is not None and app.screen.capture.capture_id != b
         ))  # fmt: skip
-    assert app.capture_native and app.capture_locals
+    assert app.capture_state.native and app.capture_state.with_locals
     assert any(t.locals for r in app.screen.capture.ranks for t in r.threads)
     await w.press("escape")  # back to the Cluster screen
 
@@ -205,7 +205,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
     await w.press("t", "y")  # and yes (the demo's own dump)
     app.screen.top_summary = None  # f5 reads the dump again: the screen may end as it began
     await w.press("f5", did=lambda: app.screen.top_summary is not None)
-    for _ in range(2):  # two replays: the Jobs screen then has rows to move between
+    for _ in range(2):  # two replays: the Runs screen then has rows to move between
         await w.press("r")
         await w.until("the command preview", lambda: type(app.screen).__name__ == "ReplayDialog"
                       and "reference_trainer" in str(app.screen.query_one("#replay-command").render()))  # fmt: skip
@@ -214,7 +214,7 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
             await w.press("r")
             await w.until("the dialog again", lambda: type(app.screen).__name__ == "ReplayDialog")
         await w.press("enter")
-        await w.until("the Jobs screen", lambda: app.current_mode == "jobs")
+        await w.until("the Runs screen", lambda: app.current_mode == "jobs")
         if _ == 0:
             await w.press("3")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from areal_console.app import ConsoleApp
 from areal_console.core.monitor import NodeView, RecordedMonitor
 from areal_console.core.settings import Settings
-from areal_console.core.stacks.model import StackCapture
+from areal_console.core.stacks.records import StackCapture
 from areal_console.core.stacks.store import save_capture
 from areal_console.core.textfmt import plural
 from areal_console.screens.batches import BatchesScreen
@@ -51,7 +51,7 @@ async def test_the_welcome_hint_leaves_with_the_cluster_screen() -> None:
         await pilot.pause()
         assert [n.message for n in app._notifications] == ["Press s to capture"]
         assert next(iter(app._notifications)).timeout <= 10
-        await pilot.press("4")  # no fleet: says the Jobs screen needs live nodes; stays
+        await pilot.press("4")  # no fleet: says the Runs screen needs live nodes; stays
         await pilot.press("2")
         await until(lambda: app.current_mode == "stacks", what="the Stacks screen")
         await pilot.pause()

@@ -40,7 +40,7 @@ def test_every_screen_with_a_filter_key_uses_the_one_filter() -> None:
                    if isinstance(n, ast.FunctionDef)}  # fmt: skip
         assert not defined & {"action_filter", "_filter_changed", "_filter_done"}, path.name
     assert sorted(with_filter) == [
-        "BatchesScreen", "ClusterScreen", "HealthScreen", "JobsScreen", "SlurmJobsScreen",
+        "BatchesScreen", "ClusterScreen", "HealthScreen", "RunsScreen", "SlurmJobsScreen",
         "StacksScreen",
     ]  # fmt: skip
 

@@ -681,7 +681,7 @@ def test_unreadable_file_alone_is_one_line(dump_with_unreadable_step: Path) -> N
 def test_stacks_list_names_the_bad_capture_and_lists_the_rest(tmp_path: Path) -> None:
     import json
 
-    from areal_console.core.stacks.model import StackCapture
+    from areal_console.core.stacks.records import StackCapture
     from areal_console.core.stacks.store import save_capture
 
     data = tmp_path / "data"
@@ -834,7 +834,7 @@ WRITE_ARGS = "import sys; open(sys.argv[2], 'w').write(sys.argv[1] + chr(10) + s
 
 
 def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> None:
-    from areal_console.core import jobs
+    from areal_console.core import jobs, slurm_runs
     from areal_console.core.fleet import Fleet
     from areal_console.core.replay import parse_template, plan_replay
     from areal_console.core.targets import local_node
@@ -862,7 +862,7 @@ def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> 
         seen = (Path(str(record.job_dir)) / "seen").read_text().splitlines()
         assert seen == [str(dump), "note={job_dir}"]
         # The Slurm form resolves the same way.
-        argv = jobs.slurm_command(plan, "/jobs/j1")
+        argv = slurm_runs.slurm_command(plan, "/jobs/j1")
         assert str(dump) in argv and "/jobs/j1/seen" in argv and "note={job_dir}" in argv
     finally:
         fleet.close()

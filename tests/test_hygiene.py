@@ -44,6 +44,19 @@ def test_agent_module_level_imports_are_stdlib_only() -> None:
     assert top_level <= set(sys.stdlib_module_names) | {"__future__", "areal_node"}, top_level
 
 
+def test_one_class_per_name_in_the_console() -> None:
+    """One word per concept: no two classes of the console package share a name (there
+    were two unrelated `Reply`s: a worker's message and the agent client's future)."""
+    where: dict[str, list[str]] = {}
+    package = Path(core.__file__).parent.parent
+    for module in sorted(package.rglob("*.py")):
+        for node in ast.parse(module.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(module.relative_to(package)))
+    assert {"Reply", "PendingReply", "StackCapture"} <= where.keys(), "the check would be vacuous"
+    assert {name: at for name, at in where.items() if len(at) > 1} == {}
+
+
 def test_no_core_dump_is_tracked() -> None:
     """A crashed daemon's core file once slipped into a commit; .gitignore keeps them out."""
     root = Path(__file__).resolve().parent.parent

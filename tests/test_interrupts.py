@@ -106,7 +106,7 @@ def test_ctrl_c_while_replay_waits_says_the_job_keeps_running(tmp_path: Path) ->
     # The detached job really does keep running; stop it here.
     fleet = Fleet([local_node()])
     try:
-        record = next(r for r in jobs.load_jobs() if r.job_id == job_id)
+        record = next(r for r in jobs.load_runs() if r.job_id == job_id)
         session = fleet.sessions[0]
         assert jobs.refresh(session, record).state == "running"
         jobs.stop(session, record, grace=2)

@@ -125,18 +125,18 @@ def test_trainer_is_staged_once_by_content_hash(session: tuple[NodeSession, list
 
 
 def test_dropped_node_shows_unknown_and_keeps_the_log(env: Path) -> None:
-    record = jobs.JobRecord(
+    record = jobs.RunRecord(
         job_id="replay-x",
         node="gone",
         plan={"steps": [1, 2]},
         launched_at=time.time(),
         log="/scratch/replay-x/train.log",
     )
-    jobs.save_job(record)
+    jobs.save_run(record)
     unreachable = NodeSession(NodeSpec(name="gone", transport="nowhere"))
     jobs.refresh(unreachable, record)
     assert record.state == "unknown" and "unreachable" in (record.error or "")
-    saved = jobs.load_jobs()
+    saved = jobs.load_runs()
     assert [(r.job_id, r.state, r.log) for r in saved] == [
         ("replay-x", "unknown", "/scratch/replay-x/train.log")
     ]

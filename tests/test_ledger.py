@@ -269,7 +269,8 @@ def test_wait_for_graph_roots_and_scale() -> None:
 
 
 def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
-    from areal_console.core.stacks.model import build_capture, capture_from_json
+    from areal_console.core.stacks.codec import capture_from_json
+    from areal_console.core.stacks.parsing import build_capture
     from areal_console.core.stacks.report import capture_json, text_report
 
     pyspy = Path(__file__).parent / "data" / "pyspy"

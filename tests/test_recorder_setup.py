@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 from areal_console.core.ledger.setup import recorder_setup
-from areal_console.core.stacks.model import build_capture
+from areal_console.core.stacks.parsing import build_capture
 from areal_console.screens.recorder_setup import RecorderSetupScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.widgets.ledger_pane import LedgerPane

@@ -21,10 +21,10 @@ from areal_console.app import ConsoleApp
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
 from areal_console.core.metrics.locate import HealthTarget
-from areal_console.core.stacks.model import build_capture
+from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.targets import local_node
 from areal_console.screens.health import HealthScreen
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
 from areal_console.widgets.ledger_pane import LedgerPane
@@ -119,9 +119,9 @@ async def test_a_jobs_log_is_escaped(fleet: Fleet) -> None:
     script = f"import sys\nsys.stdout.write({HOSTILE!r} + '\\n')\nsys.stdout.flush()\n"
     status = session.call("job_launch", {"job": "hostile", "argv": [sys.executable, "-c", script]})
     assert status["state"] == "running"
-    record = jobs.JobRecord(job_id="hostile", node=session.name, plan={}, launched_at=time.time())
-    jobs.save_job(record)
-    app = Host(JobsScreen(fleet, poll=0.2))
+    record = jobs.RunRecord(job_id="hostile", node=session.name, plan={}, launched_at=time.time())
+    jobs.save_run(record)
+    app = Host(RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(140, 40)) as pilot:
         log = app.screen.query_one("#jobs-log", Log)
         await until(pilot, lambda: any("pwned" in line for line in log.lines), what="the log")
@@ -173,7 +173,7 @@ async def test_a_process_detail_is_escaped(tmp_path: Path) -> None:
 
 
 async def test_a_source_file_shown_beside_a_frame_is_escaped(tmp_path: Path) -> None:
-    from areal_console.core.stacks.model import Frame
+    from areal_console.core.stacks.records import Frame
     from areal_console.screens.source_view import SourceViewScreen
 
     source = tmp_path / "train.py"

@@ -171,7 +171,7 @@ def test_verifying_after_the_recording_is_gone_cannot_compare(home: Path, record
     from areal_console.core import jobs
     from areal_console.core.fleet import Fleet
     from areal_console.core.targets import local_node
-    from areal_console.screens.jobs import JobRow
+    from areal_console.screens.jobs import RunRow
 
     copy = home / "soon-gone"
     shutil.copytree(recording, copy)
@@ -182,16 +182,16 @@ def test_verifying_after_the_recording_is_gone_cannot_compare(home: Path, record
     with pytest.MonkeyPatch.context() as mp:
         for key in ("AREAL_CONSOLE_DATA_DIR", "XDG_CACHE_HOME"):
             mp.setenv(key, env[key])
-        record = next(r for r in jobs.load_jobs() if r.job_id == out["job_id"])
+        record = next(r for r in jobs.load_runs() if r.job_id == out["job_id"])
         fleet = Fleet([local_node()])
         try:
-            result = jobs.verify_job(fleet.sessions[0], record)  # what `v` does
+            result = jobs.verify_run(fleet.sessions[0], record)  # what `v` does
         finally:
             fleet.close()
     assert result is not None and not result.matched and not result.comparable
     assert result.summary.startswith("cannot compare with the recording: ")
     assert "differs" not in result.summary
-    assert JobRow(record).cells()[-1] == "cannot compare"
+    assert RunRow(record).cells()[-1] == "cannot compare"
 
 
 def test_missing_step_lists_available_steps(home: Path, recording: Path) -> None:
@@ -334,7 +334,7 @@ def test_overrides_make_a_changed_run_compared_on_what_they_leave_unchanged(
     assert v["matched"] is None and v["comparable"] is True and v["steps"] == [0, 1]
     assert v["overrides"] == ["actor.eps_clip=0.1"]
     assert v["compared"] == ["task_reward", "seq_len", "no_eos_ratio"]
-    # The saved run names its overrides (the Jobs screen reads it from there).
+    # The saved run names its overrides (the Runs screen reads it from there).
     run = next((home / "data" / "jobs").glob(f"{out['job_id']}.json"))
     assert json.loads(run.read_text())["extra"]["overrides"] == ["actor.eps_clip=0.1"]
 

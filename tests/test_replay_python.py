@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from areal_console.core.jobs import merge_jobs
+from areal_console.core.jobs import merge_runs
 from areal_console.core.replay_python import CHECK_KIND, choose_python
 
 HELLO = {"python_executable": "/home/u/venv/bin/python", "tools": {"torch": True}}
@@ -32,4 +32,4 @@ def test_a_named_python_is_used_and_checked_unless_it_is_the_agents() -> None:
 def test_torch_checks_are_not_listed_as_jobs() -> None:
     answer = [{"job": "check-1", "state": "finished", "meta": {"kind": CHECK_KIND}},
               {"job": "replay-1", "state": "running", "meta": {"kind": "replay", "plan": {}}}]  # fmt: skip
-    assert [r.job_id for r in merge_jobs([], {"n1": answer})] == ["replay-1"]
+    assert [r.job_id for r in merge_runs([], {"n1": answer})] == ["replay-1"]

@@ -1,4 +1,4 @@
-"""Pilot tests of the replay dialog and the Jobs screen against a real local agent."""
+"""Pilot tests of the replay dialog and the Runs screen against a real local agent."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from areal_console.core.fleet import Fleet
 from areal_console.core.replay import Verification, load_templates, local_trainer
 from areal_console.core.targets import local_node
 from areal_console.screens.confirm_dialog import ConfirmDialog
-from areal_console.screens.jobs import JobRow, JobsScreen
+from areal_console.screens.jobs import RunRow, RunsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.styles import STYLESHEET
 from textual.app import App
@@ -100,9 +100,9 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         await pilot.press("enter")
         await until(pilot, lambda: app.result != "pending")
     record = app.result
-    assert isinstance(record, jobs.JobRecord) and record.node == node
+    assert isinstance(record, jobs.RunRecord) and record.node == node
 
-    app2 = Host(lambda: JobsScreen(fleet, poll=0.2))
+    app2 = Host(lambda: RunsScreen(fleet, poll=0.2))
     async with app2.run_test(size=(120, 40)) as pilot:
         screen = app2.screen
         table = screen.query_one("#jobs-table", DataTable)
@@ -223,10 +223,10 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
     for name in ("slow-a", "slow-b"):
         status = session.call("job_launch", {"job": name, "argv": [sys.executable, "-c", SLOW_JOB]})
         assert status["state"] == "running"
-        jobs.save_job(jobs.JobRecord(job_id=name, node=node, plan={}, launched_at=time.time()))
+        jobs.save_run(jobs.RunRecord(job_id=name, node=node, plan={}, launched_at=time.time()))
     key_a, key_b = f"{node}/slow-a", f"{node}/slow-b"
 
-    ro = Host(lambda: JobsScreen(fleet, read_only=True, poll=0.2))
+    ro = Host(lambda: RunsScreen(fleet, read_only=True, poll=0.2))
     async with ro.run_test(size=(120, 40)) as pilot:
         table = ro.screen.query_one("#jobs-table", DataTable)
         await until(pilot, lambda: key_a in table.rows)
@@ -234,7 +234,7 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         await until(pilot, lambda: "read-only" in text_of(ro.screen, "#jobs-status"))
         assert not isinstance(ro.screen, ConfirmDialog)
 
-    app = Host(lambda: JobsScreen(fleet, poll=0.2))
+    app = Host(lambda: RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         table = screen.query_one("#jobs-table", DataTable)
@@ -273,11 +273,11 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
 
 def test_merge_marks_jobs_of_lost_nodes_unknown() -> None:
     known = [
-        jobs.JobRecord("a", "n1", {}, 2.0, state="running", log="/x/a.log"),
-        jobs.JobRecord("b", "n2", {}, 1.0, state="running"),
-        jobs.JobRecord("c", "n3", {}, 0.5, state="finished", exit_code=0),
+        jobs.RunRecord("a", "n1", {}, 2.0, state="running", log="/x/a.log"),
+        jobs.RunRecord("b", "n2", {}, 1.0, state="running"),
+        jobs.RunRecord("c", "n3", {}, 0.5, state="finished", exit_code=0),
     ]
-    merged = jobs.merge_jobs(
+    merged = jobs.merge_runs(
         known,
         {
             "n1": "connection reset",
@@ -299,11 +299,11 @@ def test_merge_marks_jobs_of_lost_nodes_unknown() -> None:
 
 
 async def test_jobs_screen_shows_slurm_ids_and_state(fleet: Fleet, home: Path) -> None:
-    record = jobs.JobRecord("slurm-a", "node2", {}, time.time() + 100, state="finished")
+    record = jobs.RunRecord("slurm-a", "node2", {}, time.time() + 100, state="finished")
     record.exit_code, record.slurm_job, record.slurm_step = 0, "12", "12.3"
     record.extra["slurm_state"] = "COMPLETED"
-    jobs.save_job(record)
-    app = Host(lambda: JobsScreen(fleet, poll=0.2))
+    jobs.save_run(record)
+    app = Host(lambda: RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:
         table = app.screen.query_one("#jobs-table", DataTable)
         await until(pilot, lambda: "node2/slurm-a" in table.rows)
@@ -317,35 +317,35 @@ async def test_jobs_screen_shows_slurm_ids_and_state(fleet: Fleet, home: Path) -
 
 def test_slurm_fields_round_trip_and_old_records_load() -> None:
     old = {"job_id": "x", "node": "n", "plan": {}, "launched_at": 1.0, "state": "finished"}
-    record = jobs.JobRecord.from_json(old)
+    record = jobs.RunRecord.from_json(old)
     assert (record.slurm_job, record.slurm_step, record.slurm_label) == (None, None, "")
     record.slurm_job = "77"
-    again = jobs.JobRecord.from_json(record.to_json())
+    again = jobs.RunRecord.from_json(record.to_json())
     assert (again.slurm_job, again.slurm_step, again.slurm_label) == ("77", None, "slurm job 77")
-    running = jobs.JobRecord("s", "gone", {}, 1.0, state="running", slurm_job="77")
-    assert jobs.merge_jobs([running], {})[0].state == "running"  # Slurm, not a node, holds it
+    running = jobs.RunRecord("s", "gone", {}, 1.0, state="running", slurm_job="77")
+    assert jobs.merge_runs([running], {})[0].state == "running"  # Slurm, not a node, holds it
 
 
 def test_job_record_reads_odd_plans_and_saved_verifications() -> None:
-    good = jobs.JobRecord("g", "n", {"steps": [3, 4], "gpus": [0, 1], "metrics": "m.jsonl",
+    good = jobs.RunRecord("g", "n", {"steps": [3, 4], "gpus": [0, 1], "metrics": "m.jsonl",
                                      "argv": ["python3", "t.py"]}, 1.0)  # fmt: skip
     assert (good.steps, good.gpus, good.verifiable, good.argv) == ((3, 4), (0, 1), True, ())
     assert good.command == ("python3", "t.py")  # as planned, until the node says
     good.update_from_node({"state": "running", "argv": ["python3", "/j/t.py"]})
     assert good.command == good.argv == ("python3", "/j/t.py")
-    odd = jobs.JobRecord("o", "n", {"steps": "3-4", "gpus": "0,1", "argv": "python3"}, 1.0)
+    odd = jobs.RunRecord("o", "n", {"steps": "3-4", "gpus": "0,1", "argv": "python3"}, 1.0)
     assert (odd.steps, odd.gpus, odd.verifiable, odd.command) == (None, (), False, ())
-    assert JobRow(odd).cells()[4:] == ("", "", "—")
+    assert RunRow(odd).cells()[4:] == ("", "", "—")
     # A saved verification keeps its wording; odd fields read as nothing found.
     saved = {"matched": False, "steps": [3, "x"], "tolerance": "1e-3", "summary": "as saved",
              "first_mismatch": {"step": 3, "metric": "actor_loss"}}  # fmt: skip
-    record = jobs.JobRecord.from_json(
+    record = jobs.RunRecord.from_json(
         {"job_id": "v", "node": "n", "plan": {}, "launched_at": 1.0, "verification": saved}
     )
     v = record.verification
     assert v is not None and (v.steps, v.tolerance, v.summary) == ([3], None, "as saved")
     assert v.verdict == "differs at step 3: actor_loss"
-    assert jobs.JobRecord.from_json(record.to_json()).verification == v
+    assert jobs.RunRecord.from_json(record.to_json()).verification == v
     assert Verification.from_json("junk") is None
     bare = Verification.from_json({"comparable": False})
     assert bare is not None and bare.verdict == "cannot compare"
@@ -354,7 +354,7 @@ def test_job_record_reads_odd_plans_and_saved_verifications() -> None:
 
 @pytest.mark.slow
 async def test_after_a_launch_the_jobs_screen_follows_the_new_job(fleet: Fleet, dump: Path) -> None:
-    """`r` `enter` in the Batches screen: the Jobs screen opens with the cursor, the detail
+    """`r` `enter` in the Batches screen: the Runs screen opens with the cursor, the detail
     and the log on the job just launched, listed first (newest first, as after a restart)."""
     from areal_console.app import ConsoleApp
 
@@ -362,13 +362,13 @@ async def test_after_a_launch_the_jobs_screen_follows_the_new_job(fleet: Fleet, 
     node = session.name
     older = f"{node}/older"
     session.call("job_launch", {"job": "older", "argv": [sys.executable, "-c", SLOW_JOB]})
-    jobs.save_job(jobs.JobRecord(job_id="older", node=node, plan={}, launched_at=time.time()))
-    before = {f"{r.node}/{r.job_id}" for r in jobs.load_jobs()}
+    jobs.save_run(jobs.RunRecord(job_id="older", node=node, plan={}, launched_at=time.time()))
+    before = {f"{r.node}/{r.job_id}" for r in jobs.load_runs()}
     app = ConsoleApp(fleet, batches_path=str(dump), refresh_interval=0.5)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("4")
         screen = app.screen
-        assert isinstance(screen, JobsScreen)
+        assert isinstance(screen, RunsScreen)
         table = screen.query_one("#jobs-table", DataTable)
         await until(pilot, lambda: older in table.rows)
         table.move_cursor(row=table.get_row_index(older))
@@ -381,12 +381,12 @@ async def test_after_a_launch_the_jobs_screen_follows_the_new_job(fleet: Fleet, 
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
         await pilot.press("enter")
         await until(pilot, lambda: app.screen is screen, timeout=60)
-        launched = {f"{r.node}/{r.job_id}" for r in jobs.load_jobs()} - before
+        launched = {f"{r.node}/{r.job_id}" for r in jobs.load_runs()} - before
         assert len(launched) == 1
         new = launched.pop()
         await until(pilot, lambda: screen.selected == new, timeout=30)
         order = [k.value for k in table.rows]
-        assert order == list(screen.records)  # the table shows merge_jobs' order
+        assert order == list(screen.records)  # the table shows merge_runs' order
         assert order.index(new) < order.index(older)
         assert table.cursor_row == order.index(new)
         assert new.split("/", 1)[1] in text_of(screen, "#jobs-detail")

@@ -1,4 +1,4 @@
-"""SVG snapshot of the Jobs screen from fixed job records (no clock, no host names)."""
+"""SVG snapshot of the Runs screen from fixed job records (no clock, no host names)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from areal_console.core import jobs
 from areal_console.core.fleet import Fleet
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.styles import STYLESHEET
 from textual.app import App
 
@@ -24,7 +24,7 @@ class JobsHost(App[None]):
     CSS_PATH = STYLESHEET
 
     def on_mount(self) -> None:
-        self.push_screen(JobsScreen(Fleet([]), poll=3600))
+        self.push_screen(RunsScreen(Fleet([]), poll=3600))
 
 
 @pytest.fixture()
@@ -49,8 +49,8 @@ def recorded_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             ("replay-c", "running", None, None),  # its node is not connected: shown unknown
         ]
     ):
-        jobs.save_job(
-            jobs.JobRecord(
+        jobs.save_run(
+            jobs.RunRecord(
                 job_id=job_id,
                 node="node1",
                 plan=PLAN,

@@ -10,7 +10,7 @@ from areal_console.core.ledger import build_ledger, parse_trace
 from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.stacks import diagnose
 from areal_console.core.stacks.merge import analyse
-from areal_console.core.stacks.model import Frame, RankStack, ServerInfo, StackCapture, Thread
+from areal_console.core.stacks.records import Frame, RankStack, ServerInfo, StackCapture, Thread
 from areal_node.agent.flight_recorder import fr_dump_files
 
 AREAL = "/opt/venv/lib/python3.11/site-packages/areal"

@@ -470,7 +470,8 @@ def test_replay_through_slurm_verifies(
     how: str,
 ) -> None:
     """`replay --slurm-job J --node node2`: srun --overlap into J's allocation, or sbatch."""
-    from areal_console.core.jobs import load_jobs, refresh_slurm
+    from areal_console.core.jobs import load_runs
+    from areal_console.core.slurm_runs import refresh_slurm
 
     dump, env = slurm_recording
     args = ["replay", str(dump), "--slurm-job", slurm_gloo_job.job_id, "--node", "node2"]
@@ -501,11 +502,11 @@ def test_replay_through_slurm_verifies(
         assert out["slurm_job"].isdigit() and out["slurm_job"] != slurm_gloo_job.job_id
         assert out["slurm_step"] is None
     assert Path(out["log"]).is_file()
-    records = load_jobs(Path(env["AREAL_CONSOLE_DATA_DIR"]) / "jobs")
+    records = load_runs(Path(env["AREAL_CONSOLE_DATA_DIR"]) / "jobs")
     saved = {r.job_id: r for r in records}[out["job_id"]]
     assert (saved.slurm_job, saved.slurm_step) == (out["slurm_job"], out["slurm_step"])
     assert saved.slurm_label.endswith("COMPLETED")
-    if how == "sbatch":  # what the Jobs screen does for a record it finds running
+    if how == "sbatch":  # what the Runs screen does for a record it finds running
         saved.state, saved.extra["slurm_state"] = "running", "RUNNING"
         refresh_slurm(saved, LocalRunner(env))
         assert (saved.state, saved.exit_code, saved.slurm_label) == (

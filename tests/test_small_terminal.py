@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import recorded
 from areal_console.app import ConsoleApp
-from areal_console.core.stacks.model import build_capture
+from areal_console.core.stacks.parsing import build_capture
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
@@ -221,7 +221,7 @@ async def test_stacks_diff_shows_whole_function_names(size: tuple[int, int]) -> 
 
 
 def test_frame_cell_cuts_the_file_before_the_function() -> None:
-    from areal_console.core.stacks.model import Frame
+    from areal_console.core.stacks.records import Frame
     from areal_console.widgets.stack_diff import frame_cell
 
     frame = Frame("all_reduce_gradients", "/x/areal/reference_trainer.py", 1094)

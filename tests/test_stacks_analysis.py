@@ -15,9 +15,11 @@ from areal_console.core.stacks import (
     format_ranks,
     parse_ranks,
 )
+from areal_console.core.stacks.codec import capture_from_json
 from areal_console.core.stacks.diagnose import collective_frame
 from areal_console.core.stacks.merge import group_ranks, thread_trees
-from areal_console.core.stacks.model import Frame, capture_from_json, parse_pyspy_threads
+from areal_console.core.stacks.parsing import parse_pyspy_threads
+from areal_console.core.stacks.records import Frame
 from areal_console.core.stacks.report import capture_json, text_report
 
 DATA = Path(__file__).parent / "data" / "pyspy"

@@ -7,7 +7,7 @@ import pytest
 from areal_console.core.stacks import RankStack, StackCapture, Thread, analyse, diagnose
 from areal_console.core.stacks.diagnose import short_where
 from areal_console.core.stacks.library import is_library_file
-from areal_console.core.stacks.model import Frame
+from areal_console.core.stacks.records import Frame
 
 SITE = "/usr/local/lib/python3.11/site-packages"
 

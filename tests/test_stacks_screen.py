@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core.stacks.model import StackCapture, build_capture
+from areal_console.core.stacks.capture import CaptureState
+from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.records import StackCapture
 from areal_console.screens.source_view import SourceViewScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
@@ -249,6 +251,37 @@ async def test_recapture_through_a_callable() -> None:
         await pilot.press("r")
         await wait_until(pilot, lambda: screen.query_one(RankGroupTable).shown == [0, 1])
         assert "collective_mismatch" in str(screen.query_one(DiagnosisBanner).render())
+
+
+async def test_native_and_locals_keys_change_the_shared_capture_state() -> None:
+    """N and L flip the console's capture options (the object the App captures with) and
+    capture again; a capture opened from disk has none to change."""
+    state = CaptureState(match="trainer")
+    seen: list[tuple[bool, bool]] = []
+
+    def recapture() -> StackCapture:
+        seen.append((state.native, state.with_locals))
+        return capture_of("same_collective")
+
+    screen = StacksScreen(recapture=recapture, state=state)
+    app = StacksApp(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, screen)
+        await pilot.press("L")
+        await wait_until(pilot, lambda: len(seen) == 2)
+        await pilot.press("N")
+        await wait_until(pilot, lambda: len(seen) == 3)
+        await pilot.press("L")
+        await wait_until(pilot, lambda: len(seen) == 4)
+    assert seen == [(False, False), (False, True), (True, True), (True, False)]
+    assert state.match == "trainer"
+
+    on_disk = StacksScreen(capture_of("same_collective"))
+    app = StacksApp(on_disk)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await open_screen(pilot, on_disk)
+        await pilot.press("N")
+        assert "opened from disk" in status(on_disk)
 
 
 async def test_export_writes_report_next_to_capture(

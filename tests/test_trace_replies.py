@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 from areal_console.core.ledger.trace import TraceError, parse_trace
-from areal_console.core.stacks.model import build_capture, capture_from_json
+from areal_console.core.stacks.codec import capture_from_json
+from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.report import capture_json, text_report
 from conftest import run_cli
 

@@ -14,7 +14,7 @@ from areal_console.core.identity import UserScope, login_user
 from areal_console.core.monitor import RecordedMonitor
 from areal_console.core.stacks.store import SavedCapture
 from areal_console.palette import ConsoleCommands
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.styles import STYLESHEET
 from conftest import run_cli
 from textual.app import App
@@ -57,7 +57,7 @@ class JobsHost(App[None]):
         self.users = users
 
     def on_mount(self) -> None:
-        self.push_screen(JobsScreen(Fleet([]), poll=3600, users=self.users))
+        self.push_screen(RunsScreen(Fleet([]), poll=3600, users=self.users))
 
 
 async def test_jobs_screen_lists_your_runs_and_u_shows_everyones(
@@ -66,7 +66,7 @@ async def test_jobs_screen_lists_your_runs_and_u_shows_everyones(
     monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path))
     for i, (job_id, user) in enumerate([("replay-mine", "alice"), ("replay-theirs", "bob"),
                                         ("replay-old", None)]):  # fmt: skip
-        jobs.save_job(jobs.JobRecord(job_id=job_id, node="n1", plan={"steps": [0, 1]},
+        jobs.save_run(jobs.RunRecord(job_id=job_id, node="n1", plan={"steps": [0, 1]},
                                      launched_at=100.0 - i, state="finished", user=user))  # fmt: skip
     app = JobsHost(UserScope(me="alice"))
     async with app.run_test(size=(120, 30)) as pilot:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import recorded
 from areal_console.core.errors import UserError
 from areal_console.messages import Reply
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 from textual import on
 from textual.app import App
@@ -154,12 +154,12 @@ async def test_the_hidden_jobs_screen_stops_asking_the_nodes() -> None:
         return real_call_all(*args, **kwargs)
 
     fleet.call_all = counting  # type: ignore[method-assign]
-    app.screen_factories["jobs"] = lambda: JobsScreen(fleet, poll=0.05)
+    app.screen_factories["jobs"] = lambda: RunsScreen(fleet, poll=0.05)
     async with app.run_test(size=recorded.SIZE) as pilot:
         await pilot.press("4")
         await until(pilot, lambda: len(asked) >= 3)
         jobs_screen = app.screen
-        assert isinstance(jobs_screen, JobsScreen)
+        assert isinstance(jobs_screen, RunsScreen)
         await pilot.press("1")
         await until(pilot, lambda: jobs_screen.polls.paused)
         hidden_at = len(asked)

@@ -29,6 +29,7 @@ from areal_console.core.replay import load_templates
 from areal_console.core.settings import Settings
 from areal_console.core.stacks.capture import (
     CaptureOptions,
+    CaptureState,
     capture_and_analyse,
     scope_processes,
 )
@@ -48,7 +49,7 @@ from areal_console.screens.command_line import CommandLine
 from areal_console.screens.health import HealthScreen
 from areal_console.screens.help import HelpScreen
 from areal_console.screens.job_choice import JobChoiceDialog
-from areal_console.screens.jobs import JobsScreen
+from areal_console.screens.jobs import RunsScreen
 from areal_console.screens.replay_dialog import ReplayDialog
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
@@ -89,8 +90,8 @@ class ConsoleApp(WorkerHost, App[None]):
                 tooltip="The Stacks screen: the last capture and its diagnosis"),
         Binding("3", "goto('batches')", "Batches", id="app.goto.batches", show=False,
                 tooltip="The Batches screen: dumped rollout batches"),
-        Binding("4", "goto('jobs')", "Jobs", id="app.goto.jobs", show=False,
-                tooltip="The Jobs screen: replay runs and their logs"),
+        Binding("4", "goto('jobs')", "Runs", id="app.goto.jobs", show=False,
+                tooltip="The Runs screen: replay runs and their logs"),
         Binding("5", "goto('health')", "Health", id="app.goto.health", show=False,
                 tooltip="The Health screen: the run's metrics from AReaL's log, checks, stalls"),
         Binding("ctrl+t", "toggle_theme", "Theme", id="app.theme", show=False,
@@ -138,10 +139,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self.palette_sources: list[Callable[[], list[tuple[str, str, Callable[[], Any]]]]] = []
         self._stacks_screen: StacksScreen | None = None
         self._installed_modes: set[str] = set()  # modes handed to Textual's add_mode
-        self.capture_match: str | None = None
-        self.capture_native = False  # py-spy --native (Stacks screen: N)
-        self.capture_locals = False  # py-spy --locals (Stacks screen: L)
-        self.capture_job: str | None = None  # the job chosen for the last capture
+        self.capture_state = CaptureState()  # shared with the Stacks screen
         # `s` starts the capture here, before the Stacks screen exists to wait for it.
         self._capture_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="capture")
         self._pending_capture: Future[AnalysedCapture] | None = None
@@ -155,7 +153,7 @@ class ConsoleApp(WorkerHost, App[None]):
         if batches_path:
             self.screen_factories["batches"] = self._new_batches_screen
         if fleet is not None:
-            self.screen_factories["jobs"] = lambda: JobsScreen(
+            self.screen_factories["jobs"] = lambda: RunsScreen(
                 fleet, read_only=self.read_only, users=self.users
             )
         self.health_target = health_target
@@ -240,9 +238,9 @@ class ConsoleApp(WorkerHost, App[None]):
             samples=self.settings.capture_samples,
             interval=self.settings.capture_interval,
             timeout=self.settings.pyspy_timeout,
-            match=self.capture_match,
-            native=self.capture_native,
-            with_locals=self.capture_locals,
+            match=self.capture_state.match,
+            native=self.capture_state.native,
+            with_locals=self.capture_state.with_locals,
         )
 
     def take_capture(self) -> AnalysedCapture:
@@ -255,7 +253,7 @@ class ConsoleApp(WorkerHost, App[None]):
         if self.fleet is None:
             raise UserError("no live nodes to capture (this console shows recorded data)")
         options = self.capture_options()
-        options.job = self.capture_job
+        options.job = self.capture_state.job
         return capture_and_analyse(
             self.fleet, options, sampled=self._latest_processes(), progress=self._progress
         )
@@ -268,7 +266,7 @@ class ConsoleApp(WorkerHost, App[None]):
         return screen.analysis, screen.diagnosis
 
     def _new_stacks_screen(self) -> StacksScreen:
-        self._stacks_screen = StacksScreen(recapture=self.take_capture)
+        self._stacks_screen = StacksScreen(recapture=self.take_capture, state=self.capture_state)
         return self._stacks_screen
 
     def _latest_processes(self) -> dict[str, list[dict[str, Any]]]:
@@ -303,7 +301,7 @@ class ConsoleApp(WorkerHost, App[None]):
         screen switch. `match` (a regex on command lines; the Cluster screen passes its
         filter) narrows it; when the nodes still run several jobs, a dialog asks which.
         """
-        self.capture_match = match
+        self.capture_state.match = match
         if self.fleet is None:
             self.notify("No live nodes to capture: this console shows recorded data.",
                         severity="warning")  # fmt: skip
@@ -328,7 +326,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self, options: CaptureOptions, sampled: dict[str, list[dict[str, Any]]]
     ) -> None:
         assert self.fleet is not None
-        self.capture_job = options.job  # `r` on the Stacks screen recaptures the same job
+        self.capture_state.job = options.job  # `r` on the Stacks screen recaptures the same job
         with self._progress_lock:
             self._dumped, self._progress_shown_at = {}, 0.0
         self._pending_capture = self._capture_pool.submit(
@@ -366,9 +364,9 @@ class ConsoleApp(WorkerHost, App[None]):
 
     def action_toggle_users(self) -> None:
         """Everyone's captures and runs, or the user's own (the default): the palette and
-        the Jobs screen share the choice."""
+        the Runs screen share the choice."""
         screen = self.screen
-        if isinstance(screen, JobsScreen):
+        if isinstance(screen, RunsScreen):
             screen.action_toggle_users()  # the same scope: it redraws its rows as well
         else:
             self.notify(f"Runs and captures shown: {self.users.toggle()}")
@@ -403,7 +401,7 @@ class ConsoleApp(WorkerHost, App[None]):
                     jobs_screen = self.get_screen_stack("jobs")[0]
                 except (KeyError, IndexError):
                     return
-                if isinstance(jobs_screen, JobsScreen):
+                if isinstance(jobs_screen, RunsScreen):
                     jobs_screen.show_job(record.node, record.job_id)
 
         try:
@@ -498,7 +496,7 @@ class ConsoleApp(WorkerHost, App[None]):
         self.action_goto("nodes")
         # Screens built on the old nodes are dropped; the next visit builds new ones.
         self.register_screen(
-            "jobs", lambda: JobsScreen(fleet, read_only=self.read_only, users=self.users)
+            "jobs", lambda: RunsScreen(fleet, read_only=self.read_only, users=self.users)
         )
         self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None
@@ -515,7 +513,7 @@ class ConsoleApp(WorkerHost, App[None]):
             if mode == "batches":
                 self.notify("Open a dump first: :batches PATH (a step_*.pt file or its directory)")
             elif mode == "health":
-                self.open_health_for_job(self.capture_match)
+                self.open_health_for_job(self.capture_state.match)
             else:
                 title = entry.title if entry else mode
                 self.notify(f"The {title} screen needs live nodes.", severity="warning")

@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.message import Message
 
 from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow, SampleView
-from areal_console.core.jobs import JobRecord
+from areal_console.core.jobs import RunRecord
 from areal_console.core.metrics.report import HealthReport, MetricSummary
 from areal_console.core.report.model import Report, ReportInputs
 from areal_console.core.slurm import SlurmJob
@@ -42,29 +42,29 @@ class Notice(Message):
     severity: Severity = "information"
 
 
-# Jobs screen ----------------------------------------------------------------------------
+# Runs screen ----------------------------------------------------------------------------
 
 
 @dataclass
-class JobsRefreshed(Reply):
+class RunsRefreshed(Reply):
     """Every node's jobs, merged with the console's own records."""
 
-    records: list[JobRecord]
+    records: list[RunRecord]
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, JobsRefreshed)
+        return isinstance(message, RunsRefreshed)
 
 
 @dataclass
-class LogTail(Reply):
-    """The last lines of one job's log (or why they could not be read)."""
+class RunLogTail(Reply):
+    """The last lines of one run's log (or why they could not be read)."""
 
     key: str
     lines: list[str]
     error: str | None = None
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, LogTail) and message.key == self.key
+        return isinstance(message, RunLogTail) and message.key == self.key
 
 
 # Health screen --------------------------------------------------------------------------

@@ -23,6 +23,6 @@ SCREENS = (
     ScreenEntry("nodes", "Cluster", "1", ("cluster", "n")),
     ScreenEntry("stacks", "Stacks", "2", ("stack", "s")),
     ScreenEntry("batches", "Batches", "3", ("batch", "b")),
-    ScreenEntry("jobs", "Jobs", "4", ("job", "j")),
+    ScreenEntry("jobs", "Runs", "4", ("job", "j")),
     ScreenEntry("health", "Health", "5", ("metrics",)),
 )

@@ -30,7 +30,7 @@ class ConsoleCommands(Provider):
         entries.append(("Show keys of this screen", "?", app.action_help))
         shown = "only your" if app.users.everyone else "every user's"
         entries.append((f"Show {shown} captures and runs",
-                        f"now: {app.users.describe()} (u on the Jobs screen)",
+                        f"now: {app.users.describe()} (u on the Runs screen)",
                         app.action_toggle_users))  # fmt: skip
         for view in app.monitor.snapshot():
             entries.append((f"Node {view.name} ({view.state})", view.error or view.address,

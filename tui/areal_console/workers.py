@@ -79,7 +79,7 @@ else:
 
 
 class WorkerHost(_HostBase):
-    """Mixed into a Screen or App ahead of it: `class JobsScreen(WorkerHost, Screen[None])`."""
+    """Mixed into a Screen or App ahead of it: `class RunsScreen(WorkerHost, Screen[None])`."""
 
     _tickets: dict[str, int]
     _plans: dict[str, WorkPlan]

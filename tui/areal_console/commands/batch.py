@@ -9,6 +9,7 @@ from typing import Any
 
 from areal_node.batches import BATCH_FORMATS, BatchError, compare
 
+from areal_console.core.batch_format import figure, size
 from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.targets import add_target_arguments, index, open_fleet, resolve_targets
@@ -136,23 +137,6 @@ def _emit(data: dict[str, Any], as_json: bool, fmt: Any) -> None:
 # Text output
 
 
-def _num(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:,.{digits}f}"
-    return f"{int(value):,}"
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"{s['path']}: {s['description']}"]
     where = []
@@ -161,11 +145,11 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("dp_rank") is not None:
         where.append(f"dp rank {s['dp_rank']}")
     if s.get("bytes") is not None:
-        where.append(_size(s["bytes"]))
+        where.append(size(s["bytes"]))
     where += [
-        f"groups {_num(s['groups'])}",
-        f"samples {_num(s['samples'])}",
-        f"tokens {_num(s['tokens'])}",
+        f"groups {figure(s['groups'])}",
+        f"samples {figure(s['samples'])}",
+        f"tokens {figure(s['tokens'])}",
     ]
     lines.append("  " + "  ".join(where))
     if s.get("eos_token_ids"):
@@ -180,9 +164,9 @@ def format_summary(s: dict[str, Any]) -> str:
         )
         for p in s["per_step"]:
             lines.append(
-                f"  {p['step']:>6} {p['files']:>5} {_num(p['samples']):>8} "
-                f"{_num(p['seq_len_mean']):>8} {_num(p['response_len_mean']):>8} "
-                f"{_num(p['task_reward_mean'], 3):>7} {_num(p['no_eos_ratio'], 3):>7}"
+                f"  {p['step']:>6} {p['files']:>5} {figure(p['samples']):>8} "
+                f"{figure(p['seq_len_mean']):>8} {figure(p['response_len_mean']):>8} "
+                f"{figure(p['task_reward_mean'], 3):>7} {figure(p['no_eos_ratio'], 3):>7}"
             )
         bad = [e for e in s.get("timeline", []) if e.get("error")]
         for e in bad:
@@ -209,15 +193,15 @@ def format_summary(s: dict[str, Any]) -> str:
             d = st.get(name) or {}
             digits = 3 if name in ("task_reward", "reward") else 1
             lines.append(
-                f"  {name:<14} {_num(d.get('mean'), digits):>10} "
-                f"{_num(d.get('std'), digits):>10} {_num(d.get('min'), digits):>10} "
-                f"{_num(d.get('max'), digits):>10}"
+                f"  {name:<14} {figure(d.get('mean'), digits):>10} "
+                f"{figure(d.get('std'), digits):>10} {figure(d.get('min'), digits):>10} "
+                f"{figure(d.get('max'), digits):>10}"
             )
         eos_ids = s.get("eos_token_ids")
         lines.append(
-            f"  no_eos_ratio   {_num(st.get('no_eos_ratio'), 3)}  (length == padded width)"
+            f"  no_eos_ratio   {figure(st.get('no_eos_ratio'), 3)}  (length == padded width)"
             + (
-                f"   not ending in EOS {_num(st.get('no_eos_token_ratio'), 3)}"
+                f"   not ending in EOS {figure(st.get('no_eos_token_ratio'), 3)}"
                 if eos_ids
                 else "   (EOS id unknown: --eos-token-id N for the EOS-based figure)"
             )
@@ -239,7 +223,7 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(
                 f"  behave_imp_weight mean {iw['mean']:.3f} min {iw['min']:.3f} "
                 f"max {iw['max']:.3f} above {iw['upper']:g} {iw['above_upper_ratio']:.2%} "
-                f"({_num(iw['tokens'])} tokens{', sampled' if iw['sampled'] else ''})"
+                f"({figure(iw['tokens'])} tokens{', sampled' if iw['sampled'] else ''})"
             )
     if s.get("remote"):
         lines.append("")
@@ -256,9 +240,9 @@ def format_sample(v: dict[str, Any]) -> str:
     lines = [
         f"sample {v['index']} (group {v['group']}, row {v['row']}) of {v['path']}",
         f"  seq_len {v['seq_len']}  prompt_len {v['prompt_len']}  response_len "
-        f"{v['response_len']}  task_reward {_num(v.get('task_reward'), 3)}  eos "
+        f"{v['response_len']}  task_reward {figure(v.get('task_reward'), 3)}  eos "
         f"{'-' if v.get('eos') is None else 'yes' if v['eos'] else 'NO'}  versions "
-        f"{_num(v.get('head_version'))}..{_num(v.get('tail_version'))}",
+        f"{figure(v.get('head_version'))}..{figure(v.get('tail_version'))}",
     ]
     for name, value in (v.get("extras") or {}).items():
         lines.append(f"  {name}: {value}")
@@ -298,7 +282,7 @@ def format_compare(c: dict[str, Any]) -> str:
     lines = [f"A {c['a']}", f"B {c['b']}", "", f"  {'stat':<26} {'A':>12} {'B':>12} {'B-A':>12}"]
     for r in c["rows"]:
         lines.append(
-            f"  {r['stat']:<26} {_num(r['a'], 3):>12} {_num(r['b'], 3):>12} "
-            f"{_num(r['delta'], 3):>12}"
+            f"  {r['stat']:<26} {figure(r['a'], 3):>12} {figure(r['b'], 3):>12} "
+            f"{figure(r['delta'], 3):>12}"
         )
     return "\n".join(lines) + "\n"

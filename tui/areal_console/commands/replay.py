@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from areal_console.core import jobs
+from areal_console.core import jobs, slurm_runs
 from areal_console.core.client import AgentDisconnected, AgentError
 from areal_console.core.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
 from areal_console.core.replay import (
@@ -82,7 +82,7 @@ class _LogProgress:
         self.last_line = ""
         self.next_at = 0.0
 
-    def __call__(self, record: jobs.JobRecord) -> None:
+    def __call__(self, record: jobs.RunRecord) -> None:
         now = time.monotonic()
         if now < self.next_at:
             return
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         via_slurm = spec.slurm is not None or args.sbatch
         try:
             if via_slurm:
-                launch = jobs.launch_slurm(
+                launch = slurm_runs.launch_slurm(
                     make_runner(spec.slurm.login if spec.slurm else None),
                     plan,
                     host_job=spec.slurm.job_id if spec.slurm else None,
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
                  "waiting for it to end (Ctrl-C stops waiting, the job keeps running)")  # fmt: skip
             try:
                 if via_slurm:
-                    jobs.wait_slurm(launch, args.timeout)
+                    slurm_runs.wait_slurm(launch, args.timeout)
                 else:
                     jobs.wait(session, record, args.timeout, on_poll=_LogProgress(session))
             except KeyboardInterrupt:
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
                      f"(detached; log: {record.log})")  # fmt: skip
                 raise
             if record.state == "finished":
-                verification = jobs.verify_job(session, record)
+                verification = jobs.verify_run(session, record)
         result = {
             "job_id": record.job_id,
             "node": record.node,

@@ -46,9 +46,10 @@ class AgentDisconnected(Exception):
     """The channel to the agent ended; the message says why."""
 
 
-class Reply:
-    """The answer to one request, filled in by the reader thread (a future without
-    concurrent.futures, whose imports alone cost a one-shot command 5 ms)."""
+class PendingReply:
+    """The agent's answer to one request, still to come: filled in by the reader thread
+    (a future without concurrent.futures, whose imports alone cost a one-shot command
+    5 ms). Not `messages.Reply`, which is a worker's message to a screen."""
 
     def __init__(self) -> None:
         self._done = threading.Event()
@@ -80,7 +81,7 @@ class AgentClient:
         self.channel = channel
         self.on_event = on_event
         self._ids = itertools.count(1)
-        self._pending: dict[int, Reply] = {}
+        self._pending: dict[int, PendingReply] = {}
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self.closed_reason: str | None = None
@@ -119,8 +120,8 @@ class AgentClient:
         self.channel.close()
 
     # requests -------------------------------------------------------------------------
-    def request_async(self, op: str, args: dict[str, Any] | None = None) -> Reply:
-        fut = Reply()
+    def request_async(self, op: str, args: dict[str, Any] | None = None) -> PendingReply:
+        fut = PendingReply()
         rid = next(self._ids)
         with self._lock:
             if self.closed_reason:

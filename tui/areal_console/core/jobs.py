@@ -1,4 +1,4 @@
-"""Launching, watching and verifying replay jobs on nodes, and the console's own job list.
+"""Launching, watching and verifying replay runs on nodes, and the console's own job list.
 
 The node keeps the authoritative record (its agent's `jobs` op); the console keeps a copy
 of what it launched under `jobs_dir()` so a job on a node that dropped is still listed
@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import secrets
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from typing import Any
 
 from areal_console.core import locations
 from areal_console.core.client import AgentDisconnected, AgentError
-from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.identity import login_user
 from areal_console.core.payload import node_payload
@@ -35,20 +33,12 @@ from areal_console.core.replay import (
 )
 from areal_console.core.replay_changes import verification_from_json, verify_changed_run
 from areal_console.core.replay_python import CHECK_KIND
-from areal_console.core.slurm import (
-    CommandRunner,
-    LocalRunner,
-    SlurmClient,
-    SshLoginRunner,
-    make_runner,
-)
-from areal_console.core.slurm_launch import BatchRequest, job_state, overlap_step_argv, submit_batch
 
 FINAL_STATES = ("finished", "failed", "stopped")
 
 
 @dataclass
-class JobRecord:
+class RunRecord:
     """A job the console launched, as the console remembers it and last saw it.
 
     `plan` stays the plan's JSON as it was saved and sent to the node (a node's own job
@@ -135,7 +125,7 @@ class JobRecord:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobRecord:
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
         known: dict[str, Any] = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
@@ -158,9 +148,9 @@ class JobRecord:
             self.extra["argv"] = list(status["argv"])  # with {job_dir} resolved by the node
 
 
-def merge_jobs(
-    known: list[JobRecord], node_jobs: dict[str, list[dict[str, Any]] | str]
-) -> list[JobRecord]:
+def merge_runs(
+    known: list[RunRecord], node_jobs: dict[str, list[dict[str, Any]] | str]
+) -> list[RunRecord]:
     """The console's records updated from each node's answer (a string: the node's error)."""
     by_key = {(r.node, r.job_id): r for r in known}
     for node, answer in node_jobs.items():
@@ -178,7 +168,7 @@ def merge_jobs(
             if record is None:
                 plan = meta.get("plan") if isinstance(meta, dict) else None
                 user = meta.get("user") if isinstance(meta, dict) else None
-                record = JobRecord(
+                record = RunRecord(
                     job_id=key[1],
                     node=node,
                     plan=dict(plan) if isinstance(plan, dict) else {},
@@ -203,11 +193,11 @@ def node_jobs(fleet: Fleet, timeout: float = 15.0) -> dict[str, list[dict[str, A
     return answers
 
 
-def new_job_id(kind: str = "replay") -> str:
+def new_run_id(kind: str = "replay") -> str:
     return time.strftime(f"{kind}-%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def save_job(record: JobRecord, directory: Path | None = None) -> Path:
+def save_run(record: RunRecord, directory: Path | None = None) -> Path:
     """Write the console's copy atomically."""
     root = directory or locations.jobs_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -218,13 +208,13 @@ def save_job(record: JobRecord, directory: Path | None = None) -> Path:
     return path
 
 
-def load_jobs(directory: Path | None = None) -> list[JobRecord]:
+def load_runs(directory: Path | None = None) -> list[RunRecord]:
     """Every job the console remembers, newest first (unreadable files are skipped)."""
     root = directory or locations.jobs_dir()
     out = []
     for path in sorted(root.glob("*.json")) if root.is_dir() else []:
         try:
-            out.append(JobRecord.from_json(json.loads(path.read_text())))
+            out.append(RunRecord.from_json(json.loads(path.read_text())))
         except (OSError, ValueError, TypeError):
             continue
     out.sort(key=lambda r: r.launched_at or 0, reverse=True)
@@ -256,10 +246,10 @@ def launch(
     plan: ReplayPlan,
     job_id: str | None = None,
     overrides: list[str] | None = None,
-) -> JobRecord:
+) -> RunRecord:
     """Start the plan detached on its node and remember it (with who launched it, and the
     user's `overrides`, which make it a changed run)."""
-    job_id = job_id or new_job_id()
+    job_id = job_id or new_run_id()
     status = session.call(
         "job_launch",
         {
@@ -272,7 +262,7 @@ def launch(
             "meta": {"kind": "replay", "plan": plan.to_json(), "user": login_user()},
         },
     )
-    record = JobRecord(
+    record = RunRecord(
         job_id=job_id,
         node=plan.node,
         plan=plan.to_json(),
@@ -281,34 +271,34 @@ def launch(
         user=login_user(),
     )
     record.update_from_node(status)
-    save_job(record)
+    save_run(record)
     return record
 
 
-def refresh(session: NodeSession, record: JobRecord) -> JobRecord:
+def refresh(session: NodeSession, record: RunRecord) -> RunRecord:
     """The node's view of the job; a node that cannot answer makes the state "unknown"."""
     try:
         found = session.call("jobs", {"jobs": [record.job_id]}, timeout=15)["jobs"]
     except (AgentError, AgentDisconnected, OSError) as exc:
         record.state, record.error = "unknown", f"node {record.node} unreachable: {exc}"
-        save_job(record)  # the log path and plan stay listed while the node is away
+        save_run(record)  # the log path and plan stay listed while the node is away
         return record
     if not found:
         record.state, record.error = "unknown", f"node {record.node} has no record of the job"
-        save_job(record)
+        save_run(record)
         return record
     record.update_from_node(found[0])
-    save_job(record)
+    save_run(record)
     return record
 
 
 def wait(
     session: NodeSession,
-    record: JobRecord,
+    record: RunRecord,
     timeout: float,
     poll: float = 0.25,
-    on_poll: Callable[[JobRecord], None] | None = None,
-) -> JobRecord:
+    on_poll: Callable[[RunRecord], None] | None = None,
+) -> RunRecord:
     """Poll until the job ends (or `timeout` seconds pass: the state stays "running");
     `on_poll` sees the record after each poll (to show progress)."""
     deadline = time.monotonic() + timeout
@@ -328,7 +318,7 @@ def read_metrics(session: NodeSession, path: str, job_dir: str | None) -> dict[i
     return parse_metrics(session.call("file_read", {"path": path})["text"])
 
 
-def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
+def verify_run(session: NodeSession, record: RunRecord) -> Verification | None:
     """Compare the replay's metrics with the recording; None when the template has no metrics."""
     plan = record.plan
     if not plan.get("metrics") or not plan.get("recorded_metrics"):
@@ -363,7 +353,7 @@ def verify_job(session: NodeSession, record: JobRecord) -> Verification | None:
             else:
                 result = verify(recorded, replayed, steps, rel_tol=tolerance)
     record.verification = result
-    save_job(record)
+    save_run(record)
     return result
 
 
@@ -371,177 +361,12 @@ def tail(session: NodeSession, job_id: str, lines: int = 50) -> list[str]:
     return list(session.call("job_tail", {"job": job_id, "lines": lines})["lines"])
 
 
-def stop(session: NodeSession, record: JobRecord, grace: float = 10.0) -> JobRecord:
+def stop(session: NodeSession, record: RunRecord, grace: float = 10.0) -> RunRecord:
     status = session.call("job_stop", {"job": record.job_id, "grace": grace}, timeout=grace + 15)
     record.update_from_node(status)
-    save_job(record)
+    save_run(record)
     return record
 
 
 # --------------------------------------------------------------------------------------
 # Through Slurm: a step in a running job (`srun --overlap`) or a new `sbatch` job
-
-SLURM_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
-
-
-@dataclass
-class SlurmLaunch:
-    """A replay started through Slurm; `process` holds an overlap step (None for sbatch)."""
-
-    record: JobRecord
-    runner: CommandRunner
-    process: subprocess.Popen[bytes] | None = None
-
-
-def slurm_command(plan: ReplayPlan, job_dir: str) -> list[str]:
-    """The plan's argv with `{job_dir}` resolved; CPU runs hide every GPU from it."""
-    argv = [resolve(a, job_dir) for a in plan.argv]
-    if not plan.gpus:
-        argv = ["env", "CUDA_VISIBLE_DEVICES=", *argv]
-    return argv
-
-
-def launch_slurm(
-    runner: CommandRunner,
-    plan: ReplayPlan,
-    *,
-    host_job: str | None,
-    sbatch: bool,
-    job_id: str | None = None,
-    login: str | None = None,
-    overrides: list[str] | None = None,
-) -> SlurmLaunch:
-    """Start the plan in `host_job`'s allocation on the plan's node, or as a new batch job.
-
-    The job directory sits in the dump directory (`replays/<id>`), on the filesystem the
-    login host and the nodes share; the trainer's log is `train.log` there.
-    """
-    job_id = job_id or new_job_id()
-    job_dir = f"{plan.dump_dir.rstrip('/')}/replays/{job_id}"
-    made = runner.run(["mkdir", "-p", "--", job_dir], timeout=30)
-    if made.returncode != 0:
-        raise UserError(f"cannot create {job_dir} on {runner.where}: {made.error_line}")
-    log = f"{job_dir}/train.log"
-    command = slurm_command(plan, job_dir)
-    record = JobRecord(
-        job_id=job_id,
-        node=plan.node,
-        plan=plan.to_json(),
-        launched_at=time.time(),
-        log=log,
-        job_dir=job_dir,
-        extra={"argv": command, "slurm_login": login}
-        | ({"overrides": list(overrides)} if overrides else {}),
-        user=login_user(),
-    )
-    process = None
-    if sbatch:
-        request = BatchRequest(
-            command=command,
-            name=job_id,
-            gpus_per_node=len(plan.gpus),
-            chdir=job_dir,
-            output=log,
-        )
-        record.slurm_job = submit_batch(runner, request)
-        record.extra["slurm_state"] = "PENDING"
-    else:
-        if not host_job:
-            raise UserError("a replay into a running job's allocation needs --slurm-job")
-        argv = overlap_step_argv(
-            host_job, plan.node, command, gpus=len(plan.gpus), name=job_id, chdir=job_dir
-        )
-        argv[-len(command) - 1 : -len(command) - 1] = [f"--output={log}", "--input=none"]
-        local = runner.process_argv(argv) if isinstance(runner, SshLoginRunner) else argv
-        env = runner.env if isinstance(runner, LocalRunner) else None
-        srun_log = locations.jobs_dir() / f"{job_id}.srun.log"  # srun's own messages
-        srun_log.parent.mkdir(parents=True, exist_ok=True)
-        record.extra["srun_log"] = str(srun_log)
-        with open(srun_log, "wb") as errors:
-            process = subprocess.Popen(
-                local,
-                stdin=subprocess.DEVNULL,
-                stdout=errors,
-                stderr=errors,
-                env=env,
-                start_new_session=True,  # the step outlives the console unless it waits
-            )
-        record.slurm_job = host_job
-        record.slurm_step = _find_step(runner, host_job, job_id, process)
-        record.extra["slurm_state"] = "RUNNING"
-    save_job(record)
-    return SlurmLaunch(record, runner, process)
-
-
-def _find_step(
-    runner: CommandRunner, host_job: str, name: str, process: subprocess.Popen[bytes]
-) -> str | None:
-    """The id ("JOB.STEP") of the step named `name`, while it runs (None if it ended first)."""
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        out = runner.run(["squeue", "-h", "-s", "-j", host_job, "-o", "%i %j"], timeout=15)
-        for line in out.stdout.splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1] == name:
-                return parts[0]
-        if process.poll() is not None:
-            return None
-        time.sleep(0.2)
-    return None
-
-
-def wait_slurm(launch: SlurmLaunch, timeout: float, poll: float = 0.5) -> JobRecord:
-    """Wait for the step (its srun) or the batch job (`job_state`) to end, and record it."""
-    record = launch.record
-    deadline = time.monotonic() + timeout
-    if launch.process is not None:
-        try:
-            code = launch.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return record
-        try:
-            stderr = Path(record.extra["srun_log"]).read_text(errors="replace")
-        except OSError:
-            stderr = ""
-        record.exit_code = code
-        record.state = "finished" if code == 0 else "failed"
-        record.extra["slurm_state"] = "COMPLETED" if code == 0 else "FAILED"
-        if code != 0 and stderr.strip():
-            record.error = stderr.strip().splitlines()[-1]
-        save_job(record)
-        return record
-    while True:
-        refresh_slurm(record, launch.runner)
-        if record.state != "running" or time.monotonic() >= deadline:
-            return record
-        time.sleep(poll)
-
-
-def refresh_slurm(record: JobRecord, runner: CommandRunner | None = None) -> JobRecord:
-    """Slurm's view of a job launched through it: the batch job's state, or whether the
-    step still runs (a step that ended is "unknown" here: its exit code was srun's)."""
-    runner = runner or make_runner(record.extra.get("slurm_login"))
-    assert record.slurm_job is not None
-    if record.slurm_step:
-        out = runner.run(["squeue", "-h", "-s", "-j", record.slurm_job, "-o", "%i"], timeout=15)
-        if out.returncode == 0 and record.slurm_step not in out.stdout.split():
-            record.extra["slurm_state"] = "ENDED"
-            record.state = "unknown"
-            record.error = (
-                f"step {record.slurm_step} ended; its exit code went to srun (see the log)"
-            )
-        save_job(record)
-        return record
-    state, exit_code = job_state(SlurmClient(runner), record.slurm_job)
-    record.extra["slurm_state"] = state
-    if state not in SLURM_ACTIVE:
-        first = exit_code.split(":")[0] if exit_code else ""
-        record.exit_code = int(first) if first.isdigit() else None
-        if state == "COMPLETED":
-            record.state = "finished"
-        elif state == "CANCELLED":
-            record.state = "stopped"
-        else:
-            record.state, record.error = "failed", f"Slurm job {record.slurm_job}: {state}"
-    save_job(record)
-    return record

@@ -16,7 +16,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.client import AgentDisconnected, AgentError, AgentNotResponding, Reply
+from areal_console.core.client import (
+    AgentDisconnected,
+    AgentError,
+    AgentNotResponding,
+    PendingReply,
+)
 from areal_console.core.fleet import Fleet, NodeSession
 from areal_console.core.records import (
     GpuRow,
@@ -234,7 +239,7 @@ class FleetMonitor:
                 self._stream_ids.pop(name, None)  # a new agent counts its streams from 1
             self._update(name, state="connecting")
             silent_since: float | None = None
-            stream: Reply | None = None  # the stream request, while it is not answered
+            stream: PendingReply | None = None  # the stream request, while it is not answered
             try:
                 session.connect(force=True)  # this loop does the waiting between attempts
                 self._update(

@@ -2,7 +2,7 @@
 
 Pure functions over data: a dump directory's index (from the node agent's `replay_index`
 op), the node's GPU sample, and metrics JSONL text. Nothing here talks to a node; the
-`replay` command and the Jobs screen do that with what these functions return.
+`replay` command and the Runs screen do that with what these functions return.
 
 Launch commands are argv lists built token by token from a template: a file name or a
 field typed into the UI is only ever one argv element, never parsed by a shell.

@@ -19,7 +19,7 @@ from areal_console.core.fleet import NodeSession
 from areal_console.core.replay import LaunchTemplate
 
 FALLBACK = "python3"
-CHECK_KIND = "python-check"  # job metadata kind of a check (the Jobs screen leaves it out)
+CHECK_KIND = "python-check"  # job metadata kind of a check (the Runs screen leaves it out)
 CHECK_CODE = "import torch; print(torch.__version__)"
 
 

@@ -3,7 +3,7 @@
 Two ways, both argv lists end to end (no word of a path or a UI field is re-split):
 
 - `batch_script` + `submit_batch`: a new `sbatch` job; it survives the console (and a
-  dropped login connection), and its id and state are what the Jobs view shows;
+  dropped login connection), and its id and state are what the Runs view shows;
 - `overlap_step_argv`: a step inside a running job's allocation on a chosen node
   (`srun --overlap`), for runs that must share the job's nodes; the step lives as long as
   the srun process that holds it.
@@ -112,6 +112,6 @@ def overlap_step_argv(
 
 
 def job_state(client: SlurmClient, job_id: str) -> tuple[str, str | None]:
-    """(state, exit code "N:S" or None) of a job, for a Jobs view that polls."""
+    """(state, exit code "N:S" or None) of a job, for a Runs view that polls."""
     job = client.job(job_id, with_steps=False, with_nodes=False)
     return job.state, job.exit_code

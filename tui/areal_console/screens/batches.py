@@ -24,6 +24,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
+from areal_console.core.batch_format import figure, figure_as
 from areal_console.core.batch_records import (
     BatchStats,
     BatchSummary,
@@ -65,18 +66,6 @@ SAMPLE_WIDGETS = {"samples", "sample-view", "sample-filter"}
 ReplayCallback = Callable[[str, list[int]], None]
 
 
-def _fmt(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def _num(value: float | None, spec: str = "") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _stats_text(out: Text, st: BatchStats, eos: tuple[int, ...] | None) -> None:
     names = ["seq_len", "prompt_len", "response_len", "task_reward"]
     if st.reward is not None and st.reward != st.task_reward:
@@ -87,15 +76,15 @@ def _stats_text(out: Text, st: BatchStats, eos: tuple[int, ...] | None) -> None:
         d = st.describe(name) or Describe()
         digits = 3 if name in ("task_reward", "reward") else 1
         out.append(f"{name:<12}", style="bold")
-        out.append("".join(f"{_fmt(v, digits):>6}" for v in (d.mean, d.std, d.min, d.max)))
+        out.append("".join(f"{figure(v, digits):>6}" for v in (d.mean, d.std, d.min, d.max)))
         out.append("\n")
     out.append(f"{'no_eos_ratio':<13}", style="bold")
     by_eos = (
-        f"  not ending in EOS {list(eos)}: {_fmt(st.no_eos_token_ratio, 3)}"
+        f"  not ending in EOS {list(eos)}: {figure(st.no_eos_token_ratio, 3)}"
         if eos
         else "  (EOS id unknown)"
     )
-    out.append(f"{_fmt(st.no_eos_ratio, 3)}{by_eos}\n")
+    out.append(f"{figure(st.no_eos_ratio, 3)}{by_eos}\n")
     if st.equal_reward_group_ratio is not None:
         out.append(f"{'equal reward':<13}", style="bold")
         n = st.equal_reward_groups
@@ -107,15 +96,15 @@ def _stats_text(out: Text, st: BatchStats, eos: tuple[int, ...] | None) -> None:
     if v:
         out.append(f"{'versions':<13}", style="bold")
         out.append(
-            f"{_num(v.min)}..{_num(v.max)}  staleness mean {_num(v.staleness_mean, '.2f')} "
-            f"max {_num(v.staleness_max)}  mixed {_num(v.mixed_version_ratio, '.0%')}\n"
+            f"{figure(v.min)}..{figure(v.max)}  staleness mean {figure_as(v.staleness_mean, '.2f')} "
+            f"max {figure(v.staleness_max)}  mixed {figure_as(v.mixed_version_ratio, '.0%')}\n"
         )
     iw = st.behave_imp_weight
     if iw:
         out.append(f"{'behave_imp_w':<13}", style="bold")
         out.append(
-            f"mean {_num(iw.mean, '.3f')}  min {_num(iw.min, '.3f')}  max {_num(iw.max, '.3f')}  "
-            f"above {_num(iw.upper, 'g')} {_num(iw.above_upper_ratio, '.2%')}\n"
+            f"mean {figure_as(iw.mean, '.3f')}  min {figure_as(iw.min, '.3f')}  max {figure_as(iw.max, '.3f')}  "
+            f"above {figure_as(iw.upper, 'g')} {figure_as(iw.above_upper_ratio, '.2%')}\n"
         )
 
 
@@ -124,8 +113,8 @@ def summary_text(s: BatchSummary) -> Text:
     out = Text()
     out.append_text(remote_text(s.description, style="bold"))
     out.append("\n")
-    tokens = _num(s.tokens, ",")  # unknown for RTensors
-    where = [f"groups {_fmt(s.groups)}", f"samples {_fmt(s.samples)}", f"tokens {tokens}"]
+    tokens = figure(s.tokens)  # unknown for RTensors
+    where = [f"groups {figure(s.groups)}", f"samples {figure(s.samples)}", f"tokens {tokens}"]
     if s.step is not None:
         where.insert(0, f"step {s.step}" + (f" dp {s.dp_rank}" if s.dp_rank is not None else ""))
     out.append("  ".join(where) + "\n")
@@ -139,7 +128,7 @@ def summary_text(s: BatchSummary) -> Text:
     if remote:
         out.append(f"{'RTensors':<13}", style="bold")
         nodes = ", ".join(f"{a} ({n})" for a, n in sorted(remote.nodes.items()))
-        out.append(f"{_num(remote.shards)} shards on {nodes}\n")
+        out.append(f"{figure(remote.shards)} shards on {nodes}\n")
     return out
 
 
@@ -150,8 +139,8 @@ def compare_text(c: Comparison) -> Text:
     for r in c.rows:
         delta = r.delta
         style = "" if not delta else "green" if delta > 0 else "red"
-        out.append(f"{r.stat:<26}{_fmt(r.a, 3):>11}{_fmt(r.b, 3):>11}")
-        out.append(f"{_fmt(delta, 3):>11}\n", style=style)
+        out.append(f"{r.stat:<26}{figure(r.a, 3):>11}{figure(r.b, 3):>11}")
+        out.append(f"{figure(delta, 3):>11}\n", style=style)
     return out
 
 
@@ -440,12 +429,12 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         for i, e in enumerate(self.entries):
             table.add_row(
                 "",
-                _fmt(e.step),
-                _fmt(e.dp_rank),
-                Text("error", style="red") if e.error else _fmt(e.samples),
-                _fmt(e.response_len_mean, 0),
-                _fmt(e.task_reward_mean, 2),
-                _fmt(e.no_eos_ratio, 3),
+                figure(e.step),
+                figure(e.dp_rank),
+                Text("error", style="red") if e.error else figure(e.samples),
+                figure(e.response_len_mean, 0),
+                figure(e.task_reward_mean, 2),
+                figure(e.no_eos_ratio, 3),
                 key=str(i),
             )
 
@@ -480,14 +469,14 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
             eos = r.ends_in_eos  # AReaL's rule when no EOS id is known
             cells = {
                 "#": str(r.index),
-                "group": _fmt(r.group),
-                "row": _fmt(r.row),
-                "seq": _fmt(r.seq_len),
-                "prompt": _fmt(r.prompt_len),
-                "resp": _fmt(r.response_len),
-                "task_reward": _fmt(r.task_reward, 2),
+                "group": figure(r.group),
+                "row": figure(r.row),
+                "seq": figure(r.seq_len),
+                "prompt": figure(r.prompt_len),
+                "resp": figure(r.response_len),
+                "task_reward": figure(r.task_reward, 2),
                 "eos": "-" if eos is None else "yes" if eos else Text("NO", style="bold red"),
-                "ver": f"{_fmt(r.head_version)}..{_fmt(r.tail_version)}",
+                "ver": f"{figure(r.head_version)}..{figure(r.tail_version)}",
             }
             table.add_row(*(cells[k] for k in keys), key=str(r.index))
 

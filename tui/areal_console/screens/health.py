@@ -239,7 +239,7 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
             self._replot()
 
     def action_capture(self) -> None:
-        match = self.target.match or self.console.capture_match or self._match_from_path()
+        match = self.target.match or self.console.capture_state.match or self._match_from_path()
         self.console.action_capture_stacks(match=match)
 
     def _match_from_path(self) -> str | None:

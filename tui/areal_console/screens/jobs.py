@@ -1,4 +1,4 @@
-"""The Jobs screen: running and finished replays on every node, with a live log tail.
+"""The Runs screen: running and finished replays on every node, with a live log tail.
 
 Rows come from two places merged by job id: each node's own job records (its agent's
 `jobs` op) and the console's copies of what it launched, so a job on a node that dropped
@@ -18,12 +18,12 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Log, Static
 
-from areal_console.core import jobs
+from areal_console.core import jobs, slurm_runs
 from areal_console.core.errors import UserError
 from areal_console.core.fleet import Fleet
 from areal_console.core.identity import UserScope
 from areal_console.core.textfmt import plural
-from areal_console.messages import JobsRefreshed, LogTail, Notice
+from areal_console.messages import Notice, RunLogTail, RunsRefreshed
 from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
@@ -38,10 +38,10 @@ TAIL_LINES = 200
 
 
 @dataclass
-class JobRow:
+class RunRow:
     """One job as shown: the console's record plus what its node said last."""
 
-    record: jobs.JobRecord
+    record: jobs.RunRecord
     marked: bool = False
 
     @property
@@ -71,12 +71,12 @@ class JobRow:
         return not text or text.lower() in shown.lower()
 
 
-def row_key(record: jobs.JobRecord) -> str:
+def row_key(record: jobs.RunRecord) -> str:
     return f"{record.node}/{record.job_id}"
 
 
-class JobsScreen(FilterHost, WorkerHost, Screen[None]):
-    """Replays and other jobs on every node: state, exit code, verification, live log."""
+class RunsScreen(FilterHost, WorkerHost, Screen[None]):
+    """Replay runs and other runs on every node: state, exit code, verification, live log."""
 
     BINDINGS = [
         Binding(
@@ -84,35 +84,35 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             "filter",
             "Filter",
             id="jobs.filter",
-            tooltip="Filter jobs by any text in their row",
+            tooltip="Filter runs by any text in their row",
         ),
         Binding(
             "escape",
             "back",
             "Back",
             id="jobs.back",
-            tooltip="Clear the filter, or leave the Jobs screen",
+            tooltip="Clear the filter, or leave the Runs screen",
         ),
         Binding(
             "enter",
             "follow",
             "Follow log",
             id="jobs.follow",
-            tooltip="Tail the highlighted job's log",
+            tooltip="Tail the highlighted run's log",
         ),
         Binding(
             "space",
             "mark",
             "Mark",
             id="jobs.mark",
-            tooltip="Mark or unmark the highlighted job (stop acts on the marked jobs)",
+            tooltip="Mark or unmark the highlighted run (stop acts on the marked runs)",
         ),
         Binding(
             "s",
             "stop",
             "Stop",
             id="jobs.stop",
-            tooltip="Stop the marked or highlighted jobs (asks first)",
+            tooltip="Stop the marked or highlighted runs (asks first)",
         ),
         Binding(
             "v",
@@ -122,7 +122,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             tooltip="Compare the highlighted replay's metrics with its recording again",
         ),
         Binding(
-            "r", "refresh", "Refresh", id="jobs.refresh", tooltip="Ask every node for its jobs now"
+            "r", "refresh", "Refresh", id="jobs.refresh", tooltip="Ask every node for its runs now"
         ),
         Binding(
             "u",
@@ -148,13 +148,13 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         self.read_only = read_only
         self.poll = poll
         self.users = users or UserScope()  # the app shares one with the palette
-        self.records: dict[str, jobs.JobRecord] = {}
+        self.records: dict[str, jobs.RunRecord] = {}
         self.selected: str | None = None
         self.text_filter = ""
         self._verifying: set[str] = set()
         self.marked: set[str] = set()
         self._log_key: str | None = None
-        # Hidden (another screen shown), the Jobs screen neither asks the nodes nor
+        # Hidden (another screen shown), the Runs screen neither asks the nodes nor
         # rewrites job files; a failed poll is retried later, not given up.
         self.polls = PollChain(self, self.refresh_jobs, group="jobs-poll", interval=poll)
         self._wanted: str | None = None  # a job to put the cursor on once it is listed
@@ -185,29 +185,29 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         answers = jobs.node_jobs(self.fleet)
         if cancelled():
             return
-        known = jobs.load_jobs()
+        known = jobs.load_runs()
         launched_here = {(r.node, r.job_id) for r in known}
-        records = jobs.merge_jobs(known, answers)
+        records = jobs.merge_runs(known, answers)
         for r in records:
             if r.slurm_job and r.state == "running":
                 try:
-                    jobs.refresh_slurm(r)  # Slurm, not a node's agent, knows these
+                    slurm_runs.refresh_slurm(r)  # Slurm, not a node's agent, knows these
                 except Exception as exc:
                     r.error = f"Slurm: {exc}"
         if cancelled():
             return  # a newer refresh writes the files
         for r in records:
             if (r.node, r.job_id) in launched_here:
-                jobs.save_job(r)  # the console's copy follows the node's state
-        self.post_message(JobsRefreshed(records, ticket=ticket))
+                jobs.save_run(r)  # the console's copy follows the node's state
+        self.post_message(RunsRefreshed(records, ticket=ticket))
 
-    @on(JobsRefreshed)
-    def _refreshed(self, message: JobsRefreshed) -> None:
+    @on(RunsRefreshed)
+    def _refreshed(self, message: RunsRefreshed) -> None:
         if not self.fresh(message):
             return
-        self.records = {jobs_row.key: jobs_row.record for jobs_row in map(JobRow, message.records)}
+        self.records = {jobs_row.key: jobs_row.record for jobs_row in map(RunRow, message.records)}
         self._draw()
-        for row in map(JobRow, message.records):
+        for row in map(RunRow, message.records):
             r = row.record
             if (
                 r.state == "finished"
@@ -216,7 +216,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
                 and row.key not in self._verifying
             ):
                 self._verifying.add(row.key)
-                self.verify_job(row.key)
+                self.verify_run(row.key)
         if self._log_key is not None:
             self.follow_log(self._log_key)
 
@@ -224,7 +224,7 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
         table = self.query_one("#jobs-table", DataTable)
         theirs = [r for r in self.records.values() if not self.users.shows(r.user)]
         rows = [
-            JobRow(r, row_key(r) in self.marked)
+            RunRow(r, row_key(r) in self.marked)
             for r in self.records.values()
             if self.users.shows(r.user)
         ]
@@ -292,8 +292,8 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             self.selected = event.row_key.value
             self.action_follow()
 
-    @on(LogTail)
-    def _log_tail(self, message: LogTail) -> None:
+    @on(RunLogTail)
+    def _log_tail(self, message: RunLogTail) -> None:
         if not self.fresh(message) or message.key != self._log_key:
             return
         log = self.query_one("#jobs-log", Log)
@@ -336,14 +336,16 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
             session = self.fleet.session(record.node)
         except KeyError:
             error = f"node {record.node} is not connected"
-            self.post_message(LogTail(key, [], error, ticket=ticket))
+            self.post_message(RunLogTail(key, [], error, ticket=ticket))
             return
         try:
             lines = jobs.tail(session, record.job_id, TAIL_LINES)
         except Exception as exc:  # shown in the log pane, where the user looks for it
-            self.post_message(LogTail(key, [], str(exc) or exc.__class__.__name__, ticket=ticket))
+            self.post_message(
+                RunLogTail(key, [], str(exc) or exc.__class__.__name__, ticket=ticket)
+            )
             return
-        self.post_message(LogTail(key, lines, ticket=ticket))
+        self.post_message(RunLogTail(key, lines, ticket=ticket))
 
     def action_refresh(self) -> None:
         self.notify("Asking every node for its jobs…", timeout=2)  # seen even if nothing changed
@@ -407,16 +409,16 @@ class JobsScreen(FilterHost, WorkerHost, Screen[None]):
 
     def action_verify(self) -> None:
         if self.selected is not None:
-            self.verify_job(self.selected)
+            self.verify_run(self.selected)
 
     @background("jobs-verify", doing="verifying a replay", retry="press v to try again",
                 exclusive=False)  # fmt: skip
-    def verify_job(self, ticket: Ticket, key: str) -> None:
+    def verify_run(self, ticket: Ticket, key: str) -> None:
         record = self.records.get(key)
         if record is None:
             return
         try:
-            result = jobs.verify_job(self.fleet.session(record.node), record)
+            result = jobs.verify_run(self.fleet.session(record.node), record)
         except Exception as exc:
             raise UserError(f"{record.job_id} on {record.node}: {exc}") from exc
         if result is None:

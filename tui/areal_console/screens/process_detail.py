@@ -15,7 +15,8 @@ from textual.widgets import Static
 
 from areal_console.core.fleet import Fleet
 from areal_console.core.records import ProcessRow
-from areal_console.core.stacks.model import ProcessDump, Thread
+from areal_console.core.stacks.parsing import ProcessDump
+from areal_console.core.stacks.records import Thread
 from areal_console.core.textfmt import format_bytes
 from areal_console.messages import ProcessStack
 from areal_console.widgets.remote_text import remote_text

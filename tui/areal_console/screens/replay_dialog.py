@@ -57,7 +57,7 @@ class NodeFacts:
     python: PythonChoice  # the default: the agent's interpreter where it has torch
 
 
-class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
+class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
 
     # Nothing focused when it opens: enter launches what the preview shows, and a stray key
@@ -89,7 +89,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.JobRecord | None"]):
             self.error = error
 
     class Launched(Message):
-        def __init__(self, record: jobs.JobRecord | None, error: str | None) -> None:
+        def __init__(self, record: jobs.RunRecord | None, error: str | None) -> None:
             super().__init__()
             self.record = record
             self.error = error

@@ -74,7 +74,7 @@ class SlurmJobsScreen(FilterHost, WorkerHost, Screen[str | None]):
         self.loaded = False
         # Chained one-shot polls (never overlapping), paused while another screen is shown;
         # a lister that raises is retried later with a growing delay.
-        self.polls = PollChain(self, self.load_jobs, group="slurm-jobs", interval=refresh_interval)
+        self.polls = PollChain(self, self.load_runs, group="slurm-jobs", interval=refresh_interval)
 
     def compose(self) -> ComposeResult:
         yield Label("Slurm jobs", id="slurm-title")
@@ -88,11 +88,11 @@ class SlurmJobsScreen(FilterHost, WorkerHost, Screen[str | None]):
     def on_mount(self) -> None:
         self.refresh_table()
         self.query_one("#slurm-jobs", DataTable).focus()
-        self.load_jobs()
+        self.load_runs()
 
     # loading ---------------------------------------------------------------------------
     @background("slurm-jobs", doing="asking Slurm for the jobs", retry="press r to ask again")
-    def load_jobs(self, ticket: Ticket) -> None:
+    def load_runs(self, ticket: Ticket) -> None:
         try:
             jobs = self.list_jobs(self.all_users)
         except (UserError, OSError) as exc:  # shown in the status line, where one looks
@@ -183,7 +183,7 @@ class SlurmJobsScreen(FilterHost, WorkerHost, Screen[str | None]):
     def action_toggle_users(self) -> None:
         self.all_users = not self.all_users
         self.refresh_status()
-        self.load_jobs()
+        self.load_runs()
 
     def action_reload(self) -> None:
-        self.load_jobs()
+        self.load_runs()

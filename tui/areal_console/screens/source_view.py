@@ -11,7 +11,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from areal_console.core.stacks.model import Frame, Variable
+from areal_console.core.stacks.records import Frame, Variable
 from areal_console.core.stacks.source import SourceSnippet, read_snippet
 from areal_console.widgets.remote_text import remote_line, remote_text
 from areal_console.workers import Ticket, WorkerHost, background

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from textual import on
 from textual.app import ComposeResult
@@ -17,7 +18,7 @@ from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
-from areal_console.core.stacks.model import Frame, StackCapture, variables_at
+from areal_console.core.stacks.records import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import (
     AnalysedCapture,
     capture_json,
@@ -46,6 +47,9 @@ from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background
 
 # A new capture, or one already analysed (a live capture is analysed as it is saved).
+if TYPE_CHECKING:
+    from areal_console.core.stacks.capture import CaptureState
+
 CaptureFn = Callable[[], StackCapture | AnalysedCapture]
 
 
@@ -223,6 +227,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         capture: StackCapture | None = None,
         *,
         recapture: CaptureFn | None = None,
+        state: CaptureState | None = None,
         name: str | None = None,
         id: str | None = None,
     ) -> None:
@@ -231,6 +236,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             raise ValueError("StacksScreen needs a capture or a recapture callable")
         self.capture = capture
         self.recapture = recapture
+        self.state = state  # the console's capture options, which N and L change
         self.analysis: StackAnalysis | None = None
         self.diagnosis: Diagnosis | None = None
         self.marked: list[int] = []
@@ -602,12 +608,10 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
 
     def action_toggle_capture(self, what: str) -> None:
         """`N` / `L`: py-spy's --native / --locals on or off, then capture again."""
-        flag = "capture_native" if what == "native" else "capture_locals"
-        if self.recapture is None or not hasattr(self.app, flag):
+        if self.recapture is None or self.state is None or what not in ("native", "locals"):
             self.say("this capture was opened from disk: no live job to capture again")
             return
-        value = not getattr(self.app, flag)
-        setattr(self.app, flag, value)
+        value = self.state.toggle("native" if what == "native" else "locals")
         label = "native frames" if what == "native" else "local variables"
         self.say(f"capturing every rank {'with' if value else 'without'} {label}…")
         self._capture()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from areal_console.core.stacks.diff import StackDiff
-from areal_console.core.stacks.model import Frame
+from areal_console.core.stacks.records import Frame
 from areal_console.widgets.vim_table import VimTable
 
 ROW_STYLE = {"same": "dim", "line": "yellow", "differ": "bold red"}

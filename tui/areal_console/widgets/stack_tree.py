@@ -7,7 +7,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode as UiNode
 
 from areal_console.core.stacks.merge import TreeNode, format_ranks
-from areal_console.core.stacks.model import Frame
+from areal_console.core.stacks.records import Frame
 
 # Above this many frames, only the trunk and the first levels below it start expanded.
 EXPAND_ALL_LIMIT = 2000

@@ -26,7 +26,7 @@ from areal_console.core.metrics.follow import (
 from areal_console.core.metrics.health import HealthThresholds
 from areal_console.core.metrics.report import report_json
 from areal_console.core.report.model import LogTail, NodeVersions, ReportInputs
-from areal_console.core.stacks.model import now_iso
+from areal_console.core.stacks.records import now_iso
 
 EXTENSION_NAME = "report_versions"
 # The reader reaches a node inside the payload its agent runs from (the `load` op imports it).

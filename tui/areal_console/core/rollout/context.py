@@ -24,7 +24,7 @@ from areal_console.core.rollout.staleness import Capacity, RolloutCounts, capaci
 
 if TYPE_CHECKING:
     from areal_console.core.fleet import NodeSession
-    from areal_console.core.stacks.model import StackCapture
+    from areal_console.core.stacks.records import StackCapture
 
 LOG_TAIL = 256 << 10  # bytes of each log read for tracing lines
 LOGS = ("rollout.log", "main.log", "trainer.log")

@@ -1,6 +1,6 @@
 """Stack captures: parse py-spy output, merge ranks into a tree, diff, diagnose, store.
 
-Pure analysis lives in `model`, `merge`, `diff`, `diagnose` and `report`; `capture` talks
+Pure analysis lives in `records`, `parsing`, `codec`, `merge`, `diff`, `diagnose` and `report`; `capture` talks
 to the fleet and `store` keeps captures on disk. Nothing here imports Textual.
 
 The diff's names load on first use: a capture never compares two stacks, so a one-shot
@@ -23,7 +23,8 @@ from areal_console.core.stacks.merge import (
     group_ranks,
     parse_ranks,
 )
-from areal_console.core.stacks.model import Frame, RankStack, StackCapture, Thread, build_capture
+from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.records import Frame, RankStack, StackCapture, Thread
 
 if TYPE_CHECKING:
     from areal_console.core.stacks.diff import DiffRow, StackDiff, diff_stacks

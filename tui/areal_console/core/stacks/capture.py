@@ -7,7 +7,7 @@
 3. `pyspy` on every node in parallel (the agent runs py-spy on its cores in parallel),
    `samples` times.
 
-The result is a raw capture (see `model.py`) turned into a `StackCapture` and saved.
+The result is a raw capture (see `parsing.py`) turned into a `StackCapture` and saved.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from areal_console.core.areal_world import count_areal_world_sizes
 from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.identity import login_user
 from areal_console.core.rollout.context import rollout_files
-from areal_console.core.stacks.model import StackCapture, build_capture, now_iso
+from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.records import StackCapture, now_iso
 from areal_console.core.stacks.report import AnalysedCapture, analysed
 from areal_console.core.stacks.scope import (
     JobChoiceError,
@@ -47,6 +48,26 @@ NOTHING_CAPTURED = "no rank found, nothing captured"
 
 # (node, pid, ok, done on that node, total on that node) after each dump
 Progress = Callable[[str, int, bool, int, int], None]
+
+
+@dataclass
+class CaptureState:
+    """What the console's next capture asks for, one object shared by the App (`s`) and
+    the Stacks screen (`N`, `L`, `r`): the command-line filter, py-spy's --native and
+    --locals, and the job chosen for the last capture (`r` captures the same job)."""
+
+    match: str | None = None  # regex on the command line
+    native: bool = False  # py-spy --native (Stacks screen: N)
+    with_locals: bool = False  # py-spy --locals (Stacks screen: L)
+    job: str | None = None  # the job chosen for the last capture
+
+    def toggle(self, what: Literal["native", "locals"]) -> bool:
+        """Flip --native or --locals; the new value."""
+        if what == "native":
+            self.native = not self.native
+            return self.native
+        self.with_locals = not self.with_locals
+        return self.with_locals
 
 
 @dataclass

@@ -24,7 +24,8 @@ from areal_node.constants import config_key
 
 from areal_console.core.stacks.library import is_library_file
 from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
-from areal_console.core.stacks.model import Frame, RankStack, Stack, gc_paused
+from areal_console.core.stacks.parsing import gc_paused
+from areal_console.core.stacks.records import Frame, RankStack, Stack
 from areal_console.core.stacks.weight_update import weight_update_stuck
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from areal_console.core.stacks.model import Frame, Stack
+from areal_console.core.stacks.records import Frame, Stack
 
 
 @dataclass(frozen=True)

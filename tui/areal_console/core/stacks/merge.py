@@ -12,7 +12,8 @@ from typing import Any
 
 from areal_console.core.rankset import format_ranks as format_ranks
 from areal_console.core.rankset import parse_ranks as parse_ranks
-from areal_console.core.stacks.model import Frame, RankStack, Stack, StackCapture, gc_paused
+from areal_console.core.stacks.parsing import gc_paused
+from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
 
 
 @dataclass

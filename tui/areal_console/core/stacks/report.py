@@ -10,7 +10,7 @@ from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
-from areal_console.core.stacks.model import Frame, Stack, StackCapture
+from areal_console.core.stacks.records import Frame, Stack, StackCapture
 from areal_console.core.textfmt import plural
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from areal_console.core import locations
 from areal_console.core.errors import UserError
-from areal_console.core.stacks.model import StackCapture, capture_from_json
+from areal_console.core.stacks.codec import capture_from_json
+from areal_console.core.stacks.records import StackCapture
 from areal_console.core.textfmt import clip
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from areal_node.constants import config_key
 
 from areal_console.core.stacks.merge import format_ranks
-from areal_console.core.stacks.model import Frame, RankStack, Stack
+from areal_console.core.stacks.records import Frame, RankStack, Stack
 
 if TYPE_CHECKING:
     from areal_console.core.stacks.merge import StackAnalysis

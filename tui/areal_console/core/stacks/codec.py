@@ -1,0 +1,92 @@
+"""The saved / exported capture JSON (`stacks --json`, docs/cli-json.md) back into the
+records of `records` (each record writes itself with its `to_json`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from areal_console.core.records import MAX_CMDLINE
+from areal_console.core.rollout.perf_trace import RankPhase
+from areal_console.core.stacks.parsing import FrameTable
+from areal_console.core.stacks.records import (
+    MAIN_THREAD,
+    NodeError,
+    RankStack,
+    ServerInfo,
+    StackCapture,
+    Thread,
+)
+from areal_console.core.textfmt import capped
+
+if TYPE_CHECKING:
+    from areal_console.core.ledger.analyse import Ledger
+    from areal_console.core.rollout.context import RolloutSummary
+
+
+def capture_from_json(data: dict[str, Any]) -> StackCapture:
+    table = FrameTable()
+    ranks = []
+    for r in data.get("ranks", []):
+        threads = [
+            Thread(
+                name=str(t.get("name", "")),
+                tid=int(t.get("tid") or 0),
+                frames=table.intern(
+                    tuple(
+                        table.frame(str(f["function"]), str(f["file"]), int(f["line"]))
+                        for f in t.get("frames", [])
+                    )
+                ),
+                idle=bool(t.get("idle")),
+                is_main=False,
+                locals=t.get("locals"),
+            )
+            for t in r.get("threads", [])
+        ]
+        main = next((t for t in threads if t.name == MAIN_THREAD or t.tid == r.get("pid")), None)
+        if main is None and threads:
+            main = threads[0]
+        if main is not None:
+            main.is_main = True
+        ranks.append(
+            RankStack(
+                node=str(r.get("node")),
+                pid=int(r.get("pid") or 0),
+                rank=r.get("rank"),
+                local_rank=r.get("local_rank"),
+                world_size=r.get("world_size"),
+                role=r.get("role"),
+                cmdline=capped(str(r.get("cmdline") or ""), MAX_CMDLINE),
+                state=str(r.get("state") or "ok"),
+                error=r.get("error"),
+                progressing=r.get("progressing"),
+                threads=threads,
+                job=r.get("job"),
+                server=ServerInfo.from_json(r.get("server")),
+                phase=RankPhase.from_json(r.get("phase"), r.get("rank")),
+            )
+        )
+    return StackCapture(
+        captured_at=str(data.get("captured_at") or ""),
+        samples=int(data.get("samples") or 1),
+        ranks=ranks,
+        errors=[NodeError(str(e.get("node")), str(e.get("error"))) for e in data.get("errors", [])],
+        interval=float(data.get("interval") or 0.0),
+        capture_id=data.get("id"),
+        job=data.get("job"),
+        ledger=_ledger_from_json(data.get("ledger")),
+        user=data["user"] if isinstance(data.get("user"), str) else None,
+        rollout=_rollout_from_json(data.get("rollout")),
+    )
+
+
+def _rollout_from_json(doc: Any) -> RolloutSummary | None:
+    from areal_console.core.rollout.context import RolloutSummary
+
+    return RolloutSummary.from_json(doc)
+
+
+def _ledger_from_json(doc: Any) -> Ledger | None:
+    from areal_console.core.ledger.analyse import ledger_from_json
+
+    return ledger_from_json(doc) if isinstance(doc, dict) else None
