@@ -5,6 +5,8 @@ slow, trickling, truncated, oversized or hostile server yields an error, not a h
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -245,3 +247,23 @@ def test_attach_state_fills_verified_servers_and_says_why_not(
     assert "does not listen on port" in records[1]["server"]["poll_error"]
     assert records[2]["server"]["poll_error"] == "no port to poll"
     assert records[3]["server"] is None
+
+
+def test_every_listener_of_a_busy_process_is_seen() -> None:
+    """procfs hands /proc/PID/net/tcp over about a page per read: a node with hundreds of
+    sockets has its server's row far past the first read (a GPU node's usual case)."""
+    from areal_node.server_poll import listeners
+
+    socks = []
+    try:
+        for _ in range(300):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            socks.append(s)
+        ports = {s.getsockname()[1] for s in socks}
+        seen = {lst.port for lst in listeners(os.getpid())}
+        assert ports <= seen, f"{len(ports - seen)} of 300 listeners missed"
+    finally:
+        for s in socks:
+            s.close()

@@ -130,11 +130,25 @@ def listeners(pid: int, proc_root: str = "/proc") -> list[Listener]:
         except FileNotFoundError:
             continue
         try:
-            text = os.read(fd, MAX_NET_TABLE).decode("ascii", "replace")
+            text = _read_all(fd, MAX_NET_TABLE).decode("ascii", "replace")
         finally:
             os.close(fd)
         found.extend(parse_net_table(text, inodes))
     return found
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes of a /proc table: procfs hands a table over a page or so per
+    read, so one read of a busy node's table misses most of its rows."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 16, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def verified_endpoint(pid: int, port: int, proc_root: str = "/proc") -> tuple[Listener | None, str]:
