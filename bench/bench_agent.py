@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
-from areal_console.core.client import AgentClient  # noqa: E402
-from areal_console.core.transport import LocalChannel  # noqa: E402
+from areal_console.core.connection.client import AgentClient  # noqa: E402
+from areal_console.core.connection.transport import LocalChannel  # noqa: E402
 
 TCK = os.sysconf("SC_CLK_TCK")
 
@@ -56,8 +55,8 @@ def count_processes() -> int:
 # console's imports come first (not timed), then one agent start, timed.
 START_PROBE = """
 import json, sys, time
-from areal_console.core.client import AgentClient
-from areal_console.core.transport import LocalChannel
+from areal_console.core.connection.client import AgentClient
+from areal_console.core.connection.transport import LocalChannel
 t0 = time.perf_counter()
 client = AgentClient(LocalChannel())
 client.start()

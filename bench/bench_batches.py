@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
 MEASURE = r"""
 import json, os, sys, time
@@ -94,7 +93,7 @@ def benchmark_dump(
 ) -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
     """The benchmark's `step_000001.pt` of about `gb` GB in AReaL's layout: in `keep` (made
     once, reused by later runs) or in a temporary directory (returned, for cleanup)."""
-    from tests.fixtures import batch_dumps as bf
+    from tests.support.fixtures import batch_dumps as bf
 
     tmp = None if keep else tempfile.TemporaryDirectory(prefix="bench-batches-")
     directory = Path(keep or tmp.name)  # type: ignore[union-attr]

@@ -28,9 +28,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT), str(ROOT / "bench")]
 
-from bench_batches import benchmark_dump  # noqa: E402  (the same dump file)
+from bench.bench_batches import benchmark_dump  # noqa: E402  (the same dump file)
 
 COMMON = r"""
 import json, os, sys, time
@@ -100,7 +99,7 @@ CONSOLE = (
     + r"""
 import asyncio
 from areal_console.app import create_app
-from areal_console.core.targets import local_node
+from areal_console.core.targets.resolve import local_node
 from areal_console.screens.batches import BatchesScreen
 from textual.widgets import Static
 

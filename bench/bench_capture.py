@@ -35,9 +35,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
-from tests.fixtures.hang import free_port, start_scenario  # noqa: E402
+from tests.support.fixtures.hang import free_port, start_scenario  # noqa: E402
 
 
 def checkout_path(root: Path) -> str:

@@ -24,17 +24,15 @@ import copy
 import json
 import os
 import statistics
-import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
 from areal_console.app import ConsoleApp  # noqa: E402
-from areal_console.core.monitor import NodeView, RecordedMonitor  # noqa: E402
+from areal_console.core.connection.monitor import NodeView, RecordedMonitor  # noqa: E402
 from areal_console.screens.cluster import ClusterScreen  # noqa: E402
 from areal_console.widgets.node_table import COLUMNS as NODE_COLUMNS  # noqa: E402
 from areal_console.widgets.node_table import NodeTable, node_cells  # noqa: E402

@@ -2,7 +2,7 @@
 
     python bench/bench_fleet.py [--nodes 16] [--repeats 3] [--steady-seconds 20]
 
-Starts a local test cluster (root and openssh-server needed; see tests/cluster.py), then
+Starts a local test cluster (root and openssh-server needed; see tests/support/cluster.py), then
 1. for N = 1, 2, 4, 8, 16: time from creating a `Fleet` to having one `sample` from every
    node (SSH connect + host key check + auth + agent bootstrap + handshake + sample), cold
    (agent not yet cached on the nodes) once and warm (cached) `--repeats` times; the ratio
@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
-from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
-from areal_console.core.targets import NodeSpec  # noqa: E402
+from areal_console.core.connection.fleet import Fleet, NodeFailure  # noqa: E402
+from areal_console.core.targets.resolve import NodeSpec  # noqa: E402
 
-from tests.cluster import TestCluster, skip_reason  # noqa: E402
+from tests.support.cluster import TestCluster, skip_reason  # noqa: E402
 
 
 def cpu_seconds() -> float:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
 from areal_console.core.ledger import build_ledger, parse_trace  # noqa: E402
 from areal_console.core.ledger.waitfor import RankActivity, build_wait_for  # noqa: E402

@@ -5,9 +5,9 @@
     python bench/bench_metrics.py follow [--seconds 30] [--step-interval 1] [--poll 2]
 
 `parse`: a log of `--steps` steps in AReaL's format (every table made by the real
-`tabulate` through tests/areal_logfmt.py, a cited transcription of AReaL's StatsLogger),
+`tabulate` through tests/support/areal_logfmt.py, a cited transcription of AReaL's StatsLogger),
 for each table width of `--metrics`: 9 is the reference trainer's table, 83 an AReaL PPO
-actor's (tests/areal_logfmt.py:actor_stats); a wider one adds the actor's other keys
+actor's (tests/support/areal_logfmt.py:actor_stats); a wider one adds the actor's other keys
 (`wide_stats`), as a real AReaL table reaches about 135. It times, in the same run, a plain read of the file in 4 MiB chunks (the baseline) and the
 console's parser fed the same chunks (as `metrics` and the Health screen feed it); median
 of `--repeats`, wall and CPU time, ratio parse / plain read. `--searching` also times the
@@ -29,23 +29,21 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
-from areal_console.core.client import AgentClient  # noqa: E402
+from areal_console.core.connection.client import AgentClient  # noqa: E402
+from areal_console.core.connection.transport import LocalChannel  # noqa: E402
 from areal_console.core.metrics.follow import MetricsFollower, NodeFiles  # noqa: E402
 from areal_console.core.metrics.logparse import LogParser  # noqa: E402
 from areal_console.core.metrics.report import summarize  # noqa: E402
-from areal_console.core.transport import LocalChannel  # noqa: E402
 from areal_node.trainer.areal_log import AREAL_NAMES  # noqa: E402
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats  # noqa: E402
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats  # noqa: E402
 
 CHUNK = 4 << 20
 TCK = os.sysconf("SC_CLK_TCK")
@@ -60,7 +58,7 @@ def trainer_stats(step: int) -> dict[str, float]:
 
 
 # More keys AReaL's PPO actor logs (areal/trainer/ppo/actor.py:670-740, :1242-1275 at
-# cbff54d6), beyond those of tests/areal_logfmt.py:actor_stats.
+# cbff54d6), beyond those of tests/support/areal_logfmt.py:actor_stats.
 MORE_STATS = [
     f"ppo_actor/update/{name}/{agg}"
     for name in ("rkl_loss", "clipped_new_logp", "clipped_old_logp", "vocab_min_logits",

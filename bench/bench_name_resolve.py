@@ -4,14 +4,14 @@
 
 Writes a job's records the way AReaL's NfsNameRecordRepository writes them (one
 `ENTRY` per worker under `{user}/{experiment}/{trial}/workers/{role}/{index}`, plus
-rollout servers under `gen_servers`; tests/areal_name_resolve.py) into a fresh record
+rollout servers under `gen_servers`; tests/support/areal_name_resolve.py) into a fresh record
 root, next to a second trial of the same size, then measures in the same run:
 
 - find: `find ROOT/USER/EXP/TRIAL -name ENTRY` (a subprocess, as a user would list them);
 - resolve: what `--areal` does before probing: walk the job's tree, open every `ENTRY`
   without following links, check its owner, read it and type it (`NfsRegistry.job`).
 
-Medians of the rounds; the ratio resolve/find is the figure (docs/bench-name-resolve.md).
+Medians of the rounds; the ratio resolve/find is the figure (docs/benchmarks/name-resolve.md).
 """
 
 from __future__ import annotations
@@ -19,17 +19,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
-from areal_console.core.name_resolve import NfsRegistry, current_user, parse_job_name  # noqa: E402
+from areal_console.core.targets.name_resolve import NfsRegistry, current_user, parse_job_name  # noqa: E402
 
-from tests.areal_name_resolve import gen_server_key, nfs_add, worker_key  # noqa: E402
+from tests.support.areal_name_resolve import gen_server_key, nfs_add, worker_key  # noqa: E402
 
 ROLES = ("actor", "ref", "rollout", "critic")
 

@@ -3,7 +3,7 @@
     python bench/bench_prom.py [--size 1048576] [--repeats 20]
 
 Two answers of `--size` bytes (cut at a line end): `sglang`, the real `prometheus_client`
-output of SGLang's gauges and histograms for 8 tp ranks (tests/fixtures/rollout_formats.py, the
+output of SGLang's gauges and histograms for 8 tp ranks (tests/support/fixtures/rollout_formats.py, the
 definitions of the release AReaL pins), repeated to the size; `hostile`, every line a
 sample of a family the console reads (the parser's worst case: every line split, the
 sample cap reached). For each, in the same run, median of `--repeats`: bytes decoded and
@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
 from areal_node.prom_text import decode_body, parse_exposition  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from tests.fixtures.rollout_formats import ServerState, sglang_metrics  # noqa: E402
+from tests.support.fixtures.rollout_formats import ServerState, sglang_metrics  # noqa: E402
 
 HOSTILE_LINE = (
     'sglang:num_running_reqs{engine_type="unified",model_name="m",moe_ep_rank="0",'

@@ -2,10 +2,10 @@
 
     flock /tmp/areal-heavy.lock python bench/bench_ray.py [--repeat 7] [--idle-seconds 20]
 
-Starts the test Ray cluster (tests/ray_cluster.py: a head on 127.0.0.2 and a node on
+Starts the test Ray cluster (tests/support/ray_cluster.py: a head on 127.0.0.2 and a node on
 127.0.0.3, each in its own PID namespace) and the 4-rank gloo job placed as Ray actors
 (tests/jobs/ray_gloo.py, cleanup deadlock). An sshd is then started inside each Ray
-node's namespaces (tests/cluster.py's node, entered with nsenter), so SSH sees exactly the
+node's namespaces (tests/support/cluster.py's node, entered with nsenter), so SSH sees exactly the
 processes Ray's actors see. Measured in the same run:
 
 - warm capture: `take_capture` (sample + py-spy of every rank + diagnosis) over open
@@ -30,16 +30,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
-from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
-from areal_console.core.ray_targets import resolve_ray_targets  # noqa: E402
+from areal_console.core.connection.fleet import Fleet, NodeFailure  # noqa: E402
+from areal_console.core.ray.targets import resolve_ray_targets  # noqa: E402
 from areal_console.core.stacks.capture import CaptureOptions, take_capture  # noqa: E402
 
-from tests.cluster import TestCluster  # noqa: E402
-from tests.fixtures.hang import free_port  # noqa: E402
-from tests.ray_cluster import RayCluster, start_cluster  # noqa: E402
-from tests.waits import wait_for  # noqa: E402
+from tests.support.cluster import TestCluster  # noqa: E402
+from tests.support.fixtures.hang import free_port  # noqa: E402
+from tests.support.ray_cluster import RayCluster, start_cluster  # noqa: E402
+from tests.support.waits import wait_for  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 

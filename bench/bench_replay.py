@@ -25,9 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
 
-from areal_console.core.replay import local_trainer, parse_metrics, verify  # noqa: E402
+from areal_console.core.replay.plan import local_trainer, parse_metrics, verify  # noqa: E402
 
 CPU_SECONDS: dict[str, float] = {}  # CPU time (user + sys) of the last process run
 

@@ -27,11 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
 from areal_node.server_poll import ServerPoller  # noqa: E402
 
-from tests.fixtures.rollout_formats import ServerState, sglang_metrics  # noqa: E402
+from tests.support.fixtures.rollout_formats import ServerState, sglang_metrics  # noqa: E402
 
 
 def health_baseline(ports: list[int], seconds: float, ttl: float = 3.0) -> int:

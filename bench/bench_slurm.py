@@ -2,7 +2,7 @@
 
     python bench/bench_slurm.py [--nodes 16] [--rounds 3]
 
-Starts a real Slurm cluster on this machine (tests/slurm_cluster.py: one slurmd per node in
+Starts a real Slurm cluster on this machine (tests/support/slurm_cluster.py: one slurmd per node in
 its own namespaces; needs root and slurm-wlm + munge), submits a job with one rank-like
 Python process per node, then measures in the same run, for both forms:
 
@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT / "tests")]
 
-from areal_console.core.fleet import Fleet, NodeFailure  # noqa: E402
-from areal_console.core.slurm import SshLoginRunner  # noqa: E402
-from areal_console.core.slurm_targets import resolve_slurm_targets  # noqa: E402
-from login_sshd import LoginHost  # noqa: E402
-from slurm_cluster import (  # noqa: E402
+from areal_console.core.connection.fleet import Fleet, NodeFailure  # noqa: E402
+from areal_console.core.slurm.client import SshLoginRunner  # noqa: E402
+from areal_console.core.slurm.targets import resolve_slurm_targets  # noqa: E402
+
+from tests.support.login_sshd import LoginHost  # noqa: E402
+from tests.support.slurm_cluster import (  # noqa: E402
     SlurmCluster,
     SlurmStartError,
     SlurmUnavailable,

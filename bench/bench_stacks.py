@@ -24,18 +24,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT)]
 
-from areal_console.core.fleet import Fleet  # noqa: E402
+from areal_console.core.connection.fleet import Fleet  # noqa: E402
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw  # noqa: E402
 from areal_console.core.stacks.diagnose import diagnose  # noqa: E402
 from areal_console.core.stacks.merge import analyse  # noqa: E402
 from areal_console.core.stacks.records import build_capture  # noqa: E402
 from areal_console.core.stacks.report import capture_json  # noqa: E402
-from areal_console.core.targets import NodeSpec  # noqa: E402
+from areal_console.core.targets.resolve import NodeSpec  # noqa: E402
 from areal_node.agent.pyspy import key_stacks  # noqa: E402
 
-from tests.fixtures.hang import rank_script, start_scenario  # noqa: E402
+from tests.support.fixtures.hang import rank_script, start_scenario  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "pyspy"
 RANKS_PER_NODE = 8
@@ -241,7 +240,7 @@ def bench_cluster_capture(nodes: int, ranks_per_node: int, repeat: int) -> None:
     """32 ranks on the sshd test cluster: the loop on each node in turn vs one capture."""
     import uuid
 
-    from tests.cluster import TestCluster, skip_reason
+    from tests.support.cluster import TestCluster, skip_reason
 
     reason = skip_reason()
     if reason:

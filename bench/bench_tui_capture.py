@@ -30,11 +30,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT), str(ROOT / "bench")]
 
-from bench_capture import job_port  # noqa: E402
-
-from tests.fixtures.hang import start_scenario  # noqa: E402
+from bench.bench_capture import job_port  # noqa: E402
+from tests.support.fixtures.hang import start_scenario  # noqa: E402
 
 
 def floor_seconds(pids: list[int]) -> float:
@@ -49,7 +47,7 @@ async def diagnosis_shown(app: Any, before: str | None, job: str) -> float:
     """When the Stacks screen holds a capture newer than `before` with its diagnosis.
     Polls between the app's own messages: `pilot.press` returns only once the app is idle
     again, later than the diagnosis is on screen."""
-    from areal_console.screens.job_choice import JobChoiceDialog
+    from areal_console.dialogs.job_choice import JobChoiceDialog
     from areal_console.screens.stacks import StacksScreen
 
     deadline = time.monotonic() + 120
@@ -76,7 +74,7 @@ async def console_seconds(
     pids: list[int], job: str, tag: str, repeat: int, floor: list[float]
 ) -> list[float]:
     from areal_console.app import create_app
-    from areal_console.core.targets import local_node
+    from areal_console.core.targets.resolve import local_node
     from textual.widgets import DataTable
 
     app = create_app([local_node()], refresh_interval=1.0, initial_filter=tag)

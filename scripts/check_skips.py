@@ -5,7 +5,7 @@
 Each `SKIPPED [N] path[:line]: reason` line of the short test summary counts N skips for
 (path, reason); line numbers are left out, so editing a test file does not change the
 list. tests/expected_skips.txt holds one `N path: reason` line per expected (path, reason)
-(`#` comments and blank lines ignored); docs/test-suite.md shows the same list. Exits 1,
+(`#` comments and blank lines ignored); docs/design/test-suite.md shows the same list. Exits 1,
 printing the difference, when the run skipped anything else, or other counts; 0 otherwise.
 """
 

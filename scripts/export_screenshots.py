@@ -34,9 +34,10 @@ def svg_text(svg: str) -> str:
 
 
 async def main(text: bool) -> None:
-    import recorded
     from textual.app import App
     from textual.pilot import Pilot
+
+    from tests.support import recorded
 
     async def render(
         name: str, app: App[None], steps: Callable[[Pilot[None]], Awaitable[None]] | None = None

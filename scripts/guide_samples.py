@@ -1,6 +1,6 @@
-"""Regenerate (or check) the sample outputs in docs/guide.md from a real demo run.
+"""Regenerate (or check) the sample outputs in docs/guide/guide.md from a real demo run.
 
-    PYTHONPATH=tui:node python scripts/guide_samples.py           # rewrite docs/guide.md
+    PYTHONPATH=tui:node python scripts/guide_samples.py           # rewrite docs/guide/guide.md
     PYTHONPATH=tui:node python scripts/guide_samples.py --check   # exit 1 if it drifted
 
 Each sample sits between `<!-- sample: NAME -->` and `<!-- /sample -->` in the guide. The
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GUIDE = ROOT / "docs" / "guide.md"
+GUIDE = ROOT / "docs" / "guide" / "guide.md"
 BLOCK = re.compile(
     r"(<!-- sample: (?P<name>[\w-]+) -->\n```\n)(?P<body>.*?)(```\n<!-- /sample -->)", re.S
 )
@@ -75,7 +75,7 @@ def replay_sample(dump: Path) -> str:
 def generate() -> dict[str, str]:
     """Every sample, from one demo job (the collective pattern)."""
     sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
-    from areal_console.core.demo import new_demo
+    from areal_console.core.replay.demo import new_demo
 
     job = new_demo("collective", 2, 3)
     try:
@@ -95,7 +95,7 @@ def with_samples(guide: str, samples: dict[str, str]) -> str:
     """The guide with each marked block's body replaced by its sample."""
     missing = set(samples) - {m["name"] for m in BLOCK.finditer(guide)}
     if missing:
-        raise SystemExit(f"docs/guide.md has no block for: {', '.join(sorted(missing))}")
+        raise SystemExit(f"docs/guide/guide.md has no block for: {', '.join(sorted(missing))}")
     return BLOCK.sub(lambda m: m[1] + samples.get(m["name"], m["body"]) + m[4], guide)
 
 
@@ -107,7 +107,7 @@ def main() -> int:
     updated = with_samples(guide, generate())
     if args.check:
         if updated != guide:
-            print("docs/guide.md: samples differ from the code's output; run "
+            print("docs/guide/guide.md: samples differ from the code's output; run "
                   "scripts/guide_samples.py", file=sys.stderr)  # fmt: skip
             return 1
         return 0

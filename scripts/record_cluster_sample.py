@@ -4,7 +4,7 @@ This machine has no GPU, so NVML is answered by pynvml with its device functions
 describe H100s (the same patching the NVML tests use); processes, ranks, CPU and memory are
 real. PIDs and host names are renumbered so the snapshot is deterministic, and machine
 paths (the checkout, the interpreter, temporary directories) rewritten to a neutral root
-(tests/fixtures/neutral_paths.py).
+(tests/support/fixtures/neutral_paths.py).
 
     python scripts/record_cluster_sample.py tests/data/cluster_recording.json
 """

@@ -9,7 +9,7 @@ Flight Recorder hook (tests/jobs/fr_ranks.py):
   `fr_traces` reply) of the hung `op` job, as `areal-console stacks` takes it.
 
 Machine paths (the checkout, the interpreter, temporary directories) are rewritten to a
-neutral root (tests/fixtures/neutral_paths.py); a dump is re-pickled with the protocol
+neutral root (tests/support/fixtures/neutral_paths.py); a dump is re-pickled with the protocol
 torch wrote it in.
 """
 
@@ -21,12 +21,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from areal_console.core.fleet import Fleet
+from areal_console.core.connection.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw
-from areal_console.core.targets import NodeSpec
+from areal_console.core.targets.resolve import NodeSpec
 
-from tests.fixtures.fr_jobs import FrJob
-from tests.fixtures.neutral_paths import neutral
+from tests.support.fixtures.fr_jobs import FrJob
+from tests.support.fixtures.neutral_paths import neutral
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 

@@ -6,7 +6,7 @@ Each scenario runs as a real 4-rank gloo job on this machine; the local agent ca
 it exactly as `areal-console stacks` does, and the raw capture (agent `sample` records
 plus py-spy dumps) is written to tests/data/pyspy/<pattern>.json, with machine paths (the
 checkout, the interpreter, temporary directories) rewritten to a neutral root
-(tests/fixtures/neutral_paths.py).
+(tests/support/fixtures/neutral_paths.py).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import json
 import sys
 from pathlib import Path
 
-from areal_console.core.fleet import Fleet
+from areal_console.core.connection.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw
-from areal_console.core.targets import NodeSpec
+from areal_console.core.targets.resolve import NodeSpec
 
-from tests.fixtures.hang import PATTERNS, start_scenario
-from tests.fixtures.neutral_paths import neutral
+from tests.support.fixtures.hang import PATTERNS, start_scenario
+from tests.support.fixtures.neutral_paths import neutral
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "pyspy"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests import areal_source
-from tests.cluster import TestCluster, free_port, skip_reason
-from tests.waits import wait_for
+from tests.support import areal_source
+from tests.support.cluster import TestCluster, free_port, skip_reason
+from tests.support.waits import wait_for
 
 # Property-based tests run the same examples on every run and every machine: derandomized
 # (examples follow from the test's source), a fixed count, no example database carried

@@ -19,7 +19,7 @@ MAX_LABELS = 32  # labels per sample
 MAX_LABEL_TEXT = 256  # characters per label value
 
 # The families the console reads, as the releases AReaL pins define them
-# (file:line in docs/areal.md). A counter is exposed with its `_total` suffix.
+# (file:line in docs/design/areal.md). A counter is exposed with its `_total` suffix.
 SGLANG_METRICS = (
     "sglang:num_running_reqs",
     "sglang:num_queue_reqs",

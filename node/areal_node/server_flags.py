@@ -1,7 +1,7 @@
 """Flags on inference servers: what their polled state says is wrong, with the evidence, a
 remedy and the AReaL config key to change. Pure functions over polled observations.
 
-The kinds are a fixed set (FLAG_KINDS, documented in docs/rollout.md):
+The kinds are a fixed set (FLAG_KINDS, documented in docs/guide/rollout.md):
 - `paused_after_update`: a server has been paused (AReaL's pause route) longer than a
   weight update takes, or paused while the trainer is on a newer version.
 - `version_skew`: the servers of one job serve different weight versions.

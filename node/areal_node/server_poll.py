@@ -39,7 +39,7 @@ POLL_INTERVAL = 3.0  # a server is asked again this long after its last poll end
 HISTORY = 120  # polls kept per server (throughput sparkline, medians)
 WORKERS = 8
 
-# What each kind answers (docs/areal.md cites the routes): SGLang's Prometheus metrics and
+# What each kind answers (docs/design/areal.md cites the routes): SGLang's Prometheus metrics and
 # model info (its `weight_version`), vLLM's metrics (AReaL's vLLM pause routes are POST
 # only: the pause state cannot be read), AReaL v2's data proxy's health (paused, version).
 ROUTES = {

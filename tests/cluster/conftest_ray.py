@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.hang import free_port
-from tests.ray_cluster import RayCluster, skip_reason, start_cluster
-from tests.waits import wait_for
+from tests.support.fixtures.hang import free_port
+from tests.support.ray_cluster import RayCluster, skip_reason, start_cluster
+from tests.support.waits import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RAY_GLOO = REPO / "tests" / "jobs" / "ray_gloo.py"
 RAY_NODES = 2
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, free_port, skip_reason, start_cluster
 
-JOBS = Path(__file__).resolve().parent / "jobs"
+from tests.support.slurm_cluster import SlurmCluster, free_port, skip_reason, start_cluster
+
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
 SLURM_NODES = 3
 RANKS_PER_NODE = 2
 

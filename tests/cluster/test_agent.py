@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
-from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
-from areal_console.core.payload import node_payload
-from areal_console.core.transport import InProcessChannel, LocalChannel
+from areal_console.core.connection.client import AgentClient, AgentDisconnected, AgentError
+from areal_console.core.connection.payload import node_payload
+from areal_console.core.connection.transport import InProcessChannel, LocalChannel
 from areal_node.agent import processes, procfs, protocol, pyspy
 from conftest import GlooJob, wait_for
 
@@ -61,7 +61,7 @@ def test_unknown_op_and_bad_arguments_answer_errors(client: AgentClient) -> None
 
 
 def test_load_adds_the_ops_of_a_payload_module(client: AgentClient) -> None:
-    from areal_console.core.batch_source import EXTENSION_MODULE
+    from areal_console.core.batches.source import EXTENSION_MODULE
 
     for bad in ("os", "areal_node", "areal_node..x", "areal_node.nope"):
         with pytest.raises(AgentError, match=r"bad extension module|cannot load"):

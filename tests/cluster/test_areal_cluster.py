@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import JOBS, run_cli, wait_for
 
-from tests.areal_logfmt import write_run
-from tests.cluster import ClusterNode, TestCluster
+from tests.support.areal_logfmt import write_run
+from tests.support.cluster import ClusterNode, TestCluster
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -110,16 +110,16 @@ def test_metrics_find_the_log_dir_on_the_nodes(cluster_job: ClusterJob) -> None:
     assert f"{cluster_job.fileroot}/logs/{USER}/{EXPERIMENT}/{TRIAL}" in result.stderr
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def copy_records_on(node: ClusterNode, source: Path, root: str) -> None:
     """On `node`: each record under `source` written under `root` as AReaL's nfs writer
-    writes it (tests/areal_name_resolve.py), plus a record planted by `nobody`."""
+    writes it (tests/support/areal_name_resolve.py), plus a record planted by `nobody`."""
     script = (
         "import os, sys, pathlib\n"
         f"sys.path.insert(0, {str(REPO)!r})\n"
-        "from tests.areal_name_resolve import nfs_add, worker_key\n"
+        "from tests.support.areal_name_resolve import nfs_add, worker_key\n"
         f"src, root = pathlib.Path({str(source)!r}), {root!r}\n"
         "for entry in src.rglob('ENTRY'):\n"
         "    nfs_add(root, str(entry.parent.relative_to(src)), entry.read_text())\n"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from conftest import JOBS, ROOT, wait_for
-from slurm_cluster import SlurmCluster
+
+from tests.support.slurm_cluster import SlurmCluster
 
 pytest_plugins = ["conftest_slurm"]
 

@@ -7,17 +7,17 @@ import signal
 from collections.abc import Callable
 
 from areal_console.app import ConsoleApp
-from areal_console.core.fleet import Fleet
-from areal_console.core.targets import local_node
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.targets.resolve import local_node
+from areal_console.dialogs.help import HelpScreen
 from areal_console.screens.cluster import ClusterScreen
-from areal_console.screens.help import HelpScreen
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable
 from areal_console.widgets.status_line import StatusLine
 from conftest import GlooJob
 
-from tests import waits
+from tests.support import waits
 
 
 async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
@@ -120,7 +120,7 @@ async def test_s_captures_the_filtered_job_and_diagnoses_it() -> None:
     """From the Cluster screen: filter to one hung job, press `s`, read the diagnosis."""
     from areal_console.screens.stacks import StacksScreen
 
-    from tests.fixtures.hang import start_scenario
+    from tests.support.fixtures.hang import start_scenario
 
     job = start_scenario("collective_mismatch", nproc=2)
     try:

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core.fleet import Fleet, NodeFailure
+from areal_console.core.connection.fleet import Fleet, NodeFailure
 
-from tests import waits
-from tests.cluster import GlooJob, TestCluster, free_port
+from tests.support import waits
+from tests.support.cluster import GlooJob, TestCluster, free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 JOB_NODES = 3
 RANKS_PER_NODE = 2
 
@@ -157,9 +157,9 @@ async def test_cluster_screen_over_ssh_confirms_an_unknown_host_key(
     """The Cluster screen on real nodes: node2 is known; node3's key is new, so its
     fingerprint is shown and trusting it brings the node and its ranks up."""
     from areal_console.app import ConsoleApp
-    from areal_console.core.targets import NodeSpec
+    from areal_console.core.targets.resolve import NodeSpec
+    from areal_console.dialogs.host_key import HostKeyScreen
     from areal_console.screens.cluster import ClusterScreen
-    from areal_console.screens.host_key import HostKeyScreen
     from areal_console.widgets.node_table import NodeTable
     from areal_console.widgets.process_table import ProcessTable
 

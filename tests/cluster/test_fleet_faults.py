@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 import pytest
-from areal_console.core.client import AgentDisconnected
-from areal_console.core.fleet import Backoff, Fleet, NodeFailure, NodeSession
-from areal_console.core.monitor import FleetMonitor, NodeView
+from areal_console.core.connection.client import AgentDisconnected
+from areal_console.core.connection.fleet import Backoff, Fleet, NodeFailure, NodeSession
+from areal_console.core.connection.monitor import FleetMonitor, NodeView
 
-from tests.cluster import TestCluster, wait_for
+from tests.support.cluster import TestCluster, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

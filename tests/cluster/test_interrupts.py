@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core import jobs
-from areal_console.core.fleet import Fleet
-from areal_console.core.targets import local_node
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.replay import runs as jobs
+from areal_console.core.targets.resolve import local_node
 from conftest import GlooJob, cli_env
 
-from tests.fixtures import batch_dumps as bf
+from tests.support.fixtures import batch_dumps as bf
 
 SLOW_SCRIPT = "import time\nfor i in range(600):\n    print(f'working {i}', flush=True)\n    time.sleep(0.5)\n"
 

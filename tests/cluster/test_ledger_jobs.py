@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core.fleet import Fleet
+from areal_console.core.connection.fleet import Fleet
 from areal_console.core.ledger import build_ledger, parse_trace
 from areal_console.core.stacks.capture import CaptureOptions, take_capture
-from areal_console.core.targets import NodeSpec
+from areal_console.core.targets.resolve import NodeSpec
 from areal_node.agent.flight_recorder import FR_ENV, fr_live
 from areal_node.agent.procfs import parse_environ
 from conftest import run_cli, wait_for
 
-from tests.cluster import free_port
-from tests.fixtures.fr_jobs import FrJob
+from tests.support.cluster import free_port
+from tests.support.fixtures.fr_jobs import FrJob
 
 pytestmark = pytest.mark.slow
 
@@ -132,7 +132,7 @@ def test_job_without_recorder_falls_back_to_stacks(gloo_job: Any, tmp_path: Path
     lines = [ln for ln in result.stdout.splitlines() if "Collective ledger" in ln]
     assert lines == [
         "Collective ledger: no Flight Recorder trace from any rank: stacks only "
-        "(start the job with the recorder hook on PYTHONPATH, see docs/ledger.md)"
+        "(start the job with the recorder hook on PYTHONPATH, see docs/guide/ledger.md)"
     ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from areal_console.core.nodes import GPU_KEYS, PROCESS_KEYS
+from areal_console.core.connection.nodes import GPU_KEYS, PROCESS_KEYS
 from conftest import GlooJob, run_cli
 
 

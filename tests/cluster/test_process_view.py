@@ -7,17 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from areal_console.app import ConsoleApp
-from areal_console.core.fleet import Fleet
-from areal_console.core.monitor import NodeView, RecordedMonitor
-from areal_console.core.records import ProcessRow
-from areal_console.core.targets import local_node
-from areal_console.screens.process_detail import ProcessDetailScreen
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.connection.monitor import NodeView, RecordedMonitor
+from areal_console.core.connection.records import ProcessRow
+from areal_console.core.targets.resolve import local_node
+from areal_console.dialogs.process_detail import ProcessDetailScreen
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable, one_line, process_cells
 from conftest import GlooJob
 from textual.widgets import Static
 
-from tests import waits
+from tests.support import waits
 
 
 async def until(condition: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core.errors import UserError
-from areal_console.core.ray_nodes import list_nodes, parse_address
-from areal_console.core.ray_ranks import join_ids
+from areal_console.core.common.errors import UserError
+from areal_console.core.ray.nodes import list_nodes, parse_address
+from areal_console.core.ray.ranks import join_ids
 
-from tests import waits
-from tests.ray_cluster import CPUS_PER_NODE, HEAD_IP, RayCluster
-from tests.waits import wait_for
+from tests.support import waits
+from tests.support.ray_cluster import CPUS_PER_NODE, HEAD_IP, RayCluster
+from tests.support.waits import wait_for
 
 pytest_plugins = ["conftest_ray"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # A console whose Python has no `ray` (the [ray] extra not installed).
 WITHOUT_RAY = (
     "import sys; sys.modules['ray'] = None; from areal_console.cli import main; "
@@ -237,8 +237,8 @@ async def test_cluster_screen_and_capture_on_ray(
     on their nodes, and `s` captures and diagnoses them."""
     import ray
     from areal_console.app import ConsoleApp
-    from areal_console.core.fleet import Fleet
-    from areal_console.core.ray_targets import resolve_ray_targets
+    from areal_console.core.connection.fleet import Fleet
+    from areal_console.core.ray.targets import resolve_ray_targets
     from areal_console.screens.stacks import StacksScreen
     from areal_console.widgets.node_table import NodeTable
     from areal_console.widgets.process_table import ProcessTable
@@ -281,7 +281,7 @@ def test_ssh_fallback_says_which_way(
 ) -> None:
     """--ray-ssh: where the agent can't run as an actor (here: no [ray] extra), the node is
     reached over SSH at the IP Ray reports; nodes[].via says which way each node went."""
-    from tests.cluster import TestCluster
+    from tests.support.cluster import TestCluster
 
     ssh = TestCluster(tmp_path / "ssh", nodes=2)
     ray_cluster.start_sshd(ssh)  # an sshd inside each Ray node's namespaces
@@ -341,7 +341,7 @@ for key, value in zip(sys.argv[2::2], sys.argv[3::2]):
 def test_areal_job_from_rays_kv(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
     """`--areal E/T --ray`: the job's records from AReaL's Ray KV actor, its nodes reached
     through the agent actors."""
-    from tests.ray_cluster import NODE_PORT_BASE
+    from tests.support.ray_cluster import NODE_PORT_BASE
 
     job = "root/ray-exp/trial0"
     records = [
@@ -373,8 +373,8 @@ def test_areal_job_from_rays_kv(ray_cluster: RayCluster, ray_gloo_job: Any) -> N
 
 HOLDER = """
 import sys, time
-from areal_console.core.fleet import Fleet
-from areal_console.core.ray_targets import resolve_ray_targets
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.ray.targets import resolve_ray_targets
 fleet = Fleet(resolve_ray_targets(sys.argv[1]).specs)
 fleet.connect_all()
 print(' '.join(s.state for s in fleet), flush=True)
@@ -417,8 +417,8 @@ def test_agent_exits_when_its_console_stops(ray_cluster: RayCluster) -> None:
 
 LOSER = """
 import json, sys
-from areal_console.core.fleet import Fleet, NodeFailure
-from areal_console.core.ray_targets import resolve_ray_targets
+from areal_console.core.connection.fleet import Fleet, NodeFailure
+from areal_console.core.ray.targets import resolve_ray_targets
 fleet = Fleet(resolve_ray_targets(sys.argv[1]).specs)
 for _ in range(2):
     results = fleet.call_all("sample", {}, timeout=60)

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from areal_console.core.fleet import Fleet, NodeFailure
-from areal_console.core.slurm import LocalRunner, SlurmClient, job_lister
-from areal_console.core.slurm_targets import resolve_slurm_targets
+from areal_console.core.connection.fleet import Fleet, NodeFailure
+from areal_console.core.slurm.client import LocalRunner, SlurmClient, job_lister
+from areal_console.core.slurm.targets import resolve_slurm_targets
 from conftest import ROOT, wait_for
-from slurm_cluster import SlurmCluster
+
+from tests.support.slurm_cluster import SlurmCluster
 
 if TYPE_CHECKING:
     from conftest_slurm import SlurmGlooJob
@@ -284,7 +285,7 @@ def test_job_of_another_user_falls_back_to_ssh(
 @pytest.fixture(scope="module")
 def login_host(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """sshd on 127.0.0.1; skips only where OpenSSH is missing, a failed start is an error."""
-    from login_sshd import LoginHost, skip_reason
+    from tests.support.login_sshd import LoginHost, skip_reason
 
     reason = skip_reason()
     if reason:
@@ -305,7 +306,7 @@ def test_through_one_ssh_connection_to_a_login_host(
     monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     """Slurm queried and the shared srun step run on a login host over SSH (no local Slurm)."""
-    from areal_console.core.slurm import SshLoginRunner
+    from areal_console.core.slurm.client import SshLoginRunner
 
     monkeypatch.delenv("SLURM_CONF", raising=False)  # only the login host knows the cluster
     runner = SshLoginRunner(login_host.login, options=login_host.client_options())
@@ -328,7 +329,8 @@ async def test_slurm_view_lists_the_job_and_opens_it(
     slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob
 ) -> None:
     from areal_console.screens.slurm_jobs import SlurmJobsScreen
-    from test_slurm_screen import SlurmApp, rows
+
+    from tests.tui.test_slurm_screen import SlurmApp, rows
 
     app = SlurmApp(job_lister(LocalRunner(slurm_cluster.env())))
     async with app.run_test(size=(120, 30)) as pilot:
@@ -352,7 +354,7 @@ async def test_console_slurm_view_opens_the_job_in_the_cluster_screen(
     and each node's ranks, reached through srun. (Runs before the node-down test below,
     which stops node3 of the shared cluster.)"""
     from areal_console.app import ConsoleApp
-    from areal_console.core.targets import local_node
+    from areal_console.core.targets.resolve import local_node
     from areal_console.screens.cluster import ClusterScreen
     from areal_console.screens.slurm_jobs import SlurmJobsScreen
     from areal_console.widgets.node_table import NodeTable
@@ -397,7 +399,7 @@ async def test_console_slurm_view_opens_the_job_in_the_cluster_screen(
 def test_replay_style_launches_sbatch_and_overlap_step(
     slurm_cluster: SlurmCluster, slurm_gloo_job: SlurmGlooJob, tmp_path: Path
 ) -> None:
-    from areal_console.core.slurm_launch import (
+    from areal_console.core.slurm.launch import (
         BatchRequest,
         job_state,
         overlap_step_argv,
@@ -470,8 +472,8 @@ def test_replay_through_slurm_verifies(
     how: str,
 ) -> None:
     """`replay --slurm-job J --node node2`: srun --overlap into J's allocation, or sbatch."""
-    from areal_console.core.jobs import load_runs
-    from areal_console.core.slurm_runs import refresh_slurm
+    from areal_console.core.replay.runs import load_runs
+    from areal_console.core.slurm.runs import refresh_slurm
 
     dump, env = slurm_recording
     args = ["replay", str(dump), "--slurm-job", slurm_gloo_job.job_id, "--node", "node2"]
@@ -572,7 +574,7 @@ def test_a_slurm_that_does_not_start_is_an_error_not_a_skip(
 ) -> None:
     """Slurm installed and root, but munged dies at once: `SlurmStartError` with its log
     line (the fixture lets it through, so every Slurm test errors), never `SlurmUnavailable`."""
-    from slurm_cluster import SlurmStartError, skip_reason, start_cluster
+    from tests.support.slurm_cluster import SlurmStartError, skip_reason, start_cluster
 
     reason = skip_reason()
     if reason:

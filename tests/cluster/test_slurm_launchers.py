@@ -11,14 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, free_port
-from test_slurm import console
+
+from tests.cluster.test_slurm import console
+from tests.support.slurm_cluster import SlurmCluster, free_port
 
 pytest_plugins = ["conftest_slurm"]
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
-JOBS = Path(__file__).resolve().parent / "jobs"
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 
 def test_torchrun_under_srun_lists_each_rank_once_and_no_launcher_rank(

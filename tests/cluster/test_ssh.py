@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.client import AgentClient, AgentDisconnected
-from areal_console.core.fleet import Fleet, NodeSession
-from areal_console.core.ssh import (
+from areal_console.core.connection.client import AgentClient, AgentDisconnected
+from areal_console.core.connection.fleet import Fleet, NodeSession
+from areal_console.core.connection.ssh import (
     JUMPS,
     ChangedHostKey,
     SshError,
@@ -22,9 +22,9 @@ from areal_console.core.ssh import (
     describe_route,
     open_ssh_channel,
 )
-from areal_console.core.targets import NodeSpec
+from areal_console.core.targets.resolve import NodeSpec
 
-from tests.cluster import SSH, SSH_KEYGEN, TestCluster, free_port, wait_for
+from tests.support.cluster import SSH, SSH_KEYGEN, TestCluster, free_port, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -417,7 +417,7 @@ async def test_known_hosts_warning_is_shown_once_in_the_console(
     from areal_console.app import ConsoleApp
     from areal_console.widgets.node_table import NodeTable
 
-    from tests.waits import until
+    from tests.support.waits import until
 
     node = live_cluster.nodes[0]
     ca_key = node.host_key.with_suffix(".pub").read_text().split()[:2]

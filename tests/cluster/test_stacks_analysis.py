@@ -22,7 +22,7 @@ from areal_console.core.stacks.parsing import parse_pyspy_threads
 from areal_console.core.stacks.records import Frame
 from areal_console.core.stacks.report import capture_json, text_report
 
-DATA = Path(__file__).parent / "data" / "pyspy"
+DATA = Path(__file__).parents[1] / "data" / "pyspy"
 
 
 def load_raw(name: str) -> dict[str, Any]:
@@ -368,7 +368,7 @@ def test_text_report_reads_well(fixtures: dict[str, Any]) -> None:
 
 
 def test_save_list_open_and_corrupt_files(tmp_path: Path) -> None:
-    from areal_console.core.errors import UserError
+    from areal_console.core.common.errors import UserError
     from areal_console.core.stacks.store import (
         list_captures,
         load_capture,
@@ -401,7 +401,7 @@ def test_save_list_open_and_corrupt_files(tmp_path: Path) -> None:
 
 
 def test_unknown_scenario_pattern_is_refused() -> None:
-    from tests.fixtures.hang import start_scenario
+    from tests.support.fixtures.hang import start_scenario
 
     with pytest.raises(ValueError, match="unknown pattern"):
         start_scenario("deadlock-of-the-week")

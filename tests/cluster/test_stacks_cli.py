@@ -11,13 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.fleet import Fleet
+from areal_console.core.connection.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw, take_capture
 from areal_console.core.stacks.store import list_captures, load_capture
-from areal_console.core.targets import NodeSpec
+from areal_console.core.targets.resolve import NodeSpec
 from conftest import run_cli
 
-from tests.fixtures.hang import PATTERNS, ScenarioJob, start_scenario
+from tests.support.fixtures.hang import PATTERNS, ScenarioJob, start_scenario
 
 pytestmark = pytest.mark.slow
 

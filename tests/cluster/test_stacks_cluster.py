@@ -12,16 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.hang import rank_script
+from tests.support.fixtures.hang import rank_script
 
-cluster_lib = pytest.importorskip("tests.cluster", reason="needs the sshd test cluster helpers")
+cluster_lib = pytest.importorskip(
+    "tests.support.cluster", reason="needs the sshd test cluster helpers"
+)
 GlooJob = cluster_lib.GlooJob
 TestCluster = cluster_lib.TestCluster
 free_port = cluster_lib.free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RANKS_PER_NODE = 2
 MARKER = f"stacks-cluster-{uuid.uuid4().hex[:8]}"
 

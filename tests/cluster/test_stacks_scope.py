@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.fleet import Fleet
+from areal_console.core.connection.fleet import Fleet
 from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, capture_raw
 from areal_console.core.stacks.scope import (
     UNSCOPED,
@@ -19,11 +19,11 @@ from areal_console.core.stacks.scope import (
     is_candidate,
     job_key,
 )
-from areal_console.core.targets import NodeSpec
+from areal_console.core.targets.resolve import NodeSpec
 from conftest import run_cli
 
-from tests import waits
-from tests.fixtures.hang import ScenarioJob, start_scenario
+from tests.support import waits
+from tests.support.fixtures.hang import ScenarioJob, start_scenario
 
 # --------------------------------------------------------------------------------------
 # Grouping rules (pure)
@@ -203,8 +203,8 @@ async def test_tui_asks_which_job_and_captures_only_that_one(
     """`s` with two jobs on the node: a dialog asks; the chosen job alone is dumped, and
     the capture starts from the monitor's sample, reporting its progress."""
     from areal_console.app import ConsoleApp
-    from areal_console.core.targets import local_node
-    from areal_console.screens.job_choice import JobChoiceDialog
+    from areal_console.core.targets.resolve import local_node
+    from areal_console.dialogs.job_choice import JobChoiceDialog
     from areal_console.screens.stacks import StacksScreen
     from textual.widgets import OptionList
 

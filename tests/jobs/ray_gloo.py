@@ -3,7 +3,7 @@
 Ranks go two per node over the cluster's alive nodes (ordered by IP, so rank 0 is on the
 head), each a `RankWorker` actor pinned to its node with its rank variables in its
 runtime environment (as Ray's launchers pass them), running one hang pattern of
-`tests/fixtures/hang.py`. Each rank takes CPUS_PER_RANK CPUs, so the job fills every
+`tests/support/fixtures/hang.py`. Each rank takes CPUS_PER_RANK CPUs, so the job fills every
 node's CPUs (an agent that reserved a CPU could not be placed). The driver stays until
 it is killed; its actors die with it.
 """
@@ -23,7 +23,7 @@ CPUS_PER_RANK = 2
 @ray.remote
 class RankWorker:
     def run(self, pattern: str, state_dir: str) -> None:
-        import tests.fixtures.hang as hang
+        import tests.support.fixtures.hang as hang
 
         trainer = hang.Trainer(pattern, state_dir)
         trainer.init_distributed()

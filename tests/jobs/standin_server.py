@@ -1,5 +1,5 @@
 """A stand-in inference server: answers `/metrics`, `/model_info` and `/health` with the
-bytes SGLang's, vLLM's and AReaL's data proxy's code produce (tests/fixtures/rollout_formats.py),
+bytes SGLang's, vLLM's and AReaL's data proxy's code produce (tests/support/fixtures/rollout_formats.py),
 or misbehaves on purpose.
 
     python tests/jobs/standin_server.py --kind sglang|vllm|data_proxy --port P
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fixtures.rollout_formats import (
+from tests.support.fixtures.rollout_formats import (
     ServerState,
     data_proxy_health,
     sglang_metrics,

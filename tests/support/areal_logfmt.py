@@ -1,8 +1,8 @@
 """AReaL's metric logging, transcribed to write test logs exactly as AReaL writes them.
 
 Transcribed from AReaL at commit cbff54d645d2cd8ee1f1c358a82f3f473588433d (file:line there;
-every citation is checked by tests/test_areal_citations.py, and the formats themselves
-against AReaL's own code by tests/test_metrics_core.py):
+every citation is checked by tests/unit/test_areal_citations.py, and the formats themselves
+against AReaL's own code by tests/unit/test_metrics_core.py):
 - `tabulate_stats`: areal/utils/printing.py:6-21 (column-major, 4 pairs per row, `.4e`,
   `fancy_grid`), run with the real `tabulate` package.
 - the line format: areal/utils/logging.py:15-22 (`(AReaL)` header in colour,
@@ -277,7 +277,7 @@ def write_run(
 
 if (
     __name__ == "__main__"
-):  # regenerate a sample directory by hand: python tests/areal_logfmt.py DIR
+):  # regenerate a sample directory by hand: python tests/support/areal_logfmt.py DIR
     import sys
 
     out = Path(sys.argv[1])

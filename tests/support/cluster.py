@@ -38,10 +38,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from areal_console.core.fleet import Fleet
-from areal_console.core.targets import NodeSpec
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.targets.resolve import NodeSpec
 
-from tests.waits import wait_for
+from tests.support.waits import wait_for
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.waits import wait_for
+from tests.support.waits import wait_for
 
 HEAD_IP = "127.0.0.2"
 # Fixed ports below the kernel's ephemeral range (32768 and up, where other tests' free
@@ -179,10 +179,10 @@ class RayCluster:
         return int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
 
     def start_sshd(self, ssh: Any) -> None:
-        """Start `ssh` (a `tests.cluster.TestCluster` on the same addresses) with each sshd
+        """Start `ssh` (a `tests.support.cluster.TestCluster` on the same addresses) with each sshd
         inside the namespaces of the Ray node at its address, so SSH sees exactly what the
         node's Ray actors see; its ssh config also names each node by its IP, as Ray does."""
-        from tests.cluster import PRIVSEP_DIR, SSHD, _port_open
+        from tests.support.cluster import PRIVSEP_DIR, SSHD, _port_open
 
         def start_inside(node: Any, timeout: float = 20.0) -> None:
             PRIVSEP_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)

@@ -9,25 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from areal_console.app import ConsoleApp
-from areal_console.core import jobs
-from areal_console.core.fleet import Fleet
-from areal_console.core.monitor import HISTORY, NodeView, RecordedMonitor
-from areal_console.core.replay import Verification
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.connection.monitor import HISTORY, NodeView, RecordedMonitor
+from areal_console.core.replay import runs as jobs
+from areal_console.core.replay.plan import Verification
 from areal_console.core.stacks.codec import capture_from_json
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.records import StackCapture
 from areal_console.screens.batches import BatchesScreen
-from areal_console.screens.jobs import RunsScreen
+from areal_console.screens.runs import RunsScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.token_view import TokenView
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log
 
-from tests.fixtures import batch_dumps as bf
-from tests.waits import until as wait_until
+from tests.support.fixtures import batch_dumps as bf
+from tests.support.waits import until as wait_until
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def recorded_views() -> list[NodeView]:
@@ -242,7 +242,8 @@ def health_app(path: str = "run", steps: int = 40) -> ConsoleApp:
     behave_imp_weight drifts, its importance_weight spiked at steps 30-32 and recovered."""
     from areal_console.core.metrics.health import BEHAVE_IMP_WEIGHT, IMPORTANCE_WEIGHT
     from areal_console.core.metrics.locate import HealthTarget
-    from areal_logfmt import actor_stats, write_run
+
+    from tests.support.areal_logfmt import actor_stats, write_run
 
     def drifting(step: int) -> dict[str, float]:
         over = {BEHAVE_IMP_WEIGHT: 1.0 + 0.01 * step}

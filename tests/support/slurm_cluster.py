@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.waits import wait_for
+from tests.support.waits import wait_for
 
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scontrol")
 SLURM_APT_PACKAGES = ("slurm-wlm", "munge")

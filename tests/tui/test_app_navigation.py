@@ -6,20 +6,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import recorded
 from areal_console.app import ConsoleApp
-from areal_console.core.settings import Settings
-from areal_console.core.targets import local_node
+from areal_console.core.common.settings import Settings
+from areal_console.core.targets.resolve import local_node
+from areal_console.dialogs.command_line import CommandLine
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
-from areal_console.screens.command_line import CommandLine
-from areal_console.screens.jobs import RunsScreen
+from areal_console.screens.runs import RunsScreen
 from areal_console.widgets.process_table import ProcessTable
-from recorded import recorded_monitor
 from textual.command import CommandList, CommandPalette
 from textual.widgets import Input
 
-from tests.waits import until
+from tests.support import recorded
+from tests.support.recorded import recorded_monitor
+from tests.support.waits import until
 
 
 async def test_colon_commands_switch_theme_and_report_unknown_words() -> None:

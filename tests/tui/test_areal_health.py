@@ -10,13 +10,13 @@ from areal_console.app import ConsoleApp
 from areal_console.cli import build_parser
 from areal_console.commands.tui import health_target
 from areal_console.core.metrics.locate import HealthTarget
-from areal_console.core.targets import resolve_targets
+from areal_console.core.targets.resolve import resolve_targets
 from areal_console.screens.health import HealthScreen
 from areal_console.widgets.metric_table import MetricTable
-from recorded import SIZE, recorded_monitor, wait_until
 
-from tests.areal_logfmt import actor_stats, write_run
-from tests.areal_name_resolve import nfs_add, worker_key
+from tests.support.areal_logfmt import actor_stats, write_run
+from tests.support.areal_name_resolve import nfs_add, worker_key
+from tests.support.recorded import SIZE, recorded_monitor, wait_until
 
 USER = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
 

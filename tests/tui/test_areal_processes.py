@@ -24,13 +24,14 @@ from typing import Any
 
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core.client import AgentClient
-from areal_console.core.fleet import Fleet
-from areal_console.core.targets import local_node
-from areal_console.core.transport import LocalChannel
+from areal_console.core.connection.client import AgentClient
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.connection.transport import LocalChannel
+from areal_console.core.targets.resolve import local_node
 from areal_console.widgets.process_table import ProcessTable
 from conftest import JOBS, run_cli, wait_for
-from test_cluster_screen import until
+
+from tests.cluster.test_cluster_screen import until
 
 STUB = JOBS / "areal_stub"
 
@@ -303,7 +304,7 @@ async def test_cluster_screen_shows_workers_controller_and_wrappers(
 
 
 def test_server_health_healthy_unhealthy_hung_and_dead(tmp_path: Path) -> None:
-    from tests.cluster import free_port
+    from tests.support.cluster import free_port
 
     env = {**os.environ, "PYTHONPATH": str(STUB)}
     servers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
@@ -443,8 +444,8 @@ def test_the_guides_pyspy_loop_on_the_live_run_imports_to_the_same_diagnosis(
 
 
 def test_world_size_counts_a_roles_workers_over_every_node() -> None:
-    from areal_console.core.areal_world import count_areal_world_sizes
-    from areal_console.core.records import process_rows, with_areal_world_sizes
+    from areal_console.core.connection.records import process_rows, with_areal_world_sizes
+    from areal_console.core.targets.areal_world import count_areal_world_sizes
 
     def worker(role: str, index: int, job: str = "exp/t1") -> dict[str, Any]:
         rank = index if role == "actor" else None

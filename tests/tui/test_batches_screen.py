@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 import torch
-from areal_console.core.batch_records import SampleRow
+from areal_console.core.batches.records import SampleRow
+from areal_console.dialogs.trust_pickle import TrustPickleDialog
 from areal_console.screens.batches import BatchesScreen, filter_rows
-from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.styles import STYLESHEET
 from areal_console.widgets.mini_histogram import MiniHistogram
 from areal_console.widgets.token_view import TokenView
 from textual.app import App
 from textual.widgets import DataTable, Static
 
-from tests.fixtures import batch_dumps as bf
-from tests.waits import until as wait_for
+from tests.support.fixtures import batch_dumps as bf
+from tests.support.waits import until as wait_for
 
 
 @pytest.fixture(scope="module")
@@ -216,9 +216,9 @@ async def test_wrong_format_and_text_rollout(tmp_path: Path) -> None:
 @pytest.mark.slow
 async def test_screen_reads_through_a_nodes_agent(dump: Path) -> None:
     """With a fleet and a node name, everything is computed by that node's agent."""
-    from areal_console.core.batch_source import RemoteBatchSource
-    from areal_console.core.fleet import Fleet
-    from areal_console.core.targets import local_node
+    from areal_console.core.batches.source import RemoteBatchSource
+    from areal_console.core.connection.fleet import Fleet
+    from areal_console.core.targets.resolve import local_node
 
     fleet = Fleet([local_node()])
     try:

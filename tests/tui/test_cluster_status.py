@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from areal_console.app import ConsoleApp
-from areal_console.core.monitor import NodeView, RecordedMonitor
+from areal_console.core.connection.monitor import NodeView, RecordedMonitor
 from areal_console.screens.cluster import status_text
 from areal_console.widgets.status_line import StatusLine
 
-from tests import waits
+from tests.support import waits
 
 
 def rank(pid: int, r: int, world: int, cmdline: str) -> dict[str, Any]:

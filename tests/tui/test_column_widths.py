@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import recorded
 from areal_console.widgets.vim_table import VimTable
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.render import measure
 from textual.widgets.data_table import ColumnKey
+
+from tests.support import recorded
 
 LONG = "python -u /home/alice/areal/examples/math/gsm8k_grpo.py --config a-long-config.yaml"
 

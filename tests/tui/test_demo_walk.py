@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from areal_console.app import ConsoleApp, create_app
 from areal_console.commands.demo import WELCOME
-from areal_console.core.demo import DemoJob, new_demo
+from areal_console.core.common.settings import Settings
 from areal_console.core.metrics.locate import HealthTarget
-from areal_console.core.settings import Settings
-from areal_console.core.targets import local_node
+from areal_console.core.replay.demo import DemoJob, new_demo
+from areal_console.core.targets.resolve import local_node
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
@@ -33,7 +33,7 @@ STATUS_COLUMNS = {"state", "verification", "exit"}
 # Keys the walk cannot judge by a change on the screen, and why.
 NOT_JUDGED = {
     "app.quit": "leaves the console (checked at the end: the app exits with status 0)",
-    "app.interrupt": "ctrl+c leaves at once (tests/test_interrupts.py)",
+    "app.interrupt": "ctrl+c leaves at once (tests/cluster/test_interrupts.py)",
 }
 
 

@@ -8,18 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from areal_console.app import ConsoleApp
-from areal_console.core.monitor import NodeView, RecordedMonitor
-from areal_console.core.settings import Settings
+from areal_console.core.common.settings import Settings
+from areal_console.core.common.textfmt import plural
+from areal_console.core.connection.monitor import NodeView, RecordedMonitor
 from areal_console.core.stacks.records import StackCapture
 from areal_console.core.stacks.store import save_capture
-from areal_console.core.textfmt import plural
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import status_text
 from conftest import run_cli
 from textual.widgets import DataTable
 
-from tests import waits
-from tests.fixtures import batch_dumps as bf
+from tests.support import waits
+from tests.support.fixtures import batch_dumps as bf
 
 
 async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:

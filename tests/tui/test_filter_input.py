@@ -17,11 +17,11 @@ from areal_console.widgets.process_table import ProcessTable
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from tests.fixtures import batch_dumps as bf
-from tests.recorded import recorded_monitor
-from tests.waits import until
+from tests.support.fixtures import batch_dumps as bf
+from tests.support.recorded import recorded_monitor
+from tests.support.waits import until
 
-SCREENS = Path(__file__).resolve().parent.parent / "tui" / "areal_console" / "screens"
+SCREENS = Path(__file__).resolve().parents[2] / "tui" / "areal_console" / "screens"
 
 
 def test_every_screen_with_a_filter_key_uses_the_one_filter() -> None:

@@ -7,21 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import recorded
 from areal_console.app import ConsoleApp
+from areal_console.core.connection.monitor import NodeView, RecordedMonitor
 from areal_console.core.metrics.health import (
     BEHAVE_IMP_WEIGHT,
     GUIDE_METRICS,
     HealthThresholds,
 )
 from areal_console.core.metrics.locate import HealthTarget
-from areal_console.core.monitor import NodeView, RecordedMonitor
 from areal_console.screens.health import HealthScreen
 from areal_console.widgets.health_banner import HealthBanner
 from areal_console.widgets.metric_table import MetricTable
-from recorded import SIZE, recorded_monitor, wait_until
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats, write_run
+from tests.support import recorded
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats, write_run
+from tests.support.recorded import SIZE, recorded_monitor, wait_until
 
 
 def banner(app: ConsoleApp) -> str:

@@ -11,14 +11,14 @@ import areal_console.screens
 import areal_console.widgets
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core.monitor import NodeView, RecordedMonitor
+from areal_console.core.connection.monitor import NodeView, RecordedMonitor
+from areal_console.dialogs.help import HelpScreen, key_label
 from areal_console.navigation import SCREENS
-from areal_console.screens.help import HelpScreen, key_label
 from textual.binding import Binding
 from textual.widgets import Static
 
-from tests import waits
-from tests.fixtures import batch_dumps as bf
+from tests.support import waits
+from tests.support.fixtures import batch_dumps as bf
 
 # A key a keyboard has: one printable character, an arrow, or a named key; with modifiers.
 NAMED = {"esc", "enter", "tab", "space", "backspace", "del", "pgup", "pgdn", "home", "end",

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from conftest import run_cli, wait_for
 
-from tests.waits import until
+from tests.support.waits import until
 
 ESC = "\x1b"
 HOSTILE_ARG = "\x1b]0;pwned\x07\x1b[2J\x9b31m[red]markup[/bold]"
@@ -107,9 +107,9 @@ async def test_cluster_and_stacks_screens_escape_remote_text(
     hostile_rank: subprocess.Popen[str],
 ) -> None:
     from areal_console.app import ConsoleApp
-    from areal_console.core.fleet import Fleet
+    from areal_console.core.connection.fleet import Fleet
     from areal_console.core.stacks.capture import CaptureOptions, take_capture
-    from areal_console.core.targets import local_node
+    from areal_console.core.targets.resolve import local_node
     from areal_console.screens.stacks import StacksScreen
     from areal_console.widgets.process_table import ProcessTable
 
@@ -146,7 +146,7 @@ async def test_cluster_and_stacks_screens_escape_remote_text(
 
 def _bootstrap(home: Path, python: str = sys.executable) -> Any:
     """The real bootstrap in a child process, with HOME (and its cache) at `home`."""
-    from areal_console.core.transport import ProcessChannel, bootstrap_argv
+    from areal_console.core.connection.transport import ProcessChannel, bootstrap_argv
 
     env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
     env.pop("PYTHONPATH", None)
@@ -154,7 +154,7 @@ def _bootstrap(home: Path, python: str = sys.executable) -> Any:
 
 
 def _start(channel: Any, timeout: float = 10) -> Any:
-    from areal_console.core.client import AgentClient
+    from areal_console.core.connection.client import AgentClient
 
     client = AgentClient(channel)
     try:
@@ -164,14 +164,14 @@ def _start(channel: Any, timeout: float = 10) -> Any:
 
 
 def _cache_file(home: Path) -> Path:
-    from areal_console.core.payload import node_payload
+    from areal_console.core.connection.payload import node_payload
 
     return home / ".cache" / "areal-console" / node_payload().name
 
 
 def test_cache_write_never_follows_a_planted_symlink(tmp_path: Path) -> None:
-    from areal_console.core.client import AgentClient
-    from areal_console.core.transport import source_frame
+    from areal_console.core.connection.client import AgentClient
+    from areal_console.core.connection.transport import source_frame
 
     victim = tmp_path / "victim"
     victim.write_text("precious")
@@ -193,7 +193,7 @@ def test_cache_write_never_follows_a_planted_symlink(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["fifo", "directory", "symlink"])
 def test_cache_path_that_is_not_a_file_is_a_clear_error(tmp_path: Path, kind: str) -> None:
-    from areal_console.core.client import AgentDisconnected
+    from areal_console.core.connection.client import AgentDisconnected
 
     path = _cache_file(tmp_path)
     path.parent.mkdir(parents=True, mode=0o700)
@@ -211,7 +211,7 @@ def test_cache_path_that_is_not_a_file_is_a_clear_error(tmp_path: Path, kind: st
 
 @pytest.mark.parametrize("problem", ["world-writable", "foreign", "link"])
 def test_unsafe_cache_directory_is_refused(tmp_path: Path, problem: str) -> None:
-    from areal_console.core.client import AgentDisconnected
+    from areal_console.core.connection.client import AgentDisconnected
 
     cache = tmp_path / ".cache" / "areal-console"
     cache.parent.mkdir()
@@ -250,7 +250,7 @@ def _old_python(version: str) -> str:
 
 @pytest.mark.parametrize("version", ["3.6", "3.7", "3.8"])
 def test_too_old_python_is_named_with_the_minimum(tmp_path: Path, version: str) -> None:
-    from areal_console.core.client import AgentDisconnected
+    from areal_console.core.connection.client import AgentDisconnected
 
     python = _old_python(version)
     with pytest.raises(AgentDisconnected) as err:
@@ -262,8 +262,8 @@ def test_too_old_python_is_named_with_the_minimum(tmp_path: Path, version: str) 
 
 def test_the_minimum_python_really_runs_the_agent(tmp_path: Path) -> None:
     """MIN_PYTHON is what the agent needs: the oldest accepted version answers `sample`."""
-    from areal_console.core.client import AgentClient
-    from areal_console.core.transport import MIN_PYTHON
+    from areal_console.core.connection.client import AgentClient
+    from areal_console.core.connection.transport import MIN_PYTHON
 
     python = _old_python(".".join(map(str, MIN_PYTHON)))
     client = AgentClient(_bootstrap(tmp_path, python))
@@ -287,8 +287,8 @@ def test_no_usable_python_on_the_node_names_every_candidate(tmp_path: Path) -> N
     """No Python >= the minimum anywhere: every candidate is named with its version. The old
     interpreters here are a stand-in script (answering the version probe as 3.6 does),
     bound over /usr/bin/python3 in a private mount namespace."""
-    from areal_console.core.client import AgentDisconnected
-    from areal_console.core.transport import BOOTSTRAP, ProcessChannel, resolving_argv
+    from areal_console.core.connection.client import AgentDisconnected
+    from areal_console.core.connection.transport import BOOTSTRAP, ProcessChannel, resolving_argv
 
     if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
         pytest.skip("cannot make a mount namespace here")
@@ -314,9 +314,9 @@ def test_no_usable_python_on_the_node_names_every_candidate(tmp_path: Path) -> N
 
 
 def test_frozen_agent_is_unresponsive_and_keeps_its_link() -> None:
-    from areal_console.core.fleet import Fleet
-    from areal_console.core.monitor import FleetMonitor
-    from areal_console.core.targets import local_node
+    from areal_console.core.connection.fleet import Fleet
+    from areal_console.core.connection.monitor import FleetMonitor
+    from areal_console.core.targets.resolve import local_node
 
     fleet = Fleet([local_node()])
     monitor = FleetMonitor(fleet, interval=0.2, ping_every=0.2, ping_timeout=1.0)
@@ -354,9 +354,9 @@ def test_agent_frozen_before_its_stream_starts_is_unresponsive_not_down() -> Non
     """Frozen between the handshake and the answer to `stream`: the monitor says
     unresponsive within the ping timeout (it used to wait the request's 30 s and call the
     node down), keeps the link, and takes the stream's answer when the agent thaws."""
-    from areal_console.core.fleet import Fleet
-    from areal_console.core.monitor import FleetMonitor
-    from areal_console.core.targets import local_node
+    from areal_console.core.connection.fleet import Fleet
+    from areal_console.core.connection.monitor import FleetMonitor
+    from areal_console.core.targets.resolve import local_node
 
     fleet = Fleet([local_node()])
     session = fleet.sessions[0]
@@ -405,8 +405,8 @@ def test_agent_frozen_before_its_stream_starts_is_unresponsive_not_down() -> Non
 
 
 def test_frozen_agent_in_the_cli_says_not_responding(tmp_path: Path) -> None:
-    from areal_console.core.client import AgentClient, AgentNotResponding
-    from areal_console.core.transport import LocalChannel
+    from areal_console.core.connection.client import AgentClient, AgentNotResponding
+    from areal_console.core.connection.transport import LocalChannel
 
     channel = LocalChannel()
     client = AgentClient(channel)
@@ -583,7 +583,7 @@ def scontrol(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_hostlists_expand_exactly_as_scontrol_does(scontrol: Any) -> None:
-    from areal_console.core.inventory import expand_hostlist
+    from areal_console.core.targets.inventory import expand_hostlist
 
     for expr in HOSTLISTS:
         assert expand_hostlist(expr) == scontrol(expr), expr
@@ -591,8 +591,8 @@ def test_hostlists_expand_exactly_as_scontrol_does(scontrol: Any) -> None:
 
 @pytest.mark.parametrize("expr", ["n[5-3]", "n[a-b]", "n[]", "n[1-2,]", "n[-2]", "n[0-100000]"])
 def test_hostlists_scontrol_refuses_are_refused(scontrol: Any, expr: str) -> None:
-    from areal_console.core.errors import UserError
-    from areal_console.core.inventory import expand_hostlist
+    from areal_console.core.common.errors import UserError
+    from areal_console.core.targets.inventory import expand_hostlist
 
     assert scontrol(expr) is None
     with pytest.raises(UserError, match="bad host"):
@@ -600,7 +600,7 @@ def test_hostlists_scontrol_refuses_are_refused(scontrol: Any, expr: str) -> Non
 
 
 def test_hosts_option_takes_the_hostlist_grammar() -> None:
-    from areal_console.core.inventory import parse_hosts
+    from areal_console.core.targets.inventory import parse_hosts
 
     specs = parse_hosts("alice@n[0-1,3]:2222,m[08-10]")
     assert [s.address for s in specs] == [
@@ -626,7 +626,7 @@ WITHOUT_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
 def dump_with_unreadable_step(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real dump directory whose step 1 file has mode 000. The CLI runs without the
     capabilities that let root read anything, so "permission denied" is real here."""
-    from tests.fixtures import batch_dumps as bf
+    from tests.support.fixtures import batch_dumps as bf
 
     if subprocess.run([*WITHOUT_DAC, "true"], capture_output=True).returncode != 0:
         pytest.skip("setpriv cannot drop capabilities here")
@@ -820,7 +820,7 @@ def test_random_bytes_are_not_a_torch_file(tmp_path: Path) -> None:
 
 
 def test_batch_prints_no_torch_warnings(tmp_path: Path) -> None:
-    from tests.fixtures import batch_dumps as bf
+    from tests.support.fixtures import batch_dumps as bf
 
     bf.write_trajectory_dump(tmp_path, steps=[0], dp_size=1, n_groups=2, group_size=2)
     result = run_cli("batch", str(tmp_path / "step_000000_dp_0.pt"))
@@ -834,12 +834,13 @@ WRITE_ARGS = "import sys; open(sys.argv[2], 'w').write(sys.argv[1] + chr(10) + s
 
 
 def test_a_dump_path_holding_a_field_name_is_passed_as_it_is(tmp_path: Path) -> None:
-    from areal_console.core import jobs, slurm_runs
-    from areal_console.core.fleet import Fleet
-    from areal_console.core.replay import parse_template, plan_replay
-    from areal_console.core.targets import local_node
+    from areal_console.core.connection.fleet import Fleet
+    from areal_console.core.replay import runs as jobs
+    from areal_console.core.replay.plan import parse_template, plan_replay
+    from areal_console.core.slurm import runs as slurm_runs
+    from areal_console.core.targets.resolve import local_node
 
-    from tests.fixtures import batch_dumps as bf
+    from tests.support.fixtures import batch_dumps as bf
 
     dump = tmp_path / "run-{job_dir}-{python}"
     dump.mkdir()
@@ -896,15 +897,15 @@ def test_slurm_timeout_bounds_slurms_commands(tmp_path: Path, command: tuple[str
 # Cases that need the sshd test cluster or the Slurm cluster live with those fixtures:
 
 ELSEWHERE = {
-    "test_ssh.py": [
+    "cluster/test_ssh.py": [
         "test_known_hosts_markers_revoke_one_host_and_fail_no_other",  # 4
         "test_known_hosts_warning_is_shown_once_in_the_console",  # 4
         "test_connect_timeout_bounds_the_agent_start",  # 12
     ],
-    "test_fleet_faults.py": [
+    "cluster/test_fleet_faults.py": [
         "test_hung_agent_costs_only_its_own_timeout",  # 13, over SSH
     ],
-    "test_slurm.py": [
+    "cluster/test_slurm.py": [
         "test_the_agents_python_is_chosen_on_the_node",  # 14 (and 9 through Slurm)
         "test_unknown_job_is_a_clear_error",  # 10: a bad job id exits 2
     ],
@@ -914,7 +915,7 @@ ELSEWHERE = {
 def test_the_cases_listed_elsewhere_exist() -> None:
     import ast
 
-    here = Path(__file__).parent
+    here = Path(__file__).parents[1]
     for module, names in ELSEWHERE.items():
         tree = ast.parse((here / module).read_text())
         defined = {
@@ -926,7 +927,7 @@ def test_the_cases_listed_elsewhere_exist() -> None:
 def test_known_hosts_notes_are_said_once_per_process() -> None:
     """Every reconnect reads known_hosts again: its warnings are said once, not per connect
     (item 4)."""
-    from areal_console.core import ssh
+    from areal_console.core.connection import ssh
 
     ssh.take_notes()
     ssh._note("known_hosts: 1 @cert-authority line(s) skipped")

@@ -17,12 +17,12 @@ from areal_console.core.metrics.locate import HealthTarget
 from areal_console.screens.health import HealthScreen
 from areal_console.widgets.health_banner import HealthBanner
 from areal_console.widgets.metric_table import MetricTable
-from recorded import SIZE, recorded_monitor
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats
 from tests.conftest import run_cli
-from tests.waits import until
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats
+from tests.support.recorded import SIZE, recorded_monitor
+from tests.support.waits import until
 
 BIG = "9" * 5000  # past int()'s 4,300 digits
 

@@ -1,4 +1,4 @@
-"""The Flight Recorder setup block (docs/ledger.md) and the Stacks screen's `F` key that
+"""The Flight Recorder setup block (docs/guide/ledger.md) and the Stacks screen's `F` key that
 shows it when no trace came: the block's AReaL keys are AReaL's own fields."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from pathlib import Path
 import yaml
 from areal_console.core.ledger.setup import recorder_setup
 from areal_console.core.stacks.parsing import build_capture
-from areal_console.screens.recorder_setup import RecorderSetupScreen
+from areal_console.dialogs.recorder_setup import RecorderSetupScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_node.fr_hook import HOOK_DIR
 from textual.widgets import TextArea
 
-from tests.test_stacks_screen import StacksApp, load_raw, open_screen
-from tests.waits import until as wait_until
+from tests.support.waits import until as wait_until
+from tests.tui.test_stacks_screen import StacksApp, load_raw, open_screen
 
-CLI_ARGS = Path(__file__).parent / "data" / "areal_cli_args_cbff54d6.json"
+CLI_ARGS = Path(__file__).parents[1] / "data" / "areal_cli_args_cbff54d6.json"
 
 
 def test_block_is_yaml_with_arealss_own_fields() -> None:
@@ -37,7 +37,7 @@ def test_block_is_yaml_with_arealss_own_fields() -> None:
 
 
 def test_docs_carry_the_block() -> None:
-    docs = (Path(__file__).parents[1] / "docs" / "ledger.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "guide" / "ledger.md").read_text()
     assert recorder_setup("/path/to/fr_hook") in docs
 
 

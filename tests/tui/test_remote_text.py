@@ -18,23 +18,23 @@ from typing import Any
 
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core import jobs
-from areal_console.core.fleet import Fleet
+from areal_console.core.connection.fleet import Fleet
 from areal_console.core.metrics.locate import HealthTarget
+from areal_console.core.replay import runs as jobs
 from areal_console.core.stacks.parsing import build_capture
-from areal_console.core.targets import local_node
+from areal_console.core.targets.resolve import local_node
 from areal_console.screens.health import HealthScreen
-from areal_console.screens.jobs import RunsScreen
+from areal_console.screens.runs import RunsScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.metric_table import MetricTable
-from recorded import SIZE, recorded_monitor
 from textual.app import App
 from textual.widgets import Log
 
-from tests.areal_logfmt import actor_stats, write_run
-from tests.waits import until
+from tests.support.areal_logfmt import actor_stats, write_run
+from tests.support.recorded import SIZE, recorded_monitor
+from tests.support.waits import until
 
 # A retitle (OSC 2), a screen clear (CSI 2J), an 8-bit CSI, a bell, and markup.
 HOSTILE = "evil\x1b]2;pwned\x07\x1b[2J\x9b31m[red]mk[/red]"
@@ -86,7 +86,7 @@ async def test_metric_names_from_a_log_are_escaped(tmp_path: Path) -> None:
 
 
 async def test_group_and_op_names_from_a_trace_are_escaped() -> None:
-    raw = json.loads((Path(__file__).parent / "data/pyspy/ledger_op.json").read_text())
+    raw = json.loads((Path(__file__).parents[1] / "data/pyspy/ledger_op.json").read_text())
     for reply in raw["nodes"][0]["fr"]["live"]:
         trace = reply["trace"]
         group = trace["groups"][0]
@@ -131,7 +131,7 @@ async def test_a_jobs_log_is_escaped(fleet: Fleet) -> None:
 
 
 async def test_slurm_job_names_of_other_users_are_escaped() -> None:
-    from areal_console.core.slurm import parse_squeue_lines
+    from areal_console.core.slurm.client import parse_squeue_lines
     from areal_console.screens.slurm_jobs import SlurmJobsScreen
 
     line = f"7|{HOSTILE}|mallory|RUNNING|None|1|node1|gres:gpu:1"  # squeue's format, as read
@@ -149,8 +149,8 @@ async def test_slurm_job_names_of_other_users_are_escaped() -> None:
 
 async def test_a_process_detail_is_escaped(tmp_path: Path) -> None:
     """A real process with a hostile command line and rank variable, opened in full."""
-    from areal_console.core.records import ProcessRow
-    from areal_console.screens.process_detail import ProcessDetailScreen
+    from areal_console.core.connection.records import ProcessRow
+    from areal_console.dialogs.process_detail import ProcessDetailScreen
 
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR=HOSTILE)
     proc = subprocess.Popen(
@@ -174,7 +174,7 @@ async def test_a_process_detail_is_escaped(tmp_path: Path) -> None:
 
 async def test_a_source_file_shown_beside_a_frame_is_escaped(tmp_path: Path) -> None:
     from areal_console.core.stacks.records import Frame
-    from areal_console.screens.source_view import SourceViewScreen
+    from areal_console.dialogs.source_view import SourceViewScreen
 
     source = tmp_path / "train.py"
     source.write_text(f"def step():\n    x = 1  # {HOSTILE}\n    return x\n")

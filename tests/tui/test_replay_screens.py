@@ -11,18 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core import jobs
-from areal_console.core.fleet import Fleet
-from areal_console.core.replay import Verification, load_templates, local_trainer
-from areal_console.core.targets import local_node
-from areal_console.screens.confirm_dialog import ConfirmDialog
-from areal_console.screens.jobs import RunRow, RunsScreen
-from areal_console.screens.replay_dialog import ReplayDialog
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.replay import runs as jobs
+from areal_console.core.replay.plan import Verification, load_templates, local_trainer
+from areal_console.core.targets.resolve import local_node
+from areal_console.dialogs.confirm import ConfirmDialog
+from areal_console.dialogs.replay import ReplayDialog
+from areal_console.screens.runs import RunRow, RunsScreen
 from areal_console.styles import STYLESHEET
 from textual.app import App
 from textual.widgets import DataTable, Input, Label, Static
 
-from tests.waits import until
+from tests.support.waits import until
 
 SLOW_JOB = "import time\nprint('working', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
 

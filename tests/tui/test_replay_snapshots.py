@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core import jobs
-from areal_console.core.fleet import Fleet
-from areal_console.screens.jobs import RunsScreen
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.replay import runs as jobs
+from areal_console.screens.runs import RunsScreen
 from areal_console.styles import STYLESHEET
 from textual.app import App
 

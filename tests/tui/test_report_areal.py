@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.targets import local_node
+from areal_console.core.targets.resolve import local_node
 from conftest import run_cli
-from test_areal_processes import STUB, ArealRun
+
+from tests.tui.test_areal_processes import STUB, ArealRun
 
 WANDB_KEY = secrets.token_hex(20)  # 40 hex digits, as W&B's keys
 HF_TOKEN = "hf_" + secrets.token_urlsafe(24).replace("-", "a").replace("_", "b")
@@ -203,12 +204,12 @@ async def test_b_on_stacks_and_health_previews_then_writes_the_report(
     planted_run: ArealRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from areal_console.app import create_app
+    from areal_console.core.common.settings import Settings
     from areal_console.core.metrics.locate import HealthTarget
-    from areal_console.core.settings import Settings
-    from areal_console.screens.report_preview import ReportPreview
+    from areal_console.dialogs.report_preview import ReportPreview
     from textual.widgets import DataTable, Static
 
-    from tests.waits import until
+    from tests.support.waits import until
 
     monkeypatch.chdir(tmp_path)  # the preview writes to the working directory
     log_dir = planted_run.workdir / "logs" / getpass.getuser() / "gsm8k-grpo" / planted_run.trial

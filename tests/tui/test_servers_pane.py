@@ -10,17 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from areal_console.app import ConsoleApp
-from areal_console.core.monitor import NodeView, RecordedMonitor
-from areal_console.core.records import ServerRow
+from areal_console.core.connection.monitor import NodeView, RecordedMonitor
+from areal_console.core.connection.records import ServerRow
 from areal_console.core.rollout.servers import throughput_trend
 from areal_console.widgets.servers_pane import ServersPane
 from areal_node.server_poll import ServerPoller, verified_endpoint
 from textual.widgets import Static
 
-from tests.test_server_poll import Standin
-from tests.waits import until
+from tests.support.waits import until
+from tests.unit.test_server_poll import Standin
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def server_process(pid: int, kind: str, port: int, state: dict[str, Any]) -> dict[str, Any]:

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from areal_console.core.errors import UserError
-from areal_console.core.slurm import SlurmJob, parse_squeue_lines
+from areal_console.core.common.errors import UserError
+from areal_console.core.slurm.client import SlurmJob, parse_squeue_lines
 from areal_console.screens.slurm_jobs import SlurmJobsScreen
 from areal_console.styles import STYLESHEET
 from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Label
 
-from tests.waits import until
+from tests.support.waits import until
 
-DATA = Path(__file__).resolve().parent / "data" / "slurm"
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
 
 def recorded_jobs(all_users: bool) -> list[SlurmJob]:

@@ -13,17 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import recorded
 from areal_console.app import ConsoleApp
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
-from recorded import recorded_monitor
-from test_slurm_screen import SlurmApp, listed, recorded_jobs
 from textual.widgets import Static
 
-from tests.waits import until
+from tests.support import recorded
+from tests.support.recorded import recorded_monitor
+from tests.support.waits import until
+from tests.tui.test_slurm_screen import SlurmApp, listed, recorded_jobs
 
 SMALL = (80, 24)
 LARGE = (160, 45)

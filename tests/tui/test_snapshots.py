@@ -8,10 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import recorded
 from areal_console.app import ConsoleApp
-from areal_console.core.monitor import RecordedMonitor
-from recorded import SIZE, recorded_monitor
+from areal_console.core.connection.monitor import RecordedMonitor
+
+from tests.support import recorded
+from tests.support.recorded import SIZE, recorded_monitor
 
 
 def test_cluster_screen_snapshot(snap_compare: Any) -> None:

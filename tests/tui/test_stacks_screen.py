@@ -10,7 +10,7 @@ import pytest
 from areal_console.core.stacks.capture import CaptureState
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.records import StackCapture
-from areal_console.screens.source_view import SourceViewScreen
+from areal_console.dialogs.source_view import SourceViewScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
@@ -20,10 +20,10 @@ from areal_console.widgets.stack_tree import StackTree
 from textual.app import App
 from textual.widgets import Input, Static
 
-import tests.fixtures.hang as hang_module
-from tests.waits import until as wait_until
+import tests.support.fixtures.hang as hang_module
+from tests.support.waits import until as wait_until
 
-DATA = Path(__file__).parent / "data" / "pyspy"
+DATA = Path(__file__).parents[1] / "data" / "pyspy"
 HANG_PY = str(Path(hang_module.__file__).resolve())
 
 
@@ -350,7 +350,7 @@ def test_capture_progress_reaches_the_screen_a_few_times_a_second() -> None:
 
     from areal_console.app import ConsoleApp
 
-    from tests.recorded import recorded_monitor
+    from tests.support.recorded import recorded_monitor
 
     app = ConsoleApp(None, recorded_monitor())
     posted: list[Any] = []
@@ -365,8 +365,9 @@ def test_capture_progress_reaches_the_screen_a_few_times_a_second() -> None:
 async def test_ledger_pane_leads_with_the_deadlock_between_groups() -> None:
     """A capture `stacks` saved from the real wrong-group job (every stack alike; rank 3
     passed the tp group): the banner and the ledger pane say who waits for whom."""
-    import recorded
     from areal_console.widgets.ledger_pane import LedgerPane
+
+    from tests.support import recorded
 
     app = recorded.saved_stacks_app("saved_wrong_group")
     async with app.run_test(size=recorded.SIZE) as pilot:

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import recorded
 from areal_console.app import ConsoleApp
 from areal_console.core.metrics.locate import HealthTarget
 from areal_console.screens.stacks import StacksScreen
-from areal_logfmt import write_run
 from textual.widget import Widget
 from textual.widgets._toast import Toast, ToastRack
+
+from tests.support import recorded
+from tests.support.areal_logfmt import write_run
 
 pytestmark = pytest.mark.slow
 

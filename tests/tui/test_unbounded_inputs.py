@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core.fleet import Fleet
-from areal_console.core.records import MAX_CMDLINE
-from areal_console.core.targets import local_node
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.connection.records import MAX_CMDLINE
+from areal_console.core.targets.resolve import local_node
 from areal_console.widgets.process_table import ProcessTable
 
 from tests.conftest import cli_env, run_cli
-from tests.waits import until
+from tests.support.waits import until
 
 PROCESSES = 20
 ARG = 130_000  # under Linux's 128 KiB per argument

@@ -8,21 +8,21 @@ from pathlib import Path
 
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core import jobs
-from areal_console.core.fleet import Fleet
-from areal_console.core.identity import UserScope, login_user
-from areal_console.core.monitor import RecordedMonitor
+from areal_console.core.common.identity import UserScope, login_user
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.connection.monitor import RecordedMonitor
+from areal_console.core.replay import runs as jobs
 from areal_console.core.stacks.store import SavedCapture
 from areal_console.palette import ConsoleCommands
-from areal_console.screens.jobs import RunsScreen
+from areal_console.screens.runs import RunsScreen
 from areal_console.styles import STYLESHEET
 from conftest import run_cli
 from textual.app import App
 from textual.widgets import DataTable, Label
 
-from tests import waits
+from tests.support import waits
 
-RANK0 = Path(__file__).parent / "data" / "pyspy_text" / "rank0.txt"
+RANK0 = Path(__file__).parents[1] / "data" / "pyspy_text" / "rank0.txt"
 
 
 def test_login_user_prefers_sudo_user(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,17 +8,17 @@ import threading
 import time
 from dataclasses import dataclass
 
-import recorded
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
 from areal_console.messages import Reply
-from areal_console.screens.jobs import RunsScreen
+from areal_console.screens.runs import RunsScreen
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 from textual import on
 from textual.app import App
 from textual.screen import Screen
 from textual.widgets import Label
 
-from tests.waits import until
+from tests.support import recorded
+from tests.support.waits import until
 
 
 @dataclass

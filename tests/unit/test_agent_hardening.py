@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core.client import AgentClient, AgentError
-from areal_console.core.transport import InProcessChannel
+from areal_console.core.connection.client import AgentClient, AgentError
+from areal_console.core.connection.transport import InProcessChannel
 from areal_node.agent import protocol
 from areal_node.agent.protocol import OPS, ReplyUnsendable, encode_message
 from areal_node.agent.threads import Workers
@@ -214,8 +214,8 @@ LONG_ARG = "x" * (120 << 10)  # under MAX_ARG_STRLEN (128 KiB): 9 of them make ~
 def test_200_processes_with_1mb_command_lines_give_a_small_sample(tmp_path) -> None:
     """One rank with a 1 MB command line forks 199 more (copy-on-write: the same argv and
     RANK): the agent reads at most 64 KB of each and sends 16 KB."""
-    from areal_console.core.client import AgentClient
-    from areal_console.core.transport import LocalChannel
+    from areal_console.core.connection.client import AgentClient
+    from areal_console.core.connection.transport import LocalChannel
     from areal_node.agent.procfs import CMDLINE_SEND_MAX
 
     script = (
@@ -360,6 +360,8 @@ def test_launchers_and_children_of_ranks_get_no_rank() -> None:
 def test_the_deadline_table_in_the_docs_is_the_agents() -> None:
     import re
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "agent-protocol.md").read_text()
+    doc = (
+        Path(__file__).resolve().parents[2] / "docs" / "design" / "agent-protocol.md"
+    ).read_text()
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (\d+)(?: \+ `\w+`)? \|$", doc, re.MULTILINE))
     assert {k: float(v) for k, v in rows.items()} == protocol.DEADLINES

@@ -1,4 +1,4 @@
-"""docs/agent-protocol.md documents every op: the agent's op table and the extensions'
+"""docs/design/agent-protocol.md documents every op: the agent's op table and the extensions'
 (batches, versions), no more and no fewer."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from areal_node import versions
 from areal_node.agent import protocol, serve
 from areal_node.batches.ops import OPS as BATCH_OPS
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "agent-protocol.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "design" / "agent-protocol.md"
 ROW = re.compile(r"^\| `([a-z_]+)` \|", re.MULTILINE)
 
 

@@ -1,7 +1,7 @@
 """Every file:line of AReaL that the test transcriptions cite, checked against AReaL.
 
-The transcriptions (tests/fixtures/areal_code.py, tests/fixtures/batch_dumps.py,
-tests/areal_logfmt.py, and the tests that read them) cite AReaL as `areal/...py:A-B`
+The transcriptions (tests/support/fixtures/areal_code.py, tests/support/fixtures/batch_dumps.py,
+tests/support/areal_logfmt.py, and the tests that read them) cite AReaL as `areal/...py:A-B`
 (always the full path). `CITES` lists each citation with the text of its first line and a
 digest of all its lines at the cited commit (cbff54d, or PR #1407's head for the trajectory
 dump), so a number that drifts, or code that moves, fails here:
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.areal_source import (
+from tests.conftest import areal_checkout
+from tests.support.areal_source import (
     AREAL_RELEASE,
     CITED_COMMIT,
     PR_1407_COMMIT,
@@ -29,15 +30,14 @@ from tests.areal_source import (
     ReleaseSource,
     git_blob_id,
 )
-from tests.conftest import areal_checkout
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 CITING_FILES = [
-    TESTS / "fixtures" / "areal_code.py",
-    TESTS / "fixtures" / "batch_dumps.py",
-    TESTS / "areal_logfmt.py",
-    TESTS / "test_metrics_core.py",
-    TESTS / "test_batches_areal.py",
+    TESTS / "support" / "fixtures" / "areal_code.py",
+    TESTS / "support" / "fixtures" / "batch_dumps.py",
+    TESTS / "support" / "areal_logfmt.py",
+    TESTS / "unit" / "test_metrics_core.py",
+    TESTS / "unit" / "test_batches_areal.py",
 ]
 CITATION = re.compile(r"(?<![\w/])(areal/[\w/]+\.py):\s*(\d+)(?:-(\d+))?")
 ANY_CITATION = re.compile(r"([\w/.]*\w\.py):\s*\d|\(:\d")

@@ -1,7 +1,7 @@
-"""The transcriptions in tests/fixtures/areal_code.py against AReaL's own source.
+"""The transcriptions in tests/support/fixtures/areal_code.py against AReaL's own source.
 
 AReaL's functions are taken out of its source with `ast` and run next to ours on the same
-inputs, for two versions of AReaL (tests/areal_source.py): the release `areal 1.0.4` from
+inputs, for two versions of AReaL (tests/support/areal_source.py): the release `areal 1.0.4` from
 the package index, always (the tensor helpers and RTensor are the same there as at the
 cited commit), and the cited commit cbff54d itself where `$AREAL_REPO` names a checkout
 with it (skipped, saying so, otherwise). Every file:line the transcriptions cite is checked
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from areal_node import batches as b
 
-from tests.areal_source import AReaLSource
-from tests.fixtures import areal_code as ac
-from tests.fixtures import batch_dumps as bf
+from tests.support.areal_source import AReaLSource
+from tests.support.fixtures import areal_code as ac
+from tests.support.fixtures import batch_dumps as bf
 
 
 def _functions(source: str, names: set[str], namespace: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from areal_node import constants
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 FIELDS = {
     constants.MAIN: DATA / "areal_cli_args_cbff54d6.json",
@@ -129,7 +129,7 @@ def suggested_keys() -> dict[str, set[str]]:
     files = [
         *ROOT.joinpath("tui").rglob("*.py"),
         *ROOT.joinpath("node").rglob("*.py"),
-        *ROOT.joinpath("docs").glob("*.md"),
+        *ROOT.joinpath("docs").rglob("*.md"),
         ROOT / "README.md",
     ]
     found: dict[str, set[str]] = {}

@@ -1,5 +1,5 @@
 """`--areal EXPERIMENT/TRIAL`: an AReaL job by its name, from records written the way
-AReaL writes them (tests/areal_name_resolve.py) to an nfs record root and to a real etcd
+AReaL writes them (tests/support/areal_name_resolve.py) to an nfs record root and to a real etcd
 (Debian's `etcd-server`, started here), with real listeners standing in for workers."""
 
 from __future__ import annotations
@@ -16,26 +16,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.areal_targets import probe_addresses, probe_via, resolve_areal_targets
-from areal_console.core.client import AgentError
-from areal_console.core.errors import UsageError, UserError
-from areal_console.core.fleet import NodeSession
-from areal_console.core.name_resolve import (
+from areal_console.core.common.errors import UsageError, UserError
+from areal_console.core.connection.client import AgentError
+from areal_console.core.connection.fleet import NodeSession
+from areal_console.core.stacks.diagnose import AREAL_TIMEOUT, GROUP_TIMEOUT, timeout_advice
+from areal_console.core.stacks.merge import analyse
+from areal_console.core.stacks.records import Frame, RankStack, StackCapture, Thread
+from areal_console.core.targets.areal import probe_addresses, probe_via, resolve_areal_targets
+from areal_console.core.targets.name_resolve import (
     EtcdRegistry,
     NfsRegistry,
     find_job,
     parse_job_name,
 )
-from areal_console.core.specs import local_node
-from areal_console.core.stacks.diagnose import AREAL_TIMEOUT, GROUP_TIMEOUT, timeout_advice
-from areal_console.core.stacks.merge import analyse
-from areal_console.core.stacks.records import Frame, RankStack, StackCapture, Thread
+from areal_console.core.targets.specs import local_node
 
-from tests.areal_logfmt import write_run
-from tests.areal_name_resolve import etcd_put, gen_server_key, nfs_add, worker_key
-from tests.cluster import free_port
 from tests.conftest import cli_env, run_cli
-from tests.waits import wait_for
+from tests.support.areal_logfmt import write_run
+from tests.support.areal_name_resolve import etcd_put, gen_server_key, nfs_add, worker_key
+from tests.support.cluster import free_port
+from tests.support.waits import wait_for
 
 USER = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
 
@@ -280,7 +280,7 @@ def test_metrics_find_the_log_dir_from_the_workers_fileroot(tmp_path: Path) -> N
     root = tmp_path / "nr"
     fileroot = tmp_path / "fr"
     write_run(fileroot / "logs" / USER / "exp" / "t7", steps=2)
-    stub = Path(__file__).parent / "jobs" / "areal_stub"
+    stub = Path(__file__).parents[1] / "jobs" / "areal_stub"
     port = free_port()
     worker = subprocess.Popen(
         [sys.executable, "-m", "areal.infra.rpc.rpc_server", "--port", str(port),

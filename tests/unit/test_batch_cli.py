@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from areal_console.core.batch_source import RemoteBatchSource
-from areal_console.core.fleet import Fleet
-from areal_console.core.targets import local_node
+from areal_console.core.batches.source import RemoteBatchSource
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.targets.resolve import local_node
 from areal_node.batches import BatchError, UnsafePickleError
 
-from tests.fixtures import batch_dumps as bf
+from tests.support.fixtures import batch_dumps as bf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from areal_console.commands.batch import format_summary
-from areal_console.core.batch_format import figure, figure_as, size
+from areal_console.core.batches.formatter import figure, figure_as, size
 from areal_console.screens.batches import summary_text
 
 
@@ -26,7 +26,7 @@ def test_sizes_use_the_consoles_units() -> None:
 
 
 def test_cli_and_screen_show_a_summarys_counts_alike() -> None:
-    from areal_console.core.batch_records import BatchSummary
+    from areal_console.core.batches.records import BatchSummary
 
     fields = dict(path="/d/step.pt", description="a batch", groups=1200, samples=4800)
     doc = {**fields, "tokens": 1234567, "bytes": 2048, "step": 3, "dp_rank": 1}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from areal_console.core.batch_records import (
+from areal_console.core.batches.records import (
     BatchSummary,
     Comparison,
     Histogram,
@@ -13,7 +13,7 @@ from areal_console.core.batch_records import (
     StepEntry,
     sample_rows,
 )
-from areal_console.core.batch_source import LocalBatchSource
+from areal_console.core.batches.source import LocalBatchSource
 from areal_console.core.stacks.parsing import ProcessDump
 from areal_console.core.stacks.records import (
     Frame,
@@ -26,7 +26,7 @@ from areal_console.core.stacks.records import (
 from areal_console.widgets.token_view import sample_text
 from areal_node.batches import compare
 
-from tests.fixtures import batch_dumps as bf
+from tests.support.fixtures import batch_dumps as bf
 
 
 def test_records_of_a_real_dump_directory(tmp_path: Path) -> None:

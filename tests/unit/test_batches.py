@@ -16,7 +16,7 @@ import torch
 from areal_node import batches as b
 from areal_node.batches import BatchError, UnsafePickleError
 
-from tests.fixtures import batch_dumps as bf
+from tests.support.fixtures import batch_dumps as bf
 
 
 @pytest.fixture(scope="module")
@@ -448,8 +448,8 @@ def test_the_batch_ops_run_from_the_payload_without_the_console(
 ) -> None:
     """What a node's agent loads runs from the payload zip alone: no areal_console, and
     no areal_node but the zip's."""
-    from areal_console.core.batch_source import EXTENSION_MODULE
-    from areal_console.core.payload import node_payload
+    from areal_console.core.batches.source import EXTENSION_MODULE
+    from areal_console.core.connection.payload import node_payload
 
     pyz = tmp_path / "payload.pyz"
     pyz.write_bytes(node_payload().data)

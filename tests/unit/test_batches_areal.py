@@ -1,7 +1,7 @@
 """The dump variants AReaL writes, read as AReaL's actor reads them.
 
-Fixtures are built with AReaL's own functions (tests/fixtures/areal_code.py, transcribed and
-checked against AReaL's source in tests/test_areal_code.py) and saved with `torch.save`.
+Fixtures are built with AReaL's own functions (tests/support/fixtures/areal_code.py, transcribed and
+checked against AReaL's source in tests/unit/test_areal_code.py) and saved with `torch.save`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from areal_node import batches as b
 from areal_node.batches import BatchError
 
-from tests.fixtures import areal_code as ac
-from tests.fixtures import batch_dumps as bf
+from tests.support.fixtures import areal_code as ac
+from tests.support.fixtures import batch_dumps as bf
 
 
 def _gen(seed: int = 7) -> torch.Generator:
@@ -197,7 +197,7 @@ def test_trusted_rtensor_file_without_areal_installed(sc_dump: Path) -> None:
 def test_reference_trainer_full_dump_reads_as_on_policy(tmp_path: Path) -> None:
     """The reference trainer stores prox_logp as AReaL's compute_logp returns it; with
     on-policy rollouts (rollout.max_head_offpolicyness=0) pi_prox/pi_behave is 1."""
-    from areal_console.core.replay import local_trainer
+    from areal_console.core.replay.plan import local_trainer
 
     dump = tmp_path / "dump"
     argv, env = local_trainer(

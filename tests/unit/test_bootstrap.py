@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from areal_console.core.payload import node_payload
-from areal_console.core.slurm_channel import shared_source_line
-from areal_console.core.transport import BOOTSTRAP, SHARED_BOOTSTRAP
+from areal_console.core.connection.payload import node_payload
+from areal_console.core.connection.transport import BOOTSTRAP, SHARED_BOOTSTRAP
+from areal_console.core.slurm.channel import shared_source_line
 
 
 def run(script: str, home: Path, stdin: bytes) -> list[dict[str, object]]:

@@ -1,5 +1,5 @@
 """scripts/check_skips.py (what `.ci/run` uses to fail a run that skipped what CI provides),
-and tests/expected_skips.txt against docs/test-suite.md."""
+and tests/expected_skips.txt against docs/design/test-suite.md."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_skips  # noqa: E402
 
@@ -69,7 +69,7 @@ def test_the_script_fails_a_run_with_an_unexpected_skip(tmp_path: Path) -> None:
 def test_expected_skips_parse_and_the_docs_show_the_same_list() -> None:
     text = (ROOT / "tests" / "expected_skips.txt").read_text()
     expected = check_skips.expected_skips(text)
-    docs = (ROOT / "docs" / "test-suite.md").read_text()
+    docs = (ROOT / "docs" / "design" / "test-suite.md").read_text()
     block = re.search(r"<!-- expected-skips -->\n```\n(.*?)```", docs, re.S)
-    assert block, "docs/test-suite.md has no expected-skips block"
+    assert block, "docs/design/test-suite.md has no expected-skips block"
     assert check_skips.expected_skips(block.group(1)) == expected

@@ -8,8 +8,8 @@ import sys
 import textwrap
 
 import pytest
-from areal_console.core.client import AgentClient, AgentError
-from areal_console.core.transport import TOO_LONG, ProcessChannel, bounded_readline
+from areal_console.core.connection.client import AgentClient, AgentError
+from areal_console.core.connection.transport import TOO_LONG, ProcessChannel, bounded_readline
 
 # A stand-in agent: a real process that answers `deep` with a reply nested 50,000 deep,
 # `garbage` with a line that is no JSON, and everything else as `ping` does.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from areal_console.core.client import AgentDisconnected
-from areal_console.core.fleet import Backoff, Fleet, NodeFailure, NodeSession
-from areal_console.core.targets import NodeSpec
+from areal_console.core.connection.client import AgentDisconnected
+from areal_console.core.connection.fleet import Backoff, Fleet, NodeFailure, NodeSession
+from areal_console.core.targets.resolve import NodeSpec
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:

@@ -2,7 +2,7 @@
 `setpriv`) would: planted dump files and sockets, a trickling recorder socket, links at
 the crash dump's names, and the launch hook's own start-up (copies on the path, an
 availability check before `import torch`, AReaL rpc_server processes). Real processes,
-real users, real files and sockets (docs/security.md, "Flight Recorder and the launch hook").
+real users, real files and sockets (docs/design/security.md, "Flight Recorder and the launch hook").
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from areal_node.agent.flight_recorder import (
 from areal_node.agent.procfs import parse_environ
 from areal_node.fr_hook import HOOK_DIR
 
-from tests.waits import wait_for
+from tests.support.waits import wait_for
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
 )
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 NOBODY_UID = 65534
-DATA = Path(__file__).resolve().parent / "data" / "fr"
+DATA = Path(__file__).resolve().parents[1] / "data" / "fr"
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ def test_planted_dump_is_one_ranks_error_within_bounds(tmp_path: Path, name: str
     text = json.dumps({"files": files})
     elapsed = time.monotonic() - started
     # Unbounded, these expand to gigabytes; bounded, they stop in under a second here
-    # (docs/ledger.md). The bound holds on a loaded 2-core machine.
+    # (docs/guide/ledger.md). The bound holds on a loaded 2-core machine.
     assert elapsed < 20.0, elapsed
     assert len(text) < 200_000
     by_rank = {f["rank"]: f for f in files}
@@ -463,7 +463,7 @@ def test_rpc_server_records_and_answers_with_its_later_rank(tmp_path: Path, proc
     RANK/WORLD_SIZE later, as over POST /set_env, and form a gloo group: the recorder was
     on from the start, the live trace says rank 0, the dump of the one that died is
     `<prefix>1`."""
-    from tests.cluster import free_port
+    from tests.support.cluster import free_port
 
     pkg = tmp_path / "src" / "areal" / "infra" / "rpc"
     pkg.mkdir(parents=True)

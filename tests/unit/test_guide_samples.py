@@ -1,4 +1,4 @@
-"""docs/guide.md's sample outputs are the code's: regenerated from a real demo run by
+"""docs/guide/guide.md's sample outputs are the code's: regenerated from a real demo run by
 scripts/guide_samples.py, and checked here so they cannot drift."""
 
 from __future__ import annotations
@@ -31,5 +31,5 @@ def test_the_guide_samples_are_what_the_code_prints_now() -> None:
     guide = GUIDE.read_text()
     updated = with_samples(guide, generate())
     diff = "".join(difflib.unified_diff(guide.splitlines(True), updated.splitlines(True),
-                                        "docs/guide.md", "generated"))  # fmt: skip
+                                        "docs/guide/guide.md", "generated"))  # fmt: skip
     assert updated == guide, f"run scripts/guide_samples.py to update the guide:\n{diff}"

@@ -2,7 +2,7 @@
 each began, where it last held, whether it still holds), the reward judged against its own
 noise, and `metrics --follow` announcing episodes as they open and close.
 
-Every log is written by tests/areal_logfmt.py, the cited transcription of AReaL's
+Every log is written by tests/support/areal_logfmt.py, the cited transcription of AReaL's
 StatsLogger run with the real `tabulate` and `colorlog`.
 """
 
@@ -31,7 +31,7 @@ from areal_console.core.metrics.health import (
 from areal_console.core.metrics.report import HealthReport, episode_events, report_json
 from conftest import run_cli
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats, write_run
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats, write_run
 
 STEPS = 60
 

@@ -15,7 +15,7 @@ from conftest import cli_env
 
 def test_core_imports_no_textual() -> None:
     modules = [m.name for m in pkgutil.walk_packages(core.__path__, "areal_console.core.")]
-    assert "areal_console.core.fleet" in modules
+    assert "areal_console.core.connection.fleet" in modules
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}:\n"
@@ -59,7 +59,7 @@ def test_one_class_per_name_in_the_console() -> None:
 
 def test_no_core_dump_is_tracked() -> None:
     """A crashed daemon's core file once slipped into a commit; .gitignore keeps them out."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     tracked = subprocess.run(
         ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True, check=True
     ).stdout.split("\0")
@@ -110,15 +110,15 @@ def _strings(value: object) -> list[str]:
 
 
 def test_recorded_fixtures_carry_no_machine_paths() -> None:
-    """Recordings under tests/data name the neutral root (tests/fixtures/neutral_paths.py),
+    """Recordings under tests/data name the neutral root (tests/support/fixtures/neutral_paths.py),
     not the checkout, interpreter, home or temporary directories of the machine that
     recorded them, nor of this one."""
     import pickle
     import re
 
-    from tests.fixtures.neutral_paths import machine_paths
+    from tests.support.fixtures.neutral_paths import machine_paths
 
-    data = Path(__file__).resolve().parent / "data"
+    data = Path(__file__).resolve().parents[1] / "data"
     # Where this project's machines keep checkouts, homes, interpreters and temp files,
     # and this machine's own paths.
     foreign = re.compile(

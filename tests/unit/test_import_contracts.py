@@ -15,7 +15,7 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"areal_console": ROOT / "tui" / "areal_console", "areal_node": ROOT / "node" / "areal_node"}  # fmt: skip
 
 
@@ -109,9 +109,9 @@ UI = ("areal_console.app", "areal_console.palette", "areal_console.cli", "areal_
 
 def test_the_graph_is_read() -> None:
     edges = graph()
-    assert "areal_console.screens.jobs" in edges["areal_console.app"]
-    assert "areal_console.core.fleet" in edges["areal_console.core.monitor"]
-    assert "areal_node.batches" in edges["areal_console.core.batch_source"]
+    assert "areal_console.screens.runs" in edges["areal_console.app"]
+    assert "areal_console.core.connection.fleet" in edges["areal_console.core.connection.monitor"]
+    assert "areal_node.batches" in edges["areal_console.core.batches.source"]
 
 
 def test_no_import_cycles() -> None:

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from areal_console.core.errors import UserError
-from areal_console.core.inventory import expand_hostlist, load_inventory, parse_hosts
+from areal_console.core.common.errors import UserError
+from areal_console.core.targets.inventory import expand_hostlist, load_inventory, parse_hosts
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_parse_hosts_users_ports_and_ranges() -> None:

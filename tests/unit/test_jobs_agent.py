@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from areal_console.core import jobs
-from areal_console.core.fleet import Fleet, NodeSession
-from areal_console.core.targets import NodeSpec, local_node
+from areal_console.core.connection.fleet import Fleet, NodeSession
+from areal_console.core.replay import runs as jobs
+from areal_console.core.targets.resolve import NodeSpec, local_node
 
-from tests.waits import wait_for
+from tests.support.waits import wait_for
 
 # A job that logs a line, then waits to be stopped (or finishes after 60 s).
 SLOW_JOB = "import sys,time\nprint('started', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
@@ -91,7 +91,7 @@ def test_stop_and_reconnect_find_the_record(session: tuple[NodeSession, list], e
 
 def test_unknown_job_and_bad_arguments(session: tuple[NodeSession, list]) -> None:
     s, _ = session
-    from areal_console.core.client import AgentError
+    from areal_console.core.connection.client import AgentError
 
     with pytest.raises(AgentError, match="no job nope"):
         s.call("job_tail", {"job": "nope"})
@@ -103,7 +103,7 @@ def test_unknown_job_and_bad_arguments(session: tuple[NodeSession, list]) -> Non
 
 def test_trainer_is_staged_once_by_content_hash(session: tuple[NodeSession, list]) -> None:
     """The node runs the trainer from the payload, staged under the trainer's name."""
-    from areal_console.core.payload import node_payload
+    from areal_console.core.connection.payload import node_payload
 
     s, _ = session
     path = jobs.stage_trainer(s)

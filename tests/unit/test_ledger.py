@@ -21,7 +21,7 @@ from areal_console.core.ledger.verdict import with_ledger
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_node.agent.flight_recorder import fr_dump_files, safe_unpickle, slim_trace
 
-DATA = Path(__file__).parent / "data" / "fr"
+DATA = Path(__file__).parents[1] / "data" / "fr"
 MODES = ("op", "size", "behind", "died")
 
 
@@ -273,7 +273,7 @@ def test_report_and_saved_json_carry_the_ledger_or_say_once_why_not() -> None:
     from areal_console.core.stacks.parsing import build_capture
     from areal_console.core.stacks.report import capture_json, text_report
 
-    pyspy = Path(__file__).parent / "data" / "pyspy"
+    pyspy = Path(__file__).parents[1] / "data" / "pyspy"
     with_fr = build_capture(json.loads((pyspy / "ledger_op.json").read_text()))
     assert with_fr.ledger is not None
     doc = json.loads(json.dumps(capture_json(with_fr)))

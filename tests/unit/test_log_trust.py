@@ -17,15 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.client import AgentClient, AgentError
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.client import AgentClient, AgentError
+from areal_console.core.connection.transport import LocalChannel
 from areal_console.core.metrics.follow import LocalFiles, log_dir_of
-from areal_console.core.transport import LocalChannel
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.areal_logfmt import write_run
 from tests.conftest import run_cli, wait_for
+from tests.support.areal_logfmt import write_run
 
 SETPRIV = shutil.which("setpriv")
 needs_nobody = pytest.mark.skipif(

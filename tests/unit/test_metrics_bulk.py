@@ -1,6 +1,6 @@
 """The metric log's bulk path reads exactly what the record-by-record path reads.
 
-Logs come from tests/areal_logfmt.py (AReaL's StatsLogger, printing and logging code,
+Logs come from tests/support/areal_logfmt.py (AReaL's StatsLogger, printing and logging code,
 transcribed with citations and run with the real `tabulate` and `colorlog`). The varied run
 below keeps breaking the bulk path's assumption that a record repeats the previous one's
 shape, in every way an AReaL log does.
@@ -19,7 +19,7 @@ import pytest
 from areal_console.core.metrics.logbulk import NUMBER, scientific, word_cover, word_matrix
 from areal_console.core.metrics.logparse import LogParser
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats
 
 EPOCH_STEPS = 37  # `Step s/37` rolls over, and its digit count changes, every 37 steps
 

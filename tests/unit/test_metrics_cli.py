@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from areal_console.core.client import AgentClient, AgentError
+from areal_console.core.connection.client import AgentClient, AgentError
+from areal_console.core.connection.transport import LocalChannel
 from areal_console.core.metrics.follow import MetricsFollower, NodeFiles
 from areal_console.core.metrics.health import BEHAVE_IMP_WEIGHT
-from areal_console.core.transport import LocalChannel
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats, write_run
 from tests.conftest import run_cli, wait_for
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats, write_run
 
 
 class Session:
@@ -185,7 +185,7 @@ def test_cli_finds_a_single_controller_runs_log_from_its_real_workers(tmp_path: 
     """Workers started as AReaL's LocalScheduler starts them (bash -c ... stdbuf ... rpc_server
     --experiment-name E --trial-name T --fileroot F | tee); the controller's log where
     AReaL's StatsLogger puts it."""
-    from test_areal_processes import ArealRun
+    from tests.tui.test_areal_processes import ArealRun
 
     run = ArealRun(tmp_path / "run", "collective", 2)
     try:

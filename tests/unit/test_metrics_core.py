@@ -1,6 +1,6 @@
 """Training metrics from AReaL's logs: the parser, the tensorboard reader, the guide's checks.
 
-Every log here is written by tests/areal_logfmt.py, a cited transcription of AReaL's own
+Every log here is written by tests/support/areal_logfmt.py, a cited transcription of AReaL's own
 StatsLogger/printing/logging code run with the real `tabulate`, `colorlog` and
 `tensorboardX` packages.
 """
@@ -36,8 +36,8 @@ from areal_console.core.metrics.logparse import LogParser, parse_log
 from areal_console.core.metrics.report import build_report, report_json
 from areal_console.core.metrics.tboard import TensorboardReader
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats, write_run
-from tests.areal_source import AReaLSource
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats, tabulate_stats, write_run
+from tests.support.areal_source import AReaLSource
 
 
 def rounded(value: float) -> float:
@@ -331,7 +331,7 @@ def test_directory_prefers_main_log_then_trainer_log(tmp_path: Path) -> None:
 
 
 def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
-    from areal_console.core.errors import UserError
+    from areal_console.core.common.errors import UserError
 
     with pytest.raises(UserError, match="no such file or directory"):
         MetricsFollower(str(tmp_path / "nope")).poll()
@@ -399,7 +399,7 @@ def test_reference_trainer_run_reads_like_an_areal_run(tmp_path: Path) -> None:
     """A real (1-rank) run: its stdout and tensorboard events carry the metrics.jsonl values."""
     import json
 
-    from areal_console.core.replay import local_trainer
+    from areal_console.core.replay.plan import local_trainer
     from areal_node.trainer.areal_log import AREAL_NAMES
 
     argv, env = local_trainer(

@@ -1,6 +1,6 @@
 """The node agent's oldest Python, checked without old interpreters.
 
-`MIN_PYTHON` (core/transport.py) is what the bootstrap accepts. The agent's package must
+`MIN_PYTHON` (core/connection/transport.py) is what the bootstrap accepts. The agent's package must
 need no newer Python: vermin (a tool made for this) finds the minimum version of every
 construct, call and module used, and `ast.parse(feature_version=...)` parses every file
 with that version's grammar. test_hostile_inputs.py still runs the agent on real 3.6-3.9
@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from areal_console.core.transport import MIN_PYTHON
+from areal_console.core.connection.transport import MIN_PYTHON
 
-NODE_PACKAGE = Path(__file__).resolve().parent.parent / "node" / "areal_node"
+NODE_PACKAGE = Path(__file__).resolve().parents[2] / "node" / "areal_node"
 TARGET = ".".join(map(str, MIN_PYTHON))
 
 

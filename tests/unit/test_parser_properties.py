@@ -26,14 +26,14 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from areal_console.core.errors import UserError
-from areal_console.core.inventory import load_inventory
+from areal_console.core.common.errors import UserError
 from areal_console.core.ledger import build_ledger
 from areal_console.core.ledger.trace import RankTrace, TraceError, parse_trace
 from areal_console.core.metrics.logparse import LogParser
 from areal_console.core.metrics.store import MetricStore
 from areal_console.core.metrics.tboard import TensorboardReader
 from areal_console.core.stacks.pyspy_text import parse_text, sections_to_capture
+from areal_console.core.targets.inventory import load_inventory
 from areal_node.agent.flight_recorder import (
     TraceDumpError,
     decode_dump,
@@ -44,9 +44,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-from tests.areal_logfmt import AReaLLogWriter, actor_stats
+from tests.support.areal_logfmt import AReaLLogWriter, actor_stats
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 T = TypeVar("T")
 
 

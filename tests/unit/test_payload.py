@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from areal_console.core.payload import (
+from areal_console.core.connection.payload import (
     PACKAGE_DIR,
     build_payload,
     node_payload,
@@ -110,7 +110,7 @@ def test_the_agent_runs_from_it(pyz: Path) -> None:
 def test_python_3_9_compiles_every_module_and_runs_the_agent(pyz: Path, tmp_path: Path) -> None:
     """The node package targets Python 3.9: every module of the zip compiles there, and
     the agent started by the real bootstrap serves a sample, a log search and a job list."""
-    from areal_console.core.transport import BOOTSTRAP, source_frame
+    from areal_console.core.connection.transport import BOOTSTRAP, source_frame
 
     pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
     found = sorted(pyenv.glob("3.9.*/bin/python3.9"))

@@ -1,5 +1,5 @@
 """The `/metrics` parser on the answers SGLang's and vLLM's code produce (the real
-prometheus_client fed their metric definitions, tests/fixtures/rollout_formats.py), on broken and
+prometheus_client fed their metric definitions, tests/support/fixtures/rollout_formats.py), on broken and
 hostile answers, and under Hypothesis with time bounds."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from areal_node.prom_text import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fixtures.rollout_formats import ServerState, sglang_metrics, vllm_metrics
+from tests.support.fixtures.rollout_formats import ServerState, sglang_metrics, vllm_metrics
 
 
 def test_sglang_answer_gives_every_family_the_console_reads() -> None:

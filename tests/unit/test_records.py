@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from areal_console.core.monitor import NodeView
-from areal_console.core.nodes import server_text
-from areal_console.core.records import GpuRow, ProcessRow, ServerRow, gpu_rows, process_rows
+from areal_console.core.connection.monitor import NodeView
+from areal_console.core.connection.nodes import server_text
+from areal_console.core.connection.records import (
+    GpuRow,
+    ProcessRow,
+    ServerRow,
+    gpu_rows,
+    process_rows,
+)
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_a_recorded_sample_becomes_rows_with_every_field() -> None:

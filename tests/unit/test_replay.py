@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from areal_console.core.replay import METRIC_NAMES
+from areal_console.core.replay.plan import METRIC_NAMES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def console_env(home: Path) -> dict[str, str]:
@@ -168,10 +168,10 @@ def test_cross_device_recording_says_so_and_compares_within_tolerance(
 
 @pytest.mark.slow
 def test_verifying_after_the_recording_is_gone_cannot_compare(home: Path, recording: Path) -> None:
-    from areal_console.core import jobs
-    from areal_console.core.fleet import Fleet
-    from areal_console.core.targets import local_node
-    from areal_console.screens.jobs import RunRow
+    from areal_console.core.connection.fleet import Fleet
+    from areal_console.core.replay import runs as jobs
+    from areal_console.core.targets.resolve import local_node
+    from areal_console.screens.runs import RunRow
 
     copy = home / "soon-gone"
     shutil.copytree(recording, copy)

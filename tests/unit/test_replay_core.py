@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from areal_console.core.errors import UserError
-from areal_console.core.replay import (
+from areal_console.core.common.errors import UserError
+from areal_console.core.replay.plan import (
     METRIC_NAMES,
     DumpIndex,
     load_templates,
@@ -255,11 +255,11 @@ def test_replay_core_does_not_import_textual() -> None:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tui"), str(root / "node")])}
 
     code = (
-        "import sys, areal_console.core.replay, areal_console.core.jobs;"
+        "import sys, areal_console.core.replay.plan, areal_console.core.replay.runs;"
         "sys.exit('textual' in sys.modules or 'torch' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0

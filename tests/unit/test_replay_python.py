@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from areal_console.core.jobs import merge_runs
-from areal_console.core.replay_python import CHECK_KIND, choose_python
+from areal_console.core.replay.python import CHECK_KIND, choose_python
+from areal_console.core.replay.runs import merge_runs
 
 HELLO = {"python_executable": "/home/u/venv/bin/python", "tools": {"torch": True}}
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from areal_console.core.demo import DemoJob, new_demo
+from areal_console.core.replay.demo import DemoJob, new_demo
 from conftest import run_cli
 
 pytestmark = pytest.mark.slow

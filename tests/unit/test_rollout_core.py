@@ -23,7 +23,7 @@ from areal_console.core.rollout.staleness import capacity, last_counts, session_
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fixtures.perf_tracer_files import TRAIN_STEP, TranscribedPerfTracer, write_steps
+from tests.support.fixtures.perf_tracer_files import TRAIN_STEP, TranscribedPerfTracer, write_steps
 
 # As AReaL's executor logs them with rollout.enable_rollout_tracing
 # (areal/infra/workflow_executor.py:399, :1241 through _rollout_stats :543-550), in

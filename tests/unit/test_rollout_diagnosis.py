@@ -94,7 +94,7 @@ def test_without_update_frames_it_stays_a_collective_pattern() -> None:
 
 
 def test_a_size_mismatch_in_the_ledger_names_the_update_collective() -> None:
-    data = Path(__file__).parent / "data" / "fr" / "size" / "rank_"
+    data = Path(__file__).parents[1] / "data" / "fr" / "size" / "rank_"
     files = fr_dump_files([str(data)], None)
     ledger = build_ledger(
         [parse_trace(f["rank"], "node", "file", f["path"], f["trace"]) for f in files], 4

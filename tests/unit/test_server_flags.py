@@ -15,7 +15,7 @@ from areal_node.server_flags import (
     throughput_from_counter,
 )
 
-from tests.fixtures.rollout_formats import ServerState, sglang_metrics, vllm_metrics
+from tests.support.fixtures.rollout_formats import ServerState, sglang_metrics, vllm_metrics
 
 
 def sglang_point(at: float, **state: float) -> ServerPoint:

@@ -25,7 +25,7 @@ from areal_node.server_poll import (
     verified_endpoint,
 )
 
-STANDIN = Path(__file__).parent / "jobs" / "standin_server.py"
+STANDIN = Path(__file__).parents[1] / "jobs" / "standin_server.py"
 
 
 class Standin:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from areal_console.core.errors import UserError
-from areal_console.core.settings import Settings, load_settings
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.settings import Settings, load_settings
 from conftest import run_cli
 
 

@@ -8,8 +8,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from areal_console.core.errors import UserError
-from areal_console.core.slurm import (
+from areal_console.core.common.errors import UserError
+from areal_console.core.slurm.channel import (
+    LABEL_CHUNK,
+    LabelledLines,
+    shared_source_line,
+    srun_argv,
+)
+from areal_console.core.slurm.client import (
     CommandResult,
     SlurmClient,
     expand_hostlist,
@@ -23,17 +29,11 @@ from areal_console.core.slurm import (
     parse_step_records,
     running_job,
 )
-from areal_console.core.slurm_channel import (
-    LABEL_CHUNK,
-    LabelledLines,
-    shared_source_line,
-    srun_argv,
-)
-from areal_console.core.slurm_launch import BatchRequest, batch_script, overlap_step_argv
-from areal_console.core.targets import SlurmTarget
+from areal_console.core.slurm.launch import BatchRequest, batch_script, overlap_step_argv
+from areal_console.core.targets.resolve import SlurmTarget
 from areal_node.agent.serve import Agent
 
-DATA = Path(__file__).resolve().parent / "data" / "slurm"
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
 
 def recorded(name: str) -> str:

@@ -13,7 +13,7 @@ Fixtures in tests/data/pyspy_text/:
 - rank0.txt, rank1.txt: `py-spy dump --pid` of those two workers; rank0_locals.txt the same
   with `--locals`.
 Machine paths in the recorded ones are rewritten to the neutral root of
-tests/fixtures/neutral_paths.py.
+tests/support/fixtures/neutral_paths.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from areal_console.core.stacks import analyse, diagnose
 from areal_console.core.stacks.pyspy_text import import_text_dumps, parse_text
 from conftest import run_cli
 
-DATA = Path(__file__).resolve().parent / "data" / "pyspy_text"
+DATA = Path(__file__).resolve().parents[1] / "data" / "pyspy_text"
 
 
 def imported(*names: str) -> dict:

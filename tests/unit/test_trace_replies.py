@@ -23,9 +23,9 @@ from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.report import capture_json, text_report
 from conftest import run_cli
 
-from tests.waits import wait_for
+from tests.support.waits import wait_for
 
-RAW = Path(__file__).parent / "data" / "pyspy" / "ledger_op.json"
+RAW = Path(__file__).parents[1] / "data" / "pyspy" / "ledger_op.json"
 DEEP = 50_000
 
 

@@ -19,14 +19,15 @@ from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
-from areal_console.core.errors import UserError
-from areal_console.core.fleet import Fleet
-from areal_console.core.identity import UserScope
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.identity import UserScope
+from areal_console.core.common.settings import Settings
+from areal_console.core.common.textfmt import plural
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.connection.monitor import FleetMonitor, NodeView
 from areal_console.core.metrics.health import thresholds_from
 from areal_console.core.metrics.locate import HealthTarget, job_logs_in
-from areal_console.core.monitor import FleetMonitor, NodeView
-from areal_console.core.replay import load_templates
-from areal_console.core.settings import Settings
+from areal_console.core.replay.plan import load_templates
 from areal_console.core.stacks.capture import (
     CaptureOptions,
     CaptureState,
@@ -38,19 +39,18 @@ from areal_console.core.stacks.merge import StackAnalysis
 from areal_console.core.stacks.report import AnalysedCapture
 from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
-from areal_console.core.targets import NodeSpec
-from areal_console.core.textfmt import plural
+from areal_console.core.targets.resolve import NodeSpec
+from areal_console.dialogs.command_line import CommandLine
+from areal_console.dialogs.help import HelpScreen
+from areal_console.dialogs.job_choice import JobChoiceDialog
+from areal_console.dialogs.replay import ReplayDialog
 from areal_console.messages import SavedCapturesListed
 from areal_console.navigation import SCREENS
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.cluster import ClusterScreen
-from areal_console.screens.command_line import CommandLine
 from areal_console.screens.health import HealthScreen
-from areal_console.screens.help import HelpScreen
-from areal_console.screens.job_choice import JobChoiceDialog
-from areal_console.screens.jobs import RunsScreen
-from areal_console.screens.replay_dialog import ReplayDialog
+from areal_console.screens.runs import RunsScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
 from areal_console.widgets.vim_table import VimTable
@@ -196,7 +196,9 @@ class ConsoleApp(WorkerHost, App[None]):
         self.notify(message.text, timeout=3)
 
     def _show_known_hosts_notes(self) -> None:
-        ssh = sys.modules.get("areal_console.core.ssh")  # not loaded: no SSH node, no notes
+        ssh = sys.modules.get(
+            "areal_console.core.connection.ssh"
+        )  # not loaded: no SSH node, no notes
         for note in ssh.take_notes() if ssh is not None else []:
             self.notify(note, title="known_hosts", severity="warning", timeout=15)
 
@@ -457,7 +459,7 @@ class ConsoleApp(WorkerHost, App[None]):
     # slurm ------------------------------------------------------------------------------
     def open_slurm_view(self, login: str | None = None) -> None:
         """`:slurm [LOGIN]`: your Slurm jobs; enter opens one's nodes in the Cluster screen."""
-        from areal_console.core.slurm import job_lister, make_runner
+        from areal_console.core.slurm.client import job_lister, make_runner
         from areal_console.screens.slurm_jobs import SlurmJobsScreen
 
         def chosen(job_id: str | None) -> None:
@@ -470,7 +472,7 @@ class ConsoleApp(WorkerHost, App[None]):
     @background("slurm-open", doing="finding the Slurm job's nodes",
                 retry="pick the job again in :slurm")  # fmt: skip
     def _resolve_slurm_job(self, ticket: Ticket, job_id: str, login: str | None) -> None:
-        from areal_console.core.slurm_targets import resolve_slurm_targets
+        from areal_console.core.slurm.targets import resolve_slurm_targets
 
         plan = resolve_slurm_targets(job_id, login=login)
         if cancelled():

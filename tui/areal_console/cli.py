@@ -17,14 +17,14 @@ import warnings
 from collections.abc import Sequence
 
 from areal_console import __version__
-from areal_console.core.errors import (
+from areal_console.core.common.errors import (
     EXIT_ERROR,
     EXIT_PARTIAL,
     EXIT_USAGE,
     UsageError,
     UserError,
 )
-from areal_console.core.textfmt import PrintableStream, printable
+from areal_console.core.common.textfmt import PrintableStream, printable
 
 # Commands whose whole output is text for a terminal (not the TUI, not a training run's
 # own log): it is written through `PrintableStream`, so no remote string reaches the
@@ -166,7 +166,7 @@ def _run_printable(args: argparse.Namespace) -> int:
     try:
         return int(args.handler(args))
     finally:
-        ssh = sys.modules.get("areal_console.core.ssh")
+        ssh = sys.modules.get("areal_console.core.connection.ssh")
         for note in ssh.take_notes() if ssh is not None else []:
             print(f"warning: {note}", file=sys.stderr)  # e.g. skipped known_hosts lines
         sys.stdout, sys.stderr = out, err

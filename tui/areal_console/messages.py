@@ -14,11 +14,11 @@ from typing import Literal
 from rich.text import Text
 from textual.message import Message
 
-from areal_console.core.batch_records import BatchSummary, Comparison, SampleRow, SampleView
-from areal_console.core.jobs import RunRecord
+from areal_console.core.batches.records import BatchSummary, Comparison, SampleRow, SampleView
 from areal_console.core.metrics.report import HealthReport, MetricSummary
+from areal_console.core.replay.runs import RunRecord
 from areal_console.core.report.model import Report, ReportInputs
-from areal_console.core.slurm import SlurmJob
+from areal_console.core.slurm.client import SlurmJob
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.merge import StackAnalysis, TreeNode
 from areal_console.core.stacks.store import SavedCapture

@@ -27,7 +27,7 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
 
 P = ParamSpec("P")
 H = TypeVar("H", bound="WorkerHost")

@@ -1,5 +1,5 @@
 """The directory to put on a job's `PYTHONPATH` to reach its Flight Recorder live
-(see `sitecustomize.py` here and docs/ledger.md)."""
+(see `sitecustomize.py` here and docs/guide/ledger.md)."""
 
 from pathlib import Path
 

@@ -9,10 +9,15 @@ from typing import Any
 
 from areal_node.batches import BATCH_FORMATS, BatchError, compare
 
-from areal_console.core.batch_format import figure, size
-from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
-from areal_console.core.targets import add_target_arguments, index, open_fleet, resolve_targets
+from areal_console.core.batches.formatter import figure, size
+from areal_console.core.batches.source import BatchSource, LocalBatchSource, RemoteBatchSource
+from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.targets.resolve import (
+    add_target_arguments,
+    index,
+    open_fleet,
+    resolve_targets,
+)
 
 
 def register(subparsers: Any) -> None:

@@ -9,8 +9,8 @@ import time
 from types import FrameType
 from typing import Any
 
-from areal_console.core.demo import PATTERNS, new_demo
-from areal_console.core.settings import load_settings
+from areal_console.core.common.settings import load_settings
+from areal_console.core.replay.demo import PATTERNS, new_demo
 
 WELCOME = (
     "Demo job running: its ranks are below. Press s to capture every rank's stack and see "
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         from areal_console.app import create_app
         from areal_console.core.metrics.locate import HealthTarget
-        from areal_console.core.targets import local_node
+        from areal_console.core.targets.resolve import local_node
 
         app = create_app(
             [local_node()],

@@ -8,8 +8,8 @@ import sys
 import time
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
-from areal_console.core.targets import (
+from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
     open_fleet,
@@ -53,9 +53,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from areal_console.core.common.settings import load_settings
     from areal_console.core.metrics.follow import LocalFiles, MetricsFollower, NodeFiles
     from areal_console.core.metrics.health import thresholds_from
-    from areal_console.core.settings import load_settings
 
     if not args.path and not args.job and not args.areal:
         raise UsageError(
@@ -178,9 +178,9 @@ def _episode_line(event: dict[str, Any]) -> str:
 
 
 def _print(follower: Any, as_json: bool) -> None:
+    from areal_console.core.common.textfmt import render_table
     from areal_console.core.metrics.health import GUIDE_METRICS
     from areal_console.core.metrics.report import iso, report_json, summarize
-    from areal_console.core.textfmt import render_table
 
     report = follower.report()
     if as_json:

@@ -8,20 +8,20 @@ import shutil
 import sys
 from typing import Any
 
-from areal_console.core.areal_world import count_areal_world_sizes
-from areal_console.core.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
-from areal_console.core.fleet import NodeFailure, NodeSession
-from areal_console.core.nodes import node_report, server_text
-from areal_console.core.records import ServerRow
-from areal_console.core.specs import NodeSpec
-from areal_console.core.targets import (
+from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
+from areal_console.core.common.textfmt import format_bytes, rank_summary, render_table
+from areal_console.core.connection.fleet import NodeFailure, NodeSession
+from areal_console.core.connection.nodes import node_report, server_text
+from areal_console.core.connection.records import ServerRow
+from areal_console.core.targets.areal_world import count_areal_world_sizes
+from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
     open_fleet,
     resolve_targets,
     seconds,
 )
-from areal_console.core.textfmt import format_bytes, rank_summary, render_table
+from areal_console.core.targets.specs import NodeSpec
 
 
 def register(subparsers: Any) -> None:
@@ -80,7 +80,7 @@ def outcome(nodes: list[dict[str, Any]]) -> tuple[int, list[str]]:
 
 
 def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
-    """The documented node entry (docs/cli-json.md), plus what the session learned: host
+    """The documented node entry (docs/guide/cli-json.md), plus what the session learned: host
     name, Python, tools, latency, and the host key waiting for a decision when that is
     why it failed."""
     record = node_report(session.name, session.spec.address, result)
@@ -106,7 +106,7 @@ def add_ray_ids(specs: list[NodeSpec], nodes: list[dict[str, Any]]) -> None:
     targets = {s.name: s.ray for s in specs if s.ray is not None}
     if not targets:
         return
-    from areal_console.core.ray_ranks import ray_process_ids
+    from areal_console.core.ray.ranks import ray_process_ids
 
     address = next(iter(targets.values())).address
     ids = ray_process_ids(address, [t.node_id for t in targets.values()])

@@ -8,21 +8,22 @@ import sys
 import time
 from typing import Any
 
-from areal_console.core import jobs, slurm_runs
-from areal_console.core.client import AgentDisconnected, AgentError
-from areal_console.core.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
-from areal_console.core.replay import (
+from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
+from areal_console.core.common.settings import load_settings
+from areal_console.core.connection.client import AgentDisconnected, AgentError
+from areal_console.core.replay import runs as jobs
+from areal_console.core.replay.plan import (
     format_gpus,
     load_templates,
     parse_gpus,
     parse_step_range,
     plan_replay,
 )
-from areal_console.core.replay_changes import changed_run_note, failed
-from areal_console.core.replay_python import check_torch, choose_python, uses_python
-from areal_console.core.settings import load_settings
-from areal_console.core.slurm import make_runner
-from areal_console.core.targets import (
+from areal_console.core.replay.python import check_torch, choose_python, uses_python
+from areal_console.core.replay.verify import changed_run_note, failed
+from areal_console.core.slurm import runs as slurm_runs
+from areal_console.core.slurm.client import make_runner
+from areal_console.core.targets.resolve import (
     NodeSpec,
     add_target_arguments,
     open_fleet,

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
-from areal_console.core.targets import add_target_arguments, open_fleet, resolve_targets
-from areal_console.core.textfmt import printable
+from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
+from areal_console.core.common.textfmt import printable
+from areal_console.core.targets.resolve import add_target_arguments, open_fleet, resolve_targets
 
 
 def megabytes(text: str) -> float:

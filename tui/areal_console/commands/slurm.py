@@ -7,11 +7,11 @@ import json
 import sys
 from typing import Any
 
-from areal_console.core.errors import EXIT_OK
-from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT, SlurmClient, make_runner
-from areal_console.core.slurm_targets import SLURM_MODES, resolve_slurm_targets
-from areal_console.core.targets import seconds
-from areal_console.core.textfmt import render_table
+from areal_console.core.common.errors import EXIT_OK
+from areal_console.core.common.textfmt import render_table
+from areal_console.core.slurm.client import SLURM_COMMAND_TIMEOUT, SlurmClient, make_runner
+from areal_console.core.slurm.targets import SLURM_MODES, resolve_slurm_targets
+from areal_console.core.targets.resolve import seconds
 
 
 def register(subparsers: Any) -> None:

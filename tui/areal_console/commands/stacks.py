@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.errors import (
+from areal_console.core.common.errors import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_PARTIAL,
@@ -16,8 +16,9 @@ from areal_console.core.errors import (
     UsageError,
     UserError,
 )
-from areal_console.core.identity import UserScope
-from areal_console.core.targets import (
+from areal_console.core.common.identity import UserScope
+from areal_console.core.common.textfmt import printable
+from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
     count,
@@ -26,7 +27,6 @@ from areal_console.core.targets import (
     seconds,
     seconds_or_zero,
 )
-from areal_console.core.textfmt import printable
 
 
 def register(subparsers: Any) -> None:

@@ -6,8 +6,8 @@ import argparse
 import subprocess
 from datetime import datetime, timezone
 
-from areal_console.core.locations import data_dir
-from areal_console.core.replay import local_trainer
+from areal_console.core.common.locations import data_dir
+from areal_console.core.replay.plan import local_trainer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

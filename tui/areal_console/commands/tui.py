@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from areal_console.core.settings import load_settings
-from areal_console.core.targets import (
+from areal_console.core.common.settings import load_settings
+from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
     fleet_options,

@@ -12,8 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
+from areal_console.core.common.textfmt import printable
 from areal_console.core.stacks.scope import JobGroup
-from areal_console.core.textfmt import printable
 
 
 class JobChoiceDialog(ModalScreen[str | None]):

@@ -13,11 +13,11 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from areal_console.core.fleet import Fleet
-from areal_console.core.records import ProcessRow
+from areal_console.core.common.textfmt import format_bytes
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.connection.records import ProcessRow
 from areal_console.core.stacks.parsing import ProcessDump
 from areal_console.core.stacks.records import Thread
-from areal_console.core.textfmt import format_bytes
 from areal_console.messages import ProcessStack
 from areal_console.widgets.remote_text import remote_text
 from areal_console.workers import Ticket, WorkerHost, background

@@ -34,7 +34,7 @@ class RecorderSetupScreen(ModalScreen[None]):
         with Vertical():
             yield Static(
                 "No Flight Recorder trace came from this job. Start it with the launch hook "
-                "(docs/ledger.md); paste one of these:"
+                "(docs/guide/ledger.md); paste one of these:"
             )
             yield TextArea(self.block, read_only=True, id="setup-block")
             yield Static("c: copy   esc: close", classes="dim")

@@ -19,10 +19,10 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from areal_console.core import jobs
-from areal_console.core.errors import UserError
-from areal_console.core.fleet import Fleet
-from areal_console.core.replay import (
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.replay import runs as jobs
+from areal_console.core.replay.plan import (
     DumpIndex,
     LaunchTemplate,
     NoGpuError,
@@ -35,7 +35,7 @@ from areal_console.core.replay import (
     plan_replay,
     takes_steps,
 )
-from areal_console.core.replay_python import (
+from areal_console.core.replay.python import (
     PythonChoice,
     check_torch,
     choose_python,

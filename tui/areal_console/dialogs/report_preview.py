@@ -16,7 +16,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from areal_console.core.fleet import Fleet
+from areal_console.core.common.textfmt import printable
+from areal_console.core.connection.fleet import Fleet
 from areal_console.core.report.bundle import (
     DEFAULT_MAX_MB,
     build_report,
@@ -29,7 +30,6 @@ from areal_console.core.report.redact import Redactor, learn_identities
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.merge import StackAnalysis
 from areal_console.core.stacks.report import capture_json
-from areal_console.core.textfmt import printable
 from areal_console.messages import ReportBuilt, ReportWritten
 from areal_console.workers import Ticket, WorkerHost, background
 

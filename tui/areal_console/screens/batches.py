@@ -24,8 +24,8 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from areal_console.core.batch_format import figure, figure_as
-from areal_console.core.batch_records import (
+from areal_console.core.batches.formatter import figure, figure_as
+from areal_console.core.batches.records import (
     BatchStats,
     BatchSummary,
     Comparison,
@@ -35,9 +35,10 @@ from areal_console.core.batch_records import (
     StepEntry,
     sample_rows,
 )
-from areal_console.core.batch_source import BatchSource, LocalBatchSource, RemoteBatchSource
-from areal_console.core.fleet import Fleet
-from areal_console.core.textfmt import plural, printable
+from areal_console.core.batches.source import BatchSource, LocalBatchSource, RemoteBatchSource
+from areal_console.core.common.textfmt import plural, printable
+from areal_console.core.connection.fleet import Fleet
+from areal_console.dialogs.trust_pickle import TrustPickleDialog
 from areal_console.messages import (
     BatchCompareLoaded,
     BatchLoadFailed,
@@ -45,7 +46,6 @@ from areal_console.messages import (
     BatchSamplesLoaded,
     BatchSummaryLoaded,
 )
-from areal_console.screens.trust_pickle_dialog import TrustPickleDialog
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.mini_histogram import MiniHistogram

@@ -12,10 +12,10 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Static
 
-from areal_console.core.monitor import NodeView
-from areal_console.core.textfmt import plural
-from areal_console.screens.host_key import HostKeyScreen
-from areal_console.screens.process_detail import ProcessDetailScreen
+from areal_console.core.common.textfmt import plural
+from areal_console.core.connection.monitor import NodeView
+from areal_console.dialogs.host_key import HostKeyScreen
+from areal_console.dialogs.process_detail import ProcessDetailScreen
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.gpu_pane import GpuPane

@@ -19,15 +19,15 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable
 
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.textfmt import clip
 from areal_console.core.metrics.follow import FileAccess, LocalFiles, MetricsFollower, NodeFiles
 from areal_console.core.metrics.health import TASK_REWARD, HealthThresholds
 from areal_console.core.metrics.locate import HealthTarget, find_job_logs
 from areal_console.core.metrics.report import HealthReport, MetricSummary, summarize
 from areal_console.core.report.collect import ReportRequest
-from areal_console.core.textfmt import clip
+from areal_console.dialogs.report_preview import report_preview_for
 from areal_console.messages import HealthPolled
-from areal_console.screens.report_preview import report_preview_for
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.health_banner import HealthBanner

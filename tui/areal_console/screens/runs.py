@@ -18,13 +18,14 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Label, Log, Static
 
-from areal_console.core import jobs, slurm_runs
-from areal_console.core.errors import UserError
-from areal_console.core.fleet import Fleet
-from areal_console.core.identity import UserScope
-from areal_console.core.textfmt import plural
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.identity import UserScope
+from areal_console.core.common.textfmt import plural
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.replay import runs as jobs
+from areal_console.core.slurm import runs as slurm_runs
+from areal_console.dialogs.confirm import ConfirmDialog
 from areal_console.messages import Notice, RunLogTail, RunsRefreshed
-from areal_console.screens.confirm_dialog import ConfirmDialog
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.keyed_rows import sync_rows

@@ -10,8 +10,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Label
 
-from areal_console.core.errors import UserError
-from areal_console.core.slurm import SlurmJob, job_matches, job_row
+from areal_console.core.common.errors import UserError
+from areal_console.core.slurm.client import SlurmJob, job_matches, job_row
 from areal_console.messages import SlurmJobsFailed, SlurmJobsLoaded
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput

@@ -13,7 +13,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Static
 
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.textfmt import plural
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
@@ -26,15 +27,14 @@ from areal_console.core.stacks.report import (
     text_report,
 )
 from areal_console.core.stacks.store import save_capture, write_atomic
-from areal_console.core.textfmt import plural
+from areal_console.dialogs.report_preview import report_preview_for
+from areal_console.dialogs.source_view import SourceViewScreen
 from areal_console.messages import (
     StacksAnalysed,
     StacksCaptureFailed,
     StacksExported,
     StackTreesReady,
 )
-from areal_console.screens.report_preview import report_preview_for
-from areal_console.screens.source_view import SourceViewScreen
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.filter_input import FilterHost, FilterInput
@@ -598,7 +598,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         from areal_node.fr_hook import HOOK_DIR
 
         from areal_console.core.ledger.setup import recorder_setup
-        from areal_console.screens.recorder_setup import RecorderSetupScreen
+        from areal_console.dialogs.recorder_setup import RecorderSetupScreen
 
         self.app.push_screen(RecorderSetupScreen(recorder_setup(str(HOOK_DIR))))
 

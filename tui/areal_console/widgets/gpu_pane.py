@@ -7,8 +7,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from areal_console.core.monitor import NodeView
-from areal_console.core.textfmt import bar, format_bytes, printable, sparkline
+from areal_console.core.common.textfmt import bar, format_bytes, printable, sparkline
+from areal_console.core.connection.monitor import NodeView
 
 BAR_WIDTH = 16
 HISTORY_WIDTH = 20

@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from areal_console.core.batch_records import Histogram
+from areal_console.core.batches.records import Histogram
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from rich.text import Text
 
-from areal_console.core.monitor import NodeView
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.common.textfmt import format_bytes
+from areal_console.core.connection.monitor import NodeView
 from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable
 

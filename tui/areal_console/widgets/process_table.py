@@ -8,9 +8,9 @@ from typing import Any
 
 from rich.text import Text
 
-from areal_console.core.nodes import server_text
-from areal_console.core.records import ProcessRow
-from areal_console.core.textfmt import format_bytes, printable
+from areal_console.core.common.textfmt import format_bytes, printable
+from areal_console.core.connection.nodes import server_text
+from areal_console.core.connection.records import ProcessRow
 from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable, columns_for
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from areal_console.core.textfmt import printable
+from areal_console.core.common.textfmt import printable
 
 
 def remote_text(value: object, style: str = "") -> Text:

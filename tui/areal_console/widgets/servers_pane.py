@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from rich.text import Text
 
-from areal_console.core.records import ProcessRow
+from areal_console.core.connection.records import ProcessRow
 from areal_console.core.rollout.servers import (
     KV_USAGE,
     QUEUED,

@@ -7,7 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from areal_console.core.batch_records import SampleView
+from areal_console.core.batches.records import SampleView
 from areal_console.widgets.remote_text import remote_block, remote_text
 
 MAX_TOKENS = 4000  # a view, not an export: very long samples are cut with a note

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.common.textfmt import format_bytes
 
 __all__ = ["figure", "figure_as", "size"]
 

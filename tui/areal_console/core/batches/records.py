@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.records import _int, _number, _text
+from areal_console.core.connection.records import _int, _number, _text
 
 
 def _bool(value: Any) -> bool | None:

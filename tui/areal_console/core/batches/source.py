@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from areal_node import batches
 from areal_node.batches import BatchError, UnsafePickleError
 
-from areal_console.core.client import AgentDisconnected, AgentError
-from areal_console.core.fleet import NodeSession
+from areal_console.core.connection.client import AgentDisconnected, AgentError
+from areal_console.core.connection.fleet import NodeSession
 
 EXTENSION_NAME = "batches"
 # The batch reader's agent ops, a module of the payload the node's agent runs from.

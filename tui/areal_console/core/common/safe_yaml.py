@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
 
 MAX_BYTES = 1 << 20  # an inventory of thousands of nodes is well under this
 MAX_NODES = 100_000  # scalars, lists and mappings after every alias is expanded

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from areal_console.core import safe_yaml
-from areal_console.core.errors import UserError
-from areal_console.core.locations import config_file
-from areal_console.core.textfmt import clip, clip_repr
+from areal_console.core.common import safe_yaml
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.locations import config_file
+from areal_console.core.common.textfmt import clip, clip_repr
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Settings:
 
     health: dict[str, float] = field(default_factory=dict)
     """Training-health thresholds over their defaults, e.g. `no_eos_ratio_max: 0.1`,
-    `stall_factor: 10` (names: docs/health.md)."""
+    `stall_factor: 10` (names: docs/guide/health.md)."""
 
 
 FIELD_TYPES: dict[str, tuple[type, ...]] = {

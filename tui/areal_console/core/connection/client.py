@@ -15,7 +15,7 @@ from typing import Any
 
 from areal_node.agent.protocol import PROTOCOL_VERSION
 
-from areal_console.core.transport import (
+from areal_console.core.connection.transport import (
     MAX_LINE_BYTES,
     TOO_LONG,
     Channel,

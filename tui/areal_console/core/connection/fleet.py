@@ -23,10 +23,10 @@ from typing import Any
 
 from areal_node.agent.threads import parallel_map
 
-from areal_console.core.client import AgentClient, AgentDisconnected, AgentError
-from areal_console.core.errors import UserError
-from areal_console.core.specs import NodeSpec
-from areal_console.core.transport import Channel, InProcessChannel, LocalChannel
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.client import AgentClient, AgentDisconnected, AgentError
+from areal_console.core.connection.transport import Channel, InProcessChannel, LocalChannel
+from areal_console.core.targets.specs import NodeSpec
 
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
 
@@ -79,11 +79,11 @@ def open_channel(spec: NodeSpec, in_process: bool = False, **options: Any) -> Ch
     if spec.transport == "local":
         return InProcessChannel() if in_process else LocalChannel()
     if spec.transport == "ssh":
-        from areal_console.core.ssh import open_ssh_channel
+        from areal_console.core.connection.ssh import open_ssh_channel
 
         return open_ssh_channel(spec, **options)
     if spec.transport == "slurm":
-        from areal_console.core.slurm_channel import open_slurm_channel
+        from areal_console.core.slurm.channel import open_slurm_channel
 
         channel: Channel = open_slurm_channel(spec, **options)
         return channel
@@ -97,8 +97,8 @@ def _open_ray(spec: NodeSpec, **options: Any) -> Channel:
     user allowed that (`--ray-ssh`), the channel then saying `via = "ssh"`."""
     import dataclasses
 
-    from areal_console.core.ray_channel import open_ray_channel
-    from areal_console.core.transport import ChannelClosed
+    from areal_console.core.connection.transport import ChannelClosed
+    from areal_console.core.ray.channel import open_ray_channel
 
     try:
         return open_ray_channel(spec, **options)
@@ -106,7 +106,7 @@ def _open_ray(spec: NodeSpec, **options: Any) -> Channel:
         if spec.ray is None or not spec.ray.ssh_fallback:
             raise
         reason = str(exc)
-    from areal_console.core.ssh import open_ssh_channel
+    from areal_console.core.connection.ssh import open_ssh_channel
 
     try:
         return open_ssh_channel(dataclasses.replace(spec, transport="ssh", ray=None), **options)

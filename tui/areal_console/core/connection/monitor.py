@@ -16,14 +16,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.client import (
+from areal_console.core.connection.client import (
     AgentDisconnected,
     AgentError,
     AgentNotResponding,
     PendingReply,
 )
-from areal_console.core.fleet import Fleet, NodeSession
-from areal_console.core.records import (
+from areal_console.core.connection.fleet import Fleet, NodeSession
+from areal_console.core.connection.records import (
     GpuRow,
     ProcessRow,
     gpu_rows,

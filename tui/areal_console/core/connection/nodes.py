@@ -1,15 +1,15 @@
-"""Node reports in the `nodes --json` shape (docs/cli-json.md), from agent samples."""
+"""Node reports in the `nodes --json` shape (docs/guide/cli-json.md), from agent samples."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.fleet import NodeFailure
-from areal_console.core.records import MAX_CMDLINE
-from areal_console.core.textfmt import capped
+from areal_console.core.common.textfmt import capped
+from areal_console.core.connection.fleet import NodeFailure
+from areal_console.core.connection.records import MAX_CMDLINE
 
 if TYPE_CHECKING:
-    from areal_console.core.records import ServerRow
+    from areal_console.core.connection.records import ServerRow
 
 GPU_KEYS = ("index", "name", "uuid", "util", "mem_used", "mem_total", "temp", "power")
 PROCESS_KEYS = (

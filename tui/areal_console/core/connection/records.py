@@ -1,6 +1,6 @@
 """Typed rows of a node's live sample: its GPUs and its processes, as the screens read them.
 
-The agent speaks JSON (docs/agent-protocol.md); a sample's records are checked and
+The agent speaks JSON (docs/design/agent-protocol.md); a sample's records are checked and
 converted here once, when the sample arrives, so the screens use attributes and never
 look up keys. A value of the wrong type becomes None (the screens show `-`), so a newer or
 odd agent cannot crash a view. Numbers keep their own type (an int stays an int): the
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.areal_world import areal_world_key
-from areal_console.core.textfmt import capped
+from areal_console.core.common.textfmt import capped
+from areal_console.core.targets.areal_world import areal_world_key
 
 # A command line is kept to this many characters (the rest said as a count): 200 processes
 # with 1 MB command lines made `nodes --json` 197 MB and the TUI 860 MB. AReaL's longest

@@ -31,16 +31,16 @@ from typing import Any
 
 import paramiko
 
-from areal_console.core import locations
-from areal_console.core.errors import UserError
-from areal_console.core.inventory import parse_destination
-from areal_console.core.specs import NodeSpec
-from areal_console.core.transport import (
+from areal_console.core.common import locations
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.transport import (
     ChannelClosed,
     bootstrap_argv,
     bootstrap_problem,
     bounded_readline,
 )
+from areal_console.core.targets.inventory import parse_destination
+from areal_console.core.targets.specs import NodeSpec
 
 # paramiko logs transport errors itself; with no handler Python would print them on
 # stderr, over the TUI. Every failure reaches the user through SshError instead.

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from areal_node.agent.protocol import MAX_REPLY_BYTES
 
-from areal_console.core.payload import node_payload, payload_name
+from areal_console.core.connection.payload import node_payload, payload_name
 
 # The oldest Python the agent runs on (it is checked first, before anything else runs).
 MIN_PYTHON = (3, 9)

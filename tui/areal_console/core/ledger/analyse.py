@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.rankset import format_ranks
+from areal_console.core.common.rankset import format_ranks
 
 if TYPE_CHECKING:  # at run time only a saved ledger's calls need it (ledger_from_json)
     from areal_console.core.ledger.trace import Call, GroupTrace, RankTrace

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from areal_console.core.common.textfmt import printable
 from areal_console.core.ledger.analyse import Ledger, build_ledger
-from areal_console.core.textfmt import printable
 
 if TYPE_CHECKING:  # parsed only when a rank sent a trace (most captures have none)
     from areal_console.core.ledger.trace import RankTrace
@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # parsed only when a rank sent a trace (most captures have no
 NOT_READ = "not in this capture (taken without Flight Recorder traces): stacks only"
 ABSENT_HINT = (
     "no Flight Recorder trace from any rank: stacks only "
-    "(start the job with the recorder hook on PYTHONPATH, see docs/ledger.md)"
+    "(start the job with the recorder hook on PYTHONPATH, see docs/guide/ledger.md)"
 )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.textfmt import clip, clip_repr, printable
+from areal_console.core.common.textfmt import clip, clip_repr, printable
 
 # torch's scalar type names (as the recorder writes them) -> the dtype users know.
 DTYPES = {

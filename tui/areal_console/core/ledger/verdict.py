@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from areal_console.core.common.rankset import format_ranks
 from areal_console.core.ledger.analyse import Ledger
 from areal_console.core.ledger.waitfor import (
     RankActivity,
@@ -14,7 +15,6 @@ from areal_console.core.ledger.waitfor import (
     build_wait_for,
     waiting_on_cycles,
 )
-from areal_console.core.rankset import format_ranks
 from areal_console.core.stacks.diagnose import DEBUG_ENV, Diagnosis, collective_frame, describe
 from areal_console.core.stacks.merge import StackAnalysis
 

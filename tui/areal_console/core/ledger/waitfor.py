@@ -19,8 +19,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.common.rankset import format_ranks
 from areal_console.core.ledger.analyse import GroupLedger, Ledger
-from areal_console.core.rankset import format_ranks
 
 MAX_CYCLES = 32  # cycles named per graph (each rank in a cycle is on one of them)
 MAX_EDGES = 4096  # edges listed in JSON; the rest are counted

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from areal_node.agent.logs import find_logs, owner_uid, read_chunk
 from areal_node.agent.protocol import OpError
 
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
 from areal_console.core.metrics.health import HealthThresholds
 from areal_console.core.metrics.logparse import LogParser
 from areal_console.core.metrics.report import HealthReport, build_report

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from areal_console.core.textfmt import format_bytes
+from areal_console.core.common.textfmt import format_bytes
 
 IMPORTANCE_WEIGHT = "ppo_actor/update/importance_weight/avg"
 BEHAVE_IMP_WEIGHT = "ppo_actor/update/behave_imp_weight/avg"
@@ -403,7 +403,7 @@ REWARD_FLAT_REMEDY = (
 
 def reward_flat_reason(fit: LineFit, t: HealthThresholds) -> str | None:
     """Why a window's reward counts as not increasing (None: it increases). The rule is
-    documented in docs/health.md."""
+    documented in docs/guide/health.md."""
     if fit.gain < t.reward_flat_min_gain:
         return f"below the minimum gain {t.reward_flat_min_gain:g}"
     if fit.t < t.reward_flat_min_t:

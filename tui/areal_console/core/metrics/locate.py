@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from areal_console.core.errors import UsageError, UserError
-from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.common.errors import UsageError, UserError
+from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.metrics.follow import log_dir_from_processes, run_identity
 
 

@@ -125,7 +125,7 @@ def _num(v: float) -> float | None:
 
 
 def report_json(report: HealthReport) -> dict[str, Any]:
-    """`metrics --json` (docs/cli-json.md)."""
+    """`metrics --json` (docs/guide/cli-json.md)."""
     store = report.store
     series: dict[str, list[list[Any]]] = {}
     latest: dict[str, float | None] = {}

@@ -17,11 +17,11 @@ import threading
 import time
 from typing import Any
 
-from areal_console.core.errors import UserError
-from areal_console.core.payload import node_payload
-from areal_console.core.ray_nodes import RAY_EXTRA
-from areal_console.core.specs import NodeSpec
-from areal_console.core.transport import ChannelClosed
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.payload import node_payload
+from areal_console.core.connection.transport import ChannelClosed
+from areal_console.core.ray.nodes import RAY_EXTRA
+from areal_console.core.targets.specs import NodeSpec
 
 LEASE_SECONDS = 3.0  # the actor exits this long after the console's last call
 POLL_WAIT = 0.5  # one recv call waits this long for a line (and renews the lease)

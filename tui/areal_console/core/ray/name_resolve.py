@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_console.core.errors import UserError
-from areal_console.core.name_resolve import (
+from areal_console.core.common.errors import UserError
+from areal_console.core.targets.name_resolve import (
     MAX_ENTRIES,
     MAX_VALUE_BYTES,
     JobName,
@@ -33,7 +33,7 @@ class RayKvRegistry:
     """Records in AReaL's Ray KV actor on the cluster at `address`."""
 
     def __init__(self, address: str, timeout: float = KV_TIMEOUT) -> None:
-        from areal_console.core.ray_channel import connect_ray
+        from areal_console.core.ray.channel import connect_ray
 
         ray = connect_ray(address)
         self._ray = ray

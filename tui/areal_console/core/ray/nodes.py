@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.errors import UserError
+from areal_console.core.common.errors import UserError
 
 DEFAULT_DASHBOARD_PORT = 8265
 RAY_EXTRA = "pip install 'areal-console[ray]'"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from areal_console.core.ray_nodes import (
+from areal_console.core.ray.nodes import (
     RAY_EXTRA,
     RayAddress,
     RayNode,
@@ -19,7 +19,7 @@ from areal_console.core.ray_nodes import (
     parse_address,
     ray_importable,
 )
-from areal_console.core.specs import NodeSpec, RayTarget
+from areal_console.core.targets.specs import NodeSpec, RayTarget
 
 
 @dataclass

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from areal_console.core.errors import UserError
-from areal_console.core.replay import local_trainer
+from areal_console.core.common.errors import UserError
+from areal_console.core.replay.plan import local_trainer
 
 PATTERNS = ("cleanup", "mismatch", "collective", "none")
 TRAIN_STEPS = 30

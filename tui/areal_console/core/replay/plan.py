@@ -22,8 +22,8 @@ from typing import Any
 from areal_node.agent.jobs import escape_placeholders, fill_placeholders
 from areal_node.constants import METRIC_NAMES, METRICS_FILE, TRAINER_MODULE, config_key
 
-from areal_console.core.errors import UserError
-from areal_console.core.payload import PACKAGE_DIR
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.payload import PACKAGE_DIR
 
 # A node runs the reference trainer from the payload, staged under this name (run as a
 # program, the payload is the trainer); this machine runs it from the node package.

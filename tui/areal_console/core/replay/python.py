@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from areal_console.core.client import AgentDisconnected, AgentError
-from areal_console.core.errors import UserError
-from areal_console.core.fleet import NodeSession
-from areal_console.core.replay import LaunchTemplate
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.client import AgentDisconnected, AgentError
+from areal_console.core.connection.fleet import NodeSession
+from areal_console.core.replay.plan import LaunchTemplate
 
 FALLBACK = "python3"
 CHECK_KIND = "python-check"  # job metadata kind of a check (the Runs screen leaves it out)

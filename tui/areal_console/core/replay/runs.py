@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from areal_console.core import locations
-from areal_console.core.client import AgentDisconnected, AgentError
-from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
-from areal_console.core.identity import login_user
-from areal_console.core.payload import node_payload
-from areal_console.core.replay import (
+from areal_console.core.common import locations
+from areal_console.core.common.identity import login_user
+from areal_console.core.connection.client import AgentDisconnected, AgentError
+from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.connection.payload import node_payload
+from areal_console.core.replay.plan import (
     TRAINER_FILE_NAME,
     DumpIndex,
     ReplayPlan,
@@ -31,8 +31,8 @@ from areal_console.core.replay import (
     resolve,
     verify,
 )
-from areal_console.core.replay_changes import verification_from_json, verify_changed_run
-from areal_console.core.replay_python import CHECK_KIND
+from areal_console.core.replay.python import CHECK_KIND
+from areal_console.core.replay.verify import verification_from_json, verify_changed_run
 
 FINAL_STATES = ("finished", "failed", "stopped")
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.replay import Verification, format_steps, verify
+from areal_console.core.replay.plan import Verification, format_steps, verify
 
 # Metrics the reference trainer computes from the dumped batch alone.
 BATCH_METRICS: tuple[str, ...] = ("task_reward", "seq_len", "no_eos_ratio")

@@ -14,8 +14,8 @@ from typing import Any
 from areal_node import versions as node_versions_module
 from areal_node.versions import node_versions
 
-from areal_console.core.errors import UserError
-from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.common.errors import UserError
+from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.metrics.follow import (
     FileAccess,
     LocalFiles,

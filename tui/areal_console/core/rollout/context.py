@@ -23,7 +23,7 @@ from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, p
 from areal_console.core.rollout.staleness import Capacity, RolloutCounts, capacity, last_counts
 
 if TYPE_CHECKING:
-    from areal_console.core.fleet import NodeSession
+    from areal_console.core.connection.fleet import NodeSession
     from areal_console.core.stacks.records import StackCapture
 
 LOG_TAIL = 256 << 10  # bytes of each log read for tracing lines

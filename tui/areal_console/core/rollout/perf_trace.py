@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.rankset import format_ranks
+from areal_console.core.common.rankset import format_ranks
 
 TRACE_FILE = re.compile(r"^traces-r(\d{1,6})\.jsonl$")
 SESSION_FILE = re.compile(r"^sessions-r(\d{1,6})\.jsonl$")

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from areal_node.server_flags import fleet_flags
 
-from areal_console.core.records import ProcessRow, ServerFlagRow, ServerRow
-from areal_console.core.textfmt import sparkline
+from areal_console.core.common.textfmt import sparkline
+from areal_console.core.connection.records import ProcessRow, ServerFlagRow, ServerRow
 
 RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
 QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")

@@ -24,15 +24,15 @@ import threading
 import time
 from typing import Any
 
-from areal_console.core.payload import node_payload
-from areal_console.core.slurm import CommandRunner, StepProcess, make_runner
-from areal_console.core.specs import NodeSpec, SlurmTarget
-from areal_console.core.transport import (
+from areal_console.core.connection.payload import node_payload
+from areal_console.core.connection.transport import (
     BOOTSTRAP,
     SHARED_BOOTSTRAP,
     ChannelClosed,
     resolving_argv,
 )
+from areal_console.core.slurm.client import CommandRunner, StepProcess, make_runner
+from areal_console.core.targets.specs import NodeSpec, SlurmTarget
 
 # slurmstepd cuts labelled output into chunks of this many bytes, each on its own line;
 # a shorter (possibly empty) chunk ends the original line.

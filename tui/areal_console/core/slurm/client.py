@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from areal_console.core import locations
-from areal_console.core.errors import UsageError, UserError
-from areal_console.core.hostlist import expand_hostlist
-from areal_console.core.textfmt import clip_repr
+from areal_console.core.common import locations
+from areal_console.core.common.errors import UsageError, UserError
+from areal_console.core.common.textfmt import clip_repr
+from areal_console.core.targets.hostlist import expand_hostlist
 
 # Job states with processes to inspect; everything else is waiting or over.
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING"})
@@ -117,7 +117,7 @@ class LocalRunner:
     def start(
         self, argv: list[str], what: str, on_stderr: Callable[[str], None] | None = None
     ) -> StepProcess:
-        from areal_console.core.transport import ProcessChannel
+        from areal_console.core.connection.transport import ProcessChannel
 
         return ProcessChannel(argv, what, env=self.env, on_stderr=on_stderr)
 
@@ -181,7 +181,7 @@ class SshLoginRunner:
     def start(
         self, argv: list[str], what: str, on_stderr: Callable[[str], None] | None = None
     ) -> StepProcess:
-        from areal_console.core.transport import ProcessChannel
+        from areal_console.core.connection.transport import ProcessChannel
 
         return ProcessChannel(self.process_argv(argv), what, on_stderr=on_stderr)
 

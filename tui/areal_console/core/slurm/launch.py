@@ -15,8 +15,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from areal_console.core.errors import UserError
-from areal_console.core.slurm import CommandRunner, SlurmClient
+from areal_console.core.common.errors import UserError
+from areal_console.core.slurm.client import CommandRunner, SlurmClient
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from areal_console.core import locations
-from areal_console.core.errors import UserError
-from areal_console.core.identity import login_user
-from areal_console.core.jobs import RunRecord, new_run_id, save_run
-from areal_console.core.replay import ReplayPlan, resolve
-from areal_console.core.slurm import (
+from areal_console.core.common import locations
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.identity import login_user
+from areal_console.core.replay.plan import ReplayPlan, resolve
+from areal_console.core.replay.runs import RunRecord, new_run_id, save_run
+from areal_console.core.slurm.client import (
     CommandRunner,
     LocalRunner,
     SlurmClient,
     SshLoginRunner,
     make_runner,
 )
-from areal_console.core.slurm_launch import BatchRequest, job_state, overlap_step_argv, submit_batch
+from areal_console.core.slurm.launch import BatchRequest, job_state, overlap_step_argv, submit_batch
 
 SLURM_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from areal_console.core.errors import UsageError, UserError
-from areal_console.core.slurm import (
+from areal_console.core.common.errors import UsageError, UserError
+from areal_console.core.common.textfmt import clip_repr
+from areal_console.core.slurm.client import (
     SLURM_COMMAND_TIMEOUT,
     CommandRunner,
     SlurmClient,
@@ -20,8 +21,7 @@ from areal_console.core.slurm import (
     make_runner,
     running_job,
 )
-from areal_console.core.specs import NodeSpec, SlurmTarget
-from areal_console.core.textfmt import clip_repr
+from areal_console.core.targets.specs import NodeSpec, SlurmTarget
 
 SLURM_MODES = ("step", "node", "ssh")
 JOB_ID = re.compile(r"\d+(_\d+)?(\+\d+)?")

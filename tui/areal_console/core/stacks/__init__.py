@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from areal_console.core.lazy_names import lazy_names
+from areal_console.core.common.lazy_names import lazy_names
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import (
     RankGroup,

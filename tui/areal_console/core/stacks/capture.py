@@ -19,9 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from areal_console.core.areal_world import count_areal_world_sizes
-from areal_console.core.fleet import Fleet, NodeFailure, NodeSession
-from areal_console.core.identity import login_user
+from areal_console.core.common.identity import login_user
+from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.rollout.context import rollout_files
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.records import StackCapture, now_iso
@@ -33,6 +32,7 @@ from areal_console.core.stacks.scope import (
     group_jobs,
 )
 from areal_console.core.stacks.store import new_capture_id, save_capture
+from areal_console.core.targets.areal_world import count_areal_world_sizes
 
 __all__ = [
     "CaptureOptions",

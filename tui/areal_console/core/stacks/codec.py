@@ -1,11 +1,12 @@
-"""The saved / exported capture JSON (`stacks --json`, docs/cli-json.md) back into the
+"""The saved / exported capture JSON (`stacks --json`, docs/guide/cli-json.md) back into the
 records of `records` (each record writes itself with its `to_json`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.records import MAX_CMDLINE
+from areal_console.core.common.textfmt import capped
+from areal_console.core.connection.records import MAX_CMDLINE
 from areal_console.core.rollout.perf_trace import RankPhase
 from areal_console.core.stacks.parsing import FrameTable
 from areal_console.core.stacks.records import (
@@ -16,7 +17,6 @@ from areal_console.core.stacks.records import (
     StackCapture,
     Thread,
 )
-from areal_console.core.textfmt import capped
 
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.rankset import format_ranks as format_ranks
-from areal_console.core.rankset import parse_ranks as parse_ranks
+from areal_console.core.common.rankset import format_ranks as format_ranks
+from areal_console.core.common.rankset import parse_ranks as parse_ranks
 from areal_console.core.stacks.parsing import gc_paused
 from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
 
-from areal_console.core.records import MAX_CMDLINE
+from areal_console.core.common.textfmt import capped, printable
+from areal_console.core.connection.records import MAX_CMDLINE
 from areal_console.core.stacks.records import (
     MAIN_THREAD,
     Frame,
@@ -34,7 +35,6 @@ from areal_console.core.stacks.records import (
     is_idle_stack,
     now_iso,
 )
-from areal_console.core.textfmt import capped, printable
 
 
 def variables_of(

@@ -26,7 +26,7 @@ from typing import TextIO
 from areal_node.agent.processes import detect_role, rpc_worker
 from areal_node.constants import TRAINING_ROLES
 
-from areal_console.core.identity import login_user
+from areal_console.core.common.identity import login_user
 from areal_console.core.stacks.parsing import FrameTable
 from areal_console.core.stacks.records import (
     RankStack,

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.common.textfmt import plural
 from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.records import Frame, Stack, StackCapture
-from areal_console.core.textfmt import plural
 
 
 @dataclass
@@ -50,7 +50,7 @@ def capture_json(
     analysis: StackAnalysis | None = None,
     diagnosis: Diagnosis | None = None,
 ) -> dict[str, Any]:
-    """The `stacks --json` document (docs/cli-json.md) (plus `id` and `interval` when known)."""
+    """The `stacks --json` document (docs/guide/cli-json.md) (plus `id` and `interval` when known)."""
     analysis = analysis or analyse(capture)
     diagnosis = diagnosis or full_diagnosis(analysis)
     # Ranks share interned stacks: encode each distinct stack once.

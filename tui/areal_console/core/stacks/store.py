@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from areal_console.core import locations
-from areal_console.core.errors import UserError
+from areal_console.core.common import locations
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.textfmt import clip
 from areal_console.core.stacks.codec import capture_from_json
 from areal_console.core.stacks.records import StackCapture
-from areal_console.core.textfmt import clip
 
 
 def new_capture_id() -> str:

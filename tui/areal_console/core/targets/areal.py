@@ -1,6 +1,6 @@
 """`--areal EXPERIMENT/TRIAL`: an AReaL job's nodes, found from its name-resolve records.
 
-The records (core/name_resolve.py) say where each worker listens. Each address is probed
+The records (core/targets/name_resolve.py) say where each worker listens. Each address is probed
 once, all at once, with one bound on the whole probe: an entry whose address refuses or
 does not answer is `stale` (a worker gone, or a node that no longer answers), reported,
 never waited on. The nodes are reached:
@@ -23,8 +23,8 @@ from typing import Any
 
 from areal_node.tcp_probe import PROBE_TIMEOUT, probe_addresses
 
-from areal_console.core.errors import UserError
-from areal_console.core.name_resolve import (
+from areal_console.core.common.errors import UserError
+from areal_console.core.targets.name_resolve import (
     DEFAULT_NFS_ROOT,
     JobName,
     JobRecords,
@@ -35,7 +35,7 @@ from areal_console.core.name_resolve import (
     open_registry,
     parse_job_name,
 )
-from areal_console.core.specs import NodeSpec, local_node
+from areal_console.core.targets.specs import NodeSpec, local_node
 
 # AReaL's worker roles (DESIGN: actor, ref, critic, teacher, rollout, eval-rollout, data,
 # proxy-rollout): asked of Slurm by name besides the roles the records name.
@@ -209,7 +209,7 @@ def probe_via(
 
 def _ask(via: Any, op: str, args: dict[str, Any]) -> Any:
     """One request to the `--name-resolve-via` node; its failure is one line."""
-    from areal_console.core.client import AgentDisconnected, AgentError
+    from areal_console.core.connection.client import AgentDisconnected, AgentError
 
     try:
         return via.call(op, args, timeout=30.0)
@@ -228,7 +228,7 @@ def slurm_role_jobs(
     name: JobName, roles: list[str], login: str | None, timeout: float
 ) -> list[Any]:
     """The job's per-role Slurm jobs that run now (empty where Slurm is not here)."""
-    from areal_console.core.slurm import SlurmClient, make_runner
+    from areal_console.core.slurm.client import SlurmClient, make_runner
 
     if not login and shutil.which("squeue") is None:
         return []
@@ -275,8 +275,8 @@ def resolve_areal_targets(
 def _reach_through_slurm(
     plan: ArealPlan, jobs: list[Any], login: str | None, mode: str, timeout: float
 ) -> None:
-    from areal_console.core.slurm import SlurmClient, make_runner, running_job
-    from areal_console.core.slurm_targets import plan_for_job
+    from areal_console.core.slurm.client import SlurmClient, make_runner, running_job
+    from areal_console.core.slurm.targets import plan_for_job
 
     runner = make_runner(login)
     client = SlurmClient(runner, timeout)

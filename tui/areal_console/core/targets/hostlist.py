@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 
-from areal_console.core.errors import UserError
-from areal_console.core.textfmt import clip_repr
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.textfmt import clip_repr
 
 MAX_HOSTS = 65536
 _NUMBER = re.compile(r"\d+")

@@ -28,11 +28,11 @@ from typing import Any
 
 import yaml
 
-from areal_console.core import safe_yaml
-from areal_console.core.errors import UserError
-from areal_console.core.hostlist import expand_hostlist, split_hostlist
-from areal_console.core.specs import NodeSpec
-from areal_console.core.textfmt import clip, clip_repr
+from areal_console.core.common import safe_yaml
+from areal_console.core.common.errors import UserError
+from areal_console.core.common.textfmt import clip, clip_repr
+from areal_console.core.targets.hostlist import expand_hostlist, split_hostlist
+from areal_console.core.targets.specs import NodeSpec
 
 NODE_FIELDS = {
     "name",

@@ -34,8 +34,8 @@ from typing import Any, Protocol
 from areal_node import name_resolve as nfs
 from areal_node.name_resolve import DEFAULT_NFS_ROOT, MAX_ENTRIES, MAX_VALUE_BYTES
 
-from areal_console.core.errors import UsageError, UserError
-from areal_console.core.textfmt import clip_repr
+from areal_console.core.common.errors import UsageError, UserError
+from areal_console.core.common.textfmt import clip_repr
 
 ETCD_TIMEOUT = 5.0
 

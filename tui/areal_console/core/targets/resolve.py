@@ -7,12 +7,12 @@ import math
 import sys
 from typing import Any
 
-from areal_console.core.errors import UsageError, UserError
+from areal_console.core.common.errors import UsageError, UserError
 
 # The records live in specs.py (the resolvers import them from there); named here too.
-from areal_console.core.specs import NodeSpec as NodeSpec
-from areal_console.core.specs import SlurmTarget as SlurmTarget
-from areal_console.core.specs import local_node as local_node
+from areal_console.core.targets.specs import NodeSpec as NodeSpec
+from areal_console.core.targets.specs import SlurmTarget as SlurmTarget
+from areal_console.core.targets.specs import local_node as local_node
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 
@@ -158,7 +158,7 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     if ray is not None and others:
         raise UsageError(f"--ray and --{others[0].replace('_', '-')} name two different targets")
     if ray is not None and not getattr(args, "areal", None):
-        from areal_console.core.ray_targets import resolve_ray_targets
+        from areal_console.core.ray.targets import resolve_ray_targets
 
         ray_plan = resolve_ray_targets(ray, ssh_fallback=bool(getattr(args, "ray_ssh", False)))
         for note in ray_plan.notes:
@@ -174,8 +174,8 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     if areal:
         return _areal_targets(args, str(areal))
     if slurm_job:
-        from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT
-        from areal_console.core.slurm_targets import resolve_slurm_targets
+        from areal_console.core.slurm.client import SLURM_COMMAND_TIMEOUT
+        from areal_console.core.slurm.targets import resolve_slurm_targets
 
         plan = resolve_slurm_targets(
             str(slurm_job),
@@ -189,7 +189,7 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     hosts = getattr(args, "hosts", None)
     inventory = getattr(args, "inventory", None)
     if hosts or inventory:
-        from areal_console.core import inventory as inv
+        from areal_console.core.targets import inventory as inv
 
         if hosts:
             if getattr(args, "group", None):
@@ -207,8 +207,8 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
 def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
     """`--areal`: the job's nodes; the plan stays on `args` (`areal_plan`) for the
     command's scoping and for the exit code (stale records make a run partial)."""
-    from areal_console.core.areal_targets import resolve_areal_targets
-    from areal_console.core.slurm import SLURM_COMMAND_TIMEOUT
+    from areal_console.core.slurm.client import SLURM_COMMAND_TIMEOUT
+    from areal_console.core.targets.areal import resolve_areal_targets
 
     etcd3 = getattr(args, "etcd3", None)
     if etcd3 and getattr(args, "name_resolve_root", None):
@@ -221,8 +221,8 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
     if ray is not None:
         if getattr(args, "name_resolve_root", None) or etcd3 or via_node:
             raise UsageError("--ray reads the job from AReaL's Ray KV actor: no other backend")
-        from areal_console.core.ray_name_resolve import RayKvRegistry
-        from areal_console.core.ray_nodes import parse_address
+        from areal_console.core.ray.name_resolve import RayKvRegistry
+        from areal_console.core.ray.nodes import parse_address
 
         registry = RayKvRegistry(parse_address(ray).for_ray)
     via = open_fleet(args, _one_host(via_node), probe_gpus=False) if via_node else None
@@ -254,7 +254,7 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
 def _on_ray_nodes(plan: Any, ray: str, ssh_fallback: bool) -> None:
     """The job's nodes as the Ray cluster's: the agent actor on each node whose IP one of
     the job's records names."""
-    from areal_console.core.ray_targets import resolve_ray_targets
+    from areal_console.core.ray.targets import resolve_ray_targets
 
     ray_plan = resolve_ray_targets(ray, ssh_fallback=ssh_fallback)
     hosts = {e.entry.host for e in plan.entries if e.entry.host}
@@ -267,7 +267,7 @@ def _on_ray_nodes(plan: Any, ray: str, ssh_fallback: bool) -> None:
 
 def _one_host(text: str) -> list[NodeSpec]:
     """`--name-resolve-via`: one SSH destination, `[USER@]HOST[:PORT]`."""
-    from areal_console.core import inventory as inv
+    from areal_console.core.targets import inventory as inv
 
     try:
         specs = inv.parse_hosts(text)
@@ -301,6 +301,6 @@ def open_fleet(args: argparse.Namespace, specs: list[NodeSpec], **extra: Any) ->
     """The `Fleet` for `specs` with the parsed target options: every command that reaches
     nodes goes through here, so --ssh-config, --connect-timeout and --accept-new-hosts
     mean the same everywhere."""
-    from areal_console.core.fleet import Fleet
+    from areal_console.core.connection.fleet import Fleet
 
     return Fleet(specs, **{**fleet_options(args), **extra})

@@ -6,7 +6,7 @@ the last rank never reaches the broadcast (it waits for a server that stays paus
 the others wait in it: ranks stuck inside the weight-update path.
 
 Before the update each rank writes the perf tracer spans of the steps it finished, as
-AReaL's PerfTracer writes them (tests/fixtures/perf_tracer_files.py, found through
+AReaL's PerfTracer writes them (tests/support/fixtures/perf_tracer_files.py, found through
 STUB_TESTS_ROOT); the last rank is one step behind."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _write_traces(rank: int, world: int, log_dir: str) -> None:
     sys.path.insert(0, os.environ["STUB_TESTS_ROOT"])
     from pathlib import Path
 
-    from tests.fixtures.perf_tracer_files import TranscribedPerfTracer, write_steps
+    from tests.support.fixtures.perf_tracer_files import TranscribedPerfTracer, write_steps
 
     tracer = TranscribedPerfTracer(Path(log_dir), rank, role="actor", pid=os.getpid())
     write_steps(tracer, 3 if rank == world - 1 else 4)
