@@ -267,3 +267,49 @@ def test_every_listener_of_a_busy_process_is_seen() -> None:
     finally:
         for s in socks:
             s.close()
+
+
+def test_trickling_health_answers_cost_one_deadline_in_all() -> None:
+    """Twenty servers that answer `/health` a byte every 0.3 s (no read ever times out):
+    the health poll of all of them ends within one deadline, each with its error."""
+    import threading
+
+    from areal_node.agent.servers import HEALTH_TIMEOUT, HealthPoller
+
+    stop = threading.Event()
+    listeners = []
+
+    def trickle(server: socket.socket) -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(4096)
+            for byte in b"HTTP/1.0 200 OK\r\n\r\n":
+                if stop.wait(0.3):
+                    return
+                conn.sendall(bytes([byte]))
+
+    for _ in range(20):
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        listeners.append(server)
+        threading.Thread(target=trickle, args=(server,), daemon=True).start()
+    urls = [f"http://127.0.0.1:{s.getsockname()[1]}/health" for s in listeners]
+    try:
+        started = time.monotonic()
+        answers = HealthPoller().health(urls)
+        elapsed = time.monotonic() - started
+        assert elapsed < HEALTH_TIMEOUT + 4.0, elapsed
+        assert set(answers) == set(urls)
+        assert all(a["ok"] is False and "no answer within" in a["error"] for a in answers.values())
+    finally:
+        stop.set()
+        for s in listeners:
+            s.close()
+
+
+def test_a_malformed_address_is_an_error_not_a_raise() -> None:
+    from areal_node.agent.servers import HealthPoller
+
+    answer = HealthPoller.poll("http://[x/health")
+    assert answer["ok"] is False and answer["error"].startswith("bad server address")

@@ -62,29 +62,34 @@ class HealthPoller:
 
     @staticmethod
     def poll(url: str, timeout: float = HEALTH_TIMEOUT) -> dict[str, Any]:
-        import http.client
+        """One `GET /health` with an overall deadline (a server that trickles its answer
+        a byte at a time is cut at `timeout`, not kept by a per-read timeout)."""
         import urllib.parse
 
-        parts = urllib.parse.urlsplit(url)
+        from areal_node.server_poll import http_get
+
         started = time.monotonic()
         result: dict[str, Any] = {"ok": False, "status": None, "error": None}
-        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
         try:
-            conn.request("GET", parts.path or "/")
-            response = conn.getresponse()
-            response.read(4096)
-            result["status"] = response.status
-            result["ok"] = response.status == 200
-            if not result["ok"]:
-                result["error"] = f"HTTP {response.status} {response.reason}".strip()
-        except TimeoutError:
-            result["error"] = f"no answer within {timeout:g}s"
-        except ConnectionRefusedError:
-            result["error"] = "connection refused (nothing listens on that port)"
-        except (OSError, http.client.HTTPException) as exc:
-            result["error"] = str(exc) or type(exc).__name__
-        finally:
-            conn.close()
+            parts = urllib.parse.urlsplit(url)
+            host, port = parts.hostname or "", parts.port
+        except ValueError as exc:  # a malformed address: said, never raised
+            host, port, result["error"] = "", None, f"bad server address: {exc}"
+        if port is not None:
+            answer = http_get(host, port, parts.path or "/", started + timeout, max_bytes=1 << 16)
+            result["status"] = answer.status
+            result["ok"] = answer.status == 200 and answer.error is None
+            if answer.error is not None:
+                if answer.error.startswith("connection refused"):
+                    result["error"] = "connection refused (nothing listens on that port)"
+                elif answer.error.startswith("no complete answer"):
+                    result["error"] = f"no answer within {timeout:g}s"
+                else:
+                    result["error"] = answer.error
+            elif not result["ok"]:
+                result["error"] = f"HTTP {answer.status}"
+        elif result["error"] is None:
+            result["error"] = "no port to ask"
         result["latency_ms"] = round(1000 * (time.monotonic() - started), 1)
         result["checked_at"] = time.time()
         return result
@@ -112,8 +117,10 @@ class HealthPoller:
                     thread.start()
                 if cached is None:
                     waits.append(self._running[url])
+        # One deadline for all of them: twenty slow servers cost one timeout, not twenty.
+        deadline = time.monotonic() + HEALTH_TIMEOUT + 1.0
         for thread in waits:
-            thread.join(HEALTH_TIMEOUT + 1.0)
+            thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             return {
                 url: {k: v for k, v in self._cache[url].items() if k != "_mono"}
