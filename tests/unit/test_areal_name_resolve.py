@@ -275,6 +275,30 @@ def test_metrics_open_the_log_dir_from_fileroot(tmp_path: Path, listener: tuple[
     assert json.loads(result.stdout)["steps"] == [0, 1, 2]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to nobody")
+def test_metrics_from_fileroot_read_only_the_jobs_users_files(
+    tmp_path: Path, listener: tuple[str, int]
+) -> None:
+    """A log another user planted in the job's log directory is not read as the job's."""
+    import pwd
+
+    root = tmp_path / "nr"
+    host, port = listener
+    nfs_add(str(root), worker_key(USER, "exp", "t2", "actor", 0), f"{host}:{port}")
+    fileroot = tmp_path / "fileroot"
+    run = fileroot / "logs" / USER / "exp" / "t2"
+    write_run(run, steps=3)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    for log in run.glob("*.log"):
+        os.chown(log, nobody, -1)
+    result = run_cli(
+        "metrics", "--areal", "exp/t2", "--name-resolve-root", str(root),
+        "--fileroot", str(fileroot), "--json",
+    )  # fmt: skip
+    assert result.returncode == 1, (result.returncode, result.stdout[:200])
+    assert result.stderr.count("\n") <= 2 and "Traceback" not in result.stderr
+
+
 def test_metrics_find_the_log_dir_from_the_workers_fileroot(tmp_path: Path) -> None:
     """Without --fileroot: the job's rpc_server carries `--fileroot` on its command line."""
     root = tmp_path / "nr"

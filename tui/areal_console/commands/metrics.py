@@ -109,7 +109,10 @@ def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str, str | None]:
         path, node, match = plan.log_target()
         if path is not None:
             print(f"note: log directory {path} (from --fileroot)", file=sys.stderr)
-            return (fleet.session(node) if node else fleet.sessions[0]), path, None
+            # The directory is the job's: only its user's files are read there (as for a
+            # path found from the job's processes).
+            session = fleet.session(node) if node else fleet.sessions[0]
+            return session, path, plan.name.user
         session, found = find_job_logs(fleet, match)
         print(f"note: {found.node}: {found.path}", file=sys.stderr)
         return session, found.path, found.owner

@@ -45,7 +45,10 @@ def health_target(args: argparse.Namespace) -> Any:
     if args.health:
         return HealthTarget(args.health, args.health_node)
     plan = areal_plan(args)
-    return HealthTarget(*plan.log_target()) if plan is not None else None
+    if plan is None:
+        return None
+    path, node, match = plan.log_target()
+    return HealthTarget(path, node, match, owner=plan.name.user)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -141,7 +141,7 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
     def _open_follower(self) -> MetricsFollower:
         target = self.target
         fleet = self.console.fleet
-        files: FileAccess = LocalFiles()
+        files: FileAccess = LocalFiles(target.owner)
         path = target.path
         if path is None:
             if fleet is None:
@@ -152,7 +152,7 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
             if fleet is None:
                 raise UserError(f"node {target.node} is not connected")
             try:
-                files = NodeFiles(fleet.session(target.node))
+                files = NodeFiles(fleet.session(target.node), target.owner)
             except KeyError:
                 raise UserError(f"no node {target.node} among the console's nodes") from None
         return MetricsFollower(path, files, self.thresholds)

@@ -80,6 +80,7 @@ class HealthTarget:
     path: str | None = None
     node: str | None = None
     match: str | None = None
+    owner: str | None = None  # the job's user: only that user's files are read (--areal)
 
     def describe(self) -> str:
         if self.path:
