@@ -31,7 +31,8 @@ async def test_health_opens_the_areal_jobs_log_dir_from_fileroot(tmp_path: Path)
     )
     resolve_targets(args)  # the stale record only warns
     target = health_target(args)
-    assert target == HealthTarget(str(log_dir), None, None)  # this machine holds it
+    # This machine holds it; only the job user's files are read there.
+    assert target == HealthTarget(str(log_dir), None, None, owner=USER)
     without = build_parser("tui").parse_args(
         ["tui", "--areal", "exp/t1", "--name-resolve-root", str(root)]
     )
