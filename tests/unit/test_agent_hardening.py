@@ -365,3 +365,30 @@ def test_the_deadline_table_in_the_docs_is_the_agents() -> None:
     ).read_text()
     rows = dict(re.findall(r"^\| `([a-z_]+)` \| (\d+)(?: \+ `\w+`)? \|$", doc, re.MULTILINE))
     assert {k: float(v) for k, v in rows.items()} == protocol.DEADLINES
+
+
+def test_a_controllers_other_children_do_not_join_its_workers_job() -> None:
+    """A Python process that started AReaL workers (through `bash -c ... | tee`) and,
+    beside them, a torchrun job of its own: the torchrun ranks keep no AReaL job (a
+    test runner or notebook is such a parent)."""
+    from areal_node.agent.processes import select_processes
+
+    py = "/usr/bin/python3"
+    procs: dict[int, dict[str, Any]] = {10: _proc(10, 1, [py, "driver.py"], {})}
+    for index in (0, 1):
+        shell, worker = 20 + 10 * index, 21 + 10 * index
+        procs[shell] = _proc(shell, 10, ["bash", "-c", "python3 -m areal.infra.rpc.rpc_server"],
+                             {"SLURM_PROCID": str(index)})  # fmt: skip
+        procs[worker] = _proc(
+            worker, shell,
+            [py, "-m", "areal.infra.rpc.rpc_server", "--port", "0", "--experiment-name", "e",
+             "--trial-name", "t", "--role", "actor"],
+            {"SLURM_PROCID": str(index)},
+        )  # fmt: skip
+    for rank in range(4):
+        env = {"RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_RANK": str(rank)}
+        procs[50 + rank] = _proc(50 + rank, 10, [py, "gloo_ranks.py"], env)
+    select_processes(procs, include_all=True)
+    job = [p for p in procs.values() if p["job"] == "e/t"]
+    assert sorted(p["rank"] for p in job if p["rank"] is not None) == [0, 1]
+    assert all(procs[50 + r]["job"] is None for r in range(4))

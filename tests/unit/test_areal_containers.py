@@ -137,7 +137,9 @@ def test_workers_in_their_own_namespaces_are_listed_by_host_pid(
     assert all(p["role"] == "wrapper" and p["rank"] is None for p in runtimes)
     # Nothing but the workers claims a rank: not the runtime, its shell or tee (all of
     # which carry SLURM_PROCID as well).
-    assert sorted(p["rank"] for p in procs if p["rank"] is not None) == [0, 1]
+    ranked = [(p["pid"], p["ppid"], p["rank"], p["role"], p["cmdline"][:80]) for p in procs
+              if p["rank"] is not None]  # fmt: skip
+    assert sorted(r[2] for r in ranked) == [0, 1], ranked
 
 
 def test_stacks_dumps_the_containerised_workers_by_host_pid(

@@ -157,6 +157,8 @@ def _link_job_tree(procs: dict[int, dict[str, Any]]) -> None:
         for child in children.get(parent["pid"], []):
             if child["job"] is not None:
                 continue
+            if child["rank"] is not None and child["worker_index"] is None:
+                continue  # a rank of its own job (say, torchrun's), not this job's
             if is_wrapper_exe(child["cmdline"]) and parent["role"] == "wrapper":
                 child["role"] = "wrapper"
             elif child["server"] is None and child["role"] is None:
