@@ -75,7 +75,7 @@ print(json.dumps({"hello": t1 - t0, "first_sample": t2 - t1, "sample": sorted(ro
 
 def checkout_path(root: Path) -> str:
     """PYTHONPATH for a checkout: its console and its agent package's parent."""
-    agent_dir = root / "node" if (root / "node").is_dir() else root / "agents"
+    agent_dir = root / "agents"
     return os.pathsep.join([str(root / "tui"), str(agent_dir)])
 
 

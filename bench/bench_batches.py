@@ -76,7 +76,7 @@ print(json.dumps(out))
 
 
 def run(mode: str, path: Path, cold: bool) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])}
     out = subprocess.run(
         [sys.executable, "-c", MEASURE, mode, str(path), "1" if cold else "0"],
         env=env,

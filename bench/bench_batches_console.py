@@ -146,7 +146,7 @@ asyncio.run(main())
 
 
 def run(script: str, path: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])}
     out = subprocess.run(
         [sys.executable, "-c", script, str(path)],
         env=env,

@@ -41,7 +41,7 @@ from tests.support.fixtures.hang import free_port, start_scenario  # noqa: E402
 
 def checkout_path(root: Path) -> str:
     """PYTHONPATH for a checkout: its console and its agent package's parent."""
-    agent_dir = root / "node" if (root / "node").is_dir() else root / "agents"
+    agent_dir = root / "agents"
     return os.pathsep.join([str(root / "tui"), str(agent_dir)])
 
 

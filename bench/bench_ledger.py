@@ -1,6 +1,6 @@
 """Benchmark: the collective ledger of a large job.
 
-    PYTHONPATH=tui:node python bench/bench_ledger.py [--ranks 1024] [--entries 2000] [--repeat 5]
+    PYTHONPATH=tui:agents python bench/bench_ledger.py [--ranks 1024] [--entries 2000] [--repeat 5]
 
 A synthetic job of `--ranks` ranks, each with a Flight Recorder trace of `--entries`
 collectives on the default group (the size of a full default ring, TORCH_FR_BUFFER_SIZE=2000),

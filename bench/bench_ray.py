@@ -163,7 +163,7 @@ def main() -> int:
             warm["ssh"].append(capture_seconds(ssh_fleet))
         ray_fleet.close()
         ssh_fleet.close()
-        env = ssh.env(cluster.env(PYTHONPATH=f"{ROOT / 'tui'}{os.pathsep}{ROOT / 'node'}"))
+        env = ssh.env(cluster.env(PYTHONPATH=f"{ROOT / 'tui'}{os.pathsep}{ROOT / 'agents'}"))
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(cluster.base / "pycache")
         env["AREAL_CONSOLE_DATA_DIR"] = str(cluster.base / "data")

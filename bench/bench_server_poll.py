@@ -9,7 +9,7 @@ its own CPU time (the servers' CPU is theirs, not counted), one after the other,
 `--seconds` each:
 - baseline: the agent's health poll before this change (`GET /health` of each server
   every 3 s with http.client and a thread per poll: the HealthPoller of the node agent);
-- polling: the ServerPoller (node/areal_node/server_poll.py) asking each server's
+- polling: the ServerPoller (agents/areal_node/server_poll.py) asking each server's
   `/metrics` and `/model_info` every `--interval` seconds (8 workers, one poll in flight
   per server), with the `state()` call a `sample` makes once a second.
 Reported: CPU % of one core for each, polls completed, and the ratio.

@@ -1,6 +1,6 @@
 """Benchmarks for stack capture and analysis.
 
-    PYTHONPATH=tui:node python bench/bench_stacks.py [--ranks 8] [--sizes 1024,16384,100000]
+    PYTHONPATH=tui:agents python bench/bench_stacks.py [--ranks 8] [--sizes 1024,16384,100000]
 
 1. Analysis: synthetic jobs of 1k/4k/16k ranks built from the real py-spy dumps recorded
    in tests/data/pyspy (a cleanup deadlock: most ranks in the training loop's all_reduce,

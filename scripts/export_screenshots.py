@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT / "tests"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT / "tests"), str(ROOT)]
 OUT = ROOT / "screenshots"
 
 

@@ -1,7 +1,7 @@
 """Regenerate (or check) the sample outputs in docs/guide/guide.md from a real demo run.
 
-    PYTHONPATH=tui:node python scripts/guide_samples.py           # rewrite docs/guide/guide.md
-    PYTHONPATH=tui:node python scripts/guide_samples.py --check   # exit 1 if it drifted
+    PYTHONPATH=tui:agents python scripts/guide_samples.py           # rewrite docs/guide/guide.md
+    PYTHONPATH=tui:agents python scripts/guide_samples.py --check   # exit 1 if it drifted
 
 Each sample sits between `<!-- sample: NAME -->` and `<!-- /sample -->` in the guide. The
 script starts the demo job (`--pattern collective`, 2 ranks, gloo on CPU), runs the
@@ -38,7 +38,7 @@ STAND_INS: list[tuple[str, str]] = [
 
 
 def console(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")]))
     return subprocess.run([sys.executable, "-m", "areal_console", *args], env=env,
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
 
@@ -74,7 +74,7 @@ def replay_sample(dump: Path) -> str:
 
 def generate() -> dict[str, str]:
     """Every sample, from one demo job (the collective pattern)."""
-    sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node")]
+    sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents")]
     from areal_console.core.replay.demo import new_demo
 
     job = new_demo("collective", 2, 3)

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pynvml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "node"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT / "tests")]
 
 from areal_node.agent.serve import Agent  # noqa: E402
 from conftest import GlooJob  # noqa: E402

@@ -1,7 +1,7 @@
 """Re-record the collective-ledger fixtures from real 4-rank gloo jobs run with the
 Flight Recorder hook (tests/jobs/fr_ranks.py):
 
-    PYTHONPATH=tui:node:. python scripts/record_ledger_fixtures.py
+    PYTHONPATH=tui:agents:. python scripts/record_ledger_fixtures.py
 
 - tests/data/fr/<mode>/rank_<N>: the dump files the ranks wrote when their 4 s
   process-group timeout failed them (mode op, size, behind, died);

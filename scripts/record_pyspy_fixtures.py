@@ -1,6 +1,6 @@
 """Re-record the py-spy fixtures in tests/data/pyspy/ from the real hang scenarios.
 
-    PYTHONPATH=tui:node:. python scripts/record_pyspy_fixtures.py [PATTERN ...]
+    PYTHONPATH=tui:agents:. python scripts/record_pyspy_fixtures.py [PATTERN ...]
 
 Each scenario runs as a real 4-rank gloo job on this machine; the local agent captures
 it exactly as `areal-console stacks` does, and the raw capture (agent `sample` records

@@ -41,7 +41,7 @@ JOBS = Path(__file__).resolve().parent / "jobs"
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment for running `python -m areal_console` from this checkout."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     env.update(extra)
     return env
 

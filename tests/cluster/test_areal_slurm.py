@@ -58,7 +58,7 @@ def areal_slurm_job(slurm_cluster: SlurmCluster) -> Iterator[ArealSlurmJob]:
 
 def console(cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = cluster.env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     return subprocess.run(
         [sys.executable, "-m", "areal_console", *args],
         capture_output=True, text=True, timeout=120, env=env, check=False,

@@ -37,7 +37,7 @@ def job(cluster: TestCluster) -> Iterator[GlooJob]:
 
 def run_cli(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = cluster.env()
-    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}"
+    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"
     return subprocess.run(
         [sys.executable, "-m", "areal_console", "nodes", *args],
         capture_output=True,

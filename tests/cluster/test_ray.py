@@ -41,7 +41,7 @@ def console(
     timeout: float = 120,
     **env_extra: str,
 ) -> subprocess.CompletedProcess[str]:
-    env = cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}", **env_extra)
+    env = cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}", **env_extra)
     head = (
         [sys.executable, "-c", WITHOUT_RAY]
         if without_ray
@@ -395,7 +395,7 @@ def _agent_actors(address: str) -> int:
 
 @pytest.mark.slow
 def test_agent_exits_when_its_console_stops(ray_cluster: RayCluster) -> None:
-    env = ray_cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}")
+    env = ray_cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}")
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, ray_cluster.address],
         stdout=subprocess.PIPE,
@@ -433,7 +433,7 @@ fleet.close()
 @pytest.mark.slow
 def test_node_lost_mid_session(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
     """Last: it takes the second node away for good."""
-    env = ray_cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}")
+    env = ray_cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}")
     session = subprocess.Popen(
         [sys.executable, "-c", LOSER, ray_cluster.address],
         stdin=subprocess.PIPE,

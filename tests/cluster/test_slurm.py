@@ -39,7 +39,7 @@ def console(
 ) -> subprocess.CompletedProcess[str]:
     extra = env or {}
     env = cluster.env(**extra)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     return subprocess.run(
         [sys.executable, "-m", "areal_console", *args],
         capture_output=True,
@@ -253,7 +253,7 @@ def test_job_of_another_user_falls_back_to_ssh(
     # console's source in the cluster's world-readable directory, so any failure is real.
     source = Path(tempfile.mkdtemp(prefix="console-src-", dir=slurm_cluster.base))
     source.chmod(0o755)
-    for package in (ROOT / "tui" / "areal_console", ROOT / "node" / "areal_node"):
+    for package in (ROOT / "tui" / "areal_console", ROOT / "agents" / "areal_node"):
         shutil.copytree(package, source / package.name,
                         ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     for path in source.rglob("*"):
@@ -444,7 +444,7 @@ def slurm_recording(slurm_cluster: SlurmCluster) -> tuple[Path, dict[str, str]]:
     """Two steps recorded by the reference trainer, where every node can read them."""
     home = slurm_cluster.base / "replay-home"
     env = slurm_cluster.env()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     env["AREAL_CONSOLE_DATA_DIR"] = str(home / "data")
     env["AREAL_CONSOLE_CONFIG_DIR"] = str(home / "config")
     dump = slurm_cluster.base / "replay dump"  # a space stays inside one argv word

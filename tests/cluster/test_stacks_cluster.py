@@ -42,7 +42,7 @@ def job(cluster: TestCluster) -> Iterator[GlooJob]:
 
 def run_stacks(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = cluster.env()
-    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}"
+    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"
     return subprocess.run(
         [sys.executable, "-m", "areal_console", "stacks", "--match", MARKER, "--json", *args],
         capture_output=True,
@@ -91,7 +91,7 @@ def test_report_across_nodes_reads_versions_through_each_agent(
     import tarfile
 
     env = cluster.env()
-    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}"
+    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"
     out = tmp_path / "bug.md"
     result = subprocess.run(
         [sys.executable, "-m", "areal_console", "report", "--hosts", cluster.hosts_arg(),

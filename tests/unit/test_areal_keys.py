@@ -128,7 +128,7 @@ def _suggestion_text(path: Path) -> str:
 def suggested_keys() -> dict[str, set[str]]:
     files = [
         *ROOT.joinpath("tui").rglob("*.py"),
-        *ROOT.joinpath("node").rglob("*.py"),
+        *ROOT.joinpath("agents").rglob("*.py"),
         *ROOT.joinpath("docs").rglob("*.md"),
         ROOT / "README.md",
     ]

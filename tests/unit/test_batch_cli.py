@@ -35,7 +35,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     home = tmp_path_factory.mktemp("home")
     return {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")]),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")]),
         "AREAL_CONSOLE_DATA_DIR": str(home / "data"),
         "XDG_CACHE_HOME": str(home / "cache"),
         "XDG_CONFIG_HOME": str(home / "config"),

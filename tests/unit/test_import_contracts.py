@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"areal_console": ROOT / "tui" / "areal_console", "areal_node": ROOT / "node" / "areal_node"}  # fmt: skip
+PACKAGES = {"areal_console": ROOT / "tui" / "areal_console", "areal_node": ROOT / "agents" / "areal_node"}  # fmt: skip
 
 
 def module_name(package_dir: Path, path: Path) -> str:

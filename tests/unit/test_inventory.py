@@ -149,7 +149,7 @@ def test_missing_inventory_file(tmp_path: Path) -> None:
 
 def test_cli_reports_malformed_inventory_in_one_line(tmp_path: Path) -> None:
     path = write(tmp_path, "nodes:\n  - name: a\n    port: twenty\n")
-    env = dict(os.environ, PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'node'}")
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}")
     proc = subprocess.run(
         [sys.executable, "-m", "areal_console", "nodes", "--inventory", str(path), "--json"],
         capture_output=True,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from areal_console.core.connection.transport import MIN_PYTHON
 
-NODE_PACKAGE = Path(__file__).resolve().parents[2] / "node" / "areal_node"
+NODE_PACKAGE = Path(__file__).resolve().parents[2] / "agents" / "areal_node"
 TARGET = ".".join(map(str, MIN_PYTHON))
 
 

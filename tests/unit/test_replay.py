@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def console_env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "node")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tui"), str(ROOT / "agents")])
     env["AREAL_CONSOLE_DATA_DIR"] = str(home / "data")
     env["AREAL_CONSOLE_CONFIG_DIR"] = str(home / "config")
     for var, sub in (

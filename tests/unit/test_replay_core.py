@@ -256,7 +256,7 @@ def test_replay_core_does_not_import_textual() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tui"), str(root / "node")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tui"), str(root / "agents")])}
 
     code = (
         "import sys, areal_console.core.replay.plan, areal_console.core.replay.runs;"

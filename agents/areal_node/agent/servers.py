@@ -134,7 +134,7 @@ VERIFY_TTL = 10.0  # seconds a server's verified listening port is reused
 
 class ServerStates:
     """What the node's inference servers say, asked only at a port their own process
-    listens on (node/areal_node/server_poll.py): `GET /health` (as before, its answer
+    listens on (agents/areal_node/server_poll.py): `GET /health` (as before, its answer
     under `health`), and in the background their metrics, weight version, pause state
     and flags. A server whose port is not verified is not asked; `health` says why."""
 
