@@ -17,11 +17,9 @@ from typing import Any
 from areal_console.core.common.errors import UserError
 from areal_console.core.targets.name_resolve import (
     MAX_ENTRIES,
-    MAX_VALUE_BYTES,
     JobName,
     JobRecords,
-    _sort_key,
-    make_entry,
+    records_from_pairs,
 )
 
 KV_ACTOR = "distributed_kv_store"
@@ -74,14 +72,7 @@ class RayKvRegistry:
         )
 
     def job(self, name: JobName) -> JobRecords:
-        records = JobRecords(name, self.source)
-        for key, value in self._pairs(name.key):
-            if len(value) > MAX_VALUE_BYTES:
-                records.refused.append(f"{key}: value larger than {MAX_VALUE_BYTES} bytes")
-                continue
-            records.entries.append(make_entry(name.key, key, value.strip()))
-        records.entries.sort(key=_sort_key)
-        return records
+        return records_from_pairs(name, self.source, self._pairs(name.key))
 
     def trials(self, user: str) -> list[str]:
         return sorted(

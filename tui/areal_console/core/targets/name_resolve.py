@@ -27,7 +27,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -142,6 +142,19 @@ def make_entry(job_key: str, key: str, value: str, owner: str | None = None) -> 
 
 def _sort_key(e: NameEntry) -> tuple[Any, ...]:
     return (e.kind != "worker", e.role or "", e.index if e.index is not None else -1, e.key)
+
+
+def records_from_pairs(name: JobName, source: str, pairs: Iterable[tuple[str, str]]) -> JobRecords:
+    """A job's records from a key-value backend's (key, value) pairs (etcd3, Ray's KV):
+    a value over MAX_VALUE_BYTES is refused, the rest become entries, workers first."""
+    records = JobRecords(name, source)
+    for key, value in pairs:
+        if len(value) > MAX_VALUE_BYTES:
+            records.refused.append(f"{key}: value larger than {MAX_VALUE_BYTES} bytes")
+            continue
+        records.entries.append(make_entry(name.key, key, value.strip()))
+    records.entries.sort(key=_sort_key)
+    return records
 
 
 class Registry(Protocol):
@@ -315,15 +328,9 @@ class EtcdRegistry:
             raise UserError(f"etcd3 at {self.address}: not an etcd v3 answer") from None
 
     def job(self, name: JobName) -> JobRecords:
-        records = JobRecords(name, self.source)
         prefix = name.key + "/"
-        for key, value in self._range(prefix, prefix_end(prefix), keys_only=False):
-            if len(value) > MAX_VALUE_BYTES:
-                records.refused.append(f"{key}: value larger than {MAX_VALUE_BYTES} bytes")
-                continue
-            records.entries.append(make_entry(name.key, key, value.strip()))
-        records.entries.sort(key=_sort_key)
-        return records
+        pairs = self._range(prefix, prefix_end(prefix), keys_only=False)
+        return records_from_pairs(name, self.source, pairs)
 
     def trials(self, user: str) -> list[str]:
         prefix = user + "/"
