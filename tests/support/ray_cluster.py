@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import urllib.request
 from dataclasses import dataclass, field
@@ -159,8 +160,23 @@ class RayCluster:
         """Take a node away like a crash: its raylet and everything in its namespace die."""
         node = self.node(ip)
         if node.proc is not None and node.proc.poll() is None:
+            try:
+                init: int | None = self.ns_init(ip)
+            except (OSError, IndexError, ValueError):
+                init = None
             os.killpg(node.proc.pid, signal.SIGKILL)
             node.proc.wait(timeout=30)
+            # The namespace's init kills the rest (raylet, actors, ranks) as it exits, after
+            # `unshare` is gone: the node is down only once its init is a zombie or reaped.
+            deadline = time.monotonic() + 30
+            while init is not None and time.monotonic() < deadline:
+                try:
+                    state = Path(f"/proc/{init}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    break
+                if state in ("Z", "X"):
+                    break
+                time.sleep(0.05)
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
