@@ -106,6 +106,51 @@ def paused_since(history: Sequence[ServerPoint]) -> float | None:
     return since
 
 
+def version_flags(
+    version: int | str | None,
+    paused: bool | None,
+    paused_for: float | None,
+    trainer_version: int | None,
+    max_head_offpolicyness: int | None,
+) -> list[ServerFlag]:
+    """`paused_after_update` and `version_lag` of one server: its served version, whether
+    and how long it has been paused (None: not known), the trainer's version and the
+    allowed lag (None: not known)."""
+    flags = []
+    served = version if isinstance(version, int) else None
+    behind = trainer_version is not None and served is not None and trainer_version > served
+    held = paused_for is not None and paused_for >= PAUSE_GRACE_S
+    if paused and (held or behind):
+        ahead = f"; the trainer is on version {trainer_version}" if behind else ""
+        length = f" for {paused_for:.0f}s" if paused_for is not None else ""
+        flags.append(
+            _flag(
+                "paused_after_update",
+                f"paused{length} at version {version}{ahead}",
+                "The weight update left the server paused (continue_generation never "
+                "came): look at the trainer ranks in the weight-update path (stacks), "
+                "then resume with POST /continue_generation or restart the rollout; "
+                "with disk updates check the saved path is readable from the server",
+            )
+        )
+    if (
+        trainer_version is not None
+        and served is not None
+        and max_head_offpolicyness is not None
+        and trainer_version - served > max_head_offpolicyness
+    ):
+        flags.append(
+            _flag(
+                "version_lag",
+                f"serves version {served}, the trainer is on {trainer_version} "
+                f"({trainer_version - served} behind, allowed {max_head_offpolicyness})",
+                "Weight updates do not reach this server: read its log for failed "
+                "update_weights calls; raising the allowed offpolicyness only hides it",
+            )
+        )
+    return flags
+
+
 def server_flags(
     history: Sequence[ServerPoint],
     trainer_version: int | None = None,
@@ -117,37 +162,15 @@ def server_flags(
     now = history[-1]
     flags: list[ServerFlag] = []
     since = paused_since(history)
-    version = now.weight_version if isinstance(now.weight_version, int) else None
-    if since is not None:
-        held = now.at - since
-        behind = trainer_version is not None and version is not None and trainer_version > version
-        if held >= PAUSE_GRACE_S or behind:
-            ahead = f"; the trainer is on version {trainer_version}" if behind else ""
-            flags.append(
-                _flag(
-                    "paused_after_update",
-                    f"paused for {held:.0f}s at version {now.weight_version}{ahead}",
-                    "The weight update left the server paused (continue_generation never "
-                    "came): look at the trainer ranks in the weight-update path (stacks), "
-                    "then resume with POST /continue_generation or restart the rollout; "
-                    "with disk updates check the saved path is readable from the server",
-                )
-            )
-    if (
-        trainer_version is not None
-        and version is not None
-        and max_head_offpolicyness is not None
-        and trainer_version - version > max_head_offpolicyness
-    ):
-        flags.append(
-            _flag(
-                "version_lag",
-                f"serves version {version}, the trainer is on {trainer_version} "
-                f"({trainer_version - version} behind, allowed {max_head_offpolicyness})",
-                "Weight updates do not reach this server: read its log for failed "
-                "update_weights calls; raising the allowed offpolicyness only hides it",
-            )
+    flags.extend(
+        version_flags(
+            now.weight_version,
+            since is not None,
+            None if since is None else now.at - since,
+            trainer_version,
+            max_head_offpolicyness,
         )
+    )
     usage = _first(now.metrics, USAGE_METRICS)
     queues = [q for p in history[-3:] if (q := _first(p.metrics, QUEUE_METRICS)) is not None]
     if (
@@ -185,7 +208,33 @@ def server_flags(
     return flags
 
 
-def fleet_flags(versions: dict[str, int | str | None]) -> dict[str, list[ServerFlag]]:
+def fleet_flags(
+    versions: dict[str, int | str | None],
+    trainer_version: int | None = None,
+    max_head_offpolicyness: int | None = None,
+    paused: dict[str, bool | None] | None = None,
+) -> dict[str, list[ServerFlag]]:
+    """The flags that need the whole fleet or the trainer, by server name: `version_skew`
+    for each server not on the most common version; with the trainer's version,
+    `version_lag` and `paused_after_update` (paused while the trainer moved on)."""
+    out: dict[str, list[ServerFlag]] = {}
+    for name, flag in _skew(versions).items():
+        out.setdefault(name, []).append(flag)
+    if trainer_version is not None:
+        for name, version in versions.items():
+            found = version_flags(
+                version,
+                (paused or {}).get(name),
+                None,
+                trainer_version,
+                max_head_offpolicyness,
+            )
+            if found:
+                out.setdefault(name, []).extend(found)
+    return out
+
+
+def _skew(versions: dict[str, int | str | None]) -> dict[str, ServerFlag]:
     """`version_skew` for each server (by name) not on the most common version."""
     known = {name: v for name, v in versions.items() if v is not None}
     if len(set(map(str, known.values()))) < 2:
@@ -197,14 +246,12 @@ def fleet_flags(versions: dict[str, int | str | None]) -> dict[str, list[ServerF
     common = max(counts, key=lambda v: (counts[v], v.isdigit(), int(v) if v.isdigit() else 0, v))
     listing = ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
     return {
-        name: [
-            _flag(
-                "version_skew",
-                f"serves version {v}; most servers serve {common} ({listing})",
-                "Some servers missed a weight update: read their logs for the failed "
-                "update, then update or restart them before rollouts mix versions",
-            )
-        ]
+        name: _flag(
+            "version_skew",
+            f"serves version {v}; most servers serve {common} ({listing})",
+            "Some servers missed a weight update: read their logs for the failed "
+            "update, then update or restart them before rollouts mix versions",
+        )
         for name, v in known.items()
         if str(v) != common
     }

@@ -19,11 +19,21 @@ from areal_console.core.rollout.perf_trace import (
     read_phases,
     read_tail,
 )
-from areal_console.core.rollout.staleness import capacity, last_counts, session_counts
+from areal_console.core.rollout.staleness import (
+    SessionTally,
+    capacity,
+    last_counts,
+    session_counts,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support.fixtures.perf_tracer_files import TRAIN_STEP, TranscribedPerfTracer, write_steps
+from tests.support.fixtures.perf_tracer_files import (
+    TRAIN_STEP,
+    TranscribedPerfTracer,
+    TranscribedSessionTracer,
+    write_steps,
+)
 
 # As AReaL's executor logs them with rollout.enable_rollout_tracing
 # (areal/infra/workflow_executor.py:399, :1241 through _rollout_stats :543-550), in
@@ -79,14 +89,24 @@ def test_concurrency_term_with_data_parallel_scaling() -> None:
     assert full.zero_terms == ("concurrency",)
 
 
-def test_session_records_count_accepted_and_rejected() -> None:
-    lines = [
-        json.dumps({"task_id": i, "session_id": i, "rank": 0, "status": s, "submit_ts": 1.0})
-        for i, s in enumerate(["accepted", "accepted", "rejected"])
-    ] + ["not json", "[1]"]
-    counts = session_counts(lines)
-    assert counts is not None and (counts.accepted, counts.rejected, counts.running) == (2, 1, 0)
-    assert session_counts([]) is None
+def test_session_records_count_accepted_and_rejected(tmp_path: Path) -> None:
+    tracer = TranscribedSessionTracer(tmp_path, 0, role="rollout", flush_threshold=2)
+    for status in ("accepted", "accepted", "rejected", "failed", "accepted"):
+        tracer.finish(status, reason=None if status == "accepted" else "returned_none")
+    tracer.flush()
+    tally = SessionTally()
+    tally.add([*tracer.path.read_text().split("\n"), "not json", "[1]", "{}"])
+    assert (tally.accepted, tally.rejected, tally.records, tally.skipped) == (3, 2, 5, 3)
+    counts = session_counts(tally, "rank 0")
+    assert counts is not None and (counts.accepted, counts.rejected, counts.running) == (3, 2, 0)
+    assert not counts.running_known and counts.complete
+    assert session_counts(SessionTally(), "rank 0") is None
+    # From session records only a staleness term at or below zero is certain; the
+    # concurrency term is not computed (running is not recorded).
+    cap = capacity(counts, version=0, max_head_offpolicyness=0, consumer_batch_size=2)
+    assert cap.zero_terms == ("staleness",) and "not known" in cap.explanation
+    partial = session_counts(tally, "rank 0", complete=False)
+    assert partial is not None and "at least 3 accepted" in capacity(partial, 0, 0, 2).explanation
 
 
 def test_phases_follow_the_step_and_mark_the_rank_behind(tmp_path: Path) -> None:
@@ -175,7 +195,7 @@ def test_tracer_and_tracing_readers_take_any_lines(lines: list[str]) -> None:
     spans = parse_spans(lines)
     progress_of = progress("actor", 0, lines, time.time())
     last_counts(lines)
-    session_counts(lines)
+    SessionTally().add(lines)
     assert time.perf_counter() - t0 < 0.5
     assert len(spans) <= len(lines)
     assert progress_of.rank == 0

@@ -1,26 +1,42 @@
 """What a stack capture learns about the rollout side from the job's own files.
 
-During a capture each node's agent is asked (`file_tail`, bounded) for the files AReaL
-writes under the job's log directory `<fileroot>/logs/<user>/<experiment>/<trial>`:
-each rank's perf tracer file (`perf_tracer[/<role>]/traces-r{rank}.jsonl`, its last
-MiB) and the tail of the rollout and controller logs (the executor's tracing lines).
-`apply_rollout` turns them into `ranks[].phase` and the capture's `rollout` summary: the
-staleness capacity recomputed, with its zero term named.
+During a capture each node's agent is asked (`file_tail` / `file_read`, bounded, with
+the job's user as the owner: the agent opens without following a final symlink, without
+blocking on a FIFO, follows a symlink on the way only when root, itself or that user
+owns it, and reads only that user's regular files) for the files AReaL writes under the
+job's log directory `<fileroot>/logs/<user>/<experiment>/<trial>`: each rank's perf
+tracer file (`perf_tracer[/<role>]/traces-r{rank}.jsonl`, its last MiB), its session
+tracer file (`session_tracer[/<role>]/sessions-r{rank}.jsonl`, counted as it streams,
+at most its last SESSION_MAX bytes), the tail of the rollout and controller logs (the
+executor's tracing lines, the trainer's `Train step N/T done.`), and the run's config
+(the `--config` file a command line names, the `config.yaml` AReaL saves there).
+`apply_rollout` turns them into `ranks[].phase`, the capture's `rollout` summary (the
+staleness capacity recomputed, with its zero term named; the trainer's version) and the
+servers' version flags.
 """
 
 from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from areal_node.constants import config_key
+from areal_node.server_flags import fleet_flags
 
 from areal_console.core.metrics.follow import log_dir_from_processes
+from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
-from areal_console.core.rollout.staleness import Capacity, RolloutCounts, capacity, last_counts
+from areal_console.core.rollout.staleness import (
+    Capacity,
+    RolloutCounts,
+    SessionTally,
+    capacity,
+    last_counts,
+    session_counts,
+)
+from areal_console.core.rollout.trainer_version import TrainerVersion, trainer_version
 
 if TYPE_CHECKING:
     from areal_console.core.connection.fleet import NodeSession
@@ -29,13 +45,10 @@ if TYPE_CHECKING:
 LOG_TAIL = 256 << 10  # bytes of each log read for tracing lines
 LOGS = ("rollout.log", "main.log", "trainer.log")
 MAX_RANK_FILES = 256  # trace files read per node
-# AReaL's defaults (areal/api/cli_args.py:2487-2509 at cbff54d): max_concurrent_rollouts
-# None (= consumer_batch_size), consumer_batch_size 1, max_head_offpolicyness 0.
-DEFAULTS = {
-    "rollout.max_head_offpolicyness": 0,
-    "rollout.consumer_batch_size": 1,
-    "rollout.max_concurrent_rollouts": None,
-}
+SESSION_MAX = 32 << 20  # bytes of one session tracer file counted (its end)
+SESSION_CHUNK = 4 << 20
+CONFIG_MAX = 256 << 10  # bytes of a config file (AReaL's saved config.yaml is ~20 KiB)
+MAX_CONFIGS = 4
 TRACER_OFF = (
     "No perf tracer files: turn AReaL's tracer on to see where each rank is in its step: "
     f"`{config_key('perf_tracer.enabled')}=true` (session traces: "
@@ -55,6 +68,7 @@ class RolloutSummary:
     capacity: Capacity | None = None
     config: dict[str, Any] = field(default_factory=dict)  # the values used, and where from
     notes: list[str] = field(default_factory=list)
+    trainer: TrainerVersion | None = None  # the trainer's weight version, when known
 
     def to_json(self) -> dict[str, Any]:
         cap = self.capacity
@@ -67,6 +81,8 @@ class RolloutSummary:
                 "accepted": self.counts.accepted,
                 "rejected": self.counts.rejected,
                 "source": self.counts.source,
+                "running_known": self.counts.running_known,
+                "complete": self.counts.complete,
             },
             "capacity": None
             if cap is None
@@ -79,6 +95,9 @@ class RolloutSummary:
             },
             "config": dict(self.config),
             "notes": list(self.notes),
+            "trainer_version": None
+            if self.trainer is None
+            else {"version": self.trainer.version, "evidence": self.trainer.evidence},
         }
 
     @classmethod
@@ -87,12 +106,23 @@ class RolloutSummary:
         if not isinstance(doc, dict):
             return None
         out = cls(notes=[str(n)[:500] for n in (doc.get("notes") or [])[:8] if isinstance(n, str)])
+        tv = doc.get("trainer_version")
+        if isinstance(tv, dict) and type(tv.get("version")) is int:
+            out.trainer = TrainerVersion(tv["version"], str(tv.get("evidence") or "")[:500])
         counts, config = doc.get("counts"), doc.get("config")
         if not isinstance(counts, dict) or not isinstance(config, dict):
             return out
         try:
             e, r, a, j = (int(counts[k]) for k in ("enqueued", "running", "accepted", "rejected"))
-            out.counts = RolloutCounts(e, r, a, j, str(counts.get("source") or "")[:500])
+            out.counts = RolloutCounts(
+                e,
+                r,
+                a,
+                j,
+                str(counts.get("source") or "")[:500],
+                counts.get("running_known") is not False,
+                counts.get("complete") is not False,
+            )
             values = {k: config[k]["value"] for k in (*DEFAULTS, "version")}
             out.config = {
                 k: {"value": v, "from": str(config[k].get("from"))} for k, v in values.items()
@@ -122,19 +152,23 @@ def _decode(reply: dict[str, Any]) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def _tail(session: NodeSession, path: str, limit: int) -> dict[str, Any] | None:
-    """The last `limit` bytes of a file on the node (None: absent or unreadable)."""
+def _tail(session: NodeSession, path: str, limit: int, owner: str) -> dict[str, Any] | None:
+    """The last `limit` bytes of the job's user's file on the node (None: absent,
+    refused or unreadable)."""
     try:
-        head = session.call("file_tail", {"path": path, "offset": 0, "max_bytes": 1}, timeout=10)
+        head = session.call(
+            "file_tail", {"path": path, "offset": 0, "max_bytes": 1, "owner": owner}, timeout=10
+        )
         size = int(head.get("size") or 0)
         reply = head
         if size > 1:
             offset = max(0, size - limit)
             reply = session.call(
                 "file_tail",
-                {"path": path, "offset": offset, "ident": head.get("ident"), "max_bytes": limit},
+                {"path": path, "offset": offset, "ident": head.get("ident"),
+                 "max_bytes": limit, "owner": owner},
                 timeout=20,
-            )
+            )  # fmt: skip
     except Exception:  # absent, refused, an older agent: no phase for that rank
         return None
     text = _decode(reply)
@@ -143,80 +177,204 @@ def _tail(session: NodeSession, path: str, limit: int) -> dict[str, Any] | None:
     return {"path": path, "text": text, "mtime": reply.get("mtime"), "now": reply.get("now")}
 
 
+def _count_sessions(session: NodeSession, path: str, owner: str) -> dict[str, Any] | None:
+    """Session records of one file counted by status, streamed in chunks (at most the
+    file's last SESSION_MAX bytes; `complete` says whether that was all of it)."""
+    tally = SessionTally()
+    args: dict[str, Any] = {"path": path, "offset": 0, "max_bytes": 1, "owner": owner}
+    try:
+        head = session.call("file_tail", args, timeout=10)
+        size = int(head.get("size") or 0)
+        start = offset = max(0, size - SESSION_MAX)
+        args.update(ident=head.get("ident"), max_bytes=SESSION_CHUNK)
+        rest = ""
+        while offset < size:
+            reply = session.call("file_tail", {**args, "offset": offset}, timeout=20)
+            text = rest + _decode(reply)
+            nxt = int(reply.get("next") or 0)
+            if nxt <= offset or reply.get("rotated") or reply.get("truncated"):
+                break
+            lines = text.split("\n")
+            if offset == start and start > 0:
+                lines = lines[1:]  # a partial first line
+            rest = lines.pop()
+            tally.add(lines)
+            offset = nxt
+        tally.add([rest])
+    except Exception:  # absent, refused, an older agent: no counts from this file
+        return None
+    return {"path": path, "accepted": tally.accepted, "rejected": tally.rejected,
+            "pending": tally.pending, "records": tally.records, "skipped": tally.skipped,
+            "complete": start == 0}  # fmt: skip
+
+
+def _read_config(session: NodeSession, path: str, owner: str) -> dict[str, Any]:
+    """A config file's text (or why it was not read)."""
+    try:
+        reply = session.call(
+            "file_read", {"path": path, "max_bytes": CONFIG_MAX, "owner": owner}, timeout=10
+        )
+    except Exception as exc:
+        return {"path": path, "error": str(exc)[:300]}
+    if reply.get("truncated"):
+        return {"path": path, "error": f"larger than {CONFIG_MAX >> 10} KiB: not read"}
+    return {"path": path, "text": str(reply.get("text") or "")}
+
+
+def _rank_file(log_dir: str, subdir: str, name: str, role: str | None) -> list[str]:
+    """Where AReaL puts a rank's tracer file: under its role folder, else directly."""
+    return [f"{log_dir}/{subdir}/{role}/{name}"] * bool(role) + [f"{log_dir}/{subdir}/{name}"]
+
+
+def job_configs(
+    session: NodeSession, cmdlines: list[str], log_dir: str | None, user: str
+) -> list[dict[str, Any]]:
+    """The `--config` files the command lines name (absolute paths: AReaL resolves a
+    relative one against its own working directory) and the log directory's saved
+    `config.yaml`, lowest precedence first."""
+    named = []
+    for cmd in cmdlines:
+        for path in config_paths(cmd):
+            if path not in named:
+                named.append(path)
+    out = []
+    for path in named[:MAX_CONFIGS]:
+        if path.startswith("/"):
+            out.append({**_read_config(session, path, user), "kind": "config"})
+        else:
+            out.append({"path": path, "kind": "config",
+                        "error": "a relative path (AReaL reads it from its working directory)"})  # fmt: skip
+    if log_dir is not None:
+        saved = _read_config(session, f"{log_dir}/config.yaml", user)
+        if "text" in saved:
+            out.append({**saved, "kind": "saved"})
+    return out
+
+
 def rollout_files(session: NodeSession, procs: list[dict[str, Any]], user: str) -> dict[str, Any]:
-    """The perf tracer files of the node's ranks and the tails of the job's logs."""
-    log_dir = log_dir_from_processes([str(p.get("cmdline") or "") for p in procs], user)
-    out: dict[str, Any] = {"log_dir": log_dir, "traces": [], "logs": []}
+    """The perf and session tracer files of the node's ranks, the tails of the job's logs
+    and the run's config files, each read as the job's user's file only."""
+    cmdlines = [str(p.get("cmdline") or "") for p in procs]
+    log_dir = log_dir_from_processes(cmdlines, user)
+    out: dict[str, Any] = {"log_dir": log_dir, "traces": [], "sessions": [], "logs": []}
+    out["configs"] = job_configs(session, cmdlines, log_dir, user)
     if log_dir is None:
         return out
     ranked = [p for p in procs if isinstance(p.get("rank"), int)][:MAX_RANK_FILES]
     for p in ranked:
         role = p.get("role") if isinstance(p.get("role"), str) else None
-        names = [f"traces-r{p['rank']}.jsonl"]
-        candidates = [f"{log_dir}/perf_tracer/{role}/{names[0]}"] if role else []
-        candidates.append(f"{log_dir}/perf_tracer/{names[0]}")
-        for path in candidates:
-            got = _tail(session, path, MAX_TAIL)
+        for path in _rank_file(log_dir, "perf_tracer", f"traces-r{p['rank']}.jsonl", role):
+            got = _tail(session, path, MAX_TAIL, user)
             if got is not None:
                 out["traces"].append({"rank": p["rank"], "role": role, **got})
                 break
+        name = f"sessions-r{p['rank']}.jsonl"
+        for path in _rank_file(log_dir, "session_tracer", name, role):
+            counted = _count_sessions(session, path, user)
+            if counted is not None:
+                out["sessions"].append({"rank": p["rank"], "role": role, **counted})
+                break
     for name in LOGS:
-        got = _tail(session, f"{log_dir}/{name}", LOG_TAIL)
+        got = _tail(session, f"{log_dir}/{name}", LOG_TAIL, user)
         if got is not None:
             out["logs"].append(got)
     return out
 
 
-def config_from_cmdlines(cmdlines: Iterable[str]) -> dict[str, Any]:
-    """The staleness keys from AReaL command-line overrides (`rollout.X=N`), else its
-    defaults; each value with where it came from."""
-    found: dict[str, Any] = {}
-    for cmd in cmdlines:
-        for arg in cmd.split():
-            key, eq, value = arg.lstrip("+").partition("=")
-            if eq and key in DEFAULTS and key not in found and value.isdigit() and len(value) < 10:
-                found[key] = {"value": int(value), "from": "command line"}
-    for key, default in DEFAULTS.items():
-        found.setdefault(key, {"value": default, "from": "AReaL's default"})
-    return found
+def _session_counts(nodes: list[dict[str, Any]]) -> RolloutCounts | None:
+    """Counts from the session tracer files: each rank's executor has its own manager,
+    so the rank with the most accepted sessions is shown (its term is the first to
+    reach zero)."""
+    best: RolloutCounts | None = None
+    for node in nodes:
+        raw = node.get("rollout")
+        for f in (raw.get("sessions") or []) if isinstance(raw, dict) else []:
+            if not isinstance(f, dict):
+                continue
+            tally = SessionTally()
+            for key in ("accepted", "rejected", "pending", "records"):
+                value = f.get(key)
+                setattr(tally, key, value if type(value) is int and value >= 0 else 0)
+            counts = session_counts(tally, str(f.get("path"))[:300], f.get("complete") is True)
+            if counts is not None and (best is None or counts.accepted > best.accepted):
+                best = counts
+    return best
+
+
+def _texts(nodes: list[dict[str, Any]], kind: str) -> list[list[str]]:
+    out = []
+    for node in nodes:
+        raw = node.get("rollout")
+        for t in (raw.get(kind) or []) if isinstance(raw, dict) else []:
+            if isinstance(t, dict) and isinstance(t.get("text"), str):
+                out.append(t["text"].split("\n"))
+    return out
+
+
+def job_config(
+    nodes: list[dict[str, Any]], cmdlines: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """The staleness keys from the config files the nodes read and the command lines."""
+    documents: list[tuple[str, str]] = []
+    notes = []
+    seen = set()
+    entries = [
+        c
+        for node in nodes
+        if isinstance(node.get("rollout"), dict)
+        for c in node["rollout"].get("configs") or []
+        if isinstance(c, dict)
+    ]
+    for c in sorted(entries, key=lambda c: c.get("kind") == "saved"):  # saved last: it wins
+        path = str(c.get("path"))[:300]
+        if path in seen:
+            continue
+        seen.add(path)
+        if isinstance(c.get("text"), str):
+            documents.append((path, c["text"]))
+        elif c.get("error"):
+            notes.append(f"config {path} not read: {str(c['error'])[:200]}")
+    config, problems = staleness_config(cmdlines, documents)
+    return config, notes + problems
 
 
 def summarize(
     nodes: list[dict[str, Any]], cmdlines: list[str], version: int | None
 ) -> RolloutSummary:
-    """Counts, capacity and notes from the raw `rollout` entries of a capture's nodes."""
+    """Counts, capacity, the trainer's version and notes from the raw `rollout` entries
+    of a capture's nodes (`version`: the servers' newest, used when the trainer's is
+    not known)."""
     summary = RolloutSummary()
-    lines: list[str] = []
-    traces = 0
-    for node in nodes:
-        raw = node.get("rollout")
-        if not isinstance(raw, dict):
-            continue
-        traces += len(raw.get("traces") or [])
-        for log in raw.get("logs") or []:
-            if isinstance(log, dict) and isinstance(log.get("text"), str):
-                lines.extend(log["text"].split("\n"))
-    counts = last_counts(lines)
+    logs = _texts(nodes, "logs")
+    traces = _texts(nodes, "traces")
+    summary.trainer = trainer_version(logs, traces)
+    counts = last_counts(line for lines in logs for line in lines)
+    if counts is None:
+        counts = _session_counts(nodes)
     if not traces and any(
         isinstance(n.get("rollout"), dict) and n["rollout"].get("log_dir") for n in nodes
     ):
         summary.notes.append(TRACER_OFF)
+    config, notes = job_config(nodes, cmdlines)
+    summary.notes.extend(notes[:4])
+    summary.config = dict(config)
     if counts is None:
-        if lines:
+        if logs:
             summary.notes.append(TRACING_OFF)
         return summary
-    config = config_from_cmdlines(cmdlines)
+    if summary.trainer is not None:
+        used, source = summary.trainer.version, f"the trainer ({summary.trainer.evidence})"
+    elif version is not None:
+        used, source = version, "the servers' weight version"
+    else:
+        used, source = 0, "assumed 0 (not known)"
     summary.counts = counts
-    summary.config = dict(config)
-    summary.config["version"] = {
-        "value": version if version is not None else 0,
-        "from": "the servers' weight version" if version is not None else "assumed 0 (not known)",
-    }
+    summary.config["version"] = {"value": used, "from": source}
     summary.capacity = capacity(
         counts,
-        version=version or 0,
-        max_head_offpolicyness=config["rollout.max_head_offpolicyness"]["value"],
-        consumer_batch_size=config["rollout.consumer_batch_size"]["value"],
+        version=used,
+        max_head_offpolicyness=config["rollout.max_head_offpolicyness"]["value"] or 0,
+        consumer_batch_size=config["rollout.consumer_batch_size"]["value"] or 1,
         max_concurrent_rollouts=config["rollout.max_concurrent_rollouts"]["value"],
     )
     return summary
@@ -271,3 +429,24 @@ def apply_rollout(capture: StackCapture, raw: dict[str, Any]) -> None:
     capture.rollout = summarize(
         nodes, [r.cmdline for r in capture.ranks], max(versions) if versions else None
     )
+    add_server_flags(capture)
+
+
+def add_server_flags(capture: StackCapture) -> None:
+    """The fleet's flags on the capture's servers: servers on different versions, and
+    with the trainer's version, a lag beyond `rollout.max_head_offpolicyness` and a
+    server paused while the trainer moved on (a kind already raised is not repeated)."""
+    servers = {f"{r.node}:{r.pid}": r.server for r in capture.ranks if r.server is not None}
+    summary = capture.rollout
+    trainer = summary.trainer.version if summary and summary.trainer else None
+    head = (summary.config if summary else {}).get("rollout.max_head_offpolicyness")
+    extra = fleet_flags(
+        {k: s.weight_version for k, s in servers.items()},
+        trainer,
+        head.get("value") if isinstance(head, dict) else None,
+        {k: s.paused for k, s in servers.items()},
+    )
+    for key, flags in extra.items():
+        srv = servers[key]
+        have = {f.get("kind") for f in srv.flags}
+        srv.flags.extend(f.to_json() for f in flags if f.kind not in have)

@@ -38,6 +38,8 @@ class RolloutCounts:
     accepted: int
     rejected: int
     source: str  # where the counts were read
+    running_known: bool = True  # False: from session records (running not recorded)
+    complete: bool = True  # False: accepted is a lower bound (records not all read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,28 +64,60 @@ def last_counts(lines: Iterable[str]) -> RolloutCounts | None:
     return found
 
 
-def session_counts(lines: Iterable[str]) -> RolloutCounts | None:
-    """Accepted and rejected sessions from the session tracer's records (finished
-    sessions only: `running` is not in them and is taken as 0)."""
-    accepted = rejected = 0
-    seen = False
-    for line in lines:
-        if len(line) > 1 << 16:
-            continue
-        try:
-            doc = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if not isinstance(doc, dict):
-            continue
-        seen = True
-        if doc.get("status") == "accepted":
-            accepted += 1
-        elif doc.get("status") == "rejected":
-            rejected += 1
-    if not seen:
+@dataclass(slots=True)
+class SessionTally:
+    """Finished sessions counted from session tracer records, by status."""
+
+    accepted: int = 0
+    rejected: int = 0  # rejected, failed and dropped: each left the manager as rejected
+    pending: int = 0
+    records: int = 0
+    skipped: int = 0  # lines that are not a record
+
+    def add(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            if not line.strip():
+                continue
+            if len(line) > MAX_RECORD:
+                self.skipped += 1
+                continue
+            try:
+                doc = json.loads(line)
+            except (ValueError, RecursionError):
+                self.skipped += 1
+                continue
+            status = doc.get("status") if isinstance(doc, dict) else None
+            if not isinstance(status, str):
+                self.skipped += 1
+                continue
+            self.records += 1
+            if status == "accepted":
+                self.accepted += 1
+            elif status in REJECTED:
+                self.rejected += 1
+            elif status == "pending":
+                self.pending += 1
+
+
+REJECTED = ("rejected", "failed", "dropped")
+MAX_RECORD = 1 << 16
+
+
+def session_counts(tally: SessionTally, where: str, complete: bool = True) -> RolloutCounts | None:
+    """Counts from session records (None: no record). `running` is not recorded (0)."""
+    if not tally.records:
         return None
-    return RolloutCounts(0, 0, accepted, rejected, "session tracer records (running not recorded)")
+    part = "" if complete else ", the file's start not read: accepted is at least this"
+    return RolloutCounts(
+        0,
+        0,
+        tally.accepted,
+        tally.rejected,
+        f"session tracer records of {where} ({tally.records} records{part}; "
+        "rollouts running now are not recorded)",
+        running_known=False,
+        complete=complete,
+    )
 
 
 def capacity(
@@ -102,15 +136,23 @@ def capacity(
     samples = counts.accepted + counts.running
     staleness = (max_head_offpolicyness + version + 1) * bs - samples
     zero = []
-    if concurrency <= 0:
+    if concurrency <= 0 and counts.running_known:
         zero.append("concurrency")
     if staleness <= 0:
         zero.append("staleness")
-    parts = [
-        f"concurrency = {max_conc} - {counts.running} running = {concurrency}",
-        f"staleness = ({max_head_offpolicyness} + version {version} + 1) x {bs} - "
-        f"({counts.accepted} accepted + {counts.running} running) = {staleness}",
-    ]
+    if counts.running_known:
+        parts = [
+            f"concurrency = {max_conc} - {counts.running} running = {concurrency}",
+            f"staleness = ({max_head_offpolicyness} + version {version} + 1) x {bs} - "
+            f"({counts.accepted} accepted + {counts.running} running) = {staleness}",
+        ]
+    else:
+        at_least = "at least " if not counts.complete else ""
+        parts = [
+            f"concurrency = {max_conc} - running (not recorded): not known",
+            f"staleness = ({max_head_offpolicyness} + version {version} + 1) x {bs} - "
+            f"({at_least}{counts.accepted} accepted + running) <= {staleness}",
+        ]
     return Capacity(
         concurrency, staleness, min(concurrency, staleness), tuple(zero), "; ".join(parts)
     )
