@@ -6,13 +6,17 @@ import argparse
 import json
 import shutil
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
+from areal_console.core.common.identity import login_user
 from areal_console.core.common.textfmt import format_bytes, rank_summary, render_table
 from areal_console.core.connection.fleet import NodeFailure, NodeSession
 from areal_console.core.connection.nodes import node_report, server_text
 from areal_console.core.connection.records import ServerRow
+from areal_console.core.rollout.context import fleet_trainer_state
+from areal_console.core.rollout.servers import add_fleet_flags
 from areal_console.core.targets.areal_world import count_areal_world_sizes
 from areal_console.core.targets.resolve import (
     add_target_arguments,
@@ -47,10 +51,13 @@ def run(args: argparse.Namespace) -> int:
         nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
         add_ray_ids(specs, nodes)
         count_areal_world_sizes(n["processes"] for n in nodes)
+        rollout = add_rollout_flags(fleet, nodes)
     finally:
         fleet.close()
     plan = areal_plan(args)
     doc: dict[str, Any] = {"nodes": nodes}
+    if rollout is not None:
+        doc["rollout"] = rollout
     if plan is not None:
         if not args.all:  # the job's processes only: its workers, wrappers, controller, servers
             for n in nodes:
@@ -77,6 +84,32 @@ def outcome(nodes: list[dict[str, Any]]) -> tuple[int, list[str]]:
     kind = "error" if every else "warning"
     lines = [f"{kind}: {n['name']}: {n['error']}" for n in failed]
     return (EXIT_ERROR if every else EXIT_PARTIAL), lines
+
+
+def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any]]) -> Any:
+    """The fleet's flags on each polled server (`version_skew`; with the trainer's version
+    read from the job's files, `version_lag` and `paused_after_update`), and the
+    `rollout` entry saying what they used (None: no polled server with a version)."""
+    polled = [
+        p["server"]
+        for n in nodes
+        for p in n.get("processes") or []
+        if isinstance(p, dict) and isinstance(p.get("server"), dict) and p["server"].get("polled")
+    ]
+    if not any(type(s.get("weight_version")) is int for s in polled):
+        add_fleet_flags(nodes)
+        return None
+    state = fleet_trainer_state(sessions, nodes, login_user())
+    head = state.config.get("rollout.max_head_offpolicyness") or {}
+    trainer = state.trainer.version if state.trainer is not None else None
+    add_fleet_flags(nodes, trainer, head.get("value"))
+    return {
+        "trainer_version": None
+        if state.trainer is None
+        else {"version": state.trainer.version, "evidence": state.trainer.evidence},
+        "max_head_offpolicyness": head or None,
+        "notes": state.notes,
+    }
 
 
 def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from areal_console.core.metrics.follow import log_dir_from_processes
 from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
 from areal_console.core.rollout.staleness import (
+    MAX_RECORD,
     Capacity,
     RolloutCounts,
     SessionTally,
@@ -141,12 +143,12 @@ class RolloutSummary:
         return out
 
 
-def _decode(reply: dict[str, Any]) -> str:
+def _decode(reply: dict[str, Any], limit: int = MAX_TAIL) -> str:
     data = reply.get("data")
     if not isinstance(data, str):
         return ""
     try:
-        raw = zlib.decompressobj().decompress(base64.b64decode(data), MAX_TAIL + 1)
+        raw = zlib.decompressobj().decompress(base64.b64decode(data), limit + 1)
     except (ValueError, zlib.error):
         return ""
     return raw.decode("utf-8", "replace")
@@ -187,20 +189,23 @@ def _count_sessions(session: NodeSession, path: str, owner: str) -> dict[str, An
         size = int(head.get("size") or 0)
         start = offset = max(0, size - SESSION_MAX)
         args.update(ident=head.get("ident"), max_bytes=SESSION_CHUNK)
+        partial = start > 0  # the first line read is the end of a record: not counted
         rest = ""
         while offset < size:
             reply = session.call("file_tail", {**args, "offset": offset}, timeout=20)
-            text = rest + _decode(reply)
             nxt = int(reply.get("next") or 0)
             if nxt <= offset or reply.get("rotated") or reply.get("truncated"):
                 break
-            lines = text.split("\n")
-            if offset == start and start > 0:
-                lines = lines[1:]  # a partial first line
-            rest = lines.pop()
+            lines = (rest + _decode(reply, SESSION_CHUNK)).split("\n")
+            rest = lines.pop()  # the unfinished last line
+            if partial and lines:
+                lines, partial = lines[1:], False
             tally.add(lines)
+            if len(rest) > MAX_RECORD:  # no record is that long: drop it as it grows
+                rest, tally.skipped = "", tally.skipped + 1
             offset = nxt
-        tally.add([rest])
+        if not partial:
+            tally.add([rest])
     except Exception:  # absent, refused, an older agent: no counts from this file
         return None
     return {"path": path, "accepted": tally.accepted, "rejected": tally.rejected,
@@ -251,16 +256,21 @@ def job_configs(
     return out
 
 
-def rollout_files(session: NodeSession, procs: list[dict[str, Any]], user: str) -> dict[str, Any]:
-    """The perf and session tracer files of the node's ranks, the tails of the job's logs
-    and the run's config files, each read as the job's user's file only."""
+def rollout_files(
+    session: NodeSession, procs: list[dict[str, Any]], user: str, max_ranks: int = MAX_RANK_FILES
+) -> dict[str, Any]:
+    """The perf and session tracer files of the node's ranks (the first `max_ranks`), the
+    tails of the job's logs and the run's config files, each read as the job's user's
+    file only."""
     cmdlines = [str(p.get("cmdline") or "") for p in procs]
     log_dir = log_dir_from_processes(cmdlines, user)
     out: dict[str, Any] = {"log_dir": log_dir, "traces": [], "sessions": [], "logs": []}
     out["configs"] = job_configs(session, cmdlines, log_dir, user)
     if log_dir is None:
         return out
-    ranked = [p for p in procs if isinstance(p.get("rank"), int)][:MAX_RANK_FILES]
+    ranked = sorted(
+        (p for p in procs if isinstance(p.get("rank"), int)), key=lambda p: int(p["rank"])
+    )[: min(max_ranks, MAX_RANK_FILES)]
     for p in ranked:
         role = p.get("role") if isinstance(p.get("role"), str) else None
         for path in _rank_file(log_dir, "perf_tracer", f"traces-r{p['rank']}.jsonl", role):
@@ -378,6 +388,26 @@ def summarize(
         max_concurrent_rollouts=config["rollout.max_concurrent_rollouts"]["value"],
     )
     return summary
+
+
+def fleet_trainer_state(
+    sessions: Iterable[NodeSession], nodes: list[dict[str, Any]], user: str
+) -> RolloutSummary:
+    """What `nodes` needs for the version flags, read lightly (the logs' tails, the
+    config files, the lowest rank's perf tracer file of each node): the trainer's version
+    and `rollout.max_head_offpolicyness`."""
+    by_name = {str(n.get("name")): n for n in nodes}
+    raw = []
+    cmdlines: list[str] = []
+    for session in sessions:
+        node = by_name.get(session.name)
+        if node is None or node.get("state") != "up":
+            continue
+        procs = [p for p in node.get("processes") or [] if isinstance(p, dict)]
+        cmdlines.extend(str(p.get("cmdline") or "") for p in procs)
+        if log_dir_from_processes([str(p.get("cmdline") or "") for p in procs], user):
+            raw.append({"node": session.name, "rollout": rollout_files(session, procs, user, 1)})
+    return summarize(raw, cmdlines, None)
 
 
 def node_phases(nodes: list[dict[str, Any]]) -> dict[tuple[str, int], RankPhase]:

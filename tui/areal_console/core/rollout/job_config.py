@@ -58,7 +58,8 @@ def _lookup(doc: Any, dotted: str) -> tuple[bool, Any]:
 
 
 def _value(doc: Any, key: str) -> tuple[bool, Any]:
-    """The value at `key`, following `${a.b}` interpolations within the document."""
+    """The value at `key`, following `${a.b}` interpolations within the document (one
+    that names no key stays as its text)."""
     found, value = _lookup(doc, key)
     for _ in range(MAX_HOPS):
         if not (found and isinstance(value, str)):
@@ -66,7 +67,10 @@ def _value(doc: Any, key: str) -> tuple[bool, Any]:
         m = _INTERPOLATION.match(value.strip())
         if m is None:
             break
-        found, value = _lookup(doc, m.group(1))
+        hit, target = _lookup(doc, m.group(1))
+        if not hit:
+            break
+        value = target
     return found, value
 
 
@@ -84,6 +88,8 @@ def parse_yaml(text: str) -> dict[str, Any]:
         doc = load(text)
     except yaml.YAMLError as exc:
         raise UserError(f"not YAML: {str(exc).splitlines()[0][:200]}") from None
+    except ValueError as exc:  # an alias bomb, too deep
+        raise UserError(str(exc)[:200]) from None
     if not isinstance(doc, dict):
         raise UserError("not a YAML mapping")
     return doc
