@@ -40,12 +40,22 @@ HISTORY = 120  # polls kept per server (throughput sparkline, medians)
 WORKERS = 8
 
 # What each kind answers (docs/design/areal.md cites the routes): SGLang's Prometheus metrics and
-# model info (its `weight_version`), vLLM's metrics (AReaL's vLLM pause routes are POST
-# only: the pause state cannot be read), AReaL v2's data proxy's health (paused, version).
+# model info (its `weight_version`), vLLM's metrics and its engine's pause state
+# (`GET /is_paused`, served only with VLLM_SERVER_DEV_MODE=1: a 404 is no error), AReaL
+# v2's data proxy's health (paused, version).
 ROUTES = {
     "sglang": ("/metrics", "/model_info"),
-    "vllm": ("/metrics",),
+    "vllm": ("/metrics", "/is_paused"),
     "data_proxy": ("/health",),
+}
+OPTIONAL = {"/is_paused"}  # a 404 there means "not served", not a failed poll
+# Why a server's pause state is not known (`paused: null`, `paused_note` in nodes --json).
+PAUSE_UNKNOWN = {
+    "sglang": "SGLang serves no route that reports its pause state (its pause routes "
+    "are POST only)",
+    "vllm": "vLLM reports it at GET /is_paused only when started with "
+    "VLLM_SERVER_DEV_MODE=1 (AReaL's pause routes are POST only)",
+    "data_proxy": "the data proxy's /health carried no paused field",
 }
 LISTEN = "0A"
 
@@ -274,6 +284,8 @@ def poll_server(
     out: dict[str, Any] = {"ok": True, "errors": {}}
     for path in ROUTES.get(kind, ()):
         answer = http_get(host, port, path, deadline)
+        if answer.status == 404 and path in OPTIONAL:
+            continue
         if answer.error is not None:
             out["ok"] = False
             out["errors"][path] = answer.error
@@ -290,6 +302,12 @@ def poll_server(
                 out["errors"][path] = "not a JSON object"
             else:
                 out["weight_version"] = _version(doc.get("weight_version"))
+        elif path == "/is_paused":
+            doc = _json_object(answer.body)
+            paused = doc.get("is_paused") if doc is not None else None
+            out["paused"] = paused if isinstance(paused, bool) else None
+            if doc is None:
+                out["errors"][path] = "not a JSON object"
         elif path == "/health":
             doc = _json_object(answer.body)
             if doc is None:
@@ -419,6 +437,7 @@ class ServerPoller:
             "metrics": dict(last.get("metrics") or {}),
             "weight_version": last.get("weight_version"),
             "paused": last.get("paused"),
+            "paused_note": PAUSE_UNKNOWN.get(rec.kind) if last.get("paused") is None else None,
             "throughput": [
                 round(p.throughput, 1) for p in history[-30:] if p.throughput is not None
             ],

@@ -4,7 +4,7 @@ or misbehaves on purpose.
 
     python tests/jobs/standin_server.py --kind sglang|vllm|data_proxy --port P
         [--host 127.0.0.1] [--mode normal|slow|trickle|truncated|oversized|hostile|garbage]
-        [--paused] [--version N] [--throughput T] [--ready FILE]
+        [--paused] [--dev-mode] [--version N] [--throughput T] [--ready FILE]
 
 It writes FILE once it listens (the port, useful with --port 0).
 """
@@ -25,6 +25,7 @@ from tests.support.fixtures.rollout_formats import (
     data_proxy_health,
     sglang_metrics,
     sglang_model_info,
+    vllm_is_paused,
     vllm_metrics,
 )
 
@@ -36,6 +37,8 @@ def body_for(kind: str, path: str, state: ServerState) -> bytes | None:
         return vllm_metrics(state)
     if path == "/model_info" and kind == "sglang":
         return sglang_model_info(state)
+    if path == "/is_paused" and kind == "vllm" and state.dev_mode:
+        return vllm_is_paused(state)
     if path == "/health" and kind == "data_proxy":
         return data_proxy_health(state)
     if path == "/health":
@@ -108,6 +111,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--mode", default="normal")
     ap.add_argument("--paused", action="store_true")
+    ap.add_argument("--dev-mode", action="store_true", help="vLLM: answer GET /is_paused")
     ap.add_argument("--version", type=int, default=0)
     ap.add_argument("--throughput", type=float, default=1800.0)
     ap.add_argument("--ready")
@@ -122,6 +126,7 @@ def main() -> None:
         weight_version=str(args.version),
         throughput=args.throughput,
         histograms=args.histograms,
+        dev_mode=args.dev_mode,
     )
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     servers = []

@@ -84,7 +84,7 @@ async def test_pane_shows_polled_servers_flags_and_skew(tmp_path: Path) -> None:
         await until(pilot, lambda: pane.row_count == 2, what="two server rows")
         cells = {key.value: [str(c) for c in pane.get_row(key)] for key in pane.rows}
         sg_row = cells[f"node1:{a.proc.pid}"]
-        assert sg_row[1:8] == [f"127.0.0.1:{a.port}", "sglang", "ok 3ms", "-", "7", "4", "0"]
+        assert sg_row[1:8] == [f"127.0.0.1:{a.port}", "sglang", "ok 3ms", "unknown", "7", "4", "0"]
         assert (
             sg_row[8] == "35%"
             and sg_row[9] == "2100"

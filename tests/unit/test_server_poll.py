@@ -92,10 +92,30 @@ def test_sglang_metrics_and_weight_version(standin: Callable[..., Standin]) -> N
 
 
 def test_vllm_metrics(standin: Callable[..., Standin]) -> None:
-    result = poll(standin("--kind", "vllm"), "vllm")
-    assert result["ok"]
+    s = standin("--kind", "vllm")
+    result = poll(s, "vllm")
+    assert result["ok"] and result["errors"] == {}
     assert result["metrics"]["vllm:num_requests_running"] == 4
-    assert "paused" not in result  # AReaL's vLLM server has no readable pause state
+    # Without VLLM_SERVER_DEV_MODE, GET /is_paused answers 404: the state is not known
+    # (AReaL's own pause routes are POST only), and that is no failed poll.
+    assert "paused" not in result and s.requests == ["/metrics", "/is_paused"]
+
+
+def test_vllm_dev_mode_reports_its_pause_state(standin: Callable[..., Standin]) -> None:
+    assert poll(standin("--kind", "vllm", "--dev-mode", "--paused"), "vllm")["paused"] is True
+    assert poll(standin("--kind", "vllm", "--dev-mode"), "vllm")["paused"] is False
+    poller = ServerPoller(workers=1, interval=0.1)
+    try:
+        s = standin("--kind", "vllm")
+        endpoint, _ = verified_endpoint(s.proc.pid, s.port)
+        assert endpoint is not None
+        target = [("vllm", endpoint.host, endpoint.port)]
+        poller.state(target)
+        poller.wait_first(target, 5)
+        (state,) = poller.state(target).values()
+    finally:
+        poller.close()
+    assert state["paused"] is None and "VLLM_SERVER_DEV_MODE=1" in state["paused_note"]
 
 
 def test_data_proxy_paused_and_version(standin: Callable[..., Standin]) -> None:

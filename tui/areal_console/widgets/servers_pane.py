@@ -60,8 +60,8 @@ def server_cells(line: ServerLine) -> tuple[Text, ...]:
         remote_text(srv.kind or "-"),
         health_cell,
         remote_text(
-            "-" if srv.paused is None else ("PAUSED" if srv.paused else "no"),
-            style="bold yellow" if srv.paused else "",
+            "unknown" if srv.paused is None else ("PAUSED" if srv.paused else "no"),
+            style="bold yellow" if srv.paused else ("dim" if srv.paused is None else ""),
         ),
         remote_text("-" if srv.weight_version is None else srv.weight_version),
         remote_text(_count(srv.metric(*RUNNING))),
