@@ -1,7 +1,7 @@
 """The staleness settings of a running AReaL job, read as AReaL reads its config.
 
-At AReaL cbff54d `load_expr_config` (areal/api/cli_args.py:3544-3565) composes the
-`--config` YAML with the command line's overrides (`parse_cli_args`, :3474-3497: Hydra's
+At AReaL cbff54d `load_expr_config` (areal/api/cli_args.py:3544-3559) composes the
+`--config` YAML with the command line's overrides (`parse_cli_args`, :3474-3498: Hydra's
 compose, overrides win), merges that over the dataclasses' defaults
 (`to_structured_cfg`, :3534-3541) and resolves `${...}` interpolations
 (`OmegaConf.to_object`). Rank 0 then saves the result, every value resolved, as
