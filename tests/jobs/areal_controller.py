@@ -54,13 +54,16 @@ def log_dir(workdir: Path) -> Path:
 
 def save_config(workdir: Path) -> None:
     """config.yaml as AReaL's save_config writes it (areal/api/cli_args.py:3568-3579), the
-    few keys this run has; the W&B key and URL come from the environment when set."""
+    few keys this run has (its staleness settings in `rollout:`, as asdict orders them,
+    areal/api/cli_args.py:2487-2509); the W&B key and URL come from the environment."""
     wandb_key = os.environ.get("WANDB_API_KEY", "")
     wandb_url = os.environ.get("AREAL_STUB_WANDB_BASE_URL", "")
     (log_dir(workdir) / "config.yaml").write_text(
         f"experiment_name: {EXPERIMENT}\ntrial_name: {TRIAL}\ncluster:\n"
         f"  fileroot: {workdir}\nstats_logger:\n  wandb:\n    mode: disabled\n"
         f"    wandb_base_url: '{wandb_url}'\n    wandb_api_key: '{wandb_key}'\n"
+        "rollout:\n  max_concurrent_rollouts: 4\n  queue_size: null\n  consumer_batch_size: 4\n"
+        "  max_head_offpolicyness: 0\n"
     )
 
 

@@ -274,6 +274,21 @@ def test_weight_update_stuck_with_each_ranks_phase(weight_update_run: ArealRun) 
     assert phases[1]["step"] == 3 and phases[1]["straggler"] is True
     assert phases[0]["straggler"] is False
     assert 0 <= phases[0]["age_s"] < 600
+    # The trainer's version from rank 0's perf tracer file (train.update_weights of step 3
+    # finished: version 4) and the run's saved config.yaml (max_head_offpolicyness 0):
+    # the paused server on version 3 lags, and stays paused while the trainer moved on.
+    rollout = doc["rollout"]
+    assert rollout["trainer_version"]["version"] == 4
+    assert "train.update_weights` of step 3 finished" in rollout["trainer_version"]["evidence"]
+    head = rollout["config"]["rollout.max_head_offpolicyness"]
+    assert head["value"] == 0 and head["from"].endswith("/config.yaml")
+    (proxy_rank,) = [r for r in doc["ranks"] if r["pid"] == proxy["pid"]]
+    flags = {f["kind"]: f for f in proxy_rank["server"]["flags"]}
+    assert flags["version_lag"]["evidence"] == (
+        "serves version 3, the trainer is on 4 (1 behind, allowed 0)"
+    )
+    assert flags["version_lag"]["config_key"] == "rollout.max_head_offpolicyness"
+    assert flags["paused_after_update"]["evidence"].endswith("the trainer is on version 4")
 
 
 async def test_cluster_screen_shows_workers_controller_and_wrappers(
