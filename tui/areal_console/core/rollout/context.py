@@ -257,11 +257,15 @@ def job_configs(
 
 
 def rollout_files(
-    session: NodeSession, procs: list[dict[str, Any]], user: str, max_ranks: int = MAX_RANK_FILES
+    session: NodeSession,
+    procs: list[dict[str, Any]],
+    user: str,
+    max_ranks: int = MAX_RANK_FILES,
+    sessions: bool = True,
 ) -> dict[str, Any]:
-    """The perf and session tracer files of the node's ranks (the first `max_ranks`), the
-    tails of the job's logs and the run's config files, each read as the job's user's
-    file only."""
+    """The perf and session tracer files of the node's ranks (the first `max_ranks`;
+    session files only with `sessions`), the tails of the job's logs and the run's config
+    files, each read as the job's user's file only."""
     cmdlines = [str(p.get("cmdline") or "") for p in procs]
     log_dir = log_dir_from_processes(cmdlines, user)
     out: dict[str, Any] = {"log_dir": log_dir, "traces": [], "sessions": [], "logs": []}
@@ -279,7 +283,7 @@ def rollout_files(
                 out["traces"].append({"rank": p["rank"], "role": role, **got})
                 break
         name = f"sessions-r{p['rank']}.jsonl"
-        for path in _rank_file(log_dir, "session_tracer", name, role):
+        for path in _rank_file(log_dir, "session_tracer", name, role) if sessions else []:
             counted = _count_sessions(session, path, user)
             if counted is not None:
                 out["sessions"].append({"rank": p["rank"], "role": role, **counted})
@@ -406,7 +410,8 @@ def fleet_trainer_state(
         procs = [p for p in node.get("processes") or [] if isinstance(p, dict)]
         cmdlines.extend(str(p.get("cmdline") or "") for p in procs)
         if log_dir_from_processes([str(p.get("cmdline") or "") for p in procs], user):
-            raw.append({"node": session.name, "rollout": rollout_files(session, procs, user, 1)})
+            files = rollout_files(session, procs, user, max_ranks=1, sessions=False)
+            raw.append({"node": session.name, "rollout": files})
     return summarize(raw, cmdlines, None)
 
 
