@@ -19,6 +19,8 @@ from areal_console.core.rollout.job_config import config_paths, staleness_config
 from areal_console.core.rollout.trainer_version import from_log, from_trace, trainer_version
 from areal_node.server_flags import fleet_flags
 from areal_node.server_poll import ServerPoller, verified_endpoint
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.support.areal_logfmt import write_run
 from tests.support.fixtures.perf_tracer_files import (
@@ -112,6 +114,9 @@ def test_config_layers_as_areal_loads_them() -> None:
     assert config["rollout.max_head_offpolicyness"] == {"value": 0, "from": "AReaL's default"}
     assert [n.split(":")[0] for n in notes] == ["bad.yaml", "big.yaml", "s.yaml"]
     assert config_paths("x --config=/a.yaml --config /b.yaml --config") == ["/a.yaml", "/b.yaml"]
+    # A digit that is not ASCII is no count (int() would refuse "²").
+    odd, _ = staleness_config(["rollout.max_head_offpolicyness=²", "rollout.consumer_batch_size=٣"])
+    assert {k: v["from"] for k, v in odd.items()} == dict.fromkeys(odd, "AReaL's default")
 
 
 def test_fleet_flags_with_the_trainers_version() -> None:
@@ -280,3 +285,18 @@ def test_session_counts_stream_across_chunks(
     expected = sum(b'"status": "accepted"' in line for line in tail)
     assert part is not None and part["accepted"] == expected and not part["complete"]
     assert part["records"] == sum(1 for line in tail if line.strip())
+
+
+@given(st.text(max_size=400), st.lists(st.text(max_size=200), max_size=20))
+def test_config_and_version_readers_take_any_text(text: str, lines: list[str]) -> None:
+    t0 = time.perf_counter()
+    config, notes = staleness_config(lines, [("x.yaml", text)])
+    assert set(config) == {
+        "rollout.max_head_offpolicyness",
+        "rollout.consumer_batch_size",
+        "rollout.max_concurrent_rollouts",
+    }
+    assert all(isinstance(n, str) for n in notes)
+    found = trainer_version([lines, text.split("\n")], [lines])
+    assert found is None or found.version >= 0
+    assert time.perf_counter() - t0 < 0.5

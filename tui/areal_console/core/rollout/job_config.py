@@ -98,7 +98,7 @@ def parse_yaml(text: str) -> dict[str, Any]:
 def _override(value: str) -> tuple[bool, int | None]:
     if value in ("null", "None"):
         return True, None
-    if value.isdigit() and len(value) < 10:
+    if value.isascii() and value.isdigit() and len(value) < 10:
         return True, int(value)
     return False, None
 

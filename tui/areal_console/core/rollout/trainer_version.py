@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from areal_console.core.rollout.perf_trace import parse_spans
 
 UPDATE_SPAN = "train.update_weights"
-_TRAIN_STEP = re.compile(r"Step \d{1,12}/\d{1,12} Train step (\d{1,12})/\d{1,12} done\.")
+_TRAIN_STEP = re.compile(
+    r"Step [0-9]{1,12}/[0-9]{1,12} Train step ([0-9]{1,12})/[0-9]{1,12} done\."
+)
 MAX_LINE = 4096
 
 
