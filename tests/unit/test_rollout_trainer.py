@@ -300,3 +300,17 @@ def test_config_and_version_readers_take_any_text(text: str, lines: list[str]) -
     found = trainer_version([lines, text.split("\n")], [lines])
     assert found is None or found.version >= 0
     assert time.perf_counter() - t0 < 0.5
+
+
+def test_a_config_file_one_node_read_is_used_and_the_others_failure_is_not_noted() -> None:
+    from areal_console.core.rollout.context import job_config
+
+    missing = {"path": "/cfg/grpo.yaml", "kind": "config", "error": "no such file on this node"}
+    found = {"path": "/cfg/grpo.yaml", "kind": "config",
+             "text": "rollout:\n  max_head_offpolicyness: 3\n"}  # fmt: skip
+    nodes = [{"rollout": {"configs": [missing]}}, {"rollout": {"configs": [found]}}]
+    config, notes = job_config(nodes, [])
+    assert config["rollout.max_head_offpolicyness"] == {"value": 3, "from": "/cfg/grpo.yaml"}
+    assert notes == []
+    _, notes = job_config(nodes[:1], [])
+    assert notes == ["config /cfg/grpo.yaml not read: no such file on this node"]

@@ -341,12 +341,13 @@ def job_config(
     ]
     for c in sorted(entries, key=lambda c: c.get("kind") == "saved"):  # saved last: it wins
         path = str(c.get("path"))[:300]
-        if path in seen:
-            continue
-        seen.add(path)
-        if isinstance(c.get("text"), str):
+        if path not in seen and isinstance(c.get("text"), str):
+            seen.add(path)
             documents.append((path, c["text"]))
-        elif c.get("error"):
+    for c in entries:  # a file no node could read (one node's copy is enough)
+        path = str(c.get("path"))[:300]
+        if path not in seen and c.get("error"):
+            seen.add(path)
             notes.append(f"config {path} not read: {str(c['error'])[:200]}")
     config, problems = staleness_config(cmdlines, documents)
     return config, notes + problems
