@@ -286,6 +286,62 @@ def test_property_parse_environ_keeps_only_bounded_rank_variables(raw: bytes, na
         assert env[name] == "7" * ENV_VALUE_MAX
 
 
+def _environ_by_splitting(raw: bytes, wanted: tuple[str, ...]) -> dict[str, str]:
+    """The plain reading `parse_environ` must agree with: split into entries, decode each
+    name, keep the wanted ones (a later entry of a name replaces an earlier one)."""
+    from areal_node.agent.procfs import ENV_VALUE_MAX
+
+    env: dict[str, str] = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        name = key.decode(errors="replace")
+        if sep and name in wanted:
+            env[name] = value[:ENV_VALUE_MAX].decode(errors="replace")
+    return env
+
+
+ENV_NAMES = st.sampled_from(["RANK", "LOCAL_RANK", "WORLD_SIZE", "PATH", "XRANK", "RANK_", ""])
+ENV_ENTRIES = st.lists(
+    st.tuples(ENV_NAMES, st.sampled_from([b"=", b"", b"=="]), st.binary(max_size=5000)).map(
+        lambda e: e[0].encode() + e[1] + e[2].replace(b"\0", b"")
+    ),
+    max_size=12,
+)
+
+
+@given(ENV_ENTRIES, st.binary(max_size=40))
+def test_property_parse_environ_reads_as_splitting_the_block_would(
+    entries: list[bytes], tail: bytes
+) -> None:
+    """Names found by search, not by splitting: the same variables, values and order, for
+    repeated names, prefixes of names, entries without `=`, bytes that are not UTF-8 and a
+    block cut short by the read bound."""
+    from areal_node.agent.procfs import RANK_VARS, parse_environ
+
+    raw = b"\0".join(entries) + tail
+    expected = _environ_by_splitting(raw, RANK_VARS)
+    got = parse_environ(raw)
+    assert got == expected and list(got) == list(expected)
+    for name in ("RANK", "WORLD_SIZE"):
+        only = parse_environ(raw, (name,))
+        assert only == {k: v for k, v in expected.items() if k == name}
+
+
+def test_parse_environ_agrees_on_this_machines_processes() -> None:
+    from areal_node.agent.procfs import RANK_VARS, parse_environ
+
+    blocks = []
+    for path in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            blocks.append(path.read_bytes())
+        except OSError:  # gone, or another user's
+            continue
+    assert len(blocks) >= 3
+    for raw in [*blocks, b"\0".join(blocks)]:
+        expected = _environ_by_splitting(raw, RANK_VARS)
+        assert parse_environ(raw) == expected and list(parse_environ(raw)) == list(expected)
+
+
 @given(st.text(max_size=300), st.integers(0, 200), st.integers(0, 10**6))
 def test_property_cap_text_is_bounded_and_says_what_it_cut(
     text: str, limit: int, more: int

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import pkgutil
 import subprocess
 import sys
@@ -26,6 +27,58 @@ def test_core_imports_no_textual() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=cli_env()
     )
     assert out.stdout.strip() == "[]"
+
+
+# What a one-shot `stacks --local` capture has no use for: each costs milliseconds of every
+# start (numpy, reached once through the metrics follower, was 80 ms of a 180 ms capture).
+NOT_FOR_A_CAPTURE = (
+    "textual",
+    "rich",
+    "numpy",
+    "torch",
+    "concurrent.futures",
+    "logging",
+    "areal_console.core.metrics.health",
+    "areal_console.core.metrics.follow",
+    "areal_node.server_poll",
+)
+
+
+def test_a_local_capture_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """A real `stacks --local --json` of a process with rank variables, then the modules
+    it loaded (the command's whole import path, deferred imports included)."""
+    from tests.support.fixtures.hang import free_port
+
+    port = str(free_port())
+    rank_env = dict(cli_env(), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_PORT=port)
+    rank_env["MASTER_ADDR"] = "127.0.0.1"
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=rank_env)
+    code = (
+        "import json, sys\n"
+        "from areal_console.cli import main\n"
+        f"code = main(['stacks', '--local', '--json', '--job', '127.0.0.1:{port}'])\n"
+        "print(json.dumps({'code': code, 'modules': sorted(sys.modules)}), file=sys.stderr)\n"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=cli_env(AREAL_CONSOLE_DATA_DIR=str(tmp_path)),
+            check=False,
+        )
+    finally:
+        rank.kill()
+        rank.wait()
+    loaded = json.loads(out.stderr.strip().splitlines()[-1])
+    assert loaded["code"] == 0, out.stderr
+    ranks = json.loads(out.stdout)["ranks"]
+    assert [(r["pid"], r["state"]) for r in ranks] == [(rank.pid, "ok")]  # it really captured
+    modules = set(loaded["modules"])
+    assert {"areal_console.core.stacks.capture", "areal_node.agent.pyspy"} <= modules
+    assert sorted(m for m in modules for n in NOT_FOR_A_CAPTURE
+                  if m == n or m.startswith(n + ".")) == []  # fmt: skip
 
 
 def test_agent_module_level_imports_are_stdlib_only() -> None:

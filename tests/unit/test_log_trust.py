@@ -20,7 +20,8 @@ import pytest
 from areal_console.core.common.errors import UserError
 from areal_console.core.connection.client import AgentClient, AgentError
 from areal_console.core.connection.transport import LocalChannel
-from areal_console.core.metrics.follow import LocalFiles, log_dir_of
+from areal_console.core.metrics.follow import LocalFiles
+from areal_console.core.metrics.logdir import log_dir_of
 from hypothesis import given
 from hypothesis import strategies as st
 

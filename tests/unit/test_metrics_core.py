@@ -16,12 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
-from areal_console.core.metrics.follow import (
-    LocalFiles,
-    MetricsFollower,
-    log_dir_from_processes,
-    run_identity,
-)
+from areal_console.core.metrics.follow import LocalFiles, MetricsFollower
 from areal_console.core.metrics.health import (
     BEHAVE_IMP_WEIGHT,
     IMPORTANCE_WEIGHT,
@@ -32,6 +27,7 @@ from areal_console.core.metrics.health import (
     HealthThresholds,
     stall_state,
 )
+from areal_console.core.metrics.logdir import log_dir_from_processes, run_identity
 from areal_console.core.metrics.logparse import LogParser, parse_log
 from areal_console.core.metrics.report import build_report, report_json
 from areal_console.core.metrics.tboard import TensorboardReader

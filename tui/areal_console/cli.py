@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import difflib
 import importlib
 import os
 import sys
@@ -116,6 +115,8 @@ def _check_command(word: str) -> None:
     names = command_names()
     if word.startswith("-") or word in names:
         return
+    import difflib  # only for a word that is no command: every start would pay for it
+
     close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else f" (commands: {', '.join(names)})"
     raise UsageError(f"unknown command {word!r}{hint}")

@@ -23,6 +23,8 @@ from areal_node.agent.protocol import OpError, arg, op
 from areal_node.agent.threads import parallel_map
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from areal_node.agent.serve import Agent
 
 
@@ -281,26 +283,51 @@ def _post(path: str, url: str, uid: int, deadline: float) -> tuple[int, bytes]:
         conn.close()
 
 
-def _listening_unix_sockets(pid: int) -> set[str]:
-    """The paths of the Unix sockets process `pid` itself listens on: its open socket
-    inodes matched against its network namespace's socket table. A socket file someone
-    else bound at a name the rank would use is not among them."""
-    inodes = set()
+def _listening_unix_paths(
+    pid: int, tables: dict[str, dict[str, str]] | None = None
+) -> dict[str, str]:
+    """The Unix sockets listening at a path in process `pid`'s network namespace: inode ->
+    path. `tables` keeps them per namespace for one request: the ranks of a job share
+    one, and on a GPU node the table holds thousands of sockets."""
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        namespace = None
+    if tables is not None and namespace is not None and namespace in tables:
+        return tables[namespace]
+    table = read_all(f"/proc/{pid}/net/unix").decode("utf-8", "surrogateescape")
+    listening = {}
+    for line in table.splitlines()[1:]:
+        # Num RefCount Protocol Flags Type St Inode Path; Flags 0x10000 = listening
+        fields = line.split(None, 7)
+        if len(fields) == 8 and int(fields[3], 16) & 0x10000:
+            listening[fields[6]] = fields[7]
+    if tables is not None and namespace is not None:
+        tables[namespace] = listening
+    return listening
+
+
+def _listening_unix_sockets(
+    pid: int, wanted: Callable[[str], bool], tables: dict[str, dict[str, str]] | None = None
+) -> set[str]:
+    """The paths `wanted` accepts among the Unix sockets process `pid` itself listens on:
+    its open socket inodes matched against its network namespace's socket table. A socket
+    file someone else bound at a name the rank would use is not among them. The process's
+    descriptors are read only when some listening path is wanted (most ranks: none)."""
+    candidates = {
+        inode: path for inode, path in _listening_unix_paths(pid, tables).items() if wanted(path)
+    }
+    if not candidates:
+        return set()
+    paths = set()
     fd_dir = f"/proc/{pid}/fd"
     for fd in os.listdir(fd_dir):
         try:
             target = os.readlink(f"{fd_dir}/{fd}")
         except OSError:
             continue
-        if target.startswith("socket:[") and target.endswith("]"):
-            inodes.add(target[8:-1])
-    paths = set()
-    table = read_all(f"/proc/{pid}/net/unix").decode("utf-8", "surrogateescape")
-    for line in table.splitlines()[1:]:
-        # Num RefCount Protocol Flags Type St Inode Path; Flags 0x10000 = listening
-        fields = line.split(None, 7)
-        if len(fields) == 8 and fields[6] in inodes and int(fields[3], 16) & 0x10000:
-            paths.add(fields[7])
+        if target.startswith("socket:[") and target.endswith("]") and target[8:-1] in candidates:
+            paths.add(candidates[target[8:-1]])
     return paths
 
 
@@ -309,19 +336,24 @@ def process_uid(pid: int) -> int:
     return os.stat(f"/proc/{pid}").st_uid
 
 
-def fr_sockets(pid: int, env: dict[str, str]) -> list[str]:
+def fr_sockets(
+    pid: int, env: dict[str, str], tables: dict[str, dict[str, str]] | None = None
+) -> list[str]:
     """The sockets a rank's trace can be asked at: our launch hook's `areal-fr-<pid>.sock`
     (in a private directory, see the hook) or torch's `TORCH_WORKER_SERVER_SOCKET`, each
     only if this very process listens on it and the file is a socket owned by its user.
-    Planted names and an environment naming another user's socket are never asked."""
+    Planted names and an environment naming another user's socket are never asked.
+    `tables`: the socket tables already read by this request, per network namespace."""
+    wanted = f"areal-fr-{pid}.sock"
+    named = env.get("TORCH_WORKER_SERVER_SOCKET")
     try:
         uid = process_uid(pid)
-        listening = _listening_unix_sockets(pid)
+        listening = _listening_unix_sockets(
+            pid, lambda path: os.path.basename(path) == wanted or path == named, tables
+        )
     except OSError:
         return []
-    wanted = f"areal-fr-{pid}.sock"
     found = sorted(p for p in listening if os.path.basename(p) == wanted)
-    named = env.get("TORCH_WORKER_SERVER_SOCKET")
     if named and named in listening and named not in found:
         found.append(named)
     trusted = []
@@ -477,7 +509,8 @@ def op_fr_traces(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         # Only ranks with a socket are asked, each in a thread of its own (a rank that is
         # slow to answer must not hold up the others); the rest answer at once. Each
         # rank's exchange has its own deadline (`timeout`), so the op ends within it.
-        sockets = {pid: fr_sockets(pid, envs[pid]) for pid in pids}
+        tables: dict[str, dict[str, str]] = {}  # socket tables, one per network namespace
+        sockets = {pid: fr_sockets(pid, envs[pid], tables) for pid in pids}
         asked = [pid for pid in pids if sockets[pid]]
         replies = parallel_map(lambda p: fr_live(p, envs[p], timeout, sockets[p]), asked, 32)
         answers = dict(zip(asked, replies))

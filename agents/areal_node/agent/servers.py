@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from areal_node.agent.cmdline import exe_name, flag_value, python_module
 from areal_node.agent.procfs import to_int
+
+if TYPE_CHECKING:
+    from areal_node.server_poll import ServerPoller
 
 # Inference servers: module -> (kind, default port). AReaL builds their command lines with
 # `get_py_cmd(module, args)` (areal/api/cli_args.py:2007-2022, 2121, 2255); both remote
@@ -139,15 +142,29 @@ class ServerStates:
     and flags. A server whose port is not verified is not asked; `health` says why."""
 
     def __init__(self, proc_root: str = "/proc") -> None:
-        from areal_node.server_poll import ServerPoller
-
         self.proc_root = proc_root
         self.health = HealthPoller()
-        self.poller = ServerPoller()
+        # Started with the first server seen: an agent on a node without one (a one-shot
+        # stacks capture, a trainer-only node) neither imports the HTTP poller nor starts
+        # its threads.
+        self._poller: ServerPoller | None = None
+        self._poller_lock = threading.Lock()
         self._verified: dict[tuple[int, int], tuple[float, Any, str]] = {}
 
+    @property
+    def poller(self) -> ServerPoller:
+        """The background poller, started on first use."""
+        with self._poller_lock:
+            if self._poller is None:
+                from areal_node.server_poll import ServerPoller
+
+                self._poller = ServerPoller()
+            return self._poller
+
     def close(self) -> None:
-        self.poller.close()
+        with self._poller_lock:
+            if self._poller is not None:
+                self._poller.close()
 
     def _verify(self, pid: int, port: int) -> tuple[Any, str]:
         from areal_node.server_poll import verified_endpoint

@@ -15,13 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.common.textfmt import capped
+from areal_console.core.common.textfmt import MAX_CMDLINE, capped
 from areal_console.core.targets.areal_world import areal_world_key
-
-# A command line is kept to this many characters (the rest said as a count): 200 processes
-# with 1 MB command lines made `nodes --json` 197 MB and the TUI 860 MB. AReaL's longest
-# (an rpc_server worker's, with its environment prefix) are a few KB.
-MAX_CMDLINE = 16 << 10
 
 
 def _int(value: Any) -> int | None:

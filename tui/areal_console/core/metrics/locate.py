@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from areal_console.core.common.errors import UsageError, UserError
 from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
-from areal_console.core.metrics.follow import log_dir_from_processes, run_identity
+from areal_console.core.metrics.logdir import log_dir_from_processes, run_identity
 
 
 @dataclass(frozen=True)

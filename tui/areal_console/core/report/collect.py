@@ -21,9 +21,9 @@ from areal_console.core.metrics.follow import (
     LocalFiles,
     MetricsFollower,
     NodeFiles,
-    log_dir_from_processes,
 )
 from areal_console.core.metrics.health import HealthThresholds
+from areal_console.core.metrics.logdir import log_dir_from_processes
 from areal_console.core.metrics.report import report_json
 from areal_console.core.report.model import LogTail, NodeVersions, ReportInputs
 from areal_console.core.stacks.records import now_iso

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from areal_node.constants import config_key
 from areal_node.server_flags import fleet_flags
 
-from areal_console.core.metrics.follow import log_dir_from_processes
+from areal_console.core.metrics.logdir import log_dir_from_processes
 from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
 from areal_console.core.rollout.staleness import (

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.common.textfmt import capped
-from areal_console.core.connection.records import MAX_CMDLINE
+from areal_console.core.common.textfmt import MAX_CMDLINE, capped
 from areal_console.core.rollout.perf_trace import RankPhase
 from areal_console.core.stacks.parsing import FrameTable
 from areal_console.core.stacks.records import (

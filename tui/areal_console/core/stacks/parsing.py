@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
 
-from areal_console.core.common.textfmt import capped, printable
-from areal_console.core.connection.records import MAX_CMDLINE
+from areal_console.core.common.textfmt import MAX_CMDLINE, capped, printable
 from areal_console.core.stacks.records import (
     MAIN_THREAD,
     Frame,
