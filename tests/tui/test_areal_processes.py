@@ -213,7 +213,12 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
 
     out = run_cli("stacks", "--local", "--json", "--match", str(rollout_run.workdir))
     assert out.returncode == 0, out.stderr
-    diagnosis = json.loads(out.stdout)["diagnosis"]
+    doc = json.loads(out.stdout)
+    diagnosis = doc["diagnosis"]
+    # A single-controller job (its rpc_server workers): the global values, not divided.
+    config = doc["rollout"]["config"]
+    assert config["mode"]["value"] == "single-controller", config
+    assert config["dp_size"]["value"] == 1
     assert diagnosis["pattern"] == "rollout_stall", diagnosis
     detail = diagnosis["detail"]
     assert f"The controller (pid {rollout_run.proc.pid} " in detail

@@ -116,7 +116,10 @@ def test_config_layers_as_areal_loads_them() -> None:
     assert config_paths("x --config=/a.yaml --config /b.yaml --config") == ["/a.yaml", "/b.yaml"]
     # A digit that is not ASCII is no count (int() would refuse "²").
     odd, _ = staleness_config(["rollout.max_head_offpolicyness=²", "rollout.consumer_batch_size=٣"])
-    assert {k: v["from"] for k, v in odd.items()} == dict.fromkeys(odd, "AReaL's default")
+    assert {k: v["from"] for k, v in odd.items() if k != "actor.backend"} == dict.fromkeys(
+        (k for k in odd if k != "actor.backend"), "AReaL's default"
+    )
+    assert odd["actor.backend"] == {"value": None, "from": "not set"}
 
 
 def test_fleet_flags_with_the_trainers_version() -> None:
@@ -295,7 +298,10 @@ def test_config_and_version_readers_take_any_text(text: str, lines: list[str]) -
         "rollout.max_head_offpolicyness",
         "rollout.consumer_batch_size",
         "rollout.max_concurrent_rollouts",
+        "actor.backend",
     }
+    backend = config["actor.backend"]["value"]
+    assert backend is None or (isinstance(backend, str) and len(backend) <= 200)
     assert all(isinstance(n, str) for n in notes)
     found = trainer_version([lines, text.split("\n")], [lines])
     assert found is None or found.version >= 0
