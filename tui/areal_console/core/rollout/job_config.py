@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import yaml
+from areal_node.constants import config_key
 
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.safe_yaml import load
@@ -34,7 +35,7 @@ DEFAULTS: dict[str, int | None] = {
 NULLABLE = {"rollout.max_concurrent_rollouts"}
 # Text keys read beside them: the actor's allocation, whose data-parallel size divides the
 # capacity in SPMD mode (`TrainEngineConfig.backend`, cli_args.py:1410-1416, required).
-TEXT_KEYS: dict[str, str | None] = {"actor.backend": None}
+TEXT_KEYS: dict[str, str | None] = {config_key("actor.backend"): None}
 MAX_TEXT = 200
 _INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.]{1,200})\}$")
 MAX_HOPS = 8

@@ -29,11 +29,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from areal_node.constants import config_key
+
 from areal_console.core.common.errors import UserError
 
 SPMD = "spmd"
 SINGLE_CONTROLLER = "single-controller"
 SPMD_VAR = "AREAL_SPMD_MODE"
+BACKEND_KEY = config_key("actor.backend")
 _TRUTHY = ("true", "1")  # get_bool_env_var's defaults (areal/utils/environ.py:39), lowered
 RPC_SERVER = "areal.infra.rpc.rpc_server"  # single-controller workers run this module
 
@@ -120,12 +123,12 @@ def scaling(
     if mode == SINGLE_CONTROLLER:
         return Scaling(mode, evidence, 1, "single-controller mode: one global manager, not divided")
     spec = backend.get("value") if isinstance(backend, Mapping) else None
-    dp, why = None, "actor.backend not found in the run's config"
+    dp, why = None, f"{BACKEND_KEY} not found in the run's config"
     if isinstance(spec, str):
         try:
             dp = data_parallel_size(spec)
         except UserError as exc:
-            why = f"actor.backend {spec[:80]!r} not understood: {exc}"
+            why = f"{BACKEND_KEY} {spec[:80]!r} not understood: {exc}"
     if mode is None:
         scaled = f": in SPMD mode each rank's would be divided by dp {dp}" if dp else ""
         note = (
@@ -135,7 +138,7 @@ def scaling(
         return Scaling(mode, evidence, 1, "assumed (the mode is not known)", note)
     if dp is not None:
         where = backend.get("from") if isinstance(backend, Mapping) else None
-        return Scaling(mode, evidence, dp, f"actor.backend {spec!r} ({where})")
+        return Scaling(mode, evidence, dp, f"{BACKEND_KEY} {spec!r} ({where})")
     if world_size and world_size > 0:
         note = (
             f"dp not known ({why}): assumed the ranks' world size {world_size}, "
