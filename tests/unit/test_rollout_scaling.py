@@ -187,3 +187,37 @@ def test_an_unknown_mode_is_said_with_the_value_assumed() -> None:
     del doc["config"]["dp_size"]
     again = RolloutSummary.from_json(doc)
     assert again is not None and again.capacity == summary.capacity
+
+
+def test_the_agent_sends_arealS_spmd_variable_from_proc() -> None:
+    """A rank started as AReaL's SPMD launchers start it (`AREAL_SPMD_MODE=1` beside the
+    torchrun variables, areal/infra/launcher/local.py:418): the agent reads it from the
+    process's /proc environ and the console tells the mode from its record."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from areal_console.core.connection.client import AgentClient
+    from areal_console.core.connection.transport import LocalChannel
+
+    env = {**os.environ, "AREAL_SPMD_MODE": "1", "RANK": "0", "WORLD_SIZE": "2"}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    client = AgentClient(LocalChannel())
+    client.start(gpus=False)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            procs = client.request("sample", {"all": False, "cpu": False, "gpus": False})
+            mine = [p for p in procs["processes"] if p["pid"] == proc.pid]
+            if mine:
+                break
+            assert time.monotonic() < deadline, "the rank was not sampled"
+            time.sleep(0.1)
+        assert mine[0]["env"]["AREAL_SPMD_MODE"] == "1"
+        mode, evidence = job_mode(mine)
+        assert mode == SPMD and f"trainer {proc.pid}" in evidence
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait()
