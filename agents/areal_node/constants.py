@@ -70,6 +70,7 @@ AREAL_KEYS = {
     "rollout.consumer_batch_size": (MAIN, "rollouts the trainer takes per step"),
     "rollout.enable_rollout_tracing": (MAIN, "log each rollout's submit/accept/reject"),
     "actor.weight_update_mode": (MAIN, "how weights reach the servers: xccl, disk or awex"),
+    "actor.backend": (MAIN, "backend and parallelism, e.g. fsdp:d4 (d: the SPMD capacity divisor)"),
     "sglang.mem_fraction_static": (MAIN, "GPU memory share of SGLang's KV cache pool"),
     "vllm.gpu_memory_utilization": (MAIN, "GPU memory share of vLLM's KV cache"),
     "perf_tracer.enabled": (MAIN, "write Chrome-trace spans per rank (perf_tracer/)"),

@@ -13,6 +13,7 @@ from areal_console.core.connection.fleet import Fleet
 from areal_console.core.connection.monitor import HISTORY, NodeView, RecordedMonitor
 from areal_console.core.replay import runs as jobs
 from areal_console.core.replay.plan import Verification
+from areal_console.core.rollout.trainer_watch import TrainerState
 from areal_console.core.stacks.codec import capture_from_json
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.records import StackCapture
@@ -281,6 +282,13 @@ async def until_drawn(pilot: Pilot[None], timeout: float = 10.0) -> None:
         before = now
 
 
+def servers_monitor() -> RecordedMonitor:
+    """The servers' node with the trainer's state as the live screen reads it from the job's
+    files: on version 12, `rollout.max_head_offpolicyness` 0."""
+    trainer = TrainerState(12, "`Train step 12/40 done.` in main.log", 0, 0.0)
+    return RecordedMonitor(servers_views(), trainer=trainer)
+
+
 def servers_views() -> list[NodeView]:
     """The recorded node with three inference servers as the agent reports them after
     polling their own ports: one healthy, one paused after a weight update on an older
@@ -306,7 +314,7 @@ def servers_views() -> list[NodeView]:
                         "sglang:token_usage": 0.41, "sglang:gen_throughput": rising[-1]}),
         server(5102, "data_proxy", 8082, weight_version=11, paused=True, throughput=[0.0] * 12,
                metrics={}, flags=[{"kind": "paused_after_update",
-                                   "evidence": "paused for 340s at version 11; the trainer is on version 12",
+                                   "evidence": "paused for 340s at version 11",
                                    "remedy": "resume with POST /continue_generation",
                                    "config_key": "actor.weight_update_mode"}]),
         server(5103, "vllm", 8000, throughput=[900.0] * 20 + [150.0] * 5,

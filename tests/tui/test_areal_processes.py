@@ -213,7 +213,12 @@ def test_rollout_stall_names_the_unhealthy_server(rollout_run: ArealRun) -> None
 
     out = run_cli("stacks", "--local", "--json", "--match", str(rollout_run.workdir))
     assert out.returncode == 0, out.stderr
-    diagnosis = json.loads(out.stdout)["diagnosis"]
+    doc = json.loads(out.stdout)
+    diagnosis = doc["diagnosis"]
+    # A single-controller job (its rpc_server workers): the global values, not divided.
+    config = doc["rollout"]["config"]
+    assert config["mode"]["value"] == "single-controller", config
+    assert config["dp_size"]["value"] == 1
     assert diagnosis["pattern"] == "rollout_stall", diagnosis
     detail = diagnosis["detail"]
     assert f"The controller (pid {rollout_run.proc.pid} " in detail
@@ -289,6 +294,31 @@ def test_weight_update_stuck_with_each_ranks_phase(weight_update_run: ArealRun) 
     )
     assert flags["version_lag"]["config_key"] == "rollout.max_head_offpolicyness"
     assert flags["paused_after_update"]["evidence"].endswith("the trainer is on version 4")
+
+
+async def test_cluster_servers_pane_flags_with_the_trainers_version(
+    weight_update_run: ArealRun,
+) -> None:
+    """The live Cluster screen reads the trainer's version from the job's files on its
+    own thread: the paused data proxy on version 3 lags the trainer's 4 (allowed 0)."""
+    from areal_console.widgets.servers_pane import ServersPane
+    from textual.widgets import Label
+
+    proxy = json.loads((weight_update_run.workdir / "server.json").read_text())
+    key = f"{local_node().name}:{proxy['pid']}"
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(200, 50)):
+        pane = app.screen.query_one(ServersPane)
+
+        def flags() -> str:
+            return str(pane.get_cell(key, "flags")) if key in {k.value for k in pane.rows} else ""
+
+        await until(lambda: "version_lag" in flags(), timeout=30, what="version_lag on the proxy")
+        assert "paused_after_update" in flags()
+        title = str(app.screen.query_one("#servers-title", Label).render())
+        assert "trainer on version 4 (max_head_offpolicyness 0)" in title
+        state = app.monitor.trainer_state()
+        assert state is not None and "train.update_weights` of step 3 finished" in state.evidence
 
 
 async def test_cluster_screen_shows_workers_controller_and_wrappers(

@@ -13,9 +13,10 @@ from areal_console.app import ConsoleApp
 from areal_console.core.connection.monitor import NodeView, RecordedMonitor
 from areal_console.core.connection.records import ServerRow
 from areal_console.core.rollout.servers import throughput_trend
+from areal_console.core.rollout.trainer_watch import TrainerState
 from areal_console.widgets.servers_pane import ServersPane
 from areal_node.server_poll import ServerPoller, verified_endpoint
-from textual.widgets import Static
+from textual.widgets import Label, Static
 
 from tests.support.waits import until
 from tests.unit.test_server_poll import Standin
@@ -132,3 +133,37 @@ async def test_pane_stays_hidden_without_servers() -> None:
     async with app.run_test(size=(130, 36)) as pilot:
         await pilot.pause()
         assert app.screen.query_one("#servers-box").display is False
+
+
+async def test_the_trainers_version_raises_lag_and_paused_flags() -> None:
+    """The live screen's trainer state (read from the job's files off the UI thread, here
+    recorded): a server paused on an older version while the trainer moved on, and one
+    further behind than `rollout.max_head_offpolicyness` allows."""
+    procs = [
+        server_process(4242, "data_proxy", 8082, {"weight_version": 5, "paused": True, "polled": True}),
+        server_process(4243, "sglang", 30000, {"weight_version": 6, "paused": False, "polled": True}),
+    ]  # fmt: skip
+    trainer = TrainerState(7, "`Train step 7/9 done.` in main.log", 1, time.time())
+    app = ConsoleApp(None, RecordedMonitor([node_view(procs)], trainer=trainer))
+    async with app.run_test(size=(160, 44)) as pilot:
+        pane = app.screen.query_one(ServersPane)
+        await until(pilot, lambda: pane.row_count == 2, what="two server rows")
+        cells = {key.value: [str(c) for c in pane.get_row(key)] for key in pane.rows}
+        assert cells["node1:4242"][11] == "version_skew, paused_after_update, version_lag"
+        assert cells["node1:4243"][11] == "-"  # 1 behind, 1 allowed
+        title = str(app.screen.query_one("#servers-title", Label).render())
+        assert title == "Servers (2) · trainer on version 7 (max_head_offpolicyness 1)"
+        flags = str(app.screen.query_one("#server-flags", Static).render())
+        assert (
+            "127.0.0.1:8082 paused_after_update: paused at version 5; the trainer is on version 7"
+            in flags
+        )
+        assert "serves version 5, the trainer is on 7 (2 behind, allowed 1)" in flags
+        assert "[rollout.max_head_offpolicyness]" in flags
+    # Without the trainer's version only the skew is raised, and the title says no version.
+    app = ConsoleApp(None, RecordedMonitor([node_view(procs)]))
+    async with app.run_test(size=(160, 44)) as pilot:
+        pane = app.screen.query_one(ServersPane)
+        await until(pilot, lambda: pane.row_count == 2, what="two server rows")
+        assert str(pane.get_row("node1:4242")[11]) == "version_skew"
+        assert str(app.screen.query_one("#servers-title", Label).render()) == "Servers (2)"

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from areal_console.app import ConsoleApp
-from areal_console.core.connection.monitor import RecordedMonitor
 
 from tests.support import recorded
 from tests.support.recorded import SIZE, recorded_monitor
@@ -21,9 +20,10 @@ def test_cluster_screen_snapshot(snap_compare: Any) -> None:
 
 
 def test_cluster_servers_snapshot(snap_compare: Any) -> None:
-    """The Servers pane: a healthy SGLang server, a data proxy paused on an older version,
-    a vLLM server with its KV cache full (flags with evidence and config key below)."""
-    app = ConsoleApp(None, RecordedMonitor(recorded.servers_views()))
+    """The Servers pane: a healthy SGLang server, a data proxy paused on an older version
+    than the trainer's (its lag beyond `rollout.max_head_offpolicyness`), a vLLM server
+    with its KV cache full (flags with evidence and config key below)."""
+    app = ConsoleApp(None, recorded.servers_monitor())
     assert snap_compare(app, terminal_size=SIZE)
 
 

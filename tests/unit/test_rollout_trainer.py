@@ -4,6 +4,7 @@ raise on real stand-in servers (`nodes --json`'s servers, a capture's servers)."
 
 from __future__ import annotations
 
+import copy
 import getpass
 import os
 import time
@@ -13,10 +14,13 @@ from typing import Any
 import pytest
 import yaml
 from areal_console.core.connection.client import AgentClient
+from areal_console.core.connection.records import process_rows
 from areal_console.core.connection.transport import LocalChannel
 from areal_console.core.rollout.context import fleet_trainer_state, rollout_files, summarize
 from areal_console.core.rollout.job_config import config_paths, staleness_config
+from areal_console.core.rollout.servers import server_lines
 from areal_console.core.rollout.trainer_version import from_log, from_trace, trainer_version
+from areal_console.core.rollout.trainer_watch import TrainerWatch, nodes_to_ask, versioned_servers
 from areal_node.server_flags import fleet_flags
 from areal_node.server_poll import ServerPoller, verified_endpoint
 from hypothesis import given
@@ -116,7 +120,10 @@ def test_config_layers_as_areal_loads_them() -> None:
     assert config_paths("x --config=/a.yaml --config /b.yaml --config") == ["/a.yaml", "/b.yaml"]
     # A digit that is not ASCII is no count (int() would refuse "²").
     odd, _ = staleness_config(["rollout.max_head_offpolicyness=²", "rollout.consumer_batch_size=٣"])
-    assert {k: v["from"] for k, v in odd.items()} == dict.fromkeys(odd, "AReaL's default")
+    assert {k: v["from"] for k, v in odd.items() if k != "actor.backend"} == dict.fromkeys(
+        (k for k in odd if k != "actor.backend"), "AReaL's default"
+    )
+    assert odd["actor.backend"] == {"value": None, "from": "not set"}
 
 
 def test_fleet_flags_with_the_trainers_version() -> None:
@@ -198,6 +205,25 @@ def test_nodes_json_raises_version_lag_on_real_standin_servers(node: Any, tmp_pa
         server_process(paused.proc.pid, "data_proxy", paused.port, state[f"data_proxy|{targets[1][1]}|{targets[1][2]}"]),
     ]  # fmt: skip
     nodes = [{"name": "node1", "state": "up", "processes": procs}]
+    # The live Cluster screen's reader: the same files, read on its own thread.
+    watch = TrainerWatch(lambda: [node], lambda: copy.deepcopy(nodes), USER, interval=0.05)
+    watch.start()
+    try:
+        deadline = time.monotonic() + 15
+        while watch.state() is None:
+            assert time.monotonic() < deadline, "the trainer's version was never read"
+            time.sleep(0.02)
+    finally:
+        watch.stop()
+    live = watch.state()
+    assert live is not None and (live.version, live.max_head_offpolicyness) == (6, 1)
+    assert "Train step 6/6 done." in live.evidence
+    lines = server_lines([("node1", process_rows(copy.deepcopy(procs)))], live.version, 1)
+    by_pid = {line.pid: [f.kind for f in line.flags] for line in lines}
+    assert by_pid == {
+        lagging.proc.pid: ["version_skew", "version_lag"],
+        paused.proc.pid: ["paused_after_update"],  # paused on 5, the trainer moved on to 6
+    }
     from areal_console.commands.nodes import add_rollout_flags
 
     doc = add_rollout_flags([node], nodes)
@@ -212,6 +238,26 @@ def test_nodes_json_raises_version_lag_on_real_standin_servers(node: Any, tmp_pa
     assert "the trainer is on version 6" in procs[2]["server"]["flags"][0]["evidence"]
     # Without a polled version nothing is read, and the state says nothing.
     assert fleet_trainer_state([node], [], USER).trainer is None
+    quiet = [{"name": "node1", "state": "up", "processes": procs[:1]}]
+    idle = TrainerWatch(lambda: [node], lambda: quiet, USER)
+    assert idle.read_now() is None and idle.reads == 0
+
+
+def test_the_live_reader_asks_the_controllers_node_first_and_few_nodes() -> None:
+    root = Path("/data")
+    ctl = controller(root)
+    rank = lambda r: {**ctl, "pid": 100 + r, "rank": r, "role": "trainer"}  # noqa: E731
+    nodes = [
+        {"name": "n3", "state": "up", "processes": [rank(9)]},
+        {"name": "n2", "state": "up", "processes": [rank(8)]},
+        {"name": "n1", "state": "up", "processes": [rank(0)]},
+        {"name": "n0", "state": "down", "processes": [{**ctl, "role": "controller"}]},
+        {"name": "c", "state": "up", "processes": [{**ctl, "rank": None, "role": "controller"}]},
+        {"name": "x", "state": "up", "processes": [{"pid": 1, "cmdline": "python3 other.py"}]},
+    ]
+    assert nodes_to_ask(nodes, USER) == ["c", "n1"]
+    assert nodes_to_ask(nodes, USER, limit=4) == ["c", "n1", "n2", "n3"]
+    assert not versioned_servers(nodes)
 
 
 # --- hostile files in place of tracer files ----------------------------------------------
@@ -295,7 +341,10 @@ def test_config_and_version_readers_take_any_text(text: str, lines: list[str]) -
         "rollout.max_head_offpolicyness",
         "rollout.consumer_batch_size",
         "rollout.max_concurrent_rollouts",
+        "actor.backend",
     }
+    backend = config["actor.backend"]["value"]
+    assert backend is None or (isinstance(backend, str) and len(backend) <= 200)
     assert all(isinstance(n, str) for n in notes)
     found = trainer_version([lines, text.split("\n")], [lines])
     assert found is None or found.version >= 0

@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-# Environment variables that identify a rank of a distributed job.
+# Environment variables that identify a rank of a distributed job (and AReaL's mode).
 RANK_VARS = (
     "RANK",
     "LOCAL_RANK",
@@ -25,6 +25,9 @@ RANK_VARS = (
     "OMPI_COMM_WORLD_SIZE",
     "PMI_RANK",
     "PMI_SIZE",
+    # AReaL's SPMD launchers set it on the trainer (areal/infra/launcher/local.py:418 at
+    # cbff54d): the console tells the job's mode, and so its capacity scaling, from it.
+    "AREAL_SPMD_MODE",
 )
 
 

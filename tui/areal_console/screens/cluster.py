@@ -21,7 +21,7 @@ from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable, process_matches
-from areal_console.widgets.servers_pane import ServersPane, flag_lines
+from areal_console.widgets.servers_pane import ServersPane, flag_lines, servers_title
 from areal_console.widgets.status_line import StatusLine
 from areal_console.workers import Ticket, WorkerHost, background
 
@@ -175,6 +175,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         self._views: list[NodeView] = []
         self._asked_host_keys: set[tuple[str, str]] = set()
         self._gpu_title = ""
+        self._servers_title = ""
 
     @property
     def console(self) -> ConsoleApp:
@@ -239,7 +240,9 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
 
     def _show_servers(self, views: list[NodeView]) -> None:
         """The Servers pane, shown only while some node runs an inference server."""
-        lines = self.query_one(ServersPane).show_servers((v.name, v.processes) for v in views)
+        trainer = self.console.monitor.trainer_state()
+        pane = self.query_one(ServersPane)
+        lines = pane.show_servers(((v.name, v.processes) for v in views), trainer)
         box = self.query_one("#servers-box")
         if box.display != bool(lines):
             box.display = bool(lines)
@@ -248,7 +251,10 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             flags = self.query_one("#server-flags", Static)
             flags.display = bool(flagged)
             flags.update(flag_lines(flagged))
-            self.query_one("#servers-title", Label).update(f"Servers ({len(lines)})")
+            title = servers_title(len(lines), trainer)
+            if title != self._servers_title:  # an unchanged title costs no layout pass
+                self._servers_title = title
+                self.query_one("#servers-title", Label).update(title)
 
     def _ask_about_host_keys(self, views: list[NodeView]) -> None:
         """Show each unknown host key once, and let the user trust it."""

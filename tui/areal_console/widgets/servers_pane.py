@@ -1,5 +1,7 @@
 """The Servers pane: one row per inference server, with its load, version, pause state,
-throughput trend and flags (what the agent read from the server's own port)."""
+throughput trend and flags (what the agent read from the server's own port, and the
+fleet's: versions that differ and, with the trainer's version, a lag beyond
+`rollout.max_head_offpolicyness` or a server paused while the trainer moved on)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from areal_console.core.rollout.servers import (
     server_lines,
     throughput_trend,
 )
+from areal_console.core.rollout.trainer_watch import TrainerState
 from areal_console.widgets.keyed_rows import sync_rows
 from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable
@@ -90,12 +93,28 @@ class ServersPane(VimTable):
         for key, label in COLUMNS:
             self.add_column(label, key=key)
 
-    def show_servers(self, nodes: Iterable[tuple[str, Iterable[ProcessRow]]]) -> list[ServerLine]:
-        """Show the servers of `nodes` (name, processes); returns the lines shown."""
-        lines = server_lines(nodes)
+    def show_servers(
+        self,
+        nodes: Iterable[tuple[str, Iterable[ProcessRow]]],
+        trainer: TrainerState | None = None,
+    ) -> list[ServerLine]:
+        """Show the servers of `nodes` (name, processes), with the flags the trainer's
+        version raises when it is known; returns the lines shown."""
+        version = trainer.version if trainer is not None else None
+        head = trainer.max_head_offpolicyness if trainer is not None else None
+        lines = server_lines(nodes, version, head)
         sync_rows(self, KEYS, [(line.key, server_cells(line)) for line in lines])
         self.lines = {line.key: line for line in lines}
         return lines
+
+
+def servers_title(count: int, trainer: TrainerState | None) -> str:
+    """The pane's title: the servers shown and the trainer's version they are held to."""
+    if trainer is None or trainer.version is None:
+        return f"Servers ({count})"
+    head = trainer.max_head_offpolicyness
+    allowed = "" if head is None else f" (max_head_offpolicyness {head})"
+    return f"Servers ({count}) · trainer on version {trainer.version}{allowed}"
 
 
 def flag_lines(lines: Iterable[ServerLine], limit: int = 6) -> Text:

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.common.identity import login_user
 from areal_console.core.connection.client import (
     AgentDisconnected,
     AgentError,
@@ -30,6 +31,7 @@ from areal_console.core.connection.records import (
     process_rows,
     with_areal_world_sizes,
 )
+from areal_console.core.rollout.trainer_watch import TrainerState, TrainerWatch
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
 
@@ -115,6 +117,9 @@ class FleetMonitor:
         self._threads: list[threading.Thread] = []
         self._wake: dict[str, threading.Event] = {s.name: threading.Event() for s in fleet}
         self._stream_ids: dict[str, int] = {}  # node -> id of its current sample stream
+        # The trainer's version for the servers' version flags, read slowly from the job's
+        # files (`nodes`' read) on a thread of its own.
+        self.trainer = TrainerWatch(lambda: self.fleet.sessions, self._node_entries, login_user())
 
     # public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -124,9 +129,11 @@ class FleetMonitor:
             )
             t.start()
             self._threads.append(t)
+        self.trainer.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self.trainer.stop()
         for wake in self._wake.values():
             wake.set()
 
@@ -143,6 +150,17 @@ class FleetMonitor:
         for view, rows in zip(out, counted, strict=True):
             view.processes = rows
         return out
+
+    def trainer_state(self) -> TrainerState | None:
+        """The trainer's version and allowed lag as last read (None: not read, or no
+        server reports a version)."""
+        return self.trainer.state()
+
+    def _node_entries(self) -> list[dict[str, Any]]:
+        return [
+            {"name": v.name, "state": v.state, "processes": v.agent_processes()}
+            for v in self.snapshot()
+        ]
 
     def trust_host_key(self, name: str) -> None:
         """The user accepted the node's unknown host key: remember it and connect now."""
@@ -320,9 +338,13 @@ class FleetMonitor:
 class RecordedMonitor:
     """A monitor over fixed node views: recorded samples replayed for screenshots and tests."""
 
-    def __init__(self, views: list[NodeView]) -> None:
+    def __init__(self, views: list[NodeView], trainer: TrainerState | None = None) -> None:
         self.views = views
         self.include_all = False
+        self.trainer = trainer  # a recorded trainer state
+
+    def trainer_state(self) -> TrainerState | None:
+        return self.trainer
 
     def start(self) -> None:
         pass

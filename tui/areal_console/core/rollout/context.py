@@ -29,6 +29,7 @@ from areal_node.server_flags import fleet_flags
 from areal_console.core.metrics.logdir import log_dir_from_processes
 from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
+from areal_console.core.rollout.scaling import Scaling, job_mode, scaling
 from areal_console.core.rollout.staleness import (
     MAX_RECORD,
     Capacity,
@@ -126,8 +127,11 @@ class RolloutSummary:
                 counts.get("complete") is not False,
             )
             values = {k: config[k]["value"] for k in (*DEFAULTS, "version")}
+            dp = config.get("dp_size") or {"value": 1, "from": "not saved"}
+            values["dp_size"] = dp["value"]
             out.config = {
-                k: {"value": v, "from": str(config[k].get("from"))} for k, v in values.items()
+                k: {"value": v, "from": str((config.get(k) or dp).get("from"))[:300]}
+                for k, v in values.items()
             }
             out.capacity = capacity(
                 out.counts,
@@ -137,6 +141,7 @@ class RolloutSummary:
                 None
                 if values["rollout.max_concurrent_rollouts"] is None
                 else int(values["rollout.max_concurrent_rollouts"]),
+                int(values["dp_size"]),
             )
         except (KeyError, TypeError, ValueError, OverflowError):
             out.counts = out.capacity = None
@@ -385,14 +390,35 @@ def summarize(
         used, source = 0, "assumed 0 (not known)"
     summary.counts = counts
     summary.config["version"] = {"value": used, "from": source}
+    scale = job_scaling(nodes, config.get("actor.backend"))
+    summary.config["mode"] = {"value": scale.mode, "from": scale.mode_evidence}
+    summary.config["dp_size"] = {"value": scale.dp_size, "from": scale.source}
+    if scale.note:
+        summary.notes.append(scale.note)
     summary.capacity = capacity(
         counts,
         version=used,
         max_head_offpolicyness=config["rollout.max_head_offpolicyness"]["value"] or 0,
         consumer_batch_size=config["rollout.consumer_batch_size"]["value"] or 1,
         max_concurrent_rollouts=config["rollout.max_concurrent_rollouts"]["value"],
+        dp_size=scale.dp_size,
     )
     return summary
+
+
+def job_scaling(nodes: list[dict[str, Any]], backend: dict[str, Any] | None) -> Scaling:
+    """The job's mode and the data-parallel size its capacity is divided by, from the
+    nodes' process records and `actor.backend`."""
+    procs = [
+        p
+        for n in nodes
+        if isinstance(n.get("processes"), list)
+        for p in n["processes"]
+        if isinstance(p, dict)
+    ]
+    mode, evidence = job_mode(procs)
+    worlds = [p["world_size"] for p in procs if type(p.get("world_size")) is int]
+    return scaling(mode, evidence, backend, max(worlds) if worlds else None)
 
 
 def fleet_trainer_state(
@@ -412,7 +438,7 @@ def fleet_trainer_state(
         cmdlines.extend(str(p.get("cmdline") or "") for p in procs)
         if log_dir_from_processes([str(p.get("cmdline") or "") for p in procs], user):
             files = rollout_files(session, procs, user, max_ranks=1, sessions=False)
-            raw.append({"node": session.name, "rollout": files})
+            raw.append({"node": session.name, "rollout": files, "processes": procs})
     return summarize(raw, cmdlines, None)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import yaml
+from areal_node.constants import config_key
 
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.safe_yaml import load
@@ -32,6 +33,10 @@ DEFAULTS: dict[str, int | None] = {
     "rollout.max_concurrent_rollouts": None,
 }
 NULLABLE = {"rollout.max_concurrent_rollouts"}
+# Text keys read beside them: the actor's allocation, whose data-parallel size divides the
+# capacity in SPMD mode (`TrainEngineConfig.backend`, cli_args.py:1410-1416, required).
+TEXT_KEYS: dict[str, str | None] = {config_key("actor.backend"): None}
+MAX_TEXT = 200
 _INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.]{1,200})\}$")
 MAX_HOPS = 8
 
@@ -82,6 +87,12 @@ def _number(key: str, value: Any) -> tuple[bool, int | None]:
     return False, None
 
 
+def _text(value: Any) -> tuple[bool, str | None]:
+    if isinstance(value, str) and 0 < len(value) <= MAX_TEXT and value.isprintable():
+        return True, value
+    return False, None
+
+
 def parse_yaml(text: str) -> dict[str, Any]:
     """A config document (an error in it: UserError)."""
     try:
@@ -111,6 +122,7 @@ def staleness_config(
     found: dict[str, Any] = {
         k: {"value": v, "from": "AReaL's default"} for k, v in DEFAULTS.items()
     }
+    found.update({k: {"value": v, "from": "not set"} for k, v in TEXT_KEYS.items()})
     notes = []
     for where, text in documents:
         try:
@@ -118,22 +130,23 @@ def staleness_config(
         except UserError as exc:
             notes.append(f"{where}: {exc}")
             continue
-        for key in DEFAULTS:
+        for key in (*DEFAULTS, *TEXT_KEYS):
             present, raw = _value(doc, key)
             if not present:
                 continue
-            ok, value = _number(key, raw)
+            ok, value = _text(raw) if key in TEXT_KEYS else _number(key, raw)
             if ok:
                 found[key] = {"value": value, "from": where}
             else:
-                notes.append(f"{where}: {key} = {str(raw)[:80]!r} is not a count: not used")
+                what = "text" if key in TEXT_KEYS else "a count"
+                notes.append(f"{where}: {key} = {str(raw)[:80]!r} is not {what}: not used")
     overridden: set[str] = set()
     for cmd in cmdlines:
         for arg in cmd.split():
             key, eq, raw = arg.lstrip("+").partition("=")
-            if not eq or key not in DEFAULTS or key in overridden:
+            if not eq or key not in (*DEFAULTS, *TEXT_KEYS) or key in overridden:
                 continue
-            ok, value = _override(raw)
+            ok, value = _text(raw.strip("'\"")) if key in TEXT_KEYS else _override(raw)
             if ok and (value is not None or key in NULLABLE):
                 found[key] = {"value": value, "from": "command line"}
                 overridden.add(key)

@@ -6,9 +6,10 @@ At AReaL cbff54d (areal/infra/staleness_manager.py:99-113):
     staleness   = (max_head_offpolicyness + version + 1) * max(1, consumer_batch_size)
                   - (accepted + running)
     capacity    = min(concurrency, staleness)
-with `max_concurrent_rollouts` and `consumer_batch_size` divided by the data-parallel size
-first (areal/infra/workflow_executor.py:1074-1078). The producer thread submits only
-while capacity > 0 (workflow_executor.py:460-473).
+with `max_concurrent_rollouts` (None or 0: the consumer batch size) and
+`consumer_batch_size` divided by the data-parallel size first in SPMD mode only
+(areal/infra/workflow_executor.py:786-789, 1069-1085; `scaling` says which mode and
+size). The producer thread submits only while capacity > 0 (workflow_executor.py:460-473).
 
 The counts come from the executor's rollout tracing lines (on with
 `rollout.enable_rollout_tracing`; workflow_executor.py:399, :565, :1241, :1256 write
@@ -128,10 +129,13 @@ def capacity(
     max_concurrent_rollouts: int | None = None,
     dp_size: int = 1,
 ) -> Capacity:
-    """AReaL's formula with the executor's data-parallel scaling; names the zero terms."""
+    """AReaL's formula, each size divided by `dp_size` (1: single-controller mode, the
+    global values); names the zero terms."""
     dp = max(1, dp_size)
-    max_conc = max(1, (max_concurrent_rollouts or consumer_batch_size) // dp)
+    given = max_concurrent_rollouts or consumer_batch_size  # AReaL's `or`: None and 0 alike
+    max_conc = max(1, given // dp)
     bs = max(1, consumer_batch_size // dp)
+    per_rank = f" (per rank: {given} // dp {dp} and batch {consumer_batch_size} // dp {dp})"
     concurrency = max_conc - counts.running
     samples = counts.accepted + counts.running
     staleness = (max_head_offpolicyness + version + 1) * bs - samples
@@ -153,6 +157,5 @@ def capacity(
             f"staleness = ({max_head_offpolicyness} + version {version} + 1) x {bs} - "
             f"({at_least}{counts.accepted} accepted + running) <= {staleness}",
         ]
-    return Capacity(
-        concurrency, staleness, min(concurrency, staleness), tuple(zero), "; ".join(parts)
-    )
+    text = "; ".join(parts) + (per_rank if dp > 1 else "")
+    return Capacity(concurrency, staleness, min(concurrency, staleness), tuple(zero), text)

@@ -2,7 +2,7 @@
 
 At AReaL cbff54d the trainer's step `global_step` ends with (areal/trainer/rl_trainer.py):
 - `train.update_weights` (:879-897): the weights are pushed with version
-  `global_step + 1` and `actor.set_version` / `rollout.set_version(global_step + 1)` are
+  `global_step + 1` and the actor's and the rollout's `set_version(global_step + 1)` are
   called inside that perf tracer span, so a finished `train.update_weights` span whose
   `args.global_step` is s means the trainer is on version s + 1;
 - `train.log_stats` (:954-961, :1453-1459): `StatsLogger.commit` logs
