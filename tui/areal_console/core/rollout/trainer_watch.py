@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.metrics.follow import log_dir_from_processes
+from areal_console.core.metrics.logdir import log_dir_from_processes
 from areal_console.core.rollout.context import fleet_trainer_state
 
 if TYPE_CHECKING:
