@@ -118,13 +118,14 @@ def add_ray_ids(specs: list[NodeSpec], nodes: list[dict[str, Any]]) -> None:
 
 
 def render_summary(nodes: list[dict[str, Any]]) -> str:
-    """One line per node: state, latency, GPUs, ranks (shown when there are several nodes)."""
+    """One line per node: state, how it was reached, latency, GPUs, ranks (shown when there
+    are several nodes)."""
     rows = []
     for n in nodes:
         up = n["state"] == "up"
         ranks = [p["rank"] for p in n["processes"] if p.get("rank") is not None]
         rows.append([
-            n["name"], n["state"], n["host"],
+            n["name"], n["state"], n["host"], n.get("via") or "-",
             f"{n['latency_ms']:.1f}ms" if up and n.get("latency_ms") is not None else "-",
             str(len(n["gpus"])) if up else "-",
             rank_summary(ranks) or "-",
@@ -132,7 +133,9 @@ def render_summary(nodes: list[dict[str, Any]]) -> str:
             n["error"] or n["gpu_error"] or "",
         ])  # fmt: skip
     return render_table(
-        ["NODE", "STATE", "HOST", "LATENCY", "GPUS", "RANKS", "PROCS", "NOTE"], rows, indent=""
+        ["NODE", "STATE", "HOST", "VIA", "LATENCY", "GPUS", "RANKS", "PROCS", "NOTE"],
+        rows,
+        indent="",
     )
 
 
@@ -142,6 +145,8 @@ def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
     out: list[str] = [render_summary(nodes), ""] if len(nodes) > 1 else []
     for node in nodes:
         header = f"== {node['name']} ({node['host']}): {node['state']}"
+        if node.get("via"):  # how the agent was reached: ssh, local, slurm, ray
+            header += f" via {node['via']}"
         if node.get("python"):  # the interpreter the node chose for the agent
             header += f", python {node['python']} ({node.get('python_executable') or '?'})"
         out.append(header)
