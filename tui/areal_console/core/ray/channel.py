@@ -20,7 +20,7 @@ from typing import Any
 from areal_console.core.common.errors import UserError
 from areal_console.core.connection.payload import node_payload
 from areal_console.core.connection.transport import ChannelClosed
-from areal_console.core.ray.nodes import RAY_EXTRA
+from areal_console.core.ray.nodes import RAY_EXTRA, quiet_ray_client
 from areal_console.core.targets.specs import NodeSpec
 
 LEASE_SECONDS = 3.0  # the actor exits this long after the console's last call
@@ -58,13 +58,18 @@ def connect_ray(address: str) -> Any:
                     f"already attached to the Ray cluster at {_session_address}, not {address}"
                 )
             return ray
+        # Ray Client (`ray://`) has no dashboard option, and logs as it connects.
+        client = address.startswith("ray://")
+        options = {} if client else {"include_dashboard": False}
+        if client:
+            quiet_ray_client()
         try:
             ray.init(
                 address=address,
                 namespace=NAMESPACE,
                 log_to_driver=False,
                 logging_level="ERROR",
-                include_dashboard=False,
+                **options,
             )
         except Exception as exc:  # version mismatch, refused token, no cluster: one line
             raise UserError(_init_failure(address, exc, ray.__version__)) from None
