@@ -21,6 +21,13 @@ from areal_console.core.common.errors import UserError
 from areal_console.core.connection.payload import node_payload
 from areal_console.core.connection.transport import ChannelClosed
 from areal_console.core.ray.nodes import RAY_EXTRA, quiet_ray_client
+from areal_console.core.ray.versions import (
+    RayVersions,
+    console_python,
+    dashboard_ray_version,
+    from_ray_error,
+    mismatch_line,
+)
 from areal_console.core.targets.specs import NodeSpec
 
 LEASE_SECONDS = 3.0  # the actor exits this long after the console's last call
@@ -79,11 +86,19 @@ def connect_ray(address: str) -> Any:
 
 def _init_failure(address: str, exc: BaseException, version: str) -> str:
     text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
-    if "version mismatch" in text.lower():
-        return (
-            f"--ray: this console's Ray {version} can't talk to the cluster at {address}: "
-            f"{text} (install the cluster's Ray version: pip install 'ray[default]==X.Y.Z')"
-        )
+    versions = from_ray_error(str(exc))
+    if versions is None:  # failed before Ray's own check? The dashboard names its version.
+        from areal_console.core.ray.nodes import auth_token, parse_address
+
+        try:
+            dashboard = parse_address(address).dashboard
+        except UserError:
+            dashboard = None
+        theirs = dashboard and dashboard_ray_version(dashboard, auth_token())
+        if theirs and theirs != version:
+            versions = RayVersions(theirs, None, version, console_python())
+    if versions is not None:
+        return mismatch_line(address, versions)
     if "auth" in text.lower() and "token" in text.lower():
         return f"--ray: the Ray cluster at {address} refused this console: {text}"
     return f"--ray: can't attach to the Ray cluster at {address}: {text}"
