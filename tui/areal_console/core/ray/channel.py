@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -81,7 +82,26 @@ def connect_ray(address: str) -> Any:
         except Exception as exc:  # version mismatch, refused token, no cluster: one line
             raise UserError(_init_failure(address, exc, ray.__version__)) from None
         _session_address = address
+        _cluster_errors_to_stderr()
     return ray
+
+
+def _cluster_errors_to_stderr() -> None:
+    """A Ray driver prints the cluster's error messages (a node marked dead, a worker
+    killed) on stdout, whatever `log_to_driver` says (`listen_error_messages` in
+    ray/_private/worker.py, Ray 2.60): the console's stdout is its report (`--json`
+    included), so they go to stderr. Ray looks the printer up in its module at each
+    message; where this Ray has none, nothing changes."""
+    worker = sys.modules.get("ray._private.worker")
+    printer = getattr(worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr  # type: ignore[union-attr]
 
 
 def _init_failure(address: str, exc: BaseException, version: str) -> str:
