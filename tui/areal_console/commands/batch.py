@@ -14,8 +14,8 @@ from areal_console.core.batches.source import BatchSource, LocalBatchSource, Rem
 from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.targets.resolve import (
     add_target_arguments,
-    names_remote_nodes,
     index,
+    names_remote_nodes,
     open_fleet,
     resolve_targets,
 )

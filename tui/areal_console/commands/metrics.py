@@ -11,8 +11,8 @@ from typing import Any
 from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.targets.resolve import (
     add_target_arguments,
-    names_remote_nodes,
     areal_plan,
+    names_remote_nodes,
     open_fleet,
     resolve_targets,
     seconds,

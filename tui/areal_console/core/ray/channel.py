@@ -108,13 +108,9 @@ def _init_failure(address: str, exc: BaseException, version: str) -> str:
     text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
     versions = from_ray_error(str(exc))
     if versions is None:  # failed before Ray's own check? The dashboard names its version.
-        from areal_console.core.ray.nodes import auth_token, parse_address
+        from areal_console.core.ray.nodes import auth_token, dashboard_of
 
-        try:
-            dashboard = parse_address(address).dashboard
-        except UserError:
-            dashboard = None
-        theirs = dashboard and dashboard_ray_version(dashboard, auth_token())
+        theirs = dashboard_ray_version(dashboard_of(address), auth_token())
         if theirs and theirs != version:
             versions = RayVersions(theirs, None, version, console_python())
     if versions is not None:

@@ -109,6 +109,14 @@ def parse_address(text: str | None, environ: Mapping[str, str] | None = None) ->
     return RayAddress(given, given, None, _dashboard(dashboard_env, host))
 
 
+def dashboard_of(address: str) -> str:
+    """The dashboard URL of a cluster address as `ray.init` takes it."""
+    try:
+        return parse_address(address).dashboard
+    except UserError:
+        return f"http://{address}"
+
+
 def _current_cluster() -> str:
     try:
         with open(CURRENT_CLUSTER_FILE, encoding="utf-8", errors="replace") as f:
