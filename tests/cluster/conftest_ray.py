@@ -53,7 +53,9 @@ class RayGlooJobs:
     starts the node again when it is done (`RayCluster.restart_node`) and calls `spoil()`:
     the job lost its ranks there, so the next test that asks for the job (in any module,
     in any order) gets a new one on the restored cluster, at the cost of one job start.
-    No test depends on running before or after the one that kills a node.
+    No test depends on running before or after the one that kills a node. After it, Ray
+    still lists the lost node (state DEAD, same IP, its old node id) next to the new one:
+    a test that maps IPs to node ids takes the alive ones.
     """
 
     def __init__(self, cluster: RayCluster) -> None:

@@ -274,7 +274,8 @@ def test_nodes_and_stacks_see_every_rank(ray_cluster: RayCluster, ray_gloo_job: 
     }  # fmt: skip
     from ray.util.state import list_nodes as ray_list_nodes
 
-    node_ids = {n.node_ip: n.node_id for n in ray_list_nodes(address=ray_cluster.address)}
+    listed = ray_list_nodes(address=ray_cluster.address)
+    node_ids = {n.node_ip: n.node_id for n in listed if n.state == "ALIVE"}  # not a lost one
     for name, p in ranks.values():
         assert p["ray"]["node_id"] == node_ids[name]
         assert p["ray"]["actor_id"] and p["ray"]["task_id"]  # RankWorker.run, running
