@@ -69,13 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-LAUNCHED_VIA = {
-    "ray": "by the node's agent, a Ray actor pinned to the node (the run is its own process "
-    "group, not a Ray task: it outlives the actor)",
-    "ssh": "by the node's agent over SSH",
-    "local": "by the agent on this machine",
-    "slurm": "as a Slurm step",
-}
+RAY_LAUNCH = (
+    "by the node's agent, a Ray actor pinned to the node (the run is its own process "
+    "group, not a Ray task: it outlives the actor)"
+)
 
 
 def _say(text: str) -> None:
@@ -226,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"job {record.job_id} on {record.node} ({format_gpus(plan.gpus)}): {record.state}"
             )
-            print(f"  launched: {LAUNCHED_VIA.get(launched_via, launched_via)}")
+            if launched_via == "ray":  # over SSH, Slurm or here it goes without saying
+                print(f"  launched: {RAY_LAUNCH}")
             print(f"  command: {plan.command_line}")
             print(f"  log: {record.log}")
             if record.slurm_job:
