@@ -697,6 +697,14 @@ def test_node_lost_mid_session(
         again = sample()  # down for good: no ranks of a dead node come back
         kept(again)
         assert "127.0.0.3" in again["127.0.0.3"]["error"]
+
+        def told_dead() -> str | None:  # the session's next reconnect: Ray has it dead
+            result = sample()
+            kept(result)
+            error = result["127.0.0.3"]["error"]
+            return error if error.startswith("Ray reports node 127.0.0.3 dead") else None
+
+        wait_for(told_dead, 30, "a reconnect to fail as Ray reports", interval=0.2)
     finally:
         session.kill()
         session.wait(timeout=30)

@@ -129,6 +129,19 @@ def _host_class(ray: Any) -> Any:
     return ray.remote(ray_host.AgentHost)
 
 
+def _death(ray: Any, node_id: str) -> str | None:
+    """Why Ray has the node dead (": reason", or ""), or None while it is alive or unknown.
+    A reconnect to a lost node then fails at once instead of after the start timeout."""
+    try:
+        node = next((n for n in ray.nodes() if n.get("NodeID") == node_id), None)
+    except Exception:  # the GCS not answering: the actor's start says more
+        return None
+    if node is None or node.get("Alive"):
+        return None
+    why = " ".join(str(node.get("DeathReasonMessage") or "").split())[:200]
+    return f": {why}" if why else ""
+
+
 class RayChannel:
     """A `Channel` to the agent actor on one Ray node."""
 
@@ -143,6 +156,9 @@ class RayChannel:
         self._ray = ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        dead = _death(ray, target.node_id)
+        if dead is not None:  # placing an actor there would wait for nothing
+            raise ChannelClosed(f"Ray reports node {self.node} dead{dead}")
         self._lines: queue.Queue[bytes] = queue.Queue()
         self._reason: str | None = None
         self._closed = threading.Event()
