@@ -259,6 +259,7 @@ SHARED_ADDRESS_FIXTURES = {
     "slurm_gloo_job",
     "ray_cluster",
     "ray_gloo_job",
+    "ray_gloo_jobs",
 }
 
 

@@ -115,6 +115,7 @@ def test_nodes_partial_failure_still_prints_the_rest(
         "NODE",
         "STATE",
         "HOST",
+        "VIA",
         "LATENCY",
         "GPUS",
         "RANKS",
@@ -122,6 +123,7 @@ def test_nodes_partial_failure_still_prints_the_rest(
         "NOTE",
     ]
     assert lines[1].split()[:2] == ["node1", "up"] and " 0-1 " in lines[1]
+    assert lines[1].split()[3] == "ssh"  # VIA: how the agent was reached
     assert lines[2].split()[:2] == ["127.0.0.9", "down"] and "connection refused" in lines[2]
 
 

@@ -19,12 +19,19 @@ import pytest
 from areal_console.core.common.errors import UserError
 from areal_console.core.ray.nodes import list_nodes, parse_address
 from areal_console.core.ray.ranks import join_ids
+from areal_console.core.ray.versions import console_python, dashboard_ray_version
 
 from tests.support import waits
 from tests.support.ray_cluster import CPUS_PER_NODE, HEAD_IP, RayCluster
 from tests.support.waits import wait_for
 
 pytest_plugins = ["conftest_ray"]
+
+PYTHON = console_python()
+try:
+    from ray import __version__ as RAY
+except ImportError:  # the cluster tests skip; the version cases need Ray's own check
+    RAY = "?"
 
 REPO = Path(__file__).resolve().parents[2]
 # A console whose Python has no `ray` (the [ray] extra not installed).
@@ -163,6 +170,70 @@ def test_ray_ids_join_by_node_and_pid() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("cluster", "expected"),
+    [
+        ({"ray_version": "2.49.0", "python_version": PYTHON},
+         f"which runs Ray 2.49.0 (Python {PYTHON}): install the cluster's Ray next to the "
+         "console: pip install 'ray[default]==2.49.0'"),
+        ({"ray_version": RAY, "python_version": "3.11.0"},
+         "which runs Ray {RAY} (Python 3.11.0): run the console with Python 3.11.0 (or set "
+         "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor)"),
+    ],
+)  # fmt: skip
+def test_version_mismatch_is_one_line(cluster: dict[str, str], expected: str) -> None:
+    """Ray's own check (the one `ray.init` runs) raises its error; the console turns it
+    into one line naming both versions and what to install."""
+    from areal_console.core.ray.channel import _init_failure
+    from ray._private.utils import check_version_info
+
+    with pytest.raises(RuntimeError) as raised:
+        check_version_info(cluster, "node 10.0.0.9")
+    line = _init_failure("10.0.0.5:6379", raised.value, RAY)
+    assert line.startswith(f"--ray: this console's Ray {RAY} (Python {PYTHON}) can't talk to "
+                           "the cluster at 10.0.0.5:6379, ")  # fmt: skip
+    assert line.endswith(expected.replace("{RAY}", RAY))
+    assert "\n" not in line
+
+
+def test_version_from_the_dashboard_when_ray_fails_early(token_dashboard: str) -> None:
+    """A Ray too far apart fails before its version check: the dashboard names the
+    cluster's version (`/api/version`, here one that has none: the plain failure stays)."""
+    from areal_console.core.ray.versions import RayVersions, mismatch_line
+
+    assert dashboard_ray_version(token_dashboard, "right") is None
+    line = mismatch_line("head:6379", RayVersions("2.49.0", None, "2.60.0", "3.11.7"))
+    assert line == (
+        "--ray: this console's Ray 2.60.0 (Python 3.11.7) can't talk to the cluster at "
+        "head:6379, which runs Ray 2.49.0: install the cluster's Ray next to the console: "
+        "pip install 'ray[default]==2.49.0'"
+    )
+
+
+def test_ray_train_ranks_from_trains_state() -> None:
+    """Ray Train's run listings (Train V2: the latest attempt's workers; Train V1: the
+    run's workers), as the dashboard serves them, give each worker's rank by node and pid."""
+    from areal_console.core.ray.ranks import TrainRank, train_ranks_from_runs
+
+    def worker(rank: int, pid: int, node: str = "n1") -> dict[str, Any]:
+        return {"world_rank": rank, "local_rank": rank % 2, "node_rank": 0, "node_id": node,
+                "pid": pid, "actor_id": f"a{rank}", "node_ip": "10.0.0.1", "gpu_ids": []}  # fmt: skip
+
+    v2 = {"train_runs": [{"id": "r1", "name": "sft", "attempts": [
+        {"workers": [worker(0, 10), worker(1, 11)]},  # an older attempt: its pids are gone
+        {"workers": [worker(0, 20), worker(1, 21), worker(2, 30, "n2")]},
+    ]}]}  # fmt: skip
+    assert train_ranks_from_runs(v2) == {
+        ("n1", 20): TrainRank("sft", 0, 0, 3),
+        ("n1", 21): TrainRank("sft", 1, 1, 3),
+        ("n2", 30): TrainRank("sft", 2, 0, 3),
+    }
+    v1 = {"train_runs": [{"name": "TorchTrainer_1", "workers": [worker(0, 5), {"pid": "x"}]}]}
+    assert train_ranks_from_runs(v1) == {("n1", 5): TrainRank("TorchTrainer_1", 0, 0, 1)}
+    assert train_ranks_from_runs({"train_runs": "no"}) == {}
+    assert train_ranks_from_runs([]) == {}
+
+
 # -- the real cluster ----------------------------------------------------------------------
 
 
@@ -178,6 +249,8 @@ def test_nodes_from_both_apis(ray_cluster: RayCluster) -> None:
         (n.ip, n.node_id, n.is_head) for n in by_http
     }
     assert [n.ip for n in by_ray if n.is_head] == [HEAD_IP]
+    # The cluster's version as the dashboard tells it, for the mismatch line: this Ray's.
+    assert dashboard_ray_version(ray_cluster.dashboard, None) == RAY
 
 
 @pytest.mark.slow
@@ -201,7 +274,8 @@ def test_nodes_and_stacks_see_every_rank(ray_cluster: RayCluster, ray_gloo_job: 
     }  # fmt: skip
     from ray.util.state import list_nodes as ray_list_nodes
 
-    node_ids = {n.node_ip: n.node_id for n in ray_list_nodes(address=ray_cluster.address)}
+    listed = ray_list_nodes(address=ray_cluster.address)
+    node_ids = {n.node_ip: n.node_id for n in listed if n.state == "ALIVE"}  # not a lost one
     for name, p in ranks.values():
         assert p["ray"]["node_id"] == node_ids[name]
         assert p["ray"]["actor_id"] and p["ray"]["task_id"]  # RankWorker.run, running
@@ -215,6 +289,82 @@ def test_nodes_and_stacks_see_every_rank(ray_cluster: RayCluster, ray_gloo_job: 
     )
     assert [g["label"] for g in doc["groups"]] == ["0-2", "3"]
     assert doc["diagnosis"]["pattern"] == "cleanup_deadlock"
+
+
+@pytest.mark.slow
+def test_ray_client_address(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
+    """`--ray ray://HOST:PORT` (Ray Client, e.g. through a KubeRay port-forward): the same
+    nodes, ranks and Ray ids, and nothing of Ray Client's own logging on stderr."""
+    from tests.support.ray_cluster import CLIENT_PORT
+
+    client = f"ray://{HEAD_IP}:{CLIENT_PORT}"
+    result = console(ray_cluster, "nodes", "--ray", client, "--json",
+                     RAY_DASHBOARD_ADDRESS=ray_cluster.dashboard)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if not line.startswith("note: ")] == []
+    nodes = json.loads(result.stdout)["nodes"]
+    assert [(n["name"], n["via"], n["state"]) for n in nodes] == [
+        ("127.0.0.2", "ray", "up"),
+        ("127.0.0.3", "ray", "up"),
+    ]
+    ranks = {p["rank"]: p for n in nodes for p in n["processes"] if p["rank"] is not None}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    assert all(p["ray"] and p["ray"]["actor_id"] for p in ranks.values())
+
+
+# A worker as Ray Train runs one: an actor of class `RayTrainWorker`, its rank variables set
+# inside the running process (as ray/train/torch/config.py `_set_torch_distributed_env_vars`
+# does), never in its /proc environment.
+TRAIN_WORKER = """
+import os, sys, time, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=sys.argv[1], namespace="areal-test-train", log_to_driver=False,
+         logging_level="ERROR")
+
+@ray.remote(num_cpus=0)
+class RayTrainWorker:
+    def setup(self):
+        os.environ.update(RANK="1", LOCAL_RANK="1", WORLD_SIZE="2")
+        return os.getpid()
+    def run_train_fn(self):
+        while True:
+            time.sleep(1)
+
+node = next(n for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == sys.argv[2])
+w = RayTrainWorker.options(
+    scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote()
+pid = ray.get(w.setup.remote())
+w.run_train_fn.remote()
+print(pid, flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.slow
+def test_ray_train_worker_without_its_rank(ray_cluster: RayCluster) -> None:
+    """A Ray Train worker is listed as one (role ray_train, its actor id), its rank
+    unknown where Ray Train's state can't tell it (this cluster has no ray[train]): never a
+    rank guessed, never the process left out."""
+    driver = subprocess.Popen(
+        [sys.executable, "-c", TRAIN_WORKER, ray_cluster.address, "127.0.0.3"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ray_cluster.env(),
+    )  # fmt: skip
+    try:
+        assert driver.stdout is not None
+        pid = int(driver.stdout.readline())
+        result = console(ray_cluster, "nodes", "--ray", "--json",
+                         RAY_DASHBOARD_ADDRESS=ray_cluster.dashboard)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        nodes = {n["name"]: n for n in json.loads(result.stdout)["nodes"]}
+        worker = next(p for p in nodes["127.0.0.3"]["processes"] if p["pid"] == pid)
+        assert (worker["role"], worker["rank"], worker["world_size"]) == ("ray_train", None, None)
+        assert worker["ray"]["actor_id"] and "train_run" not in worker["ray"]
+        text = console(ray_cluster, "nodes", "--ray", RAY_DASHBOARD_ADDRESS=ray_cluster.dashboard)
+        row = next(line for line in text.stdout.splitlines() if f" {pid} " in line)
+        assert row.split()[:4] == ["?", "-", "-", "ray_train"]
+    finally:
+        driver.kill()
+        driver.wait(timeout=30)
 
 
 @pytest.mark.slow
@@ -371,6 +521,73 @@ def test_areal_job_from_rays_kv(ray_cluster: RayCluster, ray_gloo_job: Any) -> N
     assert "found: ray-exp/trial0" in missing.stderr
 
 
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    """A dump of two steps recorded by the reference trainer (real torch.save files) and an
+    AReaL log directory, and the console's environment for them."""
+    from tests.support.areal_logfmt import write_run
+
+    base = tmp_path_factory.mktemp("ray-run")
+    env = {"AREAL_CONSOLE_DATA_DIR": str(base / "data"),
+           "AREAL_CONSOLE_CONFIG_DIR": str(base / "config")}  # fmt: skip
+    dump = base / "dump"
+    trainer = subprocess.run(
+        [sys.executable, "-m", "areal_console", "trainer", "steps=2", "seed=3",
+         "trajectory_debug.dump_rollout_data=true", f"trajectory_debug.path={dump}",
+         f"output_dir={base / 'out'}"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, **env, "PYTHONPATH": f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"},
+    )  # fmt: skip
+    assert trainer.returncode == 0, trainer.stderr
+    write_run(base / "logs", 5, finished=True)
+    return dump, base / "logs", env
+
+
+@pytest.mark.slow
+def test_batch_metrics_and_replay_on_a_ray_node(
+    ray_cluster: RayCluster, recorded_run: tuple[Path, Path, dict[str, str]]
+) -> None:
+    """`batch`, `metrics` and `replay` with --ray read and run on the chosen node, through
+    its agent actor: the dump and the logs are on a tmpfs only that node mounts."""
+    dump, logs, env = recorded_run
+    there = ray_cluster.base / f"node3-only-{os.getpid()}"
+    ray_cluster.node_only_dir("127.0.0.3", there, dump, logs)
+    assert not (there / "dump").exists()  # not here: only the node can read it
+    at = ("--ray", "--node", "127.0.0.3")
+
+    batch = console(ray_cluster, "batch", str(there / "dump"), *at, "--json", **env)
+    assert batch.returncode == 0, batch.stderr
+    summary = json.loads(batch.stdout)
+    assert (summary["format"], summary["steps"], summary["samples"]) == (
+        "trajectory_dir", [0, 1], 32,
+    )  # fmt: skip
+    which = console(ray_cluster, "batch", str(there / "dump"), "--ray", **env)
+    assert which.returncode == 2  # two nodes: never the console's own disk
+    assert "pick one with --node" in which.stderr
+
+    metrics = console(ray_cluster, "metrics", str(there / "logs"), *at, "--json", **env)
+    assert metrics.returncode == 0, metrics.stderr
+    report = json.loads(metrics.stdout)
+    assert report["source"] == f"127.0.0.3:{there / 'logs' / 'main.log'}"
+    assert report["steps"] == [0, 1, 2, 3, 4]
+
+    # Without --wait the console exits (its actor ends) while the run goes on: the run is
+    # a process of its own on the node, not the actor's child (which Ray would kill).
+    replay = console(ray_cluster, "replay", str(there / "dump"), *at, "--gpus", "cpu",
+                     "--json", **env)  # fmt: skip
+    assert replay.returncode == 0, replay.stderr
+    run = json.loads(replay.stdout)
+    assert (run["node"], run["via"], run["device"]) == ("127.0.0.3", "ray", "cpu")
+    ended = Path(run["log"]).parent / "exit.json"
+    wait_for(ended.is_file, 60, "the replay to end on the node", interval=0.2)
+    assert json.loads(ended.read_text())["exit_code"] == 0, Path(run["log"]).read_text()[-2000:]
+    text = console(ray_cluster, "replay", str(there / "dump"), *at, "--gpus", "cpu", "--wait",
+                   **env)  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    assert "launched: by the node's agent, a Ray actor pinned to the node" in text.stdout
+    assert "replay matches recording (steps 0-1, bit for bit)" in text.stdout
+
+
 HOLDER = """
 import sys, time
 from areal_console.core.connection.fleet import Fleet
@@ -420,19 +637,25 @@ import json, sys
 from areal_console.core.connection.fleet import Fleet, NodeFailure
 from areal_console.core.ray.targets import resolve_ray_targets
 fleet = Fleet(resolve_ray_targets(sys.argv[1]).specs)
-for _ in range(2):
+while True:  # one sample per line on stdin
     results = fleet.call_all("sample", {}, timeout=60)
     print(json.dumps({name: ({"error": r.error} if isinstance(r, NodeFailure) else
         {"ranks": sorted(p["rank"] for p in r["processes"] if p.get("rank") is not None)})
         for name, r in results.items()}), flush=True)
-    sys.stdin.readline()
+    if not sys.stdin.readline():
+        break
 fleet.close()
 """
 
 
 @pytest.mark.slow
-def test_node_lost_mid_session(ray_cluster: RayCluster, ray_gloo_job: Any) -> None:
-    """Last: it takes the second node away for good."""
+def test_node_lost_mid_session(
+    ray_cluster: RayCluster, ray_gloo_job: Any, ray_gloo_jobs: Any
+) -> None:
+    """A node dies under a session: the session reports it down, with a reason naming it,
+    and keeps the other node's ranks in every sample. The node is started again at the
+    end, and the gloo job (which lost two ranks) is marked for a restart, so tests after
+    this one, in any module, find the whole cluster (see `RayGlooJobs`)."""
     env = ray_cluster.env(PYTHONPATH=f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}")
     session = subprocess.Popen(
         [sys.executable, "-c", LOSER, ray_cluster.address],
@@ -441,16 +664,49 @@ def test_node_lost_mid_session(ray_cluster: RayCluster, ray_gloo_job: Any) -> No
         text=True,
         env=env,
     )
+    assert session.stdin is not None and session.stdout is not None
+    stdin, stdout = session.stdin, session.stdout
+
+    def sample() -> dict[str, Any]:
+        stdin.write("\n")
+        stdin.flush()
+        return json.loads(stdout.readline())
+
     try:
-        assert session.stdin is not None and session.stdout is not None
-        first = json.loads(session.stdout.readline())
+        first = json.loads(stdout.readline())
         assert first == {"127.0.0.2": {"ranks": [0, 1]}, "127.0.0.3": {"ranks": [2, 3]}}
         ray_cluster.kill_node("127.0.0.3")
-        session.stdin.write("\n")
-        session.stdin.flush()
-        after = json.loads(session.stdout.readline())
-        assert after["127.0.0.2"] == {"ranks": [0, 1]}  # the rest kept
-        assert "127.0.0.3" in after["127.0.0.3"]["error"]
+        ray_gloo_jobs.spoil()
+        after: list[dict[str, Any]] = []
+
+        def kept(result: dict[str, Any]) -> None:
+            # The other node answers every sample through its agent. Its ranks may end on
+            # their own meanwhile: gloo ends ranks 0-1 once it finds their peers gone.
+            assert set(result) == {"127.0.0.2", "127.0.0.3"}
+            assert "error" not in result["127.0.0.2"]
+            assert set(result["127.0.0.2"]["ranks"]) <= {0, 1}
+
+        def reported_down() -> bool:
+            after.append(sample())
+            kept(after[-1])
+            return "error" in after[-1]["127.0.0.3"]
+
+        # Ray notices a dead actor within its call timeout: sample until the session says so.
+        wait_for(reported_down, 60, "the session to report the lost node", interval=0.1)
+        assert "127.0.0.3" in after[-1]["127.0.0.3"]["error"]
+        again = sample()  # down for good: no ranks of a dead node come back
+        kept(again)
+        assert "127.0.0.3" in again["127.0.0.3"]["error"]
+
+        def told_dead() -> str | None:  # the session's next reconnect: Ray has it dead
+            result = sample()
+            kept(result)
+            error = result["127.0.0.3"]["error"]
+            return error if error.startswith("Ray reports node 127.0.0.3 dead") else None
+
+        wait_for(told_dead, 30, "a reconnect to fail as Ray reports", interval=0.2)
     finally:
         session.kill()
         session.wait(timeout=30)
+        if not ray_cluster.node("127.0.0.3").running:
+            ray_cluster.restart_node("127.0.0.3")

@@ -10,6 +10,7 @@ it is killed; its actors die with it.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -32,9 +33,9 @@ class RankWorker:
 
 def main() -> None:
     address, pattern, state_dir, port, repo, nodes_wanted = sys.argv[1:7]
-    ray.init(
-        address=address, namespace="areal-test-job", log_to_driver=False, logging_level="ERROR"
-    )
+    # A namespace per run: a job started again finds no actor names of the last one.
+    namespace = f"areal-test-job-{os.path.basename(state_dir)}"
+    ray.init(address=address, namespace=namespace, log_to_driver=False, logging_level="ERROR")
     nodes = sorted(
         (n for n in ray.nodes() if n["Alive"]),
         key=lambda n: tuple(map(int, n["NodeManagerAddress"].split("."))),

@@ -134,11 +134,34 @@ class RayCluster:
 
     def alive_ips(self) -> set[str]:
         """The node IPs the dashboard reports alive."""
+        return {ip for ip, _ in self.alive_nodes()}
+
+    def alive_nodes(self) -> set[tuple[str, str]]:
+        """(IP, node id) of each node the dashboard reports alive."""
         url = f"{self.dashboard}/api/v0/nodes?limit=100"
         with urllib.request.urlopen(url, timeout=5) as reply:
             body = json.load(reply)
         rows = body["data"]["result"]["result"]
-        return {r["node_ip"] for r in rows if r.get("state") == "ALIVE"}
+        return {(r["node_ip"], r["node_id"]) for r in rows if r.get("state") == "ALIVE"}
+
+    def restart_node(self, ip: str, timeout: float = 90.0) -> None:
+        """Start a killed node again: a new raylet (a new node id) at the same address, up
+        once Ray reports it alive (the old id may still read alive for a while)."""
+        node = self.node(ip)
+        if node.running:
+            raise RuntimeError(f"Ray node {ip} is still running")
+        old = {nid for nip, nid in self.alive_nodes() if nip == ip}
+        self.start_node(node)
+
+        def up() -> bool:
+            if node.proc is not None and node.proc.poll() is not None:
+                raise RayStartError(f"ray start on {ip} exited: {self.tail(node)}")
+            try:
+                return any(nip == ip and nid not in old for nip, nid in self.alive_nodes())
+            except OSError:
+                return False
+
+        wait_for(up, timeout, f"Ray node {ip} to be alive again", interval=0.3)
 
     def wait_alive(self, ips: set[str], timeout: float = 90.0) -> None:
         def up() -> bool:
@@ -193,6 +216,18 @@ class RayCluster:
         proc = self.node(ip).proc
         assert proc is not None
         return int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+
+    def node_only_dir(self, ip: str, path: Path, *sources: Path) -> None:
+        """A tmpfs at `path` mounted in node `ip`'s mount namespace only (`unshare --mount`
+        makes its mounts private), filled with copies of `sources`: a file there is read by
+        something on that node, never by the console's own process."""
+        path.mkdir(parents=True, exist_ok=True)
+        enter = ["nsenter", f"--target={self.ns_init(ip)}", "--mount", "--"]
+        subprocess.run([*enter, "mount", "-t", "tmpfs", "-o", "size=32m", "areal-test", str(path)],
+                       check=True, capture_output=True)  # fmt: skip
+        for source in sources:
+            subprocess.run([*enter, "cp", "-a", str(source), str(path)],
+                           check=True, capture_output=True)  # fmt: skip
 
     def start_sshd(self, ssh: Any) -> None:
         """Start `ssh` (a `tests.support.cluster.TestCluster` on the same addresses) with each sshd

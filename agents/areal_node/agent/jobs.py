@@ -28,9 +28,17 @@ if TYPE_CHECKING:
     from areal_node.agent.serve import Agent
 
 
+# The supervisor of a launched job. It forks first and the first process exits at once:
+# the supervisor is no child of the agent's process, so a Ray worker hosting the agent
+# (which kills its children as it exits) does not take the job with it; it tells the agent
+# its pid on stdout before it starts the job.
 JOB_WRAPPER = (
     "import json,os,signal,subprocess,sys,time\n"
     "d=sys.argv[1];log=sys.argv[2];argv=sys.argv[3:]\n"
+    "if os.fork():os._exit(0)\n"
+    "os.setsid()\n"
+    "sys.stdout.write('%d\\n'%os.getpid());sys.stdout.flush()\n"
+    "os.dup2(os.open(os.devnull,os.O_WRONLY),1)\n"
     "out=open(log,'ab')\n"
     "stopped=[False]\n"
     "def write(name,data):\n"
@@ -122,9 +130,14 @@ def job_status(path: str) -> dict[str, Any]:
     return record
 
 
-def _watch_job(agent: Agent, proc: subprocess.Popen, path: str, job_id: str) -> None:
-    proc.wait()
+JOB_POLL = 0.5  # the supervisor is no child of ours: its end is polled for
+
+
+def _watch_job(agent: Agent, path: str, job_id: str) -> None:
     status = job_status(path)
+    while status.get("state") == "running":
+        time.sleep(JOB_POLL)
+        status = job_status(path)
     agent.emit("job_exit", job=job_id, state=status.get("state"), exit_code=status.get("exit_code"))
 
 
@@ -180,13 +193,21 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # outlives the agent and the console's SSH session
     )
-    record.update(pid=proc.pid, start_ticks=start_ticks(proc.pid))
+    assert proc.stdout is not None
+    with proc.stdout:
+        said = proc.stdout.readline(64)  # the supervisor's pid, once it has forked away
+    proc.wait()
+    try:
+        pid = int(said)
+    except ValueError:
+        raise OpError(f"the job's supervisor did not start (exit code {proc.returncode})") from None
+    record.update(pid=pid, start_ticks=start_ticks(pid))
     _write_json(os.path.join(path, "job.json"), record)
-    threading.Thread(target=_watch_job, args=(agent, proc, path, job_id), daemon=True).start()
+    threading.Thread(target=_watch_job, args=(agent, path, job_id), daemon=True).start()
     return job_status(path)
 
 

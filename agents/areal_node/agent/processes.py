@@ -29,6 +29,12 @@ from areal_node.constants import TRAINING_ROLES
 # /proc environment; the controller sets RANK = the worker's index in its role
 # (areal/infra/controller/train_controller.py:336-343).
 RPC_SERVER_MODULE = "areal.infra.rpc.rpc_server"
+# A Ray Train worker: an actor whose process Ray titles `ray::RayTrainWorker[.method]`
+# (ray/train/v2/_internal/execution/worker_group/worker.py, Ray 2.60). Ray Train sets its
+# rank variables inside the running process (`_set_torch_distributed_env_vars`,
+# ray/train/torch/config.py), never in its /proc environment: its rank is unknown here
+# (the console takes it from Ray Train's own state where Ray has it).
+RAY_TRAIN_TITLE = "ray::RayTrainWorker"
 
 
 def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
@@ -40,6 +46,8 @@ def detect_role(cmdline: list[str], env: dict[str, str]) -> str | None:
         return None
     if python_module(cmdline) == RPC_SERVER_MODULE:
         return flag_value(cmdline, "--role") or "rpc_server"
+    if cmdline and cmdline[0].split(".")[0] == RAY_TRAIN_TITLE:
+        return "ray_train"
     kind = server_kind(cmdline)
     if kind is not None:
         return kind[0]

@@ -15,6 +15,7 @@ from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, 
 from areal_console.core.targets.resolve import (
     add_target_arguments,
     index,
+    names_remote_nodes,
     open_fleet,
     resolve_targets,
 )
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
-    if args.node is None and not (args.hosts or args.inventory):
+    if args.node is None and not names_remote_nodes(args):
         return LocalBatchSource(), None
     specs = resolve_targets(args)
     if args.node is None:

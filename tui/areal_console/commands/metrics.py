@@ -12,6 +12,7 @@ from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, 
 from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
+    names_remote_nodes,
     open_fleet,
     resolve_targets,
     seconds,
@@ -64,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise UsageError("metrics: --interval must be positive")
     thresholds = thresholds_from(load_settings().health)
-    remote = bool(
-        args.hosts or args.inventory or args.slurm_job or args.areal or args.job or args.node
-    )
+    remote = names_remote_nodes(args) or bool(args.job or args.node)
     fleet = None
     try:
         if remote:

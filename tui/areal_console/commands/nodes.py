@@ -139,25 +139,37 @@ def add_ray_ids(specs: list[NodeSpec], nodes: list[dict[str, Any]]) -> None:
     targets = {s.name: s.ray for s in specs if s.ray is not None}
     if not targets:
         return
-    from areal_console.core.ray.ranks import ray_process_ids
+    from areal_console.core.ray.nodes import auth_token, dashboard_of
+    from areal_console.core.ray.ranks import ray_process_ids, ray_train_ranks
 
     address = next(iter(targets.values())).address
     ids = ray_process_ids(address, [t.node_id for t in targets.values()])
+    train = None
     for node in nodes:
         target = targets.get(node["name"])
         by_pid = ids.get(target.node_id, {}) if target is not None else {}
         for p in node["processes"]:
             p["ray"] = by_pid.get(p["pid"])
+            if target is None or p["rank"] is not None or p.get("role") != "ray_train":
+                continue
+            if train is None:  # asked once, and only when a Train worker has no rank
+                train = ray_train_ranks(dashboard_of(address), auth_token())
+            found = train.get((target.node_id, p["pid"]))
+            if found is not None:
+                p.update(rank=found.rank, local_rank=found.local_rank,
+                         world_size=found.world_size)  # fmt: skip
+                p["ray"] = {**(p["ray"] or {}), "train_run": found.run}
 
 
 def render_summary(nodes: list[dict[str, Any]]) -> str:
-    """One line per node: state, latency, GPUs, ranks (shown when there are several nodes)."""
+    """One line per node: state, how it was reached, latency, GPUs, ranks (shown when there
+    are several nodes)."""
     rows = []
     for n in nodes:
         up = n["state"] == "up"
         ranks = [p["rank"] for p in n["processes"] if p.get("rank") is not None]
         rows.append([
-            n["name"], n["state"], n["host"],
+            n["name"], n["state"], n["host"], n.get("via") or "-",
             f"{n['latency_ms']:.1f}ms" if up and n.get("latency_ms") is not None else "-",
             str(len(n["gpus"])) if up else "-",
             rank_summary(ranks) or "-",
@@ -165,7 +177,9 @@ def render_summary(nodes: list[dict[str, Any]]) -> str:
             n["error"] or n["gpu_error"] or "",
         ])  # fmt: skip
     return render_table(
-        ["NODE", "STATE", "HOST", "LATENCY", "GPUS", "RANKS", "PROCS", "NOTE"], rows, indent=""
+        ["NODE", "STATE", "HOST", "VIA", "LATENCY", "GPUS", "RANKS", "PROCS", "NOTE"],
+        rows,
+        indent="",
     )
 
 
@@ -175,6 +189,8 @@ def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
     out: list[str] = [render_summary(nodes), ""] if len(nodes) > 1 else []
     for node in nodes:
         header = f"== {node['name']} ({node['host']}): {node['state']}"
+        if node.get("via"):  # how the agent was reached: ssh, local, slurm, ray
+            header += f" via {node['via']}"
         if node.get("python"):  # the interpreter the node chose for the agent
             header += f", python {node['python']} ({node.get('python_executable') or '?'})"
         out.append(header)
@@ -200,7 +216,7 @@ def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
         if node["processes"]:
             rows = [
                 [
-                    _opt(p["rank"]),
+                    "?" if p["rank"] is None and p["role"] == "ray_train" else _opt(p["rank"]),
                     _opt(p["local_rank"]),
                     _opt(p["world_size"]),
                     p["role"] or "-",

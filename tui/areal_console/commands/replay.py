@@ -69,6 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+RAY_LAUNCH = (
+    "by the node's agent, a Ray actor pinned to the node (the run is its own process "
+    "group, not a Ray task: it outlives the actor)"
+)
+
+
 def _say(text: str) -> None:
     print(f"replay: {text}", file=sys.stderr, flush=True)
 
@@ -190,9 +196,13 @@ def run(args: argparse.Namespace) -> int:
                 raise
             if record.state == "finished":
                 verification = jobs.verify_run(session, record)
+        # How the run was started: a Slurm step, or the node's agent (an SSH session, this
+        # machine, or on --ray the agent actor pinned to the node; the run outlives it).
+        launched_via = "slurm" if via_slurm else session.via
         result = {
             "job_id": record.job_id,
             "node": record.node,
+            "via": launched_via,
             "gpus": plan.gpus or "cpu",
             "device": plan.device,
             "recorded_device": plan.recorded_device,
@@ -213,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"job {record.job_id} on {record.node} ({format_gpus(plan.gpus)}): {record.state}"
             )
+            if launched_via == "ray":  # over SSH, Slurm or here it goes without saying
+                print(f"  launched: {RAY_LAUNCH}")
             print(f"  command: {plan.command_line}")
             print(f"  log: {record.log}")
             if record.slurm_job:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -20,7 +21,14 @@ from typing import Any
 from areal_console.core.common.errors import UserError
 from areal_console.core.connection.payload import node_payload
 from areal_console.core.connection.transport import ChannelClosed
-from areal_console.core.ray.nodes import RAY_EXTRA
+from areal_console.core.ray.nodes import RAY_EXTRA, quiet_ray_client
+from areal_console.core.ray.versions import (
+    RayVersions,
+    console_python,
+    dashboard_ray_version,
+    from_ray_error,
+    mismatch_line,
+)
 from areal_console.core.targets.specs import NodeSpec
 
 LEASE_SECONDS = 3.0  # the actor exits this long after the console's last call
@@ -58,27 +66,55 @@ def connect_ray(address: str) -> Any:
                     f"already attached to the Ray cluster at {_session_address}, not {address}"
                 )
             return ray
+        # Ray Client (`ray://`) has no dashboard option, and logs as it connects.
+        client = address.startswith("ray://")
+        options = {} if client else {"include_dashboard": False}
+        if client:
+            quiet_ray_client()
         try:
             ray.init(
                 address=address,
                 namespace=NAMESPACE,
                 log_to_driver=False,
                 logging_level="ERROR",
-                include_dashboard=False,
+                **options,
             )
         except Exception as exc:  # version mismatch, refused token, no cluster: one line
             raise UserError(_init_failure(address, exc, ray.__version__)) from None
         _session_address = address
+        _cluster_errors_to_stderr()
     return ray
+
+
+def _cluster_errors_to_stderr() -> None:
+    """A Ray driver prints the cluster's error messages (a node marked dead, a worker
+    killed) on stdout, whatever `log_to_driver` says (`listen_error_messages` in
+    ray/_private/worker.py, Ray 2.60): the console's stdout is its report (`--json`
+    included), so they go to stderr. Ray looks the printer up in its module at each
+    message; where this Ray has none, nothing changes."""
+    worker = sys.modules.get("ray._private.worker")
+    printer = getattr(worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr  # type: ignore[union-attr]
 
 
 def _init_failure(address: str, exc: BaseException, version: str) -> str:
     text = " ".join(str(exc).split())[:400] or exc.__class__.__name__
-    if "version mismatch" in text.lower():
-        return (
-            f"--ray: this console's Ray {version} can't talk to the cluster at {address}: "
-            f"{text} (install the cluster's Ray version: pip install 'ray[default]==X.Y.Z')"
-        )
+    versions = from_ray_error(str(exc))
+    if versions is None:  # failed before Ray's own check? The dashboard names its version.
+        from areal_console.core.ray.nodes import auth_token, dashboard_of
+
+        theirs = dashboard_ray_version(dashboard_of(address), auth_token())
+        if theirs and theirs != version:
+            versions = RayVersions(theirs, None, version, console_python())
+    if versions is not None:
+        return mismatch_line(address, versions)
     if "auth" in text.lower() and "token" in text.lower():
         return f"--ray: the Ray cluster at {address} refused this console: {text}"
     return f"--ray: can't attach to the Ray cluster at {address}: {text}"
@@ -91,6 +127,19 @@ def _host_class(ray: Any) -> Any:
     # By value: the cluster's workers need nothing of ours installed.
     cloudpickle.register_pickle_by_value(ray_host)
     return ray.remote(ray_host.AgentHost)
+
+
+def _death(ray: Any, node_id: str) -> str | None:
+    """Why Ray has the node dead (": reason", or ""), or None while it is alive or unknown.
+    A reconnect to a lost node then fails at once instead of after the start timeout."""
+    try:
+        node = next((n for n in ray.nodes() if n.get("NodeID") == node_id), None)
+    except Exception:  # the GCS not answering: the actor's start says more
+        return None
+    if node is None or node.get("Alive"):
+        return None
+    why = " ".join(str(node.get("DeathReasonMessage") or "").split())[:200]
+    return f": {why}" if why else ""
 
 
 class RayChannel:
@@ -107,6 +156,9 @@ class RayChannel:
         self._ray = ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        dead = _death(ray, target.node_id)
+        if dead is not None:  # placing an actor there would wait for nothing
+            raise ChannelClosed(f"Ray reports node {self.node} dead{dead}")
         self._lines: queue.Queue[bytes] = queue.Queue()
         self._reason: str | None = None
         self._closed = threading.Event()

@@ -10,6 +10,7 @@ it (`Authorization: Bearer ...`); a missing or refused token is one line saying 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import urllib.error
 import urllib.parse
@@ -108,6 +109,14 @@ def parse_address(text: str | None, environ: Mapping[str, str] | None = None) ->
     return RayAddress(given, given, None, _dashboard(dashboard_env, host))
 
 
+def dashboard_of(address: str) -> str:
+    """The dashboard URL of a cluster address as `ray.init` takes it."""
+    try:
+        return parse_address(address).dashboard
+    except UserError:
+        return f"http://{address}"
+
+
 def _current_cluster() -> str:
     try:
         with open(CURRENT_CLUSTER_FILE, encoding="utf-8", errors="replace") as f:
@@ -173,9 +182,27 @@ def list_nodes(
     return _list_over_http(address, token, timeout), "dashboard"
 
 
+def quiet_ray_client() -> None:
+    """Ray Client logs each connection on stderr (the driver options it forwards at INFO,
+    the server's warnings relayed through its log stream, whose level it sets to INFO
+    itself): the console's stderr is for its own notes and one-line errors. A filter, as
+    Ray resets these loggers' levels as it connects."""
+    for name in ("ray.client_builder", "ray._private.worker", "ray.util.client.logsclient"):
+        logger = logging.getLogger(name)
+        if _errors_only not in logger.filters:
+            logger.addFilter(_errors_only)
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
 def _list_with_ray(address: RayAddress, token: str | None, timeout: float) -> list[RayNode]:
     from ray.util.state import StateApiClient
     from ray.util.state.common import ListApiOptions, StateResource
+
+    if address.client:
+        quiet_ray_client()
 
     headers = {"Content-Type": "application/json"}
     if token:

@@ -149,6 +149,14 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+REMOTE_TARGETS = ("hosts", "inventory", "slurm_job", "areal", "ray")
+
+
+def names_remote_nodes(args: argparse.Namespace) -> bool:
+    """Whether the target options name nodes other than this machine."""
+    return any(getattr(args, o, None) for o in REMOTE_TARGETS)
+
+
 def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
     ray = getattr(args, "ray", None)
