@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from areal_console.core.report.model import NodeVersions, ReportInputs
+from areal_console.core.report.model import LogTail, NodeVersions, ReportInputs
 from areal_console.core.stacks.diagnose import CLEANUP_FUNCTIONS, CLEANUP_WORDS, COLLECTIVES
 
 # The template's headings (bug.md:9,16,18,22,26,30,32,36,41 at cbff54d), in its order.
@@ -270,16 +270,34 @@ def expected(inputs: ReportInputs) -> list[str]:
 
 
 def full_logs(inputs: ReportInputs) -> list[str]:
+    """Each role's log, the end of it, grouped by the node that holds it (a directory that
+    nodes share: once, naming them all)."""
     out = ["### Full logs", ""]
     if inputs.log_dir:
-        out.append(f"Log directory: `{inputs.log_dir}` (the bundle holds longer tails).")
+        have = inputs.log_nodes
+        on = f" on {len(have)} nodes ({', '.join(have)})" if len(have) > 1 else (
+            f" on {have[0]}" if have and have[0] != "local" else "")  # fmt: skip
+        out.append(f"Log directory: `{inputs.log_dir}`{on}; the last lines of each role's "
+                   "log (the bundle holds longer tails).")  # fmt: skip
     if not inputs.logs:
         out.append(f"No log read ({inputs.missing.get('logs', 'no log directory known')}).")
-    for tail in inputs.logs:
-        shown = tail.lines[-LOG_LINES_SHOWN:]
-        out += ["", *details(f"{tail.node}: {tail.path} (last {len(shown)} lines)",
-                             fence("\n".join(shown), "text"))]  # fmt: skip
+    for nodes, tails in log_groups(inputs.logs).items():
+        label = f"Node {nodes[0]}" if len(nodes) == 1 else (
+            f"Nodes {', '.join(nodes)} (one shared directory)")  # fmt: skip
+        out += ["", f"**{label}**:"]
+        for tail in tails:
+            shown = tail.lines[-LOG_LINES_SHOWN:]
+            out += ["", *details(f"{tail.role}: {tail.path} (last {len(shown)} lines)",
+                                 fence("\n".join(shown), "text"))]  # fmt: skip
     return out
+
+
+def log_groups(logs: list[LogTail]) -> dict[tuple[str, ...], list[LogTail]]:
+    """The logs by the nodes that see them, in the order read."""
+    groups: dict[tuple[str, ...], list[LogTail]] = {}
+    for tail in logs:
+        groups.setdefault(tail.nodes, []).append(tail)
+    return groups
 
 
 def commit_id(inputs: ReportInputs) -> list[str]:
