@@ -61,8 +61,10 @@ def register(subparsers: Any) -> None:
                         help="a saved capture (id, prefix, path or 'latest') instead of a new one")  # fmt: skip
     parser.add_argument("--logs", metavar="PATH",
                         help="the run's log directory (or log file), when the command lines "
-                        "do not name it")  # fmt: skip
-    parser.add_argument("--node", metavar="NAME", help="the node that holds --logs")
+                        "do not name it; read on every node that has it")  # fmt: skip
+    parser.add_argument("--node", metavar="NAME",
+                        help="read the log directory on this node only (default: on every "
+                        "node that has it)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
