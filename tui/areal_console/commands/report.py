@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
             re.compile(args.match)
         except re.error as exc:
             raise UsageError(f"bad --match regex {args.match!r}: {exc}") from None
-    request = ReportRequest(job=args.job, log_path=args.logs, log_node=args.node)
+    request = ReportRequest(job=args.job, log_path=args.logs, log_node=args.node,
+                            only_log_node=bool(args.node))  # fmt: skip
     if args.capture:
         request.capture, request.capture_note = _saved(args.capture)
     # A saved capture and no target: the job is gone; everything is read here.

@@ -275,6 +275,9 @@ class ReportRequest:
     capture_note: str = ""
     log_path: str | None = None
     log_node: str | None = None
+    """The node whose log directory is read first (config.yaml and metrics from it)."""
+    only_log_node: bool = False
+    """Read the log directory on `log_node` only, not on every node that has it."""
 
 
 def collect(
@@ -298,6 +301,9 @@ def collect(
     places = _log_places(fleet, request, inputs)
     if places:
         read_logs(places, inputs, fleet)
+    elif request.only_log_node and fleet is not None:
+        for part in ("logs", "config", "metrics"):
+            inputs.missing[part] = f"the node {request.log_node} is not one of the targets"
     for part in ("logs", "config", "metrics"):
         if not places and part not in inputs.missing:
             inputs.missing[part] = (
@@ -320,7 +326,7 @@ def _log_places(
     shared file system has a directory per node."""
     out = []
     for where in _places(fleet, request, inputs):
-        if request.log_node and where.node != request.log_node:
+        if request.only_log_node and where.node != request.log_node:
             continue
         path = request.log_path or log_dir_of_job(inputs.processes, where.user)
         if path is not None:
