@@ -192,7 +192,6 @@ def test_report_on_the_slurm_job_then_once_it_is_gone(
     assert f"stacks from the saved capture {stacks['id']} taken at" in md
     assert "(no rank of the job runs on the targets now)" in md
     assert f"actor: {job.log_dir}/actor.log (last" in md
-    assert f"git commit `{job.commit}`" in md  # the interpreter its command line names
     assert_no_secret(planted, md, bundle_files(tmp_path / "gone.tar.gz"))
     # Its records cleaned up too: the saved capture and --fileroot's log directory.
     empty = tmp_path / "no-records"
