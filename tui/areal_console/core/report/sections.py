@@ -146,12 +146,32 @@ def _ledger_findings(ledger: Any) -> list[str]:
             out.append(f"Flight Recorder, group {g.get('name')}: no trace from ranks "
                        f"{', '.join(map(str, g['absent']))}")  # fmt: skip
     wait_for = ledger.get("wait_for")
-    if isinstance(wait_for, list):
-        for edge in wait_for[:32]:
-            if isinstance(edge, dict):
-                out.append("wait-for: " + ", ".join(f"{k}={v}" for k, v in edge.items()))
-    elif isinstance(wait_for, dict) and wait_for:
-        out.append("wait-for: " + ", ".join(f"{k}={v}" for k, v in wait_for.items()))
+    if isinstance(wait_for, dict):
+        out += _wait_for_findings(wait_for)
+    return out
+
+
+def _wait_for_findings(wait_for: dict[str, Any]) -> list[str]:
+    """The ledger's wait-for graph (`stacks --json` `ledger.wait_for`) as sentences: its
+    cycles (a cross-group deadlock), the ranks the waits end at, and how many edges."""
+    out = []
+    for c in (wait_for.get("cycles") or [])[:8]:
+        if isinstance(c, dict) and c.get("ranks"):
+            ranks, ops, groups = c["ranks"], c.get("ops") or [], c.get("groups") or []
+            steps = [
+                f"rank {r} (in {ops[i] if i < len(ops) else '?'} of group "
+                f"{groups[i] if i < len(groups) else '?'})"
+                for i, r in enumerate(ranks)
+            ]
+            out.append("Wait-for cycle (a deadlock across groups): " + " waits for ".join(steps)
+                       + f" waits for rank {ranks[0]}")  # fmt: skip
+    for root in (wait_for.get("roots") or [])[:8]:
+        if isinstance(root, dict):
+            out.append(f"The waits end at rank {root.get('rank')}: {root.get('why')}")
+    edges = wait_for.get("edges") or []
+    if isinstance(edges, list) and edges:
+        more = int(wait_for.get("edges_left_off") or 0)
+        out.append(f"Wait-for edges: {len(edges) + more} (in the bundle's ledger.json)")
     return out
 
 
