@@ -136,6 +136,13 @@ def test_report_on_ray_reads_each_nodes_logs_and_versions(
     for node, v in versions.items():
         pids = sorted(r["pid"] for r in stacks["ranks"] if r["node"] == node)
         assert sorted(i["pid"] for i in v["interpreters"]) == pids
+    # The rank variables as each node's ranks have them: the raylet's PID is its node's.
+    assert "\nMASTER_ADDR=127.0.0.2\n" in env_text
+    raylet = {n: v["interpreters"][0]["environment"]["RAY_RAYLET_PID"] for n, v in versions.items()}
+    assert (
+        f"\nRAY_RAYLET_PID={raylet[HEAD_IP]}\n" if raylet[HEAD_IP] == raylet[NODE2]
+        else f"\nRAY_RAYLET_PID: {raylet[HEAD_IP]} on {HEAD_IP}; {raylet[NODE2]} on {NODE2}\n"
+    ) in env_text  # fmt: skip
     # Script: rank 0's command line as Ray titles it; config.yaml from the head, masked.
     script = section(md, "### Script")
     rank0 = next(r for r in stacks["ranks"] if r["rank"] == 0)

@@ -394,18 +394,33 @@ def environment(inputs: ReportInputs) -> list[str]:
             out += [f"Node {node}:", *lines, ""]
     env = _env_vars(inputs.versions)
     if env:
-        out += ["", *details("Rank environment (NCCL_*, CUDA_*, TORCH_*, ...; secrets masked)",
+        out += ["", *details("Rank environment (NCCL_*, CUDA_*, TORCH_*, ...; per node where "
+                             "they differ; secrets masked)",
                              fence("\n".join(env), "text"))]  # fmt: skip
     return out
 
 
 def _env_vars(versions: list[NodeVersions]) -> list[str]:
-    seen: dict[str, str] = {}
+    """`NAME=value` where every node that has the variable agrees on it (`(only on ...)`
+    when some nodes lack it); otherwise each value with the nodes that have it."""
+    values: dict[str, dict[str, list[str]]] = {}  # name -> value -> nodes
     for nv in versions:
         for interp in nv.interpreters:
             for k, v in (interp.get("environment") or {}).items():
-                seen.setdefault(k, str(v))
-    return [f"{k}={v}" for k, v in sorted(seen.items())]
+                nodes = values.setdefault(k, {}).setdefault(str(v), [])
+                if nv.node not in nodes:
+                    nodes.append(nv.node)
+    all_nodes = {nv.node for nv in versions if nv.interpreters}
+    out = []
+    for name, by_value in sorted(values.items()):
+        if len(by_value) == 1:
+            value, nodes = next(iter(by_value.items()))
+            only = f" (only on {', '.join(nodes)})" if set(nodes) != all_nodes else ""
+            out.append(f"{name}={value}{only}")
+        else:
+            out.append(f"{name}: " + "; ".join(
+                f"{value} on {', '.join(nodes)}" for value, nodes in by_value.items()))  # fmt: skip
+    return out
 
 
 def controller_cmdline(inputs: ReportInputs) -> tuple[str, str] | None:
