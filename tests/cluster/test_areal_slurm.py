@@ -195,6 +195,8 @@ def test_report_on_the_slurm_job_then_once_it_is_gone(
     assert f"stacks from the saved capture {stacks['id']} taken at" in md
     assert "(no rank of the job runs on the targets now)" in md
     assert f"actor: {job.log_dir}/actor.log (last" in md
+    # Versions: the interpreter the saved command line names (the ranks' PYTHONPATH is gone).
+    assert "any more: read there is the interpreter its command line names" in md
     assert_no_secret(planted, md, bundle_files(tmp_path / "gone.tar.gz"))
     # Its records cleaned up too: the saved capture and --fileroot's log directory.
     empty = tmp_path / "no-records"
@@ -210,4 +212,6 @@ def test_report_on_the_slurm_job_then_once_it_is_gone(
     assert f"stacks from the saved capture {stacks['id']} taken at" in md
     assert "(the job is gone)" in md and f"every role: {job.log_dir}/merged.log" in md
     assert "- targets: the job's nodes: no AReaL job exp/slurm1" in md
+    assert "No process of the job runs on this machine any more" in md
+    assert "Not known: AReaL was not found in the interpreter the job's command line names" in md
     assert_no_secret(planted, md, bundle_files(tmp_path / "gone2.tar.gz"))

@@ -225,7 +225,9 @@ def collect_versions(
     executable = _executable(processes)
     if fleet is None:  # a job that is gone: this machine's interpreter that ran it
         answer = node_versions([], executable)
-        inputs.versions.append(NodeVersions("local", answer["system"], answer["interpreters"]))
+        inputs.versions.append(
+            NodeVersions("local", answer["system"], answer["interpreters"], gone=True)
+        )
         return
 
     def one(session: NodeSession) -> NodeVersions:
@@ -234,7 +236,8 @@ def collect_versions(
             gpus = _gpu_names(session)
         except Exception:  # NVML absent: /proc/driver/nvidia named the models already
             gpus = []
-        return NodeVersions(session.name, answer["system"], answer["interpreters"], gpus)
+        gone = not by_node.get(session.name)
+        return NodeVersions(session.name, answer["system"], answer["interpreters"], gpus, gone)
 
     sessions = [s for s in fleet if s.name in by_node] or list(fleet)
     results = fleet.fan_out(one, sessions)

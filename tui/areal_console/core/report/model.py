@@ -44,6 +44,9 @@ class NodeVersions:
     system: dict[str, Any]
     interpreters: list[dict[str, Any]]
     gpus: list[str] = field(default_factory=list)
+    gone: bool = False
+    """No process of the job ran there: the interpreter its command line names was read,
+    without the environment (PYTHONPATH) the job's processes had."""
 
 
 @dataclass

@@ -331,6 +331,10 @@ def commit_id(inputs: ReportInputs) -> list[str]:
                 seen.setdefault(key, []).append(nv.node)
     if not seen:
         why = inputs.missing.get("versions") or "AReaL was not found in the ranks' interpreters"
+        if inputs.versions and all(nv.gone for nv in inputs.versions):
+            why = ("AReaL was not found in the interpreter the job's command line names, as "
+                   "read here (the job's processes are gone, and with them the PYTHONPATH "
+                   "they ran with)")  # fmt: skip
         return [*out, f"Not known: {why}."]
     for (version, commit, branch), nodes in seen.items():
         where = f" ({', '.join(sorted(set(nodes)))})" if len(seen) > 1 else ""
@@ -383,6 +387,12 @@ def environment(inputs: ReportInputs) -> list[str]:
     out = ["### Environment", ""]
     if not inputs.versions:
         return [*out, f"Not read: {inputs.missing.get('versions', 'no node answered')}."]
+    if any(nv.gone for nv in inputs.versions):
+        out += ["No process of the job runs on "
+                + ", ".join("this machine" if nv.node == "local" else nv.node
+                            for nv in inputs.versions if nv.gone)
+                + " any more: read there is the interpreter its command line names, not "
+                "the environment the job ran with.", ""]  # fmt: skip
     per_node = {nv.node: environment_lines(nv) for nv in inputs.versions}
     distinct = {tuple(lines) for lines in per_node.values()}
     if len(distinct) == 1:
