@@ -56,6 +56,11 @@ def per_node_logs(ray_cluster: RayCluster, ray_gloo_job: Any) -> Iterator[tuple[
     """The log directory on each node's own tmpfs: role logs, merged.log, and on the head
     (where the controller runs) config.yaml. A secret of the ranks' environment is echoed
     in a log, another written in the config."""
+    down = [n.ip for n in ray_cluster.nodes if not n.running]
+    assert not down, (
+        f"the shared Ray cluster has lost {', '.join(down)}: this test needs both nodes and "
+        "ray_gloo_job's four ranks (a test that takes a node away runs after it or restores it)"
+    )
     planted = json.loads((ray_gloo_job.state_dir / "planted.json").read_text())
     log_dir = Path(tempfile.mkdtemp(prefix="report-logs-", dir=ray_cluster.base))
     mounted = []
