@@ -3,7 +3,7 @@ Ray actors, two per node, in a cleanup deadlock), with the run's log directory a
 on both nodes but a separate file system on each, as AReaL's Ray scheduler leaves it on
 nodes without a shared one: every worker's actor writes `<role>.log` and `merged.log` into
 `<fileroot>/logs/<user>/<experiment>/<trial>` on its own node
-(areal/infra/scheduler/ray.py:681-701, 1592-1611 at cbff54d).
+(areal/infra/scheduler/ray.py:681-701, 1603-1606, 290-296 at cbff54d).
 
 Needs only what `ray_gloo_job` guarantees: both nodes up and the four ranks hung. It
 mounts its own file system on each node (inside that node's mount namespace) and
