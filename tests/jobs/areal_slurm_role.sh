@@ -7,8 +7,8 @@
 # The batch script streams every task's output into the role's log and, each line
 # prefixed `[role]` padded to 10, merged.log, both in <fileroot>/logs/<user>/<E>/<T>
 # (areal/infra/scheduler/slurm.py:168-188, 948-956; areal/infra/utils/proc.py:64-120;
-# areal/utils/logging.py:24): the tee runs
-# on the batch host, so on a shared file system every node sees the same two files.
+# areal/utils/logging.py:24): the tee runs on the batch host, so on a shared file system
+# every node sees the same two files.
 # Usage: sbatch --job-name=E_T:R [options] areal_slurm_role.sh PYTHON STUB ROOT FILEROOT E T R
 #        [MORE WORKER ARGUMENTS...]
 set -eu
