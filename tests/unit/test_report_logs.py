@@ -15,8 +15,8 @@ from areal_console.core.report.collect import (
     read_node_logs,
     read_tail,
 )
-from areal_console.core.report.model import ReportInputs
-from areal_console.core.report.sections import full_logs
+from areal_console.core.report.model import LogTail, ReportInputs
+from areal_console.core.report.sections import LOG_MARKDOWN_CHARS, full_logs
 
 
 def node_logs(where: Where, path: Path) -> NodeLogs:
@@ -68,3 +68,16 @@ def test_a_node_without_the_directory_says_why(tmp_path: Path) -> None:
     t2 = read_tail(LocalFiles(), str(tmp_path / "x.log"), "n2")
     assert len(merge_node_logs([NodeLogs(Where("n1", LocalFiles(), "u"), "", tails=[t1]),
                                 NodeLogs(Where("n2", LocalFiles(), "u"), "", tails=[t2])])) == 2  # fmt: skip
+
+
+def test_many_nodes_logs_keep_the_markdown_within_githubs_bound(tmp_path: Path) -> None:
+    line = "x" * 190
+    tails = [
+        LogTail(f"gpu-{n:02d}", "/logs/actor.log", [line] * 200, "", 0, f"1:{n}") for n in range(64)
+    ]
+    inputs = ReportInputs(log_dir="/logs", log_nodes=[t.node for t in tails], logs=tails)
+    md = "\n".join(full_logs(inputs))
+    assert LOG_MARKDOWN_CHARS < len(md) < LOG_MARKDOWN_CHARS + 64 * 200
+    shown = md.count("<summary>actor: /logs/actor.log (last 40 lines)</summary>")
+    named = md.count("- actor: /logs/actor.log (its tail is in the bundle")
+    assert shown >= 1 and shown + named == 64 and md.count("**Node gpu-") == 64

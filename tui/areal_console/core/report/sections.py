@@ -30,6 +30,9 @@ CHECKLIST = (
     "  cause, not a secondary error caused by peer workers.",
 )
 LOG_LINES_SHOWN = 40
+# GitHub refuses an issue body over 65,536 characters: the logs of many nodes take at most
+# this much of it; the logs beyond are named, their tails in the bundle.
+LOG_MARKDOWN_CHARS = 24_000
 SERVER_ROLES = ("sglang", "vllm", "server")
 
 
@@ -301,14 +304,22 @@ def full_logs(inputs: ReportInputs) -> list[str]:
                    "log (the bundle holds longer tails).")  # fmt: skip
     if not inputs.logs:
         out.append(f"No log read ({inputs.missing.get('logs', 'no log directory known')}).")
+    budget = LOG_MARKDOWN_CHARS
     for nodes, tails in log_groups(inputs.logs).items():
         label = f"Node {nodes[0]}" if len(nodes) == 1 else (
             f"Nodes {', '.join(nodes)} (one shared directory)")  # fmt: skip
         out += ["", f"**{label}**:"]
         for tail in tails:
             shown = tail.lines[-LOG_LINES_SHOWN:]
-            out += ["", *details(f"{tail.role}: {tail.path} (last {len(shown)} lines)",
-                                 fence("\n".join(shown), "text"))]  # fmt: skip
+            block = details(f"{tail.role}: {tail.path} (last {len(shown)} lines)",
+                            fence("\n".join(shown), "text"))  # fmt: skip
+            size = sum(len(line) + 1 for line in block)
+            if size > budget:
+                out += ["", f"- {tail.role}: {tail.path} (its tail is in the bundle: the "
+                        "report keeps to GitHub's size for an issue)"]  # fmt: skip
+                continue
+            budget -= size
+            out += ["", *block]
     return out
 
 
