@@ -4,13 +4,17 @@ Ranks go two per node over the cluster's alive nodes (ordered by IP, so rank 0 i
 head), each a `RankWorker` actor pinned to its node with its rank variables in its
 runtime environment (as Ray's launchers pass them), running one hang pattern of
 `tests/support/fixtures/hang.py`. Each rank takes CPUS_PER_RANK CPUs, so the job fills every
-node's CPUs (an agent that reserved a CPU could not be placed). The driver stays until
-it is killed; its actors die with it.
+node's CPUs (an agent that reserved a CPU could not be placed). The ranks' environment
+also carries a W&B key and a Hugging Face token, as a real job's does (random, written to
+STATE_DIR/planted.json for the tests that check the console masks them). The driver stays
+until it is killed; its actors die with it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import sys
 
@@ -41,6 +45,9 @@ def main() -> None:
         key=lambda n: tuple(map(int, n["NodeManagerAddress"].split("."))),
     )[: int(nodes_wanted)]
     world = len(nodes) * RANKS_PER_NODE
+    planted = {"WANDB_API_KEY": secrets.token_hex(20), "HF_TOKEN": "hf_" + secrets.token_hex(16)}
+    with open(os.path.join(state_dir, "planted.json"), "w") as fh:
+        json.dump(planted, fh)
     runs = []
     for rank in range(world):
         node = nodes[rank // RANKS_PER_NODE]
@@ -53,6 +60,8 @@ def main() -> None:
             "MASTER_PORT": port,
             "GLOO_SOCKET_IFNAME": "lo",
             "PYTHONPATH": repo,
+            "NCCL_DEBUG": "INFO",
+            **planted,
         }
         worker = RankWorker.options(
             name=f"rank-{rank}",

@@ -9,9 +9,7 @@ import getpass
 import json
 import re
 import secrets
-import shutil
 import socket
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,37 +17,26 @@ import pytest
 from areal_console.core.targets.resolve import local_node
 from conftest import run_cli
 
+from tests.support.report_checks import (
+    Planted,
+    areal_checkout,
+    assert_template,
+    bundle_files,
+)
+from tests.support.report_checks import assert_no_secret as check_no_secret
 from tests.tui.test_areal_processes import STUB, ArealRun
 
-WANDB_KEY = secrets.token_hex(20)  # 40 hex digits, as W&B's keys
-HF_TOKEN = "hf_" + secrets.token_urlsafe(24).replace("-", "a").replace("_", "b")
-RAY_TOKEN = "raytok" + secrets.token_hex(12)
-URL_PASSWORD = "pw" + secrets.token_hex(8)
-PLANTED = (WANDB_KEY, HF_TOKEN, RAY_TOKEN, URL_PASSWORD)
-
-TEMPLATE_HEADINGS = [
-    "## Checklist", "## Detailed Information", "### Describe the bug", "### Expected behavior",
-    "### Full logs", "## To Reproduce", "### Commit ID", "### Environment", "### Script",
-]  # fmt: skip
+PLANT = Planted()
+WANDB_KEY, HF_TOKEN, RAY_TOKEN = PLANT.wandb, PLANT.hf, PLANT.ray
+PLANTED = PLANT.values
 
 
 @pytest.fixture(scope="module")
 def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
     # AReaL from a source checkout (a git work tree on PYTHONPATH), at a known commit.
     checkout = tmp_path_factory.mktemp("areal-checkout")
-    shutil.copytree(STUB / "areal", checkout / "areal")
-    (checkout / "pyproject.toml").write_text('[project]\nname = "areal"\nversion = "2.0.0"\n')
-    commit = secrets.token_hex(20)
-    (checkout / ".git" / "refs" / "heads").mkdir(parents=True)
-    (checkout / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (checkout / ".git" / "refs" / "heads" / "main").write_text(commit + "\n")
-    env = {
-        "WANDB_API_KEY": WANDB_KEY,
-        "HF_TOKEN": HF_TOKEN,
-        "RAY_AUTH_TOKEN": RAY_TOKEN,
-        "NCCL_DEBUG": "INFO",
-        "AREAL_STUB_WANDB_BASE_URL": f"https://bob:{URL_PASSWORD}@wandb.example.com",
-    }
+    commit = areal_checkout(STUB, checkout)
+    env = {**PLANT.env(), "NCCL_DEBUG": "INFO"}
     args = ("--config", "gsm8k_grpo.yaml", f"--hf-token={HF_TOKEN}",
             f"RAY_AUTH_TOKEN={RAY_TOKEN}", "actor.path=Qwen/Qwen2.5-1.5B")  # fmt: skip
     run = ArealRun(tmp_path_factory.mktemp("areal-report"), "collective", 2, stub=checkout,
@@ -61,28 +48,15 @@ def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
         fh.writelines(f"[actor]     debug {secrets.token_hex(32)}\n" for _ in range(3000))
     # A role log echoing the W&B key without its name (as wandb's login line does).
     with open(log_dir / "actor.log", "a") as fh:
-        fh.write(f"wandb: Appending key for api.wandb.ai to your netrc file: {WANDB_KEY}\n")
+        fh.write(PLANT.wandb_login_line())
     try:
         yield run
     finally:
         run.stop()
 
 
-def bundle_files(path: Path) -> dict[str, bytes]:
-    with tarfile.open(path) as tar:
-        out = {}
-        for m in tar.getmembers():
-            fh = tar.extractfile(m)
-            assert fh is not None
-            out[m.name.split("/", 1)[1]] = fh.read()
-    return out
-
-
 def assert_no_secret(markdown: str, files: dict[str, bytes]) -> None:
-    for secret in PLANTED:
-        assert secret not in markdown, secret
-        for name, data in files.items():
-            assert secret.encode() not in data, (secret, name)
+    check_no_secret(PLANTED, markdown, files)
 
 
 def test_report_on_the_hung_job_has_every_section_true_to_the_run(
@@ -93,9 +67,7 @@ def test_report_on_the_hung_job_has_every_section_true_to_the_run(
     assert result.returncode == 0, result.stderr
     assert f"wrote {out_md} and {tmp_path / 'bug.tar.gz'}" in result.stdout
     md = out_md.read_text()
-    # The template's headings, word for word, in its order.
-    at = [md.index(h + "\n") for h in TEMPLATE_HEADINGS]
-    assert at == sorted(at)
+    assert_template(md)
     assert (
         "- [ ] I can consistently reproduce the bug across multiple trials or random seeds." in md
     )
@@ -111,8 +83,10 @@ def test_report_on_the_hung_job_has_every_section_true_to_the_run(
     logs = md[md.index("### Full logs") : md.index("## To Reproduce")]
     log_dir = planted_run.workdir / "logs" / getpass.getuser() / "gsm8k-grpo" / planted_run.trial
     node = local_node().name
-    assert f"{node}: {log_dir}/actor.log (last" in logs
-    assert f"{node}: {log_dir}/merged.log (last" in logs
+    assert f"Log directory: `{log_dir}` on {node};" in logs
+    assert f"**Node {node}**:" in logs  # one node: one group, each role's log in it
+    assert f"actor: {log_dir}/actor.log (last" in logs
+    assert f"every role: {log_dir}/merged.log (last" in logs
     actor = logs[logs.index("actor.log (last") : logs.index("merged.log (last")]
     assert "worker actor/1 serving on" in actor and "[actor]     debug " in logs
     # Commit ID: the checkout's version and HEAD, read from its files.

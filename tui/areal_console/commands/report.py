@@ -11,7 +11,12 @@ from typing import Any
 
 from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.common.textfmt import printable
-from areal_console.core.targets.resolve import add_target_arguments, open_fleet, resolve_targets
+from areal_console.core.targets.resolve import (
+    add_target_arguments,
+    areal_plan,
+    open_fleet,
+    resolve_targets,
+)
 
 
 def megabytes(text: str) -> float:
@@ -56,8 +61,10 @@ def register(subparsers: Any) -> None:
                         help="a saved capture (id, prefix, path or 'latest') instead of a new one")  # fmt: skip
     parser.add_argument("--logs", metavar="PATH",
                         help="the run's log directory (or log file), when the command lines "
-                        "do not name it")  # fmt: skip
-    parser.add_argument("--node", metavar="NAME", help="the node that holds --logs")
+                        "do not name it; read on every node that has it")  # fmt: skip
+    parser.add_argument("--node", metavar="NAME",
+                        help="read the log directory on this node only (default: on every "
+                        "node that has it)")  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -76,18 +83,28 @@ def run(args: argparse.Namespace) -> int:
             re.compile(args.match)
         except re.error as exc:
             raise UsageError(f"bad --match regex {args.match!r}: {exc}") from None
-    request = ReportRequest(job=args.job, log_path=args.logs, log_node=args.node)
+    request = ReportRequest(job=args.job, log_path=args.logs, log_node=args.node,
+                            only_log_node=bool(args.node))  # fmt: skip
     if args.capture:
         request.capture, request.capture_note = _saved(args.capture)
     # A saved capture and no target: the job is gone; everything is read here.
-    fleet = None
+    fleet, gone = None, None
     if not args.capture or _explicit_targets(args):
-        fleet = open_fleet(args, resolve_targets(args), probe_gpus=False, in_process=True)
+        specs, gone = _targets(args)
+        if specs:
+            fleet = open_fleet(args, specs, probe_gpus=False, in_process=True)
+    if args.areal:
+        _areal_scope(args, request)
+    take = (lambda: _take(fleet, args)) if fleet else None
+    if fleet is None and gone is not None and request.capture is None:
+        take = lambda: _saved_instead(args, gone)  # noqa: E731
     try:
-        inputs = collect(fleet, request, (lambda: _take(fleet, args)) if fleet else None)
+        inputs = collect(fleet, request, take)
     finally:
         if fleet is not None:
             fleet.close()
+    if gone is not None:
+        inputs.missing["targets"] = gone
     redactor = Redactor(anonymize=args.anonymize)
     if args.anonymize:
         learn_identities(redactor, inputs)
@@ -104,6 +121,48 @@ def run(args: argparse.Namespace) -> int:
     for part, why in report.missing.items():
         print(f"warning: not collected: {part}: {printable(redactor.text(why))}", file=sys.stderr)
     return EXIT_PARTIAL if report.missing else EXIT_OK
+
+
+def _targets(args: argparse.Namespace) -> tuple[list[Any], str | None]:
+    """The targets' nodes; for `--areal`, a job whose records are gone too is no error: the
+    report is made from its saved capture and log directory (why, as the second)."""
+    try:
+        specs = resolve_targets(args)
+    except UserError as exc:
+        if not args.areal or isinstance(exc, UsageError):
+            raise
+        return [], f"the job's nodes: {exc}"
+    if not specs:
+        return [], "the job's nodes: its records name no node"
+    return specs, None
+
+
+def _areal_scope(args: argparse.Namespace, request: Any) -> None:
+    """`--areal E/T` names the job, not only its nodes: the capture is of its processes,
+    a saved one is its newest, and `--fileroot` gives its log directory."""
+    import os
+
+    from areal_console.core.targets.name_resolve import parse_job_name
+
+    plan = areal_plan(args)
+    name = plan.name if plan is not None else parse_job_name(str(args.areal))
+    if not args.job:
+        args.job = f"areal:{name.short}"
+        request.job = request.job or args.job
+    fileroot = getattr(args, "fileroot", None)
+    if fileroot and not args.logs:
+        request.log_path = os.path.join(fileroot, "logs", name.user, name.experiment, name.trial)
+
+
+def _saved_instead(
+    args: argparse.Namespace, why: str
+) -> tuple[dict[str, Any] | None, str, str | None]:
+    """The newest saved capture of the job, for a job whose nodes are not known any more."""
+    saved = _newest_saved(args.job or args.match)
+    if saved is None:
+        return None, "", f"{why}; and no saved capture of it (give --capture)"
+    doc, note = _saved(str(saved))
+    return doc, f"{note} (the job is gone)", None
 
 
 def _saved(ref: str) -> tuple[dict[str, Any], str]:
@@ -135,8 +194,13 @@ def _take(fleet: Any, args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
     try:
         result = capture_and_analyse(fleet, options)
     except JobChoiceError as exc:
-        raise UsageError(str(exc)) from None
-    doc = result.json()
+        # The job named is not among the jobs running there: it is gone (its saved capture
+        # stands in); several jobs, or several matching: the user has to choose.
+        if not (args.job and all(args.job not in g.key for g in exc.jobs)):
+            raise UsageError(str(exc)) from None
+        doc: dict[str, Any] = {"ranks": []}
+    else:
+        doc = result.json()
     captured = [r for r in doc["ranks"] if r.get("rank") is not None and r.get("state") == "ok"]
     if captured:
         return doc, f"stacks captured now (capture {doc.get('id')})", None
@@ -149,6 +213,9 @@ def _take(fleet: Any, args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
 
 
 def _newest_saved(job: str | None) -> Path | None:
+    """The newest saved capture (of the job: its key, else its text naming `job`)."""
+    import json
+
     from areal_console.core.stacks.store import list_captures
 
     for saved in list_captures():
@@ -156,8 +223,9 @@ def _newest_saved(job: str | None) -> Path | None:
             return saved.path
         try:
             text = saved.path.read_text(encoding="utf-8")
-        except OSError:
+            key = json.loads(text).get("job")
+        except (OSError, ValueError, AttributeError):
             continue
-        if job in text:
+        if key == job or (not str(job).startswith("areal:") and job in text):
             return saved.path
     return None

@@ -46,7 +46,7 @@ def raw_parts(inputs: ReportInputs) -> dict[str, Any]:
         parts["config.yaml"] = inputs.config_text
     for tail in inputs.logs:
         name = tail.path.rstrip("/").rsplit("/", 1)[-1]
-        parts[f"logs/{_safe(tail.node)}/{_safe(name)}"] = tail.text
+        parts[f"logs/{_safe('+'.join(tail.nodes))}/{_safe(name)}"] = tail.text
     return parts
 
 

@@ -8,7 +8,7 @@ import getpass
 import os
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from areal_node import versions as node_versions_module
@@ -69,7 +69,8 @@ def read_tail(files: FileAccess, path: str, node: str) -> LogTail:
     if start > 0 and "\n" in text:
         text = text.split("\n", 1)[1]
     text = _strip_ansi(text)
-    return LogTail(node, path, text.splitlines()[-LOG_TAIL_LINES:], text, size)
+    lines = text.splitlines()[-LOG_TAIL_LINES:]
+    return LogTail(node, path, lines, text, size, str(first.get("ident") or ""))
 
 
 def _strip_ansi(text: str) -> str:
@@ -78,24 +79,92 @@ def _strip_ansi(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 
-def read_logs(where: Where, path: str, inputs: ReportInputs) -> None:
-    """Every log of the run's directory (role logs first; merged.log repeats them, so it
-    comes last), its config.yaml, and its metrics."""
+@dataclass
+class NodeLogs:
+    """What one node's copy of the log directory gave: its logs' tails, and what failed."""
+
+    where: Where
+    path: str
+    kind: str = "dir"
+    tails: list[LogTail] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    names: int = 0
+    """How many *.log files the directory lists there."""
+
+
+def read_node_logs(where: Where, path: str) -> NodeLogs | str:
+    """The tails of the role logs in one node's log directory (role logs first; merged.log
+    repeats them, so it comes last); why not, as text, when the node has no such path."""
     try:
         found = where.files.find(path)
     except UserError as exc:
-        inputs.missing["logs"] = str(exc)
-        return
+        return str(exc)
     logs = list(found.get("logs") or [])
     logs.sort(key=lambda p: (os.path.basename(p) == "merged.log", p))
+    out = NodeLogs(where, path, str(found.get("kind") or "dir"), names=len(logs))
     for log in logs[:MAX_LOGS]:
         try:
-            inputs.logs.append(read_tail(where.files, log, where.node))
+            out.tails.append(read_tail(where.files, log, where.node))
         except (UserError, KeyError, OSError) as exc:
-            inputs.missing[f"log {log}"] = str(exc)
-    if not logs:
-        inputs.missing["logs"] = f"no *.log file in {path}"
-    base = path if found.get("kind") == "dir" else os.path.dirname(path)
+            out.errors[f"log {where.node}:{log}"] = str(exc)
+    if len(logs) > MAX_LOGS:
+        out.errors[f"logs on {where.node}"] = (
+            f"{len(logs) - MAX_LOGS} of {len(logs)} *.log files in {path} not read "
+            f"(at most {MAX_LOGS} a node)"
+        )
+    return out
+
+
+def same_file(a: LogTail, b: LogTail) -> bool:
+    """One file seen from two nodes (a log directory on a shared file system): the same
+    path and inode, and the tail read first is the end of, or inside, the one read later
+    (a live log grows between the two reads)."""
+    if a.path != b.path or a.ident.split(":")[-1] != b.ident.split(":")[-1]:
+        return False
+    shorter, longer = sorted((a.text, b.text), key=len)
+    return shorter[-4096:] in longer
+
+
+def merge_node_logs(found: list[NodeLogs]) -> list[LogTail]:
+    """Every node's tails, a file that several nodes share once (its newest read, naming
+    every node that sees it), in the order the nodes were read."""
+    merged: list[LogTail] = []
+    for node_logs in found:
+        for tail in node_logs.tails:
+            i = next((i for i, t in enumerate(merged) if same_file(t, tail)), None)
+            if i is None:
+                merged.append(tail)
+                continue
+            seen = merged[i]
+            newer = tail if len(tail.text) > len(seen.text) else seen
+            merged[i] = replace(newer, node=seen.node, also=(*seen.also, tail.node))
+    return merged
+
+
+def read_logs(places: list[tuple[Where, str]], inputs: ReportInputs, fleet: Fleet | None) -> None:
+    """The log directory's files on every node that has it (each node's role logs; a
+    directory shared between nodes once), and its config.yaml and metrics from the first
+    node that has it (the controller's: AReaL writes config.yaml there)."""
+    results = _on_each(fleet, places)
+    found = [r for r in results if isinstance(r, NodeLogs)]
+    if not found:
+        why = "; ".join(f"{w.node}: {r}" for (w, _), r in zip(places, results, strict=True))
+        inputs.missing["logs"] = why or "no node has the log directory"
+        for part in ("config", "metrics"):
+            inputs.missing[part] = "the log directory was not found on any node"
+        return
+    inputs.log_dir = found[0].path
+    inputs.log_nodes = [f.where.node for f in found]
+    for f in found:
+        inputs.missing.update(f.errors)
+    inputs.logs = merge_node_logs(found)
+    if not inputs.logs:
+        inputs.missing["logs"] = "no *.log file in " + ", ".join(
+            f"{f.where.node}:{f.path}" for f in found
+        )
+    first = found[0]
+    where, path = first.where, first.path
+    base = path if first.kind == "dir" else os.path.dirname(path)
     config = os.path.join(base, "config.yaml")
     try:
         result = where.files.read(config, 0, None, CONFIG_BYTES)
@@ -112,6 +181,19 @@ def read_logs(where: Where, path: str, inputs: ReportInputs) -> None:
             follower.close()
     except (UserError, KeyError, OSError, ValueError) as exc:
         inputs.missing["metrics"] = str(exc)
+
+
+def _on_each(fleet: Fleet | None, places: list[tuple[Where, str]]) -> list[NodeLogs | str]:
+    """`read_node_logs` at every place, the nodes in parallel."""
+    if fleet is None:
+        return [read_node_logs(w, p) for w, p in places]
+    by_name = {w.node: (w, p) for w, p in places}
+    sessions = [fleet.session(name) for name in by_name]
+    answers = fleet.fan_out(lambda s: read_node_logs(*by_name[s.name]), sessions)
+    return [
+        f"cannot read: {a.error}" if isinstance(a, NodeFailure) else a
+        for a in (answers[w.node] for w, _ in places)
+    ]
 
 
 def versions_of(session: NodeSession | None, pids: list[int], executable: str | None) -> Any:
@@ -143,7 +225,9 @@ def collect_versions(
     executable = _executable(processes)
     if fleet is None:  # a job that is gone: this machine's interpreter that ran it
         answer = node_versions([], executable)
-        inputs.versions.append(NodeVersions("local", answer["system"], answer["interpreters"]))
+        inputs.versions.append(
+            NodeVersions("local", answer["system"], answer["interpreters"], gone=True)
+        )
         return
 
     def one(session: NodeSession) -> NodeVersions:
@@ -152,7 +236,8 @@ def collect_versions(
             gpus = _gpu_names(session)
         except Exception:  # NVML absent: /proc/driver/nvidia named the models already
             gpus = []
-        return NodeVersions(session.name, answer["system"], answer["interpreters"], gpus)
+        gone = not by_node.get(session.name)
+        return NodeVersions(session.name, answer["system"], answer["interpreters"], gpus, gone)
 
     sessions = [s for s in fleet if s.name in by_node] or list(fleet)
     results = fleet.fan_out(one, sessions)
@@ -193,6 +278,9 @@ class ReportRequest:
     capture_note: str = ""
     log_path: str | None = None
     log_node: str | None = None
+    """The node whose log directory is read first (config.yaml and metrics from it)."""
+    only_log_node: bool = False
+    """Read the log directory on `log_node` only, not on every node that has it."""
 
 
 def collect(
@@ -213,12 +301,14 @@ def collect(
     if inputs.capture is not None and not inputs.job:
         inputs.job = inputs.capture.get("job")
     inputs.processes = job_processes(inputs.capture)
-    where = _log_place(fleet, request, inputs)
-    if where is not None:
-        inputs.log_dir = f"{where[0].node}:{where[1]}" if fleet is not None else where[1]
-        read_logs(where[0], where[1], inputs)
+    places = _log_places(fleet, request, inputs)
+    if places:
+        read_logs(places, inputs, fleet)
+    elif request.only_log_node and fleet is not None:
+        for part in ("logs", "config", "metrics"):
+            inputs.missing[part] = f"the node {request.log_node} is not one of the targets"
     for part in ("logs", "config", "metrics"):
-        if where is None and part not in inputs.missing:
+        if not places and part not in inputs.missing:
             inputs.missing[part] = (
                 "the log directory is not known (no --fileroot/--experiment-name/--trial-name "
                 "in the job's command lines): give it with --logs"
@@ -230,23 +320,21 @@ def collect(
     return inputs
 
 
-def _log_place(
+def _log_places(
     fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs
-) -> tuple[Where, str] | None:
-    """Which node holds the run's log directory, and its path."""
-    places = _places(fleet, request, inputs)
-    if request.log_path:
-        return (places[0], request.log_path) if places else None
-    for where in places:
-        path = log_dir_of_job(inputs.processes, where.user)
-        if path is None:
-            return None
-        try:
-            where.files.find(path)
-        except UserError:
+) -> list[tuple[Where, str]]:
+    """The run's log directory on each node (the controller's node or `--node` first): the
+    path given, else the one the job's command lines name (with each node's user). Every
+    node is asked: AReaL's workers write `<role>.log` where they run, so a job without a
+    shared file system has a directory per node."""
+    out = []
+    for where in _places(fleet, request, inputs):
+        if request.only_log_node and where.node != request.log_node:
             continue
-        return where, path
-    return None
+        path = request.log_path or log_dir_of_job(inputs.processes, where.user)
+        if path is not None:
+            out.append((where, path))
+    return out
 
 
 def _places(fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs) -> list[Where]:

@@ -18,6 +18,22 @@ class LogTail:
     text: str
     """The bundle's copy: the file's last bytes, whole lines."""
     size: int
+    ident: str = ""
+    """The file's "dev:inode" on its node."""
+    also: tuple[str, ...] = ()
+    """Other nodes that see this same file (a log directory shared between nodes)."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (self.node, *self.also)
+
+    @property
+    def role(self) -> str:
+        """Whose log it is, as AReaL names its files: `<role>.log` per role (the launcher's
+        `<job_name>.log`), `merged.log` every role's lines with a `[role]` prefix."""
+        name = self.path.rstrip("/").rsplit("/", 1)[-1]
+        stem = name[: -len(".log")] if name.endswith(".log") else name
+        return "every role" if stem == "merged" else stem
 
 
 @dataclass(frozen=True)
@@ -28,6 +44,9 @@ class NodeVersions:
     system: dict[str, Any]
     interpreters: list[dict[str, Any]]
     gpus: list[str] = field(default_factory=list)
+    gone: bool = False
+    """No process of the job ran there: the interpreter its command line names was read,
+    without the environment (PYTHONPATH) the job's processes had."""
 
 
 @dataclass
@@ -47,6 +66,9 @@ class ReportInputs:
     processes: list[dict[str, Any]] = field(default_factory=list)
     """The job's processes (`nodes --json` entries, each with its `node`)."""
     log_dir: str | None = None
+    """The run's log directory (its path on every node in `log_nodes`)."""
+    log_nodes: list[str] = field(default_factory=list)
+    """The nodes that have the log directory, in the order read (the controller's first)."""
     logs: list[LogTail] = field(default_factory=list)
     config_path: str | None = None
     config_text: str | None = None

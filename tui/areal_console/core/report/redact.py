@@ -250,6 +250,7 @@ def learn_identities(redactor: Redactor, inputs: Any) -> None:
 
     hosts = {str(p.get("node")) for p in inputs.processes if p.get("node")}
     hosts |= {v.node for v in inputs.versions} | {socket.gethostname()}
+    hosts |= {n for t in inputs.logs for n in t.nodes} | set(inputs.log_nodes)
     hosts.discard("local")
     redactor.learn_hosts(sorted(hosts))
     users = {getpass.getuser()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from areal_console.core.report.model import NodeVersions, ReportInputs
+from areal_console.core.report.model import LogTail, NodeVersions, ReportInputs
 from areal_console.core.stacks.diagnose import CLEANUP_FUNCTIONS, CLEANUP_WORDS, COLLECTIVES
 
 # The template's headings (bug.md:9,16,18,22,26,30,32,36,41 at cbff54d), in its order.
@@ -30,6 +30,9 @@ CHECKLIST = (
     "  cause, not a secondary error caused by peer workers.",
 )
 LOG_LINES_SHOWN = 40
+# GitHub refuses an issue body over 65,536 characters: the logs of many nodes take at most
+# this much of it; the logs beyond are named, their tails in the bundle.
+LOG_MARKDOWN_CHARS = 24_000
 SERVER_ROLES = ("sglang", "vllm", "server")
 
 
@@ -146,12 +149,32 @@ def _ledger_findings(ledger: Any) -> list[str]:
             out.append(f"Flight Recorder, group {g.get('name')}: no trace from ranks "
                        f"{', '.join(map(str, g['absent']))}")  # fmt: skip
     wait_for = ledger.get("wait_for")
-    if isinstance(wait_for, list):
-        for edge in wait_for[:32]:
-            if isinstance(edge, dict):
-                out.append("wait-for: " + ", ".join(f"{k}={v}" for k, v in edge.items()))
-    elif isinstance(wait_for, dict) and wait_for:
-        out.append("wait-for: " + ", ".join(f"{k}={v}" for k, v in wait_for.items()))
+    if isinstance(wait_for, dict):
+        out += _wait_for_findings(wait_for)
+    return out
+
+
+def _wait_for_findings(wait_for: dict[str, Any]) -> list[str]:
+    """The ledger's wait-for graph (`stacks --json` `ledger.wait_for`) as sentences: its
+    cycles (a cross-group deadlock), the ranks the waits end at, and how many edges."""
+    out = []
+    for c in (wait_for.get("cycles") or [])[:8]:
+        if isinstance(c, dict) and c.get("ranks"):
+            ranks, ops, groups = c["ranks"], c.get("ops") or [], c.get("groups") or []
+            steps = [
+                f"rank {r} (in {ops[i] if i < len(ops) else '?'} of group "
+                f"{groups[i] if i < len(groups) else '?'})"
+                for i, r in enumerate(ranks)
+            ]
+            out.append("Wait-for cycle (a deadlock across groups): " + " waits for ".join(steps)
+                       + f" waits for rank {ranks[0]}")  # fmt: skip
+    for root in (wait_for.get("roots") or [])[:8]:
+        if isinstance(root, dict):
+            out.append(f"The waits end at rank {root.get('rank')}: {root.get('why')}")
+    edges = wait_for.get("edges") or []
+    if isinstance(edges, list) and edges:
+        more = int(wait_for.get("edges_left_off") or 0)
+        out.append(f"Wait-for edges: {len(edges) + more} (in the bundle's ledger.json)")
     return out
 
 
@@ -270,16 +293,42 @@ def expected(inputs: ReportInputs) -> list[str]:
 
 
 def full_logs(inputs: ReportInputs) -> list[str]:
+    """Each role's log, the end of it, grouped by the node that holds it (a directory that
+    nodes share: once, naming them all)."""
     out = ["### Full logs", ""]
     if inputs.log_dir:
-        out.append(f"Log directory: `{inputs.log_dir}` (the bundle holds longer tails).")
+        have = inputs.log_nodes
+        on = f" on {len(have)} nodes ({', '.join(have)})" if len(have) > 1 else (
+            f" on {have[0]}" if have and have[0] != "local" else "")  # fmt: skip
+        out.append(f"Log directory: `{inputs.log_dir}`{on}; the last lines of each role's "
+                   "log (the bundle holds longer tails).")  # fmt: skip
     if not inputs.logs:
         out.append(f"No log read ({inputs.missing.get('logs', 'no log directory known')}).")
-    for tail in inputs.logs:
-        shown = tail.lines[-LOG_LINES_SHOWN:]
-        out += ["", *details(f"{tail.node}: {tail.path} (last {len(shown)} lines)",
-                             fence("\n".join(shown), "text"))]  # fmt: skip
+    budget = LOG_MARKDOWN_CHARS
+    for nodes, tails in log_groups(inputs.logs).items():
+        label = f"Node {nodes[0]}" if len(nodes) == 1 else (
+            f"Nodes {', '.join(nodes)} (one shared directory)")  # fmt: skip
+        out += ["", f"**{label}**:"]
+        for tail in tails:
+            shown = tail.lines[-LOG_LINES_SHOWN:]
+            block = details(f"{tail.role}: {tail.path} (last {len(shown)} lines)",
+                            fence("\n".join(shown), "text"))  # fmt: skip
+            size = sum(len(line) + 1 for line in block)
+            if size > budget:
+                out += ["", f"- {tail.role}: {tail.path} (its tail is in the bundle: the "
+                        "report keeps to GitHub's size for an issue)"]  # fmt: skip
+                continue
+            budget -= size
+            out += ["", *block]
     return out
+
+
+def log_groups(logs: list[LogTail]) -> dict[tuple[str, ...], list[LogTail]]:
+    """The logs by the nodes that see them, in the order read."""
+    groups: dict[tuple[str, ...], list[LogTail]] = {}
+    for tail in logs:
+        groups.setdefault(tail.nodes, []).append(tail)
+    return groups
 
 
 def commit_id(inputs: ReportInputs) -> list[str]:
@@ -293,6 +342,10 @@ def commit_id(inputs: ReportInputs) -> list[str]:
                 seen.setdefault(key, []).append(nv.node)
     if not seen:
         why = inputs.missing.get("versions") or "AReaL was not found in the ranks' interpreters"
+        if inputs.versions and all(nv.gone for nv in inputs.versions):
+            why = ("AReaL was not found in the interpreter the job's command line names, as "
+                   "read here (the job's processes are gone, and with them the PYTHONPATH "
+                   "they ran with)")  # fmt: skip
         return [*out, f"Not known: {why}."]
     for (version, commit, branch), nodes in seen.items():
         where = f" ({', '.join(sorted(set(nodes)))})" if len(seen) > 1 else ""
@@ -345,6 +398,12 @@ def environment(inputs: ReportInputs) -> list[str]:
     out = ["### Environment", ""]
     if not inputs.versions:
         return [*out, f"Not read: {inputs.missing.get('versions', 'no node answered')}."]
+    if any(nv.gone for nv in inputs.versions):
+        out += ["No process of the job runs on "
+                + ", ".join("this machine" if nv.node == "local" else nv.node
+                            for nv in inputs.versions if nv.gone)
+                + " any more: read there is the interpreter its command line names, not "
+                "the environment the job ran with.", ""]  # fmt: skip
     per_node = {nv.node: environment_lines(nv) for nv in inputs.versions}
     distinct = {tuple(lines) for lines in per_node.values()}
     if len(distinct) == 1:
@@ -356,18 +415,33 @@ def environment(inputs: ReportInputs) -> list[str]:
             out += [f"Node {node}:", *lines, ""]
     env = _env_vars(inputs.versions)
     if env:
-        out += ["", *details("Rank environment (NCCL_*, CUDA_*, TORCH_*, ...; secrets masked)",
+        out += ["", *details("Rank environment (NCCL_*, CUDA_*, TORCH_*, ...; per node where "
+                             "they differ; secrets masked)",
                              fence("\n".join(env), "text"))]  # fmt: skip
     return out
 
 
 def _env_vars(versions: list[NodeVersions]) -> list[str]:
-    seen: dict[str, str] = {}
+    """`NAME=value` where every node that has the variable agrees on it (`(only on ...)`
+    when some nodes lack it); otherwise each value with the nodes that have it."""
+    values: dict[str, dict[str, list[str]]] = {}  # name -> value -> nodes
     for nv in versions:
         for interp in nv.interpreters:
             for k, v in (interp.get("environment") or {}).items():
-                seen.setdefault(k, str(v))
-    return [f"{k}={v}" for k, v in sorted(seen.items())]
+                nodes = values.setdefault(k, {}).setdefault(str(v), [])
+                if nv.node not in nodes:
+                    nodes.append(nv.node)
+    all_nodes = {nv.node for nv in versions if nv.interpreters}
+    out = []
+    for name, by_value in sorted(values.items()):
+        if len(by_value) == 1:
+            value, nodes = next(iter(by_value.items()))
+            only = f" (only on {', '.join(nodes)})" if set(nodes) != all_nodes else ""
+            out.append(f"{name}={value}{only}")
+        else:
+            out.append(f"{name}: " + "; ".join(
+                f"{value} on {', '.join(nodes)}" for value, nodes in by_value.items()))  # fmt: skip
+    return out
 
 
 def controller_cmdline(inputs: ReportInputs) -> tuple[str, str] | None:
