@@ -43,7 +43,7 @@ def test_nodes_table_is_readable(gloo_job: GlooJob) -> None:
     result = run_cli("nodes")
     assert result.returncode == 0
     lines = result.stdout.splitlines()
-    assert "(local): up, python 3." in lines[0]  # and the interpreter the agent runs on
+    assert "(local): up via local, python 3." in lines[0]  # and the interpreter the agent runs on
     assert "NVML unavailable" in lines[1]
     header = lines[2].split()
     assert header[:5] == ["RANK", "LOCAL", "WORLD", "ROLE", "PID"]
