@@ -100,3 +100,57 @@ def test_bundle_is_cut_to_its_bound_and_says_so() -> None:
     )
     assert b"cut to fit the bound:" in files["MANIFEST.txt"]
     assert json.loads(json.dumps(report.missing)) == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "masked"),
+    [
+        # A parent key's line never swallows the next: AReaL's nested admin_api_key.
+        ("rollout:\n  agent:\n    admin_api_key: ADMINKEY123\n    x: 1\n",
+         "rollout:\n  agent:\n    admin_api_key: '***'\n    x: 1\n"),
+        ("wandb:\n  ApiKey: mykey123456\n", "wandb:\n  ApiKey: '***'\n"),
+        ("GET /v1?api_key=S3CRETVALUE123&x=1 200", "GET /v1?api_key=***&x=1 200"),
+        ("redis://:secretpw123@10.0.0.1:6379/0", "redis://:***@10.0.0.1:6379/0"),
+        ("password = hunter2hunter2", "password = ***"),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG", "aws_secret_access_key = ***"),
+        ("{'api_key': 'pyrepr_secret_123'}", "{'api_key': '***'}"),
+        ("  - --wandb.api_key=abcd1234secret", "  - --wandb.api_key=***"),
+        ("--hf_token=hf_short1234", "--hf_token=***"),
+        ("Authorization: sk-abcdef", "Authorization: '***'"),
+        ("Proxy-Authorization: Basic dXNlcjpwYXNzd29yZA==", "Proxy-Authorization: Basic ***"),
+        ("url: https://maps.example/?key=AIzaSyA1234567890abcdefghijklmnopqrstuv",
+         "url: https://maps.example/?key=***(token)"),
+    ],
+)  # fmt: skip
+def test_secrets_in_unusual_places_are_masked(raw: str, masked: str) -> None:
+    r = Redactor()
+    r.learn(raw)
+    assert r.text(raw) == masked
+
+
+def test_a_json_escaped_secret_is_masked_where_a_log_echoes_it_unescaped() -> None:
+    config = '{"wandb": {"api_key": "abc\\"quoted\\\\secret12"}}'
+    r = Redactor()
+    r.learn(config)
+    assert r.text(config) == '{"wandb": {"api_key": "***"}}'
+    assert r.text('login abc"quoted\\secret12 ok') == "login ***(api_key) ok"
+
+
+def test_bundle_member_names_from_hostile_node_and_log_names_stay_inside(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import tarfile
+
+    from areal_console.core.report.bundle import write_report
+
+    hostile = ["..", ".", "/etc", "a\0b", "n" * 5000, "../../x", "\x1b]0;t\x07"]
+    logs = [LogTail(node, f"/logs/{i}.log", ["x"], "x\n", 2) for i, node in enumerate(hostile)]
+    logs.append(LogTail("n1", "/logs/..", ["y"], "y\n", 2))
+    report = build_report(ReportInputs(job="e/t", made_at="now", logs=logs), Redactor())
+    bundle, _ = write_report(report, str(tmp_path / "r.md"))
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+        tar.extractall(tmp_path / "out", filter="data")
+    assert len([n for n in names if n.startswith("report/logs/")]) == len(logs)
+    for name in names:
+        parts = name.split("/")
+        assert parts[0] == "report" and "\0" not in name and "\x1b" not in name
+        assert not {".", "..", ""} & set(parts) and max(map(len, parts)) <= 96, name

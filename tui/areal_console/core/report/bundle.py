@@ -22,8 +22,14 @@ def _json(doc: Any) -> bytes:
     return (json.dumps(doc, indent=1, default=str) + "\n").encode()
 
 
+MAX_NAME = 96
+
+
 def _safe(name: str) -> str:
-    return re.sub(r"[^\w.@+-]+", "_", name).strip("_") or "_"
+    """One path component from text a node or process chose: no `/`, NUL or control
+    character, never `.` or `..`, at most `MAX_NAME` characters."""
+    safe = re.sub(r"[^\w.@+-]+", "_", name).strip("_")[:MAX_NAME]
+    return "_" if not safe.strip(".") else safe
 
 
 def raw_parts(inputs: ReportInputs) -> dict[str, Any]:
