@@ -8,10 +8,8 @@ import getpass
 import json
 import os
 import posixpath
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,16 +25,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import run_cli, wait_for
 from tests.support.areal_logfmt import write_run
-
-SETPRIV = shutil.which("setpriv")
-needs_nobody = pytest.mark.skipif(
-    os.getuid() != 0 or SETPRIV is None, reason="planting files as nobody needs root and setpriv"
-)
-
-
-def as_nobody(*argv: str) -> None:
-    subprocess.run([SETPRIV, "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
-                    *argv], check=True)  # fmt: skip
+from tests.support.nobody import SETPRIV, as_nobody, needs_nobody, shared_tmp
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +38,8 @@ def agent():  # type: ignore[no-untyped-def]
 
 @pytest.fixture()
 def shared_dir() -> Iterator[Path]:
-    """A directory anyone may write, as /tmp is (sticky), where `nobody` can reach it."""
-    d = Path(tempfile.mkdtemp(prefix="areal-trust-", dir="/tmp"))
-    os.chmod(d, 0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with shared_tmp() as d:
+        yield d
 
 
 @pytest.fixture()
