@@ -268,11 +268,13 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 def _version(value: Any) -> int | str | None:
     if isinstance(value, bool) or value is None:
         return None
+    # A version counts up from 0: a negative or huge one is no version (it would raise
+    # a lag flag of its own); "²" is a digit to isdigit() but no number to int().
     if isinstance(value, int):
-        return value if abs(value) < 1 << 53 else None
+        return value if 0 <= value < 1 << 53 else None
     if isinstance(value, str) and value:
         text = value[:64]
-        return int(text) if text.isdigit() and len(text) < 16 else text
+        return int(text) if text.isascii() and text.isdigit() and len(text) < 16 else text
     return None
 
 
