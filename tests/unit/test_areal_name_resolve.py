@@ -104,6 +104,33 @@ def test_addresses_elsewhere_are_ssh_nodes_in_record_order(tmp_path: Path) -> No
     assert all(e.state == "stale" for e in plan.entries)  # TEST-NET, ULA: nothing there
 
 
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh as the ProxyCommand")
+def test_a_records_host_never_adds_options_to_an_ssh_proxy_command(tmp_path: Path) -> None:
+    """A record's value (any writer of etcd or Ray's KV, or the job's user) names a
+    "host" with a space and `-oProxyCommand=...`: with the common `ProxyCommand ssh -W
+    %h:%p bastion` in ssh_config it ran a command here. It is no address now."""
+    marker = tmp_path / "ran"
+    evil = f"[x:1 -oProxyCommand=touch${{IFS}}{marker}]:22"
+    root = tmp_path / "nr"
+    nfs_add(str(root), worker_key(USER, "e", "t", "actor", 0), evil)
+    nfs_add(str(root), worker_key(USER, "e", "t", "actor", 1), "-oProxyCommand=x:22")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  ProxyCommand ssh -F /dev/null -W %h:%p bastion.invalid\n")
+    done = run_cli("nodes", "--areal", "e/t", "--name-resolve-root", str(root),
+                   "--ssh-config", str(config), "--connect-timeout", "3", timeout=60)  # fmt: skip
+    assert not list(tmp_path.glob("ran*")), done.stdout + done.stderr
+    assert done.stderr.count("not a host:port address") == 2, done.stderr
+    plan = resolve_areal_targets("e/t", nfs_root=str(root), probe_timeout=0.3)
+    assert plan.specs == [] and [e.state for e in plan.entries] == ["stale", "stale"]
+    # Whatever else names a host (Ray's node table with --ray-ssh), SSH refuses it too.
+    import paramiko
+    from areal_console.core.connection.ssh import SshError, resolve_route
+    from areal_console.core.targets.specs import NodeSpec
+
+    with pytest.raises(SshError, match="not a host name or address"):
+        resolve_route(NodeSpec(name="n", transport="ssh", host="x -oA=b"), paramiko.SSHConfig())
+
+
 def test_probe_of_unanswering_addresses_is_bounded() -> None:
     # An unrouted ULA address never answers: the probe gives up on all at once.
     addresses = [("fd00::3", 5000 + i) for i in range(300)]

@@ -36,6 +36,7 @@ from areal_node.name_resolve import DEFAULT_NFS_ROOT, MAX_ENTRIES, MAX_VALUE_BYT
 
 from areal_console.core.common.errors import UsageError, UserError
 from areal_console.core.common.textfmt import clip_repr
+from areal_console.core.targets.specs import is_host
 
 ETCD_TIMEOUT = 5.0
 
@@ -123,8 +124,8 @@ def split_hostport(value: str) -> tuple[str, int] | None:
         host, port = value.split(":")
     else:
         return None
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return None
+    if not is_host(host) or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        return None  # a record's host goes to SSH and the probe: a name or an IP, nothing else
     return host, int(port)
 
 

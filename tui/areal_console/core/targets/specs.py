@@ -3,8 +3,28 @@ inventory and Slurm resolvers that build them import only this)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
+
+
+def is_host(text: str) -> bool:
+    """A host name (letters, digits, `.`, `_`, `-`; not starting with `-`) or an IP
+    address, nothing else: a host read from a job's records, Ray or a process is handed
+    to SSH (an ssh_config `ProxyCommand` expands it as `%h`), where a space or a leading
+    `-` would become an option of the proxy command."""
+    if _HOST_NAME.fullmatch(text):
+        return True
+    if ":" in text and "%" not in text:
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            return False
+        return True
+    return False
 
 
 @dataclass(frozen=True)
