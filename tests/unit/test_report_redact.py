@@ -154,3 +154,23 @@ def test_bundle_member_names_from_hostile_node_and_log_names_stay_inside(tmp_pat
         parts = name.split("/")
         assert parts[0] == "report" and "\0" not in name and "\x1b" not in name
         assert not {".", "..", ""} & set(parts) and max(map(len, parts)) <= 96, name
+
+
+def test_escape_sequences_from_processes_and_logs_never_reach_the_report_raw() -> None:
+    import re
+
+    evil = "\x1b]2;pwned\x07\x1b[2J\u202e"
+    inputs = ReportInputs(
+        job="e/t" + evil, made_at="now", log_dir="/l" + evil,
+        processes=[{"node": "n1", "pid": 1, "rank": 0, "role": "controller", "state": "ok",
+                    "cmdline": "python -m areal.launcher --config /x" + evil}],
+        logs=[LogTail("n1", "/l/main.log", ["line " + evil], "line " + evil + "\n", 10)],
+        config_text="a: 1" + evil + "\n", missing={"versions": "n1: " + evil},
+    )  # fmt: skip
+    report = build_report(inputs, Redactor())
+    raw = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+    assert not raw.search(report.markdown) and "\\x1b]2;pwned" in report.markdown
+    for f in report.files:
+        assert not raw.search(f.data.decode()), f.name
+    processes = next(f for f in report.files if f.name == "processes.json")
+    assert json.loads(processes.data)[0]["cmdline"].endswith(evil)  # JSON keeps the text
