@@ -202,3 +202,25 @@ def test_another_users_job_names_only_its_own_users_files(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait()
+
+
+@needs_nobody
+def test_the_report_reads_only_the_jobs_users_files_in_its_log_dir(shared_dir: Path) -> None:
+    """`report` on a job gone (its saved capture): the log directory its command lines
+    name is a shared one where `nobody` planted a config.yaml and a log."""
+    from areal_console.core.report.collect import ReportRequest, collect
+
+    me = getpass.getuser()
+    run = shared_dir / "logs" / me / "e" / "t"
+    write_run(run, 3)
+    os.chmod(run, 0o1777)
+    as_nobody("sh", "-c", f"echo 'wandb: {{api_key: PLANTED}}' > {run}/config.yaml; "
+                          f"echo planted > {run}/zz-planted.log")  # fmt: skip
+    cmd = f"python -m areal.launcher.local t.py cluster.fileroot={shared_dir} experiment_name=e trial_name=t"
+    capture = {"job": "e/t", "ranks": [{"node": "local", "pid": 1, "rank": 0, "cmdline": cmd}]}
+    inputs = collect(None, ReportRequest(capture=capture, capture_note="saved"))
+    assert inputs.log_dir == str(run)
+    assert "zz-planted.log" not in [Path(t.path).name for t in inputs.logs]
+    assert inputs.logs and all(Path(t.path).stat().st_uid == os.getuid() for t in inputs.logs)
+    assert inputs.config_text is None and "config" in inputs.missing
+    assert inputs.metrics is not None

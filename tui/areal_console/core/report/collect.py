@@ -234,7 +234,10 @@ def _log_place(
     fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs
 ) -> tuple[Where, str] | None:
     """Which node holds the run's log directory, and its path."""
-    places = _places(fleet, request, inputs)
+    # A directory found from the job's command lines is read as its user's: a config.yaml
+    # or log another user planted there is not the run's (a path given with --logs is
+    # read as it is).
+    places = _places(fleet, request, inputs, owned=not request.log_path)
     if request.log_path:
         return (places[0], request.log_path) if places else None
     for where in places:
@@ -249,9 +252,12 @@ def _log_place(
     return None
 
 
-def _places(fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs) -> list[Where]:
+def _places(
+    fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs, owned: bool
+) -> list[Where]:
     if fleet is None:
-        return [Where("local", LocalFiles(), _local_user())]
+        user = _local_user()
+        return [Where("local", LocalFiles(user if owned else None), user)]
     order = [s.name for s in fleet]
     controller = [str(p.get("node")) for p in inputs.processes
                   if p.get("role") in ("controller", "launcher")]  # fmt: skip
@@ -263,10 +269,12 @@ def _places(fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs) -
             session = fleet.session(name)
         except KeyError:
             continue
+        user = str(session.hello.get("user") or _local_user())
+        owner = user if owned else None
         files: FileAccess = (
-            LocalFiles() if session.spec.transport == "local" else NodeFiles(session)
+            LocalFiles(owner) if session.spec.transport == "local" else NodeFiles(session, owner)
         )
-        out.append(Where(name, files, str(session.hello.get("user") or _local_user())))
+        out.append(Where(name, files, user))
     return out
 
 
