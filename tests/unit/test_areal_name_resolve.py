@@ -25,9 +25,11 @@ from areal_console.core.stacks.records import Frame, RankStack, StackCapture, Th
 from areal_console.core.targets.areal import probe_addresses, probe_via, resolve_areal_targets
 from areal_console.core.targets.name_resolve import (
     EtcdRegistry,
+    JobName,
     NfsRegistry,
     find_job,
     parse_job_name,
+    records_from_pairs,
 )
 from areal_console.core.targets.specs import local_node
 
@@ -129,6 +131,22 @@ def test_a_records_host_never_adds_options_to_an_ssh_proxy_command(tmp_path: Pat
 
     with pytest.raises(SshError, match="not a host name or address"):
         resolve_route(NodeSpec(name="n", transport="ssh", host="x -oA=b"), paramiko.SSHConfig())
+
+
+def test_key_value_pairs_outside_the_job_or_oversized_are_refused() -> None:
+    """What etcd or Ray's KV actor answers is anyone's (no owner per key): pairs of
+    another prefix, huge keys and values are refusals, the job's own pairs entries."""
+    pairs = [
+        ("u/e/t/workers/actor/0", "10.0.0.1:5000"),
+        ("u/e/tx/workers/actor/0", "10.0.0.2:5000"),  # another job's prefix
+        ("u/e/t/workers/" + "a" * 5000, "10.0.0.3:5000"),
+        ("u/e/t/workers/actor/1", "1" * 5000),
+    ]
+    records = records_from_pairs(JobName("u", "e", "t"), "ray:x", pairs)
+    assert [(e.key, e.host, e.port) for e in records.entries] == [
+        ("u/e/t/workers/actor/0", "10.0.0.1", 5000)
+    ]
+    assert len(records.refused) == 3 and all(len(r) < 300 for r in records.refused)
 
 
 def test_probe_of_unanswering_addresses_is_bounded() -> None:

@@ -39,6 +39,7 @@ from areal_console.core.common.textfmt import clip_repr
 from areal_console.core.targets.specs import is_host
 
 ETCD_TIMEOUT = 5.0
+MAX_KEY_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,12 @@ def records_from_pairs(name: JobName, source: str, pairs: Iterable[tuple[str, st
     a value over MAX_VALUE_BYTES is refused, the rest become entries, workers first."""
     records = JobRecords(name, source)
     for key, value in pairs:
+        # Neither etcd nor Ray's KV has an owner per key: a pair outside the job's prefix
+        # (an actor of that name that another user made answers what it likes) or with a
+        # key longer than any name AReaL writes is no record of the job.
+        if not key.startswith(name.key + "/") or len(key) > MAX_KEY_CHARS:
+            records.refused.append(f"{clip_repr(key, 120)}: not a key of {name.key}")
+            continue
         if len(value) > MAX_VALUE_BYTES:
             records.refused.append(f"{key}: value larger than {MAX_VALUE_BYTES} bytes")
             continue
@@ -325,7 +332,7 @@ class EtcdRegistry:
                 )
                 for kv in kvs
             ]
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             raise UserError(f"etcd3 at {self.address}: not an etcd v3 answer") from None
 
     def job(self, name: JobName) -> JobRecords:
