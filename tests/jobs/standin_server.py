@@ -99,7 +99,7 @@ def answer(conn: socket.socket, args: argparse.Namespace, state: ServerState) ->
         conn.sendall((head % len(evil)) + evil)
         return
     if mode == "odd_versions":  # JSON of the right shape with values no server sends
-        evil = {"/model_info": b'{"weight_version": "\xc2\xb2"}', "/health":
+        evil = {"/model_info": b'{"weight_version": "\\u00b2\\u001b]2;pwned\\u0007"}', "/health":
                 b'{"paused": 1, "version": -5}', "/is_paused": b'{"is_paused": "false"}'}.get(
             path, body)  # fmt: skip
         conn.sendall((head % len(evil)) + evil)

@@ -192,7 +192,7 @@ def test_odd_versions_and_pause_states_are_no_values_and_keep_the_poll(
     standin: Callable[..., Standin],
 ) -> None:
     sglang = poll(standin("--kind", "sglang", "--mode", "odd_versions"), "sglang")
-    assert sglang["ok"] and sglang["weight_version"] == "\u00b2"  # a label, not a number
+    assert sglang["ok"] and sglang["weight_version"] == "\u00b2\x1b]2;pwned\x07"  # a label
     assert sglang["metrics"]["sglang:num_running_reqs"] > 0  # the metrics are kept
     proxy = poll(standin("--kind", "data_proxy", "--mode", "odd_versions"), "data_proxy")
     assert proxy["ok"] and proxy["weight_version"] is None and proxy["paused"] is None
