@@ -174,3 +174,28 @@ def test_escape_sequences_from_processes_and_logs_never_reach_the_report_raw() -
         assert not raw.search(f.data.decode()), f.name
     processes = next(f for f in report.files if f.name == "processes.json")
     assert json.loads(processes.data)[0]["cmdline"].endswith(evil)  # JSON keeps the text
+
+
+def test_anonymize_covers_hosts_the_environment_names_and_the_processes_user() -> None:
+    from areal_console.core.report.model import NodeVersions
+    from areal_console.core.report.redact import learn_identities
+
+    env = {"MASTER_ADDR": "gpu-node-08", "SLURM_JOB_NODELIST": "gpu-node-[07-09]"}
+    inputs = ReportInputs(
+        job="e/t", made_at="now", log_dir="gpu-node-07:/fr/logs/alice/e/t",
+        processes=[{"node": "gpu-node-07", "pid": 1, "rank": 0, "state": "ok", "user": "alice",
+                    "cmdline": "python t.py MASTER_ADDR=gpu-node-08 --host gpu-node-09"}],
+        logs=[LogTail("gpu-node-07", "/fr/logs/alice/e/t/main.log", ["x"],
+                      "from 10.1.2.3 on gpu-node-09 in gpu-node-[07-09]\n", 10)],
+        versions=[NodeVersions("gpu-node-07", {}, [{"environment": env}])],
+    )  # fmt: skip
+    r = Redactor(anonymize=True)
+    learn_identities(r, inputs)
+    report = build_report(inputs, r)
+    texts = [report.markdown] + [f.name + "\n" + f.data.decode() for f in report.files]
+    for text in texts:
+        for name in ("gpu-node-0", "alice", "10.1.2.3"):
+            assert name not in text, (name, text[:300])
+    processes = json.loads(next(f.data for f in report.files if f.name == "processes.json"))
+    assert processes[0]["user"] == r.users["alice"]
+    assert r.hosts["gpu-node-[07-09]"] in report.markdown

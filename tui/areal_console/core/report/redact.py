@@ -50,6 +50,12 @@ IPV4 = re.compile(
     r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"
 )
 KEEP_IPS = frozenset({"0.0.0.0"})
+USER_KEYS = frozenset({"user", "owner", "username"})
+# Variables whose value names hosts beyond the nodes reached (a Slurm host list, the
+# rendezvous host): `--anonymize` learns those names too.
+HOST_VARS = ("MASTER_ADDR", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURMD_NODENAME",
+             "SLURM_STEP_NODELIST", "HOSTNAME")  # fmt: skip
+_HOST_ASSIGN = re.compile(rf"(?<![\w.-])({'|'.join(HOST_VARS)})=([^\s\"',;]+)")
 
 
 def is_secret_name(name: str) -> bool:
@@ -183,6 +189,8 @@ class Redactor:
                 key = self.text(k) if isinstance(k, str) else k
                 if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int, float)):
                     out[key] = MASK
+                elif self.anonymize and k in USER_KEYS and isinstance(v, str) and v in self.users:
+                    out[key] = self.users[v]  # a process record's "user": "alice"
                 else:
                     out[key] = self.data(v)
             return out
@@ -286,10 +294,34 @@ def learn_identities(redactor: Redactor, inputs: Any) -> None:
 
     hosts = {str(p.get("node")) for p in inputs.processes if p.get("node")}
     hosts |= {v.node for v in inputs.versions} | {socket.gethostname()}
+    hosts |= set(_named_hosts(inputs))
     hosts.discard("local")
     redactor.learn_hosts(sorted(hosts))
-    users = {getpass.getuser()}
+    users = {getpass.getuser()} | {str(p["user"]) for p in inputs.processes if p.get("user")}
     parts = (inputs.log_dir or "").split("/")
     if "logs" in parts and len(parts) > parts.index("logs") + 1:
         users.add(parts[parts.index("logs") + 1])
     redactor.learn_users(sorted(users))
+
+
+def _named_hosts(inputs: Any) -> Iterable[str]:
+    """Hosts the job's environment and command lines name (HOST_VARS): each host of a
+    Slurm host list, and the list's own text (`gpu-[07-08]`)."""
+    from areal_console.core.common.errors import UserError
+    from areal_console.core.targets.hostlist import expand_hostlist
+
+    values = [m.group(2) for p in inputs.processes
+              for m in _HOST_ASSIGN.finditer(str(p.get("cmdline") or ""))]  # fmt: skip
+    for version in inputs.versions:
+        for interp in version.interpreters:
+            env = interp.get("environment") if isinstance(interp, dict) else None
+            values += [str(env[k]) for k in HOST_VARS if isinstance(env, dict) and env.get(k)]
+    for value in values:
+        if IPV4.fullmatch(value):
+            continue
+        yield value
+        if "[" in value:
+            try:
+                yield from expand_hostlist(value)[:4096]
+            except UserError:
+                continue
