@@ -263,6 +263,20 @@ def test_the_live_reader_asks_the_controllers_node_first_and_few_nodes() -> None
 # --- hostile files in place of tracer files ----------------------------------------------
 
 
+def test_a_role_with_path_steps_reads_no_tracer_file_elsewhere(node: Any, tmp_path: Path) -> None:
+    """A process's `--role ../../other` (its argv) would put its tracer file outside the
+    run's directory: the file there is not read."""
+    d = trial(tmp_path)
+    write_steps(TranscribedPerfTracer(d, 0, role="../../other"), 3)
+    assert (d.parent / "other" / "traces-r0.jsonl").is_file()
+    procs = [controller(tmp_path)]
+    procs[0]["role"] = "../../other"
+    assert rollout_files(node, procs, USER)["traces"] == []
+    write_steps(TranscribedPerfTracer(d, 0, role="rollout"), 3)
+    procs[0]["role"] = "rollout"
+    assert [t["role"] for t in rollout_files(node, procs, USER)["traces"]] == ["rollout"]
+
+
 def test_fifo_and_sparse_tracer_files_are_bounded(node: Any, tmp_path: Path) -> None:
     d = trial(tmp_path)
     (d / "perf_tracer").mkdir()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from areal_node.constants import config_key
 from areal_node.server_flags import fleet_flags
 
-from areal_console.core.metrics.logdir import log_dir_from_processes
+from areal_console.core.metrics.logdir import log_dir_from_processes, safe_component
 from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
 from areal_console.core.rollout.scaling import Scaling, job_mode, scaling
@@ -232,8 +232,10 @@ def _read_config(session: NodeSession, path: str, owner: str) -> dict[str, Any]:
 
 
 def _rank_file(log_dir: str, subdir: str, name: str, role: str | None) -> list[str]:
-    """Where AReaL puts a rank's tracer file: under its role folder, else directly."""
-    return [f"{log_dir}/{subdir}/{role}/{name}"] * bool(role) + [f"{log_dir}/{subdir}/{name}"]
+    """Where AReaL puts a rank's tracer file: under its role folder, else directly. The
+    role is a process's `--role`: one path component or none (`../..` steers nowhere)."""
+    role_dir = [f"{log_dir}/{subdir}/{role}/{name}"] if role and safe_component(role) else []
+    return [*role_dir, f"{log_dir}/{subdir}/{name}"]
 
 
 def job_configs(
