@@ -20,6 +20,7 @@ import stat
 from typing import Any
 
 from areal_node.agent.logs import trusted_path
+from areal_node.agent.procfs import read_fd
 from areal_node.agent.protocol import OpError
 
 # Distributions a bug report names (normalised as PEP 503 does).
@@ -56,14 +57,7 @@ def _read(path: str, limit: int = MAX_FILE, own_only: bool = False) -> str | Non
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or not _readable_by(uid, real, st, own_only):
             return None
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
+        return read_fd(fd, limit).decode("utf-8", "replace")
     except OSError:
         return None
     finally:
