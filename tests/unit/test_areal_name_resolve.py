@@ -433,6 +433,19 @@ def test_etcd3_records_through_the_json_gateway(etcd: str, listener: tuple[str, 
     assert json.loads(result.stdout)["areal"]["source"] == f"etcd3:{etcd}"
 
 
+def test_etcd_records_another_writer_made_are_refusals_in_one_short_line(etcd: str) -> None:
+    """Anyone who may write to the job's etcd: a record whose host is an SSH option, a
+    trial named with 20,000 characters, a value of 1 MB. One short line, no node."""
+    etcd_put(etcd, worker_key("dave", "exp", "h1", "actor", 0), "[x:1 -oProxyCommand=id]:22")
+    etcd_put(etcd, worker_key("dave", "exp", "h1", "actor", 1), "1" * (1 << 20))
+    etcd_put(etcd, worker_key("dave", "exp", "t" * 20000, "actor", 0), "127.0.0.1:1")
+    plan = resolve_areal_targets("dave/exp/h1", etcd3=etcd, probe_timeout=0.3)
+    assert plan.specs == [] and [e.state for e in plan.entries] == ["stale"]
+    assert plan.refused == ["dave/exp/h1/workers/actor/1: value larger than 4096 bytes"]
+    result = run_cli("nodes", "--areal", "dave/exp/nope", "--etcd3", etcd)
+    assert result.returncode == 1 and len(result.stderr) < 1000, len(result.stderr)
+
+
 def test_etcd_down_is_one_line() -> None:
     result = run_cli("nodes", "--areal", "exp/t1", "--etcd3", f"127.0.0.1:{dead_port()}")
     assert result.returncode == 1

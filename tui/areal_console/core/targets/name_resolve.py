@@ -35,7 +35,7 @@ from areal_node import name_resolve as nfs
 from areal_node.name_resolve import DEFAULT_NFS_ROOT, MAX_ENTRIES, MAX_VALUE_BYTES
 
 from areal_console.core.common.errors import UsageError, UserError
-from areal_console.core.common.textfmt import clip_repr
+from areal_console.core.common.textfmt import clip, clip_repr
 from areal_console.core.targets.specs import is_host
 
 ETCD_TIMEOUT = 5.0
@@ -388,8 +388,10 @@ def find_job(registry: Registry, name: JobName) -> JobRecords:
         if others:
             raise UserError(
                 f"no AReaL job {name.short} of user {name.user} under {where}; users with "
-                f"that name: {', '.join(others)} (give USER/{name.short})"
+                f"that name: {', '.join(clip(u, 80) for u in others[:20])} (give USER/{name.short})"
             )
     found = registry.trials(name.user)
-    listing = ", ".join(found[:20]) + (f", ... ({len(found)} in all)" if len(found) > 20 else "")
+    listing = ", ".join(clip(t, 200) for t in found[:20]) + (
+        f", ... ({len(found)} in all)" if len(found) > 20 else ""
+    )
     raise UserError(f"no AReaL job {name.short} under {where} (found: {listing or 'none'})")
