@@ -35,19 +35,20 @@ MAX_ENV = 128
 MAX_DIRS = 256
 # The user of the process whose files are read (None: the agent's own): the files a
 # process names (its PYTHONPATH, argv[0], a checkout's .git) are trusted as its user's.
-_PROCESS_UID: contextvars.ContextVar[int | None] = contextvars.ContextVar("uid", default=None)
+_PROCESS: contextvars.ContextVar[tuple[int, frozenset[int]] | None] = contextvars.ContextVar(
+    "process_user", default=None
+)
 _REF = re.compile(r"refs/(?:[\w+@-][\w.+@-]*/)*[\w+@-][\w.+@-]*")
 
 
 def _read(path: str, limit: int = MAX_FILE, own_only: bool = False) -> str | None:
     """At most `limit` bytes of a regular file, or None. Read as the agent reads logs:
     symlinks followed only when root, the agent's user or the process's user owns them,
-    opened `O_NOFOLLOW|O_NONBLOCK` (a FIFO never blocks), and only a file the process's
-    user could read itself: its own, or one anyone may read in directories anyone may
-    enter (`own_only`: its own only). A link that user planted to a root-only file, or a
-    path it names there, reads nothing."""
-    uid = _PROCESS_UID.get()
-    uid = os.getuid() if uid is None else uid
+    opened `O_NOFOLLOW|O_NONBLOCK` (a FIFO never blocks), and only a file the process
+    could open itself (its user's and groups' permissions on the file and on every
+    directory above it; `own_only`: its user's own file only). A link that user planted
+    to a root-only file, or a path it names there, reads nothing."""
+    uid, groups = _user()
     try:
         real = trusted_path(path, uid)
         fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -55,7 +56,7 @@ def _read(path: str, limit: int = MAX_FILE, own_only: bool = False) -> str | Non
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _readable_by(uid, real, st, own_only):
+        if not stat.S_ISREG(st.st_mode) or not _readable_by(uid, groups, real, st, own_only):
             return None
         return read_fd(fd, limit).decode("utf-8", "replace")
     except OSError:
@@ -64,21 +65,46 @@ def _read(path: str, limit: int = MAX_FILE, own_only: bool = False) -> str | Non
         os.close(fd)
 
 
-def _readable_by(uid: int, real: str, st: os.stat_result, own_only: bool) -> bool:
-    """Whether `uid` could read the file itself (groups aside: a conservative answer)."""
-    if st.st_uid == uid:
-        return True
-    if own_only or not st.st_mode & stat.S_IROTH:
-        return uid == 0 and not own_only
+def _user() -> tuple[int, frozenset[int]]:
+    """The uid and groups files are read for: the process's, else the agent's own."""
+    found = _PROCESS.get()
+    if found is not None:
+        return found
+    return os.getuid(), frozenset([os.getgid(), *os.getgroups()])
+
+
+def _may(uid: int, groups: frozenset[int], st: os.stat_result, bits: tuple[int, int, int]) -> bool:
+    """Whether `uid` (in `groups`) has the permission `bits` (user, group, other) on a file
+    as the kernel checks it (root always)."""
     if uid == 0:
         return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & bits[0])
+    if st.st_gid in groups:
+        return bool(st.st_mode & bits[1])
+    return bool(st.st_mode & bits[2])
+
+
+_READ = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+_SEARCH = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+
+
+def _readable_by(
+    uid: int, groups: frozenset[int], real: str, st: os.stat_result, own_only: bool
+) -> bool:
+    """Whether the user could open the file itself: read permission on it and search
+    permission on every directory above it (ACLs aside); `own_only`: only its own file."""
+    if own_only:
+        return st.st_uid == uid
+    if not _may(uid, groups, st, _READ):
+        return False
     parent = os.path.dirname(real)
     while True:
         try:
-            dst = os.lstat(parent)
+            dst = os.stat(parent)
         except OSError:
             return False
-        if not (dst.st_mode & stat.S_IXOTH or (dst.st_uid == uid and dst.st_mode & stat.S_IXUSR)):
+        if not _may(uid, groups, dst, _SEARCH):
             return False
         if parent == "/":
             return True
@@ -472,14 +498,30 @@ def process_versions(pid: int) -> dict[str, Any]:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             argv = [a.decode("utf-8", "replace") for a in fh.read(1 << 20).split(b"\0") if a]
         exe = os.readlink(f"/proc/{pid}/exe")
-        uid = os.stat(f"/proc/{pid}").st_uid
+        uid, groups = _credentials(pid)
     except OSError as exc:
         return {"pid": pid, "error": f"cannot read process {pid}: {exc.strerror or exc}"}
-    token = _PROCESS_UID.set(uid)
+    token = _PROCESS.set((uid, groups))
     try:
         return _process_versions(pid, argv, exe)
     finally:
-        _PROCESS_UID.reset(token)
+        _PROCESS.reset(token)
+
+
+def _credentials(pid: int) -> tuple[int, frozenset[int]]:
+    """The process's effective uid and its groups (`Gid:` and `Groups:` of its status)."""
+    uid, groups = os.stat(f"/proc/{pid}").st_uid, set()
+    with open(f"/proc/{pid}/status", "rb") as fh:
+        for line in fh.read(64 << 10).decode("ascii", "replace").splitlines():
+            name, _, rest = line.partition(":")
+            fields = rest.split()
+            if name == "Uid" and len(fields) > 1 and fields[1].isdigit():
+                uid = int(fields[1])
+            elif name == "Gid" and len(fields) > 1 and fields[1].isdigit():
+                groups.add(int(fields[1]))
+            elif name == "Groups":
+                groups.update(int(g) for g in fields if g.isdigit())
+    return uid, frozenset(groups)
 
 
 def _process_versions(pid: int, argv: list[str], exe: str) -> dict[str, Any]:

@@ -40,15 +40,8 @@ def planted() -> Iterator[tuple[Path, Path]]:
 
 def nobody_process(site: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([*NOBODY, "env", f"PYTHONPATH={site}", "sleep", "60"])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            if os.readlink(f"/proc/{proc.pid}/exe").endswith("sleep"):
-                return proc
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError("the nobody process did not start")
+    nobody_process_started(proc)
+    return proc
 
 
 def versions_as_root(pid: int) -> dict:  # type: ignore[type-arg]
@@ -108,3 +101,42 @@ def test_a_planted_link_or_ref_never_reads_a_root_only_file(planted: tuple[Path,
         proc.kill()
         proc.wait()
     assert (areal["commit"], areal["branch"]) == ("ab" * 20, "main")
+
+
+def test_files_its_group_may_read_are_read_and_others_not() -> None:
+    """A site directory shared by group (root-owned, 0750, the process's group) is read;
+    the same tree of a group the process is not in is not."""
+    import grp
+
+    with shared_tmp() as shared:
+        for name, group, version in (("ours", "nogroup", "1.0"), ("theirs", "root", "2.0")):
+            site = shared / name
+            info = site / f"ray-{version}.dist-info"
+            info.mkdir(parents=True)
+            (info / "METADATA").write_text(f"Name: ray\nVersion: {version}\n")
+            gid = grp.getgrnam(group).gr_gid
+            for path, mode in ((site, 0o750), (info, 0o750), (info / "METADATA", 0o640)):
+                os.chown(path, 0, gid)
+                os.chmod(path, mode)
+        proc = subprocess.Popen(
+            [*NOBODY, "env", f"PYTHONPATH={shared / 'theirs'}:{shared / 'ours'}", "sleep", "60"]
+        )
+        try:
+            nobody_process_started(proc)
+            (one,) = versions_as_root(proc.pid)["interpreters"]
+        finally:
+            proc.kill()
+            proc.wait()
+    assert one["packages"].get("ray") == "1.0"  # theirs (first on the path) is not readable
+
+
+def nobody_process_started(proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/exe").endswith("sleep"):
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError("the nobody process did not start")
