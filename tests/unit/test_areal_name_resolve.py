@@ -133,6 +133,18 @@ def test_a_records_host_never_adds_options_to_an_ssh_proxy_command(tmp_path: Pat
         resolve_route(NodeSpec(name="n", transport="ssh", host="x -oA=b"), paramiko.SSHConfig())
 
 
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [("gpu-node-07", True), ("node_1.example.com", True), ("10.0.0.1", True), ("fd00::3", True),
+     ("fe80::1%eth0", True), ("-oProxyCommand=x", False), ("x:1 -oA=b", False), ("a b", False),
+     ("fe80::1%-o", False), ("..", False), ("", False), ("h\x1b]2;t", False)],
+)  # fmt: skip
+def test_what_counts_as_a_host(host: str, ok: bool) -> None:
+    from areal_console.core.targets.specs import is_host
+
+    assert is_host(host) is ok
+
+
 def test_key_value_pairs_outside_the_job_or_oversized_are_refused() -> None:
     """What etcd or Ray's KV actor answers is anyone's (no owner per key): pairs of
     another prefix, huge keys and values are refusals, the job's own pairs entries."""

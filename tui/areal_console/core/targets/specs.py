@@ -18,13 +18,14 @@ def is_host(text: str) -> bool:
     `-` would become an option of the proxy command."""
     if _HOST_NAME.fullmatch(text):
         return True
-    if ":" in text and "%" not in text:
-        try:
-            ipaddress.IPv6Address(text)
-        except ValueError:
-            return False
-        return True
-    return False
+    address, _, zone = text.partition("%")  # fe80::1%eth0: a link-local address's zone
+    if ":" not in address or (zone and not _HOST_NAME.fullmatch(zone)) or text.endswith("%"):
+        return False
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
