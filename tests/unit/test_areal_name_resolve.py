@@ -169,6 +169,16 @@ def test_probe_of_unanswering_addresses_is_bounded() -> None:
     elapsed = time.monotonic() - start
     assert len(verdicts) == 300 and all(verdicts.values())
     assert elapsed < 3.0  # two batches of 256, each bounded by 0.5 s
+    # Records anyone may write (etcd, Ray's KV) can name 100,000 addresses: at most
+    # MAX_PROBED are tried, the rest say so.
+    from areal_node.tcp_probe import MAX_PROBED
+
+    many = [("fd00::3", 1 + i) for i in range(MAX_PROBED + 500)]
+    start = time.monotonic()
+    verdicts = probe_addresses(many, timeout=0.1)
+    assert time.monotonic() - start < 5.0
+    skipped = [why for why in verdicts.values() if why and "not probed" in why]
+    assert len(verdicts) == len(many) and len(skipped) == 500
 
 
 def test_unknown_job_lists_what_exists_and_other_users(tmp_path: Path) -> None:
