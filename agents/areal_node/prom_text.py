@@ -85,10 +85,12 @@ class Exposition:
     dropped: int = 0  # wanted samples past MAX_SAMPLES
 
     def values(self) -> dict[str, float]:
-        """One value per family (summed over series, or the largest for ratios)."""
+        """One value per family (summed over series, or the largest for ratios); finite
+        only: an `+Inf`, or series whose sum overflows, is no value (`nodes --json` stays
+        JSON, which has no Infinity or NaN)."""
         out: dict[str, float] = {}
         for s in self.samples:
-            if math.isnan(s.value):
+            if not math.isfinite(s.value):
                 continue
             if s.name not in out:
                 out[s.name] = s.value
@@ -96,7 +98,7 @@ class Exposition:
                 out[s.name] = max(out[s.name], s.value)
             else:
                 out[s.name] += s.value
-        return out
+        return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
 def parse_value(text: str) -> float | None:

@@ -14,6 +14,7 @@ The kinds are a fixed set (FLAG_KINDS, documented in docs/guide/rollout.md):
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -92,7 +93,8 @@ def throughput_from_counter(prev: ServerPoint | None, cur: ServerPoint) -> float
     delta = cur.metrics[name] - prev.metrics[name]
     if dt <= 0 or delta < 0:  # a restarted server resets its counter
         return None
-    return delta / dt
+    rate = delta / dt
+    return rate if math.isfinite(rate) else None
 
 
 def paused_since(history: Sequence[ServerPoint]) -> float | None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_node.agent.procfs import read_fd
 from areal_node.prom_text import decode_body, parse_exposition
 from areal_node.server_flags import ServerPoint, flags_json, server_flags, throughput_from_counter
 
@@ -140,25 +141,11 @@ def listeners(pid: int, proc_root: str = "/proc") -> list[Listener]:
         except FileNotFoundError:
             continue
         try:
-            text = _read_all(fd, MAX_NET_TABLE).decode("ascii", "replace")
+            text = read_fd(fd, MAX_NET_TABLE).decode("ascii", "replace")
         finally:
             os.close(fd)
         found.extend(parse_net_table(text, inodes))
     return found
-
-
-def _read_all(fd: int, limit: int) -> bytes:
-    """Up to `limit` bytes of a /proc table: procfs hands a table over a page or so per
-    read, so one read of a busy node's table misses most of its rows."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 16, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def verified_endpoint(pid: int, port: int, proc_root: str = "/proc") -> tuple[Listener | None, str]:
@@ -268,11 +255,13 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
 def _version(value: Any) -> int | str | None:
     if isinstance(value, bool) or value is None:
         return None
+    # A version counts up from 0: a negative or huge one is no version (it would raise
+    # a lag flag of its own); "²" is a digit to isdigit() but no number to int().
     if isinstance(value, int):
-        return value if abs(value) < 1 << 53 else None
+        return value if 0 <= value < 1 << 53 else None
     if isinstance(value, str) and value:
         text = value[:64]
-        return int(text) if text.isdigit() and len(text) < 16 else text
+        return int(text) if text.isascii() and text.isdigit() and len(text) < 16 else text
     return None
 
 

@@ -15,6 +15,10 @@ import time
 
 PROBE_TIMEOUT = 2.0
 PROBE_BATCH = 256  # sockets open at once
+# Addresses probed per call: an AReaL job has a few thousand workers at most, and a
+# backend anyone may write (etcd, Ray's KV) could hold 100,000 records (13 minutes of
+# 2 s batches); the rest are answered "not probed".
+MAX_PROBED = 2048
 
 
 def probe_addresses(
@@ -25,6 +29,9 @@ def probe_addresses(
     about `timeout` per `PROBE_BATCH` addresses."""
     out: dict[tuple[str, int], str | None] = {}
     unique = list(dict.fromkeys(addresses))
+    for addr in unique[MAX_PROBED:]:
+        out[addr] = f"{_show(addr)}: not probed (over {MAX_PROBED} addresses)"
+    unique = unique[:MAX_PROBED]
     for start in range(0, len(unique), PROBE_BATCH):
         out.update(_probe_batch(unique[start : start + PROBE_BATCH], timeout))
     return out

@@ -11,11 +11,17 @@ sends this module with the agent's `load` op).
 from __future__ import annotations
 
 import ast
+import contextvars
 import glob
 import json
 import os
 import re
+import stat
 from typing import Any
+
+from areal_node.agent.logs import trusted_path
+from areal_node.agent.procfs import read_fd
+from areal_node.agent.protocol import OpError
 
 # Distributions a bug report names (normalised as PEP 503 does).
 WANTED = ("torch", "areal", "sglang", "vllm", "transformers", "ray", "flash-attn", "megatron-core")
@@ -26,14 +32,88 @@ ENV_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "AREAL_", "GLOO_", "SGLA
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION)", re.I)
 MAX_FILE = 1 << 20
 MAX_ENV = 128
+MAX_DIRS = 256
+# The user of the process whose files are read (None: the agent's own): the files a
+# process names (its PYTHONPATH, argv[0], a checkout's .git) are trusted as its user's.
+_PROCESS: contextvars.ContextVar[tuple[int, frozenset[int]] | None] = contextvars.ContextVar(
+    "process_user", default=None
+)
+_REF = re.compile(r"refs/(?:[\w+@-][\w.+@-]*/)*[\w+@-][\w.+@-]*")
 
 
-def _read(path: str, limit: int = MAX_FILE) -> str | None:
+def _read(path: str, limit: int = MAX_FILE, own_only: bool = False) -> str | None:
+    """At most `limit` bytes of a regular file, or None. Read as the agent reads logs:
+    symlinks followed only when root, the agent's user or the process's user owns them,
+    opened `O_NOFOLLOW|O_NONBLOCK` (a FIFO never blocks), and only a file the process
+    could open itself (its user's and groups' permissions on the file and on every
+    directory above it; `own_only`: its user's own file only). A link that user planted
+    to a root-only file, or a path it names there, reads nothing."""
+    uid, groups = _user()
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
+        real = trusted_path(path, uid)
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, OpError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _readable_by(uid, groups, real, st, own_only):
+            return None
+        return read_fd(fd, limit).decode("utf-8", "replace")
     except OSError:
         return None
+    finally:
+        os.close(fd)
+
+
+def _user() -> tuple[int, frozenset[int]]:
+    """The uid and groups files are read for: the process's, else the agent's own."""
+    found = _PROCESS.get()
+    if found is not None:
+        return found
+    return os.getuid(), frozenset([os.getgid(), *os.getgroups()])
+
+
+def _may(uid: int, groups: frozenset[int], st: os.stat_result, bits: tuple[int, int, int]) -> bool:
+    """Whether `uid` (in `groups`) has the permission `bits` (user, group, other) on a file
+    as the kernel checks it (root always)."""
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        return bool(st.st_mode & bits[0])
+    if st.st_gid in groups:
+        return bool(st.st_mode & bits[1])
+    return bool(st.st_mode & bits[2])
+
+
+_READ = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+_SEARCH = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+
+
+def _readable_by(
+    uid: int, groups: frozenset[int], real: str, st: os.stat_result, own_only: bool
+) -> bool:
+    """Whether the user could open the file itself: read permission on it and search
+    permission on every directory above it (ACLs aside); `own_only`: only its own file."""
+    if own_only:
+        return st.st_uid == uid
+    if not _may(uid, groups, st, _READ):
+        return False
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            dst = os.stat(parent)
+        except OSError:
+            return False
+        if not _may(uid, groups, dst, _SEARCH):
+            return False
+        if parent == "/":
+            return True
+        parent = os.path.dirname(parent)
+
+
+def _read_git(path: str, limit: int = 4096) -> str | None:
+    """A file of a checkout's `.git`: only the process's own (or the agent's) user's."""
+    return _read(path, limit, own_only=True)
 
 
 def normalise(name: str) -> str:
@@ -77,9 +157,12 @@ def import_dirs(
     the user's site-packages. Directories that do not exist are left out."""
     env = env or {}
     out: list[str] = []
+    seen: set[str] = set()
 
     def add(path: str | None) -> None:
-        if path and os.path.isdir(path) and path not in out:
+        # A hostile PYTHONPATH may name 100,000 directories: the first MAX_DIRS count.
+        if path and len(out) < MAX_DIRS and path not in seen and os.path.isdir(path):
+            seen.add(path)
             out.append(path)
 
     args = list(argv or [])
@@ -179,7 +262,7 @@ def literal_assignments(source: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # 20,000 `1+1+...`
         return out
     for node in tree.body:
         target = None
@@ -190,7 +273,7 @@ def literal_assignments(source: str) -> dict[str, Any]:
         if isinstance(target, ast.Name):
             try:
                 out[target.id] = ast.literal_eval(value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
                 continue
     return out
 
@@ -230,7 +313,9 @@ def git_checkout(path: str | None, max_up: int = 6) -> dict[str, Any] | None:
     """The git commit of the checkout holding `path`: {"root", "commit", "branch"}.
 
     Reads `.git/HEAD`, the ref it names (loose or in `packed-refs`); a worktree's or
-    submodule's `.git` file (`gitdir: ...`) is followed."""
+    submodule's `.git` file (`gitdir: ...`) is followed. Only the process's user's files
+    are read there, and only a well-formed `refs/...` name (no `..`) is looked up: a
+    planted `ref: ../../root/token` reads nothing."""
     if not path:
         return None
     current = os.path.abspath(path)
@@ -248,27 +333,30 @@ def git_checkout(path: str | None, max_up: int = 6) -> dict[str, Any] | None:
 def _head_of(root: str, dot_git: str) -> dict[str, Any] | None:
     git_dir = dot_git
     if os.path.isfile(dot_git):
-        text = (_read(dot_git, 4096) or "").strip()
+        text = (_read_git(dot_git) or "").strip()
         if not text.startswith("gitdir:"):
             return None
         git_dir = os.path.normpath(os.path.join(root, text[len("gitdir:") :].strip()))
-    head = (_read(os.path.join(git_dir, "HEAD"), 4096) or "").strip()
+    head = (_read_git(os.path.join(git_dir, "HEAD")) or "").strip()
     common = git_dir
-    common_file = (_read(os.path.join(git_dir, "commondir"), 4096) or "").strip()
+    common_file = (_read_git(os.path.join(git_dir, "commondir")) or "").strip()
     if common_file:
         common = os.path.normpath(os.path.join(git_dir, common_file))
     branch = None
     commit = None
     if head.startswith("ref:"):
         ref = head[len("ref:") :].strip()
+        if not _REF.fullmatch(ref) or ".." in ref:
+            return None
         branch = ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else ref
         for base in (git_dir, common):
-            text = (_read(os.path.join(base, *ref.split("/")), 4096) or "").strip()
+            text = (_read_git(os.path.join(base, *ref.split("/"))) or "").strip()
             if re.fullmatch(r"[0-9a-f]{40,64}", text):
                 commit = text
                 break
         if commit is None:
-            for line in (_read(os.path.join(common, "packed-refs")) or "").splitlines():
+            packed = _read_git(os.path.join(common, "packed-refs"), MAX_FILE)
+            for line in (packed or "").splitlines():
                 sha, _, name = line.partition(" ")
                 if name.strip() == ref and re.fullmatch(r"[0-9a-f]{40,64}", sha):
                     commit = sha
@@ -410,8 +498,33 @@ def process_versions(pid: int) -> dict[str, Any]:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             argv = [a.decode("utf-8", "replace") for a in fh.read(1 << 20).split(b"\0") if a]
         exe = os.readlink(f"/proc/{pid}/exe")
+        uid, groups = _credentials(pid)
     except OSError as exc:
         return {"pid": pid, "error": f"cannot read process {pid}: {exc.strerror or exc}"}
+    token = _PROCESS.set((uid, groups))
+    try:
+        return _process_versions(pid, argv, exe)
+    finally:
+        _PROCESS.reset(token)
+
+
+def _credentials(pid: int) -> tuple[int, frozenset[int]]:
+    """The process's effective uid and its groups (`Gid:` and `Groups:` of its status)."""
+    uid, groups = os.stat(f"/proc/{pid}").st_uid, set()
+    with open(f"/proc/{pid}/status", "rb") as fh:
+        for line in fh.read(64 << 10).decode("ascii", "replace").splitlines():
+            name, _, rest = line.partition(":")
+            fields = rest.split()
+            if name == "Uid" and len(fields) > 1 and fields[1].isdigit():
+                uid = int(fields[1])
+            elif name == "Gid" and len(fields) > 1 and fields[1].isdigit():
+                groups.add(int(fields[1]))
+            elif name == "Groups":
+                groups.update(int(g) for g in fields if g.isdigit())
+    return uid, frozenset(groups)
+
+
+def _process_versions(pid: int, argv: list[str], exe: str) -> dict[str, Any]:
     env = _proc_environ(pid)
     try:
         cwd: str | None = os.readlink(f"/proc/{pid}/cwd")

@@ -3,7 +3,7 @@ bytes SGLang's, vLLM's and AReaL's data proxy's code produce (tests/support/fixt
 or misbehaves on purpose.
 
     python tests/jobs/standin_server.py --kind sglang|vllm|data_proxy --port P
-        [--host 127.0.0.1] [--mode normal|slow|trickle|truncated|oversized|hostile|garbage]
+        [--host 127.0.0.1] [--mode normal|slow|trickle|truncated|oversized|hostile|odd_versions|garbage]
         [--paused] [--dev-mode] [--version N] [--throughput T] [--ready FILE]
 
 It writes FILE once it listens (the port, useful with --port 0).
@@ -96,6 +96,12 @@ def answer(conn: socket.socket, args: argparse.Namespace, state: ServerState) ->
             evil = b"[" * 100000
         elif path == "/health":
             evil = b'{"paused": "yes", "version": 123456789012345678901234567890}'
+        conn.sendall((head % len(evil)) + evil)
+        return
+    if mode == "odd_versions":  # JSON of the right shape with values no server sends
+        evil = {"/model_info": b'{"weight_version": "\\u00b2\\u001b]2;pwned\\u0007"}', "/health":
+                b'{"paused": 1, "version": -5}', "/is_paused": b'{"is_paused": "false"}'}.get(
+            path, body)  # fmt: skip
         conn.sendall((head % len(evil)) + evil)
         return
     if mode == "garbage":

@@ -106,6 +106,29 @@ async def test_group_and_op_names_from_a_trace_are_escaped() -> None:
         assert "group evil\\x1b]2;pwned" in terminal(app)
 
 
+async def test_a_servers_version_in_the_diagnosis_banner_is_escaped(tmp_path: Path) -> None:
+    """A server process (any user's, listening on its own port) answers a weight version
+    with escapes; the Stacks screen's banner quotes it (`weight_update_stuck`)."""
+    from tests.unit.test_rollout_diagnosis import UPDATE_STACK, capture, rank, server
+    from tests.unit.test_server_poll import Standin, poll
+
+    standin = Standin(tmp_path / "s", "--kind", "sglang", "--mode", "odd_versions")
+    try:
+        polled = poll(standin, "sglang")
+    finally:
+        standin.stop()
+    assert "\x1b" in polled["weight_version"]
+    ranks = [rank(r, UPDATE_STACK) for r in range(4)] + [server(True, polled["weight_version"])]
+    app = Host(StacksScreen(capture(ranks)))
+    async with app.run_test(size=(200, 48)) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: getattr(screen, "analysis", None) is not None, what="analysis")
+        await pilot.press("f")  # every piece of evidence: the server's is the fifth
+        await pilot.pause()
+        assert_escaped(app)
+        assert "version \u00b2\\x1b]2;pwned\\x07" in terminal(app)
+
+
 @pytest.fixture()
 def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
     monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path / "data"))

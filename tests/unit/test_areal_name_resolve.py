@@ -25,9 +25,11 @@ from areal_console.core.stacks.records import Frame, RankStack, StackCapture, Th
 from areal_console.core.targets.areal import probe_addresses, probe_via, resolve_areal_targets
 from areal_console.core.targets.name_resolve import (
     EtcdRegistry,
+    JobName,
     NfsRegistry,
     find_job,
     parse_job_name,
+    records_from_pairs,
 )
 from areal_console.core.targets.specs import local_node
 
@@ -104,6 +106,61 @@ def test_addresses_elsewhere_are_ssh_nodes_in_record_order(tmp_path: Path) -> No
     assert all(e.state == "stale" for e in plan.entries)  # TEST-NET, ULA: nothing there
 
 
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh as the ProxyCommand")
+def test_a_records_host_never_adds_options_to_an_ssh_proxy_command(tmp_path: Path) -> None:
+    """A record's value (any writer of etcd or Ray's KV, or the job's user) names a
+    "host" with a space and `-oProxyCommand=...`: with the common `ProxyCommand ssh -W
+    %h:%p bastion` in ssh_config it ran a command here. It is no address now."""
+    marker = tmp_path / "ran"
+    evil = f"[x:1 -oProxyCommand=touch${{IFS}}{marker}]:22"
+    root = tmp_path / "nr"
+    nfs_add(str(root), worker_key(USER, "e", "t", "actor", 0), evil)
+    nfs_add(str(root), worker_key(USER, "e", "t", "actor", 1), "-oProxyCommand=x:22")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  ProxyCommand ssh -F /dev/null -W %h:%p bastion.invalid\n")
+    done = run_cli("nodes", "--areal", "e/t", "--name-resolve-root", str(root),
+                   "--ssh-config", str(config), "--connect-timeout", "3", timeout=60)  # fmt: skip
+    assert not list(tmp_path.glob("ran*")), done.stdout + done.stderr
+    assert done.stderr.count("not a host:port address") == 2, done.stderr
+    plan = resolve_areal_targets("e/t", nfs_root=str(root), probe_timeout=0.3)
+    assert plan.specs == [] and [e.state for e in plan.entries] == ["stale", "stale"]
+    # Whatever else names a host (Ray's node table with --ray-ssh), SSH refuses it too.
+    import paramiko
+    from areal_console.core.connection.ssh import SshError, resolve_route
+    from areal_console.core.targets.specs import NodeSpec
+
+    with pytest.raises(SshError, match="not a host name or address"):
+        resolve_route(NodeSpec(name="n", transport="ssh", host="x -oA=b"), paramiko.SSHConfig())
+
+
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [("gpu-node-07", True), ("node_1.example.com", True), ("10.0.0.1", True), ("fd00::3", True),
+     ("fe80::1%eth0", True), ("-oProxyCommand=x", False), ("x:1 -oA=b", False), ("a b", False),
+     ("fe80::1%-o", False), ("..", False), ("", False), ("h\x1b]2;t", False)],
+)  # fmt: skip
+def test_what_counts_as_a_host(host: str, ok: bool) -> None:
+    from areal_console.core.targets.specs import is_host
+
+    assert is_host(host) is ok
+
+
+def test_key_value_pairs_outside_the_job_or_oversized_are_refused() -> None:
+    """What etcd or Ray's KV actor answers is anyone's (no owner per key): pairs of
+    another prefix, huge keys and values are refusals, the job's own pairs entries."""
+    pairs = [
+        ("u/e/t/workers/actor/0", "10.0.0.1:5000"),
+        ("u/e/tx/workers/actor/0", "10.0.0.2:5000"),  # another job's prefix
+        ("u/e/t/workers/" + "a" * 5000, "10.0.0.3:5000"),
+        ("u/e/t/workers/actor/1", "1" * 5000),
+    ]
+    records = records_from_pairs(JobName("u", "e", "t"), "ray:x", pairs)
+    assert [(e.key, e.host, e.port) for e in records.entries] == [
+        ("u/e/t/workers/actor/0", "10.0.0.1", 5000)
+    ]
+    assert len(records.refused) == 3 and all(len(r) < 300 for r in records.refused)
+
+
 def test_probe_of_unanswering_addresses_is_bounded() -> None:
     # An unrouted ULA address never answers: the probe gives up on all at once.
     addresses = [("fd00::3", 5000 + i) for i in range(300)]
@@ -112,6 +169,16 @@ def test_probe_of_unanswering_addresses_is_bounded() -> None:
     elapsed = time.monotonic() - start
     assert len(verdicts) == 300 and all(verdicts.values())
     assert elapsed < 3.0  # two batches of 256, each bounded by 0.5 s
+    # Records anyone may write (etcd, Ray's KV) can name 100,000 addresses: at most
+    # MAX_PROBED are tried, the rest say so.
+    from areal_node.tcp_probe import MAX_PROBED
+
+    many = [("fd00::3", 1 + i) for i in range(MAX_PROBED + 500)]
+    start = time.monotonic()
+    verdicts = probe_addresses(many, timeout=0.1)
+    assert time.monotonic() - start < 5.0
+    skipped = [why for why in verdicts.values() if why and "not probed" in why]
+    assert len(verdicts) == len(many) and len(skipped) == 500
 
 
 def test_unknown_job_lists_what_exists_and_other_users(tmp_path: Path) -> None:
@@ -386,6 +453,19 @@ def test_etcd3_records_through_the_json_gateway(etcd: str, listener: tuple[str, 
     result = run_cli("nodes", "--areal", "exp/e1", "--etcd3", etcd, "--json")
     assert result.returncode == 3
     assert json.loads(result.stdout)["areal"]["source"] == f"etcd3:{etcd}"
+
+
+def test_etcd_records_another_writer_made_are_refusals_in_one_short_line(etcd: str) -> None:
+    """Anyone who may write to the job's etcd: a record whose host is an SSH option, a
+    trial named with 20,000 characters, a value of 1 MB. One short line, no node."""
+    etcd_put(etcd, worker_key("dave", "exp", "h1", "actor", 0), "[x:1 -oProxyCommand=id]:22")
+    etcd_put(etcd, worker_key("dave", "exp", "h1", "actor", 1), "1" * (1 << 20))
+    etcd_put(etcd, worker_key("dave", "exp", "t" * 20000, "actor", 0), "127.0.0.1:1")
+    plan = resolve_areal_targets("dave/exp/h1", etcd3=etcd, probe_timeout=0.3)
+    assert plan.specs == [] and [e.state for e in plan.entries] == ["stale"]
+    assert plan.refused == ["dave/exp/h1/workers/actor/1: value larger than 4096 bytes"]
+    result = run_cli("nodes", "--areal", "dave/exp/nope", "--etcd3", etcd)
+    assert result.returncode == 1 and len(result.stderr) < 1000, len(result.stderr)
 
 
 def test_etcd_down_is_one_line() -> None:

@@ -8,10 +8,8 @@ import getpass
 import json
 import os
 import posixpath
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,16 +25,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import run_cli, wait_for
 from tests.support.areal_logfmt import write_run
-
-SETPRIV = shutil.which("setpriv")
-needs_nobody = pytest.mark.skipif(
-    os.getuid() != 0 or SETPRIV is None, reason="planting files as nobody needs root and setpriv"
-)
-
-
-def as_nobody(*argv: str) -> None:
-    subprocess.run([SETPRIV, "--reuid", "nobody", "--regid", "nogroup", "--clear-groups",
-                    *argv], check=True)  # fmt: skip
+from tests.support.nobody import SETPRIV, as_nobody, needs_nobody, shared_tmp
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +38,8 @@ def agent():  # type: ignore[no-untyped-def]
 
 @pytest.fixture()
 def shared_dir() -> Iterator[Path]:
-    """A directory anyone may write, as /tmp is (sticky), where `nobody` can reach it."""
-    d = Path(tempfile.mkdtemp(prefix="areal-trust-", dir="/tmp"))
-    os.chmod(d, 0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with shared_tmp() as d:
+        yield d
 
 
 @pytest.fixture()
@@ -216,3 +202,25 @@ def test_another_users_job_names_only_its_own_users_files(tmp_path: Path) -> Non
     finally:
         proc.kill()
         proc.wait()
+
+
+@needs_nobody
+def test_the_report_reads_only_the_jobs_users_files_in_its_log_dir(shared_dir: Path) -> None:
+    """`report` on a job gone (its saved capture): the log directory its command lines
+    name is a shared one where `nobody` planted a config.yaml and a log."""
+    from areal_console.core.report.collect import ReportRequest, collect
+
+    me = getpass.getuser()
+    run = shared_dir / "logs" / me / "e" / "t"
+    write_run(run, 3)
+    os.chmod(run, 0o1777)
+    as_nobody("sh", "-c", f"echo 'wandb: {{api_key: PLANTED}}' > {run}/config.yaml; "
+                          f"echo planted > {run}/zz-planted.log")  # fmt: skip
+    cmd = f"python -m areal.launcher.local t.py cluster.fileroot={shared_dir} experiment_name=e trial_name=t"
+    capture = {"job": "e/t", "ranks": [{"node": "local", "pid": 1, "rank": 0, "cmdline": cmd}]}
+    inputs = collect(None, ReportRequest(capture=capture, capture_note="saved"))
+    assert inputs.log_dir == str(run)
+    assert "zz-planted.log" not in [Path(t.path).name for t in inputs.logs]
+    assert inputs.logs and all(Path(t.path).stat().st_uid == os.getuid() for t in inputs.logs)
+    assert inputs.config_text is None and "config" in inputs.missing
+    assert inputs.metrics is not None

@@ -133,3 +133,21 @@ def test_the_op_checks_its_arguments() -> None:
     with pytest.raises(ValueError, match="pids"):
         v.op_versions(None, {"pids": ["1"]})
     assert set(v.OPS) == {"versions"}
+
+
+def test_a_huge_packed_refs_and_looping_refs_are_bounded(tmp_path: Path) -> None:
+    import time
+
+    git = tmp_path / "repo" / ".git"
+    (git / "refs" / "heads").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/a\n")
+    (git / "refs" / "heads" / "a").write_text("ref: refs/heads/b\n")
+    (git / "refs" / "heads" / "b").write_text("ref: refs/heads/a\n")
+    with open(git / "packed-refs", "wb") as fh:
+        fh.truncate(1 << 30)  # 1 GiB of holes
+    os.mkfifo(git / "commondir")
+    t0 = time.monotonic()
+    assert v.git_checkout(str(tmp_path / "repo")) is None
+    assert time.monotonic() - t0 < 5
+    (git / "HEAD").write_text("ref: refs/heads/../../../../etc/hostname\n")
+    assert v.git_checkout(str(tmp_path / "repo")) is None

@@ -149,3 +149,23 @@ def test_mutated_real_answers_never_raise(noise: bytes, at: int) -> None:
     parsed = parse_exposition(decode_body(mutated))
     assert len(parsed.samples) <= MAX_SAMPLES
     parsed.values()
+
+
+def test_infinite_values_and_overflowing_sums_are_no_values() -> None:
+    """`nodes --json` must stay JSON (no Infinity, no NaN) whatever a server answers."""
+    import json
+
+    from areal_node.server_flags import ServerPoint, throughput_from_counter
+
+    text = (
+        "sglang:num_running_reqs +Inf\n"
+        'sglang:num_queue_reqs{tp_rank="0"} 1e308\nsglang:num_queue_reqs{tp_rank="1"} 1e308\n'
+        'sglang:token_usage{tp_rank="0"} -Inf\nsglang:token_usage{tp_rank="1"} 0.5\n'
+        "sglang:gen_throughput 12\n"
+    )
+    values = parse_exposition(text).values()
+    assert values == {"sglang:token_usage": 0.5, "sglang:gen_throughput": 12.0}
+    json.dumps(values, allow_nan=False)
+    name = "vllm:generation_tokens_total"
+    early, late = ServerPoint(0.0, {name: 0.0}), ServerPoint(1e-3, {name: 1.7e308})
+    assert throughput_from_counter(early, late) is None

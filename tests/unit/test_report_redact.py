@@ -100,3 +100,102 @@ def test_bundle_is_cut_to_its_bound_and_says_so() -> None:
     )
     assert b"cut to fit the bound:" in files["MANIFEST.txt"]
     assert json.loads(json.dumps(report.missing)) == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "masked"),
+    [
+        # A parent key's line never swallows the next: AReaL's nested admin_api_key.
+        ("rollout:\n  agent:\n    admin_api_key: ADMINKEY123\n    x: 1\n",
+         "rollout:\n  agent:\n    admin_api_key: '***'\n    x: 1\n"),
+        ("wandb:\n  ApiKey: mykey123456\n", "wandb:\n  ApiKey: '***'\n"),
+        ("GET /v1?api_key=S3CRETVALUE123&x=1 200", "GET /v1?api_key=***&x=1 200"),
+        ("redis://:secretpw123@10.0.0.1:6379/0", "redis://:***@10.0.0.1:6379/0"),
+        ("password = hunter2hunter2", "password = ***"),
+        ("aws_secret_access_key = wJalrXUtnFEMI/K7MDENG", "aws_secret_access_key = ***"),
+        ("{'api_key': 'pyrepr_secret_123'}", "{'api_key': '***'}"),
+        ("  - --wandb.api_key=abcd1234secret", "  - --wandb.api_key=***"),
+        ("--hf_token=hf_short1234", "--hf_token=***"),
+        ("Authorization: sk-abcdef", "Authorization: '***'"),
+        ("Proxy-Authorization: Basic dXNlcjpwYXNzd29yZA==", "Proxy-Authorization: Basic ***"),
+        ("url: https://maps.example/?key=AIzaSyA1234567890abcdefghijklmnopqrstuv",
+         "url: https://maps.example/?key=***(token)"),
+    ],
+)  # fmt: skip
+def test_secrets_in_unusual_places_are_masked(raw: str, masked: str) -> None:
+    r = Redactor()
+    r.learn(raw)
+    assert r.text(raw) == masked
+
+
+def test_a_json_escaped_secret_is_masked_where_a_log_echoes_it_unescaped() -> None:
+    config = '{"wandb": {"api_key": "abc\\"quoted\\\\secret12"}}'
+    r = Redactor()
+    r.learn(config)
+    assert r.text(config) == '{"wandb": {"api_key": "***"}}'
+    assert r.text('login abc"quoted\\secret12 ok') == "login ***(api_key) ok"
+
+
+def test_bundle_member_names_from_hostile_node_and_log_names_stay_inside(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import tarfile
+
+    from areal_console.core.report.bundle import write_report
+
+    hostile = ["..", ".", "/etc", "a\0b", "n" * 5000, "../../x", "\x1b]0;t\x07"]
+    logs = [LogTail(node, f"/logs/{i}.log", ["x"], "x\n", 2) for i, node in enumerate(hostile)]
+    logs.append(LogTail("n1", "/logs/..", ["y"], "y\n", 2))
+    report = build_report(ReportInputs(job="e/t", made_at="now", logs=logs), Redactor())
+    bundle, _ = write_report(report, str(tmp_path / "r.md"))
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+        tar.extractall(tmp_path / "out", filter="data")
+    assert len([n for n in names if n.startswith("report/logs/")]) == len(logs)
+    for name in names:
+        parts = name.split("/")
+        assert parts[0] == "report" and "\0" not in name and "\x1b" not in name
+        assert not {".", "..", ""} & set(parts) and max(map(len, parts)) <= 96, name
+
+
+def test_escape_sequences_from_processes_and_logs_never_reach_the_report_raw() -> None:
+    import re
+
+    evil = "\x1b]2;pwned\x07\x1b[2J\u202e"
+    inputs = ReportInputs(
+        job="e/t" + evil, made_at="now", log_dir="/l" + evil,
+        processes=[{"node": "n1", "pid": 1, "rank": 0, "role": "controller", "state": "ok",
+                    "cmdline": "python -m areal.launcher --config /x" + evil}],
+        logs=[LogTail("n1", "/l/main.log", ["line " + evil], "line " + evil + "\n", 10)],
+        config_text="a: 1" + evil + "\n", missing={"versions": "n1: " + evil},
+    )  # fmt: skip
+    report = build_report(inputs, Redactor())
+    raw = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+    assert not raw.search(report.markdown) and "\\x1b]2;pwned" in report.markdown
+    for f in report.files:
+        assert not raw.search(f.data.decode()), f.name
+    processes = next(f for f in report.files if f.name == "processes.json")
+    assert json.loads(processes.data)[0]["cmdline"].endswith(evil)  # JSON keeps the text
+
+
+def test_anonymize_covers_hosts_the_environment_names_and_the_processes_user() -> None:
+    from areal_console.core.report.model import NodeVersions
+    from areal_console.core.report.redact import learn_identities
+
+    env = {"MASTER_ADDR": "gpu-node-08", "SLURM_JOB_NODELIST": "gpu-node-[07-09]"}
+    inputs = ReportInputs(
+        job="e/t", made_at="now", log_dir="gpu-node-07:/fr/logs/alice/e/t",
+        processes=[{"node": "gpu-node-07", "pid": 1, "rank": 0, "state": "ok", "user": "alice",
+                    "cmdline": "python t.py MASTER_ADDR=gpu-node-08 --host gpu-node-09"}],
+        logs=[LogTail("gpu-node-07", "/fr/logs/alice/e/t/main.log", ["x"],
+                      "from 10.1.2.3 on gpu-node-09 in gpu-node-[07-09]\n", 10)],
+        versions=[NodeVersions("gpu-node-07", {}, [{"environment": env}])],
+    )  # fmt: skip
+    r = Redactor(anonymize=True)
+    learn_identities(r, inputs)
+    report = build_report(inputs, r)
+    texts = [report.markdown] + [f.name + "\n" + f.data.decode() for f in report.files]
+    for text in texts:
+        for name in ("gpu-node-0", "alice", "10.1.2.3"):
+            assert name not in text, (name, text[:300])
+    processes = json.loads(next(f.data for f in report.files if f.name == "processes.json"))
+    assert processes[0]["user"] == r.users["alice"]
+    assert r.hosts["gpu-node-[07-09]"] in report.markdown

@@ -166,6 +166,9 @@ def test_hostile_trace_files_are_bounded(tmp_path: Path) -> None:
     assert parse_spans(lines) == []
     (phase,), errors = read_phases(tmp_path, time.time())
     assert phase.span is None and errors == []
+    huge = '{"ph": "X", "name": "train.update_weights", "ts": 1, "dur": 1, "args": {"global_step": %s}}'
+    spans = parse_spans([huge % ("9" * 4000), huge % "-5", huge % "7"])
+    assert [s.step for s in spans] == [None, None, 7]
 
 
 def test_no_tracer_dir_means_no_phases(tmp_path: Path) -> None:

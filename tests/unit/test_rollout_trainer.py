@@ -263,6 +263,20 @@ def test_the_live_reader_asks_the_controllers_node_first_and_few_nodes() -> None
 # --- hostile files in place of tracer files ----------------------------------------------
 
 
+def test_a_role_with_path_steps_reads_no_tracer_file_elsewhere(node: Any, tmp_path: Path) -> None:
+    """A process's `--role ../../other` (its argv) would put its tracer file outside the
+    run's directory: the file there is not read."""
+    d = trial(tmp_path)
+    write_steps(TranscribedPerfTracer(d, 0, role="../../other"), 3)
+    assert (d.parent / "other" / "traces-r0.jsonl").is_file()
+    procs = [controller(tmp_path)]
+    procs[0]["role"] = "../../other"
+    assert rollout_files(node, procs, USER)["traces"] == []
+    write_steps(TranscribedPerfTracer(d, 0, role="rollout"), 3)
+    procs[0]["role"] = "rollout"
+    assert [t["role"] for t in rollout_files(node, procs, USER)["traces"]] == ["rollout"]
+
+
 def test_fifo_and_sparse_tracer_files_are_bounded(node: Any, tmp_path: Path) -> None:
     d = trial(tmp_path)
     (d / "perf_tracer").mkdir()
@@ -309,6 +323,44 @@ def test_another_users_tracer_symlinks_are_not_followed(node: Any, tmp_path: Pat
         ]  # the planted config.yaml: not read
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@needs_nobody
+def test_another_users_config_argument_is_read_as_that_users_file(node: Any) -> None:
+    """A process of `nobody` names a root-only `--config` and a run under root's name:
+    neither is read as root's (by the capture's reader or the live `nodes` one)."""
+    import subprocess
+
+    from tests.support.nobody import NOBODY, shared_tmp
+
+    with shared_tmp() as shared:
+        private = shared / "private"
+        private.mkdir(mode=0o700)
+        secret = private / "secret.yaml"
+        secret.write_text("rollout:\n  max_head_offpolicyness: 7\n")
+        secret.chmod(0o600)
+        write_job(shared)  # root's own run, under logs/<root>/exp/t1
+        argv = ["/usr/bin/python3", "-c", "import time; time.sleep(60)", "--config", str(secret),
+                f"cluster.fileroot={shared}", "experiment_name=exp", "trial_name=t1"]  # fmt: skip
+        proc = subprocess.Popen([*NOBODY, *argv])
+        try:
+            deadline = time.monotonic() + 10
+            mine: list[dict[str, Any]] = []
+            while not mine and time.monotonic() < deadline:
+                sample = node.call("sample", {"all": True})
+                mine = [p for p in sample["processes"] if p["pid"] == proc.pid
+                        and "--config" in str(p.get("cmdline"))]  # fmt: skip
+            assert mine and mine[0]["user"] == "nobody"
+            raw = rollout_files(node, mine, USER)
+            (named,) = [c for c in raw["configs"] if c["kind"] == "config"]
+            assert "text" not in named and "not by the job's user nobody" in named["error"]
+            nodes = [{"name": "node1", "state": "up", "processes": mine}]
+            state = fleet_trainer_state([node], nodes, USER)
+            assert state.config["rollout.max_head_offpolicyness"]["from"] != str(secret)
+            assert state.trainer is None  # root's run is not read for nobody's process
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 def test_session_counts_stream_across_chunks(

@@ -188,6 +188,18 @@ def test_hostile_answers_give_bounded_values(standin: Callable[..., Standin]) ->
     assert proxy["paused"] is None and proxy["weight_version"] is None
 
 
+def test_odd_versions_and_pause_states_are_no_values_and_keep_the_poll(
+    standin: Callable[..., Standin],
+) -> None:
+    sglang = poll(standin("--kind", "sglang", "--mode", "odd_versions"), "sglang")
+    assert sglang["ok"] and sglang["weight_version"] == "\u00b2\x1b]2;pwned\x07"  # a label
+    assert sglang["metrics"]["sglang:num_running_reqs"] > 0  # the metrics are kept
+    proxy = poll(standin("--kind", "data_proxy", "--mode", "odd_versions"), "data_proxy")
+    assert proxy["ok"] and proxy["weight_version"] is None and proxy["paused"] is None
+    vllm = poll(standin("--kind", "vllm", "--dev-mode", "--mode", "odd_versions"), "vllm")
+    assert vllm["ok"] and vllm["paused"] is None and vllm["metrics"]
+
+
 def test_parse_http_refuses_what_an_http10_answer_cannot_be() -> None:
     assert parse_http(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello").error
     assert parse_http(b"HTTP/1.1 500 Oops\r\ncontent-length: 0\r\n\r\n").error == "HTTP 500"

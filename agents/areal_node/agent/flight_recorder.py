@@ -16,6 +16,7 @@ from areal_node.agent.procfs import (
     boot_time,
     parse_environ,
     read_all,
+    read_fd,
     start_ticks,
     to_int,
 )
@@ -427,15 +428,7 @@ def _read_dump(path: str, owners: set[int], since: float | None) -> dict[str, An
         if st.st_size > FR_MAX_BYTES:
             error = f"{st.st_size} bytes: too large for a trace"
             return {**record, "ok": False, "kind": "malformed", "error": error}
-        chunks = []
-        left = FR_MAX_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return {**record, "ok": True, "trace": decode_dump(b"".join(chunks))}
+        return {**record, "ok": True, "trace": decode_dump(read_fd(fd, FR_MAX_BYTES + 1))}
     except TraceDumpError as exc:
         return {**record, "ok": False, "kind": "malformed", "error": str(exc)}
     except OSError as exc:

@@ -51,6 +51,20 @@ def read_all(path: str) -> bytes:
         os.close(fd)
 
 
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes of an open file, read in chunks (procfs hands a table over a
+    page or so per read; a regular file may be shorter than its size said)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 20, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 # Bounds on what the agent reads of another process and sends on: a command line or an
 # environment may be megabytes (up to ARG_MAX), and any user can make one.
 CMDLINE_READ_MAX = 64 << 10  # read and parsed (flags, -m module)

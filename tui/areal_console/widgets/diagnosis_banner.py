@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from areal_console.core.stacks.diagnose import Diagnosis
+from areal_console.widgets.remote_text import remote_block
 
 # "/long/path/to/file.py:12" -> "file.py:12": the full paths are in the report and JSON.
 _PATH_DIRS = re.compile(r"(?<=[( ])/[^ ()]*/(?=[^/ ()]+:\d+)")
@@ -25,16 +26,18 @@ PATTERN_STYLE = {
 def banner_text(diagnosis: Diagnosis, max_evidence: int = 4, max_suggestions: int = 3) -> Text:
     text = Text()
     text.append(f" {diagnosis.pattern} ", style=PATTERN_STYLE.get(diagnosis.pattern, "reverse"))
-    text.append(f" {diagnosis.title}\n", style="bold")
-    text.append(diagnosis.detail + "\n")
+    # Evidence quotes what ranks, servers and files said (frame names, a `--config` path,
+    # a server's error): through the one escaping path, as every remote text.
+    text.append_text(remote_block(f" {diagnosis.title}\n", style="bold"))
+    text.append_text(remote_block(diagnosis.detail + "\n"))
     for line in diagnosis.evidence[:max_evidence]:
         text.append("  • ", style="dim")
-        text.append(_PATH_DIRS.sub("", line) + "\n")
+        text.append_text(remote_block(_PATH_DIRS.sub("", line) + "\n"))
     if len(diagnosis.evidence) > max_evidence:
         text.append(f"  … {len(diagnosis.evidence) - max_evidence} more\n", style="dim")
     for line in diagnosis.suggestions[:max_suggestions]:
         text.append("  → ", style="bold green")
-        text.append(line + "\n", style="green")
+        text.append_text(remote_block(line + "\n", style="green"))
     text.rstrip()
     return text
 

@@ -40,7 +40,7 @@ from areal_console.core.connection.transport import (
     bounded_readline,
 )
 from areal_console.core.targets.inventory import parse_destination
-from areal_console.core.targets.specs import NodeSpec
+from areal_console.core.targets.specs import NodeSpec, is_host
 
 # paramiko logs transport errors itself; with no handler Python would print them on
 # stderr, over the TUI. Every failure reaches the user through SshError instead.
@@ -354,6 +354,8 @@ def resolve_route(spec: NodeSpec, config: paramiko.SSHConfig) -> ResolvedRoute:
     """The jump chain and target for `spec`; explicit spec fields win over the config."""
     if not spec.host:
         raise SshError(f"node {spec.name} has no host")
+    if not is_host(spec.host):  # never a `%h` that adds options to a ProxyCommand
+        raise SshError(f"not a host name or address: {spec.host[:200]!r}")
     target, config_jump = _hop(config, spec.host, spec.user, spec.port, spec.identity_file)
     jump_text = spec.proxy_jump if spec.proxy_jump is not None else config_jump
     if jump_text is not None and jump_text.lower() == "none":

@@ -9,6 +9,7 @@ import re
 import tarfile
 from typing import Any
 
+from areal_console.core.common.textfmt import printable
 from areal_console.core.report.model import BundleFile, Report, ReportInputs
 from areal_console.core.report.redact import Redactor
 from areal_console.core.report.sections import markdown
@@ -22,8 +23,14 @@ def _json(doc: Any) -> bytes:
     return (json.dumps(doc, indent=1, default=str) + "\n").encode()
 
 
+MAX_NAME = 96
+
+
 def _safe(name: str) -> str:
-    return re.sub(r"[^\w.@+-]+", "_", name).strip("_") or "_"
+    """One path component from text a node or process chose: no `/`, NUL or control
+    character, never `.` or `..`, at most `MAX_NAME` characters."""
+    safe = re.sub(r"[^\w.@+-]+", "_", name).strip("_")[:MAX_NAME]
+    return "_" if not safe.strip(".") else safe
 
 
 def raw_parts(inputs: ReportInputs) -> dict[str, Any]:
@@ -61,11 +68,16 @@ def build_report(
     redactor.learn(text)
     for value in parts.values():
         redactor.learn_data(value)
-    masked_md = redactor.text(text)
+    # Text parts hold what processes and logs wrote: a control character is written as
+    # its escape (`\x1b`), so `cat report.md` never retitles or clears a terminal (JSON
+    # parts escape them already).
+    masked_md = printable(redactor.text(text), layout=True)
     files: dict[str, bytes] = {}
     for name, value in parts.items():
-        masked = redactor.data(value) if not isinstance(value, str) else redactor.text(value)
-        files[redactor.text(name)] = masked.encode() if isinstance(masked, str) else _json(masked)
+        if isinstance(value, str):
+            files[redactor.text(name)] = printable(redactor.text(value), layout=True).encode()
+        else:
+            files[redactor.text(name)] = _json(redactor.data(value))
     files["report.md"] = masked_md.encode()
     cut: list[str] = []
     files["MANIFEST.txt"] = _manifest(inputs, redactor, cut, max_bytes)
@@ -122,7 +134,7 @@ def _manifest(inputs: ReportInputs, redactor: Redactor, cut: list[str], max_byte
         lines += ["", "not collected:", *[f"  {k}: {v}" for k, v in inputs.missing.items()]]
     if cut:
         lines += ["", "cut to fit the bound:", *[f"  {c}" for c in _merge_cuts(cut)]]
-    return redactor.text("\n".join(lines) + "\n").encode()
+    return printable(redactor.text("\n".join(lines) + "\n"), layout=True).encode()
 
 
 def tar_bytes(files: dict[str, bytes] | list[BundleFile], top: str = "report") -> bytes:

@@ -326,9 +326,11 @@ def _log_places(
     """The run's log directory on each node (the controller's node or `--node` first): the
     path given, else the one the job's command lines name (with each node's user). Every
     node is asked: AReaL's workers write `<role>.log` where they run, so a job without a
-    shared file system has a directory per node."""
+    shared file system has a directory per node. A directory found from the job's command
+    lines is read as its user's: a config.yaml or log another user planted there is not
+    the run's (a path given with --logs is read as it is)."""
     out = []
-    for where in _places(fleet, request, inputs):
+    for where in _places(fleet, request, inputs, owned=not request.log_path):
         if request.only_log_node and where.node != request.log_node:
             continue
         path = request.log_path or log_dir_of_job(inputs.processes, where.user)
@@ -337,9 +339,12 @@ def _log_places(
     return out
 
 
-def _places(fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs) -> list[Where]:
+def _places(
+    fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs, owned: bool
+) -> list[Where]:
     if fleet is None:
-        return [Where("local", LocalFiles(), _local_user())]
+        user = _local_user()
+        return [Where("local", LocalFiles(user if owned else None), user)]
     order = [s.name for s in fleet]
     controller = [str(p.get("node")) for p in inputs.processes
                   if p.get("role") in ("controller", "launcher")]  # fmt: skip
@@ -351,10 +356,12 @@ def _places(fleet: Fleet | None, request: ReportRequest, inputs: ReportInputs) -
             session = fleet.session(name)
         except KeyError:
             continue
+        user = str(session.hello.get("user") or _local_user())
+        owner = user if owned else None
         files: FileAccess = (
-            LocalFiles() if session.spec.transport == "local" else NodeFiles(session)
+            LocalFiles(owner) if session.spec.transport == "local" else NodeFiles(session, owner)
         )
-        out.append(Where(name, files, str(session.hello.get("user") or _local_user())))
+        out.append(Where(name, files, user))
     return out
 
 

@@ -22,30 +22,40 @@ _SECRET_WORDS = (
     r"(?:api|access|secret|private|auth|service|wandb|openai|hf|client)[_-]?key"
     r"|(?:auth[_-]?|access[_-]?|refresh[_-]?|bearer[_-]?|session[_-]?|api[_-]?|hf[_-]?|"
     r"hub[_-]?|github[_-]?|gh[_-]?|ray[_-]?|redis[_-]?|wandb[_-]?|slack[_-]?|id[_-]?)?token"
-    r"|secret|passwd|password|pwd|credentials?|cookie"
+    r"|secret|passwd|password|passphrase|pwd|credentials?|cookie|authorization"
 )
 SECRET_NAME = re.compile(rf"(?:^|[^a-z0-9])(?:{_SECRET_WORDS})$", re.I)
 NOT_SECRET = re.compile(r"(?:pad|eos|bos|unk|sep|cls|mask|stop|special)[_-]?token$", re.I)
 _NAME = r"[A-Za-z_][\w.-]*"
 
-# NAME=value (environment assignments, key=value overrides), --flag value / --flag=value,
-# `key: value` (YAML) and "key": "value" (JSON).
-ASSIGN = re.compile(rf"(?<![\w.-])({_NAME})=(\"[^\"]*\"|'[^']*'|[^\s\"',;]+)")
-FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(\s+|=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
-YAML = re.compile(rf"^(\s*-?\s*)({_NAME})(\s*:\s+)(\S.*?)\s*$", re.M)
-JSON_PAIR = re.compile(r"\"([\w.-]+)\"(\s*:\s*)\"((?:[^\"\\]|\\.)*)\"")
-URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s/:@]+)(?::([^\s/@]+))?@", re.I)
+# NAME=value (environment assignments, key=value overrides, `name = value` of INI/TOML),
+# --flag value / --flag=value (dotted flags too), `key: value` (YAML, one line: a parent
+# key's line never swallows the next) and "key": "value" (JSON; 'key': 'value' of a
+# Python repr).
+ASSIGN = re.compile(rf"(?<![\w.-])({_NAME})([ \t]*=[ \t]*)(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
+FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)(\s+|=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
+YAML = re.compile(rf"^([ \t]*-?[ \t]*)({_NAME})([ \t]*:[ \t]+)(\S.*?)[ \t]*$", re.M)
+JSON_PAIR = re.compile(
+    r"\"([\w.-]+)\"(\s*:\s*)\"((?:[^\"\\]|\\.)*)\"|'([\w.-]+)'(\s*:\s*)'((?:[^'\\]|\\.)*)'"
+)
+URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s/:@]*)(?::([^\s/@]+))?@", re.I)
 BEARER = re.compile(r"\b(Bearer|Basic|token)(\s+)([A-Za-z0-9._~+/=-]{12,})", re.I)
 # Credentials recognisable by their shape alone.
 TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_\w{20,}|xox[abprs]-[\w-]{10,}|AKIA[0-9A-Z]{16}"
-    r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})\b"
+    r"|AIza[0-9A-Za-z_-]{35}|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})\b"
 )
 IPV4 = re.compile(
     r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"
 )
 KEEP_IPS = frozenset({"0.0.0.0"})
+USER_KEYS = frozenset({"user", "owner", "username"})
+# Variables whose value names hosts beyond the nodes reached (a Slurm host list, the
+# rendezvous host): `--anonymize` learns those names too.
+HOST_VARS = ("MASTER_ADDR", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURMD_NODENAME",
+             "SLURM_STEP_NODELIST", "HOSTNAME")  # fmt: skip
+_HOST_ASSIGN = re.compile(rf"(?<![\w.-])({'|'.join(HOST_VARS)})=([^\s\"',;]+)")
 
 
 def is_secret_name(name: str) -> bool:
@@ -73,14 +83,17 @@ class Redactor:
     # learning -----------------------------------------------------------------------
     def _remember(self, name: str, value: str) -> None:
         value = _unquote(value)
-        if len(value) >= 4 and value != MASK and not value.startswith(MASK):
-            self.secrets.setdefault(value, name.lstrip("-"))
+        # An escaped value (JSON, a Python repr, YAML double quotes) also as it reads
+        # unescaped: a config's "a\"b" is the a"b a log line echoes.
+        for form in dict.fromkeys((value, _unescaped(value))):
+            if len(form) >= 4 and form != MASK and not form.startswith(MASK):
+                self.secrets.setdefault(form, name.lstrip("-"))
 
     def learn(self, text: str) -> None:
         """Find the secrets `text` names (call on every part before masking any)."""
         for m in ASSIGN.finditer(text):
             if is_secret_name(m.group(1)):
-                self._remember(m.group(1), m.group(2))
+                self._remember(m.group(1), m.group(3))
         for m in FLAG.finditer(text):
             if is_secret_name(m.group(1)):
                 self._remember(m.group(1), m.group(3))
@@ -88,8 +101,9 @@ class Redactor:
             if is_secret_name(m.group(2)):
                 self._remember(m.group(2), m.group(4))
         for m in JSON_PAIR.finditer(text):
-            if is_secret_name(m.group(1)):
-                self._remember(m.group(1), m.group(3))
+            key, value = _json_pair(m)
+            if is_secret_name(key):
+                self._remember(key, value)
         for m in URL_USERINFO.finditer(text):
             if m.group(3):
                 self._remember("URL password", m.group(3))
@@ -121,23 +135,17 @@ class Redactor:
     def text(self, text: str) -> str:
         """`text` with every known and named secret masked (and anonymized)."""
         text = ASSIGN.sub(
-            lambda m: f"{m.group(1)}={MASK}" if is_secret_name(m.group(1)) else m.group(0), text
-        )
+            lambda m: f"{m.group(1)}{m.group(2)}{MASK}" if is_secret_name(m.group(1))
+            else m.group(0),
+            text,
+        )  # fmt: skip
         text = FLAG.sub(
             lambda m: f"{m.group(1)}{m.group(2)}{MASK}" if is_secret_name(m.group(1))
             else m.group(0),
             text,
         )  # fmt: skip
-        text = YAML.sub(
-            lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}'{MASK}'"
-            if is_secret_name(m.group(2)) else m.group(0),
-            text,
-        )  # fmt: skip
-        text = JSON_PAIR.sub(
-            lambda m: f'"{m.group(1)}"{m.group(2)}"{MASK}"' if is_secret_name(m.group(1))
-            else m.group(0),
-            text,
-        )  # fmt: skip
+        text = YAML.sub(_mask_yaml, text)
+        text = JSON_PAIR.sub(_mask_json_pair, text)
         text = URL_USERINFO.sub(_mask_userinfo, text)
         text = BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
         text = TOKEN_SHAPES.sub(f"{MASK}(token)", text)
@@ -181,12 +189,48 @@ class Redactor:
                 key = self.text(k) if isinstance(k, str) else k
                 if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, int, float)):
                     out[key] = MASK
+                elif self.anonymize and k in USER_KEYS and isinstance(v, str) and v in self.users:
+                    out[key] = self.users[v]  # a process record's "user": "alice"
                 else:
                     out[key] = self.data(v)
             return out
         if isinstance(data, (list, tuple)):
             return [self.data(v) for v in data]
         return data
+
+
+def _mask_yaml(m: re.Match[str]) -> str:
+    if not is_secret_name(m.group(2)):
+        return m.group(0)
+    scheme = re.match(r"(?i)(Bearer|Basic|token)\s+", m.group(4))  # a header's scheme stays
+    value = f"{scheme.group(0)}{MASK}" if scheme else f"'{MASK}'"
+    return f"{m.group(1)}{m.group(2)}{m.group(3)}{value}"
+
+
+def _json_pair(m: re.Match[str]) -> tuple[str, str]:
+    """(key, value) of a JSON_PAIR match, double- or single-quoted."""
+    return (m.group(1), m.group(3)) if m.group(1) is not None else (m.group(4), m.group(6))
+
+
+def _mask_json_pair(m: re.Match[str]) -> str:
+    key = _json_pair(m)[0]
+    if not is_secret_name(key):
+        return m.group(0)
+    q = '"' if m.group(1) is not None else "'"
+    return f"{q}{key}{q}{m.group(2) or m.group(5)}{q}{MASK}{q}"
+
+
+def _unescaped(value: str) -> str:
+    """`value` with backslash escapes undone (as JSON reads them), else as it is."""
+    if "\\" not in value:
+        return value
+    import json
+
+    try:
+        decoded = json.loads(f'"{value}"')
+    except ValueError:
+        return value
+    return decoded if isinstance(decoded, str) else value
 
 
 def _mask_userinfo(m: re.Match[str]) -> str:
@@ -251,10 +295,34 @@ def learn_identities(redactor: Redactor, inputs: Any) -> None:
     hosts = {str(p.get("node")) for p in inputs.processes if p.get("node")}
     hosts |= {v.node for v in inputs.versions} | {socket.gethostname()}
     hosts |= {n for t in inputs.logs for n in t.nodes} | set(inputs.log_nodes)
+    hosts |= set(_named_hosts(inputs))
     hosts.discard("local")
     redactor.learn_hosts(sorted(hosts))
-    users = {getpass.getuser()}
+    users = {getpass.getuser()} | {str(p["user"]) for p in inputs.processes if p.get("user")}
     parts = (inputs.log_dir or "").split("/")
     if "logs" in parts and len(parts) > parts.index("logs") + 1:
         users.add(parts[parts.index("logs") + 1])
     redactor.learn_users(sorted(users))
+
+
+def _named_hosts(inputs: Any) -> Iterable[str]:
+    """Hosts the job's environment and command lines name (HOST_VARS): each host of a
+    Slurm host list, and the list's own text (`gpu-[07-08]`)."""
+    from areal_console.core.common.errors import UserError
+    from areal_console.core.targets.hostlist import expand_hostlist
+
+    values = [m.group(2) for p in inputs.processes
+              for m in _HOST_ASSIGN.finditer(str(p.get("cmdline") or ""))]  # fmt: skip
+    for version in inputs.versions:
+        for interp in version.interpreters:
+            env = interp.get("environment") if isinstance(interp, dict) else None
+            values += [str(env[k]) for k in HOST_VARS if isinstance(env, dict) and env.get(k)]
+    for value in values:
+        if IPV4.fullmatch(value):
+            continue
+        yield value
+        if "[" in value:
+            try:
+                yield from expand_hostlist(value)[:4096]
+            except UserError:
+                continue

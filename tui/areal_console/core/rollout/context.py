@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from areal_node.constants import config_key
 from areal_node.server_flags import fleet_flags
 
-from areal_console.core.metrics.logdir import log_dir_from_processes
+from areal_console.core.metrics.logdir import log_dir_from_processes, safe_component
 from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
 from areal_console.core.rollout.scaling import Scaling, job_mode, scaling
@@ -232,25 +232,29 @@ def _read_config(session: NodeSession, path: str, owner: str) -> dict[str, Any]:
 
 
 def _rank_file(log_dir: str, subdir: str, name: str, role: str | None) -> list[str]:
-    """Where AReaL puts a rank's tracer file: under its role folder, else directly."""
-    return [f"{log_dir}/{subdir}/{role}/{name}"] * bool(role) + [f"{log_dir}/{subdir}/{name}"]
+    """Where AReaL puts a rank's tracer file: under its role folder, else directly. The
+    role is a process's `--role`: one path component or none (`../..` steers nowhere)."""
+    role_dir = [f"{log_dir}/{subdir}/{role}/{name}"] if role and safe_component(role) else []
+    return [*role_dir, f"{log_dir}/{subdir}/{name}"]
 
 
 def job_configs(
-    session: NodeSession, cmdlines: list[str], log_dir: str | None, user: str
+    session: NodeSession, procs: list[dict[str, Any]], log_dir: str | None, user: str
 ) -> list[dict[str, Any]]:
-    """The `--config` files the command lines name (absolute paths: AReaL resolves a
-    relative one against its own working directory) and the log directory's saved
-    `config.yaml`, lowest precedence first."""
-    named = []
-    for cmd in cmdlines:
-        for path in config_paths(cmd):
-            if path not in named:
-                named.append(path)
+    """The `--config` files the processes' command lines name (absolute paths: AReaL
+    resolves a relative one against its own working directory), each read as the file of
+    the user running the process that names it (another user's `--config
+    /root/secret.yaml` is that user's file or nothing), and the log directory's saved
+    `config.yaml` (the job's user's), lowest precedence first."""
+    named: dict[str, str] = {}
+    for p in procs:
+        owner = str(p.get("user") or user)
+        for path in config_paths(str(p.get("cmdline") or "")):
+            named.setdefault(path, owner)
     out = []
-    for path in named[:MAX_CONFIGS]:
+    for path, owner in list(named.items())[:MAX_CONFIGS]:
         if path.startswith("/"):
-            out.append({**_read_config(session, path, user), "kind": "config"})
+            out.append({**_read_config(session, path, owner), "kind": "config"})
         else:
             out.append({"path": path, "kind": "config",
                         "error": "a relative path (AReaL reads it from its working directory)"})  # fmt: skip
@@ -274,7 +278,7 @@ def rollout_files(
     cmdlines = [str(p.get("cmdline") or "") for p in procs]
     log_dir = log_dir_from_processes(cmdlines, user)
     out: dict[str, Any] = {"log_dir": log_dir, "traces": [], "sessions": [], "logs": []}
-    out["configs"] = job_configs(session, cmdlines, log_dir, user)
+    out["configs"] = job_configs(session, procs, log_dir, user)
     if log_dir is None:
         return out
     ranked = sorted(
@@ -435,10 +439,19 @@ def fleet_trainer_state(
         if node is None or node.get("state") != "up":
             continue
         procs = [p for p in node.get("processes") or [] if isinstance(p, dict)]
-        cmdlines.extend(str(p.get("cmdline") or "") for p in procs)
-        if log_dir_from_processes([str(p.get("cmdline") or "") for p in procs], user):
-            files = rollout_files(session, procs, user, max_ranks=1, sessions=False)
-            raw.append({"node": session.name, "rollout": files, "processes": procs})
+        # A process names its own user's run (as `metrics --job` reads it): every user's
+        # processes on the node are here, and another user's `--config /root/x.yaml` or
+        # log directory must not be read as this user's. The console's user's job first.
+        by_user: dict[str, list[dict[str, Any]]] = {}
+        for p in procs:
+            by_user.setdefault(str(p.get("user") or user), []).append(p)
+        for owner in [user, *sorted(set(by_user) - {user})]:
+            mine = by_user.get(owner, [])
+            if log_dir_from_processes([str(p.get("cmdline") or "") for p in mine], owner):
+                cmdlines.extend(str(p.get("cmdline") or "") for p in mine)
+                files = rollout_files(session, mine, owner, max_ranks=1, sessions=False)
+                raw.append({"node": session.name, "rollout": files, "processes": mine})
+                break
     return summarize(raw, cmdlines, None)
 
 

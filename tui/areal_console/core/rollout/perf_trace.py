@@ -32,6 +32,7 @@ TRACE_FILE = re.compile(r"^traces-r(\d{1,6})\.jsonl$")
 SESSION_FILE = re.compile(r"^sessions-r(\d{1,6})\.jsonl$")
 MAX_TAIL = 1 << 20  # bytes read from the end of each file
 MAX_EVENT = 1 << 16  # a longer line is skipped
+MAX_STEP = 1 << 53
 MAX_FILES = 4096
 STRAGGLER_AGE = 60.0  # seconds silent beyond the median before the age alone counts
 TRACER_CONFIG = "perf_tracer.enabled=true perf_tracer.session_tracer.enabled=true"
@@ -111,7 +112,10 @@ def parse_spans(lines: Iterable[str]) -> list[Span]:
             continue
         args = ev.get("args")
         step = args.get("global_step") if isinstance(args, dict) else None
-        spans.append(Span(name[:200], ts, max(dur, 0), step if type(step) is int else None))
+        # A step is a count: a negative or 4,000-digit one is none (it became the
+        # trainer's version and every server's "lag").
+        known = type(step) is int and 0 <= step < MAX_STEP
+        spans.append(Span(name[:200], ts, max(dur, 0), step if known else None))
     return spans
 
 

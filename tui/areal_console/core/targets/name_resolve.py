@@ -35,9 +35,11 @@ from areal_node import name_resolve as nfs
 from areal_node.name_resolve import DEFAULT_NFS_ROOT, MAX_ENTRIES, MAX_VALUE_BYTES
 
 from areal_console.core.common.errors import UsageError, UserError
-from areal_console.core.common.textfmt import clip_repr
+from areal_console.core.common.textfmt import clip, clip_repr
+from areal_console.core.targets.specs import is_host
 
 ETCD_TIMEOUT = 5.0
+MAX_KEY_CHARS = 1024
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,8 @@ def split_hostport(value: str) -> tuple[str, int] | None:
         host, port = value.split(":")
     else:
         return None
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return None
+    if not is_host(host) or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        return None  # a record's host goes to SSH and the probe: a name or an IP, nothing else
     return host, int(port)
 
 
@@ -149,6 +151,12 @@ def records_from_pairs(name: JobName, source: str, pairs: Iterable[tuple[str, st
     a value over MAX_VALUE_BYTES is refused, the rest become entries, workers first."""
     records = JobRecords(name, source)
     for key, value in pairs:
+        # Neither etcd nor Ray's KV has an owner per key: a pair outside the job's prefix
+        # (an actor of that name that another user made answers what it likes) or with a
+        # key longer than any name AReaL writes is no record of the job.
+        if not key.startswith(name.key + "/") or len(key) > MAX_KEY_CHARS:
+            records.refused.append(f"{clip_repr(key, 120)}: not a key of {name.key}")
+            continue
         if len(value) > MAX_VALUE_BYTES:
             records.refused.append(f"{key}: value larger than {MAX_VALUE_BYTES} bytes")
             continue
@@ -324,7 +332,7 @@ class EtcdRegistry:
                 )
                 for kv in kvs
             ]
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             raise UserError(f"etcd3 at {self.address}: not an etcd v3 answer") from None
 
     def job(self, name: JobName) -> JobRecords:
@@ -380,8 +388,10 @@ def find_job(registry: Registry, name: JobName) -> JobRecords:
         if others:
             raise UserError(
                 f"no AReaL job {name.short} of user {name.user} under {where}; users with "
-                f"that name: {', '.join(others)} (give USER/{name.short})"
+                f"that name: {', '.join(clip(u, 80) for u in others[:20])} (give USER/{name.short})"
             )
     found = registry.trials(name.user)
-    listing = ", ".join(found[:20]) + (f", ... ({len(found)} in all)" if len(found) > 20 else "")
+    listing = ", ".join(clip(t, 200) for t in found[:20]) + (
+        f", ... ({len(found)} in all)" if len(found) > 20 else ""
+    )
     raise UserError(f"no AReaL job {name.short} under {where} (found: {listing or 'none'})")

@@ -3,8 +3,29 @@ inventory and Slurm resolvers that build them import only this)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from dataclasses import dataclass, field
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
+
+
+def is_host(text: str) -> bool:
+    """A host name (letters, digits, `.`, `_`, `-`; not starting with `-`) or an IP
+    address, nothing else: a host read from a job's records, Ray or a process is handed
+    to SSH (an ssh_config `ProxyCommand` expands it as `%h`), where a space or a leading
+    `-` would become an option of the proxy command."""
+    if _HOST_NAME.fullmatch(text):
+        return True
+    address, _, zone = text.partition("%")  # fe80::1%eth0: a link-local address's zone
+    if ":" not in address or (zone and not _HOST_NAME.fullmatch(zone)) or text.endswith("%"):
+        return False
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
