@@ -144,7 +144,7 @@ def main() -> None:
         rollout = start_worker("rollout", 0, workdir)
         proxy_port = free_port()
         args = ["--host", "127.0.0.1", "--port", str(proxy_port)]
-        env = {"STUB_PAUSED": "1", "STUB_VERSION": "3"}
+        env = {"STUB_PAUSED": "1", "STUB_VERSION": os.environ.get("STUB_SERVER_VERSION") or "3"}
         reply = post(
             rollout, "/call", {"method": "launch_data_proxy", "kwargs": {"args": args, "env": env}}
         )

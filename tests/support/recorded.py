@@ -13,7 +13,8 @@ from areal_console.core.connection.fleet import Fleet
 from areal_console.core.connection.monitor import HISTORY, NodeView, RecordedMonitor
 from areal_console.core.replay import runs as jobs
 from areal_console.core.replay.plan import Verification
-from areal_console.core.rollout.trainer_watch import TrainerState
+from areal_console.core.rollout.jobs import Run
+from areal_console.core.rollout.trainer_watch import TrainerState, TrainerStates
 from areal_console.core.stacks.codec import capture_from_json
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.records import StackCapture
@@ -285,7 +286,9 @@ async def until_drawn(pilot: Pilot[None], timeout: float = 10.0) -> None:
 def servers_monitor() -> RecordedMonitor:
     """The servers' node with the trainer's state as the live screen reads it from the job's
     files: on version 12, `rollout.max_head_offpolicyness` 0."""
-    trainer = TrainerState(12, "`Train step 12/40 done.` in main.log", 0, 0.0)
+    run = Run("/tmp/areal/logs/alice/gsm8k-grpo/trial0", "alice", "gsm8k-grpo/trial0")
+    state = TrainerState(12, "`Train step 12/40 done.` in main.log", 0, 0.0, run)
+    trainer = TrainerStates((state,))
     return RecordedMonitor(servers_views(), trainer=trainer)
 
 

@@ -133,6 +133,18 @@ def weight_update_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Area
         run.stop()
 
 
+@pytest.fixture(scope="module")
+def second_update_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ArealRun]:
+    """A second run alive beside `weight_update_run`: its trainer on version 2 (rank 0
+    finished 2 steps), its paused proxy on version 2: within its own run nothing lags."""
+    env = {"STUB_STEPS": "2", "STUB_SERVER_VERSION": "2"}
+    run = ArealRun(tmp_path_factory.mktemp("areal-update-b"), "weight_update", 2, env=env)
+    try:
+        yield run
+    finally:
+        run.stop()
+
+
 def job_processes(run: ArealRun) -> list[dict[str, Any]]:
     out = run_cli("nodes", "--local", "--json")
     assert out.returncode == 0, out.stderr
@@ -317,8 +329,63 @@ async def test_cluster_servers_pane_flags_with_the_trainers_version(
         assert "paused_after_update" in flags()
         title = str(app.screen.query_one("#servers-title", Label).render())
         assert "trainer on version 4 (max_head_offpolicyness 0)" in title
-        state = app.monitor.trainer_state()
-        assert state is not None and "train.update_weights` of step 3 finished" in state.evidence
+        states = app.monitor.trainer_state()
+        assert states is not None
+        (state,) = [s for s in states.states if s.run and s.run.label == weight_update_run.job]
+        assert "train.update_weights` of step 3 finished" in state.evidence
+
+
+def proxy_flags(doc: dict[str, Any], run: ArealRun) -> dict[str, str]:
+    pid = json.loads((run.workdir / "server.json").read_text())["pid"]
+    (proc,) = [p for p in doc["nodes"][0]["processes"] if p["pid"] == pid]
+    assert proc["server"]["polled"] is True
+    return {f["kind"]: f["evidence"] for f in proc["server"]["flags"]}
+
+
+async def test_two_runs_alive_each_server_is_held_to_its_own_runs_trainer(
+    weight_update_run: ArealRun, second_update_run: ArealRun
+) -> None:
+    """Two runs' processes at once (and the module's other runs): each paused proxy is
+    compared with its own run's trainer only (run A's on 4, run B's on 2), and never with
+    the other run's proxy. The proxies carry no run of their own: each is the child of
+    its run's `rpc_server` rollout worker, whose `--fileroot/--experiment-name/
+    --trial-name` name the run."""
+    from areal_console.widgets.servers_pane import ServersPane
+    from textual.widgets import Label
+
+    out = run_cli("nodes", "--local", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    runs = {r["run"]: r for r in doc["rollout"]["runs"]}
+    assert runs[weight_update_run.job]["trainer_version"]["version"] == 4
+    assert runs[second_update_run.job]["trainer_version"]["version"] == 2
+    assert runs[weight_update_run.job]["log_dir"].startswith(str(weight_update_run.workdir))
+    assert runs[second_update_run.job]["max_head_offpolicyness"]["value"] == 0
+    a, b = proxy_flags(doc, weight_update_run), proxy_flags(doc, second_update_run)
+    assert a["version_lag"] == "serves version 3, the trainer is on 4 (1 behind, allowed 0)"
+    assert a["paused_after_update"].endswith("the trainer is on version 4")
+    # Run B's proxy on 2 is level with its trainer; 3 beside 2 is no skew across runs.
+    assert not {"version_lag", "version_skew", "paused_after_update"} & set(b), b
+    assert "version_skew" not in a
+    pid_b = json.loads((second_update_run.workdir / "server.json").read_text())["pid"]
+    node = doc["nodes"][0]["name"]
+    assert f"{node}:{pid_b}" in runs[second_update_run.job]["servers"]
+    # The live Cluster screen reads both runs' trainers and flags the same way.
+    key_a = f"{local_node().name}:{json.loads((weight_update_run.workdir / 'server.json').read_text())['pid']}"
+    key_b = f"{local_node().name}:{pid_b}"
+    app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+    async with app.run_test(size=(200, 50)):
+        pane = app.screen.query_one(ServersPane)
+
+        def flags(key: str) -> str:
+            return str(pane.get_cell(key, "flags")) if key in {k.value for k in pane.rows} else ""
+
+        await until(lambda: "version_lag" in flags(key_a), timeout=30, what="version_lag on A")
+        await until(lambda: key_b in {k.value for k in pane.rows}, what="B's proxy")
+        assert "version_lag" not in flags(key_b) and "version_skew" not in flags(key_b)
+        title = str(app.screen.query_one("#servers-title", Label).render())
+        assert f"{weight_update_run.job} on 4 (max_head_offpolicyness 0)" in title, title
+        assert f"{second_update_run.job} on 2 (max_head_offpolicyness 0)" in title, title
 
 
 async def test_cluster_screen_shows_workers_controller_and_wrappers(

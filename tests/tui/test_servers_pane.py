@@ -12,8 +12,9 @@ from typing import Any
 from areal_console.app import ConsoleApp
 from areal_console.core.connection.monitor import NodeView, RecordedMonitor
 from areal_console.core.connection.records import ServerRow
+from areal_console.core.rollout.jobs import Run
 from areal_console.core.rollout.servers import throughput_trend
-from areal_console.core.rollout.trainer_watch import TrainerState
+from areal_console.core.rollout.trainer_watch import TrainerState, TrainerStates
 from areal_console.widgets.servers_pane import ServersPane
 from areal_node.server_poll import ServerPoller, verified_endpoint
 from textual.widgets import Label, Static
@@ -143,7 +144,9 @@ async def test_the_trainers_version_raises_lag_and_paused_flags() -> None:
         server_process(4242, "data_proxy", 8082, {"weight_version": 5, "paused": True, "polled": True}),
         server_process(4243, "sglang", 30000, {"weight_version": 6, "paused": False, "polled": True}),
     ]  # fmt: skip
-    trainer = TrainerState(7, "`Train step 7/9 done.` in main.log", 1, time.time())
+    run = Run("/tmp/areal/logs/alice/exp/t1", "alice", "exp/t1")
+    state = TrainerState(7, "`Train step 7/9 done.` in main.log", 1, time.time(), run)
+    trainer = TrainerStates((state,))
     app = ConsoleApp(None, RecordedMonitor([node_view(procs)], trainer=trainer))
     async with app.run_test(size=(160, 44)) as pilot:
         pane = app.screen.query_one(ServersPane)

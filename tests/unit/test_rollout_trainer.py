@@ -16,11 +16,17 @@ import yaml
 from areal_console.core.connection.client import AgentClient
 from areal_console.core.connection.records import process_rows
 from areal_console.core.connection.transport import LocalChannel
-from areal_console.core.rollout.context import fleet_trainer_state, rollout_files, summarize
+from areal_console.core.rollout.context import (
+    fleet_trainer_state,
+    nodes_to_ask,
+    rollout_files,
+    summarize,
+)
 from areal_console.core.rollout.job_config import config_paths, staleness_config
-from areal_console.core.rollout.servers import server_lines
+from areal_console.core.rollout.jobs import fleet_runs
+from areal_console.core.rollout.servers import row_runs, server_lines
 from areal_console.core.rollout.trainer_version import from_log, from_trace, trainer_version
-from areal_console.core.rollout.trainer_watch import TrainerWatch, nodes_to_ask, versioned_servers
+from areal_console.core.rollout.trainer_watch import TrainerWatch, versioned_servers
 from areal_node.server_flags import fleet_flags
 from areal_node.server_poll import ServerPoller, verified_endpoint
 from hypothesis import given
@@ -215,10 +221,14 @@ def test_nodes_json_raises_version_lag_on_real_standin_servers(node: Any, tmp_pa
             time.sleep(0.02)
     finally:
         watch.stop()
-    live = watch.state()
-    assert live is not None and (live.version, live.max_head_offpolicyness) == (6, 1)
+    states = watch.state()
+    assert states is not None and len(states.states) == 1 and not states.skipped
+    (live,) = states.states
+    assert (live.version, live.max_head_offpolicyness) == (6, 1)
     assert "Train step 6/6 done." in live.evidence
-    lines = server_lines([("node1", process_rows(copy.deepcopy(procs)))], live.version, 1)
+    assert live.run is not None and live.run.label == "exp/t1"
+    rows = [("node1", process_rows(copy.deepcopy(procs)))]
+    lines = server_lines(rows, row_runs(rows, USER), states.trainers())
     by_pid = {line.pid: [f.kind for f in line.flags] for line in lines}
     assert by_pid == {
         lagging.proc.pid: ["version_skew", "version_lag"],
@@ -237,7 +247,7 @@ def test_nodes_json_raises_version_lag_on_real_standin_servers(node: Any, tmp_pa
     assert kinds[paused.proc.pid] == ["paused_after_update"]
     assert "the trainer is on version 6" in procs[2]["server"]["flags"][0]["evidence"]
     # Without a polled version nothing is read, and the state says nothing.
-    assert fleet_trainer_state([node], [], USER).trainer is None
+    assert fleet_trainer_state([node], [], USER).read == {}
     quiet = [{"name": "node1", "state": "up", "processes": procs[:1]}]
     idle = TrainerWatch(lambda: [node], lambda: quiet, USER)
     assert idle.read_now() is None and idle.reads == 0
@@ -255,8 +265,12 @@ def test_the_live_reader_asks_the_controllers_node_first_and_few_nodes() -> None
         {"name": "c", "state": "up", "processes": [{**ctl, "rank": None, "role": "controller"}]},
         {"name": "x", "state": "up", "processes": [{"pid": 1, "cmdline": "python3 other.py"}]},
     ]
-    assert nodes_to_ask(nodes, USER) == ["c", "n1"]
-    assert nodes_to_ask(nodes, USER, limit=4) == ["c", "n1", "n2", "n3"]
+    up = [(str(n["name"]), n["processes"]) for n in nodes if n["state"] == "up"]
+    runs = fleet_runs(up, USER)
+    (log_dir,) = runs.runs
+    placed = runs.processes(up, log_dir)
+    assert nodes_to_ask(placed, 2) == ["c", "n1"]
+    assert nodes_to_ask(placed, 4) == ["c", "n1", "n2", "n3"]
     assert not versioned_servers(nodes)
 
 
@@ -354,8 +368,14 @@ def test_another_users_config_argument_is_read_as_that_users_file(node: Any) -> 
             raw = rollout_files(node, mine, USER)
             (named,) = [c for c in raw["configs"] if c["kind"] == "config"]
             assert "text" not in named and "not by the job's user nobody" in named["error"]
-            nodes = [{"name": "node1", "state": "up", "processes": mine}]
-            state = fleet_trainer_state([node], nodes, USER)
+            # A polled server the process started, so that its run is read.
+            server = {"pid": proc.pid + 1, "ppid": proc.pid, "cmdline": "python3 -m sglang.launch_server",
+                      "server": {"polled": True, "weight_version": 1}}  # fmt: skip
+            nodes = [{"name": "node1", "state": "up", "processes": [*mine, server]}]
+            found = fleet_trainer_state([node], nodes, USER)
+            (run,) = found.runs.runs.values()
+            assert run.owner == "nobody" and found.runs.of[f"node1:{proc.pid + 1}"] == run.log_dir
+            state = found.read[run.log_dir]
             assert state.config["rollout.max_head_offpolicyness"]["from"] != str(secret)
             assert state.trainer is None  # root's run is not read for nobody's process
         finally:

@@ -28,7 +28,7 @@ from areal_console.core.connection.monitor import FleetMonitor, NodeView
 from areal_console.core.metrics.health import thresholds_from
 from areal_console.core.metrics.locate import HealthTarget, job_logs_in
 from areal_console.core.replay.plan import load_templates
-from areal_console.core.rollout.trainer_watch import TrainerState
+from areal_console.core.rollout.trainer_watch import TrainerStates
 from areal_console.core.stacks.capture import (
     CaptureOptions,
     CaptureState,
@@ -64,7 +64,7 @@ class Monitor(Protocol):
     def snapshot(self) -> list[NodeView]: ...
     def set_include_all(self, include_all: bool) -> None: ...
     def trust_host_key(self, name: str) -> None: ...
-    def trainer_state(self) -> TrainerState | None: ...
+    def trainer_state(self) -> TrainerStates | None: ...
 
 
 # Seconds between capture progress updates on the Stacks screen.

@@ -16,6 +16,7 @@ from areal_console.core.connection.fleet import NodeFailure, NodeSession
 from areal_console.core.connection.nodes import node_report, server_text
 from areal_console.core.connection.records import ServerRow
 from areal_console.core.rollout.context import fleet_trainer_state
+from areal_console.core.rollout.jobs import fleet_runs
 from areal_console.core.rollout.servers import add_fleet_flags
 from areal_console.core.targets.areal_world import count_areal_world_sizes
 from areal_console.core.targets.resolve import (
@@ -87,9 +88,11 @@ def outcome(nodes: list[dict[str, Any]]) -> tuple[int, list[str]]:
 
 
 def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any]]) -> Any:
-    """The fleet's flags on each polled server (`version_skew`; with the trainer's version
-    read from the job's files, `version_lag` and `paused_after_update`), and the
-    `rollout` entry saying what they used (None: no polled server with a version)."""
+    """The fleet's flags on each polled server, within its run (`version_skew`; with the
+    run's trainer's version read from its files, `version_lag` and
+    `paused_after_update`), and the `rollout` entry saying what they used (None: no
+    polled server with a version). One run read: its trainer at the top level, as
+    before; several: each in `runs` (docs/guide/cli-json.md)."""
     polled = [
         p["server"]
         for n in nodes
@@ -97,18 +100,52 @@ def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any
         if isinstance(p, dict) and isinstance(p.get("server"), dict) and p["server"].get("polled")
     ]
     if not any(type(s.get("weight_version")) is int for s in polled):
-        add_fleet_flags(nodes)
+        up = [n for n in nodes if n.get("state") == "up"]
+        add_fleet_flags(
+            nodes,
+            fleet_runs([(str(n["name"]), n.get("processes") or []) for n in up], login_user()),
+        )
         return None
     state = fleet_trainer_state(sessions, nodes, login_user())
-    head = state.config.get("rollout.max_head_offpolicyness") or {}
-    trainer = state.trainer.version if state.trainer is not None else None
-    add_fleet_flags(nodes, trainer, head.get("value"))
+    trainers: dict[str, tuple[int | None, Any]] = {}
+    entries: list[dict[str, Any]] = []
+    for log_dir, summary in state.read.items():
+        head = summary.config.get("rollout.max_head_offpolicyness") or {}
+        version = summary.trainer.version if summary.trainer is not None else None
+        trainers[log_dir] = (version, head.get("value"))
+        run = state.runs.runs[log_dir]
+        entries.append(
+            {
+                "run": run.label,
+                "log_dir": log_dir,
+                "user": run.owner,
+                "trainer_version": None
+                if summary.trainer is None
+                else {"version": summary.trainer.version, "evidence": summary.trainer.evidence},
+                "max_head_offpolicyness": head or None,
+                "notes": summary.notes,
+                "servers": sorted(
+                    k for k, d in state.runs.of.items() if d == log_dir and k in _server_keys(nodes)
+                ),
+            }
+        )
+    add_fleet_flags(nodes, state.runs, trainers)
+    one: dict[str, Any] = entries[0] if len(entries) == 1 else {}
     return {
-        "trainer_version": None
-        if state.trainer is None
-        else {"version": state.trainer.version, "evidence": state.trainer.evidence},
-        "max_head_offpolicyness": head or None,
-        "notes": state.notes,
+        "trainer_version": one.get("trainer_version"),
+        "max_head_offpolicyness": one.get("max_head_offpolicyness"),
+        "notes": [*one.get("notes", []), *state.notes],
+        "runs": entries,
+        "skipped": state.skipped,
+    }
+
+
+def _server_keys(nodes: list[dict[str, Any]]) -> set[str]:
+    return {
+        f"{n.get('name')}:{p.get('pid')}"
+        for n in nodes
+        for p in n.get("processes") or []
+        if isinstance(p, dict) and isinstance(p.get("server"), dict)
     }
 
 

@@ -1,7 +1,8 @@
 """The Servers pane: one row per inference server, with its load, version, pause state,
 throughput trend and flags (what the agent read from the server's own port, and the
-fleet's: versions that differ and, with the trainer's version, a lag beyond
-`rollout.max_head_offpolicyness` or a server paused while the trainer moved on)."""
+fleet's, within each server's run: versions that differ and, with the run's trainer's
+version, a lag beyond `rollout.max_head_offpolicyness` or a server paused while the
+trainer moved on)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from collections.abc import Iterable
 
 from rich.text import Text
 
+from areal_console.core.common.identity import login_user
 from areal_console.core.connection.records import ProcessRow
 from areal_console.core.rollout.servers import (
     KV_USAGE,
     QUEUED,
     RUNNING,
     ServerLine,
+    row_runs,
     server_lines,
     throughput_trend,
 )
-from areal_console.core.rollout.trainer_watch import TrainerState
+from areal_console.core.rollout.trainer_watch import TrainerStates
 from areal_console.widgets.keyed_rows import sync_rows
 from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable
@@ -96,25 +99,37 @@ class ServersPane(VimTable):
     def show_servers(
         self,
         nodes: Iterable[tuple[str, Iterable[ProcessRow]]],
-        trainer: TrainerState | None = None,
+        trainer: TrainerStates | None = None,
     ) -> list[ServerLine]:
-        """Show the servers of `nodes` (name, processes), with the flags the trainer's
-        version raises when it is known; returns the lines shown."""
-        version = trainer.version if trainer is not None else None
-        head = trainer.max_head_offpolicyness if trainer is not None else None
-        lines = server_lines(nodes, version, head)
+        """Show the servers of `nodes` (name, processes), with the flags each run's
+        trainer's version raises when it is known; returns the lines shown."""
+        listed = [(node, list(procs)) for node, procs in nodes]
+        runs = row_runs(listed, login_user(), trainer.runs() if trainer is not None else ())
+        lines = server_lines(listed, runs, trainer.trainers() if trainer is not None else None)
         sync_rows(self, KEYS, [(line.key, server_cells(line)) for line in lines])
         self.lines = {line.key: line for line in lines}
         return lines
 
 
-def servers_title(count: int, trainer: TrainerState | None) -> str:
-    """The pane's title: the servers shown and the trainer's version they are held to."""
-    if trainer is None or trainer.version is None:
-        return f"Servers ({count})"
-    head = trainer.max_head_offpolicyness
-    allowed = "" if head is None else f" (max_head_offpolicyness {head})"
-    return f"Servers ({count}) · trainer on version {trainer.version}{allowed}"
+def servers_title(count: int, trainer: TrainerStates | None) -> str:
+    """The pane's title: the servers shown and the trainers' versions they are held to
+    (one run: its trainer; several: each run's, by experiment/trial)."""
+    known = [s for s in trainer.states if s.version is not None] if trainer else []
+    skipped = f" · {len(trainer.skipped)} more runs not read" if trainer and trainer.skipped else ""
+    if not known:
+        return f"Servers ({count}){skipped}"
+
+    def allowed(head: int | None) -> str:
+        return "" if head is None else f" (max_head_offpolicyness {head})"
+
+    if len(known) == 1:
+        one = known[0]
+        return f"Servers ({count}) · trainer on version {one.version}{allowed(one.max_head_offpolicyness)}{skipped}"
+    each = ", ".join(
+        f"{s.run.label if s.run else '?'} on {s.version}{allowed(s.max_head_offpolicyness)}"
+        for s in known
+    )
+    return f"Servers ({count}) · trainers: {each}{skipped}"
 
 
 def flag_lines(lines: Iterable[ServerLine], limit: int = 6) -> Text:

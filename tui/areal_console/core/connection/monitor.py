@@ -31,7 +31,7 @@ from areal_console.core.connection.records import (
     process_rows,
     with_areal_world_sizes,
 )
-from areal_console.core.rollout.trainer_watch import TrainerState, TrainerWatch
+from areal_console.core.rollout.trainer_watch import TrainerStates, TrainerWatch
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
 
@@ -151,7 +151,7 @@ class FleetMonitor:
             view.processes = rows
         return out
 
-    def trainer_state(self) -> TrainerState | None:
+    def trainer_state(self) -> TrainerStates | None:
         """The trainer's version and allowed lag as last read (None: not read, or no
         server reports a version)."""
         return self.trainer.state()
@@ -338,12 +338,12 @@ class FleetMonitor:
 class RecordedMonitor:
     """A monitor over fixed node views: recorded samples replayed for screenshots and tests."""
 
-    def __init__(self, views: list[NodeView], trainer: TrainerState | None = None) -> None:
+    def __init__(self, views: list[NodeView], trainer: TrainerStates | None = None) -> None:
         self.views = views
         self.include_all = False
         self.trainer = trainer  # a recorded trainer state
 
-    def trainer_state(self) -> TrainerState | None:
+    def trainer_state(self) -> TrainerStates | None:
         return self.trainer
 
     def start(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from areal_node.server_flags import fleet_flags
 
 from areal_console.core.metrics.logdir import log_dir_from_processes, safe_component
 from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
+from areal_console.core.rollout.jobs import FleetRuns, fleet_runs, unassigned_note
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
 from areal_console.core.rollout.scaling import Scaling, job_mode, scaling
 from areal_console.core.rollout.staleness import (
@@ -271,12 +272,14 @@ def rollout_files(
     user: str,
     max_ranks: int = MAX_RANK_FILES,
     sessions: bool = True,
+    log_dir: str | None = None,
 ) -> dict[str, Any]:
     """The perf and session tracer files of the node's ranks (the first `max_ranks`;
     session files only with `sessions`), the tails of the job's logs and the run's config
-    files, each read as the job's user's file only."""
-    cmdlines = [str(p.get("cmdline") or "") for p in procs]
-    log_dir = log_dir_from_processes(cmdlines, user)
+    files, each read as the job's user's file only. `log_dir`: the run's, when known
+    (else the first one the processes name)."""
+    if log_dir is None:
+        log_dir = log_dir_from_processes([str(p.get("cmdline") or "") for p in procs], user)
     out: dict[str, Any] = {"log_dir": log_dir, "traces": [], "sessions": [], "logs": []}
     out["configs"] = job_configs(session, procs, log_dir, user)
     if log_dir is None:
@@ -425,34 +428,99 @@ def job_scaling(nodes: list[dict[str, Any]], backend: dict[str, Any] | None) -> 
     return scaling(mode, evidence, backend, max(worlds) if worlds else None)
 
 
+MAX_RUNS = 3  # runs whose trainer one read asks for (those with versioned servers first)
+MAX_RUN_NODES = 2  # nodes asked per run (a log directory is usually on a shared file system)
+
+
+@dataclass
+class FleetTrainers:
+    """The trainer's version and `rollout.max_head_offpolicyness` of each run read (by
+    log directory), the run of every process, and the runs left unread."""
+
+    runs: FleetRuns
+    read: dict[str, RolloutSummary] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # runs' labels, not read this time
+    notes: list[str] = field(default_factory=list)
+
+
+def nodes_to_ask(placed: Mapping[str, list[Mapping[str, Any]]], limit: int) -> list[str]:
+    """The nodes of a run (node -> its processes there) to read its files on: the
+    controller's first, then the lowest rank's, at most `limit`."""
+
+    def order(name: str) -> tuple[int, int, str]:
+        procs = placed[name]
+        ranks = [p["rank"] for p in procs if type(p.get("rank")) is int]
+        controller = any(p.get("role") == "controller" for p in procs)
+        return (0 if controller else 1, min(ranks, default=1 << 30), name)
+
+    return sorted(placed, key=order)[:limit]
+
+
+def versioned_runs(nodes: list[dict[str, Any]], runs: FleetRuns) -> dict[str, list[str]]:
+    """log_dir -> its polled servers (node:pid) that report a weight version."""
+    out: dict[str, list[str]] = {}
+    for node in nodes:
+        for p in node.get("processes") or []:
+            srv = p.get("server") if isinstance(p, dict) else None
+            if (
+                isinstance(srv, dict)
+                and srv.get("polled")
+                and type(srv.get("weight_version")) is int
+            ):
+                key = f"{node.get('name')}:{p.get('pid')}"
+                run = runs.of.get(key)
+                if run is not None:
+                    out.setdefault(run, []).append(key)
+    return out
+
+
 def fleet_trainer_state(
-    sessions: Iterable[NodeSession], nodes: list[dict[str, Any]], user: str
-) -> RolloutSummary:
-    """What `nodes` needs for the version flags, read lightly (the logs' tails, the
-    config files, the lowest rank's perf tracer file of each node): the trainer's version
-    and `rollout.max_head_offpolicyness`."""
-    by_name = {str(n.get("name")): n for n in nodes}
-    raw = []
-    cmdlines: list[str] = []
-    for session in sessions:
-        node = by_name.get(session.name)
-        if node is None or node.get("state") != "up":
-            continue
-        procs = [p for p in node.get("processes") or [] if isinstance(p, dict)]
-        # A process names its own user's run (as `metrics --job` reads it): every user's
-        # processes on the node are here, and another user's `--config /root/x.yaml` or
-        # log directory must not be read as this user's. The console's user's job first.
-        by_user: dict[str, list[dict[str, Any]]] = {}
-        for p in procs:
-            by_user.setdefault(str(p.get("user") or user), []).append(p)
-        for owner in [user, *sorted(set(by_user) - {user})]:
-            mine = by_user.get(owner, [])
-            if log_dir_from_processes([str(p.get("cmdline") or "") for p in mine], owner):
-                cmdlines.extend(str(p.get("cmdline") or "") for p in mine)
-                files = rollout_files(session, mine, owner, max_ranks=1, sessions=False)
-                raw.append({"node": session.name, "rollout": files, "processes": mine})
-                break
-    return summarize(raw, cmdlines, None)
+    sessions: Iterable[NodeSession],
+    nodes: list[dict[str, Any]],
+    user: str,
+    max_runs: int = MAX_RUNS,
+    max_nodes: int = MAX_RUN_NODES,
+) -> FleetTrainers:
+    """What the version flags need, per run, read lightly (the logs' tails, the config
+    files, the lowest rank's perf tracer file, on at most `max_nodes` nodes of the run):
+    the trainer's version and `rollout.max_head_offpolicyness` of each run that has a
+    polled server reporting a weight version, at most `max_runs` of them (the runs with
+    the most such servers first; the others are named in `skipped`)."""
+    up = [n for n in nodes if n.get("state") == "up"]
+    listed = [(str(n.get("name")), list(n.get("processes") or [])) for n in up]
+    runs = fleet_runs(listed, user)
+    out = FleetTrainers(runs)
+    note = unassigned_note(_server_keys(up), runs)
+    if note:
+        out.notes.append(note)
+    wanted = versioned_runs(up, runs)
+    order = sorted(wanted, key=lambda d: (-len(wanted[d]), runs.runs[d].label, d))
+    out.skipped = [runs.runs[d].label for d in order[max_runs:]]
+    by_session = {s.name: s for s in sessions}
+    for log_dir in order[:max_runs]:
+        run = runs.runs[log_dir]
+        placed = runs.processes(listed, log_dir)
+        raw = []
+        cmdlines: list[str] = []
+        reachable = {n: ps for n, ps in placed.items() if n in by_session}
+        for name in nodes_to_ask(reachable, max_nodes):
+            mine = [dict(p) for p in placed[name]]
+            cmdlines.extend(str(p.get("cmdline") or "") for p in mine)
+            files = rollout_files(
+                by_session[name], mine, run.owner, max_ranks=1, sessions=False, log_dir=log_dir
+            )
+            raw.append({"node": name, "rollout": files, "processes": mine})
+        out.read[log_dir] = summarize(raw, cmdlines, None)
+    return out
+
+
+def _server_keys(nodes: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{n.get('name')}:{p.get('pid')}"
+        for n in nodes
+        for p in n.get("processes") or []
+        if isinstance(p, dict) and isinstance(p.get("server"), dict)
+    ]
 
 
 def node_phases(nodes: list[dict[str, Any]]) -> dict[tuple[str, int], RankPhase]:

@@ -1,13 +1,15 @@
-"""The trainer's version for the live Cluster screen, read now and then off the UI thread.
+"""The trainers' versions for the live Cluster screen, read now and then off the UI thread.
 
 The version flags (`version_lag`, `paused_after_update` while the trainer moved on) need
-the trainer's weight version, which only the job's files say. `nodes` reads it once
-(`fleet_trainer_state`); the live screen reads it the same way from a thread, every
-INTERVAL seconds, and only while some server the agents poll reports a weight version.
-One read asks at most MAX_NODES nodes (those running the controller or the lowest rank
-first; a job's log directory is usually on a shared file system, so one node is enough),
-each for the tails of the job's logs, one perf tracer file and the config files: the
-same bounded `file_tail`/`file_read` calls as `nodes`, as the job's user's files only.
+the trainer's weight version of the server's run, which only that run's files say.
+`nodes` reads them once (`fleet_trainer_state`); the live screen reads them the same way
+from a thread, every INTERVAL seconds, and only while some server the agents poll
+reports a weight version. One read asks for the runs of such servers only, at most
+MAX_RUNS of them (the others are named as skipped), and per run at most MAX_NODES nodes
+(the controller's or the lowest rank's first; a log directory is usually on a shared
+file system, so one node is enough), each for the tails of the run's logs, one perf
+tracer file and the config files: the same bounded `file_tail`/`file_read` calls as
+`nodes`, as the run's user's files only.
 """
 
 from __future__ import annotations
@@ -18,30 +20,47 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.metrics.logdir import log_dir_from_processes
-from areal_console.core.rollout.context import fleet_trainer_state
+from areal_console.core.rollout.context import MAX_RUN_NODES, MAX_RUNS, fleet_trainer_state
+from areal_console.core.rollout.jobs import Run
 
 if TYPE_CHECKING:
     from areal_console.core.connection.fleet import NodeSession
 
 INTERVAL = 20.0  # seconds between reads
-MAX_NODES = 2  # nodes asked per read
+MAX_NODES = MAX_RUN_NODES  # nodes asked per run
 FIRST_READ = 3.0  # seconds after start
 
 
 @dataclass(frozen=True, slots=True)
 class TrainerState:
-    """What the version flags use: the trainer's version (None: not found) and
-    `rollout.max_head_offpolicyness`, read at `read_at` (time.time())."""
+    """What the version flags of one run's servers use: the trainer's version (None: not
+    found) and `rollout.max_head_offpolicyness`, read at `read_at` (time.time())."""
 
     version: int | None
     evidence: str
     max_head_offpolicyness: int | None
     read_at: float
+    run: Run | None = None  # whose trainer (None: a recorded state of the only run)
 
 
-def _cmdlines(node: dict[str, Any]) -> list[str]:
-    return [str(p.get("cmdline") or "") for p in node.get("processes") or [] if isinstance(p, dict)]
+@dataclass(frozen=True, slots=True)
+class TrainerStates:
+    """One read: each run's trainer state, the runs not read (labels) and notes."""
+
+    states: tuple[TrainerState, ...]
+    skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def runs(self) -> list[Run]:
+        return [s.run for s in self.states if s.run is not None]
+
+    def trainers(self) -> dict[str, tuple[int | None, int | None]]:
+        """log_dir -> (version, max_head_offpolicyness), for `servers.run_flags`."""
+        return {
+            s.run.log_dir: (s.version, s.max_head_offpolicyness)
+            for s in self.states
+            if s.run is not None
+        }
 
 
 def versioned_servers(nodes: Iterable[dict[str, Any]]) -> bool:
@@ -56,44 +75,29 @@ def versioned_servers(nodes: Iterable[dict[str, Any]]) -> bool:
     )
 
 
-def nodes_to_ask(nodes: list[dict[str, Any]], user: str, limit: int = MAX_NODES) -> list[str]:
-    """The up nodes whose processes name the job's log directory, the controller's or the
-    lowest rank's first, at most `limit`."""
-
-    def order(node: dict[str, Any]) -> tuple[int, int, str]:
-        procs = [p for p in node.get("processes") or [] if isinstance(p, dict)]
-        ranks = [p["rank"] for p in procs if type(p.get("rank")) is int]
-        controller = any(p.get("role") == "controller" for p in procs)
-        return (0 if controller else 1, min(ranks, default=1 << 30), str(node.get("name")))
-
-    found = [
-        n
-        for n in nodes
-        if n.get("state") == "up" and log_dir_from_processes(_cmdlines(n), user) is not None
-    ]
-    return [str(n.get("name")) for n in sorted(found, key=order)[:limit]]
-
-
 def read_trainer_state(
     sessions: Iterable[NodeSession], nodes: list[dict[str, Any]], user: str
-) -> TrainerState | None:
-    """One read (None: no server reports a version, or no node names a log directory)."""
+) -> TrainerStates | None:
+    """One read (None: no server reports a version)."""
     if not versioned_servers(nodes):
         return None
-    names = nodes_to_ask(nodes, user)
-    chosen = [s for s in sessions if s.name in names]
-    if not chosen:
-        return None
-    state = fleet_trainer_state(chosen, nodes, user)
-    head = state.config.get("rollout.max_head_offpolicyness") or {}
-    value = head.get("value")
-    trainer = state.trainer
-    return TrainerState(
-        None if trainer is None else trainer.version,
-        "" if trainer is None else trainer.evidence,
-        value if type(value) is int else None,
-        time.time(),
-    )
+    found = fleet_trainer_state(sessions, nodes, user, MAX_RUNS, MAX_NODES)
+    now = time.time()
+    states = []
+    for log_dir, summary in found.read.items():
+        head = summary.config.get("rollout.max_head_offpolicyness") or {}
+        value = head.get("value")
+        trainer = summary.trainer
+        states.append(
+            TrainerState(
+                None if trainer is None else trainer.version,
+                "" if trainer is None else trainer.evidence,
+                value if type(value) is int else None,
+                now,
+                found.runs.runs[log_dir],
+            )
+        )
+    return TrainerStates(tuple(states), tuple(found.skipped), tuple(found.notes))
 
 
 class TrainerWatch:
@@ -108,7 +112,7 @@ class TrainerWatch:
         interval: float = INTERVAL,
     ) -> None:
         self.sessions, self.nodes, self.user, self.interval = sessions, nodes, user, interval
-        self._state: TrainerState | None = None
+        self._state: TrainerStates | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.reads = 0
@@ -120,10 +124,10 @@ class TrainerWatch:
     def stop(self) -> None:
         self._stop.set()
 
-    def state(self) -> TrainerState | None:
+    def state(self) -> TrainerStates | None:
         return self._state
 
-    def read_now(self) -> TrainerState | None:
+    def read_now(self) -> TrainerStates | None:
         """One read; a failed one keeps the last state (the files are read again later)."""
         nodes = self.nodes()
         if not versioned_servers(nodes):

@@ -7,7 +7,8 @@ the others wait in it: ranks stuck inside the weight-update path.
 
 Before the update each rank writes the perf tracer spans of the steps it finished, as
 AReaL's PerfTracer writes them (tests/support/fixtures/perf_tracer_files.py, found through
-STUB_TESTS_ROOT); the last rank is one step behind."""
+STUB_TESTS_ROOT); the last rank is one step behind. `STUB_STEPS` (default 4) is the
+steps rank 0 finished: the trainer's version the files say."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def _write_traces(rank: int, world: int, log_dir: str) -> None:
     from tests.support.fixtures.perf_tracer_files import TranscribedPerfTracer, write_steps
 
     tracer = TranscribedPerfTracer(Path(log_dir), rank, role="actor", pid=os.getpid())
-    write_steps(tracer, 3 if rank == world - 1 else 4)
+    steps = int(os.environ.get("STUB_STEPS") or 4)
+    write_steps(tracer, steps - 1 if rank == world - 1 else steps)
 
 
 class FSDPEngine:
