@@ -77,3 +77,30 @@ def test_flags_compare_and_hold_servers_within_their_run_only() -> None:
     add_fleet_flags(nodes, runs, {A: (4, 0), B: (2, 0)})
     assert [f["kind"] for f in procs[1]["server"]["flags"]] == ["version_skew", "version_lag"]
     assert "flags" not in procs[4]["server"] and "flags" not in procs[5]["server"]
+
+
+def test_a_capture_of_several_runs_holds_no_server_to_one_runs_trainer() -> None:
+    from areal_console.core.rollout.context import RolloutSummary, add_server_flags
+    from areal_console.core.rollout.trainer_version import TrainerVersion
+    from areal_console.core.stacks.records import RankStack, ServerInfo, StackCapture
+
+    def capture(*trials: str) -> StackCapture:
+        ranks = [RankStack(node="n1", pid=10 + i, cmdline=worker(0, "/data", t)["cmdline"])
+                 for i, t in enumerate(trials)]  # fmt: skip
+        for pid, version in ((30, 3), (31, 2)):
+            ranks.append(
+                RankStack(
+                    node="n1", pid=pid, server=ServerInfo("sglang", "u", weight_version=version)
+                )
+            )
+        head = {"rollout.max_head_offpolicyness": {"value": 0, "from": "config.yaml"}}
+        summary = RolloutSummary(config=head, trainer=TrainerVersion(4, "perf tracer"))
+        return StackCapture("now", 1, ranks, rollout=summary)
+
+    one = capture("a")  # one job's capture: its servers held to its trainer
+    add_server_flags(one)
+    assert [f["kind"] for f in one.ranks[-1].server.flags] == ["version_skew", "version_lag"]  # type: ignore[union-attr]
+    both = capture("a", "b")  # --all-jobs: two runs, one trainer read
+    add_server_flags(both)
+    assert all(not r.server.flags for r in both.ranks if r.server is not None)
+    assert both.rollout is not None and both.rollout.notes[0].startswith("2 runs in this capture")

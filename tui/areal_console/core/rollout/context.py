@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from areal_node.constants import config_key
 from areal_node.server_flags import fleet_flags
 
-from areal_console.core.metrics.logdir import log_dir_from_processes, safe_component
+from areal_console.core.metrics.logdir import log_dir_from_processes, run_identity, safe_component
 from areal_console.core.rollout.job_config import DEFAULTS, config_paths, staleness_config
 from areal_console.core.rollout.jobs import FleetRuns, fleet_runs, unassigned_note
 from areal_console.core.rollout.perf_trace import MAX_TAIL, RankPhase, phases, progress
@@ -578,11 +578,25 @@ def apply_rollout(capture: StackCapture, raw: dict[str, Any]) -> None:
 def add_server_flags(capture: StackCapture) -> None:
     """The fleet's flags on the capture's servers: servers on different versions, and
     with the trainer's version, a lag beyond `rollout.max_head_offpolicyness` and a
-    server paused while the trainer moved on (a kind already raised is not repeated)."""
+    server paused while the trainer moved on (a kind already raised is not repeated).
+    A capture is one job's, so one run's; one whose ranks name several runs (`--all-jobs`)
+    gets none of these, and a note says why."""
     servers = {f"{r.node}:{r.pid}": r.server for r in capture.ranks if r.server is not None}
     summary = capture.rollout
     trainer = summary.trainer.version if summary and summary.trainer else None
     head = (summary.config if summary else {}).get("rollout.max_head_offpolicyness")
+    named = {
+        (i.get("fileroot"), i["experiment"], i["trial"])
+        for r in capture.ranks
+        if (i := run_identity(r.cmdline)).get("experiment") and i.get("trial")
+    }
+    if len(named) > 1:  # an --all-jobs capture: one run's trainer holds no other run's servers
+        if summary is not None:
+            summary.notes.append(
+                f"{len(named)} runs in this capture: no version_skew, version_lag or "
+                "paused_after_update across them (capture one job for those)"
+            )
+        return
     extra = fleet_flags(
         {k: s.weight_version for k, s in servers.items()},
         trainer,
