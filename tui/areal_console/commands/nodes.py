@@ -109,6 +109,7 @@ def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any
     state = fleet_trainer_state(sessions, nodes, login_user())
     trainers: dict[str, tuple[int | None, Any]] = {}
     entries: list[dict[str, Any]] = []
+    servers = _server_keys(nodes)
     for log_dir, summary in state.read.items():
         head = summary.config.get("rollout.max_head_offpolicyness") or {}
         version = summary.trainer.version if summary.trainer is not None else None
@@ -125,7 +126,7 @@ def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any
                 "max_head_offpolicyness": head or None,
                 "notes": summary.notes,
                 "servers": sorted(
-                    k for k, d in state.runs.of.items() if d == log_dir and k in _server_keys(nodes)
+                    k for k, d in state.runs.of.items() if d == log_dir and k in servers
                 ),
             }
         )

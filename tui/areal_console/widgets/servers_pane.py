@@ -104,7 +104,9 @@ class ServersPane(VimTable):
         """Show the servers of `nodes` (name, processes), with the flags each run's
         trainer's version raises when it is known; returns the lines shown."""
         listed = [(node, list(procs)) for node, procs in nodes]
-        runs = row_runs(listed, login_user(), trainer.runs() if trainer is not None else ())
+        any_server = any(p.server is not None for _, procs in listed for p in procs)
+        known = trainer.runs() if trainer is not None else []
+        runs = row_runs(listed, login_user(), known) if any_server else None
         lines = server_lines(listed, runs, trainer.trainers() if trainer is not None else None)
         sync_rows(self, KEYS, [(line.key, server_cells(line)) for line in lines])
         self.lines = {line.key: line for line in lines}

@@ -15,6 +15,7 @@ saying which, it belongs to none, and no run's flags are raised on it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,9 +54,15 @@ class FleetRuns:
         return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _identity(cmdline: str) -> tuple[tuple[str, str], ...]:
+    """`run_identity`, kept per command line: the live screen asks every refresh."""
+    return tuple(run_identity(cmdline).items())
+
+
 def own_run(p: Mapping[str, Any], user: str) -> Run | None:
     """The run a process's own command line names (as its own user's)."""
-    identity = run_identity(str(p.get("cmdline") or ""))
+    identity = dict(_identity(str(p.get("cmdline") or "")))
     owner = str(p.get("user") or user)
     log_dir = log_dir_of(identity, owner)
     if log_dir is None:

@@ -40,7 +40,7 @@ class TrainerState:
     evidence: str
     max_head_offpolicyness: int | None
     read_at: float
-    run: Run | None = None  # whose trainer (None: a recorded state of the only run)
+    run: Run | None = None  # whose trainer (None: no run: held to no server)
 
 
 @dataclass(frozen=True, slots=True)
