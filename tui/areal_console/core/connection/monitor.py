@@ -152,7 +152,7 @@ class FleetMonitor:
         return out
 
     def trainer_state(self) -> TrainerStates | None:
-        """The trainer's version and allowed lag as last read (None: not read, or no
+        """Each run's trainer version and allowed lag as last read (None: not read, or no
         server reports a version)."""
         return self.trainer.state()
 
