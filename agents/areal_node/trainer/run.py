@@ -47,7 +47,9 @@ def output_dir(config: dict[str, Any], default_output_dir: str) -> str:
     td = config["trajectory_debug"]
     if config["output_dir"]:
         return str(config["output_dir"])
-    return os.path.join(str(td["path"]), "replay") if td["replay_rollout_data"] else default_output_dir
+    return (
+        os.path.join(str(td["path"]), "replay") if td["replay_rollout_data"] else default_output_dir
+    )
 
 
 def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out") -> None:
