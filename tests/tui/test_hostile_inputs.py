@@ -971,3 +971,13 @@ def test_bad_arguments_are_named_by_their_command(args: list[str], line: str) ->
     option offered, and only what is missing is said."""
     result = run_cli(*args)
     assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")
+
+
+def test_overrides_after_an_option_are_overrides() -> None:
+    """`replay DIR --wait actor.eps_clip=0.1`: argparse leaves a `key=value` after an
+    option over as unrecognized; it is an override like one before the options."""
+    result = run_cli("replay", "/nonexistent", "--gpus", "cpu", "actor.eps_clip=0.1", "--json")
+    assert result.returncode == 1, result.stderr
+    assert "unrecognized" not in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "no dump directory at /nonexistent" in result.stderr

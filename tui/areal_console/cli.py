@@ -86,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_command(args_list[0])
         parser = build_parser(args_list[0] if args_list else None)
         args, extra = parser.parse_known_args(args_list)
+        if isinstance(getattr(args, "overrides", None), list):
+            # argparse takes `key=value` words only before the first option: later ones
+            # (`replay DIR --wait actor.eps_clip=0.1`) are overrides too, in their order.
+            args.overrides += [w for w in extra if not w.startswith("-")]
+            extra = [w for w in extra if w.startswith("-")]
         if extra:
             raise UsageError(_unrecognized(parser, args.command, extra))
         if not getattr(args, "handler", None):
