@@ -160,8 +160,8 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
 def followed_log(app: object, capture: StackCapture) -> ReportRequest | None:
     """The log the Health screen follows (`app.health_target`), for a report on `capture`
     when the capture is of that job: a process of it matches the target's job pattern (the
-    demo's, `--areal`'s, the one `h` opened). The report then has the run's logs, config and metrics, as one made
-    from the Health screen has."""
+    demo's, `--areal`'s, the one `h` opened). The report then has the run's logs, config
+    and metrics, as one made from the Health screen has."""
     target = getattr(app, "health_target", None)
     if not isinstance(target, HealthTarget) or not target.path or not target.match:
         return None
