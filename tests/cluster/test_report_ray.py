@@ -113,7 +113,7 @@ def test_report_on_ray_reads_each_nodes_logs_and_versions(
     assert stacks["diagnosis"]["pattern"] == "cleanup_deadlock"
     assert stacks["diagnosis"]["title"] in section(md, "### Describe the bug")
     checklist = section(md, "## Checklist")
-    assert "Everyone waits on ranks 3" in checklist and "ranks 0-2 only wait" in checklist
+    assert "Everyone waits on rank 3" in checklist and "ranks 0-2 only wait" in checklist
     # Full logs: each node's own files, grouped by node, each role named.
     logs = section(md, "### Full logs")
     assert f"Log directory: `{log_dir}` on 2 nodes ({HEAD_IP}, {NODE2});" in logs

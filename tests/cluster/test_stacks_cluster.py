@@ -105,7 +105,7 @@ def test_report_across_nodes_reads_versions_through_each_agent(
     assert "versions" not in result.stderr
     md = out.read_text()
     last = job.world_size - 1
-    assert f"Everyone waits on ranks {last} (in " in md and "(`cleanup_deadlock`)" in md
+    assert f"Everyone waits on rank {last} (in " in md and "(`cleanup_deadlock`)" in md
     names = ", ".join(n.name for n in cluster.nodes)
     assert f"All {len(cluster.nodes)} nodes ({names}) agree:" in md
     assert f"- Python {platform.python_version()} (" in md

@@ -173,6 +173,9 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
     await w.until("the Stacks screen", lambda: type(app.screen).__name__ == "StacksScreen")
     await w.press("b")  # a bug report's preview: collected, then shown
     await w.until("the report", lambda: getattr(app.screen, "report", None) is not None)
+    # The capture is of the run the Health screen follows (`h` made it the job's events
+    # directory): its metrics are in, as in a report made from the Health screen.
+    assert "metrics" not in app.screen.report.missing, app.screen.report.missing
     await w.press("a")  # anonymized
     await w.press("w")  # written (to the test's directory) and closed
     await w.until("the Stacks screen", lambda: type(app.screen).__name__ == "StacksScreen")

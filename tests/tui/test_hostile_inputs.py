@@ -951,3 +951,33 @@ def test_known_hosts_notes_are_said_once_per_process() -> None:
 def test_unknown_command_names_the_closest_one(word: str, line: str) -> None:
     result = run_cli(word, "--local")
     assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["stacks", "--samles", "2"],
+            "error: areal-console stacks: unrecognized arguments: --samles 2 "
+            "(did you mean '--samples'?)",
+        ),
+        (["report", "--bogus"], "error: areal-console report: unrecognized arguments: --bogus"),
+        (["replay"], "error: areal-console replay: the following arguments are required: path"),
+    ],
+)
+def test_bad_arguments_are_named_by_their_command(args: list[str], line: str) -> None:
+    """argparse names the top-level parser for an unknown option ("areal-console:"), and
+    lists an optional `key=value` list as required: the command is named, the closest
+    option offered, and only what is missing is said."""
+    result = run_cli(*args)
+    assert (result.returncode, result.stdout, result.stderr) == (2, "", line + "\n")
+
+
+def test_overrides_after_an_option_are_overrides() -> None:
+    """`replay DIR --wait actor.eps_clip=0.1`: argparse leaves a `key=value` after an
+    option over as unrecognized; it is an override like one before the options."""
+    result = run_cli("replay", "/nonexistent", "--gpus", "cpu", "actor.eps_clip=0.1", "--json")
+    assert result.returncode == 1, result.stderr
+    assert "unrecognized" not in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "no dump directory at /nonexistent" in result.stderr

@@ -139,7 +139,11 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
 
 async def test_a_jobs_log_is_escaped(fleet: Fleet) -> None:
     session = fleet.sessions[0]
-    script = f"import sys\nsys.stdout.write({HOSTILE!r} + '\\n')\nsys.stdout.flush()\n"
+    coloured = "\x1b[92m\x1b[1;38;2;180;140;80m(AReaL)\x1b[0m step 1 done"  # AReaL's log lines
+    script = (
+        f"import sys\nsys.stdout.write({HOSTILE!r} + '\\n' + {coloured!r} + '\\n')\n"
+        "sys.stdout.flush()\n"
+    )
     status = session.call("job_launch", {"job": "hostile", "argv": [sys.executable, "-c", script]})
     assert status["state"] == "running"
     record = jobs.RunRecord(job_id="hostile", node=session.name, plan={}, launched_at=time.time())
@@ -147,8 +151,10 @@ async def test_a_jobs_log_is_escaped(fleet: Fleet) -> None:
     app = Host(RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(140, 40)) as pilot:
         log = app.screen.query_one("#jobs-log", Log)
-        await until(pilot, lambda: any("pwned" in line for line in log.lines), what="the log")
-        assert SHOWN in log.lines
+        await until(pilot, lambda: any("step 1" in line for line in log.lines), what="the log")
+        # A log's colour and cursor codes (CSI) are dropped, every other control escaped.
+        assert SHOWN.replace("\\x1b[2J", "") in log.lines
+        assert "(AReaL) step 1 done" in log.lines
         await pilot.pause()
         assert_escaped(app)
 

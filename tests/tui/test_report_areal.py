@@ -73,8 +73,8 @@ def test_report_on_the_hung_job_has_every_section_true_to_the_run(
     )
     # Checklist hint: rank 1 is elsewhere (slow_step), rank 0 only waits in the barrier.
     checklist = md[: md.index("## Detailed Information")]
-    assert "Everyone waits on ranks 1 (in slow_step" in checklist
-    assert "ranks 0 only wait in a collective" in checklist
+    assert "Everyone waits on rank 1 (in slow_step" in checklist
+    assert "rank 0 only waits in a collective" in checklist
     # Describe the bug: the diagnosis as `stacks --json` gives it.
     assert "**Ranks wait in one collective for a straggler** (`same_collective`)" in md
     assert "rank 0 (1): train_batch (" in md

@@ -54,8 +54,8 @@ def test_report_on_the_demo_is_true_to_the_run_and_keeps_its_secrets(
     assert result.returncode == 3, result.stderr
     assert "warning: not collected: config: no config.yaml in the log directory" in result.stderr
     md = (tmp_path / "demo.md").read_text()
-    assert "Everyone waits on ranks 1 (in cleanup_distributed (" in md
-    assert "ranks 0 only wait in the training loop" in md
+    assert "Everyone waits on rank 1 (in cleanup_distributed (" in md
+    assert "rank 0 only waits in the training loop" in md
     assert "(`cleanup_deadlock`)" in md and "rank 0 (1): all_reduce_gradients (" in md
     assert "Collective ledger (Flight Recorder):" in md
     # Health from the job's own log: its 30 steps and the drift away from 1.

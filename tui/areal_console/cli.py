@@ -85,7 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             args_list = ["tui", *args_list]
         _check_command(args_list[0])
         parser = build_parser(args_list[0] if args_list else None)
-        args = parser.parse_args(args_list)
+        args, extra = parser.parse_known_args(args_list)
+        if isinstance(getattr(args, "overrides", None), list):
+            # argparse takes `key=value` words only before the first option: later ones
+            # (`replay DIR --wait actor.eps_clip=0.1`) are overrides too, in their order.
+            args.overrides += [w for w in extra if not w.startswith("-")]
+            extra = [w for w in extra if w.startswith("-")]
+        if extra:
+            raise UsageError(_unrecognized(parser, args.command, extra))
         if not getattr(args, "handler", None):
             parser.print_help()
             return EXIT_USAGE
@@ -120,6 +127,23 @@ def _check_command(word: str) -> None:
     close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else f" (commands: {', '.join(names)})"
     raise UsageError(f"unknown command {word!r}{hint}")
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> str:
+    """The error for arguments no option takes, named by the command's own parser (argparse
+    names the top-level one), with the command's closest option: "areal-console stacks:
+    unrecognized arguments: --samles (did you mean '--samples'?)"."""
+    import difflib  # only for a bad argument: every start would pay for it
+
+    options = list(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            options += list(action.choices[command]._option_string_actions)
+    word = extra[0].partition("=")[0]
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.8) if word[:1] == "-" else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    prog = f"areal-console {command}" if command else "areal-console"
+    return f"{prog}: unrecognized arguments: {' '.join(extra)}{hint}"
 
 
 def _partial_when_stale(args: argparse.Namespace, code: int) -> int:

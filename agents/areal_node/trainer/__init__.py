@@ -5,8 +5,9 @@ Standard library and torch only. It runs from the node package, here or on a nod
     python3 -m areal_node.trainer [--nproc N] [--config FILE] [--default-output-dir DIR] [key=value ...]
     python3 reference_trainer.pyz ...  (the node payload run as a program: what replay runs)
 
-`output_dir` (the per-step metrics) defaults to `--default-output-dir`, else
-`./reference-trainer-out`; `areal-console trainer` passes a folder in its data dir.
+`output_dir` (the per-step metrics; torchrun's own files in its `torchrun/`) defaults to
+`--default-output-dir`, else `./reference-trainer-out`; `areal-console trainer` passes a
+folder in its data dir.
 
 A tiny causal language model (built in code, no downloads) learns single-digit addition
 ("a+b=" -> digits, EOS) from a rule-based reward. Each step it samples a group of

@@ -14,12 +14,14 @@ from areal_node.trainer.config import (
     flatten,
     load_config,
 )
-from areal_node.trainer.run import run
+from areal_node.trainer.run import output_dir, run
 
 
-def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
+def relaunch_with_torchrun(nproc: int, argv: list[str], log_dir: str) -> int:
     """Run the trainer under torchrun with `nproc` ranks on this node. The ranks import it
-    from where this process did: the package's directory, or the payload zip."""
+    from where this process did: the package's directory, or the payload zip. torchrun's
+    own files go to `log_dir` (by default it leaves a `torchelastic_*` folder in /tmp for
+    every run, which nothing removes)."""
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(areal_node.__file__)))
@@ -31,6 +33,7 @@ def relaunch_with_torchrun(nproc: int, argv: list[str]) -> int:
         "torch.distributed.run",
         "--standalone",
         f"--nproc_per_node={nproc}",
+        f"--log-dir={log_dir}",
         "-m",
         areal_node.trainer.__name__,
         *argv,
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if nproc > 1 and not under_torchrun:
-        return relaunch_with_torchrun(nproc, passed_on)
+        log_dir = os.path.join(output_dir(config, default_output_dir), "torchrun")
+        return relaunch_with_torchrun(nproc, passed_on, log_dir)
     run(config, default_output_dir)
     return 0

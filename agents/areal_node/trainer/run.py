@@ -41,6 +41,17 @@ def atomic_save(obj: Any, path: str) -> None:
     os.replace(tmp, path)
 
 
+def output_dir(config: dict[str, Any], default_output_dir: str) -> str:
+    """Where the per-step metrics go: `output_dir`, else the dump's `replay` folder when
+    replaying, else `default_output_dir`."""
+    td = config["trajectory_debug"]
+    if config["output_dir"]:
+        return str(config["output_dir"])
+    return (
+        os.path.join(str(td["path"]), "replay") if td["replay_rollout_data"] else default_output_dir
+    )
+
+
 def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out") -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -67,9 +78,7 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
     td = config["trajectory_debug"]
     dump_dir = str(td["path"])
     dumping, replaying = bool(td["dump_rollout_data"]), bool(td["replay_rollout_data"])
-    out_dir = config["output_dir"] or (
-        os.path.join(dump_dir, "replay") if replaying else default_output_dir
-    )
+    out_dir = output_dir(config, default_output_dir)
     dp_suffix = rank if world_size > 1 else None
     if rank == 0:
         os.makedirs(out_dir, exist_ok=True)

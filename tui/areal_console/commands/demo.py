@@ -14,7 +14,7 @@ from areal_console.core.replay.demo import PATTERNS, new_demo
 
 WELCOME = (
     "Demo job running: its ranks are below. Press s to capture every rank's stack and see "
-    "the diagnosis, 3 for the dumped batches (r there replays a step), 4 for jobs, 5 (or h) "
+    "the diagnosis, 3 for the dumped batches (r there replays a step), 4 for the replay runs, 5 (or h) "
     "for its training health, ? for keys."
 )
 

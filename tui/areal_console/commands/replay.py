@@ -65,7 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=seconds, default=3600.0, help="seconds --wait waits")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, launch nothing")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="trainer overrides")
+    parser.add_argument(
+        "overrides", nargs="*", default=[], metavar="key=value", help="trainer overrides"
+    )
     parser.set_defaults(handler=run)
 
 

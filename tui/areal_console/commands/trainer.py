@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks (default 1)")
     parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    parser.add_argument(
+        "overrides", nargs="*", default=[], metavar="key=value", help="config overrides"
+    )
     parser.set_defaults(handler=run)
 
 

@@ -4,6 +4,7 @@ its bundle, `a` switches anonymizing, esc leaves without writing."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from textual.widgets import Label, Static
 
 from areal_console.core.common.textfmt import printable
 from areal_console.core.connection.fleet import Fleet
+from areal_console.core.metrics.locate import HealthTarget
 from areal_console.core.report.bundle import (
     DEFAULT_MAX_MB,
     build_report,
@@ -29,6 +31,7 @@ from areal_console.core.report.model import Report, ReportInputs
 from areal_console.core.report.redact import Redactor, learn_identities
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.merge import StackAnalysis
+from areal_console.core.stacks.records import StackCapture
 from areal_console.core.stacks.report import capture_json
 from areal_console.messages import ReportBuilt, ReportWritten
 from areal_console.workers import Ticket, WorkerHost, background
@@ -152,6 +155,23 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def followed_log(app: object, capture: StackCapture) -> ReportRequest | None:
+    """The log the Health screen follows (`app.health_target`), for a report on `capture`
+    when the capture is of that job: a process of it matches the target's job pattern (the
+    demo's, `--areal`'s, the one `h` opened). The report then has the run's logs, config
+    and metrics, as one made from the Health screen has."""
+    target = getattr(app, "health_target", None)
+    if not isinstance(target, HealthTarget) or not target.path or not target.match:
+        return None
+    try:
+        pattern = re.compile(target.match)
+    except re.error:
+        return None
+    if not any(pattern.search(r.cmdline) for r in capture.ranks):
+        return None
+    return ReportRequest(log_path=target.path, log_node=target.node)
 
 
 def report_preview_for(

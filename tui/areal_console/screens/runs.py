@@ -29,7 +29,7 @@ from areal_console.messages import Notice, RunLogTail, RunsRefreshed
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.keyed_rows import sync_rows
-from areal_console.widgets.remote_text import remote_line, remote_text
+from areal_console.widgets.remote_text import remote_line, remote_log_line, remote_text
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
@@ -305,7 +305,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
             line = f"log unavailable ({message.error}); it is kept on the node at {where}"
             log.write_line(remote_line(line))
         else:
-            log.write_lines([remote_line(line) for line in message.lines])
+            log.write_lines([remote_log_line(line) for line in message.lines])
 
     @on(Notice)
     def _notice(self, message: Notice) -> None:

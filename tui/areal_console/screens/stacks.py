@@ -27,7 +27,7 @@ from areal_console.core.stacks.report import (
     text_report,
 )
 from areal_console.core.stacks.store import save_capture, write_atomic
-from areal_console.dialogs.report_preview import report_preview_for
+from areal_console.dialogs.report_preview import followed_log, report_preview_for
 from areal_console.dialogs.source_view import SourceViewScreen
 from areal_console.messages import (
     StacksAnalysed,
@@ -669,7 +669,8 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             self.say("no capture analysed yet: wait for it, then press b")
             return
         analysis, diagnosis = self.analysis, self.diagnosis
-        self.app.push_screen(report_preview_for(self.app, analysis, diagnosis))
+        request = followed_log(self.app, analysis.capture)
+        self.app.push_screen(report_preview_for(self.app, analysis, diagnosis, request))
 
     def action_recapture(self) -> None:
         if self.recapture is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from areal_console.core.common.textfmt import printable
+from areal_console.core.common.textfmt import printable, strip_ansi
 
 
 def remote_text(value: object, style: str = "") -> Text:
@@ -25,3 +25,9 @@ def remote_block(value: object, style: str = "") -> Text:
     """`value` as several lines (a prompt, a completion): tabs and newlines kept, every
     other control character escaped."""
     return Text(printable(value, layout=True), style=style)
+
+
+def remote_log_line(value: str) -> str:
+    """A line of a log written for a terminal (AReaL's coloured `(AReaL)` lines): its
+    colour codes dropped, not shown as `\\x1b[92m`; every other control character escaped."""
+    return printable(strip_ansi(value))

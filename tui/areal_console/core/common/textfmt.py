@@ -12,6 +12,16 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _CONTROL_KEEP_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+# Terminal escape sequences a log's colours and cursor moves use (CSI: ESC [ ... letter).
+_ANSI_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    """`text` without its CSI escape sequences (colours, cursor moves): a log written for a
+    terminal, read as text. What is left still goes through `printable`."""
+    return _ANSI_CSI.sub("", text) if "\x1b" in text else text
+
+
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -15,6 +15,7 @@ from areal_node import versions as node_versions_module
 from areal_node.versions import node_versions
 
 from areal_console.core.common.errors import UserError
+from areal_console.core.common.textfmt import strip_ansi
 from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.metrics.follow import (
     FileAccess,
@@ -68,15 +69,9 @@ def read_tail(files: FileAccess, path: str, node: str) -> LogTail:
     text = bytes(data).decode("utf-8", "replace")
     if start > 0 and "\n" in text:
         text = text.split("\n", 1)[1]
-    text = _strip_ansi(text)
+    text = strip_ansi(text)
     lines = text.splitlines()[-LOG_TAIL_LINES:]
     return LogTail(node, path, lines, text, size, str(first.get("ident") or ""))
-
-
-def _strip_ansi(text: str) -> str:
-    import re
-
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 
 @dataclass

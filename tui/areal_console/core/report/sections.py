@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from areal_console.core.common.rankset import format_ranks, parse_ranks
 from areal_console.core.report.model import LogTail, NodeVersions, ReportInputs
 from areal_console.core.stacks.diagnose import CLEANUP_FUNCTIONS, CLEANUP_WORDS, COLLECTIVES
 
@@ -113,16 +114,19 @@ def root_cause(capture: dict[str, Any] | None) -> list[str]:
     if pattern == "progressing":
         lines.append("The ranks' stacks change between samples: the job is slow, not hung.")
     elif gone or pattern == "missing_ranks":
-        who = ", ".join(map(str, gone)) or "some"
-        lines.append(f"Ranks {who} are gone (their process died): their error is the root "
-                     "cause; the ranks still running only wait for them.")  # fmt: skip
+        who = _ranks_named([format_ranks(gone)]) if gone else "some ranks"
+        verb = "is" if len(gone) == 1 else "are"
+        lines.append(f"{who[0].upper()}{who[1:]} {verb} gone (their process died): their error "
+                     "is the root cause; the ranks still running only wait for them.")  # fmt: skip
     elif waiting and elsewhere:
         where = "in the training loop" if pattern == "cleanup_deadlock" else "in a collective"
         lines.append(
-            "Everyone waits on ranks " + "; ".join(
-                f"{g.get('label')} (in {_work_leaf(g.get('frames') or [])})" for g in elsewhere
-            ) + "; ranks " + ", ".join(str(g.get("label")) for g in waiting)
-            + f" only wait {where}. The error to report is the waited-on ranks'."
+            "Everyone waits on " + "; ".join(
+                f"{_ranks_named([str(g.get('label'))])} (in {_work_leaf(g.get('frames') or [])})"
+                for g in elsewhere
+            ) + "; " + _ranks_named([str(g.get("label")) for g in waiting])
+            + f" only {'waits' if _one_rank(waiting) else 'wait'} {where}. "
+            "The error to report is the waited-on ranks'."
         )  # fmt: skip
     elif waiting and len(waiting) > 1:
         lines.append("Every rank waits in a collective, at different call sites: no rank is "
@@ -132,6 +136,19 @@ def root_cause(capture: dict[str, Any] | None) -> list[str]:
                      "slow rank outside the stacks (see the collective ledger).")  # fmt: skip
     lines += [f"- {line}" for line in _ledger_findings(capture.get("ledger"))]
     return lines
+
+
+def _ranks_named(labels: list[str]) -> str:
+    """Rank groups' labels ("1", "0-3,8") as prose: "rank 1", "ranks 0-3,8"."""
+    try:
+        ranks = [r for label in labels for r in parse_ranks(label)]
+    except ValueError:  # a label that is not a rank set: say it as it is
+        return "ranks " + ", ".join(labels)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+
+
+def _one_rank(groups: list[dict[str, Any]]) -> bool:
+    return _ranks_named([str(g.get("label")) for g in groups]).startswith("rank ")
 
 
 def _ledger_findings(ledger: Any) -> list[str]:
@@ -214,7 +231,7 @@ def describe_bug(inputs: ReportInputs) -> list[str]:
             body: list[str] = []
             for g in groups:
                 frames = g.get("frames") or []
-                body += [f"Ranks {g.get('label')}:", *fence("\n".join(
+                body += [f"{_ranks_named([str(g.get('label'))]).capitalize()}:", *fence("\n".join(
                     f"{f.get('function')} ({f.get('file')}:{f.get('line')})" for f in frames[:30]
                 ))]  # fmt: skip
             out += ["", *details(f"Stacks of {len(groups)} rank groups (leaf first)", body)]

@@ -141,7 +141,7 @@ def text_report(
         f"Stack capture {capture.capture_id or ''} at {capture.captured_at}".replace("  ", " "),
         f"{plural(len(ranks), 'rank')} ({ok} captured)"
         + (f", world size {analysis.world_size}" if analysis.world_size else "")
-        + f", {len(analysis.groups)} group(s), {capture.samples} sample(s)"
+        + f", {plural(len(analysis.groups), 'group')}, {plural(capture.samples, 'sample')}"
         + (f", job {capture.job}" if capture.job else ""),
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
@@ -161,7 +161,8 @@ def text_report(
         lines += ["", f"Divergence point: {_frame_line(analysis.divergence)}"]
     for i, g in enumerate(analysis.groups, start=1):
         flag = "  (outlier)" if g.outlier else ""
-        lines += ["", f"Group {i}: ranks {g.label} ({g.size}){flag}"]
+        who = "rank" if g.size == 1 else "ranks"
+        lines += ["", f"Group {i}: {who} {g.label} ({g.size}){flag}"]
         frames = g.frames[:max_frames]
         lines += [f"    {_frame_line(f)}" for f in frames]
         if len(g.frames) > max_frames:
