@@ -101,7 +101,9 @@ def test_report_across_nodes_reads_versions_through_each_agent(
     # The job's command lines name no AReaL log directory: logs, config and metrics are
     # named as not collected (exit 3); everything else came from the four nodes.
     assert result.returncode == 3, result.stderr
-    assert "warning: not collected: logs: the log directory is not known" in result.stderr
+    assert "warning: not collected: logs, config, metrics: the log directory is not known" in (
+        result.stderr
+    )
     assert "versions" not in result.stderr
     md = out.read_text()
     last = job.world_size - 1

@@ -118,9 +118,19 @@ def run(args: argparse.Namespace) -> int:
     for line in report.cut:
         print(f"note: cut to fit --max-bundle-mb {args.max_bundle_mb:g}: {printable(line)}",
               file=sys.stderr)  # fmt: skip
-    for part, why in report.missing.items():
-        print(f"warning: not collected: {part}: {printable(redactor.text(why))}", file=sys.stderr)
+    for parts, why in _by_reason(report.missing):
+        print(f"warning: not collected: {', '.join(parts)}: {printable(redactor.text(why))}",
+              file=sys.stderr)  # fmt: skip
     return EXIT_PARTIAL if report.missing else EXIT_OK
+
+
+def _by_reason(missing: dict[str, str]) -> list[tuple[list[str], str]]:
+    """The parts not collected, grouped by their reason (parts sharing one reason, such as
+    logs, config and metrics without a log directory, make one warning), first seen first."""
+    groups: dict[str, list[str]] = {}
+    for part, why in missing.items():
+        groups.setdefault(why, []).append(part)
+    return [(parts, why) for why, parts in groups.items()]
 
 
 def _targets(args: argparse.Namespace) -> tuple[list[Any], str | None]:
