@@ -7,6 +7,7 @@ the Batches stats beside the step list, the whole diagnosis one key away."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 from areal_console.app import ConsoleApp
+from areal_console.core.replay import runs as jobs
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.stacks import StacksScreen
@@ -24,6 +26,8 @@ from tests.support import recorded
 from tests.support.recorded import recorded_monitor
 from tests.support.waits import until
 from tests.tui.test_slurm_screen import SlurmApp, listed, recorded_jobs
+
+RECORDED_JOBS = recorded.recorded_jobs  # before a test puts other ids in its place
 
 SMALL = (80, 24)
 LARGE = (160, 45)
@@ -86,8 +90,20 @@ def test_batches_at(
 def test_jobs_at(
     snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
 ) -> None:
+    # Ids as `new_run_id` makes them: at 80 columns the job column is cut, keeping each
+    # id's `-HHMMSS-hex` end after an ellipsis (every replay's id starts the same).
     monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(recorded, "recorded_jobs", long_named_jobs)
     assert snap_compare(recorded.jobs_app(), terminal_size=size, run_before=recorded.open_jobs)
+
+
+def long_named_jobs() -> list[jobs.RunRecord]:
+    """The recorded jobs with ids as `new_run_id` makes them, alike but for their end."""
+    named = []
+    for i, r in enumerate(RECORDED_JOBS()):
+        job_id = f"replay-20261126-0827{i}2-ab3ce{i}"
+        named.append(dataclasses.replace(r, job_id=job_id, log=r.log.replace(r.job_id, job_id)))
+    return named
 
 
 @pytest.mark.slow
@@ -299,13 +315,10 @@ async def test_cluster_command_readable_at_80x24() -> None:
 async def test_jobs_verdict_uncut_with_long_job_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dataclasses
-
     from textual.widgets import DataTable
 
     monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path))
-    named = [dataclasses.replace(r, job_id=f"replay-20261126-0827{i}2-ab3ceb")
-             for i, r in enumerate(recorded.recorded_jobs())]  # fmt: skip
+    named = long_named_jobs()
     monkeypatch.setattr(recorded, "recorded_jobs", lambda: named)
     app = recorded.jobs_app()
     async with app.run_test(size=SMALL) as pilot:
@@ -316,6 +329,10 @@ async def test_jobs_verdict_uncut_with_long_job_names(
         await recorded.until_drawn(pilot)
         text = screen_text(app)
         assert "matches recording" in text
+        # Cut, each id keeps its unique end after an ellipsis (not `replay-202611` thrice).
+        for record in named:
+            shown = next(line for line in text.splitlines() if record.job_id[-12:] in line)
+            assert "…" in shown and record.job_id not in shown, text
         for key in ("state", "verification", "exit"):
             column = table.columns[key]  # type: ignore[index]
             widest = max(len(str(table.get_cell(r, key))) for r in table.rows)

@@ -167,6 +167,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
             # A narrow terminal cuts the job's name (whole in the detail below), never
             # its state or verdict.
             table.cut_columns = ("job",)
+            table.cut_tails = {"job": 14}  # `-HHMMSS-hex`: every replay's id starts the same
             yield table
             yield Static("", id="jobs-detail")
             yield Log(id="jobs-log", max_lines=2000)

@@ -107,6 +107,9 @@ class VimTable(DataTable[Any]):
     # content; the full text of a cut cell is one key away (enter). None by default: a
     # table too wide scrolls sideways.
     cut_columns: tuple[str, ...] = ()
+    # Of those, the ones whose end tells rows apart (a job id's `-HHMMSS-hex`): the number of
+    # last characters to keep when cut, the ellipsis before them. Others lose their end.
+    cut_tails: dict[str, int] = {}  # set whole per table, never mutated
     shown_columns: tuple[tuple[str, str], ...] = ()  # (key, label) as set by show_columns
 
     def show_columns(self, columns: Sequence[tuple[str, str]]) -> bool:
@@ -278,6 +281,18 @@ class VimTable(DataTable[Any]):
             self._drawn_widths = widths
             self._clear_caches()
 
+    def _compute_row_renderables(self, row_index: int) -> Any:
+        """Textual's cells, with a cut `cut_tails` cell's end kept (Textual crops the end)."""
+        renderables = super()._compute_row_renderables(row_index)
+        if row_index < 0 or not self.cut_tails:
+            return renderables
+        cells = renderables.cells
+        for index, column in enumerate(self.ordered_columns):
+            tail = self.cut_tails.get(str(column.key.value))
+            if tail is not None and index < len(cells) and isinstance(cells[index], Text):
+                cells[index] = cut_keeping_tail(cells[index], column.content_width, tail)
+        return renderables
+
     def _refit_columns(self) -> None:
         for column in self.columns.values():
             if column.auto_width:
@@ -319,3 +334,15 @@ def _plain_widths(cells: dict[ColumnKey, Any], columns: list[Column]) -> list[in
             return None
         widths.append(width)
     return widths
+
+
+def cut_keeping_tail(text: Text, width: int, tail: int) -> Text:
+    """`text` in `width` cells: whole when it fits, else its last `tail` characters (fewer
+    when even they do not fit) after an ellipsis, its start before that as room allows.
+    Text with wide characters is left to Textual's cut."""
+    plain = text.plain
+    if width < 2 or len(plain) <= width or cell_len(plain) != len(plain) or "\n" in plain:
+        return text
+    keep = min(tail, width - 1)
+    head = width - 1 - keep
+    return Text.assemble(text[:head], "…", text[len(plain) - keep :])
