@@ -194,7 +194,9 @@ class RecordedSession:
                               "log": r.log, "error": r.error, "argv": r.plan["argv"],
                               "meta": {"plan": r.plan}} for r in recorded_jobs()]}  # fmt: skip
         if op == "job_tail":
-            return {"lines": REPLAY_LOG if (args or {}).get("job") == recorded_jobs()[0].job_id else []}
+            return {
+                "lines": REPLAY_LOG if (args or {}).get("job") == recorded_jobs()[0].job_id else []
+            }
         raise ValueError(f"no recorded answer to {op!r}")
 
 

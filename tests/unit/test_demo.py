@@ -109,6 +109,61 @@ def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def test_demo_killed_takes_its_job_along_and_the_next_demo_removes_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGKILL runs no cleanup: the job's processes (own sessions, hung in a collective) die
+    with the console, and the next demo removes the folder it left, and only that one."""
+    import tempfile
+
+    from areal_console.core.replay.demo import OWNER_FILE, new_demo, owner_line
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", "mismatch"],
+        stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp_path)),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if "job ready" in line:
+                break
+        (left,) = tmp_path.glob("areal-console-demo-*")
+        assert (left / OWNER_FILE).read_text().split()[2] == str(proc.pid)
+        job = demo_processes(tmp_path)
+        assert len(job) >= 3, job  # the trainer, torchrun, two ranks
+        proc.kill()
+        proc.wait(timeout=30)
+        wait_for(lambda: not demo_processes(tmp_path), timeout=30)
+        assert left.is_dir()  # nothing ran to remove it
+        # Beside it, folders a demo must not touch: one whose owner lives (this process),
+        # one it cannot prove is a demo's, and a link to a stale one.
+        live = tmp_path / "areal-console-demo-live"
+        live.mkdir()
+        (live / OWNER_FILE).write_text(owner_line(os.getpid()))
+        unknown = tmp_path / "areal-console-demo-other"
+        unknown.mkdir()
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        (target / OWNER_FILE).write_text((left / OWNER_FILE).read_text())
+        (tmp_path / "areal-console-demo-link").symlink_to(target)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        nxt = new_demo("none")  # the next demo, before it starts anything
+        assert not left.exists()
+        assert (
+            live.is_dir()
+            and unknown.is_dir()
+            and target.is_dir()
+            and (target / OWNER_FILE).exists()
+        )
+        assert (tmp_path / "areal-console-demo-link").is_symlink()
+        nxt.remove_files()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in demo_processes(tmp_path):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_demo_bad_input_is_one_line() -> None:
     result = run_cli("demo", "--nproc", "1")
     assert result.returncode == 1

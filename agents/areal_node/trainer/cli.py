@@ -14,6 +14,7 @@ from areal_node.trainer.config import (
     flatten,
     load_config,
 )
+from areal_node.trainer.lifeline import die_with_parent, wanted
 from areal_node.trainer.run import output_dir, run
 
 
@@ -38,10 +39,11 @@ def relaunch_with_torchrun(nproc: int, argv: list[str], log_dir: str) -> int:
         areal_node.trainer.__name__,
         *argv,
     ]
-    return subprocess.call(cmd, env=env)
+    return subprocess.call(cmd, env=env, preexec_fn=die_with_parent if wanted() else None)
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # the console's demo job (and its ranks): not past the console
     args = list(sys.argv[1:] if argv is None else argv)
     nproc, config_file, overrides = 1, None, []
     default_output_dir = "reference-trainer-out"  # when output_dir is not set

@@ -289,8 +289,9 @@ class VimTable(DataTable[Any]):
         cells = renderables.cells
         for index, column in enumerate(self.ordered_columns):
             tail = self.cut_tails.get(str(column.key.value))
-            if tail is not None and index < len(cells) and isinstance(cells[index], Text):
-                cells[index] = cut_keeping_tail(cells[index], column.content_width, tail)
+            cell = cells[index] if index < len(cells) else None
+            if tail is not None and isinstance(cell, Text):
+                cells[index] = cut_keeping_tail(cell, column.content_width, tail)
         return renderables
 
     def _refit_columns(self) -> None:

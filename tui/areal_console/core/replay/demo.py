@@ -7,7 +7,9 @@ rollouts (`rollout.max_head_offpolicyness`) and a high learning rate, so its
 `behave_imp_weight` drifts away from 1; its AReaL-format log (`trainer.log`) and
 tensorboard events (`tb/`) feed the Health view, and the log stops where the job hangs. Everything it starts is killed by `stop()`, which walks the
 process tree (torchrun gives each worker its own session, so a process-group kill is not
-enough).
+enough). The job's processes also die with the console (`AREAL_NODE_DIE_WITH_PARENT`: a
+console killed with SIGKILL runs no `stop()`), and a new demo removes the work folders of
+earlier demos whose console is gone (`remove_stale_workdirs`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -26,6 +29,10 @@ from areal_console.core.common.errors import UserError
 from areal_console.core.replay.plan import local_trainer
 
 PATTERNS = ("cleanup", "mismatch", "collective", "none")
+PREFIX = "areal-console-demo-"
+# In each demo's own work folder: which console owns it ("areal-console demo PID START",
+# START the process's start time in clock ticks, so a reused pid is not taken for it).
+OWNER_FILE = "demo-owner"
 TRAIN_STEPS = 30
 # Rollouts up to 32 versions stale and a high learning rate: the behaviour policy falls
 # behind and behave_imp_weight leaves 1 (what AReaL's guide warns about).
@@ -54,6 +61,49 @@ def _children(pid: int) -> list[int]:
         out.extend(kids)
         frontier.extend(kids)
     return out
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(b")") + 2 :].split()[19])
+
+
+def owner_line(pid: int) -> str:
+    return f"areal-console demo {pid} {_start_time(pid)}\n"
+
+
+def _stale(folder: Path) -> bool:
+    """Whether `folder` is provably an earlier demo's work folder, of this user, whose
+    console is gone: a real folder (no symlink), its owner file naming a dead process."""
+    try:
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            return False
+        fd = os.open(folder / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            words = fh.read(200).decode("ascii").split()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if len(words) != 4 or words[:2] != ["areal-console", "demo"] or not words[2].isdigit():
+        return False
+    return str(_start_time(int(words[2]))) != words[3]
+
+
+def remove_stale_workdirs(root: Path | None = None) -> list[Path]:
+    """Remove the work folders that earlier demos, killed before their cleanup, left in
+    `root` (the temp directory); returns them."""
+    base = Path(tempfile.gettempdir()) if root is None else root
+    removed = []
+    for folder in sorted(base.glob(PREFIX + "*")):
+        if _stale(folder):
+            shutil.rmtree(folder, ignore_errors=True)  # never follows the links inside
+            removed.append(folder)
+    return removed
 
 
 @dataclass
@@ -104,7 +154,7 @@ class DemoJob:
         # TMPDIR inside the work dir: torchrun's scratch files go when the demo's files go.
         argv, env = local_trainer(*self.trainer_args(), env={
             **os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-            "TMPDIR": str(self.workdir),
+            "TMPDIR": str(self.workdir), "AREAL_NODE_DIE_WITH_PARENT": "1",
         })  # fmt: skip
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
@@ -178,6 +228,10 @@ def new_demo(
     if dump_steps < 1:
         raise UserError("--steps must be at least 1")
     owns = workdir is None
-    path = Path(tempfile.mkdtemp(prefix="areal-console-demo-")) if workdir is None else workdir
+    if owns:
+        remove_stale_workdirs()
+    path = Path(tempfile.mkdtemp(prefix=PREFIX)) if workdir is None else workdir
     path.mkdir(parents=True, exist_ok=True)
+    if owns:
+        (path / OWNER_FILE).write_text(owner_line(os.getpid()))
     return DemoJob(pattern, nproc, dump_steps, path, owns)
