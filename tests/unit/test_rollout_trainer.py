@@ -21,12 +21,13 @@ from areal_console.core.rollout.context import (
     nodes_to_ask,
     rollout_files,
     summarize,
+    versioned_servers,
 )
 from areal_console.core.rollout.job_config import config_paths, staleness_config
 from areal_console.core.rollout.jobs import fleet_runs
 from areal_console.core.rollout.servers import row_runs, server_lines
 from areal_console.core.rollout.trainer_version import from_log, from_trace, trainer_version
-from areal_console.core.rollout.trainer_watch import TrainerWatch, versioned_servers
+from areal_console.core.rollout.trainer_watch import TrainerWatch
 from areal_node.server_flags import fleet_flags
 from areal_node.server_poll import ServerPoller, verified_endpoint
 from hypothesis import given

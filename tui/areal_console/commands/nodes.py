@@ -15,7 +15,12 @@ from areal_console.core.common.textfmt import format_bytes, rank_summary, render
 from areal_console.core.connection.fleet import NodeFailure, NodeSession
 from areal_console.core.connection.nodes import node_report, server_text
 from areal_console.core.connection.records import ServerRow
-from areal_console.core.rollout.context import fleet_trainer_state
+from areal_console.core.rollout.context import (
+    fleet_trainer_state,
+    run_trainer,
+    server_keys,
+    versioned_servers,
+)
 from areal_console.core.rollout.jobs import fleet_runs
 from areal_console.core.rollout.servers import add_fleet_flags
 from areal_console.core.targets.areal_world import count_areal_world_sizes
@@ -93,13 +98,7 @@ def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any
     `paused_after_update`), and the `rollout` entry saying what they used (None: no
     polled server with a version). One run read: its trainer at the top level, as
     before; several: each in `runs` (docs/guide/cli-json.md)."""
-    polled = [
-        p["server"]
-        for n in nodes
-        for p in n.get("processes") or []
-        if isinstance(p, dict) and isinstance(p.get("server"), dict) and p["server"].get("polled")
-    ]
-    if not any(type(s.get("weight_version")) is int for s in polled):
+    if not versioned_servers(nodes):
         up = [n for n in nodes if n.get("state") == "up"]
         add_fleet_flags(
             nodes,
@@ -107,13 +106,12 @@ def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any
         )
         return None
     state = fleet_trainer_state(sessions, nodes, login_user())
-    trainers: dict[str, tuple[int | None, Any]] = {}
+    trainers: dict[str, tuple[int | None, int | None]] = {}
     entries: list[dict[str, Any]] = []
-    servers = _server_keys(nodes)
+    servers = set(server_keys(nodes))
     for log_dir, summary in state.read.items():
         head = summary.config.get("rollout.max_head_offpolicyness") or {}
-        version = summary.trainer.version if summary.trainer is not None else None
-        trainers[log_dir] = (version, head.get("value"))
+        trainers[log_dir] = run_trainer(summary)
         run = state.runs.runs[log_dir]
         entries.append(
             {
@@ -138,15 +136,6 @@ def add_rollout_flags(sessions: Iterable[NodeSession], nodes: list[dict[str, Any
         "notes": [*one.get("notes", []), *state.notes],
         "runs": entries,
         "skipped": state.skipped,
-    }
-
-
-def _server_keys(nodes: list[dict[str, Any]]) -> set[str]:
-    return {
-        f"{n.get('name')}:{p.get('pid')}"
-        for n in nodes
-        for p in n.get("processes") or []
-        if isinstance(p, dict) and isinstance(p.get("server"), dict)
     }
 
 

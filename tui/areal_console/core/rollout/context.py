@@ -456,22 +456,39 @@ def nodes_to_ask(placed: Mapping[str, list[Mapping[str, Any]]], limit: int) -> l
     return sorted(placed, key=order)[:limit]
 
 
+def reports_version(process: Any) -> bool:
+    """A polled server (a process record's `server`) that reports an integer weight
+    version: the servers the version flags are about."""
+    srv = process.get("server") if isinstance(process, dict) else None
+    return (
+        isinstance(srv, dict) and bool(srv.get("polled")) and type(srv.get("weight_version")) is int
+    )
+
+
+def versioned_servers(nodes: Iterable[dict[str, Any]]) -> bool:
+    """Does some polled server report a weight version (else no flag needs the trainer)?"""
+    return any(reports_version(p) for n in nodes for p in n.get("processes") or [])
+
+
 def versioned_runs(nodes: list[dict[str, Any]], runs: FleetRuns) -> dict[str, list[str]]:
     """log_dir -> its polled servers (node:pid) that report a weight version."""
     out: dict[str, list[str]] = {}
     for node in nodes:
         for p in node.get("processes") or []:
-            srv = p.get("server") if isinstance(p, dict) else None
-            if (
-                isinstance(srv, dict)
-                and srv.get("polled")
-                and type(srv.get("weight_version")) is int
-            ):
+            if reports_version(p):
                 key = f"{node.get('name')}:{p.get('pid')}"
                 run = runs.of.get(key)
                 if run is not None:
                     out.setdefault(run, []).append(key)
     return out
+
+
+def run_trainer(summary: RolloutSummary) -> tuple[int | None, int | None]:
+    """A run's (trainer's version, `rollout.max_head_offpolicyness`), None where not found."""
+    head = summary.config.get("rollout.max_head_offpolicyness") or {}
+    value = head.get("value")
+    version = summary.trainer.version if summary.trainer is not None else None
+    return version, value if type(value) is int else None
 
 
 def fleet_trainer_state(
@@ -490,7 +507,7 @@ def fleet_trainer_state(
     listed = [(str(n.get("name")), list(n.get("processes") or [])) for n in up]
     runs = fleet_runs(listed, user)
     out = FleetTrainers(runs)
-    note = unassigned_note(_server_keys(up), runs)
+    note = unassigned_note(server_keys(up), runs)
     if note:
         out.notes.append(note)
     wanted = versioned_runs(up, runs)
@@ -514,7 +531,8 @@ def fleet_trainer_state(
     return out
 
 
-def _server_keys(nodes: list[dict[str, Any]]) -> list[str]:
+def server_keys(nodes: list[dict[str, Any]]) -> list[str]:
+    """node:pid of every server process on `nodes`."""
     return [
         f"{n.get('name')}:{p.get('pid')}"
         for n in nodes

@@ -20,7 +20,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from areal_console.core.rollout.context import MAX_RUN_NODES, MAX_RUNS, fleet_trainer_state
+from areal_console.core.rollout.context import (
+    MAX_RUN_NODES,
+    MAX_RUNS,
+    fleet_trainer_state,
+    run_trainer,
+    versioned_servers,
+)
 from areal_console.core.rollout.jobs import Run
 
 if TYPE_CHECKING:
@@ -63,36 +69,21 @@ class TrainerStates:
         }
 
 
-def versioned_servers(nodes: Iterable[dict[str, Any]]) -> bool:
-    """Does some polled server report a weight version (else no flag needs the trainer)?"""
-    return any(
-        isinstance(p, dict)
-        and isinstance(p.get("server"), dict)
-        and p["server"].get("polled")
-        and type(p["server"].get("weight_version")) is int
-        for n in nodes
-        for p in n.get("processes") or []
-    )
-
-
 def read_trainer_state(
     sessions: Iterable[NodeSession], nodes: list[dict[str, Any]], user: str
-) -> TrainerStates | None:
-    """One read (None: no server reports a version)."""
-    if not versioned_servers(nodes):
-        return None
+) -> TrainerStates:
+    """One read, for the runs whose polled servers report a version."""
     found = fleet_trainer_state(sessions, nodes, user, MAX_RUNS, MAX_NODES)
     now = time.time()
     states = []
     for log_dir, summary in found.read.items():
-        head = summary.config.get("rollout.max_head_offpolicyness") or {}
-        value = head.get("value")
-        trainer = summary.trainer
+        version, max_head = run_trainer(summary)
+        evidence = "" if summary.trainer is None else summary.trainer.evidence
         states.append(
             TrainerState(
-                None if trainer is None else trainer.version,
-                "" if trainer is None else trainer.evidence,
-                value if type(value) is int else None,
+                version,
+                evidence,
+                max_head,
                 now,
                 found.runs.runs[log_dir],
             )
@@ -138,8 +129,7 @@ class TrainerWatch:
         except Exception:  # a node gone mid-read: the next read tries again
             return self._state
         self.reads += 1
-        if found is not None:
-            self._state = found
+        self._state = found
         return self._state
 
     def _run(self) -> None:
