@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,29 @@ def demo_processes(tmp: Path) -> list[int]:
             if f"{tmp}/areal-console-demo-" in cmd:
                 out.append(int(entry.name))
     return out
+
+
+@contextmanager
+def headless_demo(tmp: Path, pattern: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """`demo --no-tui --pattern P` with TMPDIR=`tmp`, once its job is ready: the process
+    and its stderr lines up to `job ready`. Whatever is left of it is killed after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", pattern],
+        stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp)),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "job ready" in line:
+                break
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in demo_processes(tmp):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -81,17 +106,8 @@ def test_demo_diagnoses_the_hang_shows_batches_and_cleans_up(tmp_path: Path) -> 
 
 
 def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", "mismatch"],
-        stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp_path)),
-    )  # fmt: skip
-    assert proc.stderr is not None
-    try:
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            if "job ready" in line:
-                break
+    with headless_demo(tmp_path, "mismatch") as (proc, lines):
+        assert proc.stderr is not None
         assert any("3/3 steps dumped" in line for line in lines), lines
         dumps = sorted(p.name for p in tmp_path.glob("areal-console-demo-*/dump/step_*.pt"))
         assert dumps == [f"step_00000{s}_dp_{r}.pt" for s in (0, 1, 2) for r in (0, 1)]
@@ -102,11 +118,6 @@ def test_demo_ctrl_c_stops_everything(tmp_path: Path) -> None:
         assert "stopped the demo job" in rest and "Traceback" not in rest
         assert demo_processes(tmp_path) == []
         assert list(tmp_path.glob("areal-console-demo-*")) == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for pid in demo_processes(tmp_path):
-            os.kill(pid, signal.SIGKILL)
 
 
 def test_demo_killed_takes_its_job_along_and_the_next_demo_removes_its_folder(
@@ -118,15 +129,7 @@ def test_demo_killed_takes_its_job_along_and_the_next_demo_removes_its_folder(
 
     from areal_console.core.replay.demo import OWNER_FILE, new_demo, owner_line
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", "mismatch"],
-        stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp_path)),
-    )  # fmt: skip
-    assert proc.stderr is not None
-    try:
-        for line in proc.stderr:
-            if "job ready" in line:
-                break
+    with headless_demo(tmp_path, "mismatch") as (proc, _):
         (left,) = tmp_path.glob("areal-console-demo-*")
         assert (left / OWNER_FILE).read_text().split()[2] == str(proc.pid)
         job = demo_processes(tmp_path)
@@ -157,11 +160,6 @@ def test_demo_killed_takes_its_job_along_and_the_next_demo_removes_its_folder(
         )
         assert (tmp_path / "areal-console-demo-link").is_symlink()
         nxt.remove_files()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for pid in demo_processes(tmp_path):
-            os.kill(pid, signal.SIGKILL)
 
 
 def test_demo_bad_input_is_one_line() -> None:
@@ -173,15 +171,7 @@ def test_demo_bad_input_is_one_line() -> None:
 def test_demo_collective_pattern_is_named_from_the_ledger(tmp_path: Path) -> None:
     """`--pattern collective`: the stacks look alike (one all_reduce line), the Flight
     Recorder shows each rank on its own group: a deadlock between groups, not a network problem."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", "collective"],
-        stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp_path)),
-    )  # fmt: skip
-    assert proc.stderr is not None
-    try:
-        for line in proc.stderr:
-            if "job ready" in line:
-                break
+    with headless_demo(tmp_path, "collective") as (proc, _):
         (workdir,) = tmp_path.glob("areal-console-demo-*")
         out = run_cli("stacks", "--local", "--match", str(workdir), "--json")
         assert out.returncode == 0, out.stderr
@@ -195,8 +185,3 @@ def test_demo_collective_pattern_is_named_from_the_ledger(tmp_path: Path) -> Non
         assert "Flight Recorder: group 2: rank 1 is 1 call behind" in diagnosis["evidence"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for pid in demo_processes(tmp_path):
-            os.kill(pid, signal.SIGKILL)
