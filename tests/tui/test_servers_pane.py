@@ -16,11 +16,11 @@ from areal_console.core.rollout.jobs import Run
 from areal_console.core.rollout.servers import throughput_trend
 from areal_console.core.rollout.trainer_watch import TrainerState, TrainerStates
 from areal_console.widgets.servers_pane import ServersPane
-from areal_node.server_poll import ServerPoller, verified_endpoint
+from areal_node.server_poll import ServerPoller
 from textual.widgets import Label, Static
 
 from tests.support.waits import until
-from tests.unit.test_server_poll import Standin
+from tests.unit.test_server_poll import Standin, target
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -53,11 +53,7 @@ async def test_pane_shows_polled_servers_flags_and_skew(tmp_path: Path) -> None:
     b = Standin(tmp_path / "b", "--kind", "data_proxy", "--paused", "--version", "6")
     poller = ServerPoller(workers=2, interval=0.1)
     try:
-        targets = []
-        for s, kind in ((a, "sglang"), (b, "data_proxy")):
-            endpoint, why = verified_endpoint(s.proc.pid, s.port)
-            assert endpoint is not None, why
-            targets.append((kind, endpoint.host, endpoint.port))
+        targets = [target(a, "sglang"), target(b, "data_proxy")]
         deadline = time.monotonic() + 15
         while True:
             state = poller.state(targets)

@@ -29,7 +29,7 @@ from areal_console.core.rollout.servers import row_runs, server_lines
 from areal_console.core.rollout.trainer_version import from_log, from_trace, trainer_version
 from areal_console.core.rollout.trainer_watch import TrainerWatch
 from areal_node.server_flags import fleet_flags
-from areal_node.server_poll import ServerPoller, verified_endpoint
+from areal_node.server_poll import ServerPoller
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,7 +41,7 @@ from tests.support.fixtures.perf_tracer_files import (
 )
 from tests.tui.test_servers_pane import server_process
 from tests.unit.test_log_trust import as_nobody, needs_nobody
-from tests.unit.test_server_poll import Standin
+from tests.unit.test_server_poll import Standin, target
 
 USER = getpass.getuser()
 
@@ -194,11 +194,7 @@ def test_nodes_json_raises_version_lag_on_real_standin_servers(node: Any, tmp_pa
     paused = Standin(tmp_path / "b", "--kind", "data_proxy", "--paused", "--version", "5")
     poller = ServerPoller(workers=2, interval=0.1)
     try:
-        targets = []
-        for s, kind in ((lagging, "sglang"), (paused, "data_proxy")):
-            endpoint, why = verified_endpoint(s.proc.pid, s.port)
-            assert endpoint is not None, why
-            targets.append((kind, endpoint.host, endpoint.port))
+        targets = [target(lagging, "sglang"), target(paused, "data_proxy")]
         poller.state(targets)  # schedules the first polls
         poller.wait_first(targets, 10)
         state = poller.state(targets)

@@ -75,10 +75,15 @@ def standin(tmp_path: Path) -> Iterator[Callable[..., Standin]]:
         s.stop()
 
 
-def poll(s: Standin, kind: str, deadline: float = 2.0) -> dict:
+def target(s: Standin, kind: str) -> tuple[str, str, int]:
+    """The poller's (kind, host, port) for a stand-in, as verified from /proc."""
     endpoint, why = verified_endpoint(s.proc.pid, s.port)
     assert endpoint is not None, why
-    return poll_server(kind, endpoint.host, endpoint.port, deadline)
+    return kind, endpoint.host, endpoint.port
+
+
+def poll(s: Standin, kind: str, deadline: float = 2.0) -> dict:
+    return poll_server(*target(s, kind), deadline)
 
 
 def test_sglang_metrics_and_weight_version(standin: Callable[..., Standin]) -> None:
