@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from areal_node.agent.procfs import parse_stat
+
 from areal_console.core.common.errors import UserError
 from areal_console.core.replay.plan import local_trainer
 
@@ -52,7 +54,7 @@ def _children(pid: int) -> list[int]:
                 raw = fh.read()
         except OSError:
             continue
-        parent_of[int(entry)] = int(raw[raw.rindex(b")") + 2 :].split()[1])
+        parent_of[int(entry)] = parse_stat(raw)[2]
     out: list[int] = []
     frontier = [pid]
     while frontier:
@@ -70,7 +72,7 @@ def _start_time(pid: int) -> int | None:
             raw = fh.read()
     except OSError:
         return None
-    return int(raw[raw.rindex(b")") + 2 :].split()[19])
+    return parse_stat(raw)[4]
 
 
 def owner_line(pid: int) -> str:
