@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from areal_console.core.slurm.client import LocalRunner, SlurmClient, job_lister
 from areal_console.core.slurm.targets import resolve_slurm_targets
 from conftest import ROOT, wait_for
 
+from tests.support.nobody import as_nobody, needs_nobody
 from tests.support.slurm_cluster import SlurmCluster
 
 if TYPE_CHECKING:
@@ -464,18 +466,51 @@ def slurm_recording(slurm_cluster: SlurmCluster) -> tuple[Path, dict[str, str]]:
     return dump, env
 
 
+@pytest.fixture
+def nobodys_dump(
+    slurm_cluster: SlurmCluster, slurm_recording: tuple[Path, dict[str, str]], tmp_path: Path
+) -> Iterator[tuple[Path, Path]]:
+    """The recording as another user's dump, whose owner planted `replays` as a link to a
+    root-only folder (where a run folder made in the dump would land)."""
+    recorded, _ = slurm_recording
+    dump = slurm_cluster.base / f"nobody's dump {tmp_path.name}"
+    shutil.copytree(recorded, dump)
+    subprocess.run(["chown", "-R", "nobody:nogroup", str(dump)], check=True)
+    root_only = Path(tempfile.mkdtemp(prefix="root-only-"))
+    as_nobody("ln", "-s", str(root_only), str(dump / "replays"))
+    try:
+        yield dump, root_only
+    finally:
+        shutil.rmtree(dump, ignore_errors=True)
+        shutil.rmtree(root_only, ignore_errors=True)
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(folder)): (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in folder.rglob("*")
+    }
+
+
+@needs_nobody
 @pytest.mark.parametrize("how", ["overlap", "sbatch"])
 def test_replay_through_slurm_verifies(
     slurm_cluster: SlurmCluster,
     slurm_gloo_job: SlurmGlooJob,
     slurm_recording: tuple[Path, dict[str, str]],
+    nobodys_dump: tuple[Path, Path],
     how: str,
 ) -> None:
-    """`replay --slurm-job J --node node2`: srun --overlap into J's allocation, or sbatch."""
+    """`replay --slurm-job J --node node2`: srun --overlap into J's allocation, or sbatch.
+
+    Run as root on another user's dump: the dump is read, never written (its planted
+    `replays` link leads nowhere); the run's folder, log and output are in our data dir."""
     from areal_console.core.replay.runs import load_runs
     from areal_console.core.slurm.runs import refresh_slurm
 
-    dump, env = slurm_recording
+    _, env = slurm_recording
+    dump, root_only = nobodys_dump
+    before = _tree(dump)
     args = ["replay", str(dump), "--slurm-job", slurm_gloo_job.job_id, "--node", "node2"]
     args += ["--gpus", "cpu", "--wait", "--json"] + (["--sbatch"] if how == "sbatch" else [])
     t0 = time.monotonic()
@@ -504,8 +539,16 @@ def test_replay_through_slurm_verifies(
         assert out["slurm_job"].isdigit() and out["slurm_job"] != slurm_gloo_job.job_id
         assert out["slurm_step"] is None
     assert Path(out["log"]).is_file()
-    records = load_runs(Path(env["AREAL_CONSOLE_DATA_DIR"]) / "jobs")
+    data = Path(env["AREAL_CONSOLE_DATA_DIR"])
+    assert Path(out["log"]).parent.parent == data / "runs"
+    assert _tree(dump) == before and not list(root_only.iterdir())
+    assert (data.stat().st_mode & 0o777, Path(out["log"]).parent.stat().st_mode & 0o777) == (
+        0o700,
+        0o700,
+    )
+    records = load_runs(data / "jobs")
     saved = {r.job_id: r for r in records}[out["job_id"]]
+    assert saved.extra["dump"] == str(dump) and saved.job_dir == str(Path(out["log"]).parent)
     assert (saved.slurm_job, saved.slurm_step) == (out["slurm_job"], out["slurm_step"])
     assert saved.slurm_label.endswith("COMPLETED")
     if how == "sbatch":  # what the Runs screen does for a record it finds running

@@ -43,6 +43,11 @@ def jobs_dir() -> Path:
     return data_dir() / "jobs"
 
 
+def runs_dir() -> Path:
+    """Run folders (a replay's working directory, its log and output), one per run."""
+    return data_dir() / "runs"
+
+
 def known_hosts_file() -> Path:
     """The console's own known-hosts file, consulted after `~/.ssh/known_hosts`."""
     return data_dir() / "known_hosts"

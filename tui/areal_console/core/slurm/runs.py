@@ -7,12 +7,13 @@ launched through a node's agent.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from areal_console.core.common import locations
+from areal_console.core.common import locations, private_files
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.identity import login_user
 from areal_console.core.replay.plan import ReplayPlan, resolve
@@ -26,6 +27,7 @@ from areal_console.core.slurm.client import (
 )
 from areal_console.core.slurm.launch import BatchRequest, job_state, overlap_step_argv, submit_batch
 
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # one path component, as the agent's
 SLURM_ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED")
 
 
@@ -46,6 +48,37 @@ def slurm_command(plan: ReplayPlan, job_dir: str) -> list[str]:
     return argv
 
 
+# Makes the run's folder on a login host, as the user there: the data dir's `runs` folder
+# (0700, ours, no link) and in it a new folder named by $1 (`mkdir` fails on anything
+# already there); prints its physical path.
+REMOTE_RUN_FOLDER = """set -e
+umask 077
+base="${XDG_DATA_HOME:-$HOME/.local/share}/areal-console"
+mkdir -p -- "$base/runs"
+for d in "$base" "$base/runs"; do
+  if [ -L "$d" ] || [ ! -d "$d" ] || [ ! -O "$d" ]; then echo "$d is not a folder of ours" >&2; exit 1; fi
+  chmod 700 -- "$d"
+done
+mkdir -m 700 -- "$base/runs/$1"
+cd -P -- "$base/runs/$1"
+pwd
+"""
+
+
+def run_folder(runner: CommandRunner, job_id: str) -> str:
+    """A new folder of ours for one run, where `runner` runs Slurm's commands: this
+    machine's data dir (`runs/<id>`), or the same folder under the login host's data dir."""
+    if not RUN_ID.fullmatch(job_id):
+        raise UserError(f"bad run id {job_id!r}")
+    if isinstance(runner, LocalRunner):
+        return str(private_files.new_dir(locations.runs_dir() / job_id))
+    made = runner.run(["sh", "-c", REMOTE_RUN_FOLDER, "sh", job_id], timeout=30)
+    lines = made.stdout.strip().splitlines()
+    if made.returncode != 0 or not lines or not lines[-1].startswith("/"):
+        raise UserError(f"cannot create the run's folder on {runner.where}: {made.error_line}")
+    return lines[-1]
+
+
 def launch_slurm(
     runner: CommandRunner,
     plan: ReplayPlan,
@@ -58,14 +91,13 @@ def launch_slurm(
 ) -> SlurmLaunch:
     """Start the plan in `host_job`'s allocation on the plan's node, or as a new batch job.
 
-    The job directory sits in the dump directory (`replays/<id>`), on the filesystem the
-    login host and the nodes share; the trainer's log is `train.log` there.
+    The run's folder is a fresh one of ours in the data dir where Slurm's commands run
+    (`run_folder`), never in the dump (whose owner could swap what we make there); it is
+    the step's working directory, and the trainer's log is `train.log` there. The record
+    keeps the dump's path (`extra["dump"]`) for the Runs screen and the verification.
     """
     job_id = job_id or new_run_id()
-    job_dir = f"{plan.dump_dir.rstrip('/')}/replays/{job_id}"
-    made = runner.run(["mkdir", "-p", "--", job_dir], timeout=30)
-    if made.returncode != 0:
-        raise UserError(f"cannot create {job_dir} on {runner.where}: {made.error_line}")
+    job_dir = run_folder(runner, job_id)
     log = f"{job_dir}/train.log"
     command = slurm_command(plan, job_dir)
     record = RunRecord(
@@ -75,7 +107,7 @@ def launch_slurm(
         launched_at=time.time(),
         log=log,
         job_dir=job_dir,
-        extra={"argv": command, "slurm_login": login}
+        extra={"argv": command, "slurm_login": login, "dump": plan.dump_dir}
         | ({"overrides": list(overrides)} if overrides else {}),
         user=login_user(),
     )
@@ -100,9 +132,8 @@ def launch_slurm(
         local = runner.process_argv(argv) if isinstance(runner, SshLoginRunner) else argv
         env = runner.env if isinstance(runner, LocalRunner) else None
         srun_log = locations.jobs_dir() / f"{job_id}.srun.log"  # srun's own messages
-        srun_log.parent.mkdir(parents=True, exist_ok=True)
         record.extra["srun_log"] = str(srun_log)
-        with open(srun_log, "wb") as errors:
+        with private_files.create(srun_log) as errors:
             process = subprocess.Popen(
                 local,
                 stdin=subprocess.DEVNULL,
