@@ -20,6 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from areal_node import private_files
 from areal_node.agent.procfs import parse_stat, read_all, start_ticks
 from areal_node.agent.protocol import OpError, arg, op
 from areal_node.constants import CHECKPOINT_DIR, CHECKPOINT_FILE, DUMP_FILE, META_FILE, METRICS_FILE
@@ -39,11 +40,12 @@ JOB_WRAPPER = (
     "os.setsid()\n"
     "sys.stdout.write('%d\\n'%os.getpid());sys.stdout.flush()\n"
     "os.dup2(os.open(os.devnull,os.O_WRONLY),1)\n"
-    "out=open(log,'ab')\n"
+    "out=os.fdopen(os.open(log,os.O_WRONLY|os.O_APPEND|os.O_CREAT|os.O_NOFOLLOW,0o600),'ab')\n"
     "stopped=[False]\n"
     "def write(name,data):\n"
-    " t=os.path.join(d,name+'.tmp');f=open(t,'w');json.dump(data,f);f.close()"
-    ";os.replace(t,os.path.join(d,name))\n"
+    " t=os.path.join(d,'.%s.%d.tmp'%(name,os.getpid()))\n"
+    " f=os.fdopen(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600),'w')\n"
+    " json.dump(data,f);f.close();os.replace(t,os.path.join(d,name))\n"
     "try:\n"
     " p=subprocess.Popen(argv,stdin=subprocess.DEVNULL,stdout=out,stderr=subprocess.STDOUT,"
     "preexec_fn=os.setpgrp)\n"
@@ -97,10 +99,7 @@ def _read_json(path: str) -> dict[str, Any] | None:
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+    private_files.replace(path, json.dumps(data))
 
 
 def job_status(path: str) -> dict[str, Any]:
@@ -158,12 +157,12 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError(f"bad job id {job_id!r}")
     root = jobs_root(args)
     path = os.path.join(root, job_id)
+    if os.path.lexists(path):
+        raise OpError(f"job {job_id} already exists on this node")
     try:
-        os.makedirs(path, exist_ok=False)
-    except FileExistsError:
-        raise OpError(f"job {job_id} already exists on this node") from None
+        private_files.new_dir(path)
     except OSError as exc:
-        raise OpError(f"cannot create job directory {path}: {exc.strerror}") from None
+        raise OpError(f"cannot create job directory {path}: {exc.strerror or exc}") from None
     # argv and log are templates: `{job_dir}` is filled here, `{{`/`}}` are literal braces.
     argv = [fill_placeholders(a, {"job_dir": path}) for a in argv]
     log = arg(args, "log", str, "") or "{job_dir}/output.log"
@@ -171,7 +170,14 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     cwd = os.path.expanduser(arg(args, "cwd", str, "") or path)
     if not os.path.isdir(cwd):
         raise OpError(f"working directory {cwd} does not exist on this node")
-    os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+    log_dir = os.path.dirname(os.path.abspath(log))
+    try:  # in the job's folder: made ours; elsewhere (the caller named it): checked
+        if log_dir == path or log_dir.startswith(path + os.sep):
+            private_files.private_dir(log_dir)
+        else:
+            private_files.named_folder(log_dir)
+    except OSError as exc:
+        raise OpError(f"cannot write the job's log in {log_dir}: {exc.strerror or exc}") from None
     env = dict(os.environ)
     env.update(env_extra)
     python = sys.executable or "python3"
@@ -320,11 +326,10 @@ def op_stage_file(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError("argument 'source' must be a string")
     if hashlib.sha256(data).hexdigest() != digest:
         raise OpError(f"content of {name} does not match its sha256")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    try:
+        private_files.replace(path, data)
+    except OSError as exc:
+        raise OpError(f"cannot stage {name}: {exc.strerror or exc}") from None
     return {"path": path, "present": True, "written": True}
 
 

@@ -1,113 +1,60 @@
-"""Every folder and file the console creates, made in one place and one way.
+"""Every folder and file the console creates goes through here (see
+`areal_node.private_files`, the one implementation, which the node agent uses too).
 
-The rule: we write only under a folder that no other user can change (the data dir, the
-cache dir, a fresh temporary folder, or a path the user named). A folder we need is made
-0700 with `mkdir` (which fails on anything already there, as `O_EXCL` does for files);
-a folder that already exists is accepted only when it, and every folder above it, is
-owned by us or root and is not writable by others (a sticky folder such as /tmp is, but
-what another user made inside it is not). A file is created `O_CREAT|O_EXCL|O_NOFOLLOW`
-(never a link followed, never an existing file reused); replacing a file goes through a
-fresh temporary file in the same private folder and `os.replace`.
-
-Nothing here trusts a path component another user could swap: once the chain of folders
-is checked, no other user can rename, replace or link anything in it.
-`tests/unit/test_write_contract.py` fails when a console module writes any other way.
+We write only under a folder no other user can change (the data dir, the cache dir, a
+fresh temporary folder, or a folder the user named that passes the same check); folders
+are made 0700 with `mkdir`, files `O_CREAT|O_EXCL|O_NOFOLLOW`, a whole file is replaced
+through a fresh temporary file beside it. Here a refusal is a `UserError` (one line at
+the command line). `tests/unit/test_write_contract.py` holds every console module to it.
 """
 
 from __future__ import annotations
 
-import os
-import stat
-import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Literal, overload
 
-from areal_console.core.common.errors import UserError
+from areal_node import private_files as impl
 
-_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+from areal_console.core.common.errors import UserError
 
 
 class UnsafePath(UserError):
     """A folder or file we were asked to write in, which another user could change."""
 
 
-def _trusted_owner(uid: int) -> bool:
-    return uid in (0, os.geteuid())
-
-
-def _check_folder(path: Path, st: os.stat_result, *, ours: bool) -> None:
-    """A folder we may rely on: a folder, owned by us (or root when not `ours`), and not
-    writable by others unless sticky."""
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafePath(f"{path} is not a folder")
-    if ours and st.st_uid != os.geteuid():
-        raise UnsafePath(f"{path} belongs to uid {st.st_uid}, not to us")
-    if not _trusted_owner(st.st_uid):
-        raise UnsafePath(f"{path} belongs to uid {st.st_uid}: another user could change it")
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        raise UnsafePath(f"{path} is writable by other users")
-
-
-def _check_chain(path: Path) -> None:
-    """Every existing folder from / down to `path` is one no other user can change.
-
-    A link on the way is followed only when root or we own it (the folder holding it was
-    checked already, so nobody else can swap it)."""
-    current = Path(path.anchor or "/")
-    _check_folder(current, os.stat(current), ours=False)
-    for part in path.parts[1:]:
-        current = current / part
-        st = os.lstat(current)
-        if stat.S_ISLNK(st.st_mode):
-            if not _trusted_owner(st.st_uid):
-                raise UnsafePath(f"{current} is a link owned by uid {st.st_uid}")
-            target = Path(os.path.realpath(current))
-            _check_chain(target)
-            current = target
-            continue
-        _check_folder(current, st, ours=False)
+@contextmanager
+def _refused() -> Iterator[None]:
+    try:
+        yield
+    except impl.UnsafePath as exc:
+        raise UnsafePath(str(exc)) from None
 
 
 def private_dir(path: str | Path) -> Path:
-    """`path` as a folder of ours, 0700: created (with any missing parents, each 0700 and
-    `mkdir`-exclusive) or, when it exists, checked with every folder above it."""
-    path = Path(os.path.abspath(path))
-    missing: list[Path] = []
-    probe = path
-    while not os.path.lexists(probe):
-        missing.append(probe)
-        probe = probe.parent
-    _check_chain(probe)
-    for folder in reversed(missing):
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass  # made meanwhile (another console of ours): checked below like any other
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        _check_chain(path)  # a link of ours (a data dir moved elsewhere): its target too
-        st = os.stat(path)
-    _check_folder(path, st, ours=True)
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)  # made by an older version with the default mode
-    return path
+    """`path` as a folder of ours, 0700: made (with any missing parents, each 0700) or, when
+    it exists, checked with every folder above it."""
+    with _refused():
+        return impl.private_dir(path)
 
 
 def new_dir(path: str | Path) -> Path:
     """A fresh folder of ours, 0700, that did not exist (its parent made private first)."""
-    path = Path(os.path.abspath(path))
-    private_dir(path.parent)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        raise UnsafePath(f"{path} exists already: a new folder was expected") from None
-    return path
+    with _refused():
+        return impl.new_dir(path)
+
+
+def named_folder(path: str | Path) -> Path:
+    """A folder the user named (e.g. for `report -o`): it must exist and be one no other
+    user can change; it is neither made nor changed."""
+    with _refused():
+        return impl.named_folder(path)
 
 
 def temp_dir(prefix: str) -> Path:
-    """A fresh folder of ours under the system's temporary folder (`mkdtemp`: 0700, an
-    unpredictable name, made with `mkdir`)."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
+    """A fresh 0700 folder with an unpredictable name under the system's temporary folder."""
+    return impl.temp_dir(prefix)
 
 
 @overload
@@ -115,63 +62,29 @@ def create(path: str | Path, mode: Literal["wb"] = ..., *, private: bool = ...) 
 @overload
 def create(path: str | Path, mode: Literal["w"], *, private: bool = ...) -> IO[str]: ...
 def create(path: str | Path, mode: str = "wb", *, private: bool = True) -> IO[bytes] | IO[str]:
-    """A new file, opened for writing: `O_EXCL|O_NOFOLLOW`, 0600. Its folder is made
-    private first unless `private=False` (a file the user named: only that file is new)."""
-    path = Path(os.path.abspath(path))
-    if private:
-        private_dir(path.parent)
-    try:
-        fd = os.open(path, _NEW, 0o600)
-    except FileExistsError:
-        raise UnsafePath(f"{path} exists already: not replaced") from None
-    if mode == "w":
-        return os.fdopen(fd, "w", encoding="utf-8")
-    return os.fdopen(fd, "wb")
+    """A new file opened for writing (0600, never an existing file, never through a link);
+    its folder made private first, or checked when `private=False` (a file the user named)."""
+    with _refused():
+        return impl.create(path, mode, private=private)
 
 
 def append(path: str | Path) -> IO[str]:
-    """A text file of ours opened to append (created 0600 when missing); a link, or a file
-    that is not ours, is refused."""
-    path = Path(os.path.abspath(path))
-    private_dir(path.parent)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK, 0o600)
-    except OSError as exc:
-        raise UnsafePath(f"cannot open {path} to append: {exc.strerror}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        os.close(fd)
-        raise UnsafePath(f"{path} is not a regular file of ours")
-    return os.fdopen(fd, "a", encoding="utf-8")
+    """A text file of ours opened to append (made 0600 when missing; a link or another
+    user's file is refused)."""
+    with _refused():
+        return impl.append(path)
 
 
-def replace(path: str | Path, data: bytes | str, *, private: bool = True) -> Path:
-    """Write `data` to `path` whole: a fresh temporary file beside it, then `os.replace`
-    (readers see the old file or the new one, never a torn one; a link at `path` is
-    replaced, never followed). The folder is made private first unless `private=False`
-    (a file the user named, e.g. `report -o`)."""
-    path = Path(os.path.abspath(path))
-    if private:
-        private_dir(path.parent)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    for attempt in range(100):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{attempt}.tmp")
-        try:
-            fd = os.open(tmp, _NEW, 0o600)
-        except FileExistsError:
-            continue
-        break
-    else:
-        raise UnsafePath(f"cannot create a temporary file beside {path}")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+def append_bytes(path: str | Path) -> IO[bytes]:
+    """`append`, for bytes."""
+    with _refused():
+        return impl.append_bytes(path)
+
+
+def replace(
+    path: str | Path, data: bytes | str, *, private: bool = True, durable: bool = False
+) -> Path:
+    """`path` written whole through a fresh temporary file beside it and `os.replace`;
+    `durable` syncs it to disk first."""
+    with _refused():
+        return impl.replace(path, data, private=private, durable=durable)

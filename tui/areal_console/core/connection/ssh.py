@@ -31,7 +31,7 @@ from typing import Any
 
 import paramiko
 
-from areal_console.core.common import locations
+from areal_console.core.common import locations, private_files
 from areal_console.core.common.errors import UserError
 from areal_console.core.connection.transport import (
     ChannelClosed,
@@ -133,9 +133,8 @@ def known_hosts_name(host: str, port: int) -> str:
 def remember_host_key(host: str, key: paramiko.PKey, path: Path | None = None) -> None:
     """Append `host key` to a known-hosts file (the console's by default)."""
     path = path or locations.known_hosts_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = f"{host} {key.get_name()} {key.get_base64()}\n"
-    with _KNOWN_HOSTS_LOCK, open(path, "a", encoding="utf-8") as f:
+    with _KNOWN_HOSTS_LOCK, private_files.append(path) as f:
         f.write(line)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import os
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 from areal_node.agent.logs import find_logs, owner_uid, read_chunk
 from areal_node.agent.protocol import OpError
 
+from areal_console.core.common import private_files
 from areal_console.core.common.errors import UserError
 from areal_console.core.metrics.health import HealthThresholds
 from areal_console.core.metrics.logparse import LogParser
@@ -159,11 +159,10 @@ class MetricsFollower:
             if self.files.node is None:
                 self.tensorboard = TensorboardReader(found["path"], self.store)
             else:
-                self._mirror_dir = tempfile.mkdtemp(prefix="areal-console-tb-")
+                self._mirror_dir = str(private_files.temp_dir("areal-console-tb-"))
                 for i, remote in enumerate(found["events"]):
                     local = os.path.join(self._mirror_dir, f"{i:03d}", os.path.basename(remote))
-                    os.makedirs(os.path.dirname(local))
-                    open(local, "wb").close()
+                    private_files.create(local).close()
                     self.event_tails.append((Tail(remote), local))
                 self.tensorboard = TensorboardReader(self._mirror_dir, self.store)
             self.source = where + found["path"]
@@ -227,9 +226,11 @@ class MetricsFollower:
                 while True:
                     result = tail.read(self.files)
                     self._clock(result)
-                    mode = "wb" if (result["rotated"] or result["truncated"]) else "ab"
-                    with open(local, mode) as fh:
-                        fh.write(result["data"])
+                    if result["rotated"] or result["truncated"]:
+                        private_files.replace(local, result["data"])
+                    else:
+                        with private_files.append_bytes(local) as fh:
+                            fh.write(result["data"])
                     if result["eof"] or not result["data"]:
                         break
             self.tensorboard.poll()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from areal_node.agent.procfs import parse_stat
 
+from areal_console.core.common import private_files
 from areal_console.core.common.errors import UserError
 from areal_console.core.replay.plan import local_trainer
 
@@ -152,13 +153,13 @@ class DemoJob:
         ]  # fmt: skip
 
     def start(self) -> None:
-        self.dump_dir.mkdir(parents=True, exist_ok=True)
+        private_files.private_dir(self.dump_dir)
         # TMPDIR inside the work dir: torchrun's scratch files go when the demo's files go.
         argv, env = local_trainer(*self.trainer_args(), env={
             **os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
             "TMPDIR": str(self.workdir), "AREAL_NODE_DIE_WITH_PARENT": "1",
         })  # fmt: skip
-        with open(self.log_path, "wb") as log:
+        with private_files.create(self.log_path) as log:
             self.process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env=env, cwd=self.workdir,
@@ -232,8 +233,8 @@ def new_demo(
     owns = workdir is None
     if owns:
         remove_stale_workdirs()
-    path = Path(tempfile.mkdtemp(prefix=PREFIX)) if workdir is None else workdir
-    path.mkdir(parents=True, exist_ok=True)
+    path = private_files.temp_dir(PREFIX) if workdir is None else private_files.private_dir(workdir)
     if owns:
-        (path / OWNER_FILE).write_text(owner_line(os.getpid()))
+        with private_files.create(path / OWNER_FILE, "w") as owner:
+            owner.write(owner_line(os.getpid()))
     return DemoJob(pattern, nproc, dump_steps, path, owns)

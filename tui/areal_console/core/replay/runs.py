@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.common import locations
+from areal_console.core.common import locations, private_files
 from areal_console.core.common.identity import login_user
 from areal_console.core.connection.client import AgentDisconnected, AgentError
 from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
@@ -200,12 +199,9 @@ def new_run_id(kind: str = "replay") -> str:
 def save_run(record: RunRecord, directory: Path | None = None) -> Path:
     """Write the console's copy atomically."""
     root = directory or locations.jobs_dir()
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{record.job_id}.json"
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record.to_json(), indent=1))
-    os.replace(tmp, path)
-    return path
+    return private_files.replace(
+        root / f"{record.job_id}.json", json.dumps(record.to_json(), indent=1)
+    )
 
 
 def load_runs(directory: Path | None = None) -> list[RunRecord]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import tarfile
 from typing import Any
 
+from areal_console.core.common import private_files
 from areal_console.core.common.textfmt import printable
 from areal_console.core.report.model import BundleFile, Report, ReportInputs
 from areal_console.core.report.redact import Redactor
@@ -156,20 +156,9 @@ def tar_size(files: dict[str, bytes]) -> int:
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write via a temp file in the same directory and `os.replace`: never a torn file."""
-    import tempfile
-
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write whole (`private_files.replace`) in the folder the user named, which must be
+    one no other user can change; the files are the user's alone (0600)."""
+    private_files.replace(path, data, private=False)
 
 
 def bundle_path_for(markdown_path: str) -> str:

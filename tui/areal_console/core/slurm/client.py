@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from areal_console.core.common import locations
+from areal_console.core.common import locations, private_files
 from areal_console.core.common.errors import UsageError, UserError
 from areal_console.core.common.textfmt import clip_repr
 from areal_console.core.targets.hostlist import expand_hostlist
@@ -162,9 +162,9 @@ class SshLoginRunner:
         if len(str(directory)) > 45:
             directory = Path(tempfile.gettempdir()) / f"areal-console-ssh-{os.getuid()}"
         try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError:
-            return []
+            private_files.private_dir(directory)
+        except (OSError, UserError):
+            return []  # not a folder of ours (e.g. planted in /tmp): no shared connection
         return [
             "-o",
             "ControlMaster=auto",

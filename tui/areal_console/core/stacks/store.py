@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.common import locations
+from areal_console.core.common import locations, private_files
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.textfmt import clip
 from areal_console.core.stacks.codec import capture_from_json
@@ -24,19 +22,8 @@ def new_capture_id() -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and `os.replace`: never a torn file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    """Write whole, on disk, in a private folder (`private_files.replace`): never torn."""
+    private_files.replace(path, text, durable=True)
 
 
 def save_capture(
