@@ -23,9 +23,10 @@ import pytest
 from areal_console.core.connection.fleet import Fleet, NodeFailure
 from areal_console.core.slurm.client import LocalRunner, SlurmClient, job_lister
 from areal_console.core.slurm.targets import resolve_slurm_targets
+from areal_node import launcher
 from conftest import ROOT, wait_for
 
-from tests.support.nobody import as_nobody, needs_nobody
+from tests.support.nobody import as_nobody, needs_nobody, plant_modules, planted_ran
 from tests.support.slurm_cluster import SlurmCluster
 
 if TYPE_CHECKING:
@@ -469,17 +470,21 @@ def slurm_recording(slurm_cluster: SlurmCluster) -> tuple[Path, dict[str, str]]:
 @pytest.fixture
 def nobodys_dump(
     slurm_cluster: SlurmCluster, slurm_recording: tuple[Path, dict[str, str]], tmp_path: Path
-) -> Iterator[tuple[Path, Path]]:
+) -> Iterator[tuple[Path, Path, Path]]:
     """The recording as another user's dump, whose owner planted `replays` as a link to a
-    root-only folder (where a run folder made in the dump would land)."""
+    root-only folder (where a run folder made in the dump would land) and modules an
+    interpreter started there would import; (dump, root-only folder, markers)."""
     recorded, _ = slurm_recording
     dump = slurm_cluster.base / f"nobody's dump {tmp_path.name}"
     shutil.copytree(recorded, dump)
     subprocess.run(["chown", "-R", "nobody:nogroup", str(dump)], check=True)
     root_only = Path(tempfile.mkdtemp(prefix="root-only-"))
     as_nobody("ln", "-s", str(root_only), str(dump / "replays"))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    plant_modules(dump, markers)
     try:
-        yield dump, root_only
+        yield dump, root_only, markers
     finally:
         shutil.rmtree(dump, ignore_errors=True)
         shutil.rmtree(root_only, ignore_errors=True)
@@ -498,30 +503,36 @@ def test_replay_through_slurm_verifies(
     slurm_cluster: SlurmCluster,
     slurm_gloo_job: SlurmGlooJob,
     slurm_recording: tuple[Path, dict[str, str]],
-    nobodys_dump: tuple[Path, Path],
+    nobodys_dump: tuple[Path, Path, Path],
     how: str,
 ) -> None:
     """`replay --slurm-job J --node node2`: srun --overlap into J's allocation, or sbatch.
 
-    Run as root on another user's dump: the dump is read, never written (its planted
-    `replays` link leads nowhere); the run's folder, log and output are in our data dir."""
+    Run as root on another user's dump, from inside it: the dump is read, never written
+    (its planted `replays` link leads nowhere); the run's folder, log and output are in
+    our data dir; no interpreter (the agent's srun step, the trainer, torchrun, its
+    rank) imports the modules planted there."""
     from areal_console.core.replay.runs import load_runs
     from areal_console.core.slurm.runs import refresh_slurm
 
     _, env = slurm_recording
-    dump, root_only = nobodys_dump
+    dump, root_only, markers = nobodys_dump
     before = _tree(dump)
     args = ["replay", str(dump), "--slurm-job", slurm_gloo_job.job_id, "--node", "node2"]
     args += ["--gpus", "cpu", "--wait", "--json"] + (["--sbatch"] if how == "sbatch" else [])
     t0 = time.monotonic()
+    # The console as its installed script starts (the script's folder, not the working
+    # directory, first on sys.path): what it starts is what is tested.
     proc = subprocess.run(
-        [sys.executable, "-m", "areal_console", *args],
+        launcher.user_module(sys.executable, "areal_console", *args),
         capture_output=True,
         text=True,
         timeout=90,
         env=env,
+        cwd=dump,
         check=False,
     )
+    assert planted_ran(markers) == [], proc.stderr
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - t0 < 60
     out = json.loads(proc.stdout)

@@ -33,3 +33,29 @@ def shared_tmp() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+# Modules an attacker leaves where an interpreter of ours may start (its working
+# directory): each records that it ran.
+PLANTED_MODULES = ("hashlib.py", "sitecustomize.py", "torch/__init__.py")
+
+
+def plant_modules(folder: Path, markers: Path) -> None:
+    """As `nobody`, in `folder`: `PLANTED_MODULES`, each writing a file into `markers`
+    (a folder root can write) when imported."""
+    for name in PLANTED_MODULES:
+        tag = name.replace("/", "-")
+        code = (
+            "import os, sys\n"
+            f"open(os.path.join({str(markers)!r}, {tag!r} + '-%d' % os.getpid()), 'w')"
+            ".write(repr((os.getuid(), os.getcwd(), sys.argv[:2], sys.path[:2])))\n"
+        )
+        if "/" in name:
+            as_nobody("mkdir", "-p", str(folder / os.path.dirname(name)))
+        as_nobody("sh", "-c", 'printf %s "$1" > "$2"', "sh", code, str(folder / name))
+
+
+def planted_ran(markers: Path) -> list[str]:
+    """The planted modules that ran: each with the pid, uid, working directory, argv and
+    first sys.path entries of the interpreter that ran it."""
+    return sorted(f"{p.name} {p.read_text()[:300]}" for p in markers.iterdir())

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from areal_node import private_files
+from areal_node import launcher, private_files
 from areal_node.agent.procfs import parse_stat, read_all, start_ticks
 from areal_node.agent.protocol import OpError, arg, op
 from areal_node.constants import CHECKPOINT_DIR, CHECKPOINT_FILE, DUMP_FILE, META_FILE, METRICS_FILE
@@ -180,6 +180,7 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         raise OpError(f"cannot write the job's log in {log_dir}: {exc.strerror or exc}") from None
     env = dict(os.environ)
     env.update(env_extra)
+    env = launcher.clean_env(env)  # no PYTHONPATH entry that means the working directory
     python = sys.executable or "python3"
     record = {
         "job": job_id,
@@ -195,7 +196,7 @@ def op_job_launch(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     }
     _write_json(os.path.join(path, "job.json"), record)
     proc = subprocess.Popen(
-        [python, "-c", JOB_WRAPPER, path, log, *argv],
+        launcher.isolated(python, JOB_WRAPPER, path, log, *argv),
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,

@@ -7,6 +7,7 @@ import os
 import sys
 
 import areal_node.trainer
+from areal_node import launcher
 from areal_node.trainer.config import (
     DEFAULTS,
     ConfigError,
@@ -28,18 +29,14 @@ def relaunch_with_torchrun(nproc: int, argv: list[str], log_dir: str) -> int:
     root = os.path.dirname(os.path.dirname(os.path.abspath(areal_node.__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        f"--log-dir={log_dir}",
-        "-m",
-        areal_node.trainer.__name__,
-        *argv,
-    ]
-    return subprocess.call(cmd, env=env, preexec_fn=die_with_parent if wanted() else None)
+    # torchrun and each rank through the launcher (the working directory off sys.path
+    # before torch is imported); `--no-python`: torchrun runs the rank's argv as given.
+    rank = launcher.user_module(sys.executable, areal_node.trainer.__name__, *argv, flags=["-u"])
+    options = ["--standalone", f"--nproc_per_node={nproc}", f"--log-dir={log_dir}", "--no-python"]
+    cmd = launcher.user_module(sys.executable, "torch.distributed.run", *options, *rank)
+    return subprocess.call(
+        cmd, env=launcher.clean_env(env), preexec_fn=die_with_parent if wanted() else None
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from areal_node import launcher
 from areal_node.agent.protocol import MAX_REPLY_BYTES
 
 from areal_console.core.connection.payload import node_payload, payload_name
@@ -132,6 +133,7 @@ def _fill(script: str) -> str:
         .replace("@OLD@", str(EXIT_OLD_PYTHON))
         .replace("@CACHE@", str(EXIT_UNSAFE_CACHE))
         .replace("@NAME@", payload_name("%s"))
+        .replace("@ISOLATED@", " ".join(launcher.ISOLATED))
     )
 
 
@@ -144,15 +146,18 @@ SHARED_BOOTSTRAP = _fill(_BOOTSTRAP_HEAD + _SOURCE_FROM_JSON + _BOOTSTRAP_TAIL)
 # the configured python, then `python3` on the node's PATH, then the usual places, and
 # starts the first one new enough. None found: one `areal-agent: no-python` line naming
 # every candidate and why it was passed over. argv: sh -c SCRIPT NAME PYTHON CODE HASH.
+# It first leaves the folder it was started in (srun's fallback is /tmp, where anyone
+# plants files) for the user's home, or /.
 RESOLVE_PYTHON = (
     "want=$1; code=$2; hash=$3; PATH=${PATH:-/usr/local/bin:/usr/bin:/bin}; export PATH\n"
+    'cd -- "${HOME:-/}" 2>/dev/null || cd /\n'
     'seen="|"; tried=""\n'
     'for py in "$want" python3 /usr/bin/python3 /usr/local/bin/python3; do\n'
     '  exe=$(command -v "$py" 2>/dev/null) || { tried="$tried, $py: not found"; continue; }\n'
     '  case "$seen" in *"|$exe|"*) continue;; esac\n'
     '  seen="$seen$exe|"\n'
-    '  ver=$("$exe" -c \'import sys;sys.stdout.write("%d.%d.%d"%sys.version_info[:3]);'
-    'sys.exit(sys.version_info<@MIN@)\' 2>/dev/null) && exec "$exe" -c "$code" "$hash"\n'
+    '  ver=$("$exe" -E -s -c \'import sys;sys.stdout.write("%d.%d.%d"%sys.version_info[:3]);'
+    'sys.exit(sys.version_info<@MIN@)\' 2>/dev/null) && exec "$exe" @ISOLATED@ -c "$code" "$hash"\n'
     '  tried="$tried, $exe is ${ver:-not runnable}"\n'
     "done\n"
     'echo "areal-agent: no-python $(hostname) @NEED@ ${tried#, }" >&2\n'
@@ -168,6 +173,7 @@ def resolving_argv(python: str, code: str) -> list[str]:
 
 
 _BOOTSTRAP_LINE = re.compile(r"areal-agent: (?!note:)(.+)")
+_NO_ISOLATED = re.compile(r"^\s*Unknown option:? -I\b")  # an interpreter without -I
 
 
 def bootstrap_problem(
@@ -175,6 +181,13 @@ def bootstrap_problem(
 ) -> str | None:
     """Why the bootstrap refused to run the agent (its `areal-agent:` stderr line), said
     for the user; None when it did not."""
+    if any(_NO_ISOLATED.search(line) for line in lines):  # Python 2, or 3.0-3.3
+        where = f" on {node}" if node else ""
+        return (
+            f"{python or 'python'}{where} does not know `-I` (older than Python 3.4); the "
+            f"agent needs >= {'.'.join(map(str, MIN_PYTHON))}: install a newer Python there, "
+            "or name one in the inventory (`python: /path/to/python3`)"
+        )
     for line in reversed(lines):
         found = _BOOTSTRAP_LINE.search(line)
         if not found:
@@ -198,7 +211,9 @@ def bootstrap_problem(
 
 
 def bootstrap_argv(python: str = "python3") -> list[str]:
-    return [python, "-c", BOOTSTRAP, node_payload().sha256]
+    """The agent bootstrap, isolated (`launcher.isolated`: no working directory on
+    sys.path, no PYTHON* variables, no user site)."""
+    return launcher.isolated(python, BOOTSTRAP, node_payload().sha256)
 
 
 class Channel(Protocol):
@@ -351,7 +366,11 @@ class ProcessChannel:
 
 
 class LocalChannel(ProcessChannel):
-    """The agent as a child process of the console, on this machine."""
+    """The agent as a child process of the console, on this machine.
+
+    It keeps the console's working directory (relative paths the user typed, e.g.
+    `replay ./dump`, mean what they meant); it is isolated (`-I`), so nothing there is
+    imported, and the jobs it starts run in their own private folders."""
 
     def __init__(self, python: str | None = None) -> None:
         python = python or sys.executable

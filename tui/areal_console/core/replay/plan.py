@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from areal_node import launcher
 from areal_node.agent.jobs import escape_placeholders, fill_placeholders
 from areal_node.constants import METRIC_NAMES, METRICS_FILE, TRAINER_MODULE, config_key
 
@@ -67,7 +68,7 @@ def local_trainer(
     base = dict(os.environ if env is None else env)
     root = str(PACKAGE_DIR.parent)
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [root, base.get("PYTHONPATH")]))
-    return [sys.executable, "-m", TRAINER_MODULE, *args], base
+    return launcher.user_module(sys.executable, TRAINER_MODULE, *args), launcher.clean_env(base)
 
 
 # --------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from areal_node import launcher
+
 from areal_console.core.common.errors import UserError
 from areal_console.core.connection.client import AgentDisconnected, AgentError
 from areal_console.core.connection.fleet import NodeSession
@@ -77,7 +79,7 @@ def check_torch(session: NodeSession, choice: PythonChoice, timeout: float = 60.
     try:
         status = session.call(
             "job_launch",
-            {"job": job_id, "argv": [choice.path, "-c", CHECK_CODE], "name": "torch check",
+            {"job": job_id, "argv": launcher.user_code(choice.path, CHECK_CODE), "name": "torch check",
              "meta": {"kind": CHECK_KIND}},
         )  # fmt: skip
         deadline = time.monotonic() + timeout

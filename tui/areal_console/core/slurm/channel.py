@@ -72,6 +72,7 @@ def srun_argv(
         "--cpus-per-task=1",
         "--quiet",
         "--kill-on-bad-exit=0",
+        "--chdir=/",  # not the console's folder, nor srun's /tmp fallback on the node
     ]
     if target.gpus:
         # Without the job's GPUs in the step, cgroup device limits would hide them from NVML.
