@@ -6,6 +6,7 @@ import io
 import json
 import re
 import tarfile
+from collections.abc import Container
 from typing import Any
 
 from areal_console.core.common import private_files
@@ -33,6 +34,25 @@ def _safe(name: str) -> str:
     return "_" if not safe.strip(".") else safe
 
 
+def unique_member(name: str, taken: Container[str]) -> str:
+    """`name`, or when a member already has it, the same name with `~N` before its
+    extension (the first N from 2 that is free). `_safe` never leaves a `~`, so a suffixed
+    name never meets a name taken from input; the first file keeps the plain name."""
+    if name not in taken:
+        return name
+    folder, slash, leaf = name.rpartition("/")
+    stem, dot, ext = leaf.rpartition(".")
+    if not stem:  # no extension (or a leading dot only)
+        stem, dot, ext = leaf, "", ""
+    n = 2
+    while True:
+        suffix = f"~{n}{dot}{ext}"
+        candidate = f"{folder}{slash}{stem[: max(1, MAX_NAME - len(suffix))]}{suffix}"
+        if candidate not in taken:
+            return candidate
+        n += 1
+
+
 def raw_parts(inputs: ReportInputs) -> dict[str, Any]:
     """The bundle's files before masking: name -> text or a JSON-like value."""
     parts: dict[str, Any] = {}
@@ -53,7 +73,10 @@ def raw_parts(inputs: ReportInputs) -> dict[str, Any]:
         parts["config.yaml"] = inputs.config_text
     for tail in inputs.logs:
         name = tail.path.rstrip("/").rsplit("/", 1)[-1]
-        parts[f"logs/{_safe('+'.join(tail.nodes))}/{_safe(name)}"] = tail.text
+        # `_main.log` and `main.log` (or two folders' `main.log`) are one safe name: each
+        # log keeps a member of its own.
+        member = unique_member(f"logs/{_safe('+'.join(tail.nodes))}/{_safe(name)}", parts)
+        parts[member] = tail.text
     return parts
 
 
@@ -74,10 +97,11 @@ def build_report(
     masked_md = printable(redactor.text(text), layout=True)
     files: dict[str, bytes] = {}
     for name, value in parts.items():
+        member = unique_member(redactor.text(name), files)  # masking may make two names one
         if isinstance(value, str):
-            files[redactor.text(name)] = printable(redactor.text(value), layout=True).encode()
+            files[member] = printable(redactor.text(value), layout=True).encode()
         else:
-            files[redactor.text(name)] = _json(redactor.data(value))
+            files[member] = _json(redactor.data(value))
     files["report.md"] = masked_md.encode()
     cut: list[str] = []
     files["MANIFEST.txt"] = _manifest(inputs, redactor, cut, max_bytes)
