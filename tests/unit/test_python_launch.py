@@ -7,8 +7,8 @@ agent's bootstrap, the bootstrap the way a Slurm step runs it (`/bin/sh` choosin
 interpreter, started where srun's fallback would start it), the reference trainer with
 its `torch.distributed.run` relaunch and ranks (PYTHONPATH with an empty entry, which
 means the working directory), and the replay's torch check. No marker may appear.
-The Slurm and SSH paths on their real clusters: tests/cluster/test_slurm.py and
-tests/cluster/test_ssh.py.
+Over SSH the bootstrap is the same command (`bootstrap_argv`), started in the login
+user's home; the Slurm path on the real cluster is in tests/cluster/test_slurm.py.
 """
 
 from __future__ import annotations
@@ -105,6 +105,25 @@ def test_an_interpreter_without_isolated_mode_is_named_too_old() -> None:
     assert problem is not None
     assert problem.startswith("/usr/bin/python2 on n07 does not know `-I`")
     assert ">= 3.9" in problem
+
+
+def test_python_2_is_named_too_old_for_the_agent(tmp_path: Path) -> None:
+    """The real Python 2.7 (this machine has 3.6-3.13 and 2.7 under pyenv)."""
+    from areal_console.core.connection.client import AgentClient, AgentDisconnected
+    from areal_console.core.connection.transport import ProcessChannel, bootstrap_argv
+
+    pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+    found = sorted(pyenv.glob("2.7.*/bin/python2.7"))
+    if not found:
+        pytest.skip("no Python 2.7 on this machine")
+    python = str(found[-1])
+    env = dict(os.environ, HOME=str(tmp_path))
+    channel = ProcessChannel(bootstrap_argv(python), "agent", env=env, python=python, node="n07")
+    client = AgentClient(channel)
+    with pytest.raises(AgentDisconnected) as err:
+        client.start(timeout=20)
+    client.close()
+    assert str(err.value).startswith(f"{python} on n07 does not know `-I`")
 
 
 def test_pythonpath_keeps_only_absolute_entries() -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 # Importing a module registers its ops; the rest are imported on first use (LATER).
+from areal_node import launcher
 from areal_node.agent import pyspy  # noqa: F401
 from areal_node.agent.gpus import GpuCollector
 from areal_node.agent.processes import process_record, select_processes
@@ -260,11 +261,21 @@ def _detail(exc: BaseException) -> str:
 
 @op("hello")
 def op_hello(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
+    import importlib.machinery
     import importlib.util
+    import site
 
     def present(module: str) -> bool:
+        """Importable here, or by the user's environment: the agent runs isolated (`-I`),
+        but a replay with this interpreter sees PYTHONPATH and the user's site-packages."""
+        pythonpath = launcher.clean_pythonpath(os.environ.get("PYTHONPATH", ""))
+        user_paths = [p for p in pythonpath.split(os.pathsep) if p]
+        user_paths.append(site.getusersitepackages())
         try:
-            return importlib.util.find_spec(module) is not None
+            if importlib.util.find_spec(module) is not None:
+                return True
+            found = importlib.machinery.PathFinder.find_spec(module, user_paths)
+            return found is not None
         except (ImportError, ValueError):
             return False
 
