@@ -92,7 +92,7 @@ async def test_live_run_updates_then_stalls_and_s_captures_that_job(tmp_path: Pa
         commit(3, time.time())
         await wait_until(pilot, lambda: screen.report is not None and len(screen.report.steps) == 4)
         assert (
-            table.get_cell(BEHAVE_IMP_WEIGHT, "latest")
+            str(table.get_cell(BEHAVE_IMP_WEIGHT, "latest"))
             == f"{actor_stats(3)[BEHAVE_IMP_WEIGHT]:.4g}"
         )
         await wait_until(pilot, lambda: "STALLED" in banner(app), timeout=30)

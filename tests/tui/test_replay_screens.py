@@ -110,13 +110,14 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         await until(
             pilot,
             lambda: (
-                key in table.rows and table.get_cell(key, "verification") == "matches recording"
+                key in table.rows
+                and str(table.get_cell(key, "verification")) == "matches recording"
             ),
             timeout=60,
         )
-        assert table.get_cell(key, "state") == "finished"
-        assert table.get_cell(key, "exit") == "0"
-        assert table.get_cell(key, "steps") == "0-1"
+        assert str(table.get_cell(key, "state")) == "finished"
+        assert str(table.get_cell(key, "exit")) == "0"
+        assert str(table.get_cell(key, "steps")) == "0-1"
         await pilot.press("enter")
         log = screen.query_one("#jobs-log")
         await until(pilot, lambda: any("(replayed)" in line for line in log.lines))
@@ -262,8 +263,8 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         assert "Stop 2 jobs?" in text_of(app.screen, "#confirm-question")
         await pilot.press("y")
         await until(pilot, lambda: state(key_a) == state(key_b) == "stopped", timeout=30)
-        assert table.get_cell(key_a, "exit") == "-15"
-        assert table.get_cell(key_a, "job") == "slow-a"  # marks are cleared
+        assert str(table.get_cell(key_a, "exit")) == "-15"
+        assert str(table.get_cell(key_a, "job")) == "slow-a"  # marks are cleared
         await pilot.press("slash")
         await pilot.press(*"no-such-job")
         await until(pilot, lambda: key_a not in table.rows)
@@ -312,7 +313,7 @@ async def test_jobs_screen_shows_slurm_ids_and_state(fleet: Fleet, home: Path) -
         await until(
             pilot, lambda: "slurm step 12.3 COMPLETED" in text_of(app.screen, "#jobs-detail")
         )
-        assert table.get_cell("node2/slurm-a", "state") == "finished"  # not "unknown"
+        assert str(table.get_cell("node2/slurm-a", "state")) == "finished"  # not "unknown"
 
 
 def test_slurm_fields_round_trip_and_old_records_load() -> None:

@@ -54,6 +54,7 @@ from areal_console.screens.health import HealthScreen
 from areal_console.screens.runs import RunsScreen
 from areal_console.screens.stacks import StacksScreen
 from areal_console.styles import STYLESHEET
+from areal_console.toast import toast
 from areal_console.widgets.vim_table import VimTable
 from areal_console.workers import Ticket, WorkerHost, background, cancelled
 
@@ -171,7 +172,8 @@ class ConsoleApp(WorkerHost, App[None]):
             self.set_keymap(self.settings.keymap)
             unknown = sorted(set(self.settings.keymap) - known_binding_ids())
             if unknown:
-                self.notify(
+                toast(
+                    self,
                     f"settings: keymap names no key {', '.join(map(repr, unknown))}; the ids "
                     "are listed with ? on each screen (e.g. cluster.capture)",
                     severity="warning",
@@ -189,20 +191,20 @@ class ConsoleApp(WorkerHost, App[None]):
         if self.welcome:
             # A hint for the Cluster screen: short, and gone once another screen opens (its
             # keys mean other things there).
-            self.notify(self.welcome, timeout=8)
+            toast(self, self.welcome, timeout=8)
             self.mode_change_signal.subscribe(self, self._welcome_done)
 
     def on_vim_table_at_edge(self, message: VimTable.AtEdge) -> None:
         """A cursor key that could not move says why (screens with a status line of their
         own say it there; the Cluster and Jobs lines are rewritten on every refresh)."""
-        self.notify(message.text, timeout=3)
+        toast(self, message.text, timeout=3)
 
     def _show_known_hosts_notes(self) -> None:
         ssh = sys.modules.get(
             "areal_console.core.connection.ssh"
         )  # not loaded: no SSH node, no notes
         for note in ssh.take_notes() if ssh is not None else []:
-            self.notify(note, title="known_hosts", severity="warning", timeout=15)
+            toast(self, note, title="known_hosts", severity="warning", timeout=15)
 
     def _welcome_done(self, mode: str) -> None:
         if mode != "nodes":
@@ -307,8 +309,8 @@ class ConsoleApp(WorkerHost, App[None]):
         """
         self.capture_state.match = match
         if self.fleet is None:
-            self.notify("No live nodes to capture: this console shows recorded data.",
-                        severity="warning")  # fmt: skip
+            toast(self, "No live nodes to capture: this console shows recorded data.",
+                  severity="warning")  # fmt: skip
             return
         options = self.capture_options()
         sampled = self._latest_processes()
@@ -321,7 +323,7 @@ class ConsoleApp(WorkerHost, App[None]):
 
     def _job_chosen(self, options: CaptureOptions, key: str | None) -> None:
         if key is None:
-            self.notify("Capture cancelled: no job chosen.")
+            toast(self, "Capture cancelled: no job chosen.")
             return
         options.job = key
         self._start_capture(options, self._latest_processes())
@@ -373,7 +375,7 @@ class ConsoleApp(WorkerHost, App[None]):
         if isinstance(screen, RunsScreen):
             screen.action_toggle_users()  # the same scope: it redraws its rows as well
         else:
-            self.notify(f"Runs and captures shown: {self.users.toggle()}")
+            toast(self, f"Runs and captures shown: {self.users.toggle()}")
 
     # batches and replay -----------------------------------------------------------------
     def _new_batches_screen(self) -> BatchesScreen:
@@ -393,13 +395,13 @@ class ConsoleApp(WorkerHost, App[None]):
     def open_replay_dialog(self, path: str, steps: list[int]) -> None:
         """`r` in the Batches screen: the launch dialog for the node that holds the dump."""
         if self.fleet is None or not len(self.fleet):
-            self.notify("No live node to launch on.", severity="warning")
+            toast(self, "No live node to launch on.", severity="warning")
             return
         node = self.batches_node or self.fleet.sessions[0].name
 
         def launched(record: Any) -> None:
             if record is not None:
-                self.notify(f"Replay {record.job_id} launched on {record.node}")
+                toast(self, f"Replay {record.job_id} launched on {record.node}")
                 self.action_goto("jobs")
                 try:
                     jobs_screen = self.get_screen_stack("jobs")[0]
@@ -411,11 +413,11 @@ class ConsoleApp(WorkerHost, App[None]):
         try:
             templates = load_templates(self.settings.launch_templates)
         except UserError as exc:
-            self.notify(f"settings: {exc}", severity="error")
+            toast(self, f"settings: {exc}", severity="error")
             return
         if self.settings.replay_template not in templates:
-            self.notify(f"settings: no launch template {self.settings.replay_template!r} "
-                        f"(have: {', '.join(templates)})", severity="error")  # fmt: skip
+            toast(self, f"settings: no launch template {self.settings.replay_template!r} "
+                  f"(have: {', '.join(templates)})", severity="error")  # fmt: skip
             return
         dialog = ReplayDialog(
             self.fleet, path, node, template=self.settings.replay_template,
@@ -429,7 +431,7 @@ class ConsoleApp(WorkerHost, App[None]):
         try:
             thresholds = thresholds_from(self.settings.health)
         except KeyError as exc:
-            self.notify(f"settings: unknown health threshold {exc.args[0]!r}", severity="error")
+            toast(self, f"settings: unknown health threshold {exc.args[0]!r}", severity="error")
             thresholds = None
         return HealthScreen(self.health_target, thresholds=thresholds)
 
@@ -454,9 +456,9 @@ class ConsoleApp(WorkerHost, App[None]):
             self.action_goto("health")
             return
         what = f"matching {match!r} " if match else ""
-        self.notify(f"No process {what}names its AReaL log directory (--fileroot, "
-                    "--experiment-name, --trial-name). Open a log with :health PATH.",
-                    severity="warning")  # fmt: skip
+        toast(self, f"No process {what}names its AReaL log directory (--fileroot, "
+              "--experiment-name, --trial-name). Open a log with :health PATH.",
+              severity="warning")  # fmt: skip
 
     # slurm ------------------------------------------------------------------------------
     def open_slurm_view(self, login: str | None = None) -> None:
@@ -466,7 +468,7 @@ class ConsoleApp(WorkerHost, App[None]):
 
         def chosen(job_id: str | None) -> None:
             if job_id:
-                self.notify(f"Asking Slurm for job {job_id}'s nodes…")
+                toast(self, f"Asking Slurm for job {job_id}'s nodes…")
                 self._resolve_slurm_job(job_id, login)
 
         self.push_screen(SlurmJobsScreen(job_lister(make_runner(login))), chosen)
@@ -504,7 +506,7 @@ class ConsoleApp(WorkerHost, App[None]):
         )
         self.register_screen("stacks", self.screen_factories["stacks"])
         self._stacks_screen = None
-        self.notify(f"Now watching {len(specs)} node(s)")
+        toast(self, f"Now watching {len(specs)} node(s)")
 
     @background("close-fleet", doing="closing the old nodes' sessions", exclusive=False)
     def _close_fleet(self, ticket: Ticket, fleet: Fleet) -> None:
@@ -515,12 +517,12 @@ class ConsoleApp(WorkerHost, App[None]):
         entry = next((e for e in SCREENS if e.mode == mode), None)
         if mode not in self.screen_factories:
             if mode == "batches":
-                self.notify("Open a dump first: :batches PATH (a step_*.pt file or its directory)")
+                toast(self, "Open a dump first: :batches PATH (a step_*.pt file or its directory)")
             elif mode == "health":
                 self.open_health_for_job(self.capture_state.match)
             else:
                 title = entry.title if entry else mode
-                self.notify(f"The {title} screen needs live nodes.", severity="warning")
+                toast(self, f"The {title} screen needs live nodes.", severity="warning")
             return
         if self.current_mode != mode:
             self.switch_mode(mode)
@@ -556,11 +558,11 @@ class ConsoleApp(WorkerHost, App[None]):
             if name in self.available_themes:
                 self.theme = name
             else:
-                self.notify(f"No theme {name!r}. Themes: {', '.join(sorted(self.available_themes))}",
-                            severity="error")  # fmt: skip
+                toast(self, f"No theme {name!r}. Themes: {', '.join(sorted(self.available_themes))}",
+                      severity="error")  # fmt: skip
         else:
             known = ", ".join(f":{e.mode}" for e in SCREENS)
-            self.notify(f"Unknown command {word!r}. Try {known}, :theme NAME, :q", severity="error")
+            toast(self, f"Unknown command {word!r}. Try {known}, :theme NAME, :q", severity="error")
 
     def action_interrupt(self) -> None:
         self.exit(return_code=130)

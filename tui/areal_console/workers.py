@@ -28,6 +28,7 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from areal_console.core.common.errors import UserError
+from areal_console.toast import toast
 
 P = ParamSpec("P")
 H = TypeVar("H", bound="WorkerHost")
@@ -111,7 +112,7 @@ class WorkerHost(_HostBase):
             # A poll that keeps failing the same way says so once, not every few seconds.
             if self._last_failure.get(worker.group) != text:
                 self._last_failure[worker.group] = text
-                self.app.notify(text, severity="error", timeout=10)
+                toast(self, text, severity="error", timeout=10)
         elif event.state == WorkerState.SUCCESS:
             self._last_failure.pop(worker.group, None)
         for chain in self._chains:

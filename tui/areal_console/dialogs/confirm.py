@@ -8,6 +8,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label
 
+from areal_console.widgets.remote_text import remote_text
+
 
 class ConfirmDialog(ModalScreen[bool]):
     """Dismisses with True on `y`, False on `n` or `esc`."""
@@ -24,7 +26,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Label(self.question, id="confirm-question")
+            yield Label(remote_text(self.question), id="confirm-question")
             yield Label("y: yes · n/esc: no", id="confirm-hint")
 
     def action_answer(self, answer: bool) -> None:

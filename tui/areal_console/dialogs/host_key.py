@@ -8,6 +8,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from areal_console.widgets.remote_text import remote_block, remote_text
+
 
 class HostKeyScreen(ModalScreen[bool]):
     DEFAULT_CSS = """
@@ -30,9 +32,11 @@ class HostKeyScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static(f"[b]{self.node}[/b] ({self.address}) presented a host key this console "
-                         "has not seen before:")  # fmt: skip
-            yield Static(f"\n  {self.key}\n", id="fingerprint")
+            who = remote_text(self.node, style="bold")
+            who.append_text(remote_text(f" ({self.address}) presented a host key this console "
+                                        "has not seen before:"))  # fmt: skip
+            yield Static(who)
+            yield Static(remote_block(f"\n  {self.key}\n"), id="fingerprint")
             yield Static("Compare it with the node's key (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub "
                          "on the node) before trusting it.")  # fmt: skip
             yield Static("Trust this key and connect? [y/n]", id="question")

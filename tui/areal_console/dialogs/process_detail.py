@@ -126,7 +126,7 @@ class ProcessDetailScreen(WorkerHost, ModalScreen[None]):
         reply = self.fleet.session(self.node).call("pyspy", args, timeout=45)
         dump = ProcessDump.from_agent(reply, pid)
         if dump.error is not None:
-            text = Text(f"no stack: {dump.error}", style="yellow")
+            text = remote_text(f"no stack: {dump.error}", style="yellow")
             self.post_message(ProcessStack(text, ticket=ticket))
             return
         title = {"native": " (with native frames)", "locals": " (with locals)"}.get(mode, "")

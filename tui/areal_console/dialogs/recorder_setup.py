@@ -9,6 +9,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static, TextArea
 
+from areal_console.toast import toast
+
 
 class RecorderSetupScreen(ModalScreen[None]):
     DEFAULT_CSS = """
@@ -41,7 +43,7 @@ class RecorderSetupScreen(ModalScreen[None]):
 
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.block)
-        self.notify("copied the Flight Recorder setup")
+        toast(self, "copied the Flight Recorder setup")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -41,6 +41,7 @@ from areal_console.core.replay.python import (
     choose_python,
     uses_python,
 )
+from areal_console.widgets.remote_text import remote_text
 from areal_console.workers import Ticket, WorkerHost, background
 
 # Below this many rows the fields lose their borders.
@@ -120,10 +121,10 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="replay-box"):
-            yield Label(f"Replay {self.path}", id="replay-title")
+            yield Label(remote_text(f"Replay {self.path}"), id="replay-title")
             with Grid(id="replay-fields"):
                 yield Label("node")
-                yield Label(self.node, id="replay-node")
+                yield Label(remote_text(self.node), id="replay-node")
                 yield Label("GPUs")
                 yield Input(placeholder="0,1 or cpu", id="replay-gpus")
                 yield Label("steps")
@@ -248,13 +249,13 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
             self._show_error(str(exc))
             return
         self._show_error("")
-        self.query_one("#replay-command", Static).update(self.plan.command_line)
+        self.query_one("#replay-command", Static).update(remote_text(self.plan.command_line))
         self.query_one("#replay-device", Label).update(
-            f"{self.plan.device_note} · {self._python().note}"
+            remote_text(f"{self.plan.device_note} · {self._python().note}")
         )
 
     def _show_error(self, text: str) -> None:
-        self.query_one("#replay-error", Label).update(text)
+        self.query_one("#replay-error", Label).update(remote_text(text))
         self.set_class(bool(text), "-error")
 
     def action_launch(self) -> None:

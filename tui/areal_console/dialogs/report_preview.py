@@ -34,6 +34,7 @@ from areal_console.core.stacks.merge import StackAnalysis
 from areal_console.core.stacks.records import StackCapture
 from areal_console.core.stacks.report import capture_json
 from areal_console.messages import ReportBuilt, ReportWritten
+from areal_console.toast import toast
 from areal_console.workers import Ticket, WorkerHost, background
 
 
@@ -132,7 +133,7 @@ class ReportPreview(WorkerHost, ModalScreen[None]):
     def _was_written(self, message: ReportWritten) -> None:
         if not self.fresh(message):
             return
-        self.app.notify(printable(message.text), severity="information" if message.ok else "error")
+        toast(self, printable(message.text), severity="information" if message.ok else "error")
         if message.ok:
             self.dismiss(None)
 

@@ -8,6 +8,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from areal_console.widgets.remote_text import remote_text
+
 
 class TrustPickleDialog(ModalScreen[bool]):
     """Dismisses with True only on an explicit yes; the default answer is no."""
@@ -37,7 +39,7 @@ class TrustPickleDialog(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="trust-dialog"):
             yield Static("Load a file that can run code?", id="trust-title")
-            yield Static(self.reason, id="trust-reason")
+            yield Static(remote_text(self.reason), id="trust-reason")
             yield Static(
                 "Loading it unpickles arbitrary objects with this console's rights. "
                 "Say yes only if you trust who wrote the file.",

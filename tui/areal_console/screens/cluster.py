@@ -16,11 +16,13 @@ from areal_console.core.common.textfmt import plural
 from areal_console.core.connection.monitor import NodeView
 from areal_console.dialogs.host_key import HostKeyScreen
 from areal_console.dialogs.process_detail import ProcessDetailScreen
+from areal_console.toast import toast
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.gpu_pane import GpuPane
 from areal_console.widgets.node_table import NodeTable
 from areal_console.widgets.process_table import ProcessTable, process_matches
+from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.servers_pane import ServersPane, flag_lines, servers_title
 from areal_console.widgets.status_line import StatusLine
 from areal_console.workers import Ticket, WorkerHost, background
@@ -224,7 +226,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         title = f"GPUs — {selected.name}" if selected else "GPUs"
         if title != self._gpu_title:  # an unchanged title costs no layout pass
             self._gpu_title = title
-            self.query_one("#gpus-title", Label).update(title)
+            self.query_one("#gpus-title", Label).update(remote_text(title))
         rows = [
             (v.name, p)
             for v in views
@@ -254,7 +256,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             title = servers_title(len(lines), trainer)
             if title != self._servers_title:  # an unchanged title costs no layout pass
                 self._servers_title = title
-                self.query_one("#servers-title", Label).update(title)
+                self.query_one("#servers-title", Label).update(remote_text(title))
 
     def _ask_about_host_keys(self, views: list[NodeView]) -> None:
         """Show each unknown host key once, and let the user trust it."""
@@ -268,8 +270,8 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
                 if trust:
                     self._trust_host_key(name)
                 else:
-                    self.notify(
-                        f"{name}: host key refused; the node stays down", severity="warning"
+                    toast(
+                        self, f"{name}: host key refused; the node stays down", severity="warning"
                     )
 
             self.app.push_screen(HostKeyScreen(view.name, view.address, view.host_key), answered)
@@ -326,7 +328,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         by = "rank" if table.sort_by == by else by
         table.set_sort(by)
         names = {"rank": "rank", "cpu": "CPU", "rss": "RSS", "gpumem": "GPU memory"}
-        self.notify(f"Processes sorted by {names[by]}")
+        toast(self, f"Processes sorted by {names[by]}")
 
     # actions --------------------------------------------------------------------------
     def filter_changed(self) -> None:
@@ -360,7 +362,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
     def action_toggle_all(self) -> None:
         self.show_all = not self.show_all
         self.console.monitor.set_include_all(self.show_all)
-        self.notify("Showing every Python process" if self.show_all else "Showing job processes")
+        toast(self, "Showing every Python process" if self.show_all else "Showing job processes")
         self.refresh_view()
 
     def action_sort_nodes(self) -> None:
@@ -369,7 +371,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         table = self.query_one(NodeTable)
         table.clear()
         self.refresh_view()
-        self.notify(f"Nodes sorted by {self.node_order}")
+        toast(self, f"Nodes sorted by {self.node_order}")
 
     def action_focus_processes(self) -> None:
         self.query_one(ProcessTable).focus()

@@ -26,6 +26,7 @@ from areal_console.core.replay import runs as jobs
 from areal_console.core.slurm import runs as slurm_runs
 from areal_console.dialogs.confirm import ConfirmDialog
 from areal_console.messages import Notice, RunLogTail, RunsRefreshed
+from areal_console.toast import toast
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.keyed_rows import sync_rows
@@ -255,7 +256,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
             status += f" · filter: {self.text_filter!r}"
         if self.read_only:
             status += " · read-only"
-        self.query_one("#jobs-status", Label).update(status)
+        self.query_one("#jobs-status", Label).update(remote_text(status))
 
     def _show_detail(self) -> None:
         record = self.records.get(self.selected or "")
@@ -310,7 +311,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
 
     @on(Notice)
     def _notice(self, message: Notice) -> None:
-        self.notify(message.text, severity=message.severity)
+        toast(self, message.text, severity=message.severity)
 
     def show_job(self, node: str, job_id: str) -> None:
         """Put the cursor and the log pane on this job (one just launched) once listed."""
@@ -320,7 +321,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
 
     # actions ---------------------------------------------------------------------------
     def action_toggle_users(self) -> None:
-        self.notify(f"Runs and captures shown: {self.users.toggle()}")
+        toast(self, f"Runs and captures shown: {self.users.toggle()}")
         self._draw()
 
     def action_follow(self) -> None:
@@ -350,7 +351,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
         self.post_message(RunLogTail(key, lines, ticket=ticket))
 
     def action_refresh(self) -> None:
-        self.notify("Asking every node for its jobs…", timeout=2)  # seen even if nothing changed
+        toast(self, "Asking every node for its jobs…", timeout=2)  # seen even if nothing changed
         self.refresh_jobs()
 
     def filter_changed(self) -> None:
@@ -378,7 +379,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
         chosen = sorted(self.marked) if self.marked else [self.selected or ""]
         running = [k for k in chosen if k in self.records and self.records[k].state == "running"]
         if not running:
-            self.notify("nothing running to stop")
+            toast(self, "nothing running to stop")
             return
         if len(running) == 1:
             record = self.records[running[0]]

@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Label
 from areal_console.core.common.errors import UserError
 from areal_console.core.slurm.client import SlurmJob, job_matches, job_row
 from areal_console.messages import SlurmJobsFailed, SlurmJobsLoaded
+from areal_console.toast import toast
 from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.remote_text import remote_text
@@ -149,7 +150,7 @@ class SlurmJobsScreen(FilterHost, WorkerHost, Screen[str | None]):
             parts.append(f"filter: {self.text_filter!r}")
         if self.error:
             parts.append(f"error: {self.error}")
-        self.query_one("#slurm-status", Label).update(" · ".join(parts))
+        self.query_one("#slurm-status", Label).update(remote_text(" · ".join(parts)))
 
     def selected_job_id(self) -> str | None:
         table = self.query_one("#slurm-jobs", DataTable)
@@ -169,7 +170,7 @@ class SlurmJobsScreen(FilterHost, WorkerHost, Screen[str | None]):
             return
         job = next((j for j in self.jobs if j.job_id == job_id), None)
         if job is not None and job.state != "RUNNING":
-            self.notify(f"job {job_id} is {job.state}: nothing to inspect yet", severity="warning")
+            toast(self, f"job {job_id} is {job.state}: nothing to inspect yet", severity="warning")
             return
         self.dismiss(job_id)
 

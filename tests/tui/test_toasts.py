@@ -1,0 +1,137 @@
+"""Toasts carry remote text, and Textual reads a toast's message as markup unless told not
+to: a dump's recorded metric `"x[/]"` ended the console with a MarkupError when the Runs
+screen verified a replay, and `[@click=app.quit]` or `[link=...]` would have rendered live.
+Each toast source reachable here is driven with hostile text; the console keeps running
+and the text is shown as it was written (control characters as escapes). The contract
+that every toast goes through the one escaping path is in tests/unit/test_screen_text_contract.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from areal_console.app import ConsoleApp
+from areal_console.core.connection import ssh
+from areal_console.core.connection.fleet import Fleet
+from areal_console.core.replay import runs as jobs
+from areal_console.core.targets.resolve import local_node
+from areal_console.screens.runs import RunsScreen
+from areal_console.styles import STYLESHEET
+from textual.app import App
+from textual.widgets import DataTable
+from textual.widgets._toast import Toast
+
+from tests.support.nobody import as_nobody, needs_nobody, shared_tmp
+from tests.support.recorded import recorded_monitor
+from tests.support.waits import until
+
+# Closing markup, an action, a link, a retitle (OSC 2) and a colour (CSI).
+HOSTILE = "x[/] [@click=app.quit]q[/] [link=http://x]l[/link] \x1b]2;pwned\x07\x1b[31m"
+SHOWN = "x[/] [@click=app.quit]q[/] [link=http://x]l[/link] \\x1b]2;pwned\\x07\\x1b[31m"
+
+
+class Host(App[None]):
+    CSS_PATH = STYLESHEET
+
+    def __init__(self, screen: object) -> None:
+        super().__init__()
+        self._first = screen
+
+    def on_mount(self) -> None:
+        self.push_screen(self._first)  # type: ignore[arg-type]
+
+
+def toasts(app: App[None]) -> list[str]:
+    """The text of every toast on screen, as drawn."""
+    return [str(t.render()) for t in app.screen.query(Toast)]
+
+
+@pytest.fixture()
+def data_dir(tmp_path: Path) -> Iterator[Path]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path / "data"))
+        mp.setenv("AREAL_CONSOLE_CONFIG_DIR", str(tmp_path / "config"))
+        yield tmp_path
+
+
+@needs_nobody
+async def test_a_recorded_metric_with_markup_is_a_literal_toast(data_dir: Path) -> None:
+    """The reported case: the dump's owner (`nobody`) recorded a metric value `x[/]`; the
+    Runs screen (the console as root) verifies the replay against it."""
+    node = local_node()
+    with shared_tmp() as shared:
+        recorded, replayed = shared / "recorded.jsonl", data_dir / "replayed.jsonl"
+        script = f"import json; open({str(recorded)!r}, 'w').write(json.dumps({{'step': 0, 'task_reward': {HOSTILE!r}}}))"
+        as_nobody("python3", "-c", script)
+        replayed.write_text(json.dumps({"step": 0, "task_reward": 1.5}) + "\n")
+        plan = {"steps": [0, 0], "metrics": str(replayed), "recorded_metrics": str(recorded)}
+        jobs.save_run(jobs.RunRecord("verify-x", node.name, plan, time.time(), state="finished"))
+        fleet = Fleet([node])
+        try:
+            app = Host(RunsScreen(fleet, poll=0.2))
+            async with app.run_test(size=(160, 40), notifications=True) as pilot:
+                table = app.screen.query_one("#jobs-table", DataTable)
+                key = f"{node.name}/verify-x"
+                await until(pilot, lambda: key in table.rows)
+                table.move_cursor(row=table.get_row_index(key))
+                await until(pilot, lambda: app.screen.selected == key)
+                await pilot.press("v")
+                await until(pilot, lambda: any("replay differs" in t for t in toasts(app)))
+                shown = "".join(toasts(app)).replace("\n", "")
+                assert SHOWN in shown.replace("'", ""), shown
+                assert app.is_running
+        finally:
+            fleet.close()
+
+
+async def test_a_failing_worker_with_a_hostile_node_name_is_a_literal_toast(data_dir: Path) -> None:
+    """A worker's failure names the node and the error: a run record naming a node that
+    is not in the fleet, called `[@click=app.quit]...`, fails its verification."""
+    name = "n" + HOSTILE
+    jobs.save_run(
+        jobs.RunRecord(
+            "gone",
+            name,
+            {"steps": [0, 0], "metrics": "m", "recorded_metrics": "r"},
+            time.time(),
+            state="finished",
+        )
+    )
+    fleet = Fleet([local_node()])
+    try:
+        app = Host(RunsScreen(fleet, poll=0.2))
+        async with app.run_test(size=(160, 40), notifications=True) as pilot:
+            table = app.screen.query_one("#jobs-table", DataTable)
+            key = f"{name}/gone"
+            await until(pilot, lambda: key in table.rows)
+            table.move_cursor(row=table.get_row_index(key))
+            await until(pilot, lambda: app.screen.selected == key)
+            await pilot.press("v")
+            await until(pilot, lambda: any("gone on n" in t for t in toasts(app)))
+            assert SHOWN in "".join(toasts(app)).replace("\n", "")
+            assert app.is_running
+    finally:
+        fleet.close()
+
+
+async def test_commands_and_known_hosts_notes_are_literal_toasts() -> None:
+    """The console's own toasts that quote what they were given: an unknown `:` command or
+    theme, and a known_hosts note (it quotes the file's line)."""
+    app = ConsoleApp(None, recorded_monitor())
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        app.run_command(f"theme {HOSTILE}")
+        app.run_command("[@click=app.quit]x[/]")
+        ssh._note(f"known_hosts line 3: {HOSTILE}")
+        app._show_known_hosts_notes()
+        await pilot.pause()
+        await until(pilot, lambda: len(toasts(app)) >= 3)
+        shown = [t.replace("\n", "") for t in toasts(app)]
+        assert sum(SHOWN in t for t in shown) == 2, shown
+        assert any("Unknown command '[@click=app.quit]x[/]'" in t for t in shown), shown
+        await pilot.click(Toast)  # a live `[@click=app.quit]` would end the app here
+        await pilot.pause()
+        assert app.is_running
