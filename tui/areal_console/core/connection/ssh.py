@@ -33,6 +33,7 @@ import paramiko
 
 from areal_console.core.common import locations
 from areal_console.core.common.errors import UserError
+from areal_console.core.connection.pacing import PACER
 from areal_console.core.connection.transport import (
     ChannelClosed,
     bootstrap_argv,
@@ -50,6 +51,7 @@ SSH_CONFIG_ENV = "AREAL_CONSOLE_SSH_CONFIG"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 KEEPALIVE_SECONDS = 15
 MAX_JUMPS = 8
+DEFAULT_MAX_STARTUPS = 8  # as targets.options; handshakes in flight per gateway
 
 
 class SshError(ConnectionError):
@@ -239,13 +241,64 @@ def _host_matches(name: str, patterns: tuple[str, ...]) -> bool:
     return matched
 
 
+@dataclass(frozen=True)
+class KnownHosts:
+    """The keys of a set of known-hosts files, read once and shared by every connection
+    that checks against the same files (paramiko only looks them up)."""
+
+    keys: paramiko.HostKeys
+    revoked: tuple[tuple[tuple[str, ...], paramiko.PKey, str], ...]
+
+
+_KNOWN: dict[tuple[tuple[str, int, int], ...], KnownHosts] = {}
+
+
+def known_hosts_for(paths: list[Path]) -> KnownHosts:
+    """The keys of the existing files among `paths`, read when one of them changed (mtime,
+    size) since the last call, else the same shared record."""
+    versions: list[tuple[str, int, int]] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # not there (yet): nothing known from it
+        versions.append((str(path), stat.st_mtime_ns, stat.st_size))
+    key = tuple(versions)
+    with _PARSED_LOCK:
+        known = _KNOWN.get(key)
+    if known is not None:
+        return known
+    keys = paramiko.HostKeys()
+    revoked: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
+    for name, _mtime, _size in versions:
+        parsed = read_known_hosts(Path(name))
+        for names, host_key in parsed.entries:
+            for host in names:
+                keys.add(host, host_key.get_name(), host_key)
+        revoked.extend(parsed.revoked)
+        for note in parsed.notes:
+            _note(note)
+    known = KnownHosts(keys, tuple(revoked))
+    with _PARSED_LOCK:
+        stale = [k for k in _KNOWN if {p for p, _, _ in k} == {p for p, _, _ in key}]
+        for old_key in stale:  # an older version of the same files
+            del _KNOWN[old_key]
+        _KNOWN[key] = known
+    return known
+
+
 class _VerifyingClient(paramiko.SSHClient):
     """An SSHClient that refuses `@revoked` host keys, known or not, before authenticating."""
 
-    def __init__(self, host_name: str) -> None:
+    def __init__(self, host_name: str, known: KnownHosts | None = None) -> None:
         super().__init__()
         self.host_name = host_name  # as known_hosts writes it: name or [name]:port
         self.revoked: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
+        if known is not None:
+            # The shared keys, looked up only (our policy never adds to them): every
+            # connection copying 512 entries in costs more than its key exchange.
+            self._host_keys = known.keys
+            self.revoked = list(known.revoked)
 
     def refuse_revoked(self, key: paramiko.PKey) -> None:
         for patterns, bad, where in self.revoked:
@@ -303,14 +356,35 @@ def ssh_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | No
 
 
 def load_ssh_config(path: Path | None) -> paramiko.SSHConfig:
+    """The parsed ssh config at `path`: parsed once per version of the file (its mtime and
+    size), not once per node (a 512-host config costs ~15 ms to parse)."""
     if path is None:
         return paramiko.SSHConfig()
     try:
-        return paramiko.SSHConfig.from_path(str(path))
+        stat = path.stat()
+    except FileNotFoundError:
+        raise SshError(f"ssh config {path} does not exist") from None
+    except OSError as exc:
+        raise SshError(f"cannot read ssh config {path}: {exc.strerror or exc}") from None
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    with _PARSED_LOCK:
+        config = _CONFIGS.get(key)
+    if config is not None:
+        return config
+    try:
+        config = paramiko.SSHConfig.from_path(str(path))
     except FileNotFoundError:
         raise SshError(f"ssh config {path} does not exist") from None
     except (OSError, paramiko.ConfigParseError) as exc:
         raise SshError(f"cannot read ssh config {path}: {exc}") from None
+    with _PARSED_LOCK:
+        _CONFIGS.clear()  # only the newest version of each file is looked up again
+        _CONFIGS[key] = config
+    return config
+
+
+_PARSED_LOCK = threading.Lock()
+_CONFIGS: dict[tuple[str, int, int], paramiko.SSHConfig] = {}
 
 
 def _hop(
@@ -443,17 +517,8 @@ def _connect_hop(
     look_for_keys: bool,
     console_known_hosts: Path,
 ) -> paramiko.SSHClient:
-    client = _VerifyingClient(known_hosts_name(hop.hostname, hop.port))
-    known = client.get_host_keys()
-    for path in [*_known_host_files(hop), console_known_hosts]:
-        if path.exists():
-            parsed = read_known_hosts(path)
-            for names, key in parsed.entries:
-                for name in names:
-                    known.add(name, key.get_name(), key)
-            client.revoked.extend(parsed.revoked)
-            for note in parsed.notes:
-                _note(note)
+    known = known_hosts_for([*_known_host_files(hop), console_known_hosts])
+    client = _VerifyingClient(known_hosts_name(hop.hostname, hop.port), known)
     client.set_missing_host_key_policy(
         _VerifyingPolicy(accept_new_hosts or hop.accept_new_key, console_known_hosts, hop.port)
     )
@@ -643,6 +708,21 @@ class JumpPool:
 JUMPS = JumpPool()
 
 
+def gateway(route: ResolvedRoute) -> str:
+    """Where a route's new connections arrive first, the sshd whose MaxStartups they count
+    against: its first jump host, else its ProxyCommand (the target's name and port taken
+    out: `ssh -W %h:%p login` for every node is one gateway), else the target itself."""
+    first = route.jumps[0] if route.jumps else route.target
+    assert first is not None
+    if first.proxy_command:
+        words = [
+            "%h" if w == first.hostname else "%p" if w == str(first.port) else w
+            for w in re.split(r"([\s:@,'\"=])", first.proxy_command)
+        ]
+        return "ProxyCommand " + "".join(words)
+    return first.label
+
+
 @dataclass
 class RouteConnection:
     """An authenticated connection to a node, and the shared jump chain it rides on."""
@@ -667,9 +747,12 @@ def connect_route(
     look_for_keys: bool = True,
     known_hosts_file: Path | None = None,
     share_jumps: bool = True,
+    max_startups: int = DEFAULT_MAX_STARTUPS,
 ) -> RouteConnection:
-    """Connect through the jump hosts (shared with other nodes) to the target."""
+    """Connect through the jump hosts (shared with other nodes) to the target, at most
+    `max_startups` handshakes in flight through the same gateway (`pacing.py`)."""
     assert route.target is not None
+    gate = gateway(route)
     auth: dict[str, Any] = {
         "accept_new_hosts": accept_new_hosts,
         "allow_agent": allow_agent,
@@ -682,7 +765,8 @@ def connect_route(
         try:
             for hop in route.jumps:
                 via = clients[-1] if clients else None
-                clients.append(_hop_through(via, hop, hop.connect_timeout or timeout, **auth))
+                with PACER.slot(gate, max_startups):
+                    clients.append(_hop_through(via, hop, hop.connect_timeout or timeout, **auth))
         except BaseException:
             _close_all(clients)
             raise
@@ -701,7 +785,8 @@ def connect_route(
     hop = route.target
     try:
         via = jumps[-1] if jumps else None
-        target = _hop_through(via, hop, hop.connect_timeout or timeout, **auth)
+        with PACER.slot(gate, max_startups):
+            target = _hop_through(via, hop, hop.connect_timeout or timeout, **auth)
     except BaseException:
         if release is not None:
             release()
@@ -808,6 +893,7 @@ def open_ssh_channel(
     look_for_keys: bool = True,
     known_hosts_file: str | os.PathLike[str] | None = None,
     share_jumps: bool = True,
+    max_startups: int = DEFAULT_MAX_STARTUPS,
 ) -> SshChannel:
     """Connect to `spec`'s node and start its agent; raises `SshError` with a clear reason."""
     config = load_ssh_config(ssh_config_path(ssh_config))
@@ -820,6 +906,7 @@ def open_ssh_channel(
         look_for_keys=look_for_keys,
         known_hosts_file=Path(known_hosts_file) if known_hosts_file else None,
         share_jumps=share_jumps,
+        max_startups=max_startups,
     )
     command = shlex.join(bootstrap_argv(spec.python))
     return SshChannel(connection, command, spec.name, spec.python)
