@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
+import paramiko
 import pytest
 from areal_console.cli import build_parser
 from areal_console.commands.options import target_options
+from areal_console.core.connection import ssh
 from areal_console.core.connection.fleet import Fleet, NodeFailure, deadline_map
 from areal_console.core.connection.pacing import StartupPacer
 from areal_console.core.stacks.coverage import Coverage, NodeFailed, capture_coverage, short_reason
@@ -182,3 +185,71 @@ def test_cli_options_become_one_typed_record_with_fleet_options() -> None:
         64,
         8,
     )
+
+
+def _big_config(tmp_path: Path, hosts: int) -> Path:
+    blocks = [
+        f"Host pad{i}\n    HostName 10.0.{i // 250}.{i % 250}\n    User u{i % 3}\n"
+        for i in range(hosts)
+    ]
+    blocks += [
+        "Host *.example\n    User bob\n    Port 2200\n",
+        "Host pad7 !pad8 pad9\n    Port 2222\n",
+        "Host gpu[12]\n    User brackets\n",
+        "Host *\n    ConnectTimeout 5\n    IdentityFile ~/.ssh/k_%h\n",
+    ]
+    path = tmp_path / "ssh_config"
+    path.write_text("".join(blocks))
+    return path
+
+
+def test_host_lookup_answers_as_paramiko_without_visiting_every_block(tmp_path: Path) -> None:
+    config = ssh.load_ssh_config(_big_config(tmp_path, 512))
+    for alias in ("pad7", "pad8", "pad9", "x.example", "pad511", "unknown", "pad0", "gpu1"):
+        assert ssh.lookup_host(config, alias) == config.lookup(alias), alias
+
+
+def test_ssh_config_and_known_hosts_are_read_once_per_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _big_config(tmp_path, 64)
+    parses: list[str] = []
+    real = paramiko.SSHConfig.from_path
+    monkeypatch.setattr(
+        paramiko.SSHConfig, "from_path", lambda p: parses.append(p) or real(p), raising=True
+    )
+    configs: list[object] = []
+    threads = [
+        threading.Thread(target=lambda: configs.append(ssh.load_ssh_config(path)))
+        for _ in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(parses) == 1 and all(c is configs[0] for c in configs)  # 16 nodes, one parse
+    key = paramiko.Ed25519Key(filename=str(_keygen(tmp_path)))
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(f"10.0.0.{i} ssh-ed25519 {key.get_base64()}\n" for i in range(200)))
+    first = ssh.known_hosts_for([known, tmp_path / "absent"])
+    assert ssh.known_hosts_for([known, tmp_path / "absent"]) is first  # shared, not re-read
+    assert first.keys.lookup("10.0.0.7") is not None
+    ssh.remember_host_key("new.example", key, known)  # the file changed: read again
+    again = ssh.known_hosts_for([known, tmp_path / "absent"])
+    assert again is not first and again.keys.lookup("new.example") is not None
+    path.write_text(path.read_text() + "Host late\n    Port 2022\n")
+    assert ssh.lookup_host(ssh.load_ssh_config(path), "late")["port"] == "2022"
+    assert len(parses) == 2
+
+
+def _keygen(tmp_path: Path) -> Path:
+    import subprocess
+
+    from tests.support.cluster import SSH_KEYGEN
+
+    path = tmp_path / "key"
+    subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return path
