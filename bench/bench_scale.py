@@ -143,12 +143,23 @@ def measure_pyspy_seconds(repeats: int = 3) -> float:
 def write_stand_ins(base: Path, seconds: float) -> Path:
     """A `py-spy` stand-in on a PATH directory: waits `seconds`, prints a recorded dump."""
     recording = json.loads(RECORDING.read_text())
-    dump = next(d for d in recording["nodes"][0]["samples"][0] if d.get("ok"))
+    node = recording["nodes"][0]
+    rank0 = next(p["pid"] for p in node["processes"] if p["rank"] == 0)
+    dump = next(d for d in node["samples"][0] if d["pid"] == rank0)  # in all_reduce
     (base / "dump.json").write_text(json.dumps(dump["threads"]))
     bindir = base / "bin"
     bindir.mkdir()
+    # One bash per dump and nothing else started: `read -t` on a FIFO held open for
+    # reading and writing (it never ends) waits the time, builtins print the recording.
+    fifo = base / "wait.fifo"
+    os.mkfifo(fifo)
     script = bindir / "py-spy"
-    script.write_text(f"#!/bin/sh\nsleep {seconds:.3f}\nexec cat {base / 'dump.json'}\n")
+    script.write_text(
+        f"#!{shutil.which('bash') or '/bin/bash'}\n"
+        f"read -t {seconds:.3f} <> {fifo}\n"
+        f"IFS= read -r -d '' dump < {base / 'dump.json'}\n"
+        'printf "%s" "$dump"\n'
+    )
     script.chmod(0o755)
     # The agent prefers a py-spy binary beside its Python over a script on PATH: run it
     # from a Python link in a folder with no py-spy.
@@ -158,7 +169,7 @@ def write_stand_ins(base: Path, seconds: float) -> Path:
     return bindir
 
 
-def write_proc(root: Path, node: int, ranks: int) -> None:
+def write_proc(root: Path, node: int, ranks: int, world: int) -> None:
     """A node's /proc as recorded: `ranks` rank processes (stat, statm from this machine's
     real files, pid and parent rewritten; command line and environment of a torchrun rank)."""
     stat = Path("/proc/self/stat").read_text()
@@ -176,7 +187,7 @@ def write_proc(root: Path, node: int, ranks: int) -> None:
         env = {
             "RANK": str(node * ranks + local),
             "LOCAL_RANK": str(local),
-            "WORLD_SIZE": "WORLD",
+            "WORLD_SIZE": str(world),
             "MASTER_ADDR": "10.0.0.1",
             "MASTER_PORT": "29500",
             "PATH": "/usr/bin",
@@ -191,11 +202,8 @@ class SimulatedNodes:
         self.nodes, self.ranks, self.per_host = nodes, ranks, per_host
         self.hosts: list[subprocess.Popen[bytes]] = []
         self.channels: dict[str, PipeChannel] = {}
-        world = str(nodes * ranks)
         for n in range(nodes):
-            write_proc(base / f"proc{n}", n, ranks)
-            for env_file in (base / f"proc{n}").glob("*/environ"):
-                env_file.write_bytes(env_file.read_bytes().replace(b"WORLD", world.encode()))
+            write_proc(base / f"proc{n}", n, ranks, nodes * ranks)
         env = dict(os.environ)
         env["PATH"] = f"{bindir}:{env.get('PATH', '')}"
         env["PYTHONPATH"] = str(ROOT / "agents")
@@ -357,6 +365,34 @@ def cold_cpu(cluster: Any, count: int, config: Path, per_node_parse: bool) -> fl
     return cpu
 
 
+IDLE_SECONDS = 6.0
+
+
+def ssh_idle_wakeup() -> float:
+    from areal_console.core.connection import ssh
+
+    return ssh.IDLE_WAKEUP_SECONDS
+
+
+def idle_cpu(cluster: Any, config: Path, wakeup: float) -> float:
+    """Console CPU ms per node per second with every node connected and nothing asked."""
+    from areal_console.core.connection import ssh
+
+    saved = ssh.IDLE_WAKEUP_SECONDS
+    ssh.IDLE_WAKEUP_SECONDS = wakeup
+    fleet = Fleet(cluster.specs(), ssh_config=str(config), allow_agent=False)
+    try:
+        fleet.connect_all()
+        time.sleep(1.0)  # the connects' own work settles first
+        c0 = cpu_seconds()
+        time.sleep(IDLE_SECONDS)
+        cpu = cpu_seconds() - c0
+    finally:
+        fleet.close()
+        ssh.IDLE_WAKEUP_SECONDS = saved
+    return 1000 * cpu / IDLE_SECONDS / len(fleet)
+
+
 def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
     from tests.support.cluster import TestCluster, skip_reason
 
@@ -385,6 +421,16 @@ def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
                 f"(median of {repeats}; last run {1000 * whole:.1f} ms per node over {nodes})"
             )
         lines.append(f"  ratio now / baseline: {medians[1] / medians[0]:.2f}")
+        idle = [idle_cpu(cluster, config, wakeup) for wakeup in (0.1, ssh_idle_wakeup())]
+        lines.append(
+            f"Idle connected fleet ({nodes} real sshd nodes, no requests, {IDLE_SECONDS:g} s): "
+            "console CPU per node per second [real: sshd, paramiko, agent; nothing simulated]"
+        )
+        lines.append(f"  transport wakeup 0.1 s (paramiko's, baseline)  {idle[0]:.3f} ms")
+        lines.append(
+            f"  transport wakeup {ssh_idle_wakeup():g} s (now)              {idle[1]:.3f} ms"
+        )
+        lines.append(f"  ratio now / baseline: {idle[1] / idle[0]:.2f}" if idle[0] else "")
     header = (
         f"Cold connect + one sample, {nodes} real sshd nodes (namespaces), {hosts}-host "
         f"ssh_config and {hosts}-line known_hosts; console CPU [real: sshd, paramiko, agent, "

@@ -50,6 +50,7 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 SSH_CONFIG_ENV = "AREAL_CONSOLE_SSH_CONFIG"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 KEEPALIVE_SECONDS = 15
+IDLE_WAKEUP_SECONDS = 2.0  # a connected transport thread's wakeup (paramiko's: 0.1 s)
 MAX_JUMPS = 8
 DEFAULT_MAX_STARTUPS = 8  # as targets.options; handshakes in flight per gateway
 
@@ -654,6 +655,11 @@ def _connect_hop(
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(KEEPALIVE_SECONDS)
+        # paramiko's transport thread wakes every 0.1 s to see whether it was closed: ten
+        # wakeups a second per node for nothing once connected. Closing still ends it (its
+        # packetizer is closed at once); keepalives need no finer step than this.
+        with contextlib.suppress(OSError, AttributeError):
+            transport.sock.settimeout(IDLE_WAKEUP_SECONDS)
     return client
 
 
@@ -703,6 +709,12 @@ def _active(clients: list[paramiko.SSHClient]) -> bool:
 
 def _close_all(clients: list[paramiko.SSHClient]) -> None:
     for client in reversed(clients):
+        # Wake the transport thread now (it polls its socket for up to IDLE_WAKEUP_SECONDS):
+        # it must not still be polling the descriptor once another socket reuses it.
+        sock = getattr(client.get_transport(), "sock", None)
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             client.close()
 
