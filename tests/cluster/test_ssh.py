@@ -466,3 +466,51 @@ def test_connect_timeout_bounds_the_agent_start(live_cluster: TestCluster, tmp_p
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == f"error: {node.name}: agent did not start within 2s"
     assert elapsed < 10, elapsed
+
+
+def test_handshakes_through_a_strict_login_host_are_paced(
+    live_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """A login host whose sshd drops every unauthenticated connection beyond two
+    (`MaxStartups 2:100:2`), in front of four nodes reached with `ProxyCommand ssh -W`
+    (a new connection to the login host per node): paced at two handshakes in flight, every
+    node connects, and the wait is said once."""
+    from areal_console.core.connection.pacing import PACER
+    from areal_console.core.connection.ssh import gateway, load_ssh_config, resolve_route
+
+    login = TestCluster(tmp_path / "login", nodes=1, first_address=40)
+    login.start()
+    try:
+        node = login.nodes[0]
+        node.config.write_text(
+            node.config.read_text().replace("MaxStartups 100:30:200", "MaxStartups 2:100:2")
+        )
+        node.restart()
+        relay = f"{SSH} -F {login.ssh_config} -W %h:%p {node.name}"
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            "".join(
+                host_block(live_cluster, f"paced{i}", i, f"    ProxyCommand {relay}\n")
+                for i in range(len(live_cluster.nodes))
+            )
+        )
+        specs = [
+            NodeSpec(name=f"p{i}", transport="ssh", host=f"paced{i}")
+            for i in range(len(live_cluster.nodes))
+        ]
+        gate = gateway(resolve_route(specs[0], load_ssh_config(config)))
+        assert gate == f"ProxyCommand {relay}"  # one gateway for every node
+        PACER.reset(gate)
+        heard: list[str] = []
+        stop = PACER.listen(heard.append)
+        fleet = Fleet(specs, ssh_config=str(config), allow_agent=False, max_startups=2)
+        try:
+            hellos = fleet.connect_all()
+        finally:
+            fleet.close()
+            stop()
+        assert [h["hostname"] for h in hellos.values()] == [n.name for n in live_cluster.nodes]
+        assert PACER.peak(gate) == 2
+        assert len(heard) == 1 and "2 in flight" in heard[0]
+    finally:
+        login.stop()
