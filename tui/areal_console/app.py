@@ -121,6 +121,7 @@ class ConsoleApp(WorkerHost, App[None]):
         # How nodes are reached (ssh config, timeouts, fan-out limits), for this fleet and
         # any the user switches to (a Slurm job picked in :slurm).
         self.targets = targets or TargetOptions()
+        self._stop_pacing_notes: Callable[[], None] = lambda: None  # set on mount
         self.batches_path = batches_path
         self.batches_node = batches_node
         self.settings = settings or Settings()
@@ -184,6 +185,12 @@ class ConsoleApp(WorkerHost, App[None]):
                 )
         if self.read_only:
             self.sub_title = "read-only"
+        # Nodes waiting for a handshake slot behind a login host (pacing.py): said once.
+        from areal_console.core.connection.pacing import PACER
+
+        self._stop_pacing_notes = PACER.listen(
+            lambda line: self.call_from_thread(self.notify, line, title="SSH", timeout=10)
+        )
         self.monitor.start()
         # Known-hosts warnings (`@cert-authority` lines skipped, unreadable lines) arise in
         # connect threads; the CLI prints them at its end, the console shows each once.
@@ -215,6 +222,7 @@ class ConsoleApp(WorkerHost, App[None]):
             self.mode_change_signal.unsubscribe(self)
 
     def on_unmount(self) -> None:
+        self._stop_pacing_notes()
         self.monitor.stop()
         self._capture_pool.shutdown(wait=False, cancel_futures=True)
         if self.fleet is not None:

@@ -97,7 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         if args.command in PRINTABLE_COMMANDS:
-            return _partial_when_stale(args, _run_printable(args))
+            from areal_console.core.connection.pacing import PACER
+
+            # Nodes waiting for a handshake slot behind a login host: said once, on stderr.
+            stop = PACER.listen(lambda line: print(f"note: {printable(line)}", file=sys.stderr))
+            try:
+                return _partial_when_stale(args, _run_printable(args))
+            finally:
+                stop()
         return int(args.handler(args))
     except UsageError as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)

@@ -255,10 +255,6 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     # One-shot: a local agent runs as a thread of this process, and nobody loads NVML.
     targets = target_options(args)
     fleet = open_fleet(targets, resolve_targets(targets), probe_gpus=False, in_process=True)
-    if any(s.spec.transport != "local" for s in fleet):
-        from areal_console.core.connection.pacing import PACER
-
-        PACER.listen(lambda line: print(f"stacks: {line}", file=sys.stderr))
     plan = areal_plan(targets)
     if plan is not None and not (args.job or args.all_jobs):
         options.job = f"areal:{plan.job_key}"  # --areal names the job, not only its nodes
