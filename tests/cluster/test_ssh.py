@@ -514,3 +514,46 @@ def test_handshakes_through_a_strict_login_host_are_paced(
         assert len(heard) == 1 and "2 in flight" in heard[0]
     finally:
         login.stop()
+
+
+def test_nodes_sharing_a_home_get_the_payload_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three nodes with one home (an NFS home, as on most clusters) and one with its own,
+    none with the agent cached: the first node to ask gets the payload, the two others
+    sharing its home find it in their cache on a second look; the fourth, whose home
+    lacks it, gets it too. Sent compressed, and found whole."""
+    from areal_console.core.connection import client as client_module
+    from areal_console.core.connection.payload import node_payload, payload_name
+
+    uploads = client_module.PayloadUploads()
+    monkeypatch.setattr(client_module, "UPLOADS", uploads)
+    shared = tmp_path / "shared-home"
+    shared.mkdir()
+    cluster = TestCluster(tmp_path / "homes", nodes=4, first_address=44)
+    cluster.start()
+    try:
+        for node in cluster.nodes[:3]:
+            node.config.write_text(
+                node.config.read_text().replace(f"HOME={node.home}", f"HOME={shared}")
+            )
+            node.restart()
+        fleet = Fleet(cluster.specs()[:3], **cluster.ssh_options())
+        try:
+            hellos = fleet.connect_all()
+            assert [h["hostname"] for h in hellos.values()] == ["node1", "node2", "node3"]
+        finally:
+            fleet.close()
+        assert uploads.sent == 1
+        cached = shared / ".cache" / "areal-console" / payload_name(node_payload().sha256)
+        assert cached.read_bytes() == node_payload().data
+        alone = Fleet(cluster.specs()[3:], **cluster.ssh_options())
+        try:
+            assert alone.connect_all()["node4"]["hostname"] == "node4"
+        finally:
+            alone.close()
+        assert uploads.sent == 2  # looked again, still missing: sent
+        own = cluster.nodes[3].home / ".cache" / "areal-console"
+        assert (own / payload_name(node_payload().sha256)).read_bytes() == node_payload().data
+    finally:
+        cluster.stop()
