@@ -270,6 +270,7 @@ def run_scale(n: int, ranks: int, pyspy_s: float, bindir: Path, repeats: int) ->
                 cpus.append(cpu_seconds() - c0)
                 analyse_s.append(end - a0)
                 coverage = capture_coverage(result.capture).line()
+            reply = reply_bytes(fleet.sessions[0], ranks)
             # Idle: the connected fleet doing nothing, as the TUI between keys (pipes only;
             # an SSH session's transport threads are not part of this figure).
             c0 = cpu_seconds()
@@ -295,7 +296,23 @@ def run_scale(n: int, ranks: int, pyspy_s: float, bindir: Path, repeats: int) ->
         "analyse_s": statistics.median(analyse_s),
         "idle_cpu_ms_per_node_per_s": 1000 * idle_cpu / 2.0 / n,
         "coverage": coverage,
+        "reply_bytes": reply,
     }
+
+
+def reply_bytes(session: Any, ranks: int) -> tuple[int, int]:
+    """One node's `pyspy` reply for its ranks as sent (each distinct stack once, by key)
+    and as it would be with every thread's frames inline (the baseline), in bytes."""
+    pids = [1000 + local for local in range(ranks)]
+    reply = session.call("pyspy", {"pids": pids, "timeout": 60}, timeout=90)
+    sent = len(json.dumps(reply, separators=(",", ":")))
+    frames = {
+        t["key"]: t["frames"] for d in reply["dumps"] for t in d.get("threads", []) if "frames" in t
+    }
+    for d in reply["dumps"]:
+        for t in d.get("threads", []):
+            t["frames"] = frames.get(t.get("key"), t.get("frames"))
+    return sent, len(json.dumps(reply, separators=(",", ":")))
 
 
 # -- real sshd nodes, 512-host ssh_config and known_hosts ---------------------------------
@@ -466,7 +483,9 @@ def main() -> int:
                 f"{r['pyspy_floor_s']:.2f} s), console CPU {r['capture_cpu_s']:.3f} s = "
                 f"{r['capture_cpu_ms_per_node']:.2f} ms/node; merge+diagnosis "
                 f"{r['analyse_s']:.3f} s; connect {r['connect_cpu_ms_per_node']:.2f} ms CPU/node; "
-                f"idle {r['idle_cpu_ms_per_node_per_s']:.3f} ms CPU/node/s; {r['coverage']}",
+                f"idle {r['idle_cpu_ms_per_node_per_s']:.3f} ms CPU/node/s; {r['coverage']}; "
+                f"one node's py-spy reply {r['reply_bytes'][0]:,} bytes (frames inline: "
+                f"{r['reply_bytes'][1]:,})",
                 flush=True,
             )
     base = rows[0]
