@@ -466,3 +466,94 @@ def test_connect_timeout_bounds_the_agent_start(live_cluster: TestCluster, tmp_p
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == f"error: {node.name}: agent did not start within 2s"
     assert elapsed < 10, elapsed
+
+
+def test_handshakes_through_a_strict_login_host_are_paced(
+    live_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """A login host whose sshd drops every unauthenticated connection beyond two
+    (`MaxStartups 2:100:2`), in front of four nodes reached with `ProxyCommand ssh -W`
+    (a new connection to the login host per node): paced at two handshakes in flight, every
+    node connects, and the wait is said once."""
+    from areal_console.core.connection.pacing import PACER
+    from areal_console.core.connection.ssh import gateway, load_ssh_config, resolve_route
+
+    login = TestCluster(tmp_path / "login", nodes=1, first_address=40)
+    login.start()
+    try:
+        node = login.nodes[0]
+        node.config.write_text(
+            node.config.read_text().replace("MaxStartups 100:30:200", "MaxStartups 2:100:2")
+        )
+        node.restart()
+        relay = f"{SSH} -F {login.ssh_config} -W %h:%p {node.name}"
+        config = tmp_path / "ssh_config"
+        config.write_text(
+            "".join(
+                host_block(live_cluster, f"paced{i}", i, f"    ProxyCommand {relay}\n")
+                for i in range(len(live_cluster.nodes))
+            )
+        )
+        specs = [
+            NodeSpec(name=f"p{i}", transport="ssh", host=f"paced{i}")
+            for i in range(len(live_cluster.nodes))
+        ]
+        gate = gateway(resolve_route(specs[0], load_ssh_config(config)))
+        assert gate == f"ProxyCommand {relay}"  # one gateway for every node
+        PACER.reset(gate)
+        heard: list[str] = []
+        stop = PACER.listen(heard.append)
+        fleet = Fleet(specs, ssh_config=str(config), allow_agent=False, max_startups=2)
+        try:
+            hellos = fleet.connect_all()
+        finally:
+            fleet.close()
+            stop()
+        assert [h["hostname"] for h in hellos.values()] == [n.name for n in live_cluster.nodes]
+        assert PACER.peak(gate) == 2
+        assert len(heard) == 1 and "2 in flight" in heard[0]
+    finally:
+        login.stop()
+
+
+def test_nodes_sharing_a_home_get_the_payload_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three nodes with one home (an NFS home, as on most clusters) and one with its own,
+    none with the agent cached: the first node to ask gets the payload, the two others
+    sharing its home find it in their cache on a second look; the fourth, whose home
+    lacks it, gets it too. Sent compressed, and found whole."""
+    from areal_console.core.connection import client as client_module
+    from areal_console.core.connection.payload import node_payload, payload_name
+
+    uploads = client_module.PayloadUploads()
+    monkeypatch.setattr(client_module, "UPLOADS", uploads)
+    shared = tmp_path / "shared-home"
+    shared.mkdir()
+    cluster = TestCluster(tmp_path / "homes", nodes=4, first_address=44)
+    cluster.start()
+    try:
+        for node in cluster.nodes[:3]:
+            node.config.write_text(
+                node.config.read_text().replace(f"HOME={node.home}", f"HOME={shared}")
+            )
+            node.restart()
+        fleet = Fleet(cluster.specs()[:3], **cluster.ssh_options())
+        try:
+            hellos = fleet.connect_all()
+            assert [h["hostname"] for h in hellos.values()] == ["node1", "node2", "node3"]
+        finally:
+            fleet.close()
+        assert uploads.sent == 1
+        cached = shared / ".cache" / "areal-console" / payload_name(node_payload().sha256)
+        assert cached.read_bytes() == node_payload().data
+        alone = Fleet(cluster.specs()[3:], **cluster.ssh_options())
+        try:
+            assert alone.connect_all()["node4"]["hostname"] == "node4"
+        finally:
+            alone.close()
+        assert uploads.sent == 2  # looked again, still missing: sent
+        own = cluster.nodes[3].home / ".cache" / "areal-console"
+        assert (own / payload_name(node_payload().sha256)).read_bytes() == node_payload().data
+    finally:
+        cluster.stop()

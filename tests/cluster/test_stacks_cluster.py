@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,6 +84,56 @@ def test_unreachable_node_is_partial(cluster: TestCluster, job: GlooJob, tmp_pat
     assert [e["node"] for e in doc["errors"]] == ["dead"]
     assert doc["diagnosis"]["pattern"] == "cleanup_deadlock"  # the rest still diagnosed
     assert "warning: dead:" in result.stderr
+
+
+def test_frozen_and_refusing_nodes_leave_the_capture_on_time_with_coverage(
+    cluster: TestCluster, job: GlooJob, tmp_path: Path
+) -> None:
+    """One node's sshd frozen (SIGSTOP: it accepts, never answers), one refusing our key:
+    the capture returns at the node deadline, not the 60 s connect timeout, and states
+    its coverage in JSON, in the text report and on stderr."""
+    frozen, refusing = cluster.nodes[1], cluster.nodes[2]
+    stranger = tmp_path / "stranger"
+    cluster_lib._keygen(stranger, "not-authorized")
+    blocks = cluster.ssh_config.read_text().split("Host ")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host ".join(
+            b.replace(str(cluster.identity), str(stranger)) if b.startswith(refusing.name) else b
+            for b in blocks
+        )
+    )
+    sshd = frozen.init_pid
+    assert sshd is not None
+    os.kill(sshd, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        result = run_stacks(
+            cluster, "--hosts", cluster.hosts_arg(), "--ssh-config", str(config),
+            "--node-timeout", "5", "--connect-timeout", "60", "--save", str(tmp_path / "out"),
+        )  # fmt: skip
+        elapsed = time.monotonic() - t0
+    finally:
+        os.kill(sshd, signal.SIGCONT)
+    assert result.returncode == 3, result.stderr
+    assert elapsed < 40, elapsed  # the 5 s deadline (plus start-up), not the 60 s connect
+    doc = json.loads(result.stdout)
+    captured = RANKS_PER_NODE * (len(cluster.nodes) - 2)
+    assert doc["coverage"] == {
+        "ranks_captured": captured,
+        "ranks_expected": job.world_size,
+        "nodes_failed": [
+            {"node": frozen.name, "reason": "timeout 5 s"},
+            {"node": refusing.name, "reason": "authentication"},
+        ],
+    }
+    line = (
+        f"{captured} of {job.world_size} ranks; 2 nodes failed: "
+        f"{frozen.name} (timeout 5 s), {refusing.name} (authentication)"
+    )
+    assert f"warning: coverage: {line}" in result.stderr
+    text = (tmp_path / "out" / f"{doc['id']}.txt").read_text()
+    assert f"Coverage: {line}" in text.splitlines()
 
 
 def test_report_across_nodes_reads_versions_through_each_agent(

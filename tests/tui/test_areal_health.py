@@ -8,6 +8,7 @@ from pathlib import Path
 
 from areal_console.app import ConsoleApp
 from areal_console.cli import build_parser
+from areal_console.commands.options import target_options
 from areal_console.commands.tui import health_target
 from areal_console.core.metrics.locate import HealthTarget
 from areal_console.core.targets.resolve import resolve_targets
@@ -29,14 +30,14 @@ async def test_health_opens_the_areal_jobs_log_dir_from_fileroot(tmp_path: Path)
     args = build_parser("tui").parse_args(
         ["tui", "--areal", "exp/t1", "--name-resolve-root", str(root), "--fileroot", str(fileroot)]
     )
-    resolve_targets(args)  # the stale record only warns
+    resolve_targets(target_options(args))  # the stale record only warns
     target = health_target(args)
     # This machine holds it; only the job user's files are read there.
     assert target == HealthTarget(str(log_dir), None, None, owner=USER)
     without = build_parser("tui").parse_args(
         ["tui", "--areal", "exp/t1", "--name-resolve-root", str(root)]
     )
-    resolve_targets(without)
+    resolve_targets(target_options(without))
     assert health_target(without).match is not None  # found from the workers' command lines
     app = ConsoleApp(None, recorded_monitor(), health_target=target)
     async with app.run_test(size=SIZE) as pilot:

@@ -398,3 +398,19 @@ async def test_status_shows_each_ranks_phase_and_stragglers_escaped() -> None:
         assert "train.rollout (step 7, 12s): ranks 0-2" in text
         assert "straggler: rank 3 in train.\\x1b]2;pwned\\x07update (step 6, 12s)" in text
         assert "\x1b" not in text
+
+
+async def test_status_names_the_nodes_a_capture_lacks_with_their_reasons() -> None:
+    from areal_console.core.stacks.records import NodeError
+
+    capture = big_capture(64)
+    capture.ranks = [r for r in capture.ranks if r.node not in ("node2", "node5")]
+    capture.errors = [
+        NodeError("node5", "authentication failed for root@10.0.0.6:22 (tried ~/.ssh/id)"),
+        NodeError("node2", "timeout 5 s: no answer within the node deadline (--node-timeout)"),
+    ]
+    screen = StacksScreen(capture)
+    async with StacksApp(screen).run_test(size=(160, 40)) as pilot:
+        await open_screen(pilot, screen)
+        assert "48 ranks of 64" in status(screen)
+        assert "2 nodes failed: node2 (timeout 5 s), node5 (authentication)" in status(screen)

@@ -40,6 +40,7 @@ from areal_console.core.stacks.merge import StackAnalysis
 from areal_console.core.stacks.report import AnalysedCapture
 from areal_console.core.stacks.scope import JobChoiceError
 from areal_console.core.stacks.store import SavedCapture, list_captures, load_capture
+from areal_console.core.targets.options import TargetOptions
 from areal_console.core.targets.resolve import NodeSpec
 from areal_console.dialogs.command_line import CommandLine
 from areal_console.dialogs.help import HelpScreen
@@ -114,9 +115,14 @@ class ConsoleApp(WorkerHost, App[None]):
         initial_filter: str = "",
         welcome: str | None = None,
         health_target: HealthTarget | None = None,
+        targets: TargetOptions | None = None,
     ) -> None:
         super().__init__()
         self.welcome = welcome
+        # How nodes are reached (ssh config, timeouts, fan-out limits), for this fleet and
+        # any the user switches to (a Slurm job picked in :slurm).
+        self.targets = targets or TargetOptions()
+        self._stop_pacing_notes: Callable[[], None] = lambda: None  # set on mount
         self.batches_path = batches_path
         self.batches_node = batches_node
         self.settings = settings or Settings()
@@ -181,6 +187,12 @@ class ConsoleApp(WorkerHost, App[None]):
                 )
         if self.read_only:
             self.sub_title = "read-only"
+        # Nodes waiting for a handshake slot behind a login host (pacing.py): said once.
+        from areal_console.core.connection.pacing import PACER
+
+        self._stop_pacing_notes = PACER.listen(
+            lambda line: self.call_from_thread(self.notify, line, title="SSH", timeout=10)
+        )
         self.monitor.start()
         # Known-hosts warnings (`@cert-authority` lines skipped, unreadable lines) arise in
         # connect threads; the CLI prints them at its end, the console shows each once.
@@ -212,6 +224,7 @@ class ConsoleApp(WorkerHost, App[None]):
             self.mode_change_signal.unsubscribe(self)
 
     def on_unmount(self) -> None:
+        self._stop_pacing_notes()
         self.monitor.stop()
         self._capture_pool.shutdown(wait=False, cancel_futures=True)
         if self.fleet is not None:
@@ -485,10 +498,11 @@ class ConsoleApp(WorkerHost, App[None]):
             self.call_from_thread(self.notify, note, severity="warning")
         self.call_from_thread(self.replace_targets, plan.specs)
 
-    def replace_targets(self, specs: list[NodeSpec], **fleet_options: Any) -> None:
-        """Watch other nodes (a Slurm job picked in the Slurm view) in place of the current ones."""
+    def replace_targets(self, specs: list[NodeSpec]) -> None:
+        """Watch other nodes (a Slurm job picked in the Slurm view) in place of the current
+        ones, reached with the same target options."""
         old_fleet, old_monitor = self.fleet, self.monitor
-        self.fleet = Fleet(specs, **fleet_options)
+        self.fleet = Fleet(specs, **self.targets.fleet_options())
         self.monitor = FleetMonitor(
             self.fleet,
             interval=self.refresh_interval,
@@ -611,6 +625,7 @@ def known_binding_ids() -> set[str]:
 
 
 def create_app(specs: list[NodeSpec], **options: Any) -> ConsoleApp:
-    """The app on live nodes (the CLI's path)."""
-    fleet_options = options.pop("fleet_options", {})
-    return ConsoleApp(Fleet(specs, **fleet_options), **options)
+    """The app on live nodes (the CLI's path); `targets` (a `TargetOptions`) says how
+    they are reached."""
+    targets = options.get("targets") or TargetOptions()
+    return ConsoleApp(Fleet(specs, **targets.fleet_options()), **options)

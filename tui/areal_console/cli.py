@@ -97,7 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         if args.command in PRINTABLE_COMMANDS:
-            return _partial_when_stale(args, _run_printable(args))
+            from areal_console.core.connection.pacing import PACER
+
+            # Nodes waiting for a handshake slot behind a login host: said once, on stderr.
+            stop = PACER.listen(lambda line: print(f"note: {printable(line)}", file=sys.stderr))
+            try:
+                return _partial_when_stale(args, _run_printable(args))
+            finally:
+                stop()
         return int(args.handler(args))
     except UsageError as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)
@@ -149,7 +156,8 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
 def _partial_when_stale(args: argparse.Namespace, code: int) -> int:
     """A headless command that succeeded on a job with stale records (`--areal`) is
     partial (3): the warning lines already said which records."""
-    plan = getattr(args, "areal_plan", None)
+    options = getattr(args, "_target_options", None)  # see commands/options.py
+    plan = getattr(options, "areal_plan", None)
     if code == 0 and plan is not None and (plan.stale or plan.refused):
         return EXIT_PARTIAL
     return code

@@ -9,6 +9,7 @@ from typing import Any
 
 from areal_node.batches import BATCH_FORMATS, BatchError, compare
 
+from areal_console.commands.options import target_options
 from areal_console.core.batches.formatter import figure, size
 from areal_console.core.batches.source import BatchSource, LocalBatchSource, RemoteBatchSource
 from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
@@ -83,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
-    if args.node is None and not names_remote_nodes(args):
+    if args.node is None and not names_remote_nodes(target_options(args)):
         return LocalBatchSource(), None
-    specs = resolve_targets(args)
+    specs = resolve_targets(target_options(args))
     if args.node is None:
         if len(specs) != 1:
             names = ", ".join(s.name for s in specs)
@@ -104,7 +105,7 @@ def _source(args: argparse.Namespace) -> tuple[BatchSource, Any]:
             names = ", ".join(s.name for s in specs)
             raise UsageError(f"no node named {args.node!r} among the targets ({names})")
         spec = matches[0]
-    fleet = open_fleet(args, [spec])
+    fleet = open_fleet(target_options(args), [spec])
     return RemoteBatchSource(fleet.sessions[0]), fleet
 
 

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from areal_console.commands.options import target_options
 from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.targets.resolve import (
     add_target_arguments,
@@ -65,11 +66,11 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise UsageError("metrics: --interval must be positive")
     thresholds = thresholds_from(load_settings().health)
-    remote = names_remote_nodes(args) or bool(args.job or args.node)
+    remote = names_remote_nodes(target_options(args)) or bool(args.job or args.node)
     fleet = None
     try:
         if remote:
-            fleet = open_fleet(args, resolve_targets(args))
+            fleet = open_fleet(target_options(args), resolve_targets(target_options(args)))
             session, path, owner = _where(fleet, args)
             follower = MetricsFollower(path, NodeFiles(session, owner), thresholds)
         else:
@@ -103,7 +104,7 @@ def _where(fleet: Any, args: argparse.Namespace) -> tuple[Any, str, str | None]:
         if len(fleet) > 1:
             raise UsageError("metrics: several nodes: say which holds PATH with --node NAME")
         return fleet.sessions[0], args.path, None
-    plan = areal_plan(args)
+    plan = areal_plan(target_options(args))
     if plan is not None and not args.job:
         path, node, match = plan.log_target()
         if path is not None:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from areal_console.commands.options import target_options
 from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL
 from areal_console.core.common.identity import login_user
 from areal_console.core.common.textfmt import format_bytes, rank_summary, render_table
@@ -50,8 +51,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    specs = resolve_targets(args)
-    fleet = open_fleet(args, specs)
+    specs = resolve_targets(target_options(args))
+    fleet = open_fleet(target_options(args), specs)
     try:
         results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
         nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         rollout = add_rollout_flags(fleet, nodes)
     finally:
         fleet.close()
-    plan = areal_plan(args)
+    plan = areal_plan(target_options(args))
     doc: dict[str, Any] = {"nodes": nodes}
     if rollout is not None:
         doc["rollout"] = rollout

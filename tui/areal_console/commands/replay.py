@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from areal_console.commands.options import target_options
 from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
 from areal_console.core.common.settings import load_settings
 from areal_console.core.connection.client import AgentDisconnected, AgentError
@@ -120,7 +121,7 @@ def pick_node(specs: list[NodeSpec], name: str | None) -> NodeSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = pick_node(resolve_targets(args), args.node)
+    spec = pick_node(resolve_targets(target_options(args)), args.node)
     try:  # bad values on the command line: exit 2
         first, last = parse_step_range(args.steps)
         gpus = parse_gpus(args.gpus)
@@ -130,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if args.template not in templates:
         raise UsageError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
     template = templates[args.template]
-    fleet = open_fleet(args, [spec])
+    fleet = open_fleet(target_options(args), [spec])
     session = fleet.session(spec.name)
     try:
         try:

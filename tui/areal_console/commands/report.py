@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from areal_console.commands.options import target_options
 from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.common.textfmt import printable
 from areal_console.core.targets.resolve import (
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.capture or _explicit_targets(args):
         specs, gone = _targets(args)
         if specs:
-            fleet = open_fleet(args, specs, probe_gpus=False, in_process=True)
+            fleet = open_fleet(target_options(args), specs, probe_gpus=False, in_process=True)
     if args.areal:
         _areal_scope(args, request)
     take = (lambda: _take(fleet, args)) if fleet else None
@@ -137,7 +138,7 @@ def _targets(args: argparse.Namespace) -> tuple[list[Any], str | None]:
     """The targets' nodes; for `--areal`, a job whose records are gone too is no error: the
     report is made from its saved capture and log directory (why, as the second)."""
     try:
-        specs = resolve_targets(args)
+        specs = resolve_targets(target_options(args))
     except UserError as exc:
         if not args.areal or isinstance(exc, UsageError):
             raise
@@ -154,7 +155,7 @@ def _areal_scope(args: argparse.Namespace, request: Any) -> None:
 
     from areal_console.core.targets.name_resolve import parse_job_name
 
-    plan = areal_plan(args)
+    plan = areal_plan(target_options(args))
     name = plan.name if plan is not None else parse_job_name(str(args.areal))
     if not args.job:
         args.job = f"areal:{name.short}"

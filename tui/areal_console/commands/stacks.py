@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from areal_console.commands.options import target_options
 from areal_console.core.common.errors import (
     EXIT_ERROR,
     EXIT_OK,
@@ -177,6 +178,10 @@ def _outcome(capture: Any) -> int:
     that went wrong."""
     for e in capture.errors:
         print(f"warning: {e.node}: {e.error}", file=sys.stderr)
+    if capture.errors:
+        from areal_console.core.stacks.coverage import capture_coverage
+
+        print(f"warning: coverage: {capture_coverage(capture).line()}", file=sys.stderr)
     ranks = capture.rank_stacks
     if not any(r.state == "ok" for r in ranks):
         from areal_console.core.stacks.diagnose import failure_reasons
@@ -248,8 +253,9 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     # One-shot: a local agent runs as a thread of this process, and nobody loads NVML.
-    fleet = open_fleet(args, resolve_targets(args), probe_gpus=False, in_process=True)
-    plan = areal_plan(args)
+    targets = target_options(args)
+    fleet = open_fleet(targets, resolve_targets(targets), probe_gpus=False, in_process=True)
+    plan = areal_plan(targets)
     if plan is not None and not (args.job or args.all_jobs):
         options.job = f"areal:{plan.job_key}"  # --areal names the job, not only its nodes
     try:

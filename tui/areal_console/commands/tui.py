@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from areal_console.commands.options import target_options
 from areal_console.core.common.settings import load_settings
 from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
-    fleet_options,
     resolve_targets,
     seconds,
 )
@@ -44,7 +44,7 @@ def health_target(args: argparse.Namespace) -> Any:
 
     if args.health:
         return HealthTarget(args.health, args.health_node)
-    plan = areal_plan(args)
+    plan = areal_plan(target_options(args))
     if plan is None:
         return None
     path, node, match = plan.log_target()
@@ -55,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from areal_console.app import create_app
 
     settings = load_settings()  # before the screen opens: a bad file is a one-line error
-    specs = resolve_targets(args)
+    specs = resolve_targets(target_options(args))
     health = health_target(args)
     app = create_app(
         specs,
-        fleet_options=fleet_options(args),
+        targets=target_options(args),
         settings=settings,
         read_only=args.read_only,
         refresh_interval=args.interval,

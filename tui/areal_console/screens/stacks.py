@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Input, Label, Static
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.textfmt import plural
 from areal_console.core.rollout.perf_trace import phase_summary
+from areal_console.core.stacks.coverage import capture_coverage
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
 from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
@@ -394,8 +395,8 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             parts.append(f"{failed} not captured")
         if others:
             parts.append(plural(others, "other job process", "other job processes"))
-        if capture.errors:
-            parts.append(plural(len(capture.errors), "node error"))
+        if capture.errors:  # the coverage line's failed nodes, with their reasons
+            parts.append(capture_coverage(capture).line().partition("; ")[2])
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
         if phases:

@@ -17,6 +17,7 @@ from areal_node.agent.protocol import PROTOCOL_VERSION
 
 from areal_console.core.connection.transport import (
     MAX_LINE_BYTES,
+    RECHECK_FRAME,
     TOO_LONG,
     Channel,
     ChannelClosed,
@@ -26,6 +27,41 @@ from areal_console.core.connection.transport import (
 EventHandler = Callable[[dict[str, Any]], None]
 # The id at the start of a reply line, as the agent writes it: `{"id":12,`.
 _LINE_ID = re.compile(rb'\s*\{\s*"id"\s*:\s*(\d{1,18})\s*[,}]')
+
+
+class PayloadUploads:
+    """The payload sent once per shared home: the first node that lacks it gets it; a node
+    that asks while (or after) another node got it first waits for that one to start,
+    then looks in its cache again, where a home shared with that node now has it; only a
+    node that still lacks it then gets it too."""
+
+    WAIT_SECONDS = 5.0  # at most, for the first node's agent to start
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._first: AgentClient | None = None
+        self._first_done = threading.Event()
+        self.sent = 0  # payloads sent (for status lines, benchmarks and tests)
+
+    def frame_for(self, client: AgentClient) -> bytes:
+        """What to answer `client`'s `need_source`: the payload, or "look again"."""
+        with self._lock:
+            asked_before, client.asked_source = client.asked_source, True
+            if asked_before or self._first is None or self._first is client:
+                if self._first is None:
+                    self._first = client
+                self.sent += 1
+                return source_frame()
+        self._first_done.wait(self.WAIT_SECONDS)
+        return RECHECK_FRAME
+
+    def settled(self, client: AgentClient) -> None:
+        """`client`'s agent started, or its channel ended."""
+        if self._first is client:
+            self._first_done.set()
+
+
+UPLOADS = PayloadUploads()
 
 
 class AgentError(Exception):
@@ -84,6 +120,7 @@ class AgentClient:
         self._pending: dict[int, PendingReply] = {}
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        self.asked_source = False  # the agent asked for the payload (see PayloadUploads)
         self.closed_reason: str | None = None
         self.hello: dict[str, Any] = {}
         self._reader = threading.Thread(target=self._read_loop, name="agent-reader", daemon=True)
@@ -206,12 +243,13 @@ class AgentClient:
         kind = message["event"]
         if kind == "need_source":
             try:
-                self.channel.send(source_frame())
+                self.channel.send(UPLOADS.frame_for(self))
             except (ChannelClosed, OSError):
                 pass
             return
         if kind == "ready":
             self._ready.set()
+            UPLOADS.settled(self)
             return
         if self.on_event is not None:
             try:
@@ -220,6 +258,7 @@ class AgentClient:
                 pass
 
     def _closed(self, reason: str) -> None:
+        UPLOADS.settled(self)
         with self._lock:
             self.closed_reason = reason or "agent connection closed"
             pending, self._pending = self._pending, {}

@@ -26,13 +26,21 @@ from areal_node.agent.threads import parallel_map
 from areal_console.core.common.errors import UserError
 from areal_console.core.connection.client import AgentClient, AgentDisconnected, AgentError
 from areal_console.core.connection.transport import Channel, InProcessChannel, LocalChannel
+from areal_console.core.targets.options import (
+    DEFAULT_FANOUT_CONCURRENCY,
+    DEFAULT_MAX_STARTUPS,
+    DEFAULT_NODE_TIMEOUT,
+)
 from areal_console.core.targets.specs import NodeSpec
 
 EventCallback = Callable[["NodeSession", dict[str, Any]], None]
 
-MAX_PARALLEL = 64
+MAX_PARALLEL = DEFAULT_FANOUT_CONCURRENCY
 DEFAULT_START_TIMEOUT = 30.0  # connect + agent start, when no connect_timeout is given
 MAX_CONNECTING = 32  # concurrent SSH handshakes: key exchange is CPU-heavy on both ends
+
+
+TIMEOUT_PREFIX = "timeout"  # a node past its deadline: `timeout 5 s: ...`
 
 
 @dataclass
@@ -316,7 +324,11 @@ class NodeSession:
 
 
 class Fleet:
-    """All nodes of a target, each with its own session."""
+    """All nodes of a target, each with its own session.
+
+    A fan-out works on at most `max_parallel` nodes at once, and gives each node
+    `node_timeout` seconds from when its turn starts: a node still busy then is reported
+    as a `NodeFailure` ("timeout 60 s: ...") and the fan-out returns without it."""
 
     def __init__(
         self,
@@ -326,9 +338,14 @@ class Fleet:
         *,
         max_connecting: int = MAX_CONNECTING,
         backoff: Backoff | None = None,
+        node_timeout: float | None = DEFAULT_NODE_TIMEOUT,
+        max_startups: int = DEFAULT_MAX_STARTUPS,
         **options: Any,
     ) -> None:
         slots = threading.BoundedSemaphore(max(1, max_connecting))
+        specs = list(specs)
+        if any(s.transport in ("ssh", "ray") for s in specs):
+            options["max_startups"] = max_startups  # the SSH transport paces its handshakes
         self.sessions = [
             NodeSession(
                 spec,
@@ -340,6 +357,7 @@ class Fleet:
             for spec in specs
         ]
         self.max_parallel = max_parallel
+        self.node_timeout = node_timeout
 
     def __iter__(self) -> Iterator[NodeSession]:
         return iter(self.sessions)
@@ -354,12 +372,19 @@ class Fleet:
         raise KeyError(name)
 
     def fan_out(
-        self, fn: Callable[[NodeSession], Any], sessions: Iterable[NodeSession] | None = None
+        self,
+        fn: Callable[[NodeSession], Any],
+        sessions: Iterable[NodeSession] | None = None,
+        *,
+        node_timeout: float | None = None,
     ) -> dict[str, Any]:
-        """Run `fn(session)` on every node in parallel; failures become `NodeFailure`s."""
+        """Run `fn(session)` on every node in parallel; failures become `NodeFailure`s,
+        and so does a node still running after its deadline (`node_timeout`, default the
+        fleet's, counted from when its turn starts)."""
         chosen = list(self.sessions if sessions is None else sessions)
         if not chosen:
             return {}
+        limit = self.node_timeout if node_timeout is None else node_timeout
 
         def guarded(session: NodeSession) -> Any:
             try:
@@ -367,9 +392,12 @@ class Fleet:
             except (AgentError, AgentDisconnected, OSError, ValueError) as exc:
                 return NodeFailure(session.name, _describe(exc))
 
-        # One node runs in this thread. On Ctrl-C this returns at once (the threads are
-        # daemons); the caller closes the sessions, which ends their calls.
-        results = parallel_map(guarded, chosen, self.max_parallel)
+        # On Ctrl-C this returns at once (the threads are daemons); the caller closes the
+        # sessions, which ends their calls.
+        if limit is None:
+            results = parallel_map(guarded, chosen, self.max_parallel)
+        else:
+            results = deadline_map(guarded, chosen, self.max_parallel, limit, _overdue)
         return {s.name: r for s, r in zip(chosen, results, strict=True)}
 
     def connect_all(self, timeout: float | None = None, force: bool = False) -> dict[str, Any]:
@@ -393,4 +421,75 @@ class Fleet:
         return {s.name: s.unknown_host_key for s in self.sessions if s.unknown_host_key}
 
     def close(self) -> None:
-        self.fan_out(lambda s: s.close())
+        self.fan_out(lambda s: s.close(), node_timeout=None)
+
+
+def _overdue(session: NodeSession, seconds: float) -> NodeFailure:
+    return NodeFailure(
+        session.name,
+        f"{TIMEOUT_PREFIX} {seconds:g} s: no answer within the node deadline (--node-timeout)",
+    )
+
+
+def deadline_map(
+    fn: Callable[[Any], Any],
+    items: list[Any],
+    limit: int,
+    seconds: float,
+    overdue: Callable[[Any, float], Any],
+) -> list[Any]:
+    """`[fn(x) for x in items]` on up to `limit` threads, each item given `seconds` from
+    when its call starts: one still running then is `overdue(x, seconds)` in the result,
+    and a new thread takes its place (the late call ends in the background, its result
+    dropped). Returns when every item has a result."""
+    results: list[Any] = [None] * len(items)
+    done = [False] * len(items)
+    started: dict[int, float] = {}  # index -> monotonic start, for calls still running
+    pending = iter(range(len(items)))
+    cond = threading.Condition()
+    left = [len(items)]
+
+    def work() -> None:
+        while True:
+            with cond:
+                i = next(pending, None)
+                if i is None:
+                    return
+                started[i] = time.monotonic()
+                cond.notify_all()  # its deadline is one to wait for
+            try:
+                value = fn(items[i])
+            except BaseException as exc:  # handed back as the item's result
+                value = exc
+            with cond:
+                late = done[i]  # given up on already: a new thread took over
+                if not late:
+                    results[i], done[i] = value, True
+                    started.pop(i, None)
+                    left[0] -= 1
+                    cond.notify_all()
+            if late:
+                return
+
+    def spawn() -> None:
+        threading.Thread(target=work, name="fan-out", daemon=True).start()
+
+    for _ in range(min(max(1, limit), len(items))):
+        spawn()
+    with cond:
+        while left[0]:
+            now = time.monotonic()
+            for i, t0 in list(started.items()):
+                if now - t0 >= seconds:
+                    results[i], done[i] = overdue(items[i], seconds), True
+                    del started[i]
+                    left[0] -= 1
+                    spawn()
+            if not left[0]:
+                break
+            ends = [t0 + seconds for t0 in started.values()]
+            cond.wait(max(0.0, min(ends) - now) + 0.001 if ends else None)
+    for value in results:
+        if isinstance(value, BaseException):
+            raise value
+    return results

@@ -33,6 +33,7 @@ import paramiko
 
 from areal_console.core.common import locations, private_files
 from areal_console.core.common.errors import UserError
+from areal_console.core.connection.pacing import PACER
 from areal_console.core.connection.transport import (
     ChannelClosed,
     bootstrap_argv,
@@ -49,7 +50,9 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 SSH_CONFIG_ENV = "AREAL_CONSOLE_SSH_CONFIG"
 DEFAULT_CONNECT_TIMEOUT = 10.0
 KEEPALIVE_SECONDS = 15
+IDLE_WAKEUP_SECONDS = 2.0  # a connected transport thread's wakeup (paramiko's: 0.1 s)
 MAX_JUMPS = 8
+DEFAULT_MAX_STARTUPS = 8  # as targets.options; handshakes in flight per gateway
 
 
 class SshError(ConnectionError):
@@ -238,13 +241,70 @@ def _host_matches(name: str, patterns: tuple[str, ...]) -> bool:
     return matched
 
 
+@dataclass(frozen=True)
+class KnownHosts:
+    """The keys of a set of known-hosts files, read once and shared by every connection
+    that checks against the same files (paramiko only looks them up)."""
+
+    keys: paramiko.HostKeys
+    revoked: tuple[tuple[tuple[str, ...], paramiko.PKey, str], ...]
+
+
+_KNOWN: dict[tuple[tuple[str, int, int], ...], KnownHosts] = {}
+
+
+def known_hosts_for(paths: list[Path]) -> KnownHosts:
+    """The keys of the existing files among `paths`, read when one of them changed (mtime,
+    size) since the last call, else the same shared record."""
+    versions: list[tuple[str, int, int]] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # not there (yet): nothing known from it
+        versions.append((str(path), stat.st_mtime_ns, stat.st_size))
+    key = tuple(versions)
+    with _PARSING:  # one read: the other connections wait for it
+        return _known_hosts_read(key)
+
+
+def _known_hosts_read(key: tuple[tuple[str, int, int], ...]) -> KnownHosts:
+    with _PARSED_LOCK:
+        known = _KNOWN.get(key)
+    if known is not None:
+        return known
+    versions = list(key)
+    keys = paramiko.HostKeys()
+    revoked: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
+    for name, _mtime, _size in versions:
+        parsed = read_known_hosts(Path(name))
+        for names, host_key in parsed.entries:
+            for host in names:
+                keys.add(host, host_key.get_name(), host_key)
+        revoked.extend(parsed.revoked)
+        for note in parsed.notes:
+            _note(note)
+    known = KnownHosts(keys, tuple(revoked))
+    with _PARSED_LOCK:
+        stale = [k for k in _KNOWN if {p for p, _, _ in k} == {p for p, _, _ in key}]
+        for old_key in stale:  # an older version of the same files
+            del _KNOWN[old_key]
+        _KNOWN[key] = known
+    return known
+
+
 class _VerifyingClient(paramiko.SSHClient):
     """An SSHClient that refuses `@revoked` host keys, known or not, before authenticating."""
 
-    def __init__(self, host_name: str) -> None:
+    def __init__(self, host_name: str, known: KnownHosts | None = None) -> None:
         super().__init__()
         self.host_name = host_name  # as known_hosts writes it: name or [name]:port
         self.revoked: list[tuple[tuple[str, ...], paramiko.PKey, str]] = []
+        if known is not None:
+            # The shared keys, looked up only (our policy never adds to them): every
+            # connection copying 512 entries in costs more than its key exchange.
+            self._host_keys = known.keys
+            self.revoked = list(known.revoked)
 
     def refuse_revoked(self, key: paramiko.PKey) -> None:
         for patterns, bad, where in self.revoked:
@@ -302,14 +362,99 @@ def ssh_config_path(explicit: str | os.PathLike[str] | None = None) -> Path | No
 
 
 def load_ssh_config(path: Path | None) -> paramiko.SSHConfig:
+    """The parsed ssh config at `path`: parsed once per version of the file (its mtime and
+    size), not once per node (a 512-host config costs ~15 ms to parse)."""
     if path is None:
         return paramiko.SSHConfig()
     try:
-        return paramiko.SSHConfig.from_path(str(path))
+        stat = path.stat()
     except FileNotFoundError:
         raise SshError(f"ssh config {path} does not exist") from None
-    except (OSError, paramiko.ConfigParseError) as exc:
-        raise SshError(f"cannot read ssh config {path}: {exc}") from None
+    except OSError as exc:
+        raise SshError(f"cannot read ssh config {path}: {exc.strerror or exc}") from None
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    # One parse: the fan-out's threads all start here at once, and wait for the first.
+    with _PARSING:
+        config = _CONFIGS.get(key)
+        if config is not None:
+            return config
+        try:
+            config = paramiko.SSHConfig.from_path(str(path))
+        except FileNotFoundError:
+            raise SshError(f"ssh config {path} does not exist") from None
+        except (OSError, paramiko.ConfigParseError) as exc:
+            raise SshError(f"cannot read ssh config {path}: {exc}") from None
+        with _PARSED_LOCK:
+            _CONFIGS.clear()  # only the newest version of each file is looked up again
+            _CONFIGS[key] = config
+    return config
+
+
+_PARSING = threading.Lock()  # held while a file is read and parsed (one at a time)
+_PARSED_LOCK = threading.Lock()
+_CONFIGS: dict[tuple[str, int, int], paramiko.SSHConfig] = {}
+_WILDCARDS = frozenset("*?[!")
+
+
+@dataclass(frozen=True)
+class _HostIndex:
+    """A parsed config's `Host` blocks by name: the blocks that can apply to an alias are
+    the ones naming it literally plus the ones with patterns, in file order."""
+
+    contexts: list[dict[str, Any]]
+    literal: dict[str, tuple[int, ...]]
+    patterned: tuple[int, ...]
+
+
+_INDEXES: dict[int, tuple[paramiko.SSHConfig, _HostIndex | None]] = {}
+
+
+def _host_index(config: paramiko.SSHConfig) -> _HostIndex | None:
+    """The index of `config`, or None where a lookup may depend on more than the alias
+    (`Match` blocks, `CanonicalizeHostname`): paramiko's own lookup then."""
+    with _PARSED_LOCK:
+        found = _INDEXES.get(id(config))
+    if found is not None and found[0] is config:
+        return found[1]
+    contexts: list[dict[str, Any]] = list(getattr(config, "_config", None) or [])
+    index: _HostIndex | None = None
+    simple = contexts and all(
+        "matches" not in c and "canonicalizehostname" not in c.get("config", {}) for c in contexts
+    )
+    if simple:
+        literal: dict[str, list[int]] = {}
+        patterned: list[int] = []
+        for i, context in enumerate(contexts):
+            patterns = context.get("host") or []
+            if any(_WILDCARDS & set(p) for p in patterns):
+                patterned.append(i)
+            else:
+                for pattern in patterns:
+                    literal.setdefault(pattern, []).append(i)
+        index = _HostIndex(contexts, {k: tuple(v) for k, v in literal.items()}, tuple(patterned))
+    with _PARSED_LOCK:
+        _INDEXES.clear()  # one config in use at a time; an older one is not looked up again
+        _INDEXES[id(config)] = (config, index)
+    return index
+
+
+def lookup_host(config: paramiko.SSHConfig, alias: str) -> paramiko.SSHConfigDict:
+    """`config.lookup(alias)`, without visiting every `Host` block: paramiko's lookup runs
+    `getpass.getuser()` for each block (19 ms per alias in a 512-host config). The blocks
+    that cannot apply to `alias` are left out and paramiko looks up the rest, so the
+    answer is paramiko's own."""
+    index = _host_index(config)
+    if index is None:
+        return config.lookup(alias)
+    chosen = set(index.literal.get(alias, ()))
+    chosen.update(
+        i
+        for i in index.patterned
+        if config._pattern_matches(index.contexts[i]["host"], alias)  # type: ignore[attr-defined]
+    )
+    reduced = paramiko.SSHConfig()
+    reduced._config = [index.contexts[i] for i in sorted(chosen)]  # type: ignore[attr-defined]
+    return reduced.lookup(alias)
 
 
 def _hop(
@@ -320,7 +465,7 @@ def _hop(
     identity_file: str | None = None,
 ) -> tuple[Hop, str | None]:
     """One host resolved through the config: (hop, its ProxyJump or None)."""
-    entry = config.lookup(alias)
+    entry = lookup_host(config, alias)
     files = [str(Path(p).expanduser()) for p in entry.get("identityfile", [])]
     if identity_file:  # an inventory's key replaces the config's, it does not add to them
         files = [str(Path(identity_file).expanduser())]
@@ -442,17 +587,8 @@ def _connect_hop(
     look_for_keys: bool,
     console_known_hosts: Path,
 ) -> paramiko.SSHClient:
-    client = _VerifyingClient(known_hosts_name(hop.hostname, hop.port))
-    known = client.get_host_keys()
-    for path in [*_known_host_files(hop), console_known_hosts]:
-        if path.exists():
-            parsed = read_known_hosts(path)
-            for names, key in parsed.entries:
-                for name in names:
-                    known.add(name, key.get_name(), key)
-            client.revoked.extend(parsed.revoked)
-            for note in parsed.notes:
-                _note(note)
+    known = known_hosts_for([*_known_host_files(hop), console_known_hosts])
+    client = _VerifyingClient(known_hosts_name(hop.hostname, hop.port), known)
     client.set_missing_host_key_policy(
         _VerifyingPolicy(accept_new_hosts or hop.accept_new_key, console_known_hosts, hop.port)
     )
@@ -518,6 +654,11 @@ def _connect_hop(
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(KEEPALIVE_SECONDS)
+        # paramiko's transport thread wakes every 0.1 s to see whether it was closed: ten
+        # wakeups a second per node for nothing once connected. Closing still ends it (its
+        # packetizer is closed at once); keepalives need no finer step than this.
+        with contextlib.suppress(OSError, AttributeError):
+            transport.sock.settimeout(IDLE_WAKEUP_SECONDS)
     return client
 
 
@@ -567,6 +708,12 @@ def _active(clients: list[paramiko.SSHClient]) -> bool:
 
 def _close_all(clients: list[paramiko.SSHClient]) -> None:
     for client in reversed(clients):
+        # Wake the transport thread now (it polls its socket for up to IDLE_WAKEUP_SECONDS):
+        # it must not still be polling the descriptor once another socket reuses it.
+        sock = getattr(client.get_transport(), "sock", None)
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
             client.close()
 
@@ -642,6 +789,21 @@ class JumpPool:
 JUMPS = JumpPool()
 
 
+def gateway(route: ResolvedRoute) -> str:
+    """Where a route's new connections arrive first, the sshd whose MaxStartups they count
+    against: its first jump host, else its ProxyCommand (the target's name and port taken
+    out: `ssh -W %h:%p login` for every node is one gateway), else the target itself."""
+    first = route.jumps[0] if route.jumps else route.target
+    assert first is not None
+    if first.proxy_command:
+        words = [
+            "%h" if w == first.hostname else "%p" if w == str(first.port) else w
+            for w in re.split(r"([\s:@,'\"=])", first.proxy_command)
+        ]
+        return "ProxyCommand " + "".join(words)
+    return first.label
+
+
 @dataclass
 class RouteConnection:
     """An authenticated connection to a node, and the shared jump chain it rides on."""
@@ -666,9 +828,12 @@ def connect_route(
     look_for_keys: bool = True,
     known_hosts_file: Path | None = None,
     share_jumps: bool = True,
+    max_startups: int = DEFAULT_MAX_STARTUPS,
 ) -> RouteConnection:
-    """Connect through the jump hosts (shared with other nodes) to the target."""
+    """Connect through the jump hosts (shared with other nodes) to the target, at most
+    `max_startups` handshakes in flight through the same gateway (`pacing.py`)."""
     assert route.target is not None
+    gate = gateway(route)
     auth: dict[str, Any] = {
         "accept_new_hosts": accept_new_hosts,
         "allow_agent": allow_agent,
@@ -681,7 +846,8 @@ def connect_route(
         try:
             for hop in route.jumps:
                 via = clients[-1] if clients else None
-                clients.append(_hop_through(via, hop, hop.connect_timeout or timeout, **auth))
+                with PACER.slot(gate, max_startups):
+                    clients.append(_hop_through(via, hop, hop.connect_timeout or timeout, **auth))
         except BaseException:
             _close_all(clients)
             raise
@@ -700,7 +866,8 @@ def connect_route(
     hop = route.target
     try:
         via = jumps[-1] if jumps else None
-        target = _hop_through(via, hop, hop.connect_timeout or timeout, **auth)
+        with PACER.slot(gate, max_startups):
+            target = _hop_through(via, hop, hop.connect_timeout or timeout, **auth)
     except BaseException:
         if release is not None:
             release()
@@ -807,6 +974,7 @@ def open_ssh_channel(
     look_for_keys: bool = True,
     known_hosts_file: str | os.PathLike[str] | None = None,
     share_jumps: bool = True,
+    max_startups: int = DEFAULT_MAX_STARTUPS,
 ) -> SshChannel:
     """Connect to `spec`'s node and start its agent; raises `SshError` with a clear reason."""
     config = load_ssh_config(ssh_config_path(ssh_config))
@@ -819,6 +987,7 @@ def open_ssh_channel(
         look_for_keys=look_for_keys,
         known_hosts_file=Path(known_hosts_file) if known_hosts_file else None,
         share_jumps=share_jumps,
+        max_startups=max_startups,
     )
     command = shlex.join(bootstrap_argv(spec.python))
     return SshChannel(connection, command, spec.name, spec.python)

@@ -69,27 +69,43 @@ _BOOTSTRAP_HEAD = (
     "if st.st_mode&0o022:\n"
     " die(@CACHE@,'the agent cache %s is writable by others (mode %o): refusing to use it; "
     "chmod 700 it'%(d,stat.S_IMODE(st.st_mode)))\n"
-    "s=b''\n"
-    "try:\n"
-    " f=os.open(p,os.O_RDONLY|os.O_NOFOLLOW|os.O_NONBLOCK)\n"
-    "except OSError as e:\n"
-    " f=None\n"
-    " if os.path.lexists(p) and not os.path.isfile(p) or os.path.islink(p):\n"
-    "  die(@CACHE@,'the agent cache file %s is not a regular file: remove it'%p)\n"
-    "if f is not None:\n"
-    " if not stat.S_ISREG(os.fstat(f).st_mode):\n"
-    "  os.close(f);die(@CACHE@,'the agent cache file %s is not a regular file (a FIFO or a "
+    "def rd():\n"
+    " s=b''\n"
+    " try:\n"
+    "  f=os.open(p,os.O_RDONLY|os.O_NOFOLLOW|os.O_NONBLOCK)\n"
+    " except OSError as e:\n"
+    "  f=None\n"
+    "  if os.path.lexists(p) and not os.path.isfile(p) or os.path.islink(p):\n"
+    "   die(@CACHE@,'the agent cache file %s is not a regular file: remove it'%p)\n"
+    " if f is not None:\n"
+    "  if not stat.S_ISREG(os.fstat(f).st_mode):\n"
+    "   os.close(f);die(@CACHE@,'the agent cache file %s is not a regular file (a FIFO or a "
     "device?): remove it'%p)\n"
-    " while True:\n"
-    "  b=os.read(f,1<<20)\n"
-    "  if not b:break\n"
-    "  s+=b\n"
-    " os.close(f)\n"
+    "  while True:\n"
+    "   b=os.read(f,1<<20)\n"
+    "   if not b:break\n"
+    "   s+=b\n"
+    "  os.close(f)\n"
+    " return s\n"
+    "s=rd();r=0\n"
     "if hashlib.sha256(s).hexdigest()!=h:\n"
     ' sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush()\n'
 )
-# The payload as a length-prefixed frame on stdin.
-_SOURCE_FROM_FRAME = " n=int(sys.stdin.buffer.readline());s=sys.stdin.buffer.read(n)\n"
+# The payload as a length-prefixed frame on stdin: `N` and N bytes, or `zN` and N bytes
+# of zlib; or `0`: look in the cache again (another node sharing this home has just
+# written it), asking again when it is still not there.
+_SOURCE_FROM_FRAME = (
+    " while True:\n"
+    "  l=sys.stdin.buffer.readline()\n"
+    "  if not l:os._exit(1)\n"
+    "  if l[:1]==b'z':\n"
+    "   import zlib;s=zlib.decompress(sys.stdin.buffer.read(int(l[1:])));break\n"
+    "  if l.strip()==b'0':\n"
+    "   s=rd()\n"
+    "   if hashlib.sha256(s).hexdigest()==h:r=1;break\n"
+    '   sys.stdout.write(\'{"event":"need_source"}\\n\');sys.stdout.flush();continue\n'
+    "  s=sys.stdin.buffer.read(int(l));break\n"
+)
 # The payload (base64) in the one JSON line addressed to no node (the shared Slurm step:
 # agents that already run drop it like any request for another node).
 _SOURCE_FROM_JSON = (
@@ -106,9 +122,10 @@ _BOOTSTRAP_TAIL = (
     " if hashlib.sha256(s).hexdigest()!=h:die(@CACHE@,'the agent payload arrived damaged')\n"
     " t=p+'.%d.tmp'%os.getpid()\n"
     " try:\n"
-    "  f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)\n"
-    "  with os.fdopen(f,'wb') as o:o.write(s)\n"
-    "  os.replace(t,p)\n"
+    "  if not r:\n"  # r: found in the cache on a second look (another node wrote it)
+    "   f=os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL|os.O_NOFOLLOW,0o600)\n"
+    "   with os.fdopen(f,'wb') as o:o.write(s)\n"
+    "   os.replace(t,p)\n"
     " except OSError as e:\n"
     "  try:os.unlink(t)\n"
     "  except OSError:pass\n"
@@ -259,9 +276,23 @@ def bounded_readline(readline: Callable[[int], bytes], limit: int = MAX_LINE_BYT
 
 
 def source_frame() -> bytes:
-    """The payload as the bootstrap reads it on a cache miss: its length, a newline, its bytes."""
-    data = node_payload().data
-    return str(len(data)).encode() + b"\n" + data
+    """The payload as the bootstrap reads it on a cache miss, compressed: `z`, the length,
+    a newline, the zlib bytes (made once per process)."""
+    global _frame
+    with _frame_lock:
+        if _frame is None:
+            import zlib
+
+            packed = zlib.compress(node_payload().data, 6)
+            _frame = b"z" + str(len(packed)).encode() + b"\n" + packed
+        return _frame
+
+
+# Sent instead of the payload to a node that may share its home with one that has just
+# written the payload to its cache: look again (it asks again if still missing).
+RECHECK_FRAME = b"0\n"
+_frame: bytes | None = None
+_frame_lock = threading.Lock()
 
 
 class ProcessChannel:

@@ -204,7 +204,14 @@ def capture_raw(
         for name, procs in job.processes.items():
             chosen.setdefault(name, []).extend(procs)
     sessions = [s for s in fleet.sessions if s.name in chosen]
-    results = fleet.fan_out(lambda s: dump_node(s, chosen[s.name], options, progress), sessions)
+    # A node's deadline covers its dumps, and is never shorter than one dump may take
+    # (`--timeout`); the waits between samples come on top.
+    deadline = fleet.node_timeout
+    if deadline is not None:
+        deadline = max(deadline, options.timeout) + (options.samples - 1) * options.interval
+    results = fleet.fan_out(
+        lambda s: dump_node(s, chosen[s.name], options, progress), sessions, node_timeout=deadline
+    )
     nodes: list[dict[str, Any]] = [
         {"node": name, "error": f.error, "processes": [], "samples": []}
         for name, f in failed.items()

@@ -9,6 +9,7 @@ from areal_console.core.common.textfmt import plural
 from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
+from areal_console.core.stacks.coverage import capture_coverage
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse
 from areal_console.core.stacks.records import Frame, Stack, StackCapture
@@ -78,6 +79,7 @@ def capture_json(
         "groups": [g.to_json() for g in analysis.groups],
         "diagnosis": diagnosis.to_json(),
         "errors": [e.to_json() for e in capture.errors],
+        "coverage": capture_coverage(capture).to_json(),
         "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
         "rollout": capture.rollout.to_json() if capture.rollout is not None else None,
     }
@@ -143,6 +145,7 @@ def text_report(
         + (f", world size {analysis.world_size}" if analysis.world_size else "")
         + f", {plural(len(analysis.groups), 'group')}, {plural(capture.samples, 'sample')}"
         + (f", job {capture.job}" if capture.job else ""),
+        f"Coverage: {capture_coverage(capture).line()}",
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
         f"  {diagnosis.detail}",

@@ -8,13 +8,13 @@ import sys
 from typing import Any
 
 from areal_console.core.common.errors import UsageError, UserError
+from areal_console.core.targets.options import DEFAULT_CONNECT_TIMEOUT as DEFAULT_CONNECT_TIMEOUT
+from areal_console.core.targets.options import TargetOptions
 
 # The records live in specs.py (the resolvers import them from there); named here too.
 from areal_console.core.targets.specs import NodeSpec as NodeSpec
 from areal_console.core.targets.specs import SlurmTarget as SlurmTarget
 from areal_console.core.targets.specs import local_node as local_node
-
-DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 def _number(text: str, kind: type, least: float, strict: bool, unit: str) -> Any:
@@ -143,6 +143,29 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         "(default 30)",
     )
     group.add_argument(
+        "--node-timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help="a node that has not answered a fan-out (connect included) after this long is "
+        "reported as failed and the rest go on without it (default 60)",
+    )
+    group.add_argument(
+        "--fanout-concurrency",
+        type=count,
+        default=None,
+        metavar="N",
+        help="nodes worked on at once (default 64)",
+    )
+    group.add_argument(
+        "--max-startups",
+        type=count,
+        default=None,
+        metavar="N",
+        help="SSH handshakes in flight at once through one jump host, or to one sshd "
+        "(default 8, under sshd's MaxStartups 10:30:100)",
+    )
+    group.add_argument(
         "--accept-new-hosts",
         action="store_true",
         help="trust and remember host keys not seen before (headless use)",
@@ -152,55 +175,55 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 REMOTE_TARGETS = ("hosts", "inventory", "slurm_job", "areal", "ray")
 
 
-def names_remote_nodes(args: argparse.Namespace) -> bool:
+def names_remote_nodes(options: TargetOptions) -> bool:
     """Whether the target options name nodes other than this machine."""
-    return any(getattr(args, o, None) for o in REMOTE_TARGETS)
+    return any(getattr(options, o) for o in REMOTE_TARGETS)
 
 
-def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
+def resolve_targets(options: TargetOptions) -> list[NodeSpec]:
     """The node specs the parsed target options name (default: this machine)."""
-    ray = getattr(args, "ray", None)
-    if getattr(args, "ray_ssh", False) and ray is None:
+    ray = options.ray
+    if options.ray_ssh and ray is None:
         raise UsageError("--ray-ssh goes with --ray")
-    others = [o for o in ("local", "hosts", "inventory", "slurm_job") if getattr(args, o, None)]
+    others = [o for o in ("local", "hosts", "inventory", "slurm_job") if getattr(options, o)]
     if ray is not None and others:
         raise UsageError(f"--ray and --{others[0].replace('_', '-')} name two different targets")
-    if ray is not None and not getattr(args, "areal", None):
+    if ray is not None and not options.areal:
         from areal_console.core.ray.targets import resolve_ray_targets
 
-        ray_plan = resolve_ray_targets(ray, ssh_fallback=bool(getattr(args, "ray_ssh", False)))
+        ray_plan = resolve_ray_targets(ray, ssh_fallback=bool(options.ray_ssh))
         for note in ray_plan.notes:
             print(f"note: {note}", file=sys.stderr)
         return ray_plan.specs
-    slurm_job = getattr(args, "slurm_job", None)
-    areal = getattr(args, "areal", None)
-    if getattr(args, "login", None) and not (slurm_job or areal):
+    slurm_job = options.slurm_job
+    areal = options.areal
+    if options.login and not (slurm_job or areal):
         raise UsageError("--login goes with --slurm-job or --areal (where Slurm's commands run)")
     for option in ("name_resolve_root", "name_resolve_via", "etcd3", "fileroot"):
-        if getattr(args, option, None) and not areal:
+        if getattr(options, option) and not areal:
             raise UsageError(f"--{option.replace('_', '-')} goes with --areal")
     if areal:
-        return _areal_targets(args, str(areal))
+        return _areal_targets(options, str(areal))
     if slurm_job:
         from areal_console.core.slurm.client import SLURM_COMMAND_TIMEOUT
         from areal_console.core.slurm.targets import resolve_slurm_targets
 
         plan = resolve_slurm_targets(
             str(slurm_job),
-            login=getattr(args, "login", None),
-            mode=getattr(args, "slurm_mode", "step"),
-            timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
+            login=options.login,
+            mode=options.slurm_mode,
+            timeout=options.slurm_timeout or SLURM_COMMAND_TIMEOUT,
         )
         for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
         return plan.specs
-    hosts = getattr(args, "hosts", None)
-    inventory = getattr(args, "inventory", None)
+    hosts = options.hosts
+    inventory = options.inventory
     if hosts or inventory:
         from areal_console.core.targets import inventory as inv
 
         if hosts:
-            if getattr(args, "group", None):
+            if options.group:
                 raise UsageError("--group selects from an --inventory, not from --hosts")
             try:
                 return inv.parse_hosts(hosts)
@@ -208,41 +231,41 @@ def resolve_targets(args: argparse.Namespace) -> list[NodeSpec]:
                 raise
             except UserError as exc:  # a bad value on the command line: exit 2
                 raise UsageError(f"--hosts: {exc}") from None
-        return inv.load_inventory(str(inventory), groups=getattr(args, "group", None))
+        return inv.load_inventory(str(inventory), groups=options.group)
     return [local_node()]
 
 
-def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
-    """`--areal`: the job's nodes; the plan stays on `args` (`areal_plan`) for the
+def _areal_targets(options: TargetOptions, name: str) -> list[NodeSpec]:
+    """`--areal`: the job's nodes; the plan stays on `options` (`areal_plan`) for the
     command's scoping and for the exit code (stale records make a run partial)."""
     from areal_console.core.slurm.client import SLURM_COMMAND_TIMEOUT
     from areal_console.core.targets.areal import resolve_areal_targets
 
-    etcd3 = getattr(args, "etcd3", None)
-    if etcd3 and getattr(args, "name_resolve_root", None):
+    etcd3 = options.etcd3
+    if etcd3 and options.name_resolve_root:
         raise UsageError("--name-resolve-root (nfs) and --etcd3 name two different backends")
-    via_node = getattr(args, "name_resolve_via", None)
+    via_node = options.name_resolve_via
     if etcd3 and via_node:
         raise UsageError("--name-resolve-via reads nfs records; --etcd3 is read from here")
     registry = None
-    ray = getattr(args, "ray", None)
+    ray = options.ray
     if ray is not None:
-        if getattr(args, "name_resolve_root", None) or etcd3 or via_node:
+        if options.name_resolve_root or etcd3 or via_node:
             raise UsageError("--ray reads the job from AReaL's Ray KV actor: no other backend")
         from areal_console.core.ray.name_resolve import RayKvRegistry
         from areal_console.core.ray.nodes import parse_address
 
         registry = RayKvRegistry(parse_address(ray).for_ray)
-    via = open_fleet(args, _one_host(via_node), probe_gpus=False) if via_node else None
+    via = open_fleet(options, _one_host(via_node), probe_gpus=False) if via_node else None
     try:
         plan = resolve_areal_targets(
             name,
-            nfs_root=getattr(args, "name_resolve_root", None),
+            nfs_root=options.name_resolve_root,
             etcd3=etcd3,
-            login=getattr(args, "login", None),
-            mode=getattr(args, "slurm_mode", "step"),
-            slurm_timeout=getattr(args, "slurm_timeout", None) or SLURM_COMMAND_TIMEOUT,
-            fileroot=getattr(args, "fileroot", None),
+            login=options.login,
+            mode=options.slurm_mode,
+            slurm_timeout=options.slurm_timeout or SLURM_COMMAND_TIMEOUT,
+            fileroot=options.fileroot,
             via=None if via is None else via.sessions[0],
             registry=registry,
         )
@@ -250,12 +273,12 @@ def _areal_targets(args: argparse.Namespace, name: str) -> list[NodeSpec]:
         if via is not None:
             via.close()
     if ray is not None:
-        _on_ray_nodes(plan, ray, bool(getattr(args, "ray_ssh", False)))
+        _on_ray_nodes(plan, ray, bool(options.ray_ssh))
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     for line in plan.warnings():
         print(f"warning: {line}", file=sys.stderr)
-    args.areal_plan = plan
+    options.areal_plan = plan
     return plan.specs
 
 
@@ -286,29 +309,20 @@ def _one_host(text: str) -> list[NodeSpec]:
     return specs
 
 
-def areal_plan(args: argparse.Namespace) -> Any:
+def areal_plan(options: TargetOptions) -> Any:
     """The `ArealPlan` `--areal` resolved to (None without `--areal`)."""
-    return getattr(args, "areal_plan", None)
+    return options.areal_plan
 
 
-def fleet_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Transport options from the parsed target options, for `Fleet(specs, **options)`."""
-    timeout = getattr(args, "connect_timeout", None)
-    options: dict[str, Any] = {
-        "accept_new_hosts": bool(getattr(args, "accept_new_hosts", False)),
-        "connect_timeout": DEFAULT_CONNECT_TIMEOUT if timeout is None else float(timeout),
-    }
-    if timeout is not None:  # given: it bounds the agent's start too, on every transport
-        options["start_timeout"] = float(timeout)
-    if getattr(args, "ssh_config", None):
-        options["ssh_config"] = args.ssh_config
-    return options
+def fleet_options(options: TargetOptions) -> dict[str, Any]:
+    """Transport options from the target options, for `Fleet(specs, **options)`."""
+    return options.fleet_options()
 
 
-def open_fleet(args: argparse.Namespace, specs: list[NodeSpec], **extra: Any) -> Any:
-    """The `Fleet` for `specs` with the parsed target options: every command that reaches
+def open_fleet(options: TargetOptions, specs: list[NodeSpec], **extra: Any) -> Any:
+    """The `Fleet` for `specs` with the target options: every command that reaches
     nodes goes through here, so --ssh-config, --connect-timeout and --accept-new-hosts
     mean the same everywhere."""
     from areal_console.core.connection.fleet import Fleet
 
-    return Fleet(specs, **{**fleet_options(args), **extra})
+    return Fleet(specs, **{**options.fleet_options(), **extra})
