@@ -69,6 +69,7 @@ class SavedCapture:
     pattern: str
     title: str
     user: str | None = None  # who took it; None: a capture saved before users were stored
+    tags: tuple[str, ...] = ()  # what took it, when not a person: "watch"
 
 
 @dataclass
@@ -101,7 +102,15 @@ def _summary(path: Path) -> SavedCapture:
         pattern=str(diag.get("pattern") or "?"),
         title=str(diag.get("title") or ""),
         user=doc["user"] if isinstance(doc.get("user"), str) else None,
+        tags=_tags(doc.get("tags")),
     )
+
+
+def _tags(value: object) -> tuple[str, ...]:
+    """A capture's tags: short words only (the file may come from anywhere)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(t for t in value[:8] if isinstance(t, str) and t.isidentifier() and len(t) <= 32)
 
 
 def scan_captures(directory: Path | None = None) -> tuple[list[SavedCapture], list[BadCapture]]:
