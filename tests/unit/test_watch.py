@@ -124,6 +124,7 @@ def test_a_hung_job_leaves_its_evidence_and_runs_exec(hung: DemoJob, tmp_path: P
         assert listed.returncode == 0, listed.stderr
         rows = {c["id"]: c for c in json.loads(listed.stdout)["captures"]}
         assert rows[record["capture_id"]]["tags"] == ["watch"]
+        assert rows[record["capture_id"]]["report"] == str(folder / "report.md")
         text = run_cli("stacks", "--list").stdout
         assert "[watch] cleanup_deadlock" in text
         # The user's command ran with the evidence in its environment, and only there.

@@ -312,6 +312,7 @@ def _list(saved: list[Any], as_json: bool) -> int:
                 "pattern": c.pattern,
                 "title": c.title,
                 "tags": list(c.tags),
+                "report": c.report,
             }
             for c in saved
         ]

@@ -92,6 +92,8 @@ def take_evidence(
         except Exception as exc:  # a node gone meanwhile: the rest of the evidence stays
             evidence.missing["servers.json"] = f"servers not read: {exc}"
     _report(fleet, request, doc, evidence, save)
+    if doc is not None and evidence.capture_id:
+        _link_capture(doc, evidence)
     save("watch.json", _json({"job": request.job, "stall": request.stall,
                               "at": _iso(at), **evidence.to_json()}))  # fmt: skip
     return evidence
@@ -159,6 +161,20 @@ def _report(
         evidence.report = evidence.folder / REPORT_NAME
     for part, why in report.missing.items():
         evidence.missing.setdefault(f"report: {part}", why)
+
+
+def _link_capture(doc: dict[str, Any], evidence: Evidence) -> None:
+    """The saved capture names its evidence folder and report (the palette and `stacks
+    --list --json` show them): the store's file is written again, atomically, with them."""
+    from areal_console.core.stacks.store import write_atomic
+
+    doc["watch"] = {"evidence": str(evidence.folder),
+                    "report": str(evidence.report) if evidence.report else None}  # fmt: skip
+    try:
+        assert evidence.capture_path is not None
+        write_atomic(Path(evidence.capture_path), json.dumps(doc, separators=(",", ":")))
+    except OSError as exc:
+        evidence.missing["captures store"] = f"the capture does not name its report: {exc}"
 
 
 def _new_folder(root: Path, name: str) -> Path:
