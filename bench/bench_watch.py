@@ -113,9 +113,11 @@ def main() -> None:
         thread.start()
         peak = rss0
         end = t0 + args.minutes * 60
+        trail: list[tuple[float, int]] = []  # (minutes, RSS kB) every 10 s
         while time.monotonic() < end and watch.poll() is None:
             time.sleep(min(10.0, max(0.0, end - time.monotonic())))
-            peak = max(peak, rss_kb(watch.pid))
+            trail.append(((time.monotonic() - t0) / 60, rss_kb(watch.pid)))
+            peak = max(peak, trail[-1][1])
         cpu1, rss1, t1 = cpu_seconds(watch.pid), rss_kb(watch.pid), time.monotonic()
         stop.set()
         thread.join()
@@ -147,6 +149,13 @@ def main() -> None:
             f"watch RSS: {rss0 / 1024:.1f} MB after its first look, {rss1 / 1024:.1f} MB at "
             f"the end (peak {peak / 1024:.1f} MB): growth {(rss1 - rss0) / 1024:+.2f} MB"
         )
+        tenth = max(1, len(trail) // 10)
+        shown = ", ".join(f"{m:.1f} min {kb / 1024:.1f}" for m, kb in trail[tenth - 1 :: tenth])
+        print(f"watch RSS (MB) over the soak: {shown}")
+        half = [kb for m, kb in trail if m >= args.minutes / 2]
+        if half:
+            print(f"second half: {min(half) / 1024:.1f}-{max(half) / 1024:.1f} MB "
+                  f"(growth within it {(half[-1] - half[0]) / 1024:+.2f} MB)")  # fmt: skip
         print(f"events: {[e['event'] for e in events]}; exit {code} on SIGTERM")
     finally:
         if watch is not None and watch.poll() is None:

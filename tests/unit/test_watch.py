@@ -8,16 +8,17 @@ import json
 import signal
 import stat
 import subprocess
-import sys
 import tarfile
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 from areal_console.core.replay.demo import DemoJob, new_demo
 from conftest import cli_env, run_cli, wait_for
+
+from tests.support import watch_cli
+from tests.support.watch_cli import Watch
 
 pytestmark = pytest.mark.slow
 
@@ -38,53 +39,8 @@ def hung() -> Iterator[DemoJob]:
         job.remove_files()
 
 
-class Watch:
-    """A running `areal-console watch`, its stdout and stderr lines collected as they come."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "areal_console", "watch", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
-        )  # fmt: skip
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.readers = [
-            threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
-            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
-        ]
-        for reader in self.readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: object, into: list[str]) -> None:
-        for line in stream:  # type: ignore[attr-defined]
-            into.append(line.rstrip("\n"))
-
-    def events(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in list(self.out)]
-
-    def event(self, kind: str, timeout: float = 120) -> dict[str, object]:
-        return wait_for(lambda: next((e for e in self.events() if e["event"] == kind), None),
-                        timeout=timeout, what=f"a {kind} event; stderr: {self.err}")  # fmt: skip
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=60)
-        for reader in self.readers:
-            reader.join(timeout=10)
-        return code
-
-
-@contextmanager
-def watching(*args: str) -> Iterator[Watch]:
-    watch = Watch(*args)
-    try:
-        yield watch
-    finally:
-        if watch.proc.poll() is None:
-            watch.proc.kill()
-            watch.proc.wait()
+def watching(*args: str) -> AbstractContextManager[Watch]:
+    return watch_cli.watching(*args, env=cli_env())
 
 
 def test_a_hung_job_leaves_its_evidence_and_runs_exec(hung: DemoJob, tmp_path: Path) -> None:
@@ -160,8 +116,7 @@ def test_a_healthy_run_raises_no_event(tmp_path: Path) -> None:
         job.wait_ready(timeout=300)
         with watching("--local", "--match", job.tag, "--logs", str(log), *FAST,
                       "--evidence", str(tmp_path / "ev"), "--json") as watch:  # fmt: skip
-            wait_for(lambda: any("following" in line for line in watch.err), timeout=60,
-                     what=f"the watch following the log; stderr: {watch.err}")  # fmt: skip
+            watch.said("following")
             steps = log.read_bytes().count(b" done.")
             # Training goes on for well past --stall-after: 60 more steps (several seconds).
             wait_for(lambda: log.read_bytes().count(b" done.") > steps + 60, timeout=300,

@@ -150,3 +150,12 @@ def test_stacks_are_sampled_only_while_the_log_is_quiet() -> None:
     assert wants_stacks(healthy, 12.0, True, 10.0)
     assert not wants_stacks(WatchState(phase="evidence"), 500.0, True, 10.0)
     assert wants_stacks(WatchState(phase="evidence"), None, False, 10.0)
+
+
+def test_growing_perf_tracer_spans_are_a_long_step_not_a_stall() -> None:
+    looks = [Look(t, JOB, 5, float(t), spans=1000 + t) for t in range(0, 300, 10)]
+    state, kinds, _ = run(looks)
+    assert kinds == []  # the log is quiet for 290 s, but spans keep coming
+    quiet = [Look(300 + t, JOB, 5, 300.0 + t, spans=1290) for t in range(10, 90, 10)]
+    _, kinds, _ = run(quiet, state)
+    assert kinds == ["stall", "evidence"]  # spans stopped too: stalled after stall_after

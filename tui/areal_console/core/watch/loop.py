@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from areal_console.core.common.errors import UserError
+from areal_console.core.common.errors import UsageError, UserError
 from areal_console.core.connection.fleet import Fleet, NodeFailure
 from areal_console.core.metrics.follow import LocalFiles, MetricsFollower, NodeFiles
 from areal_console.core.metrics.locate import job_logs_in
 from areal_console.core.metrics.store import MetricStore
+from areal_console.core.rollout.context import rank_file
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw, sample_nodes
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.scope import (
@@ -54,6 +55,7 @@ from areal_console.core.watch.state import (
     wants_stacks,
 )
 
+MAX_TRACED_RANKS = 8  # perf-tracer files looked at per look (their growth is what counts)
 STEP_TIMES_KEPT = 64  # the log's last step times the stall judgement needs (and no more)
 LOOK_TIMEOUT = 15.0  # a node's answer to one look (sample, py-spy)
 
@@ -154,7 +156,8 @@ class Watcher:
         if job is not None and wants_stacks(self.state, quiet, self.follower is not None,
                                             self.config.interval):  # fmt: skip
             stacks = self._stacks(job, sampled)
-        return Look(at, pids, steps, quiet, finished, stacks, why)
+        spans = self._spans(job) if quiet is not None and quiet >= self.config.interval else None
+        return Look(at, pids, steps, quiet, finished, stacks, why, spans)
 
     def _reachability(self, sampled: dict[str, Any]) -> None:
         """A note when a node stops answering, and when it answers again (the fleet
@@ -183,7 +186,7 @@ class Watcher:
             if not exc.jobs or (self.target.job is not None and "no job matches" in str(exc)):
                 return None
             if self.job_key is None and self.state.phase == "waiting":
-                raise UserError(str(exc)) from None
+                raise UsageError(str(exc)) from None
             return None
         if len(chosen) != 1 or not chosen[0].processes:
             return None
@@ -241,13 +244,35 @@ class Watcher:
         self.note(f"following {'' if local else session.name + ':'}{path}")
         return MetricsFollower(path, files)
 
+    def _spans(self, job: JobGroup | None) -> int | None:
+        """Bytes in the ranks' perf-tracer files beside the followed log (AReaL's
+        `<log dir>/perf_tracer/[<role>/]traces-r<rank>.jsonl`); None when there are none."""
+        follower = self.follower
+        if follower is None or job is None:
+            return None
+        base = follower.source.split(":", 1)[-1] if follower.files.node else follower.source
+        log_dir = base if not base.endswith(".log") else base.rsplit("/", 1)[0]
+        ranked = sorted((p for ps in job.processes.values() for p in ps
+                         if isinstance(p.get("rank"), int)), key=lambda p: int(p["rank"]))  # fmt: skip
+        total, found = 0, False
+        for p in ranked[:MAX_TRACED_RANKS]:
+            role = p.get("role") if isinstance(p.get("role"), str) else None
+            for path in rank_file(log_dir, "perf_tracer", f"traces-r{p['rank']}.jsonl", role):
+                try:
+                    total += int(follower.files.read(path, 0, None, 1)["size"])
+                except (UserError, KeyError, OSError, ValueError):
+                    continue
+                found = True
+                break
+        return total if found else None
+
     def _log_note(self, text: str) -> None:
         if text != self._log_error:
             self._log_error = text
             self.note(text)
 
     def _stacks(self, job: JobGroup, sampled: dict[str, Any]) -> str | None:
-        """A signature of every process's stacks (one non-blocking py-spy sample)."""
+        """A signature of every process's stack (one non-blocking py-spy sample)."""
         options = CaptureOptions(samples=1, job=job.key, match=self.target.match,
                                  slurm_job=self.target.slurm_job, nonblocking=True,
                                  timeout=LOOK_TIMEOUT, ledger=False, rollout=False)  # fmt: skip
@@ -257,12 +282,11 @@ class Watcher:
         except Exception as exc:  # the job left meanwhile; a node dropped: no sample this look
             self._log_note(f"stacks not sampled: {exc}")
             return None
-        parts = []
-        for r in sorted(capture.ranks, key=lambda r: (r.node, r.pid)):
-            if r.state != "ok":
-                continue
-            threads = sorted((t.name, tuple(t.frames)) for t in r.threads if not t.idle)
-            parts.append((r.node, r.pid, threads))
+        # Each process's work thread (what groups and diffs compare): a helper thread
+        # that flickers between idle and busy does not count as moving.
+        parts = [(r.node, r.pid, tuple(r.work_frames))
+                 for r in sorted(capture.ranks, key=lambda r: (r.node, r.pid))
+                 if r.state == "ok"]  # fmt: skip
         if not parts:
             return None
         return hashlib.sha256(repr(parts).encode()).hexdigest()

@@ -52,6 +52,9 @@ class Look:
     """A signature of every process's stacks, when they were sampled on this look."""
     why: str = ""
     """The log's state in words (for the stall event)."""
+    spans: int | None = None
+    """Bytes in the job's perf-tracer files (AReaL's `perf_tracer/traces-r*.jsonl`); None:
+    none found. Growing spans are work going on inside a long step: no stall."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,9 @@ class WatchState:
     stacks_since: float | None = None
     """When the stacks took the signature they still have."""
     stall_at: float | None = None
+    spans: int | None = None
+    active_at: float | None = None
+    """When the perf-tracer files last grew."""
     evidence: str | None = None
     """The episode's latest evidence folder."""
     events: tuple[str, ...] = field(default=())
@@ -108,6 +114,8 @@ def state_from_json(doc: Any) -> WatchState:
             stacks=_opt_str(doc.get("stacks")),
             stacks_since=_opt_float(doc.get("stacks_since")),
             stall_at=_opt_float(doc.get("stall_at")),
+            spans=_opt_int(doc.get("spans")),
+            active_at=_opt_float(doc.get("active_at")),
             evidence=_opt_str(doc.get("evidence")),
             events=tuple(str(e) for e in (doc.get("events") or [])[-8:]),
         )
@@ -183,6 +191,9 @@ def observe(
     progressed = look.steps is not None and state.steps is not None and look.steps > state.steps
     if look.steps is not None:
         state = replace(state, steps=look.steps)
+    if look.spans is not None:
+        grew = state.spans is not None and look.spans > state.spans
+        state = replace(state, spans=look.spans, active_at=look.at if grew else state.active_at)
     if look.stacks is not None and look.stacks != state.stacks:
         moved = state.stacks is not None
         state = replace(state, stacks=look.stacks, stacks_since=look.at)
@@ -223,6 +234,8 @@ def stall_reason(state: WatchState, look: Look, config: WatchConfig) -> str | No
     stacks unchanged across samples for `stall_after` while no step came."""
     if look.finished:
         return None
+    if state.active_at is not None and look.at - state.active_at <= config.stall_after:
+        return None  # the perf tracer still records spans: a long step, not a stall
     if look.quiet_for is not None and look.quiet_for > config.stall_after:
         return look.why or f"no new step for {look.quiet_for:.0f}s"
     if (
