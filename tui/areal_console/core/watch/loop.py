@@ -317,9 +317,9 @@ class Watcher:
         except OSError as exc:  # the folder itself could not be made
             self.note(f"no evidence folder in {self.root}: {exc}")
             return
-        missing = "; ".join(f"{k}: {v}" for k, v in list(evidence.missing.items())[:3])
-        self.state, event = evidence_taken(self.state, str(evidence.folder), self.clock(),
-                                           f"not collected: {missing}" if missing else "")  # fmt: skip
+        parts = [k.removeprefix("report: ") for k in evidence.missing]
+        missing = f"not collected: {', '.join(parts)} (why: watch.json)" if parts else ""
+        self.state, event = evidence_taken(self.state, str(evidence.folder), self.clock(), missing)
         self.emit(event, self.job_key)
         self._save_state()
         if self.on_evidence is not None:
