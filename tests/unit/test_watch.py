@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from areal_console.core.replay.demo import DemoJob, new_demo
-from conftest import cli_env, run_cli, wait_for
+from conftest import GlooJob, cli_env, run_cli, wait_for
 
 from tests.support import watch_cli
+from tests.support.cluster import free_port
 from tests.support.watch_cli import Watch
 
 pytestmark = pytest.mark.slow
@@ -128,6 +129,32 @@ def test_a_healthy_run_raises_no_event(tmp_path: Path) -> None:
         job.stop()
         job.remove_files()
     assert [p.name for p in (tmp_path / "ev").iterdir() if not p.name.startswith(".")] == []
+
+
+def test_a_job_without_a_log_stalls_by_its_stacks_and_its_restart_is_a_new_episode(
+    tmp_path: Path,
+) -> None:
+    """A gloo job that names no log: its stacks, unchanged across samples, are the stall.
+    Killed: `gone`. Started again (new PIDs): a new episode, with its own evidence."""
+    port = free_port()
+    job = GlooJob(2, tmp_path / "first", port=port)
+    try:
+        with watching("--local", "--match", str(tmp_path), *FAST, "--evidence",
+                      str(tmp_path / "ev"), "--json") as watch:  # fmt: skip
+            assert "stacks unchanged" in str(watch.event("stall")["detail"])
+            first = watch.event("evidence")["evidence"]
+            job.stop()
+            assert watch.event("gone")["evidence"] == first
+            job = GlooJob(2, tmp_path / "second", port=port)
+            wait_for(lambda: [e["event"] for e in watch.events()].count("evidence") == 2,
+                     timeout=120, what=f"the second episode's evidence: {watch.out}")  # fmt: skip
+            assert watch.stop(signal.SIGTERM) == 0
+            kinds = [e["event"] for e in watch.events()]
+            assert kinds == ["stall", "evidence", "gone", "stall", "evidence"]
+            second = watch.events()[-1]["evidence"]
+            assert second != first and Path(str(second)).is_dir() and Path(str(first)).is_dir()
+    finally:
+        job.stop()
 
 
 @pytest.mark.parametrize(
