@@ -288,6 +288,10 @@ class Watcher:
                  for r in sorted(capture.ranks, key=lambda r: (r.node, r.pid))
                  if r.state == "ok"]  # fmt: skip
         if not parts:
+            if capture.ranks:  # py-spy missing or refused: say so, once, or no stall is seen
+                from areal_console.core.stacks.diagnose import failure_reasons
+
+                self._log_note("stacks not sampled: " + "; ".join(failure_reasons(capture.ranks)))
             return None
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
