@@ -157,6 +157,31 @@ def test_a_job_without_a_log_stalls_by_its_stacks_and_its_restart_is_a_new_episo
         job.stop()
 
 
+def test_an_areal_job_is_followed_by_the_log_its_command_lines_name(tmp_path: Path) -> None:
+    """AReaL's single-controller test job (workers hung in a gloo barrier): the log
+    directory comes from the workers' --fileroot/--experiment-name/--trial-name."""
+    import getpass
+
+    from tests.tui.test_areal_processes import ArealRun
+
+    run = ArealRun(tmp_path / "run", "collective", 2)
+    try:
+        with watching("--local", "--match", str(run.workdir), *FAST, "--evidence",
+                      str(tmp_path / "ev"), "--json") as watch:  # fmt: skip
+            log_dir = run.workdir / "logs" / getpass.getuser() / "gsm8k-grpo" / run.trial
+            assert watch.said("following") == f"watch: following {log_dir}"
+            stall = watch.event("stall")
+            assert stall["job"] == f"areal:{run.job}"
+            folder = Path(str(watch.event("evidence")["evidence"]))
+            report = (folder / "report.md").read_text()
+            assert "## Detailed Information" in report and str(run.trial) in report
+            stacks = json.loads((folder / "stacks.json").read_text())
+            assert stacks["job"] == f"areal:{run.job}" and stacks["tags"] == ["watch"]
+            assert watch.stop(signal.SIGTERM) == 0
+    finally:
+        run.stop()
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
