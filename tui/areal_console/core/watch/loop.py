@@ -144,6 +144,8 @@ class Watcher:
         self._reachability(sampled)
         ok = {n: r for n, r in sampled.items() if not isinstance(r, NodeFailure)}
         job = self._job(ok)
+        if job is None and self.state.phase == "waiting" and ok:
+            self._log_note("no job to watch on the targets yet (waiting for its processes)")
         seen = frozenset(_pids(job)) if job is not None else frozenset()
         pids: frozenset[str] | None = seen
         failed = {n for n, r in sampled.items() if isinstance(r, NodeFailure)}
