@@ -376,8 +376,11 @@ class ConsoleApp(WorkerHost, App[None]):
         for saved in self.saved_captures:  # cached: the palette asks at every keystroke
             if not self.users.shows(saved.user):
                 continue
-            entries.append((f"Capture {saved.capture_id}: {saved.title}",
-                            f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}",
+            tags = "".join(f" [{t}]" for t in saved.tags)
+            help_text = f"{saved.captured_at} · {plural(saved.ranks, 'rank')} · {saved.pattern}"
+            if saved.report:
+                help_text += f" · report: {saved.report}"
+            entries.append((f"Capture {saved.capture_id}{tags}: {saved.title}", help_text,
                             partial(self.open_saved_capture, saved.capture_id)))  # fmt: skip
         return entries
 

@@ -28,7 +28,7 @@ from areal_console.core.common.textfmt import PrintableStream, printable
 # Commands whose whole output is text for a terminal (not the TUI, not a training run's
 # own log): it is written through `PrintableStream`, so no remote string reaches the
 # terminal with its control characters.
-PRINTABLE_COMMANDS = {"nodes", "stacks", "batch", "replay", "slurm", "metrics", "report"}
+PRINTABLE_COMMANDS = {"nodes", "stacks", "batch", "replay", "slurm", "metrics", "report", "watch"}
 
 # Subcommand modules, in the order `--help` lists them; each registers the command named
 # like its module (`areal_console.commands.stacks` -> `stacks`).
@@ -43,6 +43,7 @@ COMMAND_MODULES = [
     "areal_console.commands.slurm",
     "areal_console.commands.metrics",
     "areal_console.commands.report",
+    "areal_console.commands.watch",
 ]
 
 

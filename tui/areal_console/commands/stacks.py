@@ -317,6 +317,8 @@ def _list(saved: list[Any], as_json: bool) -> int:
                 "ranks": c.ranks,
                 "pattern": c.pattern,
                 "title": c.title,
+                "tags": list(c.tags),
+                "report": c.report,
             }
             for c in saved
         ]
@@ -328,8 +330,9 @@ def _list(saved: list[Any], as_json: bool) -> int:
         return EXIT_OK
     print(f"{'ID':<22} {'CAPTURED':<26} {'USER':<12} {'RANKS':>5}  DIAGNOSIS")
     for c in saved:
+        tags = "".join(f"[{t}] " for t in c.tags)
         print(f"{c.capture_id:<22} {c.captured_at:<26} {c.user or '-':<12} {c.ranks:>5}  "
-              f"{c.pattern}: {c.title}")  # fmt: skip
+              f"{tags}{c.pattern}: {c.title}")  # fmt: skip
     return EXIT_OK
 
 

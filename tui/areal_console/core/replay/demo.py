@@ -148,7 +148,8 @@ class DemoJob:
             "trajectory_debug.dump_rollout_data=true",
             f"trajectory_debug.path={self.dump_dir}",
             f"trajectory_debug.dump_steps=[{','.join(str(s) for s in range(self.dump_steps))}]",
-            f"debug.hang={self.pattern}",
+            # The trainer's default is no hang; `debug.hang=none` would read as null.
+            *([f"debug.hang={self.pattern}"] if self.pattern != "none" else []),
             f"output_dir={self.workdir / 'out'}",
         ]  # fmt: skip
 

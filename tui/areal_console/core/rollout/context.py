@@ -232,7 +232,7 @@ def _read_config(session: NodeSession, path: str, owner: str) -> dict[str, Any]:
     return {"path": path, "text": str(reply.get("text") or "")}
 
 
-def _rank_file(log_dir: str, subdir: str, name: str, role: str | None) -> list[str]:
+def rank_file(log_dir: str, subdir: str, name: str, role: str | None) -> list[str]:
     """Where AReaL puts a rank's tracer file: under its role folder, else directly. The
     role is a process's `--role`: one path component or none (`../..` steers nowhere)."""
     role_dir = [f"{log_dir}/{subdir}/{role}/{name}"] if role and safe_component(role) else []
@@ -289,13 +289,13 @@ def rollout_files(
     )[: min(max_ranks, MAX_RANK_FILES)]
     for p in ranked:
         role = p.get("role") if isinstance(p.get("role"), str) else None
-        for path in _rank_file(log_dir, "perf_tracer", f"traces-r{p['rank']}.jsonl", role):
+        for path in rank_file(log_dir, "perf_tracer", f"traces-r{p['rank']}.jsonl", role):
             got = _tail(session, path, MAX_TAIL, user)
             if got is not None:
                 out["traces"].append({"rank": p["rank"], "role": role, **got})
                 break
         name = f"sessions-r{p['rank']}.jsonl"
-        for path in _rank_file(log_dir, "session_tracer", name, role) if sessions else []:
+        for path in rank_file(log_dir, "session_tracer", name, role) if sessions else []:
             counted = _count_sessions(session, path, user)
             if counted is not None:
                 out["sessions"].append({"rank": p["rank"], "role": role, **counted})

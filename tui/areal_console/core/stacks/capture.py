@@ -87,6 +87,7 @@ class CaptureOptions:
     on_sample: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
     rollout: bool = True  # also read perf tracer files and rollout tracing lines
+    tags: tuple[str, ...] = ()  # saved with the capture (`stacks --list` shows them): "watch"
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -267,8 +268,11 @@ def capture_and_analyse(
         # and an empty entry in every list of saved captures.
         result.capture.save_error = f"not saved: {NOTHING_CAPTURED}"
         return result
+    doc = result.json()
+    if options.tags:
+        doc["tags"] = list(options.tags)
     try:
-        save_capture(result.capture, doc=result.json())
+        save_capture(result.capture, doc=doc)
     except OSError as exc:  # still show it: losing the save must not lose the capture
         result.capture.save_error = f"capture not saved: {exc}"
     return result

@@ -56,6 +56,8 @@ class SavedCapture:
     pattern: str
     title: str
     user: str | None = None  # who took it; None: a capture saved before users were stored
+    tags: tuple[str, ...] = ()  # what took it, when not a person: "watch"
+    report: str | None = None  # the report `watch` wrote beside it (its evidence folder)
 
 
 @dataclass
@@ -88,7 +90,24 @@ def _summary(path: Path) -> SavedCapture:
         pattern=str(diag.get("pattern") or "?"),
         title=str(diag.get("title") or ""),
         user=doc["user"] if isinstance(doc.get("user"), str) else None,
+        tags=_tags(doc.get("tags")),
+        report=_watch_report(doc.get("watch")),
     )
+
+
+def _watch_report(value: object) -> str | None:
+    """The report path a watch recorded in its capture (an absolute path, or None)."""
+    report = value.get("report") if isinstance(value, dict) else None
+    if not isinstance(report, str) or not report.startswith("/") or len(report) > 4096:
+        return None
+    return None if "\0" in report else report
+
+
+def _tags(value: object) -> tuple[str, ...]:
+    """A capture's tags: short words only (the file may come from anywhere)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(t for t in value[:8] if isinstance(t, str) and t.isidentifier() and len(t) <= 32)
 
 
 def scan_captures(directory: Path | None = None) -> tuple[list[SavedCapture], list[BadCapture]]:
