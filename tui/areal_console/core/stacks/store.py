@@ -15,6 +15,7 @@ from areal_console.core.common import locations
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.textfmt import clip
 from areal_console.core.stacks.codec import capture_from_json
+from areal_console.core.stacks.parsing import gc_paused
 from areal_console.core.stacks.records import StackCapture
 
 
@@ -46,7 +47,7 @@ def save_capture(
 
     `doc` is that document when the caller has it already (made from its analysis): the
     capture is then not analysed again for the file. Its `id` is the capture's."""
-    from areal_console.core.stacks.report import capture_json
+    from areal_console.core.stacks.report import capture_json, compact_json
 
     if not capture.capture_id:
         capture.capture_id = new_capture_id()
@@ -56,7 +57,7 @@ def save_capture(
         doc["id"] = capture.capture_id
     directory = directory or locations.captures_dir()
     path = directory / f"{capture.capture_id}.json"
-    write_atomic(path, json.dumps(doc, separators=(",", ":")))
+    write_atomic(path, compact_json(doc))
     return path
 
 
@@ -157,7 +158,8 @@ def resolve_capture(ref: str, directory: Path | None = None) -> Path:
 def load_capture(ref: str, directory: Path | None = None) -> StackCapture:
     path = resolve_capture(ref, directory)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with gc_paused():  # a 4,096-rank capture is ~600,000 small dicts and no cycle
+            doc = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read capture {path}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
