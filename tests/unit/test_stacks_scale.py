@@ -6,10 +6,11 @@ hostile text in one line."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
-from areal_console.core.stacks import pyspy_text
+from areal_console.core.stacks import pyspy_text, store
 from areal_console.core.stacks.pyspy_text import (
     FrameLines,
     ImportTooLarge,
@@ -17,7 +18,13 @@ from areal_console.core.stacks.pyspy_text import (
     parse_text,
 )
 from areal_console.core.stacks.report import analysed, compact_json
-from areal_console.core.stacks.store import load_capture
+from areal_console.core.stacks.store import (
+    INDEX_NAME,
+    load_capture,
+    resolve_capture,
+    save_capture,
+    scan_captures,
+)
 
 from tests.conftest import run_cli
 from tests.support.fixtures.pyspy_scale import laggards_of, rank_dump, write_job
@@ -122,3 +129,101 @@ def test_blocks_and_lines_read_alike() -> None:
     )
     assert [s.threads for s in fast] == [s.threads for s in crlf] == [s.threads for s in noted]
     assert [s.pid for s in fast] == [20003, 20004] and fast[0].frames == 150
+
+
+# --------------------------------------------------------------------------------------
+# The index of saved captures (core/stacks/store.py)
+
+
+def _saved(directory: Path, n: int) -> list[Path]:
+    """`n` saved imports of the recorded dumps (each diagnosed, as a user's would be)."""
+    paths = []
+    for i in range(n):
+        capture = import_text_dumps([DATA / "pyspy_text" / "rank0.txt"], f"20260101-00000{i}-c")
+        capture.captured_at = f"2026-01-01T00:00:0{i}+00:00"
+        paths.append(save_capture(capture, directory))
+    return paths
+
+
+def _listing(directory: Path) -> tuple[list[tuple[str, str, int, str]], list[str]]:
+    saved, bad = scan_captures(directory)
+    return [(c.capture_id, c.captured_at, c.ranks, c.pattern) for c in saved], sorted(
+        f"{b.path.name}: {b.error}" for b in bad
+    )
+
+
+def test_listing_and_opening_read_the_index_not_every_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _saved(tmp_path, 3)
+    (tmp_path / "20260101-000009-x.json").write_text("{not json")
+    expected = _listing(tmp_path)
+    assert [c[0] for c in expected[0]] == [f"20260101-00000{i}-c" for i in (2, 1, 0)]
+    assert expected[1] == ["20260101-000009-x.json: not JSON (Expecting property name "
+                           "enclosed in double quotes: line 1 column 2 (char 1))"]  # fmt: skip
+
+    def parse_forbidden(path: Path) -> None:
+        raise AssertionError(f"{path} parsed again")
+
+    monkeypatch.setattr(store, "_summary", parse_forbidden)
+    assert _listing(tmp_path) == expected
+    assert resolve_capture("latest", tmp_path).name == "20260101-000002-c.json"
+    monkeypatch.undo()
+    # A capture rewritten in place (another size, another time) is read again.
+    path = tmp_path / "20260101-000001-c.json"
+    doc = json.loads(path.read_text())
+    doc["diagnosis"]["pattern"] = "rewritten"
+    path.write_text(json.dumps(doc))
+    rows, _ = _listing(tmp_path)
+    assert ("20260101-000001-c", "2026-01-01T00:00:01+00:00", 1, "rewritten") in rows
+    # A capture removed leaves the index with it.
+    path.unlink()
+    assert [c[0] for c in _listing(tmp_path)[0]] == ["20260101-000002-c", "20260101-000000-c"]
+    assert "20260101-000001-c.json" not in json.loads((tmp_path / INDEX_NAME).read_text())["files"]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'{"version": 2, "files": {}}',
+        b'{"version": 1, "files": []}',
+        b'{"version": 1, "files": {"20260101-000000-c.json": 5}}',
+        b"\xff\xfe\x00garbage",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"version": 1, "files": {}}' + b" " * (17 << 20),
+    ],
+    ids=["text", "list", "version", "files-list", "entry-int", "bytes", "deep", "huge"],
+)
+def test_a_broken_index_is_ignored_and_rebuilt(tmp_path: Path, index: bytes) -> None:
+    _saved(tmp_path, 2)
+    expected = _listing(tmp_path)
+    (tmp_path / INDEX_NAME).write_bytes(index)
+    assert _listing(tmp_path) == expected
+    assert json.loads((tmp_path / INDEX_NAME).read_text())["version"] == 1
+
+
+def test_index_entries_of_the_wrong_shape_cost_only_a_reread(tmp_path: Path) -> None:
+    """Entries that claim the right file (its exact stamp) but hold values of the wrong
+    type are read from the capture instead."""
+    paths = _saved(tmp_path, 1)
+    expected = _listing(tmp_path)
+    index = json.loads((tmp_path / INDEX_NAME).read_text())
+    entry = index["files"][paths[0].name]
+    for bad in ({"ranks": True}, {"ranks": -1}, {"ranks": "7"}, {"id": ["x"]}, {"user": 3},
+                {"title": None}, {"stamp": "x"}, {"error": 5}):  # fmt: skip
+        index["files"][paths[0].name] = entry | bad
+        (tmp_path / INDEX_NAME).write_text(json.dumps(index))
+        assert _listing(tmp_path) == expected, bad
+
+
+def test_an_index_that_is_a_fifo_or_a_directory_is_ignored(tmp_path: Path) -> None:
+    _saved(tmp_path, 1)
+    expected = _listing(tmp_path)
+    (tmp_path / INDEX_NAME).unlink()
+    os.mkfifo(tmp_path / INDEX_NAME)  # opened for reading it would block
+    assert _listing(tmp_path) == expected
+    (tmp_path / INDEX_NAME).unlink()
+    (tmp_path / INDEX_NAME).mkdir()
+    assert _listing(tmp_path) == expected
