@@ -15,7 +15,6 @@ from typing import Any
 from areal_console.core.common import locations
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.textfmt import clip
-from areal_console.core.stacks.codec import capture_from_json
 from areal_console.core.stacks.parsing import gc_paused
 from areal_console.core.stacks.records import StackCapture
 
@@ -297,6 +296,8 @@ def load_capture(ref: str, directory: Path | None = None) -> StackCapture:
         raise UserError(f"cannot read capture {path}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
         raise UserError(f"{path} is not a stack capture")
+    from areal_console.core.stacks.codec import capture_from_json  # reading back only
+
     try:
         capture = capture_from_json(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
