@@ -109,6 +109,31 @@ def stacks_app(pattern: str = "cleanup_deadlock") -> ConsoleApp:
     return app
 
 
+def scale_capture(ranks: int = 4096) -> StackCapture:
+    """A hung job of `ranks` AReaL workers (three threads of ~50 recorded frames each;
+    tests/support/fixtures/pyspy_scale.py) read as `stacks --import` reads it, with a
+    fixed id, time and user (the snapshot shows no clock and no login name)."""
+    import tempfile
+
+    from areal_console.core.stacks.pyspy_text import import_text_dumps
+
+    from tests.support.fixtures.pyspy_scale import write_job
+
+    with tempfile.TemporaryDirectory(prefix="scale-stacks-") as tmp:
+        capture = import_text_dumps(write_job(Path(tmp), ranks), "20260101-000000-4096")
+    capture.captured_at = "2026-01-01T00:00:00+00:00"
+    capture.user = "alice"
+    return capture
+
+
+def scale_stacks_app(ranks: int = 4096) -> ConsoleApp:
+    """The console whose Stacks screen holds a `scale_capture` of `ranks` ranks."""
+    app = ConsoleApp(None, recorded_monitor())
+    capture = scale_capture(ranks)
+    app.register_screen("stacks", lambda: StacksScreen(capture))
+    return app
+
+
 async def open_stacks(pilot: Pilot[None], diff: bool = False) -> None:
     """`2`, wait for the diagnosis; with `diff`, mark the first two groups and diff them."""
     await pilot.press("2")
