@@ -109,6 +109,23 @@ def stacks_app(pattern: str = "cleanup_deadlock") -> ConsoleApp:
     return app
 
 
+def scale_views(nodes: int, per_node: int) -> list[NodeView]:
+    """`nodes` nodes of `per_node` ranks each, every one the recorded node1 with its rank
+    processes renumbered (rank, pid): what the console watches on a large job."""
+    sample = json.loads((DATA / "cluster_recording.json").read_text())
+    template = next(p for p in sample["processes"] if p.get("rank") is not None)
+    views = []
+    for n in range(nodes):
+        procs = [
+            dict(template, pid=20_000 + n * per_node + i, rank=n * per_node + i, local_rank=i)
+            for i in range(per_node)
+        ]
+        node_sample = dict(sample, processes=procs)
+        views.append(NodeView(f"n{n:03d}", f"alice@10.0.{n // 250}.{n % 250}:22", "up", None,
+                              0.004, node_sample, 0.0, {}, {"hostname": f"n{n:03d}"}))  # fmt: skip
+    return views
+
+
 def scale_capture(ranks: int = 4096) -> StackCapture:
     """A hung job of `ranks` AReaL workers (three threads of ~50 recorded frames each;
     tests/support/fixtures/pyspy_scale.py) read as `stacks --import` reads it, with a
