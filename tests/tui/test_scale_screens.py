@@ -57,3 +57,24 @@ async def test_a_small_fleet_lists_every_match() -> None:
         await pilot.pause()
         found = await _search(app, "rank")
         assert len(found) == 32 and not any("more entries" in f for f in found)
+
+
+def test_groups_filter_by_rank_set_node_and_role() -> None:
+    from areal_console.core.stacks.merge import analyse
+    from areal_console.widgets.rank_group_table import group_matches, rank_intervals
+
+    groups = analyse(recorded.scale_capture(4096)).groups
+    big, small = sorted(groups, key=lambda g: -g.size)
+
+    def shown(text: str) -> list[int]:
+        return [g.size for g in (big, small) if group_matches(g, text)]
+
+    assert shown("2049") == [4091]  # inside "0-998,...,2000-2998": not a substring of it
+    assert shown("3999") == [5]
+    assert shown("0-3,3999") == [4091, 5]
+    assert shown("5000-999999999") == []  # one interval, never expanded
+    assert rank_intervals("0-999999999") == [(0, 999_999_999)]
+    assert rank_intervals("1-2,x") is None and rank_intervals("9" * 10) is None
+    assert shown("node:node0511.txt") == [4091, 5]  # ranks 4088-4094 and 4095
+    assert shown("node:node0001.txt") == [4091]  # ranks 8-15
+    assert shown("role:actor") == [4091, 5] and shown("role:rollout") == []
