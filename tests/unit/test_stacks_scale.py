@@ -5,6 +5,7 @@ hostile text in one line."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -227,3 +228,25 @@ def test_an_index_that_is_a_fifo_or_a_directory_is_ignored(tmp_path: Path) -> No
     (tmp_path / INDEX_NAME).unlink()
     (tmp_path / INDEX_NAME).mkdir()
     assert _listing(tmp_path) == expected
+
+
+def test_scattered_outliers_are_named_in_one_short_line() -> None:
+    """Every other rank of 4,096 elsewhere: the diagnosis names them in one line, the
+    groups keep the full sets."""
+    text = rank_dump(0) + rank_dump(1, laggard=True)
+    one = parse_text(text, "n.txt")
+    sections = []
+    for r in range(4096):
+        s = copy.deepcopy(one[r % 2])
+        s.pid, s.cmdline = (
+            20_000 + r,
+            s.cmdline.replace("--worker-index 0 ", f"--worker-index {r} "),
+        )
+        s.cmdline = s.cmdline.replace("--worker-index 1 ", f"--worker-index {r} ")
+        sections.append(s)
+    capture = pyspy_text.sections_to_capture(sections, "scattered")
+    result = analysed(capture)
+    lines = [e for e in result.diagnosis.evidence if e.startswith("ranks ")]
+    assert lines and all(len(e) < 250 for e in lines), lines
+    assert any("... (2048 ranks in 2048 ranges)" in e for e in lines), lines
+    assert sorted(len(g.ranks) for g in result.analysis.groups) == [2048, 2048]

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from areal_node.constants import config_key
 
+from areal_console.core.common.rankset import brief_ranks
 from areal_console.core.stacks.library import is_library_file
-from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
+from areal_console.core.stacks.merge import RankGroup, StackAnalysis
 from areal_console.core.stacks.parsing import gc_paused
 from areal_console.core.stacks.records import Frame, RankStack, Stack, per_stack
 from areal_console.core.stacks.weight_update import weight_update_stuck
@@ -279,7 +280,7 @@ def short_where(frames: Stack) -> str:
 
 
 def _ranks_word(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {brief_ranks(ranks)}"
 
 
 def _group_evidence(groups: list[RankGroup]) -> list[str]:
@@ -294,7 +295,10 @@ def failure_reasons(failed: list[RankStack]) -> list[str]:
     lines = []
     for reason, ranks in by_reason.items():
         numbered = sorted(r.rank for r in ranks if r.rank is not None)
-        who = _ranks_word(numbered) if numbered else f"pid {', '.join(str(r.pid) for r in ranks)}"
+        pids = ", ".join(str(r.pid) for r in ranks[:8]) + (
+            f", ... ({len(ranks)} processes)" if len(ranks) > 8 else ""
+        )
+        who = _ranks_word(numbered) if numbered else f"pid {pids}"
         lines.append(f"{who}: {reason}")
     return lines
 
