@@ -13,6 +13,10 @@ sequence ids and an index per collective into a small table of op, sizes and dty
 that runs on each node for its own ranks and is printed per dump. In the console:
 - baseline: `json.loads` of every rank's reply (just loading the data);
 - ledger: `parse_trace` per rank and `build_ledger` (positions, behind, first mismatch);
+- key check: the type test of every collective's key, as it was (a generator asking
+  `type(k) is not int` of each of the 2,000 keys of each rank) against what the parse does
+  now (`_keys`: the list packed into bytes in C, the largest found once per distinct list),
+  in the same run;
 - wait-for: `build_wait_for` on that ledger (rank 11 behind: every other rank waits on
   it; rank 11 is the root, its stack taken as outside any collective).
 Prints the median of `--repeat` runs and the ratios ledger / baseline, wait-for / baseline.
@@ -31,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 from areal_console.core.ledger import build_ledger, parse_trace  # noqa: E402
+from areal_console.core.ledger.trace import TraceError, _keys  # noqa: E402
 from areal_console.core.ledger.waitfor import RankActivity, build_wait_for  # noqa: E402
 from areal_node.agent.flight_recorder import safe_unpickle, slim_trace  # noqa: E402
 
@@ -82,6 +87,22 @@ def ledger(traces: list[dict[str, Any]]) -> Any:
     return build_ledger(parsed, world_size=len(traces))
 
 
+def key_check_before(traces: list[dict[str, Any]]) -> bool:
+    """The per-key type test the parse did before (it dominated a profile at 1,024 ranks)."""
+    return any(any(type(k) is not int for k in g["keys"]) for t in traces for g in t["groups"])
+
+
+def key_check_now(traces: list[dict[str, Any]]) -> bool:
+    """The check the parse does now (`_keys`: packed as int64 in C, bounds once per list)."""
+    for t in traces:
+        for g in t["groups"]:
+            try:
+                _keys(g["keys"], len(g["table"]))
+            except TraceError:
+                return True
+    return False
+
+
 def timed(fn: Any, arg: Any) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn(arg)
@@ -98,7 +119,7 @@ def main() -> int:
     size = sum(len(r) for r in replies)
     print(f"{args.ranks} ranks x {args.entries} entries: {size / 1e6:.1f} MB from the agents; "
           f"reducing one dump on its node: {per_dump * 1000:.0f} ms")  # fmt: skip
-    base, full, waits = [], [], []
+    base, full, waits, before, now = [], [], [], [], []
     result = graph = None
     activity = {r: RankActivity(r, "collective", "all_reduce") for r in range(args.ranks)}
     activity[11] = RankActivity(11, "compute", "train_step (x.py:1)")
@@ -107,6 +128,12 @@ def main() -> int:
         base.append(t)
         t, result = timed(ledger, traces)
         full.append(t)
+        t, bad = timed(key_check_before, traces)
+        before.append(t)
+        assert not bad
+        t, bad = timed(key_check_now, traces)
+        now.append(t)
+        assert not bad
         t, graph = timed(lambda lg: build_wait_for(lg, activity).to_json(), result)
         waits.append(t)
     group = result.groups[0]
@@ -117,6 +144,9 @@ def main() -> int:
     print(f"ledger (parse + line up + verdict): {f:.3f} s  median of {args.repeat}")
     print(f"ledger incl. decoding:              {b + f:.3f} s")
     print(f"ratio ledger / baseline: {f / b:.2f}")
+    kb, kn = statistics.median(before), statistics.median(now)
+    print(f"key check, per key (before):        {kb:.3f} s; packed (now): {kn:.3f} s; "
+          f"ratio now / before: {kn / kb:.2f}")  # fmt: skip
     w = statistics.median(waits)
     assert graph is not None and [r["rank"] for r in graph["roots"]] == [11], graph["roots"]
     print(f"wait-for graph (build + JSON):      {w:.3f} s  median of {args.repeat}, "

@@ -109,6 +109,48 @@ def stacks_app(pattern: str = "cleanup_deadlock") -> ConsoleApp:
     return app
 
 
+def scale_views(nodes: int, per_node: int) -> list[NodeView]:
+    """`nodes` nodes of `per_node` ranks each, every one the recorded node1 with its rank
+    processes renumbered (rank, pid): what the console watches on a large job."""
+    sample = json.loads((DATA / "cluster_recording.json").read_text())
+    template = next(p for p in sample["processes"] if p.get("rank") is not None)
+    views = []
+    for n in range(nodes):
+        procs = [
+            dict(template, pid=20_000 + n * per_node + i, rank=n * per_node + i, local_rank=i)
+            for i in range(per_node)
+        ]
+        node_sample = dict(sample, processes=procs)
+        views.append(NodeView(f"n{n:03d}", f"alice@10.0.{n // 250}.{n % 250}:22", "up", None,
+                              0.004, node_sample, 0.0, {}, {"hostname": f"n{n:03d}"}))  # fmt: skip
+    return views
+
+
+def scale_capture(ranks: int = 4096) -> StackCapture:
+    """A hung job of `ranks` AReaL workers (three threads of ~50 recorded frames each;
+    tests/support/fixtures/pyspy_scale.py) read as `stacks --import` reads it, with a
+    fixed id, time and user (the snapshot shows no clock and no login name)."""
+    import tempfile
+
+    from areal_console.core.stacks.pyspy_text import import_text_dumps
+
+    from tests.support.fixtures.pyspy_scale import write_job
+
+    with tempfile.TemporaryDirectory(prefix="scale-stacks-") as tmp:
+        capture = import_text_dumps(write_job(Path(tmp), ranks), "20260101-000000-4096")
+    capture.captured_at = "2026-01-01T00:00:00+00:00"
+    capture.user = "alice"
+    return capture
+
+
+def scale_stacks_app(ranks: int = 4096) -> ConsoleApp:
+    """The console whose Stacks screen holds a `scale_capture` of `ranks` ranks."""
+    app = ConsoleApp(None, recorded_monitor())
+    capture = scale_capture(ranks)
+    app.register_screen("stacks", lambda: StacksScreen(capture))
+    return app
+
+
 async def open_stacks(pilot: Pilot[None], diff: bool = False) -> None:
     """`2`, wait for the diagnosis; with `diff`, mark the first two groups and diff them."""
     await pilot.press("2")

@@ -58,3 +58,13 @@ def test_stacks_deadlock_snapshot(snap_compare: Any) -> None:
     the ledger pane leads with it."""
     app = recorded.saved_stacks_app("saved_wrong_group")
     assert snap_compare(app, terminal_size=SIZE, run_before=recorded.open_stacks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
+def test_stacks_4096_ranks_snapshot(snap_compare: Any, size: tuple[int, int]) -> None:
+    """4,096 AReaL workers (512 nodes of 8), three threads of ~50 frames each: all but five
+    wait in a barrier, five are still in the training step's all_reduce. The groups and
+    the diagnosis name rank sets as ranges, the outliers in one short line."""
+    app = recorded.scale_stacks_app()
+    assert snap_compare(app, terminal_size=size, run_before=recorded.open_stacks)

@@ -247,3 +247,52 @@ def test_only_the_trainer_imports_torch_when_it_loads() -> None:
 def test_python_3_9_reads_the_node_package() -> None:
     for name, path in node_modules().items():
         ast.parse(path.read_text(), filename=name, feature_version=(3, 9))
+
+
+def loaded_by(*argv: str) -> set[str]:
+    """The modules a real `areal-console ARGV` process has loaded when it exits."""
+    import subprocess
+
+    from tests.conftest import cli_env
+
+    script = (
+        "import sys; from areal_console.cli import main; code = main(sys.argv[1:]); "
+        "sys.stdout.flush(); print('\\n'.join(sorted(sys.modules)), file=sys.stderr); "
+        "raise SystemExit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *argv],
+        capture_output=True, text=True, timeout=120, env=cli_env(), check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return set(done.stderr.split())
+
+
+def test_version_loads_no_command() -> None:
+    """`--version` answers before any command's module is imported: no settings file
+    reader, no report bundle, no parser of every command (a contract, not a timing)."""
+    loaded = loaded_by("--version")
+    assert "areal_console.cli" in loaded
+    for module in (
+        "areal_console.core.common.settings",
+        "areal_console.core.report.bundle",
+        "areal_console.commands.stacks",
+        "areal_console.commands.tui",
+        "yaml",
+        "textual",
+    ):
+        assert module not in loaded, module
+
+
+def test_listing_saved_captures_reads_no_capture_code() -> None:
+    """`stacks --list` lists from the index: no codec (reading a capture back), no YAML, no
+    rollout context, no TUI."""
+    loaded = loaded_by("stacks", "--list")
+    assert "areal_console.core.stacks.store" in loaded
+    for module in (
+        "areal_console.core.stacks.codec",
+        "areal_console.core.rollout.context",
+        "yaml",
+        "textual",
+    ):
+        assert module not in loaded, module

@@ -40,6 +40,9 @@ def hostile_traces() -> dict[str, Any]:
     good = json.loads(RAW.read_text())["nodes"][0]["fr"]["live"][0]["trace"]
     bad_key = copy.deepcopy(good)
     bad_key["groups"][0]["keys"] = [0, 0, 0, 7]  # not a row of the table
+    text_key, float_key = copy.deepcopy(good), copy.deepcopy(good)
+    text_key["groups"][0]["keys"] = [0, 0, 0, "1"]
+    float_key["groups"][0]["keys"] = [0, 0, 0, 0.0]
     huge_range = copy.deepcopy(good)
     huge_range["groups"][0]["seq_range"] = [1, 2**70]
     return {
@@ -50,10 +53,32 @@ def hostile_traces() -> dict[str, Any]:
         "groups is a string": {**good, "groups": "0"},
         "a group is a number": {**good, "groups": [5]},
         "key out of the table": bad_key,
+        "a key is text": text_key,
+        "a key is a float": float_key,
         "range past int64": huge_range,
         "not a mapping": [1],
         "status values absurd": {**good, "pg_status": {"0": {"last_enqueued_collective": 1e309}}},
     }
+
+
+@pytest.mark.parametrize("case", ["a key is text", "a key is a float", "key out of the table"])
+def test_keys_that_are_not_rows_are_refused(case: str) -> None:
+    with pytest.raises(TraceError, match="a call's key is not a row of its table"):
+        parse_trace(0, "n", "live", "/s", hostile_traces()[case])
+
+
+def test_keys_are_plain_ints_and_a_table_is_checked_even_when_seen() -> None:
+    good = json.loads(RAW.read_text())["nodes"][0]["fr"]["live"][0]["trace"]
+    keys = good["groups"][0]["keys"]
+    as_bools = copy.deepcopy(good)
+    as_bools["groups"][0]["keys"] = [bool(k) if k in (0, 1) else k for k in keys]
+    read = parse_trace(0, "n", "live", "/s", as_bools).groups[good["groups"][0]["name"]]
+    assert read.keys == keys and {type(k) for k in read.keys} == {int}
+    parse_trace(0, "n", "live", "/s", good)  # its table checked once
+    bad_row = copy.deepcopy(good)
+    bad_row["groups"][0]["table"][0][1] = [[-1]]  # a negative dimension
+    with pytest.raises(TraceError, match="out of range"):
+        parse_trace(0, "n", "live", "/s", bad_row)
 
 
 @pytest.mark.parametrize("case", list(hostile_traces()))

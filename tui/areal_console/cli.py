@@ -72,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # not print torch's "Failed to initialize NumPy" warning on every command that loads torch.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["--version"]:  # no command's module is needed to say it
+        print(f"areal-console {__version__}")
+        return 0
     try:
         # No subcommand (or only target options) opens the TUI.
         if not args_list or (

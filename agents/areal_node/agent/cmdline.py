@@ -33,6 +33,22 @@ def flag_value(cmdline: list[str], name: str) -> str | None:
     return found
 
 
+def flag_values(cmdline: list[str]) -> dict[str, str]:
+    """Every `--name V` and `--name=V` of a command line, by name (the last one wins): what
+    `flag_value` gives for each name, in one pass."""
+    found: dict[str, str] = {}
+    last = len(cmdline) - 1
+    for i, arg in enumerate(cmdline):
+        if not arg.startswith("-"):
+            continue
+        if "=" in arg:
+            name, value = arg.split("=", 1)
+            found[name] = value
+        elif i < last:
+            found[arg] = cmdline[i + 1]
+    return found
+
+
 def python_module(cmdline: list[str]) -> str | None:
     """The module a Python command line runs with `-m` (None: a script or not Python)."""
     for i, arg in enumerate(cmdline[1:], start=1):

@@ -14,6 +14,7 @@ from typing import Any
 from areal_node.agent.cmdline import (
     exe_name,
     flag_value,
+    flag_values,
     is_agent,
     is_python,
     is_wrapper_exe,
@@ -99,12 +100,13 @@ def rpc_worker(cmdline: list[str]) -> dict[str, Any] | None:
     """What an AReaL rpc_server command line says about its worker (None: not one)."""
     if python_module(cmdline) != RPC_SERVER_MODULE:
         return None
+    flags = flag_values(cmdline)
     return {
-        "role": flag_value(cmdline, "--role"),
-        "worker_index": to_int(flag_value(cmdline, "--worker-index")),
-        "experiment": flag_value(cmdline, "--experiment-name"),
-        "trial": flag_value(cmdline, "--trial-name"),
-        "fileroot": flag_value(cmdline, "--fileroot"),
+        "role": flags.get("--role"),
+        "worker_index": to_int(flags.get("--worker-index")),
+        "experiment": flags.get("--experiment-name"),
+        "trial": flags.get("--trial-name"),
+        "fileroot": flags.get("--fileroot"),
     }
 
 

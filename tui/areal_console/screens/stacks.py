@@ -176,7 +176,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             "filter",
             "Filter",
             id="stacks.filter",
-            tooltip="Filter groups by rank range, function or file",
+            tooltip="Filter groups by ranks (0-15,4095), node:NAME, role:ROLE, function or file",
         ),
         Binding(
             "e",
@@ -262,7 +262,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
                 yield StackTree(id="tree")
                 yield StackDiffView(id="diff")
         yield FilterInput(
-            "filter groups: rank range, function or file",
+            "filter groups: ranks (0-15,4095), node:NAME, role:ROLE, function or file",
             id="filter",
             back_to="#groups",
             hide_on_enter=True,  # the status line shows the filter

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.message import Message
 
@@ -12,11 +14,36 @@ from areal_console.widgets.vim_table import VimTable
 MARK = "●"
 
 
+_RANK_SET = re.compile(r"^\d{1,9}(-\d{1,9})?(,\d{1,9}(-\d{1,9})?){0,63}$")
+
+
+def rank_intervals(text: str) -> list[tuple[int, int]] | None:
+    """`0-2047,4095` as intervals [(0, 2047), (4095, 4095)]; None when `text` is no rank
+    set. Never expanded: `0-999999999` is one interval, not a billion ranks."""
+    text = text.replace(" ", "")
+    if not _RANK_SET.match(text):
+        return None
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.append((int(lo), int(hi or lo)))
+    return out
+
+
 def group_matches(group: RankGroup, text: str) -> bool:
-    """`/` filter: rank ranges, function names or files on the group's stack."""
-    needle = text.lower()
+    """`/` filter: a rank set (`2049`, `0-15,4095`: the groups holding any of them),
+    `node:NAME` or `role:ROLE` (groups with a rank there), else function names, files
+    or the group's rank label."""
+    needle = text.strip().lower()
     if not needle:
         return True
+    intervals = rank_intervals(needle)
+    if intervals is not None:
+        return any(lo <= r <= hi for r in group.ranks for lo, hi in intervals)
+    key, colon, value = needle.partition(":")
+    if colon and key in ("node", "role") and value:
+        field = "node" if key == "node" else "role"
+        return any(value in str(getattr(m, field) or "").lower() for m in group.members)
     if needle in group.label:
         return True
     return any(needle in f.function.lower() or needle in f.file.lower() for f in group.frames)

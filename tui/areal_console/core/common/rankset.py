@@ -26,6 +26,23 @@ def format_ranks(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def brief_ranks(ranks: Iterable[int], width: int = 64) -> str:
+    """`format_ranks`, cut to about `width` characters at a range boundary when longer,
+    with how many ranks it holds: a diagnosis names 2,048 scattered outliers in one line
+    ("0,2,4,...,30,... (2048 ranks in 2048 ranges)"), the full set stays in the groups."""
+    ordered = sorted(set(ranks))
+    full = format_ranks(ordered)
+    if len(full) <= width:
+        return full
+    parts = full.split(",")
+    kept: list[str] = []
+    for part in parts:
+        if len(",".join([*kept, part])) > width - 4 and kept:
+            break
+        kept.append(part)
+    return f"{','.join(kept)},... ({len(ordered)} ranks in {len(parts)} ranges)"
+
+
 def parse_ranks(text: str) -> list[int]:
     """The inverse of `format_ranks`: "0-3,8" -> [0, 1, 2, 3, 8]."""
     out: set[int] = set()

@@ -19,11 +19,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
 from areal_node.constants import config_key
 
 from areal_console.core.common.errors import UserError
-from areal_console.core.common.safe_yaml import load
 
 # AReaL's defaults (areal/api/cli_args.py:2487-2509 at cbff54d): max_concurrent_rollouts
 # None (= consumer_batch_size), consumer_batch_size 1, max_head_offpolicyness 0.
@@ -95,6 +93,10 @@ def _text(value: Any) -> tuple[bool, str | None]:
 
 def parse_yaml(text: str) -> dict[str, Any]:
     """A config document (an error in it: UserError)."""
+    import yaml  # a run's config is parsed only when one was found (yaml costs a start)
+
+    from areal_console.core.common.safe_yaml import load
+
     try:
         doc = load(text)
     except yaml.YAMLError as exc:

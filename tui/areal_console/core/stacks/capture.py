@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from areal_console.core.common.identity import login_user
 from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
-from areal_console.core.rollout.context import rollout_files
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.records import StackCapture, now_iso
 from areal_console.core.stacks.report import AnalysedCapture, analysed
@@ -168,6 +167,8 @@ def dump_node(
     if options.ledger:
         node["fr"] = fr_traces(session, procs)
     if options.rollout:
+        from areal_console.core.rollout.context import rollout_files  # while nodes answer
+
         node["rollout"] = rollout_files(session, procs, login_user())
     return node
 

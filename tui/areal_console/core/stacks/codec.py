@@ -3,16 +3,19 @@ records of `records` (each record writes itself with its `to_json`)."""
 
 from __future__ import annotations
 
+import contextlib
+import operator
 from typing import TYPE_CHECKING, Any
 
 from areal_console.core.common.textfmt import MAX_CMDLINE, capped
 from areal_console.core.rollout.perf_trace import RankPhase
-from areal_console.core.stacks.parsing import FrameTable
+from areal_console.core.stacks.parsing import FrameTable, gc_paused
 from areal_console.core.stacks.records import (
     MAIN_THREAD,
     NodeError,
     RankStack,
     ServerInfo,
+    Stack,
     StackCapture,
     Thread,
 )
@@ -22,20 +25,41 @@ if TYPE_CHECKING:
     from areal_console.core.rollout.context import RolloutSummary
 
 
+_FRAME_FIELDS = operator.itemgetter("function", "file", "line")
+
+
+def _stack_of(table: FrameTable, read: dict[Any, Stack], frames: Any) -> Stack:
+    """A thread's `frames` (a list of {function, file, line}) as an interned stack: the
+    ranks of a job share a few stacks, so each is checked and built once, found again by
+    its fields (picked at C speed)."""
+    try:
+        key = tuple(map(_FRAME_FIELDS, frames))
+        return read[key]
+    except (KeyError, TypeError):
+        pass  # not read yet, or not a list of frames: built (or refused) below
+    stack = table.intern(
+        tuple(table.frame(str(f["function"]), str(f["file"]), int(f["line"])) for f in frames)
+    )
+    with contextlib.suppress(TypeError):  # an unhashable field: stays unremembered
+        read[tuple(map(_FRAME_FIELDS, frames))] = stack
+    return stack
+
+
 def capture_from_json(data: dict[str, Any]) -> StackCapture:
+    with gc_paused():
+        return _capture_from_json(data)
+
+
+def _capture_from_json(data: dict[str, Any]) -> StackCapture:
     table = FrameTable()
+    read: dict[Any, Stack] = {}
     ranks = []
     for r in data.get("ranks", []):
         threads = [
             Thread(
                 name=str(t.get("name", "")),
                 tid=int(t.get("tid") or 0),
-                frames=table.intern(
-                    tuple(
-                        table.frame(str(f["function"]), str(f["file"]), int(f["line"]))
-                        for f in t.get("frames", [])
-                    )
-                ),
+                frames=_stack_of(table, read, t.get("frames", [])),
                 idle=bool(t.get("idle")),
                 is_main=False,
                 locals=t.get("locals"),

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from areal_node.constants import config_key
 
+from areal_console.core.common.rankset import brief_ranks
 from areal_console.core.stacks.library import is_library_file
-from areal_console.core.stacks.merge import RankGroup, StackAnalysis, format_ranks
+from areal_console.core.stacks.merge import RankGroup, StackAnalysis
 from areal_console.core.stacks.parsing import gc_paused
-from areal_console.core.stacks.records import Frame, RankStack, Stack
+from areal_console.core.stacks.records import Frame, RankStack, Stack, per_stack
 from areal_console.core.stacks.weight_update import weight_update_stuck
 
 if TYPE_CHECKING:
@@ -191,6 +192,7 @@ def _is_library(frame: Frame) -> bool:
     return is_library_file(frame.file)
 
 
+@per_stack
 def collective_frame(frames: Stack) -> Frame | None:
     """The outermost torch.distributed collective the stack is in (None: not in one)."""
     found = None
@@ -211,6 +213,7 @@ def call_site(frames: Stack, below: Frame | None = None) -> Frame | None:
     return frames[start] if start < len(frames) else None
 
 
+@per_stack
 def cleanup_frame(frames: Stack) -> Frame | None:
     for frame in frames:
         name = _short(frame.function).lower()
@@ -223,6 +226,7 @@ def _basename(path: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
+@per_stack
 def rollout_wait_frame(frames: Stack) -> Frame | None:
     """The outermost AReaL frame waiting for rollout results (None: not waiting on rollout)."""
     wait = entry = None
@@ -240,6 +244,7 @@ def rollout_wait_frame(frames: Stack) -> Frame | None:
     return found
 
 
+@per_stack
 def rollout_entry_frame(frames: Stack) -> Frame | None:
     """The outermost `prepare_batch`/`rollout_batch`/`wait` of AReaL's rollout code."""
     found = None
@@ -275,7 +280,7 @@ def short_where(frames: Stack) -> str:
 
 
 def _ranks_word(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {brief_ranks(ranks)}"
 
 
 def _group_evidence(groups: list[RankGroup]) -> list[str]:
@@ -290,7 +295,10 @@ def failure_reasons(failed: list[RankStack]) -> list[str]:
     lines = []
     for reason, ranks in by_reason.items():
         numbered = sorted(r.rank for r in ranks if r.rank is not None)
-        who = _ranks_word(numbered) if numbered else f"pid {', '.join(str(r.pid) for r in ranks)}"
+        pids = ", ".join(str(r.pid) for r in ranks[:8]) + (
+            f", ... ({len(ranks)} processes)" if len(ranks) > 8 else ""
+        )
+        who = _ranks_word(numbered) if numbered else f"pid {pids}"
         lines.append(f"{who}: {reason}")
     return lines
 
@@ -497,6 +505,12 @@ def _who(r: RankStack) -> str:
     return r.label if r.rank is not None else f"the {r.role or 'process'} (pid {r.pid} on {r.node})"
 
 
+@per_stack
+def producer_wait_frame(frames: Stack) -> Frame | None:
+    """The innermost frame of a rollout producer waiting for its next task (None: none)."""
+    return next((f for f in frames if _short(f.function) == ROLLOUT_PRODUCER_WAIT), None)
+
+
 def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis | None:
     """The controller (or the data-parallel heads) wait for rollout results while the
     trainers sit idle or at a barrier: rollout is blocked, not training."""
@@ -515,10 +529,8 @@ def rollout_stall(analysis: StackAnalysis, failed_note: list[str]) -> Diagnosis 
         if hit is not None:
             waiting.append((r, hit))
         for t in r.threads:
-            for frame in t.frames:
-                if _short(frame.function) == ROLLOUT_PRODUCER_WAIT:
-                    producer.append((r, frame))
-                    break
+            if (frame := producer_wait_frame(t.frames)) is not None:
+                producer.append((r, frame))
     if not waiting:
         return None
     waiter_ids = {id(r) for r, _ in waiting}

@@ -30,9 +30,9 @@ from areal_console.core.common.identity import login_user
 from areal_console.core.stacks.parsing import FrameTable
 from areal_console.core.stacks.records import (
     RankStack,
+    Stack,
     StackCapture,
     Thread,
-    is_idle_stack,
     now_iso,
 )
 
@@ -49,16 +49,29 @@ _COMMENT = re.compile(r"^\s*#\s?(.*)$")
 _RANK_WORD = re.compile(r"\brank\s*[_#-]?\s*(\d{1,9})\b", re.IGNORECASE)
 _ERROR = re.compile(r"^Error:\s*(.*)$")
 _FILE_RANK = re.compile(r"rank[_-]?(\d{1,9})", re.IGNORECASE)
+_INDENTED = re.compile(r"(?:[ \t][^\n]*(?:\n|\Z))+")  # a run of indented lines
+# Line breaks of str.splitlines other than "\n" (a pasted dump may have any of them).
+_ODD_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
-# Bounds on an import (pasted or another user's text): a 1,000-rank job's dumps are a few
-# MB and ~100,000 frames. Past these it is refused with one line, not parsed for minutes.
+# Bounds on an import (pasted or another user's text). They scale with the job: a 4,096-rank
+# job's dumps (three threads of ~50 frames per rank) are ~35 MB and 600,000 frames, but few
+# distinct frames. What is bounded is what costs: the bytes read, the frames of one process
+# (py-spy's dump of one process is a few threads of at most ~1,000 frames, Python's
+# recursion limit) and the distinct frames kept (each is parsed and stored once). Past any
+# of them the import is refused with one line, not parsed for minutes.
 MAX_IMPORT_BYTES = 64 << 20  # per file (or stdin)
-MAX_FRAMES = 200_000  # in all the files of one import
+MAX_IMPORT_TOTAL = 256 << 20  # all the files of one import
+MAX_PROCESS_FRAMES = 50_000  # one process's threads together
+MAX_DISTINCT_FRAMES = 500_000  # distinct frame lines in one import
+MAX_BLOCKS = 100_000  # distinct threads' blocks of frame lines remembered (past it: parsed)
 MAX_LINE = 64 << 10  # a longer line is cut there (a frame's regex is not run on megabytes)
 
 
 class ImportTooLarge(ValueError):
     """An import past one of the bounds above."""
+
+
+ParsedFrame = tuple[str, str, int]  # (function, file, line) as the text gives them
 
 
 @dataclass
@@ -70,7 +83,8 @@ class DumpSection:
     cmdline: str = ""
     header_rank: int | None = None
     error: str | None = None
-    threads: list[tuple[str, int, list[tuple[str, str, int]]]] = field(default_factory=list)
+    threads: list[tuple[str, int, list[ParsedFrame]]] = field(default_factory=list)
+    frames: int = 0  # in all its threads
 
     @property
     def has_content(self) -> bool:
@@ -82,89 +96,222 @@ class DumpSection:
         )
 
 
-def parse_text(text: str, source: str, max_frames: int = MAX_FRAMES) -> list[DumpSection]:
+class FrameLines:
+    """Frame lines already parsed in this import, by their text: the ranks of a job print
+    the same lines (and the same threads) again and again, so each distinct line is matched
+    and stored once, and each distinct thread's block of frame lines split once.
+    `ImportTooLarge` past `limit` distinct lines."""
+
+    def __init__(self, limit: int = MAX_DISTINCT_FRAMES) -> None:
+        self.parsed: dict[str, ParsedFrame | None] = {}
+        # A thread's block of frame lines -> (indent, its frames); None: not plain frames.
+        self.blocks: dict[str, tuple[int, tuple[ParsedFrame, ...]] | None] = {}
+        self.limit = limit
+
+    def parse(self, text: str, source: str) -> ParsedFrame | None:
+        found = self.parsed.get(text, False)
+        if found is not False:
+            return found  # type: ignore[return-value]
+        m = _FRAME.match(text)
+        found = (m.group(1), m.group(2), int(m.group(3)) if m.group(3) else 0) if m else None
+        if len(self.parsed) >= self.limit:
+            raise ImportTooLarge(
+                f"{source}: more than {self.limit:,} distinct frames in this import: not "
+                "imported (a job's ranks share most of theirs; import fewer ranks at a time)"
+            )
+        self.parsed[text] = found
+        return found
+
+    def block(self, block: str, source: str) -> tuple[int, tuple[ParsedFrame, ...]] | None:
+        """A thread's indented lines as (indent, frames) when every one is a frame line at
+        one indent (as py-spy prints a thread without --locals); None otherwise."""
+        found = self.blocks.get(block, False)
+        if found is not False:
+            return found  # type: ignore[return-value]
+        found = self._split(block, source)
+        if len(self.blocks) < MAX_BLOCKS:
+            self.blocks[block] = found
+        return found
+
+    def _split(self, block: str, source: str) -> tuple[int, tuple[ParsedFrame, ...]] | None:
+        if "\u2190" in block or "\r" in block:
+            return None
+        rows = block.split("\n")
+        if rows[-1] == "":
+            rows.pop()
+        if len(rows) > MAX_PROCESS_FRAMES:
+            return None  # line by line, to the bound
+        indent = None
+        frames = []
+        for row in rows:
+            line = row[:MAX_LINE].rstrip()
+            stripped = line.lstrip()
+            if not stripped or indent not in (None, len(line) - len(stripped)):
+                return None
+            indent = len(line) - len(stripped)
+            parsed = self.parse(stripped, source)
+            if parsed is None:
+                return None
+            frames.append(parsed)
+        return (indent or 0), tuple(frames)
+
+
+def parse_text(text: str, source: str, lines: FrameLines | None = None) -> list[DumpSection]:
     """Sections (one per process) of a py-spy text dump or a loop over several;
-    `ImportTooLarge` past `max_frames` frames."""
-    sections: list[DumpSection] = []
-    frames = 0
-    cur = DumpSection(source)
-    frame_indent: int | None = None
+    `ImportTooLarge` past a bound (frames of one process, distinct frames)."""
+    if any(c in text for c in _ODD_BREAKS):
+        text = "\n".join(text.splitlines())  # what str.splitlines breaks at, as \n
+    return _Parser(source, lines if lines is not None else FrameLines()).run(text)
 
-    def close() -> DumpSection:
-        nonlocal frame_indent
-        if cur.has_content:
-            sections.append(cur)
-        frame_indent = None
-        return DumpSection(source)
 
-    for raw in text.splitlines():
-        line = raw[:MAX_LINE].split("\u2190", 1)[0].rstrip()  # the guide's "← note" annotations
-        if not line.strip():
-            continue
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
+class _Parser:
+    def __init__(self, source: str, lines: FrameLines) -> None:
+        self.source = source
+        self.lines = lines
+        self.sections: list[DumpSection] = []
+        self.cur = DumpSection(source)
+        self.frame_indent: int | None = None
+        self.frames: list[ParsedFrame] | None = None  # the current thread's
+
+    def run(self, text: str) -> list[DumpSection]:
+        """Line by line, except a thread's frames: a block of indented lines right after
+        its `Thread` line is looked up whole (the ranks of a job repeat theirs)."""
+        pos, end = 0, len(text)
+        block_of = self.lines.block
+        while pos < end:
+            frames = self.frames
+            if text[pos] in " \t" and frames is not None and not frames:
+                m = _INDENTED.match(text, pos)
+                assert m is not None  # it starts with a blank
+                found = block_of(m.group(), self.source)
+                if found is not None:
+                    self.frame_indent = found[0]
+                    frames.extend(found[1])
+                    self.cur.frames += len(found[1])
+                    if self.cur.frames > MAX_PROCESS_FRAMES:
+                        raise _too_deep(self.source, self.cur)
+                else:
+                    for raw in m.group().split("\n"):
+                        self.step(raw)
+                pos = m.end()
+                continue
+            nl = text.find("\n", pos)
+            if nl < 0:
+                nl = end
+            self.step(text[pos:nl])
+            pos = nl + 1
+        self.close()
+        return self.sections
+
+    def close(self) -> DumpSection:
+        if self.cur.has_content:
+            self.sections.append(self.cur)
+        self.frame_indent, self.frames = None, None
+        self.cur = DumpSection(self.source)
+        return self.cur
+
+    def add_frame(self, parsed: ParsedFrame, frames: list[ParsedFrame]) -> None:
+        frames.append(parsed)
+        self.cur.frames += 1
+        if self.cur.frames > MAX_PROCESS_FRAMES:
+            raise _too_deep(self.source, self.cur)
+
+    def step(self, raw: str) -> None:
+        if len(raw) > MAX_LINE:
+            raw = raw[:MAX_LINE]
+        if "\u2190" in raw:
+            raw = raw.split("\u2190", 1)[0]  # the guide's "← note" annotations
+        line = raw.rstrip()
+        if not line:
+            return
+        cur = self.cur
+        if line[0] in " \t":  # indented: a frame, --locals, or a stray header
+            stripped = line.lstrip()
+            indent = len(line) - len(stripped)
+            frames = self.frames
+            if frames is not None and self.frame_indent in (None, indent):
+                parsed = self.lines.parse(stripped, self.source)
+                if parsed is not None:  # the next frame of a thread
+                    self.frame_indent = indent
+                    self.add_frame(parsed, frames)
+                    return
+            if stripped[0] == "=" and (m := _PID_HEADER.match(line)):
+                self.close().pid = int(m.group(1))
+                return
+            if cur.error is not None and not cur.threads:
+                return  # py-spy's backtrace under an error
+            if stripped in ("Arguments:", "Locals:") or (
+                self.frame_indent is not None and indent > self.frame_indent
+            ):
+                return  # --locals: variables below their frame
+            parsed = self.lines.parse(stripped, self.source)
+            if parsed is not None:  # frames with no Thread line (the guide's text)
+                if self.frame_indent is None:
+                    self.frame_indent = indent
+                if not cur.threads:
+                    cur.threads.append(("MainThread", 0, []))
+                self.frames = cur.threads[-1][2]
+                self.add_frame(parsed, self.frames)
+            return
         if m := _PID_HEADER.match(line):
-            cur = close()
-            cur.pid = int(m.group(1))
-            continue
-        if indent == 0 and (m := _COMMENT.match(line)):
+            self.close().pid = int(m.group(1))
+            return
+        if m := _COMMENT.match(line):
             if cur.threads or cur.error is not None:
-                cur = close()
+                cur = self.close()
             if (r := _RANK_WORD.search(m.group(1))) is not None:
                 cur.header_rank = int(r.group(1))
-            continue
-        if indent == 0 and (m := _PROCESS.match(line)):
+            return
+        if m := _PROCESS.match(line):
             other = cur.pid is not None and cur.pid != int(m.group(1))
             if (cur.threads or cur.cmdline or other) and cur.has_content:
-                cur = close()
+                cur = self.close()
             cur.pid, cur.cmdline = int(m.group(1)), m.group(2).strip()
-            continue
-        if indent == 0 and _PYTHON.match(line):
-            continue
-        if indent == 0 and (m := _ERROR.match(line)):
+            return
+        if _PYTHON.match(line):
+            return
+        if m := _ERROR.match(line):
             if cur.error is None:
                 cur.error = m.group(1).strip()
-            continue
+            return
         if cur.error is not None and not cur.threads:
-            continue  # py-spy's backtrace under an error
-        if indent == 0 and (m := _THREAD.match(stripped)):
+            return  # py-spy's backtrace under an error
+        if m := _THREAD.match(line):
             tid = int(m.group(1), 0) if m.group(1) else 0
-            cur.threads.append((m.group(3), tid, []))
-            frame_indent = None
-            continue
-        if stripped in ("Arguments:", "Locals:") or (
-            frame_indent is not None and indent > frame_indent
-        ):
-            continue  # --locals: variables below their frame
-        if indent > 0 and (m := _FRAME.match(stripped)):
-            if frame_indent is None:
-                frame_indent = indent
-            if not cur.threads:
-                cur.threads.append(("MainThread", 0, []))
-            line_no = int(m.group(3)) if m.group(3) else 0
-            cur.threads[-1][2].append((m.group(1), m.group(2), line_no))
-            frames += 1
-            if frames > max_frames:
-                raise ImportTooLarge(
-                    f"{source}: more than {MAX_FRAMES:,} frames in this import: not imported "
-                    "(a dump of 1,000 ranks has ~100,000; import fewer ranks at a time)"
-                )
-    close()
-    return sections
+            self.frames = []
+            cur.threads.append((m.group(3), tid, self.frames))
+            self.frame_indent = None
 
 
-def _worker_rank(cmdline: str) -> tuple[int | None, str | None]:
-    """(rank, role) from an AReaL rpc_server command line."""
+def _too_deep(source: str, section: DumpSection) -> ImportTooLarge:
+    who = f"process {section.pid}" if section.pid is not None else "one process"
+    return ImportTooLarge(
+        f"{source}: {who} has more than {MAX_PROCESS_FRAMES:,} frames: not a py-spy dump "
+        "(one process's threads are at most a few thousand frames)"
+    )
+
+
+def split_cmdline(cmdline: str) -> list[str]:
+    """A command line's words as a shell splits them (`str.split` when nothing is quoted:
+    the same words, without shlex's character-by-character scan)."""
+    if not any(c in cmdline for c in "\"'\\"):
+        return cmdline.split()
     try:
-        argv = shlex.split(cmdline)
+        return shlex.split(cmdline)
     except ValueError:
-        argv = cmdline.split()
+        return cmdline.split()
+
+
+def _worker_rank(cmdline: str) -> tuple[int | None, str | None, bool]:
+    """(rank, role, an AReaL worker?) from a command line (an AReaL rpc_server's names
+    its worker)."""
+    argv = split_cmdline(cmdline)
     worker = rpc_worker(argv)
     if worker is None:
-        return None, detect_role(argv, {})
+        return None, detect_role(argv, {}), False
     role = worker["role"]
     index = worker["worker_index"]
-    return (index if role in TRAINING_ROLES else None), role
+    return (index if role in TRAINING_ROLES else None), role, role is not None
 
 
 def _explain(error: str) -> str:
@@ -178,6 +325,8 @@ def _explain(error: str) -> str:
 
 def sections_to_capture(sections: list[DumpSection], capture_id: str | None = None) -> StackCapture:
     table = FrameTable()
+    stacks: dict[tuple[ParsedFrame, ...], Stack] = {}  # a thread's parsed frames -> stack
+    names: dict[str, str] = {}  # source -> file name (the rank's node)
     ranks: list[RankStack] = []
     areal_workers = False
     assigned: list[tuple[DumpSection, int | None, str | None]] = []
@@ -185,9 +334,8 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
     for s in sections:
         per_source[s.source] = per_source.get(s.source, 0) + 1
     for s in sections:
-        rank, role = _worker_rank(s.cmdline) if s.cmdline else (None, None)
-        if role is not None and s.cmdline and rpc_worker(shlex.split(s.cmdline)) is not None:
-            areal_workers = True
+        rank, role, worker = _worker_rank(s.cmdline) if s.cmdline else (None, None, False)
+        areal_workers = areal_workers or worker
         if s.header_rank is not None:
             rank = s.header_rank
         elif rank is None and per_source[s.source] == 1 and role is None:
@@ -212,7 +360,12 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
             role = "controller"  # a Python process beside AReaL workers, not one of them
         threads = []
         for name, tid, frames in s.threads:
-            stack = tuple(table.frame(fn, file, line) for fn, file, line in frames)
+            parsed = tuple(frames)
+            stack = stacks.get(parsed)
+            if stack is None:  # once per distinct stack: the ranks of a job share theirs
+                stack = stacks[parsed] = table.intern(
+                    tuple(table.frame(fn, file, line) for fn, file, line in parsed)
+                )
             is_main = name == "MainThread"
             threads.append(
                 Thread(
@@ -220,14 +373,14 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
                     tid=tid,
                     frames=stack,
                     is_main=is_main,
-                    idle=(not is_main) and is_idle_stack(stack),
+                    idle=(not is_main) and table.is_idle(stack),
                 )
             )
         if threads and not any(t.is_main for t in threads):
             threads[0].is_main, threads[0].idle = True, False
         ranks.append(
             RankStack(
-                node=Path(s.source).name,
+                node=names.get(s.source) or names.setdefault(s.source, Path(s.source).name),
                 pid=s.pid or 0,
                 rank=rank,
                 local_rank=None,
@@ -251,7 +404,8 @@ def import_text_dumps(
     """A capture from py-spy text files (`-`: `stdin`). Raises ValueError when a file
     holds no stack, `ImportTooLarge` past the import's bounds."""
     sections: list[DumpSection] = []
-    frames = 0
+    lines = FrameLines()
+    total = 0
     for path in paths:
         if str(path) == "-" and stdin is not None:
             source = "stdin"
@@ -267,12 +421,18 @@ def import_text_dumps(
                 f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MB: not a py-spy dump "
                 "(import fewer ranks at a time)"
             )
+        total += len(data)
+        if total > MAX_IMPORT_TOTAL:
+            raise ImportTooLarge(
+                f"{source}: the files of this import are larger than "
+                f"{MAX_IMPORT_TOTAL >> 20} MB together: not imported (import fewer ranks at a time)"
+            )
         if b"\0" in data:
             raise ValueError(f"{source}: binary data (NUL bytes): not py-spy text")
         text = data.decode("utf-8", errors="replace")
-        found = parse_text(text, source, MAX_FRAMES - frames)
+        del data
+        found = parse_text(text, source, lines)
         if not any(s.threads for s in found):
             raise ValueError(f"{source}: no py-spy stack found (expected `py-spy dump` output)")
-        frames += sum(len(stack) for s in found for _, _, stack in s.threads)
         sections.extend(found)
     return sections_to_capture(sections, capture_id)

@@ -7,8 +7,9 @@ is `parsing`; the saved JSON (`stacks --json`) back into them is `codec`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from areal_console.core.rollout.perf_trace import RankPhase
 
@@ -66,6 +67,29 @@ class Frame(NamedTuple):
 
 
 Stack = tuple[Frame, ...]  # leaf first
+
+_R = TypeVar("_R")
+_PER_STACK_MAX = 1 << 16  # results remembered per function (then forgotten, and made again)
+
+
+def per_stack(fn: Callable[[Stack], _R]) -> Callable[[Stack], _R]:
+    """`fn` (pure, of one stack) made once per stack object: the ranks of a job share
+    interned stacks, so a question asked of each of 4,096 ranks is answered a few times."""
+    made: dict[int, tuple[Stack, _R]] = {}  # id(stack) -> (the stack, kept alive; result)
+
+    def once(frames: Stack) -> _R:
+        found = made.get(id(frames))
+        if found is not None and found[0] is frames:
+            return found[1]
+        result = fn(frames)
+        if len(made) >= _PER_STACK_MAX:
+            made.clear()
+        made[id(frames)] = (frames, result)
+        return result
+
+    once.__doc__ = fn.__doc__
+    once.__name__ = fn.__name__
+    return once
 
 
 class Variable(NamedTuple):
@@ -362,6 +386,7 @@ def is_distributed_frame(frame: Frame) -> bool:
     return "torch/distributed/" in f or "c10d" in f or "torch\\distributed\\" in f
 
 
+@per_stack
 def in_distributed(frames: Stack) -> bool:
     return any(is_distributed_frame(f) for f in frames)
 
@@ -370,6 +395,7 @@ def in_distributed(frames: Stack) -> bool:
 _ENGINE_DIRS = ("areal/engine/", "areal/experimental/engine/", "areal\\engine\\")
 
 
+@per_stack
 def in_engine(frames: Stack) -> bool:
     return any(d in f.file for f in frames for d in _ENGINE_DIRS)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +96,69 @@ def capture_json(
     if capture.user:
         doc["user"] = capture.user
     return doc
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
+def compact_json(doc: dict[str, Any]) -> str:
+    """`json.dumps(doc, separators=(",", ":"))` of a `capture_json` document, the same
+    text, made faster: its ranks' threads share frame lists (one per distinct stack), and
+    each is encoded once instead of once per thread."""
+    encoded: dict[int, tuple[Any, str]] = {}  # id(frames list) -> (the list, its JSON)
+    out: list[str] = []
+    put = out.append
+
+    def spliced(obj: Any, last: str, inner: Any) -> None:
+        """`obj`, a dict whose last key is `last`, with that value written by `inner`."""
+        head = _COMPACT.encode({k: v for k, v in obj.items() if k != last})
+        put(head[:-1] + ("," if len(head) > 2 else "") + _COMPACT.encode(last) + ":")
+        inner(obj[last])
+        put("}")
+
+    def frames(value: Any) -> None:
+        found = encoded.get(id(value))
+        if found is None or found[0] is not value:
+            found = encoded[id(value)] = (value, _COMPACT.encode(value))
+        put(found[1])
+
+    def thread(value: Any) -> None:
+        if isinstance(value, dict) and list(value)[-1:] == ["frames"]:
+            spliced(value, "frames", frames)
+        else:
+            put(_COMPACT.encode(value))
+
+    def threads(value: Any) -> None:
+        if not isinstance(value, list):
+            put(_COMPACT.encode(value))
+            return
+        put("[")
+        for i, t in enumerate(value):
+            if i:
+                put(",")
+            thread(t)
+        put("]")
+
+    def rank(value: Any) -> None:
+        if isinstance(value, dict) and list(value)[-1:] == ["threads"]:
+            spliced(value, "threads", threads)
+        else:
+            put(_COMPACT.encode(value))
+
+    put("{")
+    for n, (key, value) in enumerate(doc.items()):
+        put(("," if n else "") + _COMPACT.encode(key) + ":")
+        if key == "ranks" and isinstance(value, list):
+            put("[")
+            for i, r in enumerate(value):
+                if i:
+                    put(",")
+                rank(r)
+            put("]")
+        else:
+            put(_COMPACT.encode(value))
+    put("}")
+    return "".join(out)
 
 
 def full_diagnosis(analysis: StackAnalysis) -> Diagnosis:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import contextlib
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 from areal_console.core.common import locations, private_files
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.textfmt import clip
-from areal_console.core.stacks.codec import capture_from_json
+from areal_console.core.stacks.parsing import gc_paused
 from areal_console.core.stacks.records import StackCapture
 
 
@@ -33,7 +35,7 @@ def save_capture(
 
     `doc` is that document when the caller has it already (made from its analysis): the
     capture is then not analysed again for the file. Its `id` is the capture's."""
-    from areal_console.core.stacks.report import capture_json
+    from areal_console.core.stacks.report import capture_json, compact_json
 
     if not capture.capture_id:
         capture.capture_id = new_capture_id()
@@ -43,7 +45,9 @@ def save_capture(
         doc["id"] = capture.capture_id
     directory = directory or locations.captures_dir()
     path = directory / f"{capture.capture_id}.json"
-    write_atomic(path, json.dumps(doc, separators=(",", ":")))
+    write_atomic(path, compact_json(doc))
+    with contextlib.suppress(ValueError):
+        _remember(path, summary_of(doc, path))
     return path
 
 
@@ -73,11 +77,18 @@ def _summary(path: Path) -> SavedCapture:
     if not path.is_file():  # a FIFO or a directory named *.json must not hang or crash us
         raise ValueError("not a regular file")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with gc_paused():
+            doc = json.loads(path.read_bytes())
     except OSError as exc:
         raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
     except ValueError as exc:  # bad JSON or not UTF-8
         raise ValueError(f"not JSON ({exc})") from None
+    return summary_of(doc, path)
+
+
+def summary_of(doc: Any, path: Path) -> SavedCapture:
+    """The list entry of the capture document `doc` saved at `path`; `ValueError` when it
+    is not a capture."""
     ranks = doc.get("ranks") if isinstance(doc, dict) else None
     if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
         raise ValueError("not a stack capture (no list of ranks)")
@@ -110,28 +121,155 @@ def _tags(value: object) -> tuple[str, ...]:
     return tuple(t for t in value[:8] if isinstance(t, str) and t.isidentifier() and len(t) <= 32)
 
 
+# The list of saved captures is kept in an index beside them, so listing, `--open latest`
+# and the palette read a small file instead of parsing every capture (a 4,096-rank capture
+# is ~50 MB). Each entry is trusted only for the exact file it was made from (same size,
+# modification time and inode); any other file is read again and the index rewritten. An
+# index that is missing, stale, too large, not JSON or of the wrong shape is ignored:
+# every entry is checked field by field, and a wrong one only costs that file's reading.
+INDEX_NAME = ".index"
+INDEX_VERSION = 2  # 2: entries carry a capture's tags and watch report
+MAX_INDEX_BYTES = 16 << 20
+_ENTRY_TEXT = ("id", "captured_at", "pattern", "title")
+
+
+@dataclass(frozen=True)
+class _Stamp:
+    """What identifies one version of a file: a rewrite changes at least one."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> _Stamp:
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+
+    def to_json(self) -> list[int]:
+        return [self.size, self.mtime_ns, self.inode]
+
+
+def _read_index(directory: Path) -> dict[str, dict[str, Any]]:
+    """The index's entries by file name ({} when there is no usable index)."""
+    try:
+        # Non-blocking, and only a regular file: a FIFO planted there must not hang us.
+        fd = os.open(directory / INDEX_NAME, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return {}
+            data = fh.read(MAX_INDEX_BYTES + 1)
+        if len(data) > MAX_INDEX_BYTES:
+            return {}
+        doc = json.loads(data)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION:
+        return {}
+    entries = doc.get("files")
+    if not isinstance(entries, dict):
+        return {}
+    return {k: v for k, v in entries.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+def _entry_matches(entry: dict[str, Any], stamp: _Stamp) -> bool:
+    made_from = entry.get("stamp")
+    return isinstance(made_from, list) and made_from == stamp.to_json()
+
+
+def _from_entry(entry: dict[str, Any], path: Path) -> SavedCapture | BadCapture | None:
+    """The list entry an index entry holds; None when it is not well formed."""
+    error = entry.get("error")
+    if isinstance(error, str):
+        return BadCapture(path, error)
+    if not all(isinstance(entry.get(k), str) for k in _ENTRY_TEXT):
+        return None
+    ranks, user = entry.get("ranks"), entry.get("user")
+    if type(ranks) is not int or ranks < 0 or not (user is None or isinstance(user, str)):
+        return None
+    return SavedCapture(
+        capture_id=entry["id"],
+        path=path,
+        captured_at=entry["captured_at"],
+        ranks=ranks,
+        pattern=entry["pattern"],
+        title=entry["title"],
+        user=user,
+        tags=_tags(entry.get("tags")),
+        report=_watch_report({"report": entry.get("report")}),
+    )
+
+
+def _to_entry(found: SavedCapture | BadCapture, stamp: _Stamp) -> dict[str, Any]:
+    if isinstance(found, BadCapture):
+        return {"stamp": stamp.to_json(), "error": found.error}
+    return {
+        "stamp": stamp.to_json(),
+        "id": found.capture_id,
+        "captured_at": found.captured_at,
+        "ranks": found.ranks,
+        "pattern": found.pattern,
+        "title": found.title,
+        "user": found.user,
+        "tags": list(found.tags),
+        "report": found.report,
+    }
+
+
+def _write_index(directory: Path, entries: dict[str, dict[str, Any]]) -> None:
+    """Best effort: a directory we cannot write (another user's) is read in full next time."""
+    with contextlib.suppress(OSError):
+        write_atomic(
+            directory / INDEX_NAME,
+            json.dumps({"version": INDEX_VERSION, "files": entries}, separators=(",", ":")),
+        )
+
+
+def _remember(path: Path, summary: SavedCapture) -> None:
+    """Put a capture just written into the index (so the next list need not read it)."""
+    try:
+        stamp = _Stamp.of(path.stat())
+    except OSError:
+        return
+    entries = _read_index(path.parent)
+    entries[path.name] = _to_entry(summary, stamp)
+    _write_index(path.parent, entries)
+
+
 def scan_captures(directory: Path | None = None) -> tuple[list[SavedCapture], list[BadCapture]]:
     """Saved captures, newest first, and the files that are not captures (with why)."""
     directory = directory or locations.captures_dir()
     if not directory.is_dir():
         return [], []
+    index = _read_index(directory)
+    entries: dict[str, dict[str, Any]] = {}
+    written: dict[Path, int] = {}
     out: list[SavedCapture] = []
     bad: list[BadCapture] = []
     for path in sorted(directory.glob("*.json")):
         try:
-            out.append(_summary(path))
-        except ValueError as exc:
-            bad.append(BadCapture(path, str(exc)))
-    out.sort(key=lambda c: (c.captured_at, _written_ns(c.path), c.capture_id), reverse=True)
+            st = path.stat()
+        except OSError as exc:
+            bad.append(BadCapture(path, f"cannot read it: {exc.strerror or exc}"))
+            continue
+        stamp = _Stamp.of(st)
+        entry = index.get(path.name)
+        found = _from_entry(entry, path) if entry and _entry_matches(entry, stamp) else None
+        if found is None:
+            try:
+                found = _summary(path)
+            except ValueError as exc:
+                found = BadCapture(path, str(exc))
+        if stat.S_ISREG(st.st_mode):  # a FIFO is said again each time, never remembered
+            entries[path.name] = _to_entry(found, stamp)
+        if isinstance(found, BadCapture):
+            bad.append(found)
+        else:
+            out.append(found)
+            written[path] = st.st_mtime_ns
+    if entries != index:
+        _write_index(directory, entries)
+    out.sort(key=lambda c: (c.captured_at, written.get(c.path, 0), c.capture_id), reverse=True)
     return out, bad
-
-
-def _written_ns(path: Path) -> int:
-    """When the file was saved: orders captures taken within the same second."""
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return 0
 
 
 def list_captures(directory: Path | None = None) -> list[SavedCapture]:
@@ -163,11 +301,14 @@ def resolve_capture(ref: str, directory: Path | None = None) -> Path:
 def load_capture(ref: str, directory: Path | None = None) -> StackCapture:
     path = resolve_capture(ref, directory)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with gc_paused():  # a 4,096-rank capture is ~600,000 small dicts and no cycle
+            doc = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read capture {path}: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("ranks"), list):
         raise UserError(f"{path} is not a stack capture")
+    from areal_console.core.stacks.codec import capture_from_json  # reading back only
+
     try:
         capture = capture_from_json(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

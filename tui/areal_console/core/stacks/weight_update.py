@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from areal_node.constants import config_key
 
 from areal_console.core.stacks.merge import format_ranks
-from areal_console.core.stacks.records import Frame, RankStack, Stack
+from areal_console.core.stacks.records import Frame, RankStack, Stack, per_stack
 
 if TYPE_CHECKING:
     from areal_console.core.stacks.merge import StackAnalysis
@@ -69,17 +69,18 @@ def _short(fn: str) -> str:
     return fn.rsplit(".", 1)[-1]
 
 
-def weight_update_frames(frames: Stack) -> list[Frame]:
+@per_stack
+def weight_update_frames(frames: Stack) -> tuple[Frame, ...]:
     """The weight-update frames of a stack, innermost first."""
-    return [
+    return tuple(
         f
         for f in frames
         if _short(f.function) in WEIGHT_UPDATE_FUNCTIONS
         and f.file.rsplit("/", 1)[-1] in WEIGHT_UPDATE_FILES
-    ]
+    )
 
 
-def _in_update(r: RankStack) -> list[Frame]:
+def _in_update(r: RankStack) -> tuple[Frame, ...]:
     found = weight_update_frames(r.work_frames)
     if found:
         return found
@@ -87,7 +88,7 @@ def _in_update(r: RankStack) -> list[Frame]:
         found = weight_update_frames(t.frames)
         if found:
             return found
-    return []
+    return ()
 
 
 def _who(r: RankStack) -> str:
@@ -102,7 +103,7 @@ def weight_update_stuck(
     """Ranks blocked in the weight-update path; the servers' state as evidence when the
     agent polled them (`collective_frame`: the diagnosis's own, to name the collective)."""
     capture = analysis.capture
-    inside: list[tuple[RankStack, list[Frame]]] = []
+    inside: list[tuple[RankStack, tuple[Frame, ...]]] = []
     for r in capture.ranks:
         if r.state != "ok" or r.server is not None:
             continue
