@@ -98,12 +98,71 @@ def python_descendants(pid: int, procs: dict[int, dict[str, Any]]) -> list[int]:
     return sorted(out)
 
 
+SOURCES = ("auto", "py-spy", "worker")
+# py-spy failures a rank's own worker server can stand in for (with `source` "auto").
+WORKER_FALLBACK = frozenset({"permission", "missing"})
+
+
 @op("pyspy")
 def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
-    """`py-spy dump --json` of each PID, all in parallel, one py-spy per PID."""
+    """Each PID's stacks, all in parallel: `py-spy dump --json`, one py-spy per PID; with
+    `source` "worker" from the rank's worker server instead, with "auto" (the default)
+    from the worker server where py-spy cannot attach or is missing. Every dump says
+    where it came from (`source`: "py-spy" or "worker_server")."""
     pids = args.get("pids")
     if not isinstance(pids, list) or not all(isinstance(p, int) for p in pids):
         raise OpError("argument 'pids' must be a list of integers")
+    source = arg(args, "source", str, "auto")
+    if source not in SOURCES:
+        raise OpError(f"argument 'source' must be one of {', '.join(SOURCES)}, got {source!r}")
+    if source == "py-spy":
+        return _pyspy_dumps(agent, pids, args)
+    if source == "worker":
+        return {"dumps": key_stacks(_worker_dumps(agent, pids, args, {}))}
+    reply = _pyspy_dumps(agent, pids, args)
+    failed = {
+        d["pid"]: d
+        for d in reply["dumps"]
+        if not d.get("ok") and d.get("reason") in WORKER_FALLBACK
+    }
+    if failed:
+        fallback = {d["pid"]: d for d in _worker_dumps(agent, list(failed), args, failed)}
+        reply["dumps"] = key_stacks(
+            [fallback.get(d["pid"], d) if d["pid"] in failed else d for d in reply["dumps"]]
+        )
+    return reply
+
+
+def _worker_dumps(
+    agent: Agent, pids: list[int], args: dict[str, Any], pyspy_failed: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each PID's stacks from its worker server, in parallel (each within its own deadline
+    of at most 3 s). A PID that py-spy failed on and that has no answering server keeps
+    py-spy's reason, with the worker server's added to its error."""
+    from areal_node.agent.worker_server import MAX_DEADLINE, worker_stacks
+
+    timeout = min(arg(args, "timeout", float, MAX_DEADLINE), MAX_DEADLINE)
+    records = parallel_map(lambda pid: worker_stacks(pid, timeout), pids, 64)
+    out: list[dict[str, Any]] = []
+    for record in records:
+        before = pyspy_failed.get(record["pid"])
+        if before is not None:
+            record["requested_pid"] = before.get("requested_pid", record["pid"])
+        if before is not None and not record.get("ok"):
+            if record.get("reason") == "gone":
+                record = {**before, "reason": "gone", "error": record["error"]}
+            else:
+                record = {**before, "error": f"{before.get('error')}; {record.get('error')}"}
+        progress = args.get("progress")
+        if progress is not None and not pyspy_failed:  # py-spy's dumps were counted
+            agent.emit("pyspy_progress", token=progress, pid=record["pid"],
+                       ok=record.get("ok", False), done=len(out) + 1, total=len(pids))  # fmt: skip
+        out.append(record)
+    return out
+
+
+def _pyspy_dumps(agent: Agent, pids: list[int], args: dict[str, Any]) -> dict[str, Any]:
+    """`py-spy dump --json` of each PID, all in parallel, one py-spy per PID."""
     timeout = arg(args, "timeout", float, 10.0)
     nonblocking = arg(args, "nonblocking", bool, False)
     native = arg(args, "native", bool, False)
@@ -121,6 +180,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
                     "ok": False,
                     "reason": "missing",
                     "error": "py-spy not found on this node: pip install py-spy",
+                    "source": "py-spy",
                 }
                 for pid in pids
             ]
@@ -146,7 +206,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         if with_locals:
             cmd.append("--locals")
         started = time.monotonic()
-        record: dict[str, Any] = {"pid": pid, "requested_pid": requested}
+        record: dict[str, Any] = {"pid": pid, "requested_pid": requested, "source": "py-spy"}
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:

@@ -24,6 +24,7 @@ from areal_console.core.stacks.report import (
     AnalysedCapture,
     capture_json,
     full_diagnosis,
+    source_summary,
     text_report,
 )
 from areal_console.core.stacks.store import save_capture, write_atomic
@@ -396,6 +397,8 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             parts.append(plural(others, "other job process", "other job processes"))
         if capture.errors:
             parts.append(plural(len(capture.errors), "node error"))
+        if any(r.source == "worker_server" for r in ranks):  # py-spy's, unless said
+            parts.append(f"stacks from {source_summary(ranks)}")
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
         if phases:

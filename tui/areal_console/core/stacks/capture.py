@@ -43,6 +43,9 @@ __all__ = [
     "take_capture",
 ]
 
+# `--source`: where each rank's stack comes from (the agent's `pyspy` op, `source`).
+STACK_SOURCE_CHOICES = ("auto", "py-spy", "worker")
+
 # Why a capture that found no rank is not saved (shown where its id would be).
 NOTHING_CAPTURED = "no rank found, nothing captured"
 
@@ -86,6 +89,9 @@ class CaptureOptions:
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     on_sample: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
+    # Where stacks come from: "auto" (py-spy, else the rank's worker server where py-spy
+    # cannot attach or is missing), "py-spy" only, or "worker" (the worker server only).
+    source: str = "auto"
     rollout: bool = True  # also read perf tracer files and rollout tracing lines
 
     def __post_init__(self) -> None:
@@ -98,6 +104,9 @@ class CaptureOptions:
                 re.compile(self.match)
             except re.error as exc:
                 raise ValueError(f"bad --match regex {self.match!r}: {exc}") from None
+        if self.source not in STACK_SOURCE_CHOICES:
+            choices = ", ".join(STACK_SOURCE_CHOICES)
+            raise ValueError(f"--source must be one of {choices}, not {self.source!r}")
         if self.job is not None and self.all_jobs:
             raise ValueError("--job and --all-jobs exclude each other")
 
@@ -140,6 +149,7 @@ def dump_node(
         "nonblocking": options.nonblocking,
         "native": options.native,
         "locals": options.with_locals,
+        "source": options.source,
     }
     token = None
     if progress is not None:

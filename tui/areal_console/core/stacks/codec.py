@@ -10,6 +10,7 @@ from areal_console.core.rollout.perf_trace import RankPhase
 from areal_console.core.stacks.parsing import FrameTable
 from areal_console.core.stacks.records import (
     MAIN_THREAD,
+    STACK_SOURCES,
     NodeError,
     RankStack,
     ServerInfo,
@@ -63,6 +64,7 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
                 job=r.get("job"),
                 server=ServerInfo.from_json(r.get("server")),
                 phase=RankPhase.from_json(r.get("phase"), r.get("rank")),
+                source=r["source"] if r.get("source") in STACK_SOURCES else None,
             )
         )
     return StackCapture(

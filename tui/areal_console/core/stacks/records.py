@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from areal_console.core.rollout.context import RolloutSummary
 
 MAIN_THREAD = "MainThread"
+# Where a rank's stack came from (`source` of a rank in `stacks --json`).
+STACK_SOURCES = ("py-spy", "worker_server")
 # AReaL's single-controller workers run all engine work, and so every collective, in this
 # thread (areal/infra/rpc/guard/engine_blueprint.py:166 at AReaL cbff54d6).
 ENGINE_THREADS = frozenset({"EngineWorker"})
@@ -241,6 +243,9 @@ class RankStack:
     job: str | None = None  # AReaL experiment/trial, when the command line says
     server: ServerInfo | None = None
     phase: RankPhase | None = None  # where it is in its step (AReaL's perf tracer files)
+    # Where the stack came from: "py-spy", or "worker_server" (torch's per-rank server,
+    # where py-spy could not attach); None: no stack, or an older capture.
+    source: str | None = None
     # `work_thread`, once picked: (the thread, or None; the `threads` list it was picked from)
     _work: tuple[Thread | None, list[Thread]] | None = field(
         default=None, init=False, repr=False, compare=False
@@ -313,6 +318,7 @@ class RankStack:
             "job": self.job,
             "server": self.server.to_json() if self.server else None,
             "phase": self.phase.to_json() if self.phase else None,
+            "source": self.source,
         }
         if with_threads:
             doc["threads"] = [t.to_json() for t in self.threads]

@@ -10,8 +10,10 @@ from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-from areal_console.core.stacks.merge import StackAnalysis, analyse
-from areal_console.core.stacks.records import Frame, Stack, StackCapture
+from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks
+from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
+
+SOURCE_NAMES = {"py-spy": "py-spy", "worker_server": "worker server"}
 
 
 @dataclass
@@ -122,6 +124,20 @@ def ledger_lines(capture: StackCapture, diagnosis: Diagnosis | None = None) -> l
     return lines
 
 
+def source_summary(ranks: list[RankStack]) -> str:
+    """Where the ranks' stacks came from, e.g. `py-spy: ranks 0-1 · worker server: ranks
+    2-3` ("" when no rank says: an older capture, or none captured)."""
+    by_source: dict[str, list[int]] = {}
+    for r in ranks:
+        if r.rank is not None and r.source in SOURCE_NAMES:
+            by_source.setdefault(r.source, []).append(r.rank)
+    parts = []
+    for source, numbers in by_source.items():
+        who = "rank" if len(numbers) == 1 else "ranks"
+        parts.append(f"{SOURCE_NAMES[source]}: {who} {format_ranks(numbers)}")
+    return " · ".join(parts)
+
+
 def _frame_line(frame: Frame) -> str:
     return f"{frame.function} ({frame.file}:{frame.line})"
 
@@ -143,6 +159,7 @@ def text_report(
         + (f", world size {analysis.world_size}" if analysis.world_size else "")
         + f", {plural(len(analysis.groups), 'group')}, {plural(capture.samples, 'sample')}"
         + (f", job {capture.job}" if capture.job else ""),
+        *([f"Stacks from {sources}"] if (sources := source_summary(ranks)) else []),
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
         f"  {diagnosis.detail}",
