@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from areal_node.agent.cmdline import is_python
 from areal_node.agent.procfs import read_all
 from areal_node.agent.protocol import OpError, arg, op
+from areal_node.agent.pyspy_beside import PROGRAM
 from areal_node.agent.threads import parallel_map
 
 if TYPE_CHECKING:
@@ -172,19 +173,24 @@ def _pyspy_dumps(agent: Agent, pids: list[int], args: dict[str, Any]) -> dict[st
     # py-spy is CPU-bound while it reads a process: more at once than cores only queues.
     parallel = arg(args, "parallel", int, 0) or cpu_count()
     pyspy = find_pyspy()
+    beside: dict[int, str] = {}  # requested pid -> the py-spy in its job's own bin/
+    missing = []
     if pyspy is None:
-        return {
-            "dumps": [
-                {
-                    "pid": pid,
-                    "ok": False,
-                    "reason": "missing",
-                    "error": "py-spy not found on this node: pip install py-spy",
-                    "source": "py-spy",
-                }
-                for pid in pids
-            ]
-        }
+        from areal_node.agent.pyspy_beside import pyspy_beside
+
+        for pid in pids:
+            found, refused = pyspy_beside(pid)
+            if found is not None:
+                beside[pid] = found
+                continue
+            error = "py-spy not found on this node: pip install py-spy"
+            missing.append(
+                {"pid": pid, "ok": False, "reason": "missing", "source": "py-spy",
+                 "error": f"{error}; {refused}" if refused else error}
+            )  # fmt: skip
+        pids = [pid for pid in pids if pid in beside]
+        if not pids:
+            return {"dumps": missing}
     targets: list[tuple[int, int]] = []  # (requested pid, dumped pid)
     wrappers = [pid for pid in pids if _is_wrapper(pid)]
     # Only wrappers need the whole process table (to find their Python children).
@@ -198,7 +204,8 @@ def _pyspy_dumps(agent: Agent, pids: list[int], args: dict[str, Any]) -> dict[st
 
     def dump(pair: tuple[int, int]) -> dict[str, Any]:
         requested, pid = pair
-        cmd = [pyspy, "dump", "--json", "--pid", str(pid)]
+        program = beside.get(requested) or pyspy or PROGRAM
+        cmd = [program, "dump", "--json", "--pid", str(pid)]
         if nonblocking:
             cmd.append("--nonblocking")
         if native:
@@ -249,7 +256,8 @@ def _pyspy_dumps(agent: Agent, pids: list[int], args: dict[str, Any]) -> dict[st
         return record
 
     dumps = parallel_map(dump_and_report, targets, min(64, parallel))
-    return {"dumps": key_stacks(dumps), "pyspy": pyspy}
+    used = pyspy or ", ".join(sorted(set(beside.values())))
+    return {"dumps": key_stacks(dumps) + missing, "pyspy": used}
 
 
 def key_stacks(dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:
