@@ -42,7 +42,7 @@ def test_parse_a_real_answer_of_a_multithreaded_process() -> None:
         ("worker", 6), ("run", 982), ("_bootstrap_inner", 1045), ("_bootstrap", 1002),
     ]  # fmt: skip
     assert main["frames"] == [
-        {"name": "<module>", "filename": "/tmp/noptrace/ws.py", "short_filename": "ws.py",
+        {"name": "<module>", "filename": "/tmp/run/ws.py", "short_filename": "ws.py",
          "line": 9}
     ]  # fmt: skip
     assert worker["thread_id"] == 0x00007FE25F73D6C0

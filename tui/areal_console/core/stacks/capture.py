@@ -225,13 +225,43 @@ def capture_raw(
         else:
             nodes.append(result)
     count_areal_world_sizes(n["processes"] for n in nodes)
-    return {
+    raw: dict[str, Any] = {
         "captured_at": started,
         "user": login_user(),
         "interval": options.interval,
         "job": ", ".join(j.key for j in jobs) or None,
         "nodes": nodes,
     }
+    if options.ledger:
+        ras = nccl_ras(sessions, chosen)
+        if ras is not None:
+            raw["nccl_ras"] = ras
+    return raw
+
+
+RAS_NODES = 3  # nodes asked, one after another, for a RAS port (one report covers the job)
+
+
+def nccl_ras(
+    sessions: list[NodeSession], chosen: Mapping[str, list[dict[str, Any]]]
+) -> dict[str, Any] | None:
+    """NCCL's RAS report of the job, from the first of a few nodes where a rank serves
+    one (NCCL >= 2.24 gathers it from every process of the job); None where no rank does
+    (no NCCL, an older one, a CPU job): nothing to show."""
+    last = None
+    for session in sessions[:RAS_NODES]:
+        pids = [p["pid"] for p in chosen.get(session.name, []) if p.get("rank") is not None]
+        if not pids:
+            continue
+        try:
+            reply = session.call("nccl_ras", {"pids": pids, "timeout": 10.0}, timeout=60)
+        except Exception:  # an older agent, a node gone: the stacks stay, RAS is left out
+            continue
+        if isinstance(reply, dict) and reply.get("address"):
+            if reply.get("ok"):
+                return reply
+            last = reply  # a port that did not answer as RAS: said, unless another does
+    return last
 
 
 def take_capture(

@@ -21,6 +21,7 @@ from areal_console.core.stacks.records import (
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
     from areal_console.core.rollout.context import RolloutSummary
+    from areal_console.core.stacks.nccl_ras import RasStatus
 
 
 def capture_from_json(data: dict[str, Any]) -> StackCapture:
@@ -78,7 +79,14 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         ledger=_ledger_from_json(data.get("ledger")),
         user=data["user"] if isinstance(data.get("user"), str) else None,
         rollout=_rollout_from_json(data.get("rollout")),
+        nccl_ras=_ras_from_json(data.get("nccl_ras")),
     )
+
+
+def _ras_from_json(doc: Any) -> RasStatus | None:
+    from areal_console.core.stacks.nccl_ras import RasStatus
+
+    return RasStatus.from_json(doc)
 
 
 def _rollout_from_json(doc: Any) -> RolloutSummary | None:

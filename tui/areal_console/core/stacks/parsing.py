@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
+    from areal_console.core.stacks.nccl_ras import RasStatus
 
 from areal_console.core.common.textfmt import MAX_CMDLINE, capped, printable
 from areal_console.core.stacks.records import (
@@ -288,6 +289,7 @@ def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCaptur
         capture_id=raw.get("id"),
         job=raw.get("job"),
         ledger=_ledger_from_raw(raw),
+        nccl_ras=_ras_from_raw(raw),
         user=raw["user"] if isinstance(raw.get("user"), str) else None,
     )
     from areal_console.core.rollout.context import apply_rollout
@@ -316,6 +318,15 @@ def align_worker_frames(ranks: list[RankStack]) -> None:
             continue
         for t in r.threads:
             t.frames = tuple(named.get((f.file, f.line, f.function), f) for f in t.frames)
+
+
+def _ras_from_raw(raw: dict[str, Any]) -> RasStatus | None:
+    reply = raw.get("nccl_ras")
+    if reply is None:
+        return None
+    from areal_console.core.stacks.nccl_ras import ras_from_agent
+
+    return ras_from_agent(reply)
 
 
 def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:

@@ -15,6 +15,7 @@ from areal_console.core.rollout.perf_trace import RankPhase
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
     from areal_console.core.rollout.context import RolloutSummary
+    from areal_console.core.stacks.nccl_ras import RasStatus
 
 MAIN_THREAD = "MainThread"
 # Where a rank's stack came from (`source` of a rank in `stacks --json`).
@@ -347,6 +348,7 @@ class StackCapture:
     ledger: Ledger | None = None  # Flight Recorder's view; None: not read
     user: str | None = None  # who took it (login identity); None: an older capture
     rollout: RolloutSummary | None = None  # rollout capacity and tracer notes; None: not read
+    nccl_ras: RasStatus | None = None  # NCCL's RAS report; None: no rank serves one
 
     @property
     def rank_stacks(self) -> list[RankStack]:

@@ -11,6 +11,7 @@ from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks
+from areal_console.core.stacks.nccl_ras import with_ras
 from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
 
 SOURCE_NAMES = {"py-spy": "py-spy", "worker_server": "worker server"}
@@ -83,6 +84,8 @@ def capture_json(
         "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
         "rollout": capture.rollout.to_json() if capture.rollout is not None else None,
     }
+    if capture.nccl_ras is not None:
+        doc["nccl_ras"] = capture.nccl_ras.to_json()
     if doc["ledger"] is not None:
         graph = diagnosis.wait_for
         doc["ledger"]["wait_for"] = (graph.to_json() if graph is not None else
@@ -100,9 +103,10 @@ def capture_json(
 def full_diagnosis(analysis: StackAnalysis) -> Diagnosis:
     """The stacks' diagnosis, with the collective ledger's findings when there is one."""
     ledger = analysis.capture.ledger
-    if ledger is None:
-        return diagnose(analysis)
-    return with_ledger(diagnose(analysis), ledger, stack_activity(analysis))
+    found = diagnose(analysis)
+    if ledger is not None:
+        found = with_ledger(found, ledger, stack_activity(analysis))
+    return with_ras(found, analysis.capture.nccl_ras)
 
 
 def ledger_lines(capture: StackCapture, diagnosis: Diagnosis | None = None) -> list[str]:
@@ -171,6 +175,10 @@ def text_report(
         lines.append("  Next steps:")
         lines += [f"    - {s}" for s in diagnosis.suggestions]
     lines += ledger_lines(capture, diagnosis)
+    if capture.nccl_ras is not None:
+        ras = capture.nccl_ras
+        version = f", NCCL {ras.nccl_version}" if ras.nccl_version else ""
+        lines += ["", f"NCCL RAS ({ras.address or 'no address'}{version}):", *ras.lines()]
     phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
     if phases:
         lines += ["", f"Step phases (perf tracer): {phases}"]
