@@ -340,7 +340,10 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         self.capture = message.analysis.capture
         self.marked, self.diffing = [], None
         self.query_one(DiagnosisBanner).show(message.diagnosis)
-        self.query_one(LedgerPane).show(self.capture.ledger, message.diagnosis.wait_for)
+        capture = self.capture
+        self.query_one(LedgerPane).show(
+            capture.ledger, message.diagnosis.wait_for, capture.nccl_ras
+        )
         self._show_groups()
         self._show_trees()
         self._close_diff()
