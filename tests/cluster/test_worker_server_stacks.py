@@ -73,6 +73,9 @@ def test_every_rank_from_its_worker_server_without_ptrace(nobody_job: FrJob) -> 
     assert {r["pid"] for r in ranks.values()} == {p.pid for p in nobody_job.procs}
     assert doc["diagnosis"]["pattern"] == "collective_mismatch"
     assert [g["label"] for g in doc["groups"]] == ["0-2", "3"]
+    # the ledger's live read of the hook's sockets works without ptrace too (SO_PEERCRED)
+    assert sorted(doc["ledger"]["sources"]) == ["0", "1"]
+    assert all(s.startswith("live:") for s in doc["ledger"]["sources"].values())
 
     control = stacks(nobody_job)  # root with ptrace: py-spy
     assert control.returncode == 0, control.stderr
