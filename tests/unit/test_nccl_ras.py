@@ -22,8 +22,8 @@ from areal_console.core.stacks.nccl_ras import (
     parse_ras_json,
     parse_ras_text,
     ras_from_agent,
-    with_ras,
 )
+from areal_console.core.stacks.report import with_ras
 from areal_node.agent.nccl_ras import op_nccl_ras
 from conftest import cli_env
 

@@ -24,8 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_console.core.stacks.diagnose import Diagnosis
-from areal_console.core.stacks.merge import format_ranks
+from areal_console.core.common.rankset import format_ranks
 
 MAX_COMMS = 4096
 MAX_RANKS = 1 << 17  # ranks read per communicator
@@ -282,37 +281,3 @@ def ras_from_agent(reply: Any) -> RasStatus:
         return RasStatus(address=address, format=_str(reply.get("format")), error=str(exc))
     status.address = address
     return status
-
-
-EVIDENCE_PREFIX = "NCCL RAS: "
-RAS_SUGGESTION = (
-    "NCCL's RAS counts show who is behind: look at what the lagging ranks are doing (their "
-    "stacks above), and run `ncclras -v` on a node of the job for its full report"
-)
-
-
-def with_ras(diagnosis: Diagnosis, ras: RasStatus | None) -> Diagnosis:
-    """`diagnosis` with NCCL RAS's findings: each lag as evidence; where the stacks alone
-    see every rank in the same collective (or nothing), the title names the ranks whose
-    collective count lags: the ones the others wait on."""
-    from dataclasses import replace
-
-    if ras is None or ras.error:
-        return diagnosis
-    findings = ras.findings()
-    dead = [
-        f"comm {c.hash}: ranks {format_ranks(c.dead)} considered dead" for c in ras.comms if c.dead
-    ]
-    if not findings and not dead:
-        return diagnosis
-    evidence = [EVIDENCE_PREFIX + f for f in (dead + findings)[:12]] + list(diagnosis.evidence)
-    suggestions = list(diagnosis.suggestions)
-    if RAS_SUGGESTION not in suggestions:
-        suggestions.insert(0, RAS_SUGGESTION)
-    diagnosis = replace(diagnosis, evidence=evidence, suggestions=suggestions)
-    lagging = ras.lagging_ranks()
-    if lagging and diagnosis.pattern in ("same_collective", "none"):
-        who = f"rank {lagging[0]}" if len(lagging) == 1 else f"ranks {format_ranks(lagging)}"
-        title = f"{diagnosis.title}; NCCL RAS: the others wait on {who} (its collective count lags)"
-        diagnosis = replace(diagnosis, title=title)
-    return diagnosis

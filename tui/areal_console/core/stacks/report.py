@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from areal_console.core.common.textfmt import plural
@@ -11,7 +11,7 @@ from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks
-from areal_console.core.stacks.nccl_ras import with_ras
+from areal_console.core.stacks.nccl_ras import RasStatus
 from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
 
 SOURCE_NAMES = {"py-spy": "py-spy", "worker_server": "worker server"}
@@ -230,3 +230,35 @@ def _locals_lines(capture: StackCapture, max_per_rank: int = 30) -> list[str]:
                 lines.append("      ...")
                 break
     return lines
+
+
+RAS_EVIDENCE_PREFIX = "NCCL RAS: "
+RAS_SUGGESTION = (
+    "NCCL's RAS counts show who is behind: look at what the lagging ranks are doing (their "
+    "stacks above), and run `ncclras -v` on a node of the job for its full report"
+)
+
+
+def with_ras(diagnosis: Diagnosis, ras: RasStatus | None) -> Diagnosis:
+    """`diagnosis` with NCCL RAS's findings: each lag as evidence; where the stacks alone
+    see every rank in the same collective (or nothing), the title names the ranks whose
+    collective count lags: the ones the others wait on."""
+    if ras is None or ras.error:
+        return diagnosis
+    findings = ras.findings()
+    dead = [
+        f"comm {c.hash}: ranks {format_ranks(c.dead)} considered dead" for c in ras.comms if c.dead
+    ]
+    if not findings and not dead:
+        return diagnosis
+    evidence = [RAS_EVIDENCE_PREFIX + f for f in (dead + findings)[:12]] + list(diagnosis.evidence)
+    suggestions = list(diagnosis.suggestions)
+    if RAS_SUGGESTION not in suggestions:
+        suggestions.insert(0, RAS_SUGGESTION)
+    diagnosis = replace(diagnosis, evidence=evidence, suggestions=suggestions)
+    lagging = ras.lagging_ranks()
+    if lagging and diagnosis.pattern in ("same_collective", "none"):
+        who = f"rank {lagging[0]}" if len(lagging) == 1 else f"ranks {format_ranks(lagging)}"
+        title = f"{diagnosis.title}; NCCL RAS: the others wait on {who} (its collective count lags)"
+        diagnosis = replace(diagnosis, title=title)
+    return diagnosis
