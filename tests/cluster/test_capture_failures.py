@@ -27,7 +27,7 @@ def without_pyspy(tmp_path: Path) -> tuple[str, dict[str, str]]:
 
 
 NO_PYSPY = "py-spy not found on this node: pip install py-spy"
-NO_WORKER_SERVER = "no worker server: none found (see docs/guide/stacks.md: sources)"
+NO_WORKER_SERVER = "no worker server: none found (the launch hook, TORCH_WORKER_SERVER_SOCKET or start_debug_server: docs/guide/stacks.md)"
 SYSTEM_PYTHON = "/usr/bin/python3"  # no py-spy beside it (checked below)
 
 

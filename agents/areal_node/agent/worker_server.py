@@ -330,7 +330,7 @@ def worker_stacks(pid: int, timeout: float = MAX_DEADLINE) -> dict[str, Any]:
         elif why:
             notes.append(why)
     if not endpoints:
-        why = "; ".join(notes) or "none found (see docs/guide/stacks.md: sources)"
+        why = "; ".join(notes) or "none found (the launch hook, TORCH_WORKER_SERVER_SOCKET or start_debug_server: docs/guide/stacks.md)"
         return {**record, "ok": False, "reason": "no_server", "error": f"no worker server: {why}"}
     errors = []
     for endpoint in endpoints:
