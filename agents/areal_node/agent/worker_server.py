@@ -37,6 +37,10 @@ MAX_THREADS = 256
 MAX_FRAMES = 256  # per thread
 MAX_STORE_VALUE = 4096  # bytes of the store's `rank<N>` value (a URL)
 HANDLER = "/handler/dump_traceback"
+NONE_FOUND = (
+    "none found (the launch hook, TORCH_WORKER_SERVER_SOCKET or start_debug_server: "
+    "docs/guide/stacks.md)"
+)
 WS_ENV = (
     "RANK", "MASTER_ADDR", "MASTER_PORT", "AREAL_FR_SOCKET_DIR", "TMPDIR",
     "TORCH_WORKER_SERVER_SOCKET",
@@ -283,9 +287,12 @@ def debug_server_endpoint(
             return None, ""
     except OSError:
         return None, ""
-    mine = [lst for lst in own if lst.port != store_port]
+    # The debug server binds every address (`_WorkerServer("::", worker_port)`); gloo's and
+    # NCCL's own listeners bind one: only a rank with a wildcard port besides the store's
+    # makes the agent read the store.
+    mine = [lst for lst in own if lst.port != store_port and lst.bound in ("::", "0.0.0.0")]
     if not mine:
-        return None, ""  # no TCP port of its own besides the store: no debug server
+        return None, ""  # no such port: no debug server
     try:
         value = store_get(store_host, store_port, f"{DEBUG_PREFIX}/rank{rank}", deadline)
     except (OSError, WorkerServerError, struct.error) as exc:
@@ -330,7 +337,7 @@ def worker_stacks(pid: int, timeout: float = MAX_DEADLINE) -> dict[str, Any]:
         elif why:
             notes.append(why)
     if not endpoints:
-        why = "; ".join(notes) or "none found (the launch hook, TORCH_WORKER_SERVER_SOCKET or start_debug_server: docs/guide/stacks.md)"
+        why = "; ".join(notes) or NONE_FOUND
         return {**record, "ok": False, "reason": "no_server", "error": f"no worker server: {why}"}
     errors = []
     for endpoint in endpoints:
