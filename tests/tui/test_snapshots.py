@@ -58,3 +58,12 @@ def test_stacks_deadlock_snapshot(snap_compare: Any) -> None:
     the ledger pane leads with it."""
     app = recorded.saved_stacks_app("saved_wrong_group")
     assert snap_compare(app, terminal_size=SIZE, run_before=recorded.open_stacks)
+
+
+@pytest.mark.slow
+def test_stacks_worker_server_snapshot(snap_compare: Any) -> None:
+    """A capture `stacks` saved from a real hung job of `nobody` by a console without
+    CAP_SYS_PTRACE (scripts/record_worker_server_fixture.py): every stack from the ranks'
+    worker servers, which the status line says."""
+    app = recorded.saved_stacks_app("saved_worker_server")
+    assert snap_compare(app, terminal_size=SIZE, run_before=recorded.open_stacks)
