@@ -6,7 +6,8 @@ unshare and capsh:
 
     PYTHONPATH=tui:agents:. python scripts/record_worker_server_fixture.py
 
-Machine paths are rewritten to the neutral root (tests/support/fixtures/neutral_paths.py).
+Machine paths are rewritten to the neutral root (tests/support/fixtures/neutral_paths.py),
+the node is `node0` and rank N's pid 4000+N (no host name or pid of the recording machine).
 """
 
 from __future__ import annotations
@@ -44,7 +45,14 @@ def main() -> None:
     doc = json.loads(done.stdout)
     assert {r["source"] for r in doc["ranks"]} == {"worker_server"}, doc["ranks"]
     doc.pop("user", None)
-    OUT.write_text(json.dumps(neutral(doc), indent=1) + "\n")
+    text = json.dumps(neutral(doc), indent=1)
+    for r in doc["ranks"]:
+        pid, node = r["pid"], r["node"]
+        text = text.replace(f'"pid": {pid},', f'"pid": {4000 + r["rank"]},')
+        text = text.replace(f"areal-fr-{pid}.sock", f"areal-fr-{4000 + r['rank']}.sock")
+        text = text.replace(f'"node": "{node}"', '"node": "node0"')
+        text = text.replace(f" {pid} ", f" {4000 + r['rank']} ")
+    OUT.write_text(text + "\n")
 
 
 if __name__ == "__main__":
