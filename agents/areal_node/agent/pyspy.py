@@ -119,7 +119,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     if source == "py-spy":
         return _pyspy_dumps(agent, pids, args)
     if source == "worker":
-        return {"dumps": key_stacks(_worker_dumps(agent, pids, args, {}))}
+        return {"dumps": key_stacks(_worker_dumps(agent, pids, args, {}, count=True))}
     reply = _pyspy_dumps(agent, pids, args)
     failed = {
         d["pid"]: d
@@ -127,7 +127,11 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         if not d.get("ok") and d.get("reason") in WORKER_FALLBACK
     }
     if failed:
-        fallback = {d["pid"]: d for d in _worker_dumps(agent, list(failed), args, failed)}
+        # py-spy reported progress for what it ran; where it ran nothing, the worker server does
+        count = all(d.get("reason") == "missing" for d in reply["dumps"])
+        fallback = {
+            d["pid"]: d for d in _worker_dumps(agent, list(failed), args, failed, count=count)
+        }
         reply["dumps"] = key_stacks(
             [fallback.get(d["pid"], d) if d["pid"] in failed else d for d in reply["dumps"]]
         )
@@ -135,7 +139,11 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _worker_dumps(
-    agent: Agent, pids: list[int], args: dict[str, Any], pyspy_failed: dict[int, dict[str, Any]]
+    agent: Agent,
+    pids: list[int],
+    args: dict[str, Any],
+    pyspy_failed: dict[int, dict[str, Any]],
+    count: bool,
 ) -> list[dict[str, Any]]:
     """Each PID's stacks from its worker server, in parallel (each within its own deadline
     of at most 3 s). A PID that py-spy failed on and that has no answering server keeps
@@ -155,7 +163,7 @@ def _worker_dumps(
             else:
                 record = {**before, "error": f"{before.get('error')}; {record.get('error')}"}
         progress = args.get("progress")
-        if progress is not None and not pyspy_failed:  # py-spy's dumps were counted
+        if progress is not None and count:
             agent.emit("pyspy_progress", token=progress, pid=record["pid"],
                        ok=record.get("ok", False), done=len(out) + 1, total=len(pids))  # fmt: skip
         out.append(record)
