@@ -344,8 +344,10 @@ def test_json_matches_schema_and_round_trips(fixtures: dict[str, Any]) -> None:
         "job",
         "server",
         "phase",
+        "source",
         "threads",
     }
+    assert rank["source"] == "py-spy"
     assert set(rank["threads"][0]) == {"name", "tid", "idle", "frames"}
     assert set(rank["threads"][0]["frames"][0]) == {"function", "file", "line"}
     assert [g["label"] for g in doc["groups"]] == ["0-2", "3"]

@@ -18,6 +18,9 @@ the default group), then each rank writes `rank<N>.ready` and does what MODE say
 - `chain` (6 ranks): rank i < 5 all_reduces on the pair [i, i+1]; rank 5 sleeps, so
   everyone waits on it through the ranks after them.
 
+`FR_DEBUG_SERVER=1` (not on rank 0): the rank also starts torch's debug worker server
+(`torch.distributed.debug.start_debug_server`) before it hangs.
+
 Run with the recorder hook on PYTHONPATH. `FR_TIMEOUT_S` (default a day) is the
 process-group timeout: a short one makes the ranks fail and write their dump files.
 """
@@ -45,6 +48,12 @@ def main() -> None:
     tp = [dist.new_group(r) for r in ([0, 1], [2, 3])] if mode == "wrong_group" else []
     ring = [dist.new_group(r) for r in ([0, 1], [1, 2], [0, 2])] if mode == "three_groups" else []
     world = dist.get_world_size()
+    if os.environ.get("FR_DEBUG_SERVER") == "1":
+        # torch's own per-rank worker server on a TCP port, registered in the job's store
+        # (no frontend: that one starts on rank 0 only, and needs aiohttp)
+        from torch.distributed.debug import start_debug_server
+
+        start_debug_server(worker_port=0)
     pairs = [dist.new_group([i, i + 1]) for i in range(world - 1)] if mode == "chain" else []
     with open(os.path.join(ready_dir, f"rank{rank}.ready"), "w") as fh:
         fh.write(str(os.getpid()))

@@ -228,10 +228,13 @@ def slim_trace(data: Any) -> dict[str, Any]:
     }
 
 
-def _post(path: str, url: str, uid: int, deadline: float) -> tuple[int, bytes]:
+def _post(
+    path: str, url: str, uid: int, deadline: float, pid: int | None = None
+) -> tuple[int, bytes]:
     """POST `url` on the Unix socket `path`, all of it (connect, request, reply) before
     `deadline` (time.monotonic()): a server that trickles its reply runs out of time, not a
-    per-read timeout. The peer must run as `uid` (SO_PEERCRED)."""
+    per-read timeout. The peer must run as `uid` and, given `pid`, be that process (the
+    listener's credentials, SO_PEERCRED)."""
     import http.client
     import socket
     import struct
@@ -264,9 +267,11 @@ def _post(path: str, url: str, uid: int, deadline: float) -> tuple[int, bytes]:
                 sock.settimeout(remaining())
                 sock.connect(path)
                 creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-                peer_uid = struct.unpack("3i", creds)[1]
+                peer_pid, peer_uid, _ = struct.unpack("3i", creds)
                 if peer_uid != uid:
                     raise PermissionError(f"served by uid {peer_uid}, not the rank's uid {uid}")
+                if pid is not None and peer_pid != pid:
+                    raise PermissionError(f"served by process {peer_pid}, not the rank ({pid})")
             except BaseException:
                 sock.close()
                 raise
@@ -325,6 +330,8 @@ def _listening_unix_sockets(
     for fd in os.listdir(fd_dir):
         try:
             target = os.readlink(f"{fd_dir}/{fd}")
+        except PermissionError:
+            raise  # another user's process without CAP_SYS_PTRACE: see `fr_sockets`
         except OSError:
             continue
         if target.startswith("socket:[") and target.endswith("]") and target[8:-1] in candidates:
@@ -344,14 +351,24 @@ def fr_sockets(
     (in a private directory, see the hook) or torch's `TORCH_WORKER_SERVER_SOCKET`, each
     only if this very process listens on it and the file is a socket owned by its user.
     Planted names and an environment naming another user's socket are never asked.
-    `tables`: the socket tables already read by this request, per network namespace."""
+    `tables`: the socket tables already read by this request, per network namespace.
+
+    Where the process's descriptors cannot be read (another user's process, and this
+    agent without CAP_SYS_PTRACE), the listening paths of its namespace's table are
+    returned: `_post` then asks only if the listener's own credentials (SO_PEERCRED) name
+    this very process, before a byte is sent."""
     wanted = f"areal-fr-{pid}.sock"
     named = env.get("TORCH_WORKER_SERVER_SOCKET")
+
+    def want(path: str) -> bool:
+        return os.path.basename(path) == wanted or path == named
+
     try:
         uid = process_uid(pid)
-        listening = _listening_unix_sockets(
-            pid, lambda path: os.path.basename(path) == wanted or path == named, tables
-        )
+        try:
+            listening = _listening_unix_sockets(pid, want, tables)
+        except PermissionError:
+            listening = {p for p in _listening_unix_paths(pid, tables).values() if want(p)}
     except OSError:
         return []
     found = sorted(p for p in listening if os.path.basename(p) == wanted)
@@ -384,7 +401,7 @@ def fr_live(
     for path in fr_sockets(pid, env) if sockets is None else sockets:
         for handler in ("areal_fr_trace", "fr_trace_json"):
             try:
-                status, body = _post(path, f"/handler/{handler}", uid, deadline)
+                status, body = _post(path, f"/handler/{handler}", uid, deadline, pid)
             except Exception as exc:  # one rank's failure, whatever it is
                 errors.append(f"{path}: {type(exc).__name__}: {str(exc)[:200]}")
                 break

@@ -35,6 +35,7 @@ LATER: dict[str, str] = {
     ),
     **dict.fromkeys(("file_tail", "log_find", "file_read"), "areal_node.agent.logs"),
     "fr_traces": "areal_node.agent.flight_recorder",
+    "nccl_ras": "areal_node.agent.nccl_ras",
     **dict.fromkeys(("name_resolve", "tcp_probe"), "areal_node.agent.name_resolve_op"),
 }
 
@@ -54,6 +55,7 @@ DEADLINES: dict[str, float] = {
     "shutdown": 5.0,
     "pyspy": 25.0,
     "fr_traces": 50.0,
+    "nccl_ras": 40.0,
     "file_tail": 25.0,
     "log_find": 25.0,
     "file_read": 25.0,

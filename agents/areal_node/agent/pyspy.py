@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from areal_node.agent.cmdline import is_python
 from areal_node.agent.procfs import read_all
 from areal_node.agent.protocol import OpError, arg, op
+from areal_node.agent.pyspy_beside import PROGRAM
 from areal_node.agent.threads import parallel_map
 
 if TYPE_CHECKING:
@@ -98,12 +99,79 @@ def python_descendants(pid: int, procs: dict[int, dict[str, Any]]) -> list[int]:
     return sorted(out)
 
 
+SOURCES = ("auto", "py-spy", "worker")
+# py-spy failures a rank's own worker server can stand in for (with `source` "auto").
+WORKER_FALLBACK = frozenset({"permission", "missing"})
+
+
 @op("pyspy")
 def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
-    """`py-spy dump --json` of each PID, all in parallel, one py-spy per PID."""
+    """Each PID's stacks, all in parallel: `py-spy dump --json`, one py-spy per PID; with
+    `source` "worker" from the rank's worker server instead, with "auto" (the default)
+    from the worker server where py-spy cannot attach or is missing. Every dump says
+    where it came from (`source`: "py-spy" or "worker_server")."""
     pids = args.get("pids")
     if not isinstance(pids, list) or not all(isinstance(p, int) for p in pids):
         raise OpError("argument 'pids' must be a list of integers")
+    source = arg(args, "source", str, "auto")
+    if source not in SOURCES:
+        raise OpError(f"argument 'source' must be one of {', '.join(SOURCES)}, got {source!r}")
+    if source == "py-spy":
+        return _pyspy_dumps(agent, pids, args)
+    if source == "worker":
+        return {"dumps": key_stacks(_worker_dumps(agent, pids, args, {}, count=True))}
+    reply = _pyspy_dumps(agent, pids, args)
+    failed = {
+        d["pid"]: d
+        for d in reply["dumps"]
+        if not d.get("ok") and d.get("reason") in WORKER_FALLBACK
+    }
+    if failed:
+        # py-spy reported progress for what it ran; where it ran nothing, the worker server does
+        count = all(d.get("reason") == "missing" for d in reply["dumps"])
+        fallback = {
+            d["pid"]: d for d in _worker_dumps(agent, list(failed), args, failed, count=count)
+        }
+        reply["dumps"] = key_stacks(
+            [fallback.get(d["pid"], d) if d["pid"] in failed else d for d in reply["dumps"]]
+        )
+    return reply
+
+
+def _worker_dumps(
+    agent: Agent,
+    pids: list[int],
+    args: dict[str, Any],
+    pyspy_failed: dict[int, dict[str, Any]],
+    count: bool,
+) -> list[dict[str, Any]]:
+    """Each PID's stacks from its worker server, in parallel (each within its own deadline
+    of at most 3 s). A PID that py-spy failed on and that has no answering server keeps
+    py-spy's reason, with the worker server's added to its error."""
+    from areal_node.agent.worker_server import MAX_DEADLINE, worker_stacks
+
+    timeout = min(arg(args, "timeout", float, MAX_DEADLINE), MAX_DEADLINE)
+    records = parallel_map(lambda pid: worker_stacks(pid, timeout), pids, 64)
+    out: list[dict[str, Any]] = []
+    for record in records:
+        before = pyspy_failed.get(record["pid"])
+        if before is not None:
+            record["requested_pid"] = before.get("requested_pid", record["pid"])
+        if before is not None and not record.get("ok"):
+            if record.get("reason") == "gone":
+                record = {**before, "reason": "gone", "error": record["error"]}
+            else:
+                record = {**before, "error": f"{before.get('error')}; {record.get('error')}"}
+        progress = args.get("progress")
+        if progress is not None and count:
+            agent.emit("pyspy_progress", token=progress, pid=record["pid"],
+                       ok=record.get("ok", False), done=len(out) + 1, total=len(pids))  # fmt: skip
+        out.append(record)
+    return out
+
+
+def _pyspy_dumps(agent: Agent, pids: list[int], args: dict[str, Any]) -> dict[str, Any]:
+    """`py-spy dump --json` of each PID, all in parallel, one py-spy per PID."""
     timeout = arg(args, "timeout", float, 10.0)
     nonblocking = arg(args, "nonblocking", bool, False)
     native = arg(args, "native", bool, False)
@@ -113,18 +181,24 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     # py-spy is CPU-bound while it reads a process: more at once than cores only queues.
     parallel = arg(args, "parallel", int, 0) or cpu_count()
     pyspy = find_pyspy()
+    beside: dict[int, str] = {}  # requested pid -> the py-spy in its job's own bin/
+    missing = []
     if pyspy is None:
-        return {
-            "dumps": [
-                {
-                    "pid": pid,
-                    "ok": False,
-                    "reason": "missing",
-                    "error": "py-spy not found on this node: pip install py-spy",
-                }
-                for pid in pids
-            ]
-        }
+        from areal_node.agent.pyspy_beside import pyspy_beside
+
+        for pid in pids:
+            found, refused = pyspy_beside(pid)
+            if found is not None:
+                beside[pid] = found
+                continue
+            error = "py-spy not found on this node: pip install py-spy"
+            missing.append(
+                {"pid": pid, "ok": False, "reason": "missing", "source": "py-spy",
+                 "error": f"{error}; {refused}" if refused else error}
+            )  # fmt: skip
+        pids = [pid for pid in pids if pid in beside]
+        if not pids:
+            return {"dumps": missing}
     targets: list[tuple[int, int]] = []  # (requested pid, dumped pid)
     wrappers = [pid for pid in pids if _is_wrapper(pid)]
     # Only wrappers need the whole process table (to find their Python children).
@@ -138,7 +212,8 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
     def dump(pair: tuple[int, int]) -> dict[str, Any]:
         requested, pid = pair
-        cmd = [pyspy, "dump", "--json", "--pid", str(pid)]
+        program = beside.get(requested) or pyspy or PROGRAM
+        cmd = [program, "dump", "--json", "--pid", str(pid)]
         if nonblocking:
             cmd.append("--nonblocking")
         if native:
@@ -146,7 +221,7 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         if with_locals:
             cmd.append("--locals")
         started = time.monotonic()
-        record: dict[str, Any] = {"pid": pid, "requested_pid": requested}
+        record: dict[str, Any] = {"pid": pid, "requested_pid": requested, "source": "py-spy"}
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
@@ -189,7 +264,8 @@ def op_pyspy(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
         return record
 
     dumps = parallel_map(dump_and_report, targets, min(64, parallel))
-    return {"dumps": key_stacks(dumps), "pyspy": pyspy}
+    used = pyspy or ", ".join(sorted(set(beside.values())))
+    return {"dumps": key_stacks(dumps) + missing, "pyspy": used}
 
 
 def key_stacks(dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -87,6 +87,14 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="include each frame's local variables (py-spy --locals; slower, shows data)",
     )
+    parser.add_argument(
+        "--source",
+        choices=("auto", "py-spy", "worker"),
+        default="auto",
+        help="where stacks come from: py-spy, or the rank's own worker server (torch's, "
+        "started by the launch hook, TORCH_WORKER_SERVER_SOCKET or start_debug_server) "
+        "for ranks py-spy cannot attach to; auto (default): py-spy, then the worker server",
+    )
     parser.add_argument("--json", action="store_true", help="the capture as JSON")
     parser.add_argument(
         "--save", metavar="DIR", help="also write <id>.json and <id>.txt (report) into DIR"
@@ -248,6 +256,7 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
             slurm_job=getattr(args, "slurm_job", None),
             native=args.native,
             with_locals=args.locals,
+            source=args.source,
             on_sample=lambda text: print(f"stacks: {text} (Ctrl-C stops)", file=sys.stderr),
         )
     except ValueError as exc:

@@ -25,6 +25,7 @@ from areal_console.core.stacks.report import (
     AnalysedCapture,
     capture_json,
     full_diagnosis,
+    source_summary,
     text_report,
 )
 from areal_console.core.stacks.store import save_capture, write_atomic
@@ -340,7 +341,10 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         self.capture = message.analysis.capture
         self.marked, self.diffing = [], None
         self.query_one(DiagnosisBanner).show(message.diagnosis)
-        self.query_one(LedgerPane).show(self.capture.ledger, message.diagnosis.wait_for)
+        capture = self.capture
+        self.query_one(LedgerPane).show(
+            capture.ledger, message.diagnosis.wait_for, capture.nccl_ras
+        )
         self._show_groups()
         self._show_trees()
         self._close_diff()
@@ -397,6 +401,8 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             parts.append(plural(others, "other job process", "other job processes"))
         if capture.errors:  # the coverage line's failed nodes, with their reasons
             parts.append(capture_coverage(capture).line().partition("; ")[2])
+        if any(r.source == "worker_server" for r in ranks):  # py-spy's, unless said
+            parts.append(f"stacks from {source_summary(ranks)}")
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
         if phases:

@@ -10,12 +10,16 @@ from textual.widgets import Static
 from areal_console.core.ledger.analyse import Ledger
 from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.waitfor import WaitForGraph
+from areal_console.core.stacks.nccl_ras import RasStatus
 from areal_console.widgets.remote_text import remote_text
 
 
-def ledger_text(ledger: Ledger | None, graph: WaitForGraph | None = None) -> Text:
+def ledger_text(
+    ledger: Ledger | None, graph: WaitForGraph | None = None, ras: RasStatus | None = None
+) -> Text:
     """The wait-for conclusions first (a deadlock, a root), one line per used process
-    group with its findings under it; one line when there is no ledger."""
+    group with its findings under it; one line when there is no ledger. Then NCCL's RAS
+    report, when a rank serves one."""
     text = Text()
     if ledger is None or not ledger.groups:
         text.append_text(remote_text(absent_note(ledger), style="dim"))
@@ -47,6 +51,15 @@ def ledger_text(ledger: Ledger | None, graph: WaitForGraph | None = None) -> Tex
         text.append("  ! ", style="bold red")
         text.append_text(remote_text(error, style="red"))
         text.append("\n")
+    if ras is not None:
+        text.append("NCCL RAS ", style="bold")
+        text.append_text(remote_text(ras.address or "", style="dim"))
+        text.append("\n")
+        lagging = set(ras.lagging_ranks())
+        for line in ras.lines():
+            style = "yellow" if lagging and "up to #" in line else ""
+            text.append_text(remote_text(line, style=style))
+            text.append("\n")
     text.rstrip()
     return text
 
@@ -58,6 +71,8 @@ class LedgerPane(Static):
     LedgerPane { height: auto; max-height: 10; padding: 0 1; }
     """
 
-    def show(self, ledger: Ledger | None, graph: WaitForGraph | None = None) -> None:
+    def show(
+        self, ledger: Ledger | None, graph: WaitForGraph | None = None, ras: RasStatus | None = None
+    ) -> None:
         self.ledger = ledger
-        self.update(ledger_text(ledger, graph))
+        self.update(ledger_text(ledger, graph, ras))

@@ -42,6 +42,9 @@ __all__ = [
     "take_capture",
 ]
 
+# `--source`: where each rank's stack comes from (the agent's `pyspy` op, `source`).
+STACK_SOURCE_CHOICES = ("auto", "py-spy", "worker")
+
 # Why a capture that found no rank is not saved (shown where its id would be).
 NOTHING_CAPTURED = "no rank found, nothing captured"
 
@@ -85,6 +88,9 @@ class CaptureOptions:
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
     on_sample: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
     ledger: bool = True  # also read Flight Recorder traces (the collective ledger)
+    # Where stacks come from: "auto" (py-spy, else the rank's worker server where py-spy
+    # cannot attach or is missing), "py-spy" only, or "worker" (the worker server only).
+    source: str = "auto"
     rollout: bool = True  # also read perf tracer files and rollout tracing lines
     tags: tuple[str, ...] = ()  # saved with the capture (`stacks --list` shows them): "watch"
 
@@ -98,6 +104,9 @@ class CaptureOptions:
                 re.compile(self.match)
             except re.error as exc:
                 raise ValueError(f"bad --match regex {self.match!r}: {exc}") from None
+        if self.source not in STACK_SOURCE_CHOICES:
+            choices = ", ".join(STACK_SOURCE_CHOICES)
+            raise ValueError(f"--source must be one of {choices}, not {self.source!r}")
         if self.job is not None and self.all_jobs:
             raise ValueError("--job and --all-jobs exclude each other")
 
@@ -140,6 +149,7 @@ def dump_node(
         "nonblocking": options.nonblocking,
         "native": options.native,
         "locals": options.with_locals,
+        "source": options.source,
     }
     token = None
     if progress is not None:
@@ -224,13 +234,43 @@ def capture_raw(
         else:
             nodes.append(result)
     count_areal_world_sizes(n["processes"] for n in nodes)
-    return {
+    raw: dict[str, Any] = {
         "captured_at": started,
         "user": login_user(),
         "interval": options.interval,
         "job": ", ".join(j.key for j in jobs) or None,
         "nodes": nodes,
     }
+    if options.ledger:
+        ras = nccl_ras(sessions, chosen)
+        if ras is not None:
+            raw["nccl_ras"] = ras
+    return raw
+
+
+RAS_NODES = 3  # nodes asked, one after another, for a RAS port (one report covers the job)
+
+
+def nccl_ras(
+    sessions: list[NodeSession], chosen: Mapping[str, list[dict[str, Any]]]
+) -> dict[str, Any] | None:
+    """NCCL's RAS report of the job, from the first of a few nodes where a rank serves
+    one (NCCL >= 2.24 gathers it from every process of the job); None where no rank does
+    (no NCCL, an older one, a CPU job): nothing to show."""
+    last = None
+    for session in sessions[:RAS_NODES]:
+        pids = [p["pid"] for p in chosen.get(session.name, []) if p.get("rank") is not None]
+        if not pids:
+            continue
+        try:
+            reply = session.call("nccl_ras", {"pids": pids, "timeout": 10.0}, timeout=60)
+        except Exception:  # an older agent, a node gone: the stacks stay, RAS is left out
+            continue
+        if isinstance(reply, dict) and reply.get("address"):
+            if reply.get("ok"):
+                return reply
+            last = reply  # a port that did not answer as RAS: said, unless another does
+    return last
 
 
 def take_capture(

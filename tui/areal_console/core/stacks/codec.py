@@ -12,6 +12,7 @@ from areal_console.core.rollout.perf_trace import RankPhase
 from areal_console.core.stacks.parsing import FrameTable, gc_paused
 from areal_console.core.stacks.records import (
     MAIN_THREAD,
+    STACK_SOURCES,
     NodeError,
     RankStack,
     ServerInfo,
@@ -23,6 +24,7 @@ from areal_console.core.stacks.records import (
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
     from areal_console.core.rollout.context import RolloutSummary
+    from areal_console.core.stacks.nccl_ras import RasStatus
 
 
 _FRAME_FIELDS = operator.itemgetter("function", "file", "line")
@@ -87,6 +89,7 @@ def _capture_from_json(data: dict[str, Any]) -> StackCapture:
                 job=r.get("job"),
                 server=ServerInfo.from_json(r.get("server")),
                 phase=RankPhase.from_json(r.get("phase"), r.get("rank")),
+                source=r["source"] if r.get("source") in STACK_SOURCES else None,
             )
         )
     return StackCapture(
@@ -100,7 +103,14 @@ def _capture_from_json(data: dict[str, Any]) -> StackCapture:
         ledger=_ledger_from_json(data.get("ledger")),
         user=data["user"] if isinstance(data.get("user"), str) else None,
         rollout=_rollout_from_json(data.get("rollout")),
+        nccl_ras=_ras_from_json(data.get("nccl_ras")),
     )
+
+
+def _ras_from_json(doc: Any) -> RasStatus | None:
+    from areal_console.core.stacks.nccl_ras import RasStatus
+
+    return RasStatus.from_json(doc)
 
 
 def _rollout_from_json(doc: Any) -> RolloutSummary | None:

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
+    from areal_console.core.stacks.nccl_ras import RasStatus
 
 from areal_console.core.common.textfmt import MAX_CMDLINE, capped, printable
 from areal_console.core.stacks.records import (
     MAIN_THREAD,
+    STACK_SOURCES,
     Frame,
     NodeError,
     RankStack,
@@ -277,6 +279,7 @@ def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCaptur
             for d in first:
                 ranks.append(_rank_from_dump(node, proc, d, slots, table))
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.node, r.pid))
+    align_worker_frames(ranks)
     capture = StackCapture(
         captured_at=str(raw.get("captured_at") or now_iso()),
         samples=max(1, n_samples),
@@ -286,12 +289,44 @@ def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCaptur
         capture_id=raw.get("id"),
         job=raw.get("job"),
         ledger=_ledger_from_raw(raw),
+        nccl_ras=_ras_from_raw(raw),
         user=raw["user"] if isinstance(raw.get("user"), str) else None,
     )
     from areal_console.core.rollout.context import apply_rollout
 
     apply_rollout(capture, raw)
     return capture
+
+
+def align_worker_frames(ranks: list[RankStack]) -> None:
+    """In a capture that mixes sources, name the worker server's frames as py-spy does.
+    `faulthandler` writes a function's bare name (`wrapper`), py-spy its qualified name
+    (`_exception_logger.<locals>.wrapper`, Python 3.11+): the same frame at the same
+    file and line must compare equal, or ranks stopped at one place would split."""
+    if not any(r.source == "worker_server" for r in ranks):
+        return
+    named: dict[tuple[str, int, str], Frame] = {}
+    for r in ranks:
+        if r.source == "py-spy":
+            for t in r.threads:
+                for f in t.frames:
+                    named.setdefault((f.file, f.line, f.function.rsplit(".", 1)[-1]), f)
+    if not named:
+        return
+    for r in ranks:
+        if r.source != "worker_server":
+            continue
+        for t in r.threads:
+            t.frames = tuple(named.get((f.file, f.line, f.function), f) for f in t.frames)
+
+
+def _ras_from_raw(raw: dict[str, Any]) -> RasStatus | None:
+    reply = raw.get("nccl_ras")
+    if reply is None:
+        return None
+    from areal_console.core.stacks.nccl_ras import ras_from_agent
+
+    return ras_from_agent(reply)
 
 
 def _ledger_from_raw(raw: dict[str, Any]) -> Ledger | None:
@@ -333,8 +368,11 @@ def _rank_from_dump(
         rank.pid = pid
         return rank
     threads = parse_pyspy_threads(dump.get("threads") or [], pid, table)
+    source = dump.get("source")
     rank = _rank_from_process(node, proc, table, threads=threads)
     rank.pid = pid
+    # An agent older than the worker-server source answered with py-spy only.
+    rank.source = source if source in STACK_SOURCES else "py-spy"
     if len(slots) > 1:
         first = _stack_signature(threads)
         later = []

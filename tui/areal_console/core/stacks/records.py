@@ -16,8 +16,11 @@ from areal_console.core.rollout.perf_trace import RankPhase
 if TYPE_CHECKING:
     from areal_console.core.ledger.analyse import Ledger
     from areal_console.core.rollout.context import RolloutSummary
+    from areal_console.core.stacks.nccl_ras import RasStatus
 
 MAIN_THREAD = "MainThread"
+# Where a rank's stack came from (`source` of a rank in `stacks --json`).
+STACK_SOURCES = ("py-spy", "worker_server")
 # AReaL's single-controller workers run all engine work, and so every collective, in this
 # thread (areal/infra/rpc/guard/engine_blueprint.py:166 at AReaL cbff54d6).
 ENGINE_THREADS = frozenset({"EngineWorker"})
@@ -265,6 +268,9 @@ class RankStack:
     job: str | None = None  # AReaL experiment/trial, when the command line says
     server: ServerInfo | None = None
     phase: RankPhase | None = None  # where it is in its step (AReaL's perf tracer files)
+    # Where the stack came from: "py-spy", or "worker_server" (torch's per-rank server,
+    # where py-spy could not attach); None: no stack, or an older capture.
+    source: str | None = None
     # `work_thread`, once picked: (the thread, or None; the `threads` list it was picked from)
     _work: tuple[Thread | None, list[Thread]] | None = field(
         default=None, init=False, repr=False, compare=False
@@ -337,6 +343,7 @@ class RankStack:
             "job": self.job,
             "server": self.server.to_json() if self.server else None,
             "phase": self.phase.to_json() if self.phase else None,
+            "source": self.source,
         }
         if with_threads:
             doc["threads"] = [t.to_json() for t in self.threads]
@@ -365,6 +372,7 @@ class StackCapture:
     ledger: Ledger | None = None  # Flight Recorder's view; None: not read
     user: str | None = None  # who took it (login identity); None: an older capture
     rollout: RolloutSummary | None = None  # rollout capacity and tracer notes; None: not read
+    nccl_ras: RasStatus | None = None  # NCCL's RAS report; None: no rank serves one
 
     @property
     def rank_stacks(self) -> list[RankStack]:

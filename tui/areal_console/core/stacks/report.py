@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from areal_console.core.common.textfmt import plural
@@ -12,8 +12,11 @@ from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.coverage import capture_coverage
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-from areal_console.core.stacks.merge import StackAnalysis, analyse
-from areal_console.core.stacks.records import Frame, Stack, StackCapture
+from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks
+from areal_console.core.stacks.nccl_ras import RasStatus
+from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
+
+SOURCE_NAMES = {"py-spy": "py-spy", "worker_server": "worker server"}
 
 
 @dataclass
@@ -84,6 +87,8 @@ def capture_json(
         "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
         "rollout": capture.rollout.to_json() if capture.rollout is not None else None,
     }
+    if capture.nccl_ras is not None:
+        doc["nccl_ras"] = capture.nccl_ras.to_json()
     if doc["ledger"] is not None:
         graph = diagnosis.wait_for
         doc["ledger"]["wait_for"] = (graph.to_json() if graph is not None else
@@ -164,9 +169,10 @@ def compact_json(doc: dict[str, Any]) -> str:
 def full_diagnosis(analysis: StackAnalysis) -> Diagnosis:
     """The stacks' diagnosis, with the collective ledger's findings when there is one."""
     ledger = analysis.capture.ledger
-    if ledger is None:
-        return diagnose(analysis)
-    return with_ledger(diagnose(analysis), ledger, stack_activity(analysis))
+    found = diagnose(analysis)
+    if ledger is not None:
+        found = with_ledger(found, ledger, stack_activity(analysis))
+    return with_ras(found, analysis.capture.nccl_ras)
 
 
 def ledger_lines(capture: StackCapture, diagnosis: Diagnosis | None = None) -> list[str]:
@@ -186,6 +192,20 @@ def ledger_lines(capture: StackCapture, diagnosis: Diagnosis | None = None) -> l
         lines += ["", "Who waits for whom (from the ledger):"]
         lines += [f"  {line}" for line in graph.lines()]
     return lines
+
+
+def source_summary(ranks: list[RankStack]) -> str:
+    """Where the ranks' stacks came from, e.g. `py-spy: ranks 0-1 · worker server: ranks
+    2-3` ("" when no rank says: an older capture, or none captured)."""
+    by_source: dict[str, list[int]] = {}
+    for r in ranks:
+        if r.rank is not None and r.source in SOURCE_NAMES:
+            by_source.setdefault(r.source, []).append(r.rank)
+    parts = []
+    for source, numbers in by_source.items():
+        who = "rank" if len(numbers) == 1 else "ranks"
+        parts.append(f"{SOURCE_NAMES[source]}: {who} {format_ranks(numbers)}")
+    return " · ".join(parts)
 
 
 def _frame_line(frame: Frame) -> str:
@@ -210,6 +230,7 @@ def text_report(
         + f", {plural(len(analysis.groups), 'group')}, {plural(capture.samples, 'sample')}"
         + (f", job {capture.job}" if capture.job else ""),
         f"Coverage: {capture_coverage(capture).line()}",
+        *([f"Stacks from {sources}"] if (sources := source_summary(ranks)) else []),
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
         f"  {diagnosis.detail}",
@@ -221,6 +242,10 @@ def text_report(
         lines.append("  Next steps:")
         lines += [f"    - {s}" for s in diagnosis.suggestions]
     lines += ledger_lines(capture, diagnosis)
+    if capture.nccl_ras is not None:
+        ras = capture.nccl_ras
+        version = f", NCCL {ras.nccl_version}" if ras.nccl_version else ""
+        lines += ["", f"NCCL RAS ({ras.address or 'no address'}{version}):", *ras.lines()]
     phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
     if phases:
         lines += ["", f"Step phases (perf tracer): {phases}"]
@@ -272,3 +297,35 @@ def _locals_lines(capture: StackCapture, max_per_rank: int = 30) -> list[str]:
                 lines.append("      ...")
                 break
     return lines
+
+
+RAS_EVIDENCE_PREFIX = "NCCL RAS: "
+RAS_SUGGESTION = (
+    "NCCL's RAS counts show who is behind: look at what the lagging ranks are doing (their "
+    "stacks above), and run `ncclras -v` on a node of the job for its full report"
+)
+
+
+def with_ras(diagnosis: Diagnosis, ras: RasStatus | None) -> Diagnosis:
+    """`diagnosis` with NCCL RAS's findings: each lag as evidence; where the stacks alone
+    see every rank in the same collective (or nothing), the title names the ranks whose
+    collective count lags: the ones the others wait on."""
+    if ras is None or ras.error:
+        return diagnosis
+    findings = ras.findings()
+    dead = [
+        f"comm {c.hash}: ranks {format_ranks(c.dead)} considered dead" for c in ras.comms if c.dead
+    ]
+    if not findings and not dead:
+        return diagnosis
+    evidence = [RAS_EVIDENCE_PREFIX + f for f in (dead + findings)[:12]] + list(diagnosis.evidence)
+    suggestions = list(diagnosis.suggestions)
+    if RAS_SUGGESTION not in suggestions:
+        suggestions.insert(0, RAS_SUGGESTION)
+    diagnosis = replace(diagnosis, evidence=evidence, suggestions=suggestions)
+    lagging = ras.lagging_ranks()
+    if lagging and diagnosis.pattern in ("same_collective", "none"):
+        who = f"rank {lagging[0]}" if len(lagging) == 1 else f"ranks {format_ranks(lagging)}"
+        title = f"{diagnosis.title}; NCCL RAS: the others wait on {who} (its collective count lags)"
+        diagnosis = replace(diagnosis, title=title)
+    return diagnosis
