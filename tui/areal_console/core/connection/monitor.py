@@ -2,7 +2,7 @@
 
 Each node's agent pushes a `sample` event every `interval` seconds over its own channel, so
 a slow node delays nobody. The monitor keeps only the newest sample per node plus a short
-GPU history; views read `snapshot()` at their own pace. A node whose link drops is marked
+GPU history and each process's RSS series (core/connection/sampling.py); views read `snapshot()` at their own pace. A node whose link drops is marked
 down with the reason and reconnected with exponential backoff. No Textual here.
 """
 
@@ -13,6 +13,7 @@ import dataclasses
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +32,16 @@ from areal_console.core.connection.records import (
     process_rows,
     with_areal_world_sizes,
 )
+from areal_console.core.connection.sampling import (
+    GoneRank,
+    MemoryTrend,
+    SampleHistory,
+    memory_trends,
+)
 from areal_console.core.rollout.trainer_watch import TrainerStates, TrainerWatch
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
+GONE_KEPT = 64  # ranks gone from their node, the newest kept
 
 
 SampleRows = tuple[tuple[ProcessRow, ...], tuple[GpuRow, ...], str | None]
@@ -120,6 +128,10 @@ class FleetMonitor:
         # The trainer's version for the servers' version flags, read slowly from the job's
         # files (`nodes`' read) on a thread of its own.
         self.trainer = TrainerWatch(lambda: self.fleet.sessions, self._node_entries, login_user())
+        # Each process's RSS across samples and the ranks gone from their node (`nodes
+        # --samples` keeps the same history): fed as samples arrive, kept while this runs.
+        self.history = SampleHistory()
+        self.gone: deque[GoneRank] = deque(maxlen=GONE_KEPT)
 
     # public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -155,6 +167,15 @@ class FleetMonitor:
         """Each run's trainer version and allowed lag as last read (None: not read, or no
         server reports a version)."""
         return self.trainer.state()
+
+    def memory(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], MemoryTrend]:
+        """For each (node, pid): its RSS sparkline and memory_growth flag, if any."""
+        with self._lock:
+            return memory_trends(self.history, keys)
+
+    def recent_gone(self) -> list[GoneRank]:
+        with self._lock:
+            return list(self.gone)
 
     def _node_entries(self) -> list[dict[str, Any]]:
         return [
@@ -219,6 +240,8 @@ class FleetMonitor:
             view = self._views[name]
             view.take_sample(data, typed)
             view.received_at = time.time()
+            facts = ((p.pid, p.cmdline, p.rss, p.rank, p.role) for p in view.processes)
+            self.gone.extend(self.history.add_node(name, facts, view.received_at))
             view.state, view.error = "up", None
             for gpu in view.gpus:
                 if gpu.util is not None:
@@ -354,6 +377,12 @@ class RecordedMonitor:
 
     def snapshot(self) -> list[NodeView]:
         return list(self.views)
+
+    def memory(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], MemoryTrend]:
+        return {}  # one recorded sample: no series
+
+    def recent_gone(self) -> list[GoneRank]:
+        return []
 
     def set_include_all(self, include_all: bool) -> None:
         self.include_all = include_all
