@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from areal_console.core.connection.client import AgentClient
@@ -169,3 +170,85 @@ def test_nodes_samples_raise_kv_saturated_on_a_server_whose_queue_grows(tmp_path
     assert kinds == ["kv_saturated"], proc["server"]
     evidence = proc["server"]["flags"][0]["evidence"]
     assert evidence.startswith("KV cache 97% full, queue grew ") and "over 3 polls" in evidence
+
+
+def _h200_fleet(utils: dict[int, list[float]]) -> list[list[dict[str, Any]]]:
+    """Samples of 2 nodes x 4 H200s, one rank per GPU, each GPU and rank as NVML read them
+    on a real H200 node (tests/data/h200-nodes.json: a matmul loop holding 6 GiB, 100 %
+    busy), with the utilisation of rank r in sample s set to `utils[r][s]` (NVML's
+    idle reading is 0)."""
+    real = json.loads((Path(__file__).parents[1] / "data" / "h200-nodes.json").read_text())
+    gpu, proc = real["nodes"][0]["gpus"][0], real["nodes"][0]["processes"][0]
+    samples = []
+    for s in range(len(utils[0])):
+        nodes = []
+        for n in range(2):
+            gpus, procs = [], []
+            for i in range(4):
+                rank = n * 4 + i
+                gpus.append({**gpu, "index": i, "uuid": f"{gpu['uuid'][:-1]}{rank}",
+                             "util": utils[rank][s]})  # fmt: skip
+                procs.append({**proc, "pid": 1000 + rank, "rank": rank, "local_rank": i,
+                              "world_size": 8, "gpus": [i]})  # fmt: skip
+            nodes.append({"name": f"gpu{n}", "state": "up", "gpus": gpus, "processes": procs})
+        samples.append(nodes)
+    return samples
+
+
+def test_a_rank_whose_gpu_idles_while_the_others_are_busy_is_named() -> None:
+    busy = [100.0, 100.0, 98.0, 100.0]
+    utils = {r: busy for r in range(8)}
+    utils[5] = [0.0, 0.0, 3.0, 0.0]
+    history = SampleHistory()
+    for s, nodes in enumerate(_h200_fleet(utils)):
+        history.add(nodes, float(s))
+    ranks, idle = history.gpu_spread()
+    assert [r.rank for r in ranks] == list(range(8))
+    assert ranks[0].gpus == (0,) and ranks[0].memory == 7321157632 and ranks[0].util == 99.5
+    [lazy] = idle
+    assert (lazy.gpu.node, lazy.gpu.rank, lazy.gpu.gpus, lazy.gpu.samples) == ("gpu1", 5, (1,), 4)
+    assert lazy.others_median == 99.5
+    assert lazy.describe() == ("gpu1: rank 5 (pid 1005, GPU 1) is idle: 1% mean utilisation "
+                               "over 4 samples while the other ranks' median is 100%")  # fmt: skip
+    assert lazy.to_json()["evidence"] == lazy.describe()
+
+
+def test_gpu_spread_names_no_one_when_all_vary_or_all_idle_or_too_few_samples() -> None:
+    varied = {r: [60.0 + 5 * r, 100.0, 70.0] for r in range(8)}
+    history = SampleHistory()
+    for s, nodes in enumerate(_h200_fleet(varied)):
+        history.add(nodes, float(s))
+    assert history.gpu_spread()[1] == []
+    quiet = {r: [0.0, 0.0, 0.0] for r in range(8)}  # all waiting together: not one rank
+    history = SampleHistory()
+    for s, nodes in enumerate(_h200_fleet(quiet)):
+        history.add(nodes, float(s))
+    assert history.gpu_spread()[1] == []
+    short = {r: [100.0, 100.0] for r in range(8)} | {2: [0.0, 0.0]}
+    history = SampleHistory()
+    for s, nodes in enumerate(_h200_fleet(short)):
+        history.add(nodes, float(s))
+    assert history.gpu_spread()[1] == []  # two samples are not enough
+
+
+def test_without_nvml_there_is_no_gpu_spread() -> None:
+    history = SampleHistory()
+    node = {"name": "cpu0", "state": "up", "gpus": [], "gpu_error": "NVML not available",
+            "processes": [{"pid": 7, "rank": 0, "gpus": [], "rss": 1}]}  # fmt: skip
+    for s in range(4):
+        history.add([node], float(s))
+    assert history.gpu_spread() == ([], [])
+
+
+def test_nodes_text_after_samples_names_idle_gpus_and_gone_ranks() -> None:
+    from areal_console.commands.nodes import render_sampled
+    from areal_console.core.connection.sampling import GoneRank
+
+    utils = {r: [100.0] * 3 for r in range(8)} | {6: [0.0] * 3}
+    history = SampleHistory()
+    for s, nodes in enumerate(_h200_fleet(utils)):
+        history.add(nodes, float(s))
+    gone = [GoneRank("gpu0", 1003, 3, "trainer", 1.0)]
+    text = render_sampled(nodes, gone, history.gpu_spread()[1])
+    assert "gone: gpu0: rank 3 (trainer), pid 1003, is gone since the last sample" in text
+    assert "GPU idle: gpu1: rank 6 (pid 1006, GPU 2) is idle: 0% mean" in text

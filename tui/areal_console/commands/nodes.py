@@ -94,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         history.annotate(nodes)
         doc["samples"] = {"count": history.samples, "interval": args.interval}
         doc["gone"] = [g.to_json() for g in gone]
+        spread, idle = history.gpu_spread()
+        doc["gpu_spread"] = {"ranks": [r.to_json() for r in spread],
+                             "idle": [i.to_json() for i in idle]}  # fmt: skip
     if plan is not None:
         if not args.all:  # the job's processes only: its workers, wrappers, controller, servers
             for n in nodes:
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_nodes(nodes, _terminal_width()))
         if history is not None:
-            sys.stdout.write(render_sampled(nodes, gone))
+            sys.stdout.write(render_sampled(nodes, gone, history.gpu_spread()[1]))
     code, lines = outcome(nodes)
     for line in lines:
         print(line, file=sys.stderr)
@@ -297,8 +300,9 @@ def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
     return "\n".join(out)
 
 
-def render_sampled(nodes: list[dict[str, Any]], gone: list[Any]) -> str:
-    """After `--samples`: each process's RSS over the samples, its flags, the ranks gone."""
+def render_sampled(nodes: list[dict[str, Any]], gone: list[Any], idle: list[Any]) -> str:
+    """After `--samples`: each process's RSS over the samples, its flags, the ranks gone,
+    the ranks whose GPUs idle while the others' are busy."""
     from areal_console.core.metrics.report import sparkline
 
     out = []
@@ -312,6 +316,8 @@ def render_sampled(nodes: list[dict[str, Any]], gone: list[Any]) -> str:
                 out.append(f"  {flag['kind']}: {flag['evidence']}\n    -> {flag['remedy']}")
     for g in gone:
         out.append(f"gone: {g.describe()}")
+    for i in idle:
+        out.append(f"GPU idle: {i.describe()}")
     return "\n".join(out) + "\n" if out else ""
 
 

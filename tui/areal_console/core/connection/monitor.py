@@ -34,6 +34,7 @@ from areal_console.core.connection.records import (
 )
 from areal_console.core.connection.sampling import (
     GoneRank,
+    IdleRank,
     MemoryTrend,
     SampleHistory,
     memory_trends,
@@ -177,6 +178,11 @@ class FleetMonitor:
         with self._lock:
             return list(self.gone)
 
+    def idle_gpus(self) -> list[IdleRank]:
+        """Ranks whose GPUs idle while the other ranks' are busy, across the samples."""
+        with self._lock:
+            return self.history.gpu_spread()[1]
+
     def _node_entries(self) -> list[dict[str, Any]]:
         return [
             {"name": v.name, "state": v.state, "processes": v.agent_processes()}
@@ -242,6 +248,7 @@ class FleetMonitor:
             view.received_at = time.time()
             facts = ((p.pid, p.cmdline, p.rss, p.rank, p.role) for p in view.processes)
             self.gone.extend(self.history.add_node(name, facts, view.received_at))
+            self.history.add_gpus(name, data, view.received_at)
             view.state, view.error = "up", None
             for gpu in view.gpus:
                 if gpu.util is not None:
@@ -382,6 +389,9 @@ class RecordedMonitor:
         return {}  # one recorded sample: no series
 
     def recent_gone(self) -> list[GoneRank]:
+        return []
+
+    def idle_gpus(self) -> list[IdleRank]:
         return []
 
     def set_include_all(self, include_all: bool) -> None:

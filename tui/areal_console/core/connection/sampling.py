@@ -26,6 +26,8 @@ GROWTH_WINDOW = 60  # the latest readings the live screen judges growth on
 MAX_POINTS = 600  # readings kept per process (10 minutes at 1 Hz)
 MAX_PROCESSES = 65536  # processes followed at once
 MB = 1 << 20
+IDLE_UTIL = 10.0  # a rank's mean GPU utilisation (%) at or below this is idle...
+BUSY_UTIL = 50.0  # ...while the median of the other ranks' is at or above this
 SPARKS = "▁▂▃▄▅▆▇█"
 
 MEMORY_GROWTH_REMEDY = (
@@ -39,6 +41,40 @@ MEMORY_GROWTH_REMEDY = (
 
 ProcessKey = tuple[str, int]  # (node, pid)
 ProcessFacts = tuple[Any, Any, Any, Any, Any]  # (pid, cmdline, rss, rank, role) as read
+
+
+@dataclass(frozen=True, slots=True)
+class RankGpu:
+    """One rank's GPUs across the samples: its mean utilisation and latest memory."""
+
+    node: str
+    pid: int
+    rank: int
+    gpus: tuple[int, ...]
+    util: float  # mean over the samples of the mean over its GPUs (%)
+    samples: int
+    memory: int | None  # bytes the rank holds on its GPUs (NVML), latest sample
+
+    def to_json(self) -> dict[str, Any]:
+        return {"node": self.node, "pid": self.pid, "rank": self.rank, "gpus": list(self.gpus),
+                "util": round(self.util, 1), "samples": self.samples, "memory": self.memory}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class IdleRank:
+    gpu: RankGpu
+    others_median: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.gpu.to_json(), "others_median": round(self.others_median, 1),
+                "evidence": self.describe()}  # fmt: skip
+
+    def describe(self) -> str:
+        g = self.gpu
+        which = ",".join(map(str, g.gpus))
+        return (f"{g.node}: rank {g.rank} (pid {g.pid}, GPU {which}) is idle: "
+                f"{g.util:.0f}% mean utilisation over {g.samples} samples while the other "
+                f"ranks' median is {self.others_median:.0f}%")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +151,10 @@ class SampleHistory:
         self._cmdline: dict[str, dict[int, str]] = {}  # node -> pid -> command line
         self._ranks: dict[str, dict[int, tuple[int, str | None]]] = {}  # node -> pid -> rank
         self._seen_at: dict[str, float] = {}
+        # (node, pid) -> (time, mean util %, GPU memory, rank, GPU indices) per sample
+        self.gpu: dict[
+            ProcessKey, deque[tuple[float, float, int | None, int, tuple[int, ...]]]
+        ] = {}
         self.samples = 0
 
     def add(self, nodes: Iterable[dict[str, Any]], at: float) -> list[GoneRank]:
@@ -131,6 +171,7 @@ class SampleHistory:
                 for p in node.get("processes") or []
             )
             gone += self.add_node(str(node.get("name")), procs, at)
+            self.add_gpus(str(node.get("name")), node, at)
         return gone
 
     def add_node(self, name: str, procs: Iterable[ProcessFacts], at: float) -> list[GoneRank]:
@@ -147,6 +188,7 @@ class SampleHistory:
             if cmdlines.get(pid) != cmd:  # a new process (or a reused pid)
                 cmdlines[pid] = cmd
                 self.rss.pop(key, None)
+                self.gpu.pop(key, None)
             if type(rss) is int or (isinstance(rss, float) and rss == rss):
                 series = self.rss.get(key)
                 if series is None and len(self.rss) < MAX_PROCESSES:
@@ -165,8 +207,58 @@ class SampleHistory:
         self._seen_at[name] = at
         for pid in [p for p in cmdlines if p not in present]:
             self.rss.pop((name, pid), None)  # the process ended: its series goes with it
+            self.gpu.pop((name, pid), None)
             del cmdlines[pid]
         return gone
+
+    def add_gpus(self, name: str, node: dict[str, Any], at: float) -> None:
+        """Each rank's GPU utilisation in this sample: the mean over the GPUs NVML says it
+        uses (none where NVML is absent: no GPUs, nothing recorded)."""
+        utils = {}
+        for g in node.get("gpus") or []:
+            util = g.get("util")
+            if type(g.get("index")) is int and isinstance(util, int | float):
+                utils[g["index"]] = float(util)
+        if not utils:
+            return
+        for p in node.get("processes") or []:
+            pid, rank, gpus = p.get("pid"), p.get("rank"), p.get("gpus")
+            if type(pid) is not int or type(rank) is not int or not isinstance(gpus, list):
+                continue
+            mine = tuple(i for i in gpus if i in utils)
+            if not mine:
+                continue
+            mean = sum(utils[i] for i in mine) / len(mine)
+            memory = p.get("gpu_memory") if type(p.get("gpu_memory")) is int else None
+            key = (name, pid)
+            if key not in self.gpu and len(self.gpu) >= MAX_PROCESSES:
+                continue
+            self.gpu.setdefault(key, deque(maxlen=self.max_points)).append(
+                (at, mean, memory, rank, mine)
+            )
+
+    def gpu_spread(self) -> tuple[list[RankGpu], list[IdleRank]]:
+        """Every rank's GPU use across the samples, and the ranks idle while the others are
+        busy (at least MIN_SAMPLES samples of the rank; at least two ranks)."""
+        ranks = []
+        for (node, pid), points in self.gpu.items():
+            if not points:
+                continue
+            _, _, memory, rank, gpus = points[-1]
+            util = sum(u for _, u, _, _, _ in points) / len(points)
+            ranks.append(RankGpu(node, pid, rank, gpus, util, len(points), memory))
+        ranks.sort(key=lambda r: (r.rank, r.node, r.pid))
+        idle = []
+        if len(ranks) >= 2:
+            for r in ranks:
+                if r.samples < MIN_SAMPLES or r.util > IDLE_UTIL:
+                    continue
+                others = sorted(o.util for o in ranks if o is not r)
+                mid = len(others) // 2
+                median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+                if median >= BUSY_UTIL:
+                    idle.append(IdleRank(r, median))
+        return ranks, idle
 
     def series(self, node: str, pid: int) -> list[tuple[float, int]]:
         return list(self.rss.get((node, pid), ()))
