@@ -12,9 +12,12 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
+
+Values = Sequence[float] | npt.NDArray[np.float64]
 
 
-def mean_shift(values: Sequence[float], min_size: int = 1) -> int | None:
+def mean_shift(values: Values, min_size: int = 1) -> int | None:
     """The split of `values` into two pieces, each at least `min_size` long, with the
     least total squared error about each piece's mean (None: too few values)."""
     y = np.asarray(values, dtype=np.float64)
@@ -46,7 +49,7 @@ def _line_sse(y: np.ndarray) -> float:
     return max(0.0, float(yc @ yc) - sxy * sxy / sxx)
 
 
-def trend_shift(values: Sequence[float], min_size: int = 3) -> int | None:
+def trend_shift(values: Values, min_size: int = 3) -> int | None:
     """The split into two pieces (each at least `min_size` long) whose own least-squares
     lines leave the least squared error: where a flat series began to rise, or a rising
     one flattened (None: too few values)."""
@@ -63,7 +66,7 @@ def trend_shift(values: Sequence[float], min_size: int = 3) -> int | None:
     return best_k
 
 
-def variance_shift(values: Sequence[float], min_size: int = 3) -> int | None:
+def variance_shift(values: Values, min_size: int = 3) -> int | None:
     """The split where the step-to-step noise changed: of the first differences, the split
     with the greatest likelihood of two normal variances (k_1 log s_1^2 + k_2 log s_2^2
     least). The index is into `values` (a difference i is the change from i to i + 1)."""
@@ -84,3 +87,45 @@ def variance_shift(values: Sequence[float], min_size: int = 3) -> int | None:
         if cost < best:
             best, best_k = cost, k
     return None if best_k is None else best_k + 1
+
+
+def _slope(y: np.ndarray) -> float:
+    x = np.arange(len(y), dtype=np.float64)
+    x -= x.mean()
+    return float(x @ (y - y.mean()) / (x @ x))
+
+
+def trend_onset(
+    values: Values, rising: bool, min_size: int = 3, explained: float = 0.5
+) -> int | None:
+    """Where the trend of `values` changed, if it clearly did: the `trend_shift` split,
+    kept only when two lines leave at most `1 - explained` of one line's squared error and
+    the later line is steeper (`rising`) or flatter (not `rising`) than the earlier."""
+    y = np.asarray(values, dtype=np.float64)
+    k = trend_shift(y, min_size)
+    if k is None:
+        return None
+    one = _line_sse(y)
+    if one <= 1e-12 * max(1.0, float(np.abs(y).max(initial=0.0))) ** 2:
+        return None  # a straight line: no change inside
+    if _line_sse(y[:k]) + _line_sse(y[k:]) > (1 - explained) * one:
+        return None
+    before, after = _slope(y[:k]), _slope(y[k:])
+    if (after <= before) if rising else (after >= before):
+        return None
+    return k
+
+
+def variance_onset(values: Values, min_size: int = 3, ratio: float = 2.0) -> int | None:
+    """Where the step-to-step noise of `values` rose, if it clearly did: the
+    `variance_shift` split, kept only when the later differences' variance is at least
+    `ratio` times the earlier's."""
+    y = np.asarray(values, dtype=np.float64)
+    k = variance_shift(y, min_size)
+    if k is None:
+        return None
+    d = np.diff(y)
+    left, right = d[: k - 1], d[k - 1 :]
+    if len(left) < 2 or len(right) < 2 or float(right.var()) < ratio * float(left.var()):
+        return None
+    return k
