@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import threading
 import time
 from collections import deque
@@ -43,6 +44,11 @@ from areal_console.core.rollout.trainer_watch import TrainerStates, TrainerWatch
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
 GONE_KEPT = 64  # ranks gone from their node, the newest kept
+TRENDS_EVERY = 5.0  # seconds between RSS sparklines and growth verdicts on the screen
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 SampleRows = tuple[tuple[ProcessRow, ...], tuple[GpuRow, ...], str | None]
@@ -133,6 +139,10 @@ class FleetMonitor:
         # --samples` keeps the same history): fed as samples arrive, kept while this runs.
         self.history = SampleHistory()
         self.gone: deque[GoneRank] = deque(maxlen=GONE_KEPT)
+        self._trends: dict[tuple[str, int], MemoryTrend] = {}
+        self._trends_at = -math.inf
+        self._idle: list[IdleRank] = []
+        self._idle_at = -math.inf
 
     # public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -170,9 +180,16 @@ class FleetMonitor:
         return self.trainer.state()
 
     def memory(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], MemoryTrend]:
-        """For each (node, pid): its RSS sparkline and memory_growth flag, if any."""
+        """For each (node, pid): its RSS sparkline and memory_growth flag, if any; worked
+        out at most every TRENDS_EVERY seconds (a trend over minutes needs no 1 Hz
+        verdict, and 4,096 sparklines a second would cost the console a core's percent)."""
+        now = time.monotonic()
         with self._lock:
-            return memory_trends(self.history, keys)
+            if now - self._trends_at >= TRENDS_EVERY:
+                self._trends = memory_trends(self.history, self.history.rss)
+                self._trends_at = now
+            trends = self._trends
+        return {k: trends[k] for k in keys if k in trends}
 
     def recent_gone(self) -> list[GoneRank]:
         with self._lock:
@@ -180,8 +197,12 @@ class FleetMonitor:
 
     def idle_gpus(self) -> list[IdleRank]:
         """Ranks whose GPUs idle while the other ranks' are busy, across the samples."""
+        now = time.monotonic()
         with self._lock:
-            return self.history.gpu_spread()[1]
+            if now - self._idle_at >= TRENDS_EVERY:
+                self._idle = self.history.gpu_spread()[1]
+                self._idle_at = now
+            return list(self._idle)
 
     def _node_entries(self) -> list[dict[str, Any]]:
         return [
@@ -248,7 +269,11 @@ class FleetMonitor:
             view.received_at = time.time()
             facts = ((p.pid, p.cmdline, p.rss, p.rank, p.role) for p in view.processes)
             self.gone.extend(self.history.add_node(name, facts, view.received_at))
-            self.history.add_gpus(name, data, view.received_at)
+            utils = [(g.index, float(g.util)) for g in view.gpus if g.util is not None]
+            if utils:
+                ranks = [(p.pid, p.rank, p.gpus, _int_or_none(p.gpu_memory))
+                         for p in view.processes if p.rank is not None and p.gpus]  # fmt: skip
+                self.history.add_gpu_readings(name, utils, ranks)
             view.state, view.error = "up", None
             for gpu in view.gpus:
                 if gpu.util is not None:

@@ -22,7 +22,7 @@ from areal_console.core.common.textfmt import format_bytes
 GROWTH_MB_PER_MIN = 50.0
 MIN_SAMPLES = 3
 RISING_SHARE = 2 / 3  # of consecutive readings that must rise
-GROWTH_WINDOW = 60  # the latest readings the live screen judges growth on
+GROWTH_WINDOW = 20  # the latest readings the live screen judges growth on
 MAX_POINTS = 600  # readings kept per process (10 minutes at 1 Hz)
 MAX_PROCESSES = 65536  # processes followed at once
 MB = 1 << 20
@@ -106,17 +106,6 @@ class GoneRank:
         return f"{self.node}: rank {self.rank}{role}, pid {self.pid}, is gone since the last sample"
 
 
-def _slope(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of (t, y) points (0 when the times do not spread)."""
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((t - mt) ** 2 for t, _ in points)
-    if sxx <= 0:
-        return 0.0
-    return sum((t - mt) * (y - my) for t, y in points) / sxx
-
-
 def memory_growth(
     series: Sequence[tuple[float, int]],
     pid: int,
@@ -125,15 +114,29 @@ def memory_growth(
 ) -> ProcessFlag | None:
     """`memory_growth` when the RSS readings `(time, bytes)` grow steadily."""
     points = [(float(t), float(r)) for t, r in series if r is not None]
-    if len(points) < min_samples:
+    n = len(points)
+    if n < min_samples:
         return None
     span = points[-1][0] - points[0][0]
     if span <= 0:
         return None
-    per_min = _slope(points) * 60 / MB
+    # One pass: the least-squares slope (bytes/s) and how many readings rose.
+    st = sy = stt = sty = 0.0
+    rises = 0
+    prev = None
+    for t, y in points:
+        t -= points[0][0]
+        st += t
+        sy += y
+        stt += t * t
+        sty += t * y
+        if prev is not None and y > prev:
+            rises += 1
+        prev = y
+    sxx = stt - st * st / n
+    per_min = (sty - st * sy / n) / sxx * 60 / MB if sxx > 0 else 0.0
     gained = points[-1][1] - points[0][1]
-    rises = sum(1 for (_, a), (_, b) in itertools.pairwise(points) if b > a)
-    steady = rises >= RISING_SHARE * (len(points) - 1)
+    steady = rises >= RISING_SHARE * (n - 1)
     if per_min < threshold_mb_per_min or not steady or gained < 0.5 * per_min * MB * span / 60:
         return None
     evidence = (f"RSS grew from {format_bytes(int(points[0][1]))} to "
@@ -151,10 +154,12 @@ class SampleHistory:
         self._cmdline: dict[str, dict[int, str]] = {}  # node -> pid -> command line
         self._ranks: dict[str, dict[int, tuple[int, str | None]]] = {}  # node -> pid -> rank
         self._seen_at: dict[str, float] = {}
-        # (node, pid) -> (time, mean util %, GPU memory, rank, GPU indices) per sample
-        self.gpu: dict[
-            ProcessKey, deque[tuple[float, float, int | None, int, tuple[int, ...]]]
-        ] = {}
+        # node -> (pids, (rank, command line) of each, each pid's RSS series), last sample
+        self._layout: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], list[Any]]] = {}
+        # node -> GPU index -> [sum of utilisation, readings] over the node's samples
+        self._gpu_sums: dict[str, dict[int, list[float]]] = {}
+        # node -> (pid, rank, GPU indices, GPU memory) of its ranks on GPUs, last sample
+        self._gpu_ranks: dict[str, list[tuple[int, int, tuple[int, ...], int | None]]] = {}
         self.samples = 0
 
     def add(self, nodes: Iterable[dict[str, Any]], at: float) -> list[GoneRank]:
@@ -175,7 +180,25 @@ class SampleHistory:
         return gone
 
     def add_node(self, name: str, procs: Iterable[ProcessFacts], at: float) -> list[GoneRank]:
-        """One node's sample: `(pid, cmdline, rss, rank, role)` of each process."""
+        """One node's sample: `(pid, cmdline, rss, rank, role)` of each process. The same
+        processes (pids and command lines) with the same ranks as in the node's last sample
+        (the steady state) cost one append per process; any change is looked at in full."""
+        facts = list(procs)
+        pids = tuple(f[0] for f in facts)
+        ranks_now = tuple((f[3], f[1]) for f in facts)
+        last = self._layout.get(name)
+        if last is not None and last[0] == pids and last[1] == ranks_now:
+            for series, f in zip(last[2], facts, strict=True):
+                rss = f[2]
+                if series is not None and type(rss) is int:
+                    series.append((at, rss))
+            self._seen_at[name] = at
+            return []
+        gone = self._add_node_full(name, facts, at)
+        self._layout[name] = (pids, ranks_now, [self.rss.get((name, pid)) for pid in pids])
+        return gone
+
+    def _add_node_full(self, name: str, procs: list[ProcessFacts], at: float) -> list[GoneRank]:
         ranks: dict[int, tuple[int, str | None]] = {}
         present: set[int] = set()
         cmdlines = self._cmdline.setdefault(name, {})
@@ -188,7 +211,6 @@ class SampleHistory:
             if cmdlines.get(pid) != cmd:  # a new process (or a reused pid)
                 cmdlines[pid] = cmd
                 self.rss.pop(key, None)
-                self.gpu.pop(key, None)
             if type(rss) is int or (isinstance(rss, float) and rss == rss):
                 series = self.rss.get(key)
                 if series is None and len(self.rss) < MAX_PROCESSES:
@@ -207,53 +229,69 @@ class SampleHistory:
         self._seen_at[name] = at
         for pid in [p for p in cmdlines if p not in present]:
             self.rss.pop((name, pid), None)  # the process ended: its series goes with it
-            self.gpu.pop((name, pid), None)
             del cmdlines[pid]
         return gone
 
     def add_gpus(self, name: str, node: dict[str, Any], at: float) -> None:
-        """Each rank's GPU utilisation in this sample: the mean over the GPUs NVML says it
-        uses (none where NVML is absent: no GPUs, nothing recorded)."""
-        utils = {}
-        for g in node.get("gpus") or []:
-            util = g.get("util")
-            if type(g.get("index")) is int and isinstance(util, int | float):
-                utils[g["index"]] = float(util)
+        """The node's GPU utilisation in this sample and which ranks use which GPUs
+        (nothing where NVML is absent: no GPUs)."""
+        utils = [
+            (g["index"], float(g["util"]))
+            for g in node.get("gpus") or []
+            if type(g.get("index")) is int and isinstance(g.get("util"), int | float)
+        ]
         if not utils:
             return
-        for p in node.get("processes") or []:
-            pid, rank, gpus = p.get("pid"), p.get("rank"), p.get("gpus")
-            if type(pid) is not int or type(rank) is not int or not isinstance(gpus, list):
-                continue
-            mine = tuple(i for i in gpus if i in utils)
-            if not mine:
-                continue
-            mean = sum(utils[i] for i in mine) / len(mine)
-            memory = p.get("gpu_memory") if type(p.get("gpu_memory")) is int else None
-            key = (name, pid)
-            if key not in self.gpu and len(self.gpu) >= MAX_PROCESSES:
-                continue
-            self.gpu.setdefault(key, deque(maxlen=self.max_points)).append(
-                (at, mean, memory, rank, mine)
-            )
+        ranks = [
+            (p["pid"], p["rank"], tuple(p["gpus"]), p.get("gpu_memory"))
+            for p in node.get("processes") or []
+            if type(p.get("pid")) is int and type(p.get("rank")) is int and p.get("gpus")
+            and isinstance(p["gpus"], list)
+        ]  # fmt: skip
+        self.add_gpu_readings(name, utils, ranks)
+
+    def add_gpu_readings(
+        self,
+        name: str,
+        utils: Iterable[tuple[int, float]],
+        ranks: list[tuple[int, int, tuple[int, ...], int | None]],
+    ) -> None:
+        """`(index, util %)` of each GPU, `(pid, rank, GPU indices, GPU memory)` of each
+        rank on GPUs."""
+        sums = self._gpu_sums.setdefault(name, {})
+        for index, util in utils:
+            acc = sums.get(index)
+            if acc is None:
+                sums[index] = [util, 1.0]
+            else:
+                acc[0] += util
+                acc[1] += 1.0
+        self._gpu_ranks[name] = ranks
 
     def gpu_spread(self) -> tuple[list[RankGpu], list[IdleRank]]:
-        """Every rank's GPU use across the samples, and the ranks idle while the others are
-        busy (at least MIN_SAMPLES samples of the rank; at least two ranks)."""
+        """Every rank's GPU use across the samples (the mean utilisation of the GPUs it
+        uses over the node's samples), and the ranks idle while the others are busy (at
+        least MIN_SAMPLES samples; at least two ranks)."""
         ranks = []
-        for (node, pid), points in self.gpu.items():
-            if not points:
-                continue
-            _, _, memory, rank, gpus = points[-1]
-            util = sum(u for _, u, _, _, _ in points) / len(points)
-            ranks.append(RankGpu(node, pid, rank, gpus, util, len(points), memory))
+        for node, entries in self._gpu_ranks.items():
+            sums = self._gpu_sums.get(node, {})
+            for pid, rank, gpus, memory in entries:
+                mine = [sums[i] for i in gpus if i in sums]
+                if not mine:
+                    continue
+                util = sum(total / n for total, n in mine) / len(mine)
+                samples = int(min(n for _, n in mine))
+                held = memory if type(memory) is int else None
+                ranks.append(RankGpu(node, pid, rank, tuple(gpus), util, samples, held))
         ranks.sort(key=lambda r: (r.rank, r.node, r.pid))
         idle = []
         if len(ranks) >= 2:
+            utils = sorted(r.util for r in ranks)
             for r in ranks:
                 if r.samples < MIN_SAMPLES or r.util > IDLE_UTIL:
                     continue
-                others = sorted(o.util for o in ranks if o is not r)
+                others = list(utils)
+                others.remove(r.util)
                 mid = len(others) // 2
                 median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
                 if median >= BUSY_UTIL:
@@ -268,7 +306,7 @@ class SampleHistory:
         series = self.rss.get((node, pid))
         if series is None or len(series) < 2:
             return ""
-        tail = [r for _, r in list(series)[-width:]]
+        tail = [series[i][1] for i in range(-min(width, len(series)), 0)]
         lo, hi = min(tail), max(tail)
         if hi == lo:
             return SPARKS[0] * len(tail)
@@ -308,7 +346,15 @@ def memory_trends(
             continue
         series = history.rss[(node, pid)]
         growth = None
-        if series[-1][1] > series[max(0, len(series) - GROWTH_WINDOW)][1]:  # rose at all
-            growth = memory_growth(list(series)[-GROWTH_WINDOW:], pid)
+        (t0, r0), (t1, r1) = series[max(0, len(series) - GROWTH_WINDOW)], series[-1]
+        # What `memory_growth` asks at least (half the threshold's gain over the window),
+        # in O(1): a steady process is ruled out without its readings being looked at.
+        if t1 > t0 and r1 - r0 >= 0.5 * GROWTH_MB_PER_MIN * MB * (t1 - t0) / 60:
+            growth = memory_growth(_last(series, GROWTH_WINDOW), pid)
         out[(node, pid)] = MemoryTrend(spark, growth)
     return out
+
+
+def _last(series: deque[tuple[float, int]], n: int) -> list[tuple[float, int]]:
+    """The last `n` readings, oldest first (without copying the whole deque)."""
+    return list(itertools.islice(reversed(series), n))[::-1]
