@@ -5,6 +5,7 @@ or misbehaves on purpose.
     python tests/jobs/standin_server.py --kind sglang|vllm|data_proxy --port P
         [--host 127.0.0.1] [--mode normal|slow|trickle|truncated|oversized|hostile|odd_versions|garbage]
         [--paused] [--dev-mode] [--version N] [--throughput T] [--ready FILE]
+        [--token-usage U] [--queue-growth Q]
 
 It writes FILE once it listens (the port, useful with --port 0).
 """
@@ -62,6 +63,8 @@ def answer(conn: socket.socket, args: argparse.Namespace, state: ServerState) ->
         conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
         return
     state.generation_tokens += 1000  # vLLM's counter moves between polls
+    if path == "/metrics":
+        state.queued += args.queue_growth  # a queue that grows with every poll
     ctype = (
         b"application/json" if path != "/metrics" else b"text/plain; version=0.0.4; charset=utf-8"
     )
@@ -120,6 +123,10 @@ def main() -> None:
     ap.add_argument("--dev-mode", action="store_true", help="vLLM: answer GET /is_paused")
     ap.add_argument("--version", type=int, default=0)
     ap.add_argument("--throughput", type=float, default=1800.0)
+    ap.add_argument("--token-usage", type=float, default=0.35, help="KV cache share in use")
+    ap.add_argument(
+        "--queue-growth", type=float, default=0.0, help="queued requests added per /metrics"
+    )
     ap.add_argument("--ready")
     ap.add_argument("--log")
     ap.add_argument("--histograms", type=int, default=0, help="extra histogram families")
@@ -131,6 +138,7 @@ def main() -> None:
         proxy_version=args.version,
         weight_version=str(args.version),
         throughput=args.throughput,
+        token_usage=args.token_usage,
         histograms=args.histograms,
         dev_mode=args.dev_mode,
     )

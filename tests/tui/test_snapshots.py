@@ -68,6 +68,8 @@ def test_stacks_4096_ranks_snapshot(snap_compare: Any, size: tuple[int, int]) ->
     the diagnosis name rank sets as ranges, the outliers in one short line."""
     app = recorded.scale_stacks_app()
     assert snap_compare(app, terminal_size=size, run_before=recorded.open_stacks)
+
+
 def test_stacks_worker_server_snapshot(snap_compare: Any) -> None:
     """A capture `stacks` saved from a real hung job of `nobody` by a console without
     CAP_SYS_PTRACE (scripts/record_worker_server_fixture.py): every stack from the ranks'

@@ -21,6 +21,7 @@ from areal_console.core.metrics.health import (
     IMPORTANCE_WEIGHT,
     NO_EOS_RATIO,
     ROLLOUT_REWARD,
+    SEQ_LEN,
     TASK_REWARD,
     HealthThresholds,
     noise_std,
@@ -209,3 +210,63 @@ def test_a_flickering_metric_is_one_episode(tmp_path: Path) -> None:
     ]
     each = run_checks(SeriesView(report.store), thresholds_from({"episode_gap": 0}))
     assert len(each) == 11 and {w.first_step for w in each} == set(range(10, 31, 2))
+
+
+# Episode starts of the windowed checks: the change point inside the first window that
+# triggers, not that window's first step. Logs written by the transcription of AReaL's
+# StatsLogger, each with its change at a known step.
+
+SHIFT_NOISE = noise(11, 0.005, 120)
+
+
+def seq_growth_from_40(step: int) -> dict[str, float]:
+    """seq_len flat at 1000 until step 40, then 2% longer each step, with truncation
+    rising along."""
+    grown = max(0, step - 40)
+    return actor_stats(step, **{SEQ_LEN: 1000.0 * (1.02**grown) * (1 + SHIFT_NOISE[step]),
+                                NO_EOS_RATIO: 0.01 + 0.001 * grown})  # fmt: skip
+
+
+def noisy_reward_from_50(step: int) -> dict[str, float]:
+    """task_reward steady (sd 0.01) until step 50, then jumping (sd 0.3)."""
+    sd = 0.01 if step < 50 else 0.3
+    return actor_stats(step, **{TASK_REWARD: 0.5 + NOISE_SHIFT[step] * sd})
+
+
+NOISE_SHIFT = noise(12, 1.0, 120)
+
+
+def reward_plateau_at_60(step: int) -> dict[str, float]:
+    """rollout/reward rises 0.01 a step until step 60, then stays flat."""
+    level = 0.2 + 0.01 * min(step, 60)
+    return actor_stats(step, **{ROLLOUT_REWARD: level + SHIFT_NOISE[step] * 0.5})
+
+
+@pytest.mark.parametrize(
+    ("stats", "check", "change"),
+    [
+        (seq_growth_from_40, "seq_len_growth", 40),
+        (noisy_reward_from_50, "task_reward_variance", 50),
+        (reward_plateau_at_60, "reward_flat", 60),
+    ],
+)
+def test_a_windowed_episode_begins_at_its_change_point(
+    tmp_path: Path, stats: Any, check: str, change: int
+) -> None:
+    report = report_of(tmp_path, 120, stats)
+    [episode] = [w for w in report.warnings if w.check == check]
+    assert episode.first_step is not None and abs(episode.first_step - change) <= 2, episode
+    # The first window that triggers starts well before the change.
+    window = HealthThresholds().reward_flat_steps if check == "reward_flat" else 20
+    assert episode.last_step is not None
+    assert episode.first_step > change - window + 3
+
+
+def test_an_episode_with_no_change_inside_its_window_begins_at_the_window() -> None:
+    from areal_console.core.metrics.changepoint import trend_onset, variance_onset
+
+    line = [0.5 + 0.01 * i for i in range(30)]
+    assert trend_onset(line, rising=True) is None  # one straight line: nothing changed
+    assert trend_onset([0.5] * 30, rising=False) is None
+    steady = [0.3 * x for x in noise(5, 1.0, 30)]
+    assert variance_onset(steady) is None  # the same noise throughout

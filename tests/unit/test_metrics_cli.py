@@ -105,9 +105,10 @@ def test_cli_text_and_json(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert set(report) == {"source", "steps", "series", "latest", "warnings", "last_step_at",
-                           "stalled", "unread_bytes", "notes"}  # fmt: skip
+                           "stalled", "unread_bytes", "notes", "stragglers"}  # fmt: skip
     assert report["steps"] == list(range(30))
     assert report["latest"][BEHAVE_IMP_WEIGHT] == pytest.approx(1.29)
+    assert report["stragglers"] == []  # no perf tracer files
     assert {w["metric"] for w in report["warnings"]} == {BEHAVE_IMP_WEIGHT, "progress"}
     assert report["stalled"] is True
 

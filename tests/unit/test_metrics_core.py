@@ -262,7 +262,7 @@ def test_json_report_has_exactly_the_documented_shape(tmp_path: Path) -> None:
     report = report_for(tmp_path, 3, healthy)
     out = report_json(report)
     assert list(out) == ["source", "steps", "series", "latest", "warnings", "last_step_at",
-                         "stalled", "unread_bytes", "notes"]  # fmt: skip
+                         "stalled", "unread_bytes", "notes", "stragglers"]  # fmt: skip
     assert out["source"].endswith("main.log")
     assert out["steps"] == [0, 1, 2]
     assert out["series"][TASK_REWARD][2] == [2, rounded(actor_stats(2)[TASK_REWARD])]

@@ -230,3 +230,18 @@ def test_batch_script_quotes_every_word() -> None:
     assert argv[:3] == ["srun", "--overlap", "--jobid=42"]
     assert "--nodelist=node2" in argv and "--gres=gpu:1" in argv
     assert argv[-3:] == ["--", "python3", "a b.py"]
+
+
+def test_sacct_lines_give_state_and_exit_code() -> None:
+    """`sacct -n -P -X -o JobID,JobName,User,State,ExitCode`, as Slurm 22.05 prints it for
+    jobs the queue has forgotten (a cancelled job's state carries who cancelled it)."""
+    from areal_console.core.slurm.client import parse_sacct_lines
+
+    text = ("41|exp_t1:rollout|alice|CANCELLED by 0|0:15\n"
+            "42|exp_t1:actor|alice|NODE_FAIL|1:0\n"
+            "garbage line\n43|x|alice|RUNNING|0:0|extra\n")  # fmt: skip
+    jobs = parse_sacct_lines(text)
+    assert [(j.job_id, j.name, j.state, j.exit_code) for j in jobs] == [
+        ("41", "exp_t1:rollout", "CANCELLED", "0:15"),
+        ("42", "exp_t1:actor", "NODE_FAIL", "1:0"),
+    ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, Protocol
@@ -25,6 +25,7 @@ from areal_console.core.common.settings import Settings
 from areal_console.core.common.textfmt import plural
 from areal_console.core.connection.fleet import Fleet
 from areal_console.core.connection.monitor import FleetMonitor, NodeView
+from areal_console.core.connection.sampling import GoneRank, IdleRank, MemoryTrend
 from areal_console.core.metrics.health import thresholds_from
 from areal_console.core.metrics.locate import HealthTarget, job_logs_in
 from areal_console.core.replay.plan import load_templates
@@ -67,6 +68,9 @@ class Monitor(Protocol):
     def set_include_all(self, include_all: bool) -> None: ...
     def trust_host_key(self, name: str) -> None: ...
     def trainer_state(self) -> TrainerStates | None: ...
+    def memory(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], MemoryTrend]: ...
+    def recent_gone(self) -> list[GoneRank]: ...
+    def idle_gpus(self) -> list[IdleRank]: ...
 
 
 # Seconds between capture progress updates on the Stacks screen.

@@ -158,11 +158,11 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
 
 
 def _partial_when_stale(args: argparse.Namespace, code: int) -> int:
-    """A headless command that succeeded on a job with stale records (`--areal`) is
-    partial (3): the warning lines already said which records."""
+    """A headless command that succeeded on a job with stale records or a role whose Slurm
+    job ended (`--areal`) is partial (3): the warning lines already said which."""
     options = getattr(args, "_target_options", None)  # see commands/options.py
     plan = getattr(options, "areal_plan", None)
-    if code == 0 and plan is not None and (plan.stale or plan.refused):
+    if code == 0 and plan is not None and (plan.stale or plan.refused or plan.ended_roles):
         return EXIT_PARTIAL
     return code
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
 TAIL_MAX_BYTES = 4 << 20
 LOG_NAMES = ("main.log", "trainer.log", "merged.log")  # preferred first
 EVENT_PREFIX = "events.out.tfevents."
+# AReaL's perf tracer files: <log dir>/perf_tracer[/<role>]/traces-r{rank}.jsonl
+# (areal/utils/perf_tracer.py:200-244, :143-145 at cbff54d).
+PERF_TRACER_DIR = "perf_tracer"
+PERF_TRACE_FILE = r"^traces-r(\d{1,6})\.jsonl$"
+MAX_TRACE_FILES = 4096
 
 
 MAX_SYMLINK_HOPS = 40
@@ -185,8 +191,9 @@ def find_logs(
     trusted_path(path, owner)
     if os.path.isfile(path):
         is_events = os.path.basename(path).startswith(EVENT_PREFIX)
+        traces = [] if is_events else find_traces(os.path.dirname(path), owner)
         return {"path": path, "kind": "file", "logs": [] if is_events else [path],
-                "events": [path] if is_events else []}  # fmt: skip
+                "events": [path] if is_events else [], "traces": traces}  # fmt: skip
     if not os.path.isdir(path):
         if os.path.exists(path):
             raise OpError(f"{path} is not a regular file or directory")
@@ -208,7 +215,38 @@ def find_logs(
                 logs.append(full)
     rank = {name: i for i, name in enumerate(LOG_NAMES)}
     logs.sort(key=lambda p: (rank.get(os.path.basename(p), len(LOG_NAMES)), p))
-    return {"path": path, "kind": "dir", "logs": logs, "events": events}
+    return {"path": path, "kind": "dir", "logs": logs, "events": events,
+            "traces": find_traces(path, owner)}  # fmt: skip
+
+
+def find_traces(log_dir: str, owner: int | None = None) -> list[dict[str, Any]]:
+    """The run's perf tracer files, `{"path", "role", "rank"}` (role None: no role folder);
+    at most MAX_TRACE_FILES, only regular files (with `owner`: that user's)."""
+    pattern = re.compile(PERF_TRACE_FILE)
+    out: list[dict[str, Any]] = []
+    top = os.path.join(log_dir, PERF_TRACER_DIR)
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)[:MAX_TRACE_FILES]
+    except OSError:
+        return out
+    for entry in entries:
+        m = pattern.match(entry.name)
+        if m:
+            if _owned_file(entry.path, owner):
+                out.append({"path": entry.path, "role": None, "rank": int(m.group(1))})
+        elif entry.is_dir(follow_symlinks=False):
+            try:
+                inner = sorted(os.scandir(entry.path), key=lambda e: e.name)[:MAX_TRACE_FILES]
+            except OSError:
+                continue
+            for sub in inner:
+                m = pattern.match(sub.name)
+                if m and _owned_file(sub.path, owner):
+                    out.append({"path": sub.path, "role": entry.name[:200],
+                                "rank": int(m.group(1))})  # fmt: skip
+        if len(out) >= MAX_TRACE_FILES:
+            break
+    return out[:MAX_TRACE_FILES]
 
 
 def _owned_file(path: str, owner: int | None) -> bool:

@@ -169,6 +169,8 @@ def _status_line(report: Any) -> str:
     for w in report.warnings:
         if w.active:
             line += f"\n  warning (since step {w.first_step}): {w.message}"
+    for s in report.stragglers:
+        line += f"\n  straggler: {s.describe()}"
     return line
 
 
@@ -220,6 +222,8 @@ def _print(follower: Any, as_json: bool) -> None:
             where = f" (steps {w.first_step}-{w.last_step})"
         state = "" if w.active else " [ended]"
         print(f"warning{where}{state}: {w.message}")
+    for s in report.stragglers:
+        print(f"straggler: {s.describe()}")
 
 
 def _fmt(value: float | None) -> str:

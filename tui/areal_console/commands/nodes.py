@@ -6,6 +6,7 @@ import argparse
 import json
 import shutil
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +29,7 @@ from areal_console.core.targets.areal_world import count_areal_world_sizes
 from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
+    count,
     open_fleet,
     resolve_targets,
     seconds,
@@ -47,15 +49,39 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--timeout", type=seconds, default=30.0, help="seconds to wait for each node (default 30)"
     )
+    parser.add_argument(
+        "--samples",
+        type=count,
+        default=None,
+        metavar="N",
+        help="sample N times: each process's RSS series and memory_growth flag, ranks gone "
+        "between samples, the servers' flags that need several polls",
+    )
+    parser.add_argument(
+        "--interval",
+        type=seconds,
+        default=5.0,
+        metavar="S",
+        help="seconds between samples (--samples; default 5)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from areal_console.core.connection.sampling import SampleHistory
+
     specs = resolve_targets(target_options(args))
     fleet = open_fleet(target_options(args), specs)
+    history = SampleHistory() if args.samples is not None else None
+    gone: list[Any] = []
     try:
-        results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
-        nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
+        for i in range(args.samples or 1):
+            if i:
+                time.sleep(args.interval)
+            results = fleet.call_all("sample", {"all": bool(args.all)}, timeout=args.timeout)
+            nodes = [with_session_facts(s, results.get(s.name)) for s in fleet]
+            if history is not None:
+                gone += history.add(nodes, time.time())
         add_ray_ids(specs, nodes)
         count_areal_world_sizes(n["processes"] for n in nodes)
         rollout = add_rollout_flags(fleet, nodes)
@@ -65,6 +91,13 @@ def run(args: argparse.Namespace) -> int:
     doc: dict[str, Any] = {"nodes": nodes}
     if rollout is not None:
         doc["rollout"] = rollout
+    if history is not None:
+        history.annotate(nodes)
+        doc["samples"] = {"count": history.samples, "interval": args.interval}
+        doc["gone"] = [g.to_json() for g in gone]
+        spread, idle = history.gpu_spread()
+        doc["gpu_spread"] = {"ranks": [r.to_json() for r in spread],
+                             "idle": [i.to_json() for i in idle]}  # fmt: skip
     if plan is not None:
         if not args.all:  # the job's processes only: its workers, wrappers, controller, servers
             for n in nodes:
@@ -75,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_nodes(nodes, _terminal_width()))
+        if history is not None:
+            sys.stdout.write(render_sampled(nodes, gone, history.gpu_spread()[1]))
     code, lines = outcome(nodes)
     for line in lines:
         print(line, file=sys.stderr)
@@ -264,6 +299,27 @@ def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
             out.append("   no training processes (use --all for every Python process)")
         out.append("")
     return "\n".join(out)
+
+
+def render_sampled(nodes: list[dict[str, Any]], gone: list[Any], idle: list[Any]) -> str:
+    """After `--samples`: each process's RSS over the samples, its flags, the ranks gone,
+    the ranks whose GPUs idle while the others' are busy."""
+    from areal_console.core.metrics.report import sparkline
+
+    out = []
+    for node in nodes:
+        for p in node["processes"]:
+            series = [r for _, r in p.get("rss_series") or []]
+            if len(series) > 1:
+                out.append(f"{node['name']} pid {p['pid']}: RSS {sparkline(series, 40)} "
+                           f"{format_bytes(series[0])} -> {format_bytes(series[-1])}")  # fmt: skip
+            for flag in p.get("flags") or []:
+                out.append(f"  {flag['kind']}: {flag['evidence']}\n    -> {flag['remedy']}")
+    for g in gone:
+        out.append(f"gone: {g.describe()}")
+    for i in idle:
+        out.append(f"GPU idle: {i.describe()}")
+    return "\n".join(out) + "\n" if out else ""
 
 
 def _command(p: dict[str, Any]) -> str:

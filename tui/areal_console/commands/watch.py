@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from areal_console.commands.options import target_options
 from areal_console.core.common.errors import EXIT_OK, UsageError, UserError
 from areal_console.core.targets.resolve import (
     add_target_arguments,
@@ -110,18 +111,18 @@ def run(args: argparse.Namespace) -> int:
         probe_writable(root)
     except OSError as exc:
         raise UserError(f"--evidence {root}: cannot write there: {exc.strerror or exc}") from None
-    specs = resolve_targets(args)
+    specs = resolve_targets(target_options(args))
     target = WatchTarget(job=args.job, match=args.match,
                          slurm_job=getattr(args, "slurm_job", None),
                          log_path=args.logs, log_node=args.node)  # fmt: skip
-    plan = areal_plan(args)
+    plan = areal_plan(target_options(args))
     if plan is not None:
         target.job = target.job or f"areal:{plan.job_key}"
         if not args.logs:
             path, node, _ = plan.log_target()
             if path is not None:
                 target.log_path, target.log_node, target.log_owner = path, node, plan.name.user
-    fleet = open_fleet(args, specs, probe_gpus=False, in_process=True)
+    fleet = open_fleet(target_options(args), specs, probe_gpus=False, in_process=True)
     out = _Output(args.json)
     exec_runs: list[subprocess.Popen[bytes]] = []
 

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Label, Static
 
 from areal_console.core.common.textfmt import plural
 from areal_console.core.connection.monitor import NodeView
+from areal_console.core.connection.sampling import GoneRank, IdleRank, MemoryTrend
 from areal_console.dialogs.host_key import HostKeyScreen
 from areal_console.dialogs.process_detail import ProcessDetailScreen
 from areal_console.toast import toast
@@ -64,6 +65,25 @@ def status_text(
     if show_all:
         parts.append("all Python processes")
     return " · ".join(parts)
+
+
+def memory_text(
+    trends: dict[tuple[str, int], MemoryTrend], gone: list[GoneRank], idle: list[IdleRank]
+) -> str:
+    """The status line's tail: processes whose RSS grows steadily, ranks gone lately, ranks
+    whose GPUs idle while the others' are busy."""
+    parts = []
+    growing = [(node, pid) for (node, pid), t in trends.items() if t.growth is not None]
+    if growing:
+        names = ", ".join(f"{node} pid {pid}" for node, pid in growing[:3])
+        parts.append(f"RSS growing: {names}" + ("…" if len(growing) > 3 else ""))
+    if gone:
+        names = ", ".join(f"{g.node} rank {g.rank}" for g in gone[-3:])
+        parts.append(f"gone: {names}")
+    if idle:
+        names = ", ".join(f"{i.gpu.node} rank {i.gpu.rank}" for i in idle[:3])
+        parts.append(f"GPU idle: {names}" + ("…" if len(idle) > 3 else ""))
+    return "".join(f" · {part}" for part in parts)
 
 
 class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
@@ -233,10 +253,13 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             if self.drilled is None or v.name == self.drilled
             for p in v.processes
         ]
-        self.query_one(ProcessTable).update_processes(rows, self.text_filter)
+        monitor = self.console.monitor
+        trends = monitor.memory((n, p.pid) for n, p in rows)
+        self.query_one(ProcessTable).update_processes(rows, self.text_filter, trends)
         self._show_servers(views)
+        status = status_text(views, self.drilled, self.text_filter, self.show_all)
         self.query_one(StatusLine).say(
-            status_text(views, self.drilled, self.text_filter, self.show_all)
+            status + memory_text(trends, monitor.recent_gone(), monitor.idle_gpus())
         )
         self._ask_about_host_keys(views)
 

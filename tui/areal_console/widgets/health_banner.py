@@ -61,6 +61,7 @@ def banner_text(
                 lines.append(f" (steps {w.first_step}-{w.last_step}, ended)", style="dim")
         if len(checks) > max_warnings:
             lines.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
+        _stragglers(lines, report)
         _notes(lines, report.notes)
         return Group(text, lines)
     if not checks:
@@ -76,8 +77,19 @@ def banner_text(
             text.append_text(remote_text(w.summary, style="dim"))
     if len(checks) > max_warnings:
         text.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
+    _stragglers(text, report)
     _notes(text, report.notes)
     return text
+
+
+def _stragglers(text: Text, report: HealthReport, most: int = 3) -> None:
+    """The ranks slower than the others since some step (perf tracer files)."""
+    for s in report.stragglers[:most]:
+        text.append("\n" if text else "")
+        text.append("  ⏱ straggler: ", style="bold magenta")
+        text.append_text(remote_text(s.describe(), style="magenta"))
+    if len(report.stragglers) > most:
+        text.append(f"\n  … {len(report.stragglers) - most} more stragglers", style="dim")
 
 
 def _notes(text: Text, notes: tuple[str, ...]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import attrgetter
 from typing import Any
 
@@ -11,6 +11,7 @@ from rich.text import Text
 from areal_console.core.common.textfmt import format_bytes, printable
 from areal_console.core.connection.nodes import server_text
 from areal_console.core.connection.records import ProcessRow
+from areal_console.core.connection.sampling import MemoryTrend
 from areal_console.widgets.remote_text import remote_text
 from areal_console.widgets.vim_table import VimTable, columns_for
 
@@ -49,7 +50,17 @@ def cpu_text(cpu_percent: float | None) -> str:
     return "-" if cpu_percent is None else f"{cpu_percent:.0f}"
 
 
-def process_cells(node: str, p: ProcessRow) -> dict[str, str | Text]:
+def rss_cell(rss: float | None, trend: MemoryTrend | None) -> str | Text:
+    """RSS, then its sparkline over the last samples; red while it grows steadily."""
+    if trend is None:
+        return format_bytes(rss)
+    style = "bold red" if trend.growth is not None else "dim"
+    return Text.assemble(format_bytes(rss), " ", (trend.spark, style))
+
+
+def process_cells(
+    node: str, p: ProcessRow, trend: MemoryTrend | None = None
+) -> dict[str, str | Text]:
     def opt(value: Any) -> str:
         return "-" if value is None else str(value)
 
@@ -67,7 +78,7 @@ def process_cells(node: str, p: ProcessRow) -> dict[str, str | Text]:
         "role": Text(role, style=role_style, justify="left"),
         "pid": str(p.pid),
         "cpu": cpu_text(p.cpu_percent),
-        "rss": format_bytes(p.rss),
+        "rss": rss_cell(p.rss, trend),
         "gpumem": format_bytes(p.gpu_memory),
         "gpus": ",".join(map(str, p.gpus)) or "-",
         "state": remote_text(p.state or "?", style="bold red" if p.state == "Z" else ""),
@@ -157,8 +168,13 @@ class ProcessTable(VimTable):
         return self
 
     def update_processes(
-        self, rows: Iterable[tuple[str, ProcessRow]], text_filter: str = ""
+        self,
+        rows: Iterable[tuple[str, ProcessRow]],
+        text_filter: str = "",
+        trends: Mapping[tuple[str, int], MemoryTrend] | None = None,
     ) -> None:
+        """`trends`: each (node, pid)'s RSS sparkline and growth (the RSS cell shows them)."""
+        trends = trends or {}
         wanted = {row_key(n, p.pid): (n, p) for n, p in rows if process_matches(n, p, text_filter)}
         self.processes = wanted
         shown = self._shown
@@ -171,11 +187,13 @@ class ProcessTable(VimTable):
             for key, (node, proc) in wanted.items():
                 fields = cell_fields(proc)
                 before = shown.get(key)
+                trend = trends.get((node, proc.pid))
                 if before is not None and before[0][2:] == fields[2:]:
                     # only CPU% and RSS may differ: those two cells, nothing else built
-                    if before[0] == fields:
+                    rss_now = rss_cell(fields[1], trend)
+                    if before[0] == fields and before[1][RSS_COLUMN] == str(rss_now):
                         continue
-                    cpu, rss = cpu_text(fields[0]), format_bytes(fields[1])
+                    cpu, rss = cpu_text(fields[0]), str(rss_now)
                     old_cpu, old_rss = before[1][CPU_COLUMN], before[1][RSS_COLUMN]
                     now = list(before[1])
                     now[CPU_COLUMN], now[RSS_COLUMN] = cpu, rss
@@ -183,9 +201,9 @@ class ProcessTable(VimTable):
                     if cpu != old_cpu:
                         changes.append((key, "cpu", cpu))
                     if rss != old_rss and "rss" in self.column_keys:
-                        changes.append((key, "rss", rss))
+                        changes.append((key, "rss", rss_now))
                     continue
-                cells = process_cells(node, proc)
+                cells = process_cells(node, proc, trend)
                 texts = tuple(str(cells[c]) for c, _ in COLUMNS)
                 shown[key] = (fields, texts)
                 if before is None:

@@ -2,7 +2,7 @@
 
 Each node's agent pushes a `sample` event every `interval` seconds over its own channel, so
 a slow node delays nobody. The monitor keeps only the newest sample per node plus a short
-GPU history; views read `snapshot()` at their own pace. A node whose link drops is marked
+GPU history and each process's RSS series (core/connection/sampling.py); views read `snapshot()` at their own pace. A node whose link drops is marked
 down with the reason and reconnected with exponential backoff. No Textual here.
 """
 
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,9 +33,22 @@ from areal_console.core.connection.records import (
     process_rows,
     with_areal_world_sizes,
 )
+from areal_console.core.connection.sampling import (
+    GoneRank,
+    IdleRank,
+    MemoryTrend,
+    SampleHistory,
+    memory_trends,
+)
 from areal_console.core.rollout.trainer_watch import TrainerStates, TrainerWatch
 
 HISTORY = 60  # samples of GPU utilisation kept per GPU (a minute at 1 Hz)
+GONE_KEPT = 64  # ranks gone from their node, the newest kept
+TRENDS_EVERY = 5.0  # seconds between RSS sparklines and growth verdicts on the screen
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return None if value is None else int(value)
 
 
 SampleRows = tuple[tuple[ProcessRow, ...], tuple[GpuRow, ...], str | None]
@@ -120,6 +135,14 @@ class FleetMonitor:
         # The trainer's version for the servers' version flags, read slowly from the job's
         # files (`nodes`' read) on a thread of its own.
         self.trainer = TrainerWatch(lambda: self.fleet.sessions, self._node_entries, login_user())
+        # Each process's RSS across samples and the ranks gone from their node (`nodes
+        # --samples` keeps the same history): fed as samples arrive, kept while this runs.
+        self.history = SampleHistory()
+        self.gone: deque[GoneRank] = deque(maxlen=GONE_KEPT)
+        self._trends: dict[tuple[str, int], MemoryTrend] = {}
+        self._trends_at = -math.inf
+        self._idle: list[IdleRank] = []
+        self._idle_at = -math.inf
 
     # public ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -155,6 +178,31 @@ class FleetMonitor:
         """Each run's trainer version and allowed lag as last read (None: not read, or no
         server reports a version)."""
         return self.trainer.state()
+
+    def memory(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], MemoryTrend]:
+        """For each (node, pid): its RSS sparkline and memory_growth flag, if any; worked
+        out at most every TRENDS_EVERY seconds (a trend over minutes needs no 1 Hz
+        verdict, and 4,096 sparklines a second would cost the console a core's percent)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._trends_at >= TRENDS_EVERY:
+                self._trends = memory_trends(self.history, self.history.rss)
+                self._trends_at = now
+            trends = self._trends
+        return {k: trends[k] for k in keys if k in trends}
+
+    def recent_gone(self) -> list[GoneRank]:
+        with self._lock:
+            return list(self.gone)
+
+    def idle_gpus(self) -> list[IdleRank]:
+        """Ranks whose GPUs idle while the other ranks' are busy, across the samples."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._idle_at >= TRENDS_EVERY:
+                self._idle = self.history.gpu_spread()[1]
+                self._idle_at = now
+            return list(self._idle)
 
     def _node_entries(self) -> list[dict[str, Any]]:
         return [
@@ -219,6 +267,13 @@ class FleetMonitor:
             view = self._views[name]
             view.take_sample(data, typed)
             view.received_at = time.time()
+            facts = ((p.pid, p.cmdline, p.rss, p.rank, p.role) for p in view.processes)
+            self.gone.extend(self.history.add_node(name, facts, view.received_at))
+            utils = [(g.index, float(g.util)) for g in view.gpus if g.util is not None]
+            if utils:
+                ranks = [(p.pid, p.rank, p.gpus, _int_or_none(p.gpu_memory))
+                         for p in view.processes if p.rank is not None and p.gpus]  # fmt: skip
+                self.history.add_gpu_readings(name, utils, ranks)
             view.state, view.error = "up", None
             for gpu in view.gpus:
                 if gpu.util is not None:
@@ -354,6 +409,15 @@ class RecordedMonitor:
 
     def snapshot(self) -> list[NodeView]:
         return list(self.views)
+
+    def memory(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], MemoryTrend]:
+        return {}  # one recorded sample: no series
+
+    def recent_gone(self) -> list[GoneRank]:
+        return []
+
+    def idle_gpus(self) -> list[IdleRank]:
+        return []
 
     def set_include_all(self, include_all: bool) -> None:
         self.include_all = include_all

@@ -9,6 +9,7 @@ cache file that the tensorboard loader follows.
 from __future__ import annotations
 
 import base64
+import math
 import os
 import time
 import zlib
@@ -25,11 +26,18 @@ from areal_console.core.metrics.logparse import LogParser
 from areal_console.core.metrics.report import HealthReport, build_report
 from areal_console.core.metrics.store import MetricStore
 from areal_console.core.metrics.tboard import TensorboardReader
+from areal_console.core.rollout.stragglers import PhaseDurations, Straggler, find_stragglers
 
 CHUNK = 4 << 20
 # A one-shot report reads the whole log (AReaL logs ~20 KB a step: 1 GB is ~50,000 steps);
 # past this it says how much it left unread.
 READ_ALL_LIMIT = 4 << 30
+# The perf tracer files (stragglers): each read from its start, at most this much a poll;
+# past TRACE_LIMIT a file's further bytes are not read (about 100,000 steps of the
+# trainer's phases).
+TRACE_POLL = 16 << 20
+TRACE_LIMIT = 256 << 20
+TRACE_FIND_EVERY = 30.0  # seconds between looks for new perf tracer files
 
 
 class FileAccess(Protocol):
@@ -143,6 +151,11 @@ class MetricsFollower:
         self.log: Tail | None = None
         self.event_tails: list[tuple[Tail, str]] = []  # remote event file -> local mirror
         self.source = ""
+        self.traces: list[tuple[Tail, str | None, int]] = []  # perf tracer file, role, rank
+        self.phases = PhaseDurations()
+        self._stragglers: list[Straggler] | None = []
+        self._trace_notes: dict[str, str] = {}
+        self._traces_found_at = -math.inf
         self._node_now: float | None = None
         self._node_mono = 0.0
         self._mirror_dir: str | None = None
@@ -151,6 +164,7 @@ class MetricsFollower:
     def open(self) -> None:
         found = self.files.find(self.path)
         where = f"{self.files.node}:" if self.files.node else ""
+        self._add_traces(found)
         if found["logs"]:
             self.log = Tail(found["logs"][0])
             self.parser = LogParser(self.store)
@@ -179,6 +193,7 @@ class MetricsFollower:
             while self.tensorboard.unread_bytes and read < limit:
                 read += self.tensorboard.unread_bytes
                 new += self.poll()
+        self.poll_traces(TRACE_LIMIT)
         if self.log is None:
             return new
         end = self.log.size
@@ -201,13 +216,59 @@ class MetricsFollower:
 
     @property
     def notes(self) -> list[str]:
-        return self.tensorboard.notes if self.tensorboard is not None else []
+        tb = self.tensorboard.notes if self.tensorboard is not None else []
+        return tb + list(self._trace_notes.values())
+
+    def _add_traces(self, found: dict[str, Any]) -> None:
+        self._traces_found_at = time.monotonic()
+        known = {tail.path for tail, _, _ in self.traces}
+        for t in found.get("traces") or []:
+            role, rank, path = t.get("role"), t.get("rank"), t.get("path")
+            if isinstance(path, str) and type(rank) is int and path not in known:
+                self.traces.append((Tail(path), role if isinstance(role, str) else None, rank))
+
+    def poll_traces(self, budget: int = TRACE_POLL) -> None:
+        """Read what each perf tracer file gained (at most `budget` bytes a file); the
+        files are looked for again now and then (a rank's file appears at its first save)."""
+        if time.monotonic() - self._traces_found_at > TRACE_FIND_EVERY:
+            try:
+                self._add_traces(self.files.find(self.path))
+            except UserError:
+                pass  # the log's own read says what is wrong
+        for tail, role, rank in self.traces:
+            spent = 0
+            while spent < budget and tail.offset < TRACE_LIMIT:
+                try:
+                    result = tail.read(self.files, min(CHUNK, budget - spent))
+                except UserError as exc:  # gone, or not readable: the others still count
+                    self._trace_notes[tail.path] = str(exc)
+                    break
+                self._trace_notes.pop(tail.path, None)
+                if result["rotated"] or result["truncated"]:
+                    self.phases.reset(role, rank)
+                if result["data"]:
+                    self.phases.feed(role, rank, result["data"])
+                    self._stragglers = None
+                spent += len(result["data"])
+                if result["eof"] or not result["data"]:
+                    break
+            if tail.offset >= TRACE_LIMIT and tail.size > tail.offset:
+                self._trace_notes[tail.path] = (
+                    f"{tail.path}: only its first {TRACE_LIMIT >> 20} MiB read for stragglers"
+                )
+
+    def stragglers(self) -> list[Straggler]:
+        """Ranks persistently slower than the others in a phase (core/rollout/stragglers)."""
+        if self._stragglers is None:
+            self._stragglers = find_stragglers(self.phases.table())
+        return self._stragglers
 
     def poll(self, budget: int = 64 << 20) -> int:
         """Read what was appended (at most `budget` bytes); returns how many new steps."""
         if self.parser is None and self.tensorboard is None:
             self.open()
         before = len(self.store.steps)
+        self.poll_traces()
         if self.parser is not None and self.log is not None:
             spent = 0
             while spent < budget:
@@ -258,7 +319,8 @@ class MetricsFollower:
         total = self.parser.total_steps if self.parser else None
         return build_report(self.source or self.path, self.store, self.finished,
                             self.node_now() if now is None else now, self.thresholds, total,
-                            self.unread_bytes, self.notes)  # fmt: skip
+                            self.unread_bytes, self.notes,
+                            tuple(self.stragglers()))  # fmt: skip
 
     def close(self) -> None:
         if self._mirror_dir:

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from areal_console.core.common.textfmt import format_bytes
+from areal_console.core.metrics.changepoint import trend_onset, variance_onset
 
 IMPORTANCE_WEIGHT = "ppo_actor/update/importance_weight/avg"
 BEHAVE_IMP_WEIGHT = "ppo_actor/update/behave_imp_weight/avg"
@@ -103,7 +104,8 @@ def thresholds_from(values: dict[str, float]) -> HealthThresholds:
 class HealthWarning:
     """One episode of a check: where its condition began, where it last held, and whether
     it still holds at the metric's latest step (`active`). A check over a window (a trend)
-    begins at the first step of the first window that triggers it."""
+    begins where the change was found inside the first window that triggers it (the
+    window's first step when none is)."""
 
     check: str
     metric: str
@@ -266,9 +268,12 @@ def episodes(
     check: str,
     metric: str,
     gap: int = 0,
+    onset: Callable[[int, int], int | None] | None = None,
 ) -> list[HealthWarning]:
     """Runs of `holds` as episodes (runs at most `gap` indices apart merged); `make(i)`
-    words the warning at index i (its last)."""
+    words the warning at index i (its last). An episode of a windowed check begins in
+    the first window that holds, indices `lo..i`: at `lo + onset(lo, i)` when `onset`
+    finds the change inside it, else at `lo`."""
     flags = np.asarray(holds, dtype=np.int8)
     if not flags.any():
         return []
@@ -285,7 +290,9 @@ def episodes(
     last = len(flags) - 1
     for i, j in runs:
         summary, remedy, keys = make(j)
-        first = int(steps[max(0, i - window + 1)])
+        lo = max(0, i - window + 1)
+        inside = onset(lo, i) if onset is not None and i > lo else None
+        first = int(steps[lo + (inside or 0)])
         out.append(HealthWarning(check, metric, int(steps[j]), summary, remedy, keys,
                                  first, int(steps[j]), j == last))  # fmt: skip
     return out
@@ -371,7 +378,10 @@ def check_seq_len_growth(get: Mapping[str, Series], t: HealthThresholds) -> list
             ("gconfig.max_new_tokens",),
         )
 
-    return episodes(s_steps, holds, w, make, "seq_len_growth", SEQ_LEN, t.episode_gap)
+    def onset(lo: int, i: int) -> int | None:
+        return trend_onset(seq[lo : i + 1], rising=True)
+
+    return episodes(s_steps, holds, w, make, "seq_len_growth", SEQ_LEN, t.episode_gap, onset)
 
 
 def check_task_reward_noise(get: Mapping[str, Series], t: HealthThresholds) -> list[HealthWarning]:
@@ -388,8 +398,12 @@ def check_task_reward_noise(get: Mapping[str, Series], t: HealthThresholds) -> l
             ("train_dataset.batch_size",),
         )
 
+    def onset(lo: int, i: int) -> int | None:
+        return variance_onset(values[lo : i + 1])
+
     holds = noise > t.task_reward_std_max  # NaN compares False
-    return episodes(steps, holds, w, make, "task_reward_variance", TASK_REWARD, t.episode_gap)
+    return episodes(steps, holds, w, make, "task_reward_variance", TASK_REWARD, t.episode_gap,
+                    onset)  # fmt: skip
 
 
 REWARD_FLAT_REMEDY = (
@@ -443,8 +457,11 @@ def check_reward_flat(get: Mapping[str, Series], t: HealthThresholds) -> list[He
                     f"{n} steps to {steps[i]}, {reward_flat_reason(fit, t)}",
                     REWARD_FLAT_REMEDY, ("train_dataset.batch_size", "actor.optimizer.lr"))  # fmt: skip
 
+        def onset(lo: int, i: int, values: Floats = values) -> int | None:
+            return trend_onset(values[lo : i + 1], rising=False)  # it rose, then flattened
+
         flat = reward_flat_windows(fits, t)
-        out += episodes(steps, flat, n, make, "reward_flat", name, t.episode_gap)
+        out += episodes(steps, flat, n, make, "reward_flat", name, t.episode_gap, onset)
     return out
 
 

@@ -17,6 +17,7 @@ from areal_console.core.metrics.health import (
     stall_state,
 )
 from areal_console.core.metrics.store import MetricStore
+from areal_console.core.rollout.stragglers import Straggler
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -69,6 +70,7 @@ class HealthReport:
     stall: StallState
     total_steps: int | None = None
     notes: tuple[str, ...] = ()  # what could not be read (skipped records, dropped files)
+    stragglers: tuple[Straggler, ...] = ()  # from the perf tracer files, slowest first
 
 
 def build_report(
@@ -80,6 +82,7 @@ def build_report(
     total_steps: int | None = None,
     unread_bytes: int = 0,
     notes: Sequence[str] = (),
+    stragglers: Sequence[Straggler] = (),
 ) -> HealthReport:
     """`unread_bytes`: the log's bytes not read yet (no stall is judged until they are)."""
     thresholds = thresholds or HealthThresholds()
@@ -93,7 +96,8 @@ def build_report(
             "first hang symptom is logs that stop updating)", (), last, last, True,
         ))  # fmt: skip
     steps = store.all_steps()
-    return HealthReport(source, steps, store, warnings, stall, total_steps, tuple(notes))
+    return HealthReport(source, steps, store, warnings, stall, total_steps, tuple(notes),
+                        tuple(stragglers))  # fmt: skip
 
 
 class SeriesView(Mapping[str, tuple[list[int], list[float]]]):
@@ -143,6 +147,7 @@ def report_json(report: HealthReport) -> dict[str, Any]:
         "stalled": report.stall.stalled,
         "unread_bytes": report.stall.unread_bytes,
         "notes": list(report.notes),
+        "stragglers": [s.to_json() for s in report.stragglers],
     }
 
 

@@ -434,6 +434,22 @@ def parse_squeue_lines(text: str, expand: Any = expand_hostlist) -> list[SlurmJo
     return jobs
 
 
+def parse_sacct_lines(text: str) -> list[SlurmJob]:
+    """`sacct -n -P -X -o JobID,JobName,User,State,ExitCode` -> jobs (state and exit code).
+    sacct writes `CANCELLED by 0`: the first word is the state."""
+    jobs: list[SlurmJob] = []
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) != 5:
+            continue
+        job_id, name, user, state, exit_code = fields
+        jobs.append(SlurmJob(job_id=job_id, name=name, user=user,
+                             state=(state.split() or [""])[0], reason="", nodelist="",
+                             nodes=[], num_tasks=None, partition="", batch_host=None,
+                             tres_per_node=None, exit_code=exit_code or None))  # fmt: skip
+    return jobs
+
+
 def parse_squeue_json(text: str, expand: Any = expand_hostlist) -> list[SlurmJob]:
     """`squeue --json` (OpenAPI v0.0.3x) -> jobs. Older Slurm ignores `-j` here: filter after."""
     data = json.loads(text)
@@ -537,18 +553,46 @@ class SlurmClient:
             raise UserError(f"squeue failed on {self.runner.where}: {result.error_line}")
         return parse_squeue_lines(result.stdout)
 
-    def named(self, names: Iterable[str], user: str | None = None) -> list[SlurmJob]:
-        """Queued or running jobs with one of these names (`squeue --name`)."""
+    def named(
+        self, names: Iterable[str], user: str | None = None, all_states: bool = False
+    ) -> list[SlurmJob]:
+        """Queued or running jobs with one of these names (`squeue --name`); with
+        `all_states`, also those that ended and Slurm still holds (MinJobAge)."""
         wanted = sorted(set(names))
         if not wanted:
             return []
         argv = ["squeue", "-h", f"--name={','.join(wanted)}", "-o", SQUEUE_FORMAT]
+        if all_states:
+            argv += ["-t", "all"]
         if user:
             argv += ["-u", user]
         result = self._run(argv)
         if result.returncode != 0:
             raise UserError(f"squeue failed on {self.runner.where}: {result.error_line}")
         return [j for j in parse_squeue_lines(result.stdout) if j.name in wanted]
+
+    def exit_code(self, job_id: str) -> str | None:
+        """An ended job's `ExitCode` ("status:signal") from `scontrol show job` (None: gone)."""
+        result = self._run(["scontrol", "show", "job", "-o", job_id])
+        if result.returncode != 0 or not result.stdout.strip():
+            return None
+        return _none_if_null(
+            dict(parse_scontrol_record(result.stdout.splitlines()[0])).get("ExitCode")
+        )
+
+    def accounted(self, names: Iterable[str], user: str | None = None) -> list[SlurmJob]:
+        """Jobs with these names from Slurm's accounting (`sacct`), for those the queue
+        forgot: state and exit code only. Empty where accounting is off."""
+        wanted = sorted(set(names))
+        if not wanted:
+            return []
+        argv = ["sacct", "-n", "-P", "-X", f"--name={','.join(wanted)}",
+                "-o", "JobID,JobName,User,State,ExitCode"]  # fmt: skip
+        argv += ["-u", user] if user else ["-a"]
+        result = self._run(argv)
+        if result.returncode != 0:
+            return []
+        return [j for j in parse_sacct_lines(result.stdout) if j.name in wanted]
 
     def current_user(self) -> str:
         result = self._run(["id", "-un"])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import contextlib
 import stat
 import time
 from dataclasses import dataclass

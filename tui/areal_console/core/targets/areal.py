@@ -86,6 +86,7 @@ class ArealPlan:
     slurm_jobs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     fileroot: str | None = None
+    ended_roles: list[EndedRole] = field(default_factory=list)
 
     @property
     def job_key(self) -> str:
@@ -100,6 +101,7 @@ class ArealPlan:
         """One line per stale record (the `warning:` lines), then the refused ones."""
         lines = [f"{e.entry.label} at {e.entry.value}: stale ({e.reason})" for e in self.stale]
         lines += [f"entry refused: {r}" for r in self.refused]
+        lines += [e.describe() for e in self.ended_roles]
         return lines
 
     def log_dir(self) -> str | None:
@@ -134,6 +136,7 @@ class ArealPlan:
             "log_dir": self.log_dir(),
             "entries": [e.to_json() for e in self.entries],
             "refused": list(self.refused),
+            "ended_roles": [e.to_json() for e in self.ended_roles],
         }
 
 
@@ -224,21 +227,68 @@ def via_registry(via: Any, root: str | None) -> Registry:
     return NodeNfsRegistry(via.name, root or DEFAULT_NFS_ROOT, lambda op, a: _ask(via, op, a))
 
 
+# A role's Slurm job that ended in one of these while another role's still runs is a dead
+# role: the others wait for it (AReaL issue 1583).
+ENDED_STATES = ("COMPLETED", "FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "CANCELLED")
+
+
+@dataclass(frozen=True)
+class EndedRole:
+    role: str
+    job_id: str
+    name: str
+    state: str
+    exit_code: str | None  # "status:signal"
+    source: str  # "squeue" or "sacct"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "job_id": self.job_id, "name": self.name,
+                "state": self.state, "exit_code": self.exit_code, "source": self.source}  # fmt: skip
+
+    def describe(self) -> str:
+        code = f", exit code {self.exit_code}" if self.exit_code else ""
+        return (f"role {self.role}: its Slurm job {self.job_id} ({self.name}) is {self.state}"
+                f"{code} while the job's other roles still run")  # fmt: skip
+
+
 def slurm_role_jobs(
     name: JobName, roles: list[str], login: str | None, timeout: float
-) -> list[Any]:
-    """The job's per-role Slurm jobs that run now (empty where Slurm is not here)."""
+) -> tuple[list[Any], list[EndedRole]]:
+    """The job's per-role Slurm jobs that run now, and the roles whose job ended (state and
+    exit code from squeue, else sacct) while another role's runs; empty where Slurm is not
+    here."""
     from areal_console.core.slurm.client import SlurmClient, make_runner
 
     if not login and shutil.which("squeue") is None:
-        return []
+        return [], []
     client = SlurmClient(make_runner(login), timeout)
-    names = [name.slurm_prefix + r for r in dict.fromkeys([*roles, *AREAL_ROLES])]
+    by_role = {name.slurm_prefix + r: r for r in dict.fromkeys([*roles, *AREAL_ROLES])}
     try:
-        jobs = client.named(names, user=name.user)
+        jobs = client.named(by_role, user=name.user, all_states=True)
     except UserError:
-        return []
-    return [j for j in jobs if j.active]
+        return [], []
+    active = [j for j in jobs if j.active]
+    if not active:
+        return [], []
+    running = {j.name for j in jobs if j.active or j.state == "PENDING"}
+    ended: dict[str, EndedRole] = {}
+    for j in sorted(jobs, key=lambda j: int(j.job_id) if j.job_id.isdigit() else 0):
+        state = j.state.split()[0] if j.state else ""
+        if state in ENDED_STATES and j.name not in running:
+            code = client.exit_code(j.job_id)
+            ended[j.name] = EndedRole(by_role[j.name], j.job_id, j.name, state, code, "squeue")
+    # A role the records name that squeue no longer lists (Slurm forgets an ended job
+    # after MinJobAge): accounting may still know how it ended.
+    forgotten = [
+        n for n, r in by_role.items() if r in roles and n not in running and n not in ended
+    ]
+    for j in client.accounted(forgotten, user=name.user):
+        state = j.state
+        if state in ENDED_STATES and j.name not in running:
+            ended[j.name] = EndedRole(
+                by_role[j.name], j.job_id, j.name, state, j.exit_code, "sacct"
+            )
+    return active, sorted(ended.values(), key=lambda e: e.role)
 
 
 def resolve_areal_targets(
@@ -263,7 +313,8 @@ def resolve_areal_targets(
     states = with_states(records, probe_timeout, via)
     plan = ArealPlan(name, registry.source, [], states, list(records.refused), fileroot=fileroot)
     roles = sorted({e.role for e in records.entries if e.role})
-    jobs = slurm_role_jobs(name, roles, login, slurm_timeout)
+    jobs, ended = slurm_role_jobs(name, roles, login, slurm_timeout)
+    plan.ended_roles = ended
     if jobs:
         _reach_through_slurm(plan, jobs, login, mode, slurm_timeout)
     else:

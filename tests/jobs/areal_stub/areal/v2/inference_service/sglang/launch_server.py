@@ -2,7 +2,10 @@
 P ...` (tests only): answers `GET /health` as SGLang's HTTP server does (AReaL's remote
 engine asks that path: areal/engine/sglang_remote.py:374-376 at cbff54d6). With
 STUB_HEALTH=unhealthy it answers 503, with STUB_HEALTH=hang it accepts and never answers,
-with STUB_HEALTH=dead it never listens (a server still loading, or wedged)."""
+with STUB_HEALTH=dead it never listens (a server still loading, or wedged). With
+STUB_HEALTH=metrics it is tests/jobs/standin_server.py (SGLang's `/metrics` bytes; found
+through STUB_TESTS_ROOT), its KV cache STUB_TOKEN_USAGE full and its queue growing by
+STUB_QUEUE_GROWTH requests a poll."""
 
 from __future__ import annotations
 
@@ -33,6 +36,18 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     args, _ = parser.parse_known_args()
+    if MODE == "metrics":
+        import runpy
+        import sys
+
+        sys.argv = ["standin_server.py", "--kind", "sglang", "--host", args.host, "--port",
+                    str(args.port), "--token-usage", os.environ.get("STUB_TOKEN_USAGE", "0.35"),
+                    "--queue-growth", os.environ.get("STUB_QUEUE_GROWTH", "0")]  # fmt: skip
+        root = os.environ["STUB_TESTS_ROOT"]
+        runpy.run_path(
+            os.path.join(root, "tests", "jobs", "standin_server.py"), run_name="__main__"
+        )
+        return
     if MODE == "dead":
         while True:
             time.sleep(3600)
