@@ -76,6 +76,7 @@ def capture_from_json(data: dict[str, Any]) -> StackCapture:
         ledger=_ledger_from_json(data.get("ledger")),
         user=data["user"] if isinstance(data.get("user"), str) else None,
         rollout=_rollout_from_json(data.get("rollout")),
+        rank_source=data["rank_source"] if isinstance(data.get("rank_source"), str) else None,
     )
 
 

@@ -49,6 +49,7 @@ _COMMENT = re.compile(r"^\s*#\s?(.*)$")
 _RANK_WORD = re.compile(r"\brank\s*[_#-]?\s*(\d{1,9})\b", re.IGNORECASE)
 _ERROR = re.compile(r"^Error:\s*(.*)$")
 _FILE_RANK = re.compile(r"rank[_-]?(\d{1,9})", re.IGNORECASE)
+_LAST_NUMBER = re.compile(r"(\d{1,9})(?!.*\d)")
 
 # Bounds on an import (pasted or another user's text): a 1,000-rank job's dumps are a few
 # MB and ~100,000 frames. Past these it is refused with one line, not parsed for minutes.
@@ -190,10 +191,20 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
             areal_workers = True
         if s.header_rank is not None:
             rank = s.header_rank
-        elif rank is None and per_source[s.source] == 1 and role is None:
-            m = _FILE_RANK.search(Path(s.source).name)
-            rank = int(m.group(1)) if m else None
         assigned.append((s, rank, role))
+    # A file holding one process that nothing in it ranks: its rank comes from a number in
+    # its name, but only when every such file has one (a.txt..d.txt would otherwise be
+    # numbered by argument order, and the report says so).
+    by_file = [i for i, (s, rank, role) in enumerate(assigned)
+               if rank is None and role is None and per_source[s.source] == 1]  # fmt: skip
+    from_names = [file_rank(assigned[i][0].source) for i in by_file]
+    rank_source = "dump"
+    if by_file and None not in from_names and len(set(from_names)) == len(from_names):
+        for i, rank in zip(by_file, from_names, strict=True):
+            assigned[i] = (assigned[i][0], rank, None)
+        rank_source = "file_name"
+    elif len(by_file) > 1:
+        rank_source = "argument_order"
     named = any(rank is not None for _, rank, _ in assigned)
     next_rank = 0
     for s, rank, role in assigned:
@@ -241,8 +252,21 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
         )
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.node, r.pid))
     return StackCapture(
-        captured_at=now_iso(), samples=1, ranks=ranks, capture_id=capture_id, user=login_user()
+        captured_at=now_iso(),
+        samples=1,
+        ranks=ranks,
+        capture_id=capture_id,
+        user=login_user(),
+        rank_source=rank_source,
     )
+
+
+def file_rank(source: str) -> int | None:
+    """The rank a dump's file name gives: `rank3`, `rank_3`, `rank-3`, else its last number
+    (`dump_3.txt`); None without one."""
+    name = Path(source).name
+    m = _FILE_RANK.search(name) or _LAST_NUMBER.search(Path(name).stem)
+    return int(m.group(1)) if m else None
 
 
 def import_text_dumps(

@@ -341,6 +341,9 @@ class StackCapture:
     ledger: Ledger | None = None  # Flight Recorder's view; None: not read
     user: str | None = None  # who took it (login identity); None: an older capture
     rollout: RolloutSummary | None = None  # rollout capacity and tracer notes; None: not read
+    # An imported capture: where its ranks came from ("dump": the text itself, "file_name",
+    # "argument_order"); None: a live capture.
+    rank_source: str | None = None
 
     @property
     def rank_stacks(self) -> list[RankStack]:

@@ -92,6 +92,8 @@ def capture_json(
         doc["job"] = capture.job
     if capture.user:
         doc["user"] = capture.user
+    if capture.rank_source:
+        doc["rank_source"] = capture.rank_source
     return doc
 
 
@@ -143,6 +145,7 @@ def text_report(
         + (f", world size {analysis.world_size}" if analysis.world_size else "")
         + f", {plural(len(analysis.groups), 'group')}, {plural(capture.samples, 'sample')}"
         + (f", job {capture.job}" if capture.job else ""),
+        *_import_lines(capture),
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
         f"  {diagnosis.detail}",
@@ -183,6 +186,24 @@ def text_report(
         lines += [f"  {r.label} (pid {r.pid} on {r.node}): {r.state}: {r.error}" for r in failed]
         lines += [f"  node {e.node}: {e.error}" for e in capture.errors]
     return "\n".join(lines) + "\n"
+
+
+_RANKS_FROM = {
+    "dump": "Ranks as the dumps name them; files:",
+    "file_name": "Ranks from the numbers in the file names; files:",
+    "argument_order": "Ranks follow argument order (not every file name has a rank number); files:",
+}
+
+
+def _import_lines(capture: StackCapture) -> list[str]:
+    """An imported capture: which file became which rank."""
+    if capture.rank_source is None:
+        return []
+    lines = [_RANKS_FROM.get(capture.rank_source, "Files:")]
+    for r in capture.rank_stacks:
+        pid = f" (pid {r.pid})" if r.pid else ""
+        lines.append(f"  rank {r.rank}: {r.node}{pid}")
+    return lines
 
 
 def _locals_lines(capture: StackCapture, max_per_rank: int = 30) -> list[str]:
