@@ -10,7 +10,7 @@ from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-from areal_console.core.stacks.merge import StackAnalysis, analyse
+from areal_console.core.stacks.merge import StackAnalysis, analyse, group_name
 from areal_console.core.stacks.records import Frame, Stack, StackCapture
 
 
@@ -162,10 +162,10 @@ def text_report(
         lines += ["", f"Step phases (perf tracer): {phases}"]
     if analysis.divergence is not None:
         lines += ["", f"Divergence point: {_frame_line(analysis.divergence)}"]
-    for i, g in enumerate(analysis.groups, start=1):
+    for i, g in enumerate(analysis.groups):
         flag = "  (outlier)" if g.outlier else ""
         who = "rank" if g.size == 1 else "ranks"
-        lines += ["", f"Group {i}: {who} {g.label} ({g.size}){flag}"]
+        lines += ["", f"Group {group_name(i)}: {who} {g.label} ({g.size}){flag}"]
         frames = g.frames[:max_frames]
         lines += [f"    {_frame_line(f)}" for f in frames]
         if len(g.frames) > max_frames:
