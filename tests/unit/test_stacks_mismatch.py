@@ -27,8 +27,7 @@ def test_two_against_two_names_both_sides_and_both_call_sites() -> None:
     d = diagnose(analyse(recorded()))
     assert d.pattern == "collective_mismatch"
     assert d.detail.startswith(
-        "Ranks 0,2 call all_reduce at hang.py:142 while ranks 1,3 call broadcast at "
-        "hang.py:145; "
+        "Ranks 0,2 call all_reduce at hang.py:142 while ranks 1,3 call broadcast at hang.py:145; "
     ), d.detail
 
 
