@@ -93,7 +93,7 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
         assert dialog.query_one("#replay-gpus", Input).value == "cpu"  # no GPUs here
-        assert dialog.focused is None  # enter launches what is shown; tab reaches the fields
+        assert dialog.focused is dialog.query_one("#replay-overrides", Input)
         assert dialog.query_one("#replay-steps", Input).value == "0:1"  # AReaL's global steps
         command = text_of(dialog, "#replay-command")
         assert "CUDA_VISIBLE_DEVICES=''" in command and "start_step=0 steps=2" in command
@@ -121,6 +121,29 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
         log = screen.query_one("#jobs-log")
         await until(pilot, lambda: any("(replayed)" in line for line in log.lines))
         assert "replay matches recording" in text_of(screen, "#jobs-detail")
+
+
+async def test_dialog_opens_on_overrides_and_launches_what_was_typed(
+    fleet: Fleet, dump: Path
+) -> None:
+    """The guide's recipe, literally: type `actor.eps_clip=0.1` in overrides, press enter."""
+    node = fleet.sessions[0].name
+    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    async with app.run_test(size=(80, 24)) as pilot:
+        dialog = app.screen
+        overrides = dialog.query_one("#replay-overrides", Input)
+        assert dialog.focused is overrides
+        assert "tab: next field" in text_of(dialog, "#replay-hint")
+        await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
+        # At 80x24 the fields are borderless; the focused one still looks unlike the others.
+        gpus = dialog.query_one("#replay-gpus", Input)
+        assert overrides.compact and gpus.compact
+        assert overrides.styles.background != gpus.styles.background
+        await pilot.press(*"actor.eps_clip=0.1", "enter")  # enter at once, no pause between
+        await until(pilot, lambda: app.result != "pending")
+    record = app.result
+    assert isinstance(record, jobs.RunRecord), text_of(dialog, "#replay-error")
+    assert "actor.eps_clip=0.1" in record.plan["argv"], record.plan["argv"]
 
 
 async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, dump: Path) -> None:
