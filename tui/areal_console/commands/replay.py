@@ -10,9 +10,11 @@ from typing import Any
 
 from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
 from areal_console.core.common.settings import load_settings
+from areal_console.core.common.textfmt import printable
 from areal_console.core.connection.client import AgentDisconnected, AgentError
 from areal_console.core.replay import runs as jobs
 from areal_console.core.replay.plan import (
+    check_overrides,
     format_gpus,
     load_templates,
     parse_gpus,
@@ -106,6 +108,18 @@ class _LogProgress:
             _say(f"{record.job_id}: {line}")
 
 
+def log_reason(session: Any, record: jobs.RunRecord) -> str:
+    """Why a run failed, from its log: the last `error:` line, else the last line (a
+    traceback's exception); empty when the log cannot be read."""
+    try:
+        lines = [line.strip() for line in jobs.tail(session, record.job_id, 40) if line.strip()]
+    except (AgentError, AgentDisconnected, OSError):
+        return ""
+    errors = [line for line in lines if line.startswith("error:")]
+    last = errors[-1].removeprefix("error:").strip() if errors else (lines[-1] if lines else "")
+    return printable(last)
+
+
 def pick_node(specs: list[NodeSpec], name: str | None) -> NodeSpec:
     if name is None:
         if len(specs) > 1:
@@ -130,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     if args.template not in templates:
         raise UsageError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
     template = templates[args.template]
+    try:
+        check_overrides(args.overrides, template)
+    except UserError as exc:
+        raise UsageError(str(exc)) from None
     fleet = open_fleet(args, [spec])
     session = fleet.session(spec.name)
     try:
@@ -239,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         if record.state != "finished":
             why = record.error or f"exit code {record.exit_code}"
+            reason = log_reason(session, record)
+            why += f": {reason}" if reason else ""
             print(f"error: replay {record.state}: {why} (log: {record.log})", file=sys.stderr)
             return EXIT_ERROR
         if verification is not None and failed(verification):

@@ -22,12 +22,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "the path is printed)."
         ),
     )
-    parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks (default 1)")
+    parser.add_argument("--nproc", type=_ranks, default=1, help="data-parallel ranks (default 1)")
     parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
     parser.add_argument(
         "overrides", nargs="*", default=[], metavar="key=value", help="config overrides"
     )
     parser.set_defaults(handler=run)
+
+
+def _ranks(text: str) -> int:
+    """--nproc: a whole number of ranks, at least 1 (0 or -1 would run nothing and exit 0)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number >= 1, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
