@@ -246,6 +246,26 @@ def test_trainer_usage_errors_exit_2_in_one_line(home: Path, args: list[str], li
     assert proc.stdout == ""  # nothing ran
 
 
+def test_piped_trainer_output_is_plain_text(home: Path, tmp_path: Path) -> None:
+    proc = console(home, "trainer", "steps=1", f"output_dir={tmp_path}")  # stdout: a pipe
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr
+    assert "(AReaL) " in proc.stdout and " StatsLogger INFO: Epoch 1/1 Step 1/1" in proc.stdout
+
+
+def test_piped_replay_wait_output_is_plain_text(home: Path, recording: Path) -> None:
+    # The run's log holds AReaL's coloured lines; what --wait shows of it is plain text.
+    assert (
+        "\x1b[92m"
+        in Path(replay_json(home, str(recording), "--steps", "3:3")[1]["log"]).read_text()
+    )
+    proc = console(home, "replay", str(recording), "--steps", "3:3", "--wait")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr and "\\x1b" not in proc.stderr
+    shown = [line for line in proc.stderr.splitlines() if line.startswith("replay: replay-")]
+    assert shown, proc.stderr  # at least one line of the log was shown while waiting
+
+
 def test_the_trainer_itself_refuses_no_ranks(home: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "areal_node.trainer", "--nproc", "0"],
                           env=console_env(home), capture_output=True, text=True, timeout=60,

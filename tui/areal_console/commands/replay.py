@@ -10,7 +10,7 @@ from typing import Any
 
 from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
 from areal_console.core.common.settings import load_settings
-from areal_console.core.common.textfmt import printable
+from areal_console.core.common.textfmt import printable, strip_ansi
 from areal_console.core.connection.client import AgentDisconnected, AgentError
 from areal_console.core.replay import runs as jobs
 from areal_console.core.replay.plan import (
@@ -102,17 +102,18 @@ class _LogProgress:
             lines = jobs.tail(self.session, record.job_id, 1)
         except (AgentError, AgentDisconnected, OSError):
             return
-        line = lines[-1].strip() if lines else ""
+        line = strip_ansi(lines[-1]).strip() if lines else ""  # AReaL's lines are coloured
         if line and line != self.last_line:
             self.last_line = line
-            _say(f"{record.job_id}: {line}")
+            _say(f"{record.job_id}: {printable(line)}")
 
 
 def log_reason(session: Any, record: jobs.RunRecord) -> str:
     """Why a run failed, from its log: the last `error:` line, else the last line (a
     traceback's exception); empty when the log cannot be read."""
     try:
-        lines = [line.strip() for line in jobs.tail(session, record.job_id, 40) if line.strip()]
+        tail = jobs.tail(session, record.job_id, 40)
+        lines = [plain for line in tail if (plain := strip_ansi(line).strip())]
     except (AgentError, AgentDisconnected, OSError):
         return ""
     errors = [line for line in lines if line.startswith("error:")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 from datetime import datetime, timezone
 
 from areal_console.core.common.locations import data_dir
@@ -51,4 +52,6 @@ def run(args: argparse.Namespace) -> int:
     argv += ["--default-output-dir", str(data_dir() / "trainer-runs" / stamp)]
     # The trainer validates its own configuration and prints "error: ..." itself.
     command, env = local_trainer(*argv, *args.overrides)
+    if not sys.stdout.isatty():
+        env["NO_COLOR"] = "1"  # piped or redirected: AReaL's coloured log lines as plain text
     return subprocess.call(command, env=env)
