@@ -103,6 +103,41 @@ async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Pa
         assert isinstance(app.screen, RunsScreen) and app.screen.fleet is app.fleet
 
 
+async def test_a_mistyped_path_keeps_the_open_batches_and_health_views(tmp_path: Path) -> None:
+    from areal_console.core.metrics.locate import HealthTarget
+    from areal_console.screens.health import HealthScreen
+
+    from tests.support.areal_logfmt import write_run
+
+    dump, run = tmp_path / "dump", tmp_path / "run"
+    recorded.write_batches_dump(dump)
+    run.mkdir()
+    write_run(run, 3, finished=True)
+    app = ConsoleApp(None, recorded_monitor(), batches_path=str(dump),
+                     health_target=HealthTarget(str(run)))  # fmt: skip
+    async with app.run_test(size=recorded.SIZE) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: isinstance(app.screen, BatchesScreen))
+        shown = app.screen
+        app.run_command(f"batches {tmp_path / 'typo'}")
+        await until(pilot, lambda: any("typo" in n.message for n in app._notifications))
+        await pilot.pause()
+        assert app.screen is shown and isinstance(shown, BatchesScreen)
+        assert shown.path == str(dump) and app.batches_path == str(dump)
+        note = next(n for n in app._notifications if "typo" in n.message)
+        assert note.severity == "error" and "the open dump is kept" in note.message
+        await pilot.press("5")
+        await until(pilot, lambda: isinstance(app.screen, HealthScreen))
+        health = app.screen
+        app.run_command(f"health {tmp_path / 'tpyo'}")
+        await pilot.pause()
+        assert app.screen is health and app.health_target == HealthTarget(str(run))
+        assert any("tpyo: no such file or directory (the open run is kept)" in n.message
+                   for n in app._notifications)  # fmt: skip
+        app.run_command(f"batches {dump}")  # a real path still replaces the view
+        await until(pilot, lambda: isinstance(app.screen, BatchesScreen) and app.screen is not shown)
+
+
 async def test_palette_lists_saved_captures_from_a_cache_read_off_the_ui_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
