@@ -135,7 +135,9 @@ async def test_a_mistyped_path_keeps_the_open_batches_and_health_views(tmp_path:
         assert any("tpyo: no such file or directory (the open run is kept)" in n.message
                    for n in app._notifications)  # fmt: skip
         app.run_command(f"batches {dump}")  # a real path still replaces the view
-        await until(pilot, lambda: isinstance(app.screen, BatchesScreen) and app.screen is not shown)
+        await until(
+            pilot, lambda: isinstance(app.screen, BatchesScreen) and app.screen is not shown
+        )
 
 
 async def test_palette_lists_saved_captures_from_a_cache_read_off_the_ui_thread(

@@ -399,8 +399,9 @@ class ConsoleApp(WorkerHost, App[None]):
 
     def _check_batches_path(self, path: str, node: str | None) -> None:
         """In a worker: whether `path` can be shown (the node is asked when it is remote)."""
-        from areal_console.core.batches.source import RemoteBatchSource
         from areal_node.batches import BatchError, UnsafePickleError
+
+        from areal_console.core.batches.source import RemoteBatchSource
 
         error = None
         try:
