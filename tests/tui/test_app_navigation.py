@@ -69,10 +69,39 @@ async def test_palette_finds_a_rank_and_jumps_to_it() -> None:
         assert [str(table.get_row_at(i)[4]) for i in range(table.row_count)] == ["4103"]
 
 
-async def test_read_only_is_shown() -> None:
+async def test_read_only_is_shown_on_every_screen_and_in_help() -> None:
+    """No screen has a title bar: the footer carries the mark, first (cut last at 80)."""
     app = ConsoleApp(None, recorded_monitor(), settings=Settings(read_only=True))
-    async with app.run_test(size=(120, 36)):
-        assert app.read_only and app.sub_title == "read-only"
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.read_only
+        for key in ("1", "4"):
+            await pilot.press(key)
+            await pilot.pause()
+            bottom = app.screen._compositor.render_strips()[-1].text
+            assert bottom.lstrip().startswith("read-only"), bottom
+        await pilot.press("question_mark")
+        await until(
+            pilot,
+            lambda: "read-only mode" in str(app.screen.query_one("#help-table").content.title),
+        )
+
+
+async def test_writable_console_has_no_read_only_mark() -> None:
+    app = ConsoleApp(None, recorded_monitor(), settings=Settings(read_only=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "read-only" not in app.screen._compositor.render_strips()[-1].text
+
+
+async def test_help_shows_the_binding_ids_a_keymap_names() -> None:
+    """The keymap warning says the ids are listed with `?` (e.g. cluster.capture)."""
+    app = ConsoleApp(None, recorded_monitor())
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: app.screen.query("#help-table"))
+        table = app.screen.query_one("#help-table").content
+        ids = [str(cell) for cell in table.columns[3]._cells]
+        assert table.columns[3].header == "ID" and "cluster.capture" in ids
 
 
 async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Path) -> None:

@@ -616,19 +616,22 @@ class ConsoleApp(WorkerHost, App[None]):
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
-        own: list[tuple[str, str, str]] = []
-        generic: list[tuple[str, str, str]] = []
+        own: list[tuple[str, str, str, str]] = []
+        generic: list[tuple[str, str, str, str]] = []
         for key, active in self.active_bindings.items():
             binding = active.binding
             if not binding.description:
                 continue
             # The console's own keys (they carry ids) first, widget navigation after.
             (own if binding.id else generic).append(
-                (key, binding.description, binding.tooltip or "")
+                (key, binding.description, binding.tooltip or "", binding.id or "")
             )
         title = f"Keys — {self.screen.__class__.__name__.removesuffix('Screen')}"
-        nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})") for e in SCREENS]
-        seen = {k for k, _, _ in own}
+        if self.read_only:
+            title += " (read-only mode: stop and launch are disabled)"
+        nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})", "")
+               for e in SCREENS]  # fmt: skip
+        seen = {k for k, _, _, _ in own}
         self.push_screen(HelpScreen(title, own + [n for n in nav if n[0] not in seen] + generic))
 
 
