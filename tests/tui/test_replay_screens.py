@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -414,3 +415,46 @@ async def test_after_a_launch_the_jobs_screen_follows_the_new_job(fleet: Fleet, 
         assert table.cursor_row == order.index(new)
         assert new.split("/", 1)[1] in text_of(screen, "#jobs-detail")
         await until(pilot, lambda: screen._log_key == new)
+
+
+@pytest.mark.slow
+async def test_a_finished_replay_whose_recording_is_gone_is_marked_without_a_toast(
+    fleet: Fleet, dump: Path, home: Path
+) -> None:
+    copy = home / "gone-later"
+    shutil.copytree(dump, copy)
+    launched = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "areal_console",
+            "replay",
+            str(copy),
+            "--local",
+            "--steps",
+            "1:1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip  (no --wait: the run is saved unverified, as one launched from the TUI)
+    assert launched.returncode == 0, launched.stderr
+    job_id = json.loads(launched.stdout)["job_id"]
+    session = fleet.sessions[0]
+    deadline = time.monotonic() + 120
+    while not any(j["job"] == job_id and j["state"] != "running"
+                  for j in session.call("jobs")["jobs"]):  # fmt: skip
+        assert time.monotonic() < deadline, "the replay never ended"
+        time.sleep(0.2)
+    shutil.rmtree(copy)  # the recording deleted after the run: it cannot be compared now
+    app = Host(lambda: RunsScreen(fleet, poll=0.2))
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = app.screen.query_one("#jobs-table", DataTable)
+        key = f"{session.name}/{job_id}"
+        await until(pilot, lambda: key in table.rows
+                    and table.get_cell(key, "verification") == "cannot compare", timeout=60)  # fmt: skip
+        await pilot.pause()
+        loud = [n.message for n in app._notifications if n.severity in ("warning", "error")]
+        assert loud == []
