@@ -26,6 +26,7 @@ from areal_console.core.slurm.targets import resolve_slurm_targets
 from areal_node import launcher
 from conftest import ROOT, wait_for
 
+from tests.support.interpreters import find_python
 from tests.support.nobody import as_nobody, needs_nobody, plant_modules, planted_ran
 from tests.support.slurm_cluster import SlurmCluster
 
@@ -172,14 +173,12 @@ def test_the_agents_python_is_chosen_on_the_node(
 ) -> None:
     """A site with `--export=NONE` (srun passes no PATH), or a caller whose `python3` is too
     old: the node resolves its own interpreter, and the report says which one it used."""
-    old = sorted(
-        Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")).glob("versions/3.6.*/bin/python3.6")
-    )
-    if not old:
-        pytest.skip("no Python 3.6 on this machine")
+    old = find_python("3.8")  # older than the agent's 3.9 (.ci/run installs it with uv)
+    if old is None:
+        pytest.skip("no Python 3.8 on this machine")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(old[-1])
+    (bin_dir / "python3").symlink_to(old)
     env_path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
     result = console(
         slurm_cluster, "nodes", "--slurm-job", slurm_gloo_job.job_id, "--slurm-mode", mode,

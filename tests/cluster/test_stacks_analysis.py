@@ -361,7 +361,8 @@ def test_json_matches_schema_and_round_trips(fixtures: dict[str, Any]) -> None:
 def test_text_report_reads_well(fixtures: dict[str, Any]) -> None:
     report = text_report(fixtures["collective_mismatch"].capture)
     assert "DIAGNOSIS [collective_mismatch]" in report
-    assert "Group 1: ranks 0,2 (2)" in report and "Group 2: ranks 1,3 (2)" in report
+    assert "Group A: ranks 0,2 (2)" in report and "Group B: ranks 1,3 (2)" in report
+    assert "Ranks 0,2 call all_reduce at hang.py:142 while ranks 1,3 call broadcast" in report
     assert "Divergence point: Trainer.train_step" in report
     assert "launcher pid" in report
 

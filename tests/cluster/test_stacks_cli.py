@@ -107,7 +107,7 @@ def test_text_report_save_list_open_compare(jobs: dict[str, ScenarioJob], tmp_pa
     )
     assert first.returncode == 0, first.stderr
     assert "DIAGNOSIS [cleanup_deadlock]" in first.stdout
-    assert "Group 2: rank 3 (1)  (outlier)" in first.stdout
+    assert "Group B: rank 3 (1)  (outlier)" in first.stdout
     capture_id = first.stdout.split()[2]
     assert (tmp_path / f"{capture_id}.txt").read_text() == first.stdout
     exported = json.loads((tmp_path / f"{capture_id}.json").read_text())

@@ -69,10 +69,39 @@ async def test_palette_finds_a_rank_and_jumps_to_it() -> None:
         assert [str(table.get_row_at(i)[4]) for i in range(table.row_count)] == ["4103"]
 
 
-async def test_read_only_is_shown() -> None:
+async def test_read_only_is_shown_on_every_screen_and_in_help() -> None:
+    """No screen has a title bar: the footer carries the mark, first (cut last at 80)."""
     app = ConsoleApp(None, recorded_monitor(), settings=Settings(read_only=True))
-    async with app.run_test(size=(120, 36)):
-        assert app.read_only and app.sub_title == "read-only"
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.read_only
+        for key in ("1", "4"):
+            await pilot.press(key)
+            await pilot.pause()
+            bottom = app.screen._compositor.render_strips()[-1].text
+            assert bottom.lstrip().startswith("read-only"), bottom
+        await pilot.press("question_mark")
+        await until(
+            pilot,
+            lambda: "read-only mode" in str(app.screen.query_one("#help-table").content.title),
+        )
+
+
+async def test_writable_console_has_no_read_only_mark() -> None:
+    app = ConsoleApp(None, recorded_monitor(), settings=Settings(read_only=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "read-only" not in app.screen._compositor.render_strips()[-1].text
+
+
+async def test_help_shows_the_binding_ids_a_keymap_names() -> None:
+    """The keymap warning says the ids are listed with `?` (e.g. cluster.capture)."""
+    app = ConsoleApp(None, recorded_monitor())
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: app.screen.query("#help-table"))
+        table = app.screen.query_one("#help-table").content
+        ids = [str(cell) for cell in table.columns[3]._cells]
+        assert table.columns[3].header == "ID" and "cluster.capture" in ids
 
 
 async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Path) -> None:
@@ -101,6 +130,43 @@ async def test_reopened_batches_and_new_targets_build_fresh_screens(tmp_path: Pa
         await recorded.wait_until(pilot, lambda: isinstance(app.screen, RunsScreen))
         assert app.screen is not old_jobs
         assert isinstance(app.screen, RunsScreen) and app.screen.fleet is app.fleet
+
+
+async def test_a_mistyped_path_keeps_the_open_batches_and_health_views(tmp_path: Path) -> None:
+    from areal_console.core.metrics.locate import HealthTarget
+    from areal_console.screens.health import HealthScreen
+
+    from tests.support.areal_logfmt import write_run
+
+    dump, run = tmp_path / "dump", tmp_path / "run"
+    recorded.write_batches_dump(dump)
+    run.mkdir()
+    write_run(run, 3, finished=True)
+    app = ConsoleApp(None, recorded_monitor(), batches_path=str(dump),
+                     health_target=HealthTarget(str(run)))  # fmt: skip
+    async with app.run_test(size=recorded.SIZE) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: isinstance(app.screen, BatchesScreen))
+        shown = app.screen
+        app.run_command(f"batches {tmp_path / 'typo'}")
+        await until(pilot, lambda: any("typo" in n.message for n in app._notifications))
+        await pilot.pause()
+        assert app.screen is shown and isinstance(shown, BatchesScreen)
+        assert shown.path == str(dump) and app.batches_path == str(dump)
+        note = next(n for n in app._notifications if "typo" in n.message)
+        assert note.severity == "error" and "the open dump is kept" in note.message
+        await pilot.press("5")
+        await until(pilot, lambda: isinstance(app.screen, HealthScreen))
+        health = app.screen
+        app.run_command(f"health {tmp_path / 'tpyo'}")
+        await pilot.pause()
+        assert app.screen is health and app.health_target == HealthTarget(str(run))
+        assert any("tpyo: no such file or directory (the open run is kept)" in n.message
+                   for n in app._notifications)  # fmt: skip
+        app.run_command(f"batches {dump}")  # a real path still replaces the view
+        await until(
+            pilot, lambda: isinstance(app.screen, BatchesScreen) and app.screen is not shown
+        )
 
 
 async def test_palette_lists_saved_captures_from_a_cache_read_off_the_ui_thread(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 from areal_console.core.batches.records import SampleRow
+from areal_console.core.batches.source import LocalBatchSource
 from areal_console.dialogs.trust_pickle import TrustPickleDialog
 from areal_console.screens.batches import BatchesScreen, filter_rows
 from areal_console.styles import STYLESHEET
@@ -287,3 +288,31 @@ async def test_single_controller_dump_shows_shapes_and_where_the_data_went(
         samples = screen.query_one("#samples", DataTable)
         await wait_for(pilot, lambda: not samples.loading)
         assert samples.row_count == 0
+
+
+class GatedSource(LocalBatchSource):
+    """The real local reader, whose first summary waits until the test lets it go (the
+    first read of a real dump takes 1-1.6 s; here it takes as long as the test needs)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.gate = threading.Event()
+
+    def summary(self, path: str, **options: Any) -> dict[str, Any]:
+        assert self.gate.wait(30)
+        return super().summary(path, **options)
+
+
+async def test_first_open_shows_loading_not_blank_panes(dump: Path) -> None:
+    source = GatedSource()
+    screen = BatchesScreen(str(dump), source=source)
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        steps = screen.query_one("#steps", DataTable)
+        assert steps.loading and steps.row_count == 0
+        assert text_of(screen.query_one("#batches-status", Static)) == f"reading {dump}…"
+        source.gate.set()
+        await wait_for(pilot, lambda: steps.row_count == 6)
+        assert not steps.loading

@@ -238,6 +238,10 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
         t.row_count > 0 for t in app.screen.query(DataTable)
     ))  # fmt: skip
     await w.press("G", "g", "j", "k", "space", "enter", "slash", "escape", "r")
+    banner = app.screen.query_one("#health-banner")
+    for _ in range(2):  # the warnings listed, then folded (or the other way round)
+        was = banner.is_expanded
+        await w.press("w", did=lambda was=was: banner.is_expanded != was)
     await w.press("b")  # the bug report from here: this run's log and the last capture
     await w.until("the report", lambda: getattr(app.screen, "report", None) is not None)
     await w.press("escape")  # closed without writing

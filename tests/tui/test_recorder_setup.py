@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from areal_console.core.ledger.setup import recorder_setup
 from areal_console.core.stacks.parsing import build_capture
@@ -58,3 +59,30 @@ async def test_f_shows_the_block_and_copies_it() -> None:
         assert app.clipboard == block
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen is screen)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_setup_fits_the_terminal(size: tuple[int, int]) -> None:
+    """At 80x24 the whole box and its hint are on screen (the block wraps and scrolls in its
+    area); at 160 columns no line of the block wraps (the export line did)."""
+    raw = load_raw("cleanup_deadlock")
+    for node in raw["nodes"]:
+        node["fr"] = {"live": [], "files": [], "prefixes": []}
+    screen = StacksScreen(build_capture(raw))
+    app = StacksApp(screen)
+    block = recorder_setup(str(HOOK_DIR))
+    async with app.run_test(size=size) as pilot:
+        await open_screen(pilot, screen)
+        await pilot.press("F")
+        await wait_until(pilot, lambda: isinstance(app.screen, RecorderSetupScreen))
+        await pilot.pause()
+        dialog = app.screen
+        box = dialog.query_one("Vertical").region
+        assert box.x >= 0 and box.y >= 0 and box.right <= size[0] and box.bottom <= size[1]
+        shown = "\n".join(strip.text for strip in dialog._compositor.render_strips())
+        assert "c: copy   esc: close" in shown
+        area = dialog.query_one(TextArea)
+        assert area.soft_wrap and area.region.right <= size[0]  # wrapped, never cut
+        if size[0] >= 160:
+            assert area.wrapped_document.height == len(block.splitlines())
+            assert "export PYTHONPATH=" + str(HOOK_DIR) + "${PYTHONPATH:+:$PYTHONPATH}" in shown

@@ -251,3 +251,11 @@ def test_report_on_a_rollout_stall_names_the_server_its_health_and_flags(
         assert "Command line of the controller (pid " in md
     finally:
         run.stop()
+
+
+def test_report_into_a_missing_folder_is_one_line_and_makes_no_folder(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "dir" / "r.md"
+    result = run_cli("report", "--local", "--match", "no-such-job", "-o", str(out))
+    assert result.returncode == 1
+    assert result.stderr == f"error: -o {out}: no folder {out.parent} (create it first)\n"
+    assert not (tmp_path / "missing").exists()

@@ -203,7 +203,7 @@ async def test_health_shows_metric_rows_at_80x24(
         assert "rollout/reward" in text and "task_reward/avg" in text
         assert "behave_imp_weight/avg" in text and "importance_weight/avg" in text
         # the warning and its remedy share one line, and the plot still shows
-        assert "⚠ ppo_actor/update/behave_imp_weight/avg = 1.39" in text
+        assert "⚠ +1 more (w) ppo_actor/update/behave_imp_weight/avg = 1.39" in text
         assert "global step" in text
 
 
@@ -383,3 +383,46 @@ def test_gpu_pane_fits_its_width_figures_first(width: int) -> None:
     for value in ("0", "H200", "100%", "7.4G/140.4G", "58°C", "651 W"):
         assert value in row, (value, row)
     assert ("█" in row) == (width >= 60)
+
+
+async def test_a_stalled_run_with_warnings_keeps_five_metric_rows_at_80x24(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stall banner and three warning episodes: one counted line until `w` opens the
+    list (it took the rows: 2-3 metric rows were left)."""
+    from areal_console.core.metrics.health import BEHAVE_IMP_WEIGHT, IMPORTANCE_WEIGHT
+    from areal_console.core.metrics.locate import HealthTarget
+    from areal_console.widgets.health_banner import HealthBanner
+    from areal_console.widgets.metric_table import MetricTable
+
+    from tests.support.areal_logfmt import actor_stats, write_run
+
+    def bad(step: int) -> dict[str, float]:
+        over = {BEHAVE_IMP_WEIGHT: 1.0 + 0.01 * step}
+        if 30 <= step <= 32:
+            over[IMPORTANCE_WEIGHT] = 1.4
+        if step >= 35:
+            over["ppo_actor/no_eos_ratios/avg"] = 0.9
+        return actor_stats(step, **over)
+
+    monkeypatch.chdir(tmp_path)
+    write_run(Path("run"), 40, stats=bad, finished=False)  # its last step long ago: stalled
+    app = ConsoleApp(None, recorded.recorded_monitor(), health_target=HealthTarget("run"))
+    async with app.run_test(size=SMALL) as pilot:
+        await recorded.open_health(pilot)
+        screen = app.screen
+        report = screen.report
+        assert report is not None and report.stall.stalled
+        checks = [w for w in report.warnings if w.check != "stalled"]
+        assert len(checks) >= 2, checks
+        table = screen.query_one(MetricTable)
+        rows_shown = table.scrollable_content_region.height - table.header_height
+        assert rows_shown >= 5, rows_shown
+        text = screen_text(app)
+        assert "STALLED" in text and f"+{len(checks) - 1} more (w)" in text
+        await pilot.press("w")  # the whole list, the ended episodes marked as ended
+        await pilot.pause()
+        text = screen_text(app)
+        assert "✓ ended, steps 30-32: ppo_actor/update/importance_weight/avg" in text
+        banner = screen.query_one(HealthBanner)
+        assert banner.expanded

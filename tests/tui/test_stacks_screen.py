@@ -170,7 +170,7 @@ async def test_goto_rank_filter_and_missing_rank() -> None:
         await pilot.press("3", "enter")
         assert "rank 3 is missing" in status(screen)
         await pilot.press("number_sign", "1", "enter")
-        assert "rank 1 is in group 1: ranks 0-2 (3)" in status(screen)
+        assert "rank 1 is in group A: ranks 0-2 (3)" in status(screen)
         await pilot.press("slash")
         await pilot.press(*"broadcast")
         assert screen.query_one(RankGroupTable).shown == []
@@ -225,7 +225,7 @@ async def test_four_thousand_ranks_stay_responsive() -> None:
         table = screen.query_one(RankGroupTable)
         assert len(table.shown) == 2 and table.groups[0].size == 4096 - 5
         await pilot.press("number_sign", *"3993", "enter")
-        assert "rank 3993 is in group 2" in status(screen)
+        assert "rank 3993 is in group B" in status(screen)
         await pilot.press("d")
         assert screen.query_one(StackDiffView).display
 

@@ -113,6 +113,30 @@ def test_user_errors_are_one_line(tmp_path: Path, env: dict[str, str]) -> None:
     assert "Traceback" not in missing.stderr
 
 
+class Shell:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_shell_running_pickle_says_what_it_would_call(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "step_000000.pt"
+    torch.save([{"x": Shell(str(marker))}], path)
+    out = cli(env, str(path))
+    assert out.returncode == 1 and out.stderr.count("\n") == 1
+    assert out.stderr == (
+        f"error: {path}: refused to load: it holds pickled objects that could run code when "
+        f"loaded (it would call {os.system.__module__}.system); --trust-pickle would run it: "
+        "use it only if you trust who wrote it\n"
+    )
+    assert not marker.exists()
+
+
 @pytest.mark.slow
 def test_through_the_local_agent(dump: Path, env: dict[str, str], tmp_path: Path) -> None:
     """`--node` ships batches.py to the agent (the SSH code path) and reads next to the file."""

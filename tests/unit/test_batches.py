@@ -322,6 +322,33 @@ def test_code_running_pickle_is_refused_and_never_runs(tmp_path: Path) -> None:
     assert marker.exists()
 
 
+class ShellPayload:
+    """What a hostile dump would hold: `os.system` on unpickling (it would create a file)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("zip_format", [True, False])
+def test_a_pickle_calling_os_system_is_named_not_called_corrupt(
+    tmp_path: Path, zip_format: bool
+) -> None:
+    marker = tmp_path / "shell-ran"
+    path = tmp_path / "step_000001.pt"
+    torch.save([{"x": ShellPayload(str(marker))}], path,
+               _use_new_zipfile_serialization=zip_format)  # fmt: skip
+    with pytest.raises(UnsafePickleError) as err:
+        b.summarize(str(path))
+    message = str(err.value)
+    assert f"(it would call {os.system.__module__}.system)" in message, message
+    assert "--trust-pickle would run it" in message
+    assert "corrupt" not in message and "\n" not in message
+    assert not marker.exists()
+
+
 def test_keys_differ_between_groups(tmp_path: Path) -> None:
     groups = bf.make_trajectory(2, n_groups=4, group_size=4, with_prox_logp=True)
     for g in groups[1:3]:

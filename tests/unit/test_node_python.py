@@ -3,8 +3,9 @@
 `MIN_PYTHON` (core/connection/transport.py) is what the bootstrap accepts. The agent's package must
 need no newer Python: vermin (a tool made for this) finds the minimum version of every
 construct, call and module used, and `ast.parse(feature_version=...)` parses every file
-with that version's grammar. test_hostile_inputs.py still runs the agent on real 3.6-3.9
-interpreters where the machine has them.
+with that version's grammar. The bootstrap, which must run on an older python3 to say it is
+too old, is checked the same way against 3.6. test_hostile_inputs.py runs the agent on
+real 3.8 and 3.9 interpreters (.ci/run installs them with uv).
 """
 
 from __future__ import annotations
@@ -69,3 +70,20 @@ def test_every_node_file_parses_with_the_minimums_grammar() -> None:
         ast.parse(path.read_text(), str(path), feature_version=MIN_PYTHON)
     with pytest.raises(SyntaxError):
         ast.parse("match x:\n    case 1:\n        pass\n", feature_version=MIN_PYTHON)
+
+
+def test_the_bootstrap_runs_on_python_3_6_to_say_it_is_too_old(tmp_path: Path) -> None:
+    """A node whose python3 is 3.6 (CentOS 7) hears that the agent needs MIN_PYTHON: the
+    bootstrap itself needs no newer Python than 3.6 to get that far."""
+    from areal_console.core.connection.transport import BOOTSTRAP, SHARED_BOOTSTRAP
+
+    for name, source in (("bootstrap.py", BOOTSTRAP), ("shared_bootstrap.py", SHARED_BOOTSTRAP)):
+        path = tmp_path / name
+        path.write_text(source)
+        result = subprocess.run(
+            [sys.executable, "-c", "import sys; from vermin import main; sys.exit(main())",
+             "-t=3.6-", "--violations", "--no-tips", str(path)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        ast.parse(source, name, feature_version=(3, 6))

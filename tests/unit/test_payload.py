@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,8 @@ from areal_console.core.connection.payload import (
     package_files,
     payload_name,
 )
+
+from tests.support.interpreters import find_python
 
 
 @pytest.fixture
@@ -112,11 +113,10 @@ def test_python_3_9_compiles_every_module_and_runs_the_agent(pyz: Path, tmp_path
     the agent started by the real bootstrap serves a sample, a log search and a job list."""
     from areal_console.core.connection.transport import BOOTSTRAP, source_frame
 
-    pyenv = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
-    found = sorted(pyenv.glob("3.9.*/bin/python3.9"))
-    if not found:
-        pytest.skip("no Python 3.9 on this machine")
-    python = str(found[-1])
+    found = find_python("3.9")
+    if found is None:
+        pytest.skip("no Python 3.9 on this machine (.ci/run installs it with uv)")
+    python = found
     code = (
         "import sys, zipfile\n"
         "z = zipfile.ZipFile(sys.argv[1])\n"

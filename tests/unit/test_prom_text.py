@@ -126,7 +126,7 @@ def test_hostile_label_blocks_give_no_labels_and_stay_fast() -> None:
     evil = "sglang:num_queue_reqs{" + 'a="\\' * 2000 + "} 1\n"
     t0 = time.perf_counter()
     parsed = parse_exposition(evil * 50)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 5  # 10x margin; backtracking would take minutes
     assert all(s.labels() is None for s in parsed.samples)
 
 
@@ -134,7 +134,7 @@ def test_hostile_label_blocks_give_no_labels_and_stay_fast() -> None:
 def test_any_text_parses_within_bounds(text: str) -> None:
     t0 = time.perf_counter()
     parsed = parse_exposition(text, wanted=None)
-    assert time.perf_counter() - t0 < 0.2
+    assert time.perf_counter() - t0 < 2  # a wide bound (10x); speed is bench/'s
     assert len(parsed.samples) <= MAX_SAMPLES
     for s in parsed.samples:
         s.labels()

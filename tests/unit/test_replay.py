@@ -209,7 +209,7 @@ def test_gpu_index_the_node_does_not_have(home: Path, recording: Path) -> None:
 
 def test_replay_that_also_dumps_is_refused(home: Path, recording: Path) -> None:
     proc = console(home, "replay", str(recording), "trajectory_debug.dump_rollout_data=true")
-    assert proc.returncode == 1 and "mutually exclusive" in proc.stderr
+    assert proc.returncode == 2 and "mutually exclusive" in proc.stderr
 
 
 def test_trainer_refuses_both_flags(home: Path) -> None:
@@ -220,11 +220,86 @@ def test_trainer_refuses_both_flags(home: Path) -> None:
         "trajectory_debug.replay_rollout_data=true",
         f"trajectory_debug.path={home}/x",
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error: the arguments contradict each other
     assert proc.stderr.strip() == (
         "error: trajectory_debug.dump_rollout_data and trajectory_debug.replay_rollout_data "
         "are mutually exclusive: set only one"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["steps=abc"], "error: steps must be an integer, got 'abc'"),
+        (["actor.eps_clip=abc"], "error: actor.eps_clip must be a number, got 'abc'"),
+        (["nope=1"], "error: unknown config key 'nope' (known: actor.eps_clip, "),
+        (["--nproc", "0"], "error: areal-console trainer: argument --nproc: needs a whole "
+                           "number >= 1, got '0'"),
+        (["--nproc", "-1"], "error: areal-console trainer: argument --nproc: needs a whole "
+                            "number >= 1, got '-1'"),
+    ],
+)  # fmt: skip
+def test_trainer_usage_errors_exit_2_in_one_line(home: Path, args: list[str], line: str) -> None:
+    proc = console(home, "trainer", *args, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(line), proc.stderr
+    assert proc.stdout == ""  # nothing ran
+
+
+def test_piped_trainer_output_is_plain_text(home: Path, tmp_path: Path) -> None:
+    proc = console(home, "trainer", "steps=1", f"output_dir={tmp_path}")  # stdout: a pipe
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr
+    assert "(AReaL) " in proc.stdout and " StatsLogger INFO: Epoch 1/1 Step 1/1" in proc.stdout
+
+
+def test_piped_replay_wait_output_is_plain_text(home: Path, recording: Path) -> None:
+    # The run's log holds AReaL's coloured lines; what --wait shows of it is plain text.
+    assert (
+        "\x1b[92m"
+        in Path(replay_json(home, str(recording), "--steps", "3:3")[1]["log"]).read_text()
+    )
+    proc = console(home, "replay", str(recording), "--steps", "3:3", "--wait")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout + proc.stderr and "\\x1b" not in proc.stderr
+    shown = [line for line in proc.stderr.splitlines() if line.startswith("replay: replay-")]
+    assert shown, proc.stderr  # at least one line of the log was shown while waiting
+
+
+def test_the_trainer_itself_refuses_no_ranks(home: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "areal_node.trainer", "--nproc", "0"],
+                          env=console_env(home), capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --nproc needs a whole number >= 1, got '0'\n"
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("notakv", "error: expected key=value, got 'notakv'"),
+        ("actor.nope=3", "error: overrides: unknown config key 'actor.nope' (known: "),
+    ],
+)
+def test_replay_usage_errors_exit_2_before_launching(
+    home: Path, recording: Path, override: str, line: str
+) -> None:
+    proc = console(home, "replay", str(recording), override, "--wait")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(line), proc.stderr
+    assert "job " not in proc.stdout  # nothing launched
+
+
+def test_a_replay_that_fails_in_its_log_prints_the_reason(home: Path, recording: Path) -> None:
+    # A value the trainer refuses only once it starts (not a key or a type): the reason
+    # is in the run's log, and the console prints it.
+    proc = console(home, "replay", str(recording), "actor.rejection_sampling.level=sequence",
+                   "--steps", "0:0", "--wait")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: replay failed: exit code 2: this trainer supports "
+                           "actor.rejection_sampling with level=token"), last  # fmt: skip
+    assert "(log: " in last
 
 
 def test_trainer_writes_into_the_data_dir_and_says_where(home: Path, tmp_path: Path) -> None:

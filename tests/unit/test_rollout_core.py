@@ -199,7 +199,7 @@ def test_tracer_and_tracing_readers_take_any_lines(lines: list[str]) -> None:
     progress_of = progress("actor", 0, lines, time.time())
     last_counts(lines)
     SessionTally().add(lines)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 5  # a wide bound (10x); speed is bench/'s
     assert len(spans) <= len(lines)
     assert progress_of.rank == 0
 

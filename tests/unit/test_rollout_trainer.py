@@ -417,7 +417,7 @@ def test_config_and_version_readers_take_any_text(text: str, lines: list[str]) -
     assert all(isinstance(n, str) for n in notes)
     found = trainer_version([lines, text.split("\n")], [lines])
     assert found is None or found.version >= 0
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 5  # a wide bound (10x); speed is bench/'s
 
 
 def test_a_config_file_one_node_read_is_used_and_the_others_failure_is_not_noted() -> None:

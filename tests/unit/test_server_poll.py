@@ -170,7 +170,7 @@ def test_slow_and_trickling_servers_hit_the_overall_deadline(
         t0 = time.monotonic()
         result = poll(s, "sglang", deadline=1.0)
         took = time.monotonic() - t0
-        assert took < 1.5, (mode, took)
+        assert took < 10, (mode, took)  # the 1 s deadline x10; unbounded, 30 s or more
         assert not result["ok"] and "no complete answer within" in result["errors"]["/metrics"]
         assert "/model_info" in result["errors"]  # no time left for the second route
 
@@ -242,7 +242,7 @@ def test_poller_never_waits_and_keeps_one_request_in_flight(
     try:
         t0 = time.monotonic()
         first = poller.state(targets)
-        assert time.monotonic() - t0 < 0.05
+        assert time.monotonic() - t0 < 0.5  # 10x margin; waiting would take 30 s
         assert all(v["polled"] is False for v in first.values())
         deadline = time.monotonic() + 10
         while True:

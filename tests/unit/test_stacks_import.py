@@ -23,7 +23,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from areal_console.core.stacks import analyse, diagnose
+from areal_console.core.stacks import RankStack, analyse, diagnose
+from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.pyspy_text import import_text_dumps, parse_text
 from conftest import run_cli
 
@@ -230,3 +231,66 @@ def test_a_capture_is_analysed_once_for_every_output(
     assert [g.ranks for g in real_analyse(reopened).groups] == [
         g["ranks"] for g in printed["groups"]
     ]
+
+
+def pyspy_text(rank: RankStack) -> str:
+    """A rank of a recorded capture as `py-spy dump` prints it (no rank in the text)."""
+    lines = [f"Process {rank.pid}: python train.py", "Python v3.11.7 (/usr/bin/python3.11)", ""]
+    for t in rank.threads:
+        lines.append(f'Thread {t.tid} (idle): "{t.name}"')
+        lines += [f"    {f.function} ({f.file}:{f.line})" for f in t.frames]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_dumps(tmp_path: Path, names: dict[int, str]) -> list[str]:
+    """The recorded 4-rank mismatch's dumps of `names`' ranks, one file each (returned in
+    the order given)."""
+    recorded = DATA.parent / "pyspy" / "collective_mismatch.json"
+    capture = build_capture(json.loads(recorded.read_text()))
+    for rank, name in names.items():
+        found = capture.find_rank(rank)
+        assert found is not None
+        (tmp_path / name).write_text(pyspy_text(found))
+    return [str(tmp_path / name) for name in names.values()]
+
+
+def test_unnumbered_files_follow_argument_order_and_the_report_names_them(tmp_path: Path) -> None:
+    # Rank 1 (the odd one of ranks 0-2) saved as a.txt: it becomes rank 0, and says so.
+    files = write_dumps(tmp_path, {1: "a.txt", 0: "b.txt", 2: "c.txt"})
+    out = run_cli("stacks", "--import", *files)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    start = lines.index(
+        "Ranks follow argument order (not every file name has a rank number); files:"
+    )
+    assert lines[start + 1 : start + 4] == [
+        f"  rank {r}: {name} (pid {pid})"
+        for r, name, pid in ((0, "a.txt", 15383), (1, "b.txt", 15382), (2, "c.txt", 15384))
+    ]
+    doc = json.loads(run_cli("stacks", "--import", *files, "--json").stdout)
+    assert doc["rank_source"] == "argument_order"
+    assert {r["rank"]: r["node"] for r in doc["ranks"]} == {0: "a.txt", 1: "b.txt", 2: "c.txt"}
+
+
+@pytest.mark.parametrize("pattern", ["rank-{}.txt", "dump_{}.txt", "node7.rank{}.log"])
+def test_every_file_named_with_a_number_gives_the_rank(tmp_path: Path, pattern: str) -> None:
+    files = write_dumps(tmp_path, {r: pattern.format(r) for r in (2, 0, 3, 1)})
+    out = run_cli("stacks", "--import", *files, "--json")
+    doc = json.loads(out.stdout)
+    assert doc["rank_source"] == "file_name"
+    assert {r["rank"]: r["pid"] for r in doc["ranks"]} == {
+        0: 15382, 1: 15383, 2: 15384, 3: 15385,
+    }  # fmt: skip
+    text = run_cli("stacks", "--import", *files).stdout
+    assert "Ranks from the numbers in the file names; files:" in text
+    assert f"  rank 2: {pattern.format(2)} (pid 15384)" in text
+
+
+def test_one_file_without_a_number_makes_the_order_rule_apply(tmp_path: Path) -> None:
+    files = write_dumps(tmp_path, {0: "rank0.txt", 1: "rank1.txt", 2: "slow.txt"})
+    doc = json.loads(run_cli("stacks", "--import", *files, "--json").stdout)
+    assert doc["rank_source"] == "argument_order"
+    assert {r["rank"]: r["node"] for r in doc["ranks"]} == {
+        0: "rank0.txt", 1: "rank1.txt", 2: "slow.txt",
+    }  # fmt: skip

@@ -6,6 +6,8 @@ Screens are Textual modes, reached with number keys (k9s/nvitop style), `:` comm
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import threading
 import time
@@ -408,7 +410,44 @@ class ConsoleApp(WorkerHost, App[None]):
         )
 
     def open_batches(self, path: str, node: str | None = None) -> None:
-        """Browse `path` (on `node`, or where the console runs): `:batches PATH`."""
+        """Browse `path` (on `node`, or where the console runs): `:batches PATH`. With a
+        dump already open, a path that is not there (a typo) keeps it and says so."""
+        if self.batches_path is None:
+            self._show_batches(path, node)
+            return
+        self.run_worker(functools.partial(self._check_batches_path, path, node),
+                        group="batches-path", exclusive=True, thread=True,
+                        exit_on_error=False)  # fmt: skip
+
+    def _check_batches_path(self, path: str, node: str | None) -> None:
+        """In a worker: whether `path` can be shown (the node is asked when it is remote)."""
+        from areal_node.batches import BatchError, UnsafePickleError
+
+        from areal_console.core.batches.source import RemoteBatchSource
+
+        error = None
+        try:
+            if node is None or self.fleet is None:
+                if not os.path.exists(path):
+                    error = f"{path}: no such file or directory"
+            else:
+                RemoteBatchSource(self.fleet.session(node)).summary(path)
+        except UnsafePickleError:
+            pass  # there, and the screen asks whether to trust it
+        except (BatchError, KeyError, OSError) as exc:
+            error = str(exc) or exc.__class__.__name__
+        except Exception as exc:  # the node's failure: shown, the open view kept
+            error = f"{node}: {exc}"
+        self.call_from_thread(self._batches_checked, path, node, error)
+
+    def _batches_checked(self, path: str, node: str | None, error: str | None) -> None:
+        if error is None:
+            self._show_batches(path, node)
+        else:
+            self.notify(f":batches {path}: {error} (the open dump is kept)", severity="error",
+                        markup=False)  # fmt: skip
+
+    def _show_batches(self, path: str, node: str | None) -> None:
         self.batches_path, self.batches_node = path, node
         self.call_later(self.reopen_screen, "batches", self._new_batches_screen)
 
@@ -456,7 +495,13 @@ class ConsoleApp(WorkerHost, App[None]):
         return HealthScreen(self.health_target, thresholds=thresholds)
 
     def open_health(self, target: HealthTarget) -> None:
-        """Follow `target`'s metrics in the Health screen (`:health PATH`, `h` on Cluster)."""
+        """Follow `target`'s metrics in the Health screen (`:health PATH`, `h` on Cluster).
+        A local path that is not there (a typo) keeps the run already open and says so."""
+        missing = target.path and target.node is None and not os.path.exists(target.path)
+        if missing and self.health_target is not None:
+            self.notify(f":health {target.path}: no such file or directory (the open run is "
+                        "kept)", severity="error", markup=False)  # fmt: skip
+            return
         self.health_target = target
         self.call_later(self.reopen_screen, "health", self._new_health_screen)
 
@@ -594,19 +639,22 @@ class ConsoleApp(WorkerHost, App[None]):
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
-        own: list[tuple[str, str, str]] = []
-        generic: list[tuple[str, str, str]] = []
+        own: list[tuple[str, str, str, str]] = []
+        generic: list[tuple[str, str, str, str]] = []
         for key, active in self.active_bindings.items():
             binding = active.binding
             if not binding.description:
                 continue
             # The console's own keys (they carry ids) first, widget navigation after.
             (own if binding.id else generic).append(
-                (key, binding.description, binding.tooltip or "")
+                (key, binding.description, binding.tooltip or "", binding.id or "")
             )
         title = f"Keys — {self.screen.__class__.__name__.removesuffix('Screen')}"
-        nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})") for e in SCREENS]
-        seen = {k for k, _, _ in own}
+        if self.read_only:
+            title += " (read-only mode: stop and launch are disabled)"
+        nav = [(e.key, e.title, f"Go to the {e.title} screen (or :{e.mode})", "")
+               for e in SCREENS]  # fmt: skip
+        seen = {k for k, _, _, _ in own}
         self.push_screen(HelpScreen(title, own + [n for n in nav if n[0] not in seen] + generic))
 
 

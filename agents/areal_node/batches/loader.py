@@ -28,7 +28,7 @@ UNKNOWN = "unknown"
 BATCH_FORMATS = (TRAJECTORY, TRAJECTORY_REFS, TRAJECTORY_DIR, DICT_BATCH, TEXT_ROLLOUT)
 
 # How a refused pickle is opened anyway, in CLI words; the console says its own key instead.
-TRUST_HINT = "open it with --trust-pickle only if you trust who wrote it"
+TRUST_HINT = "--trust-pickle would run it: use it only if you trust who wrote it"
 
 
 class BatchError(Exception):
@@ -179,12 +179,16 @@ def _load_pt_uncached(path: str, trust_pickle: bool) -> Any:
             return torch.load(path, weights_only=True, mmap=is_zip, map_location="cpu")
     except pickle.UnpicklingError as exc:
         text = str(exc)
-        if "Unsupported global" in text:
-            found = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        # torch names the callable the pickle reaches for in two ways: "Unsupported global:
+        # GLOBAL x.y was not an allowed global" and, for modules it blocks outright (os,
+        # posix, subprocess, ...), "Trying to load unsupported GLOBAL posix.system whose
+        # module posix is blocked". Either way the file would run code.
+        found = re.search(r"\bGLOBAL (\S+)", text)
+        if found is not None:
             if trust_pickle:
                 return _load_trusted(path, is_zip)
-            what = f" ({found.group(1)})" if found else ""
-            if found and found.group(1).startswith("areal."):
+            what = f" (it would call {found.group(1)})"
+            if found.group(1).startswith("areal."):
                 what += (
                     ": AReaL objects that only AReaL itself can unpickle; with AReaL installed "
                     "they load with --trust-pickle"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -82,6 +83,8 @@ def areal_log_line(message: str, when: float) -> str:
     :60; reset appended)."""
     stamp = time.strftime("%Y%m%d-%H:%M:%S", time.localtime(when))
     millis = int((when - int(when)) * 1000)
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: `areal-console trainer | less`
+        return f"(AReaL) {stamp}.{millis:03d} StatsLogger INFO: {message}"
     return (f"{LIGHT_GREEN}{AREAL_HEADER} {LIGHT_GREEN}{stamp}.{millis:03d} StatsLogger INFO: "
             f"{message}{RESET}")  # fmt: skip
 

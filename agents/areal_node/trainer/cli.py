@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     nproc = int(args[i + 1])
                 except ValueError:
-                    print(f"error: --nproc needs an integer, got {args[i + 1]!r}", file=sys.stderr)
+                    nproc = 0
+                if nproc < 1:
+                    print(f"error: --nproc needs a whole number >= 1, got {args[i + 1]!r}",
+                          file=sys.stderr)  # fmt: skip
                     return 2
             else:
                 config_file = args[i + 1]
@@ -76,8 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         passed_on.append(arg)
         i += 1
     under_torchrun = "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
-    try:
+    try:  # a bad key, value or config file: a usage error
         config = load_config(config_file, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:  # the dump to replay does not fit: an error in the data
         world = int(os.environ["WORLD_SIZE"]) if under_torchrun else nproc
         td = config["trajectory_debug"]
         if td["replay_rollout_data"]:

@@ -175,6 +175,42 @@ def check_known_keys(config: dict[str, Any]) -> None:
         raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(sorted(known))})")
 
 
+def check_value_types(config: dict[str, Any]) -> None:
+    """A number where the default is a number, true/false where it is true/false (a word
+    for `actor.eps_clip` failed deep in the first step, with a traceback)."""
+    defaults = flatten(DEFAULTS)
+    for key, value in flatten(config).items():
+        default = defaults.get(key)
+        if value is None or default is None:
+            continue
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{key} must be true or false, got {value!r}")
+        elif isinstance(default, (int, float)):
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not number or (isinstance(default, int) and not isinstance(value, int)):
+                kind = "an integer" if isinstance(default, int) else "a number"
+                raise ConfigError(f"{key} must be {kind}, got {value!r}")
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """`key=value` overrides alone: known keys, values of the right kind (ConfigError).
+    What the console checks before it launches a replay of this trainer."""
+    config = _dotted(overrides)
+    check_known_keys(config)
+    check_value_types(config)
+
+
+def _dotted(overrides: list[str]) -> dict[str, Any]:
+    dotted: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"expected key=value, got {item!r}")
+        set_dotted(dotted, key.strip(), parse_scalar(value))
+    return dotted
+
+
 def _steps_list(value: Any, name: str) -> list[int] | None:
     if value is None:
         return None
@@ -192,6 +228,7 @@ def _steps_list(value: Any, name: str) -> list[int] | None:
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     """Check the whole configuration; raise ConfigError with one clear line."""
     check_known_keys(config)
+    check_value_types(config)
     td = config["trajectory_debug"]
     if td["dump_rollout_data"] and td["replay_rollout_data"]:
         raise ConfigError(
@@ -256,13 +293,7 @@ def load_config(config_file: str | None, overrides: list[str]) -> dict[str, Any]
             raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
         except ValueError as exc:
             raise ConfigError(f"config file {config_file}: {exc}") from None
-    dotted: dict[str, Any] = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"expected key=value, got {item!r}")
-        set_dotted(dotted, key.strip(), parse_scalar(value))
-    layers.append(dotted)
+    layers.append(_dotted(overrides))
     config = copy.deepcopy(DEFAULTS)
     for layer in layers:
         config = merge(config, layer)

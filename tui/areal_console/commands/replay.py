@@ -11,9 +11,11 @@ from typing import Any
 from areal_console.commands.options import target_options
 from areal_console.core.common.errors import EXIT_ERROR, EXIT_OK, UsageError, UserError
 from areal_console.core.common.settings import load_settings
+from areal_console.core.common.textfmt import printable, strip_ansi
 from areal_console.core.connection.client import AgentDisconnected, AgentError
 from areal_console.core.replay import runs as jobs
 from areal_console.core.replay.plan import (
+    check_overrides,
     format_gpus,
     load_templates,
     parse_gpus,
@@ -101,10 +103,23 @@ class _LogProgress:
             lines = jobs.tail(self.session, record.job_id, 1)
         except (AgentError, AgentDisconnected, OSError):
             return
-        line = lines[-1].strip() if lines else ""
+        line = strip_ansi(lines[-1]).strip() if lines else ""  # AReaL's lines are coloured
         if line and line != self.last_line:
             self.last_line = line
-            _say(f"{record.job_id}: {line}")
+            _say(f"{record.job_id}: {printable(line)}")
+
+
+def log_reason(session: Any, record: jobs.RunRecord) -> str:
+    """Why a run failed, from its log: the last `error:` line, else the last line (a
+    traceback's exception); empty when the log cannot be read."""
+    try:
+        tail = jobs.tail(session, record.job_id, 40)
+        lines = [plain for line in tail if (plain := strip_ansi(line).strip())]
+    except (AgentError, AgentDisconnected, OSError):
+        return ""
+    errors = [line for line in lines if line.startswith("error:")]
+    last = errors[-1].removeprefix("error:").strip() if errors else (lines[-1] if lines else "")
+    return printable(last)
 
 
 def pick_node(specs: list[NodeSpec], name: str | None) -> NodeSpec:
@@ -131,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
     if args.template not in templates:
         raise UsageError(f"no launch template {args.template!r} (have: {', '.join(templates)})")
     template = templates[args.template]
+    try:
+        check_overrides(args.overrides, template)
+    except UserError as exc:
+        raise UsageError(str(exc)) from None
     fleet = open_fleet(target_options(args), [spec])
     session = fleet.session(spec.name)
     try:
@@ -240,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         if record.state != "finished":
             why = record.error or f"exit code {record.exit_code}"
+            reason = log_reason(session, record)
+            why += f": {reason}" if reason else ""
             print(f"error: replay {record.state}: {why} (log: {record.log})", file=sys.stderr)
             return EXIT_ERROR
         if verification is not None and failed(verification):

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             re.compile(args.match)
         except re.error as exc:
             raise UsageError(f"bad --match regex {args.match!r}: {exc}") from None
+    _check_output(args.output)
     request = ReportRequest(job=args.job, log_path=args.logs, log_node=args.node,
                             only_log_node=bool(args.node))  # fmt: skip
     if args.capture:
@@ -123,6 +124,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: not collected: {', '.join(parts)}: {printable(redactor.text(why))}",
               file=sys.stderr)  # fmt: skip
     return EXIT_PARTIAL if report.missing else EXIT_OK
+
+
+def _check_output(output: str | None) -> None:
+    """`-o` into a folder that does not exist: said before anything is collected (folders
+    are never made: a typo would otherwise leave the report where nobody looks)."""
+    if not output:
+        return
+    folder = Path(output).expanduser().absolute().parent
+    if not folder.is_dir():
+        raise UserError(f"-o {output}: no folder {folder} (create it first)")
 
 
 def _by_reason(missing: dict[str, str]) -> list[tuple[list[str], str]]:

@@ -106,7 +106,7 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help=(
             "read plain `py-spy dump` text instead of capturing: one file per rank (rank "
-            "from the file name, e.g. rank3.txt) or a loop's output with `==== PID N ====` "
+            "from a number in every file name, e.g. rank3.txt, dump_3.txt; else argument order) or a loop's output with `==== PID N ====` "
             "headers, `-` for pasted text on stdin; saved, diagnosed and comparable like "
             "any capture"
         ),

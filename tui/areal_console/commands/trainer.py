@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 from datetime import datetime, timezone
 
 from areal_console.core.common.locations import data_dir
@@ -22,12 +23,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "the path is printed)."
         ),
     )
-    parser.add_argument("--nproc", type=int, default=1, help="data-parallel ranks (default 1)")
+    parser.add_argument("--nproc", type=_ranks, default=1, help="data-parallel ranks (default 1)")
     parser.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
     parser.add_argument(
         "overrides", nargs="*", default=[], metavar="key=value", help="config overrides"
     )
     parser.set_defaults(handler=run)
+
+
+def _ranks(text: str) -> int:
+    """--nproc: a whole number of ranks, at least 1 (0 or -1 would run nothing and exit 0)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number >= 1, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,4 +52,6 @@ def run(args: argparse.Namespace) -> int:
     argv += ["--default-output-dir", str(data_dir() / "trainer-runs" / stamp)]
     # The trainer validates its own configuration and prints "error: ..." itself.
     command, env = local_trainer(*argv, *args.overrides)
+    if not sys.stdout.isatty():
+        env["NO_COLOR"] = "1"  # piped or redirected: AReaL's coloured log lines as plain text
     return subprocess.call(command, env=env)

@@ -43,13 +43,26 @@ def _one_key(key: str) -> str:
     return "+".join([*modifiers, shown])
 
 
-def render_help(title: str, bindings: list[tuple[str, str, str]]) -> Table:
-    table = Table(title=title, box=None, expand=True, show_header=True, padding=(0, 2))
+# One row: the key, what it is called, what it does, and its id (what a `keymap:` in the
+# settings names to rebind it; "" for a widget's own keys, which cannot be rebound).
+HelpRow = tuple[str, str, str, str]
+
+
+def render_help(title: str, bindings: list[HelpRow]) -> Table:
+    table = Table(
+        title=title,
+        caption="ID: rebind a key with `keymap: {ID: KEY}` in the settings (docs/guide/guide.md)",
+        box=None,
+        expand=True,
+        show_header=True,
+        padding=(0, 2),
+    )
     table.add_column("KEY", style="bold cyan", no_wrap=True)
     table.add_column("ACTION", no_wrap=True)
     table.add_column("WHAT IT DOES", style="dim")
-    for key, description, tooltip in bindings:
-        table.add_row(key_label(key), description, Text(tooltip))
+    table.add_column("ID", style="green", no_wrap=True)
+    for key, description, tooltip, binding_id in bindings:
+        table.add_row(key_label(key), description, Text(tooltip), binding_id)
     return table
 
 
@@ -69,7 +82,7 @@ class HelpScreen(ModalScreen[None]):
         ),
     ]
 
-    def __init__(self, title: str, bindings: list[tuple[str, str, str]]) -> None:
+    def __init__(self, title: str, bindings: list[HelpRow]) -> None:
         super().__init__()
         self.help_title = title
         self.bindings = bindings

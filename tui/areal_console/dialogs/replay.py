@@ -61,9 +61,9 @@ class NodeFacts:
 class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
 
-    # Nothing focused when it opens: enter launches what the preview shows, and a stray key
-    # types nowhere; tab reaches the fields (GPUs first).
-    AUTO_FOCUS = ""
+    # Opens in the field a user most likely types in; enter launches from any field (what
+    # the preview shows, typed text included), tab moves between the fields.
+    AUTO_FOCUS = "#replay-overrides"
 
     BINDINGS = [
         Binding(
@@ -139,7 +139,7 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
             yield Label(
                 "read-only mode: launching is disabled"
                 if self.read_only
-                else "enter: launch · esc: cancel",
+                else "enter: launch · tab: next field · esc: cancel",
                 id="replay-hint",
             )
 
@@ -262,7 +262,10 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
         if self.read_only:
             self._show_error("read-only mode: launching is disabled")
             return
-        if self.plan is None or self.launching:
+        if self.launching:
+            return
+        self.replan()  # what the fields hold now: a key typed just before enter counts
+        if self.plan is None:
             return
         self.launching = True
         self.query_one("#replay-hint", Label).update("launching…")
@@ -285,7 +288,9 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
         self.launching = False
         if message.record is None:
             self._show_error(f"launch failed: {message.error}")
-            self.query_one("#replay-hint", Label).update("enter: retry · esc: cancel")
+            self.query_one("#replay-hint", Label).update(
+                "enter: retry · tab: next field · esc: cancel"
+            )
             return
         self.dismiss(message.record)
 

@@ -287,6 +287,10 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         # summary box above them scrolls with the mouse but takes no focus.
         self.query_one("#summary-pane").can_focus = False
         steps.focus()
+        # The first read of a dump takes a second or more (torch's import, the files' index):
+        # loading, not blank panes.
+        steps.loading = True
+        self._status(f"reading {self.path}…")
         self.load_top()
 
     # layout at small heights ------------------------------------------------------
@@ -401,6 +405,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
             return  # answers an older request
         s = message.summary
         if message.top:
+            self.query_one("#steps").loading = False
             self.top_summary = s
             self._fill_steps(s)
             if self.entries:
@@ -499,7 +504,7 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
     def _load_failed(self, message: BatchLoadFailed) -> None:
         if not self.fresh(message):
             return  # answers an older request
-        for selector in ("#summary-pane", "#samples", "#sample-pane"):
+        for selector in ("#steps", "#summary-pane", "#samples", "#sample-pane"):
             self.query_one(selector).loading = False
         error = message.error.replace(
             batches.TRUST_HINT, "press t to load it anyway, only if you trust who wrote it"

@@ -61,6 +61,9 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
         Binding("b", "bug_report", "Bug report", id="health.report",
                 tooltip="A bug report for AReaL's issue tracker: this run's warnings and logs, "
                 "the last capture's diagnosis, versions, config (secrets masked); preview first"),
+        Binding("w", "warnings", "Warnings", id="health.warnings",
+                tooltip="List every warning, or fold them to the newest one (a short "
+                "terminal starts folded)"),
     ]  # fmt: skip
 
     def __init__(
@@ -261,6 +264,9 @@ class HealthScreen(FilterHost, WorkerHost, Screen[None]):
         shown = self.console.shown_capture()
         analysis, diagnosis = shown if shown is not None else (None, None)
         self.app.push_screen(report_preview_for(self.console, analysis, diagnosis, request))
+
+    def action_warnings(self) -> None:
+        self.query_one(HealthBanner).toggle()
 
     def action_refresh(self) -> None:
         self.poll()

@@ -219,7 +219,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
                 and row.key not in self._verifying
             ):
                 self._verifying.add(row.key)
-                self.verify_run(row.key)
+                self.verify_run(row.key, quiet=True)
         if self._log_key is not None:
             self.follow_log(self._log_key)
 
@@ -416,14 +416,22 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
 
     @background("jobs-verify", doing="verifying a replay", retry="press v to try again",
                 exclusive=False)  # fmt: skip
-    def verify_run(self, ticket: Ticket, key: str) -> None:
+    def verify_run(self, ticket: Ticket, key: str, quiet: bool = False) -> None:
+        """`v` (said in a notification), or on its own for a run that just finished
+        (`quiet`: the verification column says it; an old run whose recording is gone
+        raises no toast each time the screen opens)."""
         record = self.records.get(key)
         if record is None:
             return
         try:
             result = jobs.verify_run(self.fleet.session(record.node), record)
         except Exception as exc:
+            if quiet:
+                return  # `v` on the row says why
             raise UserError(f"{record.job_id} on {record.node}: {exc}") from exc
+        if quiet:
+            self.app.call_from_thread(self.refresh_jobs)
+            return
         if result is None:
             self.post_message(Notice(f"{record.job_id}: no metrics to verify for this template"))
             return

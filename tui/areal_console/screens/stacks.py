@@ -19,7 +19,7 @@ from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.coverage import capture_coverage
 from areal_console.core.stacks.diagnose import Diagnosis
 from areal_console.core.stacks.diff import diff_stacks
-from areal_console.core.stacks.merge import StackAnalysis, analyse, thread_trees
+from areal_console.core.stacks.merge import StackAnalysis, analyse, group_name, thread_trees
 from areal_console.core.stacks.records import Frame, StackCapture, variables_at
 from areal_console.core.stacks.report import (
     AnalysedCapture,
@@ -664,7 +664,7 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             self._show_groups()
             table.select_group(index)
         group = self.analysis.groups[index]
-        self.say(f"rank {rank} is in group {index + 1}: ranks {group.label} ({group.size})")
+        self.say(f"rank {rank} is in group {group_name(index)}: ranks {group.label} ({group.size})")
 
     def action_export(self) -> None:
         if self.analysis is None or self.diagnosis is None:

@@ -8,10 +8,21 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual.widgets import Footer, Label
 
 
 class ConsoleFooter(Footer):
+    """With `--read-only`, a `read-only` mark first (no screen has a title bar)."""
+
+    DEFAULT_CSS = """
+    ConsoleFooter .read-only-mark {
+        width: auto;
+        padding: 0 1;
+        background: $warning;
+        color: $text;
+        text-style: bold;
+    }
+    """
     _shown: tuple[Any, ...] | None = None  # the bindings the footer's keys were made from
 
     def compose(self) -> ComposeResult:
@@ -20,6 +31,8 @@ class ConsoleFooter(Footer):
         help_keys = [k for k in keys if getattr(k, "key", None) == "question_mark"]
         quit_keys = [k for k in keys if str(getattr(k, "action", "")).endswith("quit")]
         first = help_keys + quit_keys
+        if getattr(self.app, "read_only", False):
+            yield Label("read-only", classes="read-only-mark")
         yield from first + [k for k in keys if k not in first]
 
     def bindings_changed(self, screen: Screen[Any]) -> None:

@@ -19,10 +19,11 @@ def banner_text(
     error: str | None = None,
     max_warnings: int = 6,
     compact: bool = False,
+    folded: bool = False,
 ) -> RenderableType:
     """The verdict, then each warning (episode) with its remedy; `compact` (a short
     terminal): one line a warning, remedy after it, cut at the edge, so the metric rows
-    keep the room."""
+    keep the room; `folded`: only the newest warning, with how many more (`w` lists them)."""
     text = Text()
     if error:
         text.append(" no data ", style="bold white on dark_red")
@@ -44,21 +45,25 @@ def banner_text(
         text.append(" running ", style="bold black on green")
         text.append_text(remote_text(f" {stall.describe()}"))
     checks = [w for w in report.warnings if w.check != "stalled"]  # newest first
-    if compact and checks:
+    folded = folded and len(checks) > 1
+    if (compact or folded) and checks:
         lines = Text(no_wrap=True, overflow="ellipsis")
-        for w in checks[:max_warnings]:
+        for w in checks[: 1 if folded else max_warnings]:
             lines.append("\n" if lines else "")
             # The finding first: on a narrow terminal the line is cut at its end.
             if w.active:
                 lines.append("  ⚠ ", style="bold yellow")
+            else:  # said first: a check mark alone beside warning text reads as "fine"
+                lines.append(f"  ✓ ended, steps {w.first_step}-{w.last_step}: ", style="dim bold")
+            if folded:
+                lines.append(f"+{len(checks) - 1} more (w) ", style="bold")
+            if w.active:
                 lines.append_text(remote_text(w.summary, style="yellow"))
                 lines.append(f" (since step {w.first_step})", style="yellow")
                 lines.append(" → ", style="bold green")
                 lines.append_text(remote_text(w.remedy, style="green"))
             else:
-                lines.append("  ✓ ", style="dim bold")
                 lines.append_text(remote_text(w.summary, style="dim"))
-                lines.append(f" (steps {w.first_step}-{w.last_step}, ended)", style="dim")
         if len(checks) > max_warnings:
             lines.append(f"\n  … {len(checks) - max_warnings} more", style="dim")
         _stragglers(lines, report)
@@ -107,10 +112,23 @@ class HealthBanner(Static):
     """
 
     _shown: tuple[HealthReport | None, str | None] = (None, None)
+    # Whether every warning is listed: None follows the terminal (folded to one counted
+    # line on a short one, so the metric rows keep the room); `w` sets it.
+    expanded: bool | None = None
+
+    @property
+    def is_expanded(self) -> bool:
+        short = self.app.size.height < SHORT
+        return self.expanded if self.expanded is not None else not short
+
+    def toggle(self) -> None:
+        self.expanded = not self.is_expanded
+        self.redraw()
 
     def show(self, report: HealthReport | None, error: str | None = None) -> None:
         self._shown = (report, error)
-        self.update(banner_text(report, error, compact=self.app.size.height < SHORT))
+        self.update(banner_text(report, error, compact=self.app.size.height < SHORT,
+                                folded=not self.is_expanded))  # fmt: skip
 
     def redraw(self) -> None:
         """Draw again for the terminal's height now (a resize)."""

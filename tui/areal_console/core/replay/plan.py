@@ -133,8 +133,10 @@ def format_steps(steps: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def check_overrides(overrides: list[str]) -> None:
-    """Extra `key=value` for a replay: well formed, and never the dump flag as well."""
+def check_overrides(overrides: list[str], template: LaunchTemplate | None = None) -> None:
+    """Extra `key=value` for a replay: well formed, and never the dump flag as well; for the
+    reference trainer, keys it knows with values of the right kind (a replay with
+    `actor.nope=3` failed in its log only)."""
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -149,6 +151,14 @@ def check_overrides(overrides: list[str]) -> None:
                 "trajectory_debug.dump_rollout_data and trajectory_debug.replay_rollout_data "
                 "are mutually exclusive: a replay cannot also dump"
             )
+    if template is not None and template.name == "reference":
+        from areal_node.trainer.config import ConfigError
+        from areal_node.trainer.config import check_overrides as check_trainer_overrides
+
+        try:
+            check_trainer_overrides(overrides)
+        except ConfigError as exc:
+            raise UserError(f"overrides: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------
@@ -425,7 +435,7 @@ def plan_replay(
 ) -> ReplayPlan:
     """Check the request against the dump and the node, and build the launch plan."""
     overrides = list(overrides or [])
-    check_overrides(overrides)
+    check_overrides(overrides, template)
     if takes_steps(template):
         first, last = choose_steps(index, first, last)
     else:

@@ -104,6 +104,7 @@ def _capture_from_json(data: dict[str, Any]) -> StackCapture:
         user=data["user"] if isinstance(data.get("user"), str) else None,
         rollout=_rollout_from_json(data.get("rollout")),
         nccl_ras=_ras_from_json(data.get("nccl_ras")),
+        rank_source=data["rank_source"] if isinstance(data.get("rank_source"), str) else None,
     )
 
 

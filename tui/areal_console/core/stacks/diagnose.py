@@ -283,6 +283,32 @@ def _ranks_word(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {brief_ranks(ranks)}"
 
 
+def _calls(group: RankGroup) -> str:
+    """`ranks 0-3 call all_reduce at train.py:16`."""
+    coll = collective_frame(group.frames)
+    site = call_site(group.frames, coll)
+    name = _short(coll.function) if coll else "?"
+    at = f" at {_basename(site.file)}:{site.line}" if site is not None and site != coll else ""
+    verb = "calls" if group.size == 1 else "call"
+    return f"{_ranks_word(group.ranks)} {verb} {name}{at}"
+
+
+def mismatch_sentence(groups: list[RankGroup]) -> str:
+    """The odd ranks first, then the rest: `Rank 4 calls broadcast at train.py:13 while ranks
+    0-3 call all_reduce at train.py:16`; groups of one size are named in rank order."""
+    by_rank = sorted(groups, key=lambda g: g.ranks[0] if g.ranks else 0)
+    largest = max(g.size for g in groups)
+    most = [g for g in groups if g.size == largest]
+    if len(most) == 1:
+        odd = [_calls(g) for g in by_rank if g is not most[0]]
+        text = f"{', '.join(odd)} while {_calls(most[0])}"
+    elif len(groups) == 2:
+        text = f"{_calls(by_rank[0])} while {_calls(by_rank[1])}"
+    else:
+        text = "; ".join(_calls(g) for g in by_rank)
+    return text[0].upper() + text[1:]
+
+
 def _group_evidence(groups: list[RankGroup]) -> list[str]:
     return [f"{_ranks_word(g.ranks)} ({g.size}): {describe(g.frames)}" for g in groups]
 
@@ -426,14 +452,11 @@ def _diagnose(analysis: StackAnalysis) -> Diagnosis:
     in_coll = [g for g in groups if collective_frame(g.frames) is not None]
     if len(groups) > 1 and len(in_coll) == len(groups):
         kinds = {_short(f.function) for g in groups if (f := collective_frame(g.frames))}
-        sites = {call_site(g.frames, collective_frame(g.frames)) for g in groups}
-        what = "different collectives" if len(kinds) > 1 else "the same collective"
-        site_word = "different call sites" if len(sites) > 1 else "one call site"
+        what = "different collectives" if len(kinds) > 1 else "different call sites"
         return Diagnosis(
             "collective_mismatch",
-            "Collective mismatch: ranks wait in different collectives",
-            f"All {sum(g.size for g in groups)} ranks are blocked in {what} at {site_word} "
-            f"({', '.join(sorted(kinds))}); each waits for peers that called something else. "
+            f"Collective mismatch: ranks wait in {what}",
+            f"{mismatch_sentence(groups)}; each waits for peers that called something else. "
             "Look for rank-dependent control flow before the divergence point.",
             _group_evidence(groups)
             + (

@@ -235,3 +235,14 @@ def analyse(capture: StackCapture) -> StackAnalysis:
             world_size=world,
             missing=missing_ranks(capture.ranks, world),
         )
+
+
+def group_name(index: int) -> str:
+    """Groups are lettered (A, B, ..., Z, AA, ...) so they are never read as ranks, which
+    are numbered from 0."""
+    name = ""
+    index += 1
+    while index:
+        index, left = divmod(index - 1, 26)
+        name = chr(ord("A") + left) + name
+    return name

@@ -52,6 +52,7 @@ _FILE_RANK = re.compile(r"rank[_-]?(\d{1,9})", re.IGNORECASE)
 _INDENTED = re.compile(r"(?:[ \t][^\n]*(?:\n|\Z))+")  # a run of indented lines
 # Line breaks of str.splitlines other than "\n" (a pasted dump may have any of them).
 _ODD_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_LAST_NUMBER = re.compile(r"(\d{1,9})(?!.*\d)")
 
 # Bounds on an import (pasted or another user's text). They scale with the job: a 4,096-rank
 # job's dumps (three threads of ~50 frames per rank) are ~35 MB and 600,000 frames, but few
@@ -338,10 +339,20 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
         areal_workers = areal_workers or worker
         if s.header_rank is not None:
             rank = s.header_rank
-        elif rank is None and per_source[s.source] == 1 and role is None:
-            m = _FILE_RANK.search(Path(s.source).name)
-            rank = int(m.group(1)) if m else None
         assigned.append((s, rank, role))
+    # A file holding one process that nothing in it ranks: its rank comes from a number in
+    # its name, but only when every such file has one (a.txt..d.txt would otherwise be
+    # numbered by argument order, and the report says so).
+    by_file = [i for i, (s, rank, role) in enumerate(assigned)
+               if rank is None and role is None and per_source[s.source] == 1]  # fmt: skip
+    from_names = [file_rank(assigned[i][0].source) for i in by_file]
+    rank_source = "dump"
+    if by_file and None not in from_names and len(set(from_names)) == len(from_names):
+        for i, rank in zip(by_file, from_names, strict=True):
+            assigned[i] = (assigned[i][0], rank, None)
+        rank_source = "file_name"
+    elif len(by_file) > 1:
+        rank_source = "argument_order"
     named = any(rank is not None for _, rank, _ in assigned)
     next_rank = 0
     for s, rank, role in assigned:
@@ -394,8 +405,21 @@ def sections_to_capture(sections: list[DumpSection], capture_id: str | None = No
         )
     ranks.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.node, r.pid))
     return StackCapture(
-        captured_at=now_iso(), samples=1, ranks=ranks, capture_id=capture_id, user=login_user()
+        captured_at=now_iso(),
+        samples=1,
+        ranks=ranks,
+        capture_id=capture_id,
+        user=login_user(),
+        rank_source=rank_source,
     )
+
+
+def file_rank(source: str) -> int | None:
+    """The rank a dump's file name gives: `rank3`, `rank_3`, `rank-3`, else its last number
+    (`dump_3.txt`); None without one."""
+    name = Path(source).name
+    m = _FILE_RANK.search(name) or _LAST_NUMBER.search(Path(name).stem)
+    return int(m.group(1)) if m else None
 
 
 def import_text_dumps(

@@ -373,6 +373,9 @@ class StackCapture:
     user: str | None = None  # who took it (login identity); None: an older capture
     rollout: RolloutSummary | None = None  # rollout capacity and tracer notes; None: not read
     nccl_ras: RasStatus | None = None  # NCCL's RAS report; None: no rank serves one
+    # An imported capture: where its ranks came from ("dump": the text itself, "file_name",
+    # "argument_order"); None: a live capture.
+    rank_source: str | None = None
 
     @property
     def rank_stacks(self) -> list[RankStack]:

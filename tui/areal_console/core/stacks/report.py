@@ -12,7 +12,7 @@ from areal_console.core.ledger.verdict import stack_activity, with_ledger
 from areal_console.core.rollout.perf_trace import phase_summary
 from areal_console.core.stacks.coverage import capture_coverage
 from areal_console.core.stacks.diagnose import Diagnosis, diagnose
-from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks
+from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks, group_name
 from areal_console.core.stacks.nccl_ras import RasStatus
 from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
 
@@ -100,6 +100,8 @@ def capture_json(
         doc["job"] = capture.job
     if capture.user:
         doc["user"] = capture.user
+    if capture.rank_source:
+        doc["rank_source"] = capture.rank_source
     return doc
 
 
@@ -231,6 +233,7 @@ def text_report(
         + (f", job {capture.job}" if capture.job else ""),
         f"Coverage: {capture_coverage(capture).line()}",
         *([f"Stacks from {sources}"] if (sources := source_summary(ranks)) else []),
+        *_import_lines(capture),
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
         f"  {diagnosis.detail}",
@@ -251,10 +254,10 @@ def text_report(
         lines += ["", f"Step phases (perf tracer): {phases}"]
     if analysis.divergence is not None:
         lines += ["", f"Divergence point: {_frame_line(analysis.divergence)}"]
-    for i, g in enumerate(analysis.groups, start=1):
+    for i, g in enumerate(analysis.groups):
         flag = "  (outlier)" if g.outlier else ""
         who = "rank" if g.size == 1 else "ranks"
-        lines += ["", f"Group {i}: {who} {g.label} ({g.size}){flag}"]
+        lines += ["", f"Group {group_name(i)}: {who} {g.label} ({g.size}){flag}"]
         frames = g.frames[:max_frames]
         lines += [f"    {_frame_line(f)}" for f in frames]
         if len(g.frames) > max_frames:
@@ -275,6 +278,24 @@ def text_report(
         lines += [f"  {r.label} (pid {r.pid} on {r.node}): {r.state}: {r.error}" for r in failed]
         lines += [f"  node {e.node}: {e.error}" for e in capture.errors]
     return "\n".join(lines) + "\n"
+
+
+_RANKS_FROM = {
+    "dump": "Ranks as the dumps name them; files:",
+    "file_name": "Ranks from the numbers in the file names; files:",
+    "argument_order": "Ranks follow argument order (not every file name has a rank number); files:",
+}
+
+
+def _import_lines(capture: StackCapture) -> list[str]:
+    """An imported capture: which file became which rank."""
+    if capture.rank_source is None:
+        return []
+    lines = [_RANKS_FROM.get(capture.rank_source, "Files:")]
+    for r in capture.rank_stacks:
+        pid = f" (pid {r.pid})" if r.pid else ""
+        lines.append(f"  rank {r.rank}: {r.node}{pid}")
+    return lines
 
 
 def _locals_lines(capture: StackCapture, max_per_rank: int = 30) -> list[str]:
