@@ -21,6 +21,7 @@ from areal_console.core.stacks.pyspy_text import (
 from areal_console.core.stacks.report import analysed, compact_json
 from areal_console.core.stacks.store import (
     INDEX_NAME,
+    INDEX_VERSION,
     load_capture,
     resolve_capture,
     save_capture,
@@ -64,7 +65,10 @@ def test_4096_ranks_import_save_and_reopen(job_files: list[Path]) -> None:
     assert imported.returncode == 0, imported.stderr
     head = imported.stdout.splitlines()
     assert head[1] == f"{RANKS} ranks ({RANKS} captured), 2 groups, 1 sample"
-    assert head[3].startswith("DIAGNOSIS [collective_mismatch]")
+    assert "  ... and 496 more files (`--json` names each rank's file)" in head
+    assert next(x for x in head if x.startswith("DIAGNOSIS")).startswith(
+        "DIAGNOSIS [collective_mismatch]"
+    )
     laggards = sorted(laggards_of(RANKS))
     assert laggards == [999, 1999, 2999, 3999, 4095]
     # The outliers are named as ranges, not as 4,091 numbers.
@@ -189,11 +193,11 @@ def test_listing_and_opening_read_the_index_not_every_capture(
         b"{not json",
         b"[1, 2]",
         b'{"version": 2, "files": {}}',
-        b'{"version": 1, "files": []}',
-        b'{"version": 1, "files": {"20260101-000000-c.json": 5}}',
+        b'{"version": 2, "files": []}',
+        b'{"version": 2, "files": {"20260101-000000-c.json": 5}}',
         b"\xff\xfe\x00garbage",
         b"[" * 100_000 + b"]" * 100_000,
-        b'{"version": 1, "files": {}}' + b" " * (17 << 20),
+        b'{"version": 2, "files": {}}' + b" " * (17 << 20),
     ],
     ids=["text", "list", "version", "files-list", "entry-int", "bytes", "deep", "huge"],
 )
@@ -202,7 +206,7 @@ def test_a_broken_index_is_ignored_and_rebuilt(tmp_path: Path, index: bytes) -> 
     expected = _listing(tmp_path)
     (tmp_path / INDEX_NAME).write_bytes(index)
     assert _listing(tmp_path) == expected
-    assert json.loads((tmp_path / INDEX_NAME).read_text())["version"] == 1
+    assert json.loads((tmp_path / INDEX_NAME).read_text())["version"] == INDEX_VERSION
 
 
 def test_index_entries_of_the_wrong_shape_cost_only_a_reread(tmp_path: Path) -> None:

@@ -280,6 +280,7 @@ def text_report(
     return "\n".join(lines) + "\n"
 
 
+MAX_FILES_LISTED = 16  # the import's files named one per line; past it, counted
 _RANKS_FROM = {
     "dump": "Ranks as the dumps name them; files:",
     "file_name": "Ranks from the numbers in the file names; files:",
@@ -292,9 +293,19 @@ def _import_lines(capture: StackCapture) -> list[str]:
     if capture.rank_source is None:
         return []
     lines = [_RANKS_FROM.get(capture.rank_source, "Files:")]
+    by_file: dict[str, list[RankStack]] = {}
     for r in capture.rank_stacks:
-        pid = f" (pid {r.pid})" if r.pid else ""
-        lines.append(f"  rank {r.rank}: {r.node}{pid}")
+        by_file.setdefault(r.node, []).append(r)
+    for node, ranks in list(by_file.items())[:MAX_FILES_LISTED]:
+        if len(ranks) == 1:
+            pid = f" (pid {ranks[0].pid})" if ranks[0].pid else ""
+            lines.append(f"  rank {ranks[0].rank}: {node}{pid}")
+        else:  # a loop's output or one node's dumps in one file: its ranks as ranges
+            numbers = [r.rank for r in ranks if r.rank is not None]
+            lines.append(f"  ranks {format_ranks(numbers)}: {node}")
+    if len(by_file) > MAX_FILES_LISTED:  # 512 files must not push the diagnosis off screen
+        more = len(by_file) - MAX_FILES_LISTED
+        lines.append(f"  ... and {plural(more, 'more file')} (`--json` names each rank's file)")
     return lines
 
 
