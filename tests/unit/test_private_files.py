@@ -75,3 +75,28 @@ def test_a_planted_link_is_replaced_never_followed() -> None:
         with pytest.raises(UserError):
             private_files.create(shared / "known_hosts", private=False)
         assert secret.read_text() == "root's"
+
+
+@needs_nobody
+def test_the_run_folder_on_a_login_host_follows_the_same_rules(tmp_path: Path) -> None:
+    """The `sh` that makes a replay's run folder on a login host (`slurm.runs.run_folder`
+    through SSH), run here as it runs there: 0700, new, and never under a folder or link
+    another user planted."""
+    from areal_console.core.slurm.client import LocalRunner
+    from areal_console.core.slurm.runs import REMOTE_RUN_FOLDER
+
+    def make(data_home: Path, run: str) -> tuple[int, str]:
+        env = dict(os.environ, XDG_DATA_HOME=str(data_home))
+        done = LocalRunner(env).run(["sh", "-c", REMOTE_RUN_FOLDER, "sh", run], timeout=30)
+        return done.returncode, (done.stdout.strip() or done.stderr.strip())
+
+    code, made = make(tmp_path / "data", "replay-1")
+    assert code == 0 and made == str(tmp_path / "data" / "areal-console" / "runs" / "replay-1")
+    for folder in (Path(made), Path(made).parent, Path(made).parent.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert make(tmp_path / "data", "replay-1")[0] != 0  # never an existing folder
+    with shared_tmp() as shared:
+        as_nobody("mkdir", str(shared / "areal-console"))
+        code, said = make(shared, "replay-2")
+        assert code != 0 and "is not a folder of ours" in said
+        assert not list((shared / "areal-console").iterdir())

@@ -54,11 +54,14 @@ def slurm_command(plan: ReplayPlan, job_dir: str) -> list[str]:
 REMOTE_RUN_FOLDER = """set -e
 umask 077
 base="${XDG_DATA_HOME:-$HOME/.local/share}/areal-console"
-mkdir -p -- "$base/runs"
-for d in "$base" "$base/runs"; do
-  if [ -L "$d" ] || [ ! -d "$d" ] || [ ! -O "$d" ]; then echo "$d is not a folder of ours" >&2; exit 1; fi
-  chmod 700 -- "$d"
-done
+ours() {
+  if [ -L "$1" ] || [ ! -d "$1" ] || [ ! -O "$1" ]; then echo "$1 is not a folder of ours" >&2; exit 1; fi
+  chmod 700 -- "$1"
+}
+mkdir -p -- "$base"
+ours "$base"
+mkdir -- "$base/runs" 2>/dev/null || :
+ours "$base/runs"
 mkdir -m 700 -- "$base/runs/$1"
 cd -P -- "$base/runs/$1"
 pwd
