@@ -315,6 +315,36 @@ def reply_bytes(session: Any, ranks: int) -> tuple[int, int]:
     return sent, len(json.dumps(reply, separators=(",", ":")))
 
 
+def run_frozen(n: int, ranks: int, bindir: Path, deadline: float) -> str:
+    """A warm capture of `n` simulated nodes with one node's agent process frozen
+    (SIGSTOP): the capture's wall time and its coverage line."""
+    import signal
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-frozen-") as tmp:
+        sim = SimulatedNodes(Path(tmp), n, ranks, bindir, 1)
+        original = fleet_module.open_channel
+        fleet_module.open_channel = sim.open_channel
+        fleet = Fleet(sim.specs(), probe_gpus=False, node_timeout=deadline)
+        frozen = sim.hosts[n // 2]
+        try:
+            fleet.connect_all()
+            os.kill(frozen.pid, signal.SIGSTOP)
+            t0 = time.perf_counter()
+            raw = capture_raw(fleet, CaptureOptions(ledger=False, rollout=False, all_jobs=True))
+            wall = time.perf_counter() - t0
+            raw["id"] = "bench"
+            line = capture_coverage(build_capture(raw)).line()
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+            fleet.close()
+            fleet_module.open_channel = original
+            sim.close()
+    return (
+        f"{n} nodes, one agent frozen (SIGSTOP), --node-timeout {deadline:g}: capture "
+        f"{wall:.2f} s wall; {line} [real: console, agents, pipes; simulated: {SIMULATED}]"
+    )
+
+
 # -- real sshd nodes, 512-host ssh_config and known_hosts ---------------------------------
 
 
@@ -488,6 +518,8 @@ def main() -> int:
                 f"{r['reply_bytes'][1]:,})",
                 flush=True,
             )
+        print()
+        print(run_frozen(32, args.ranks, bindir, 5.0), flush=True)
     base = rows[0]
     print()
     print(
