@@ -440,6 +440,33 @@ def idle_cpu(cluster: Any, config: Path, wakeup: float) -> float:
     return 1000 * cpu / IDLE_SECONDS / len(fleet)
 
 
+def monitored_cpu(cluster: Any, config: Path, wakeup: float) -> float:
+    """Console CPU ms per node per second with the TUI's monitor running (the Cluster
+    screen's data: agents stream a sample a second, pings every 5 s), nothing drawn."""
+    from areal_console.core.connection import ssh
+    from areal_console.core.connection.monitor import FleetMonitor
+
+    saved = ssh.IDLE_WAKEUP_SECONDS
+    ssh.IDLE_WAKEUP_SECONDS = wakeup
+    fleet = Fleet(cluster.specs(), ssh_config=str(config), allow_agent=False)
+    monitor = FleetMonitor(fleet, interval=1.0)
+    try:
+        monitor.start()
+        fleet_up = lambda: all(s.state == "up" for s in fleet.sessions)  # noqa: E731
+        deadline = time.monotonic() + 60
+        while not fleet_up() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)  # the streams' first samples settle first
+        c0 = cpu_seconds()
+        time.sleep(IDLE_SECONDS)
+        cpu = cpu_seconds() - c0
+    finally:
+        monitor.stop()
+        fleet.close()
+        ssh.IDLE_WAKEUP_SECONDS = saved
+    return 1000 * cpu / IDLE_SECONDS / len(fleet)
+
+
 def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
     from tests.support.cluster import TestCluster, skip_reason
 
@@ -478,6 +505,13 @@ def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
             f"  transport wakeup {ssh_idle_wakeup():g} s (now)              {idle[1]:.3f} ms"
         )
         lines.append(f"  ratio now / baseline: {idle[1] / idle[0]:.2f}" if idle[0] else "")
+        watched = [monitored_cpu(cluster, config, wakeup) for wakeup in (0.1, ssh_idle_wakeup())]
+        lines.append(
+            f"TUI monitor running ({nodes} real sshd nodes, 1 Hz samples streamed, "
+            f"{IDLE_SECONDS:g} s): console CPU per node per second [real; nothing simulated]"
+        )
+        lines.append(f"  transport wakeup 0.1 s (baseline)  {watched[0]:.3f} ms")
+        lines.append(f"  transport wakeup {ssh_idle_wakeup():g} s (now)       {watched[1]:.3f} ms")
     header = (
         f"Cold connect + one sample, {nodes} real sshd nodes (namespaces), {hosts}-host "
         f"ssh_config and {hosts}-line known_hosts; console CPU [real: sshd, paramiko, agent, "
