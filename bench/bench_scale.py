@@ -315,6 +315,36 @@ def reply_bytes(session: Any, ranks: int) -> tuple[int, int]:
     return sent, len(json.dumps(reply, separators=(",", ":")))
 
 
+def run_frozen(n: int, ranks: int, bindir: Path, deadline: float) -> str:
+    """A warm capture of `n` simulated nodes with one node's agent process frozen
+    (SIGSTOP): the capture's wall time and its coverage line."""
+    import signal
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-frozen-") as tmp:
+        sim = SimulatedNodes(Path(tmp), n, ranks, bindir, 1)
+        original = fleet_module.open_channel
+        fleet_module.open_channel = sim.open_channel
+        fleet = Fleet(sim.specs(), probe_gpus=False, node_timeout=deadline)
+        frozen = sim.hosts[n // 2]
+        try:
+            fleet.connect_all()
+            os.kill(frozen.pid, signal.SIGSTOP)
+            t0 = time.perf_counter()
+            raw = capture_raw(fleet, CaptureOptions(ledger=False, rollout=False, all_jobs=True))
+            wall = time.perf_counter() - t0
+            raw["id"] = "bench"
+            line = capture_coverage(build_capture(raw)).line()
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+            fleet.close()
+            fleet_module.open_channel = original
+            sim.close()
+    return (
+        f"{n} nodes, one agent frozen (SIGSTOP), --node-timeout {deadline:g}: capture "
+        f"{wall:.2f} s wall; {line} [real: console, agents, pipes; simulated: {SIMULATED}]"
+    )
+
+
 # -- real sshd nodes, 512-host ssh_config and known_hosts ---------------------------------
 
 
@@ -410,6 +440,33 @@ def idle_cpu(cluster: Any, config: Path, wakeup: float) -> float:
     return 1000 * cpu / IDLE_SECONDS / len(fleet)
 
 
+def monitored_cpu(cluster: Any, config: Path, wakeup: float) -> float:
+    """Console CPU ms per node per second with the TUI's monitor running (the Cluster
+    screen's data: agents stream a sample a second, pings every 5 s), nothing drawn."""
+    from areal_console.core.connection import ssh
+    from areal_console.core.connection.monitor import FleetMonitor
+
+    saved = ssh.IDLE_WAKEUP_SECONDS
+    ssh.IDLE_WAKEUP_SECONDS = wakeup
+    fleet = Fleet(cluster.specs(), ssh_config=str(config), allow_agent=False)
+    monitor = FleetMonitor(fleet, interval=1.0)
+    try:
+        monitor.start()
+        fleet_up = lambda: all(s.state == "up" for s in fleet.sessions)  # noqa: E731
+        deadline = time.monotonic() + 60
+        while not fleet_up() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)  # the streams' first samples settle first
+        c0 = cpu_seconds()
+        time.sleep(IDLE_SECONDS)
+        cpu = cpu_seconds() - c0
+    finally:
+        monitor.stop()
+        fleet.close()
+        ssh.IDLE_WAKEUP_SECONDS = saved
+    return 1000 * cpu / IDLE_SECONDS / len(fleet)
+
+
 def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
     from tests.support.cluster import TestCluster, skip_reason
 
@@ -448,6 +505,13 @@ def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
             f"  transport wakeup {ssh_idle_wakeup():g} s (now)              {idle[1]:.3f} ms"
         )
         lines.append(f"  ratio now / baseline: {idle[1] / idle[0]:.2f}" if idle[0] else "")
+        watched = [monitored_cpu(cluster, config, wakeup) for wakeup in (0.1, ssh_idle_wakeup())]
+        lines.append(
+            f"TUI monitor running ({nodes} real sshd nodes, 1 Hz samples streamed, "
+            f"{IDLE_SECONDS:g} s): console CPU per node per second [real; nothing simulated]"
+        )
+        lines.append(f"  transport wakeup 0.1 s (baseline)  {watched[0]:.3f} ms")
+        lines.append(f"  transport wakeup {ssh_idle_wakeup():g} s (now)       {watched[1]:.3f} ms")
     header = (
         f"Cold connect + one sample, {nodes} real sshd nodes (namespaces), {hosts}-host "
         f"ssh_config and {hosts}-line known_hosts; console CPU [real: sshd, paramiko, agent, "
@@ -488,6 +552,8 @@ def main() -> int:
                 f"{r['reply_bytes'][1]:,})",
                 flush=True,
             )
+        print()
+        print(run_frozen(32, args.ranks, bindir, 5.0), flush=True)
     base = rows[0]
     print()
     print(

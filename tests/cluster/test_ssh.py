@@ -526,6 +526,10 @@ def test_nodes_sharing_a_home_get_the_payload_once(
     from areal_console.core.connection import client as client_module
     from areal_console.core.connection.payload import node_payload, payload_name
 
+    from tests.support.cluster import skip_reason
+
+    if skip_reason():  # as the shared cluster fixture does
+        pytest.skip(skip_reason())
     uploads = client_module.PayloadUploads()
     monkeypatch.setattr(client_module, "UPLOADS", uploads)
     shared = tmp_path / "shared-home"

@@ -41,6 +41,7 @@ from areal_console.core.connection.transport import (
     bounded_readline,
 )
 from areal_console.core.targets.inventory import parse_destination
+from areal_console.core.targets.options import DEFAULT_MAX_STARTUPS
 from areal_console.core.targets.specs import NodeSpec, is_host
 
 # paramiko logs transport errors itself; with no handler Python would print them on
@@ -52,7 +53,6 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 KEEPALIVE_SECONDS = 15
 IDLE_WAKEUP_SECONDS = 2.0  # a connected transport thread's wakeup (paramiko's: 0.1 s)
 MAX_JUMPS = 8
-DEFAULT_MAX_STARTUPS = 8  # as targets.options; handshakes in flight per gateway
 
 
 class SshError(ConnectionError):

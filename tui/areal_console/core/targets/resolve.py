@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 from areal_console.core.common.errors import UsageError, UserError
-from areal_console.core.targets.options import DEFAULT_CONNECT_TIMEOUT as DEFAULT_CONNECT_TIMEOUT
 from areal_console.core.targets.options import TargetOptions
 
 # The records live in specs.py (the resolvers import them from there); named here too.
