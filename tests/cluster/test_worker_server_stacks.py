@@ -128,3 +128,30 @@ def test_a_rank_holding_the_gil_is_cut_and_named(tmp_path: Path) -> None:
     assert got["error"].endswith(
         "gave no stack within 3s (its GIL is held: a thread in a long C call?)"
     )
+
+
+def test_the_agent_op_reports_progress_from_worker_servers(nobody_job: FrJob) -> None:
+    """`pyspy` with `source: worker` over the agent protocol (a real agent process): one
+    `pyspy_progress` event per rank, each dump `source: worker_server` with the endpoint."""
+    from areal_console.core.connection.client import AgentClient
+    from areal_console.core.connection.transport import LocalChannel
+
+    client = AgentClient(LocalChannel())
+    client.start()
+    events: list[dict[str, Any]] = []
+    client.on_event = events.append
+    try:
+        pids = [p.pid for p in nobody_job.procs]
+        args = {"pids": pids, "source": "worker", "progress": "w1"}
+        reply = client.request("pyspy", args, timeout=60)
+    finally:
+        client.close()
+    dumps = {d["pid"]: d for d in reply["dumps"]}
+    assert all(dumps[p]["ok"] and dumps[p]["source"] == "worker_server" for p in pids)
+    assert [dumps[p]["endpoint"].endswith(f"areal-fr-{p}.sock") for p in pids] == [
+        True, True, False, False,
+    ]  # fmt: skip
+    assert all(dumps[p]["endpoint"].split(":")[-1].isdigit() for p in pids[2:])  # debug server
+    progress = [e for e in events if e["event"] == "pyspy_progress"]
+    assert sorted(e["done"] for e in progress) == [1, 2, 3, 4]
+    assert {e["pid"] for e in progress} == set(pids) and all(e["total"] == 4 for e in progress)
