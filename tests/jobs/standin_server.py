@@ -5,7 +5,7 @@ or misbehaves on purpose.
     python tests/jobs/standin_server.py --kind sglang|vllm|data_proxy --port P
         [--host 127.0.0.1] [--mode normal|slow|trickle|truncated|oversized|hostile|odd_versions|garbage]
         [--paused] [--dev-mode] [--version N] [--throughput T] [--ready FILE]
-        [--token-usage U] [--queue-growth Q]
+        [--token-usage U] [--queue-growth Q] [--throughput-drop-after K]
 
 It writes FILE once it listens (the port, useful with --port 0).
 """
@@ -65,6 +65,9 @@ def answer(conn: socket.socket, args: argparse.Namespace, state: ServerState) ->
     state.generation_tokens += 1000  # vLLM's counter moves between polls
     if path == "/metrics":
         state.queued += args.queue_growth  # a queue that grows with every poll
+        args.metrics_polls += 1
+        if args.throughput_drop_after and args.metrics_polls > args.throughput_drop_after:
+            state.throughput = args.throughput / 10  # generation slows to a tenth
     ctype = (
         b"application/json" if path != "/metrics" else b"text/plain; version=0.0.4; charset=utf-8"
     )
@@ -127,12 +130,19 @@ def main() -> None:
     ap.add_argument(
         "--queue-growth", type=float, default=0.0, help="queued requests added per /metrics"
     )
+    ap.add_argument(
+        "--throughput-drop-after",
+        type=int,
+        default=0,
+        help="after this many /metrics answers, a tenth of --throughput",
+    )
     ap.add_argument("--ready")
     ap.add_argument("--log")
     ap.add_argument("--histograms", type=int, default=0, help="extra histogram families")
     ap.add_argument("--listen-count", type=int, default=1, help="ports to listen on (bench)")
     ap.add_argument("--cache", action="store_true", help="answer precomputed bodies (bench)")
     args = ap.parse_args()
+    args.metrics_polls = 0
     state = ServerState(
         paused=args.paused,
         proxy_version=args.version,

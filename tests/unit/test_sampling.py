@@ -144,17 +144,16 @@ def test_a_reused_pid_starts_a_new_series() -> None:
     assert history.series("n", 5) == []
 
 
-def test_nodes_samples_raise_kv_saturated_on_a_server_whose_queue_grows(tmp_path: Path) -> None:
-    """The stand-in SGLang server (SGLang's /metrics bytes), its KV cache 97% full and its
-    queue 3 requests longer at every poll: one sample cannot tell a growing queue, three
-    polls across the samples do."""
+def _sampled_standin(samples: int, **stub: str) -> tuple[int, str, str]:
+    """The stand-in SGLang server (SGLang's /metrics bytes) started as AReaL starts its
+    servers, `stub` its STUB_* settings; its pid, one `nodes --json` and one
+    `nodes --samples N --interval 3.5 --json` (server polls are 3 s apart)."""
     from tests.support.cluster import free_port
 
     jobs = Path(__file__).parents[1] / "jobs"
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(jobs / "areal_stub"), "STUB_HEALTH": "metrics",
-           "STUB_TESTS_ROOT": str(jobs.parent.parent), "STUB_TOKEN_USAGE": "0.97",
-           "STUB_QUEUE_GROWTH": "3"}  # fmt: skip
+           "STUB_TESTS_ROOT": str(jobs.parent.parent), **stub}  # fmt: skip
     server = subprocess.Popen(
         [sys.executable, "-m", "areal.v2.inference_service.sglang.launch_server",
          "--model-path", "stub-model", "--host", "127.0.0.1", "--port", str(port)],
@@ -163,20 +162,42 @@ def test_nodes_samples_raise_kv_saturated_on_a_server_whose_queue_grows(tmp_path
     try:
         once = run_cli("nodes", "--local", "--json")
         assert once.returncode == 0, once.stderr
-        result = run_cli("nodes", "--local", "--samples", "4", "--interval", "3.5", "--json")
+        result = run_cli("nodes", "--local", "--samples", str(samples), "--interval", "3.5",
+                         "--json")  # fmt: skip
         assert result.returncode == 0, result.stderr
     finally:
         server.kill()
         server.wait()
-    [first] = [p for n in json.loads(once.stdout)["nodes"] for p in n["processes"]
-               if p["pid"] == server.pid]  # fmt: skip
-    assert first["server"]["flags"] == []  # one poll: no history
-    [proc] = [p for n in json.loads(result.stdout)["nodes"] for p in n["processes"]
-              if p["pid"] == server.pid]  # fmt: skip
-    kinds = [f["kind"] for f in proc["server"]["flags"]]
-    assert kinds == ["kv_saturated"], proc["server"]
-    evidence = proc["server"]["flags"][0]["evidence"]
+    return server.pid, once.stdout, result.stdout
+
+
+def _server_flags(doc: str, pid: int) -> list[dict[str, str]]:
+    [proc] = [p for n in json.loads(doc)["nodes"] for p in n["processes"] if p["pid"] == pid]
+    return list(proc["server"]["flags"])
+
+
+def test_nodes_samples_raise_kv_saturated_on_a_server_whose_queue_grows() -> None:
+    """KV cache 97% full, the queue 3 requests longer at every poll: one sample cannot tell
+    a growing queue, three polls across the samples do."""
+    pid, once, sampled = _sampled_standin(4, STUB_TOKEN_USAGE="0.97", STUB_QUEUE_GROWTH="3")
+    assert _server_flags(once, pid) == []  # one poll: no history
+    flags = _server_flags(sampled, pid)
+    assert [f["kind"] for f in flags] == ["kv_saturated"], flags
+    evidence = flags[0]["evidence"]
     assert evidence.startswith("KV cache 97% full, queue grew ") and "over 3 polls" in evidence
+
+
+@pytest.mark.slow
+def test_nodes_samples_raise_throughput_drop_after_enough_polls() -> None:
+    """Throughput a tenth of its recent median after 6 polls, requests still running: the
+    median needs 5 earlier polls, so only sampling over ~30 s raises it."""
+    pid, once, sampled = _sampled_standin(10, STUB_THROUGHPUT_DROP_AFTER="6")
+    assert _server_flags(once, pid) == []
+    flags = _server_flags(sampled, pid)
+    assert [f["kind"] for f in flags] == ["throughput_drop"], flags
+    evidence = flags[0]["evidence"]  # the median mixes 1800 and 180: how many of each varies
+    assert evidence.startswith("180 tokens/s, ") and "of the recent median" in evidence
+    assert evidence.endswith("with 4 requests running or waiting")
 
 
 def _h200_fleet(utils: dict[int, list[float]]) -> list[list[dict[str, Any]]]:

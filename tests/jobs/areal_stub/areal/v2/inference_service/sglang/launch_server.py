@@ -4,8 +4,9 @@ engine asks that path: areal/engine/sglang_remote.py:374-376 at cbff54d6). With
 STUB_HEALTH=unhealthy it answers 503, with STUB_HEALTH=hang it accepts and never answers,
 with STUB_HEALTH=dead it never listens (a server still loading, or wedged). With
 STUB_HEALTH=metrics it is tests/jobs/standin_server.py (SGLang's `/metrics` bytes; found
-through STUB_TESTS_ROOT), its KV cache STUB_TOKEN_USAGE full and its queue growing by
-STUB_QUEUE_GROWTH requests a poll."""
+through STUB_TESTS_ROOT), its KV cache STUB_TOKEN_USAGE full, its queue growing by
+STUB_QUEUE_GROWTH requests a poll and, after STUB_THROUGHPUT_DROP_AFTER polls, its
+throughput down to a tenth."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def main() -> None:
 
         sys.argv = ["standin_server.py", "--kind", "sglang", "--host", args.host, "--port",
                     str(args.port), "--token-usage", os.environ.get("STUB_TOKEN_USAGE", "0.35"),
-                    "--queue-growth", os.environ.get("STUB_QUEUE_GROWTH", "0")]  # fmt: skip
+                    "--queue-growth", os.environ.get("STUB_QUEUE_GROWTH", "0"),
+                    "--throughput-drop-after", os.environ.get("STUB_THROUGHPUT_DROP_AFTER", "0")]  # fmt: skip
         root = os.environ["STUB_TESTS_ROOT"]
         runpy.run_path(
             os.path.join(root, "tests", "jobs", "standin_server.py"), run_name="__main__"
