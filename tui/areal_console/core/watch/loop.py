@@ -342,7 +342,7 @@ class Watcher:
             except UsageError:
                 raise  # several jobs and none chosen: the user has to say which
             except Exception as exc:  # a watch runs for days: one failed look is a note
-                self.note(f"look failed ({type(exc).__name__}: {exc}); trying again")
+                self._log_note(f"look failed ({type(exc).__name__}: {exc}); trying again")
             self.stop.wait(max(0.0, self.config.interval - (time.monotonic() - started)))
 
     def close(self) -> None:
