@@ -158,13 +158,14 @@ def test_a_job_without_a_log_stalls_by_its_stacks_and_its_restart_is_a_new_episo
 
 
 def test_an_areal_job_is_followed_by_the_log_its_command_lines_name(tmp_path: Path) -> None:
-    """AReaL's single-controller test job (workers hung in a gloo barrier): the log
-    directory comes from the workers' --fileroot/--experiment-name/--trial-name."""
+    """AReaL's single-controller test job (workers hung in a gloo barrier, registered in
+    name-resolve): the log directory comes from the workers' --fileroot/--experiment-name/
+    --trial-name; then the same job named by `--areal E/T`."""
     import getpass
 
     from tests.tui.test_areal_processes import ArealRun
 
-    run = ArealRun(tmp_path / "run", "collective", 2)
+    run = ArealRun(tmp_path / "run", "collective", 2, env={"AREAL_STUB_REGISTER": "1"})
     try:
         with watching("--local", "--match", str(run.workdir), *FAST, "--evidence",
                       str(tmp_path / "ev"), "--json") as watch:  # fmt: skip
@@ -177,6 +178,14 @@ def test_an_areal_job_is_followed_by_the_log_its_command_lines_name(tmp_path: Pa
             assert "## Detailed Information" in report and str(run.trial) in report
             stacks = json.loads((folder / "stacks.json").read_text())
             assert stacks["job"] == f"areal:{run.job}" and stacks["tags"] == ["watch"]
+            assert watch.stop(signal.SIGTERM) == 0
+        # The same job by its AReaL name: its nodes from name-resolve, its log from --fileroot.
+        with watching("--areal", run.job, "--name-resolve-root", str(run.workdir / "name_resolve"),
+                      "--fileroot", str(run.workdir), *FAST, "--evidence", str(tmp_path / "ev2"),
+                      "--json") as watch:  # fmt: skip
+            assert watch.said("following") == f"watch: following {log_dir}"
+            assert watch.event("stall")["job"] == f"areal:{run.job}"
+            assert (Path(str(watch.event("evidence")["evidence"])) / "report.md").is_file()
             assert watch.stop(signal.SIGTERM) == 0
     finally:
         run.stop()

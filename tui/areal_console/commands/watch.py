@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     def on_evidence(evidence: Any, job: str | None) -> None:
         if args.exec_cmd:
+            exec_runs[:] = [p for p in exec_runs if p.poll() is None]  # reap the finished
             exec_runs.append(_run_exec(args.exec_cmd, evidence, job, out))
 
     config = WatchConfig(stall_after=args.stall_after, interval=args.interval)

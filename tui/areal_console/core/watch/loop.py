@@ -149,10 +149,11 @@ class Watcher:
         seen = frozenset(_pids(job)) if job is not None else frozenset()
         pids: frozenset[str] | None = seen
         failed = {n for n, r in sampled.items() if isinstance(r, NodeFailure)}
-        if failed:
-            # The episode's processes on a node that did not answer are not known gone.
-            held = {p for p in self.state.episode if p.rpartition(":")[0] in failed}
-            pids = (seen | held) if (seen or held) else None
+        # The episode's processes on a node that did not answer are not known gone (a node
+        # that held none of them changes nothing).
+        held = {p for p in self.state.episode if p.rpartition(":")[0] in failed}
+        if held:
+            pids = seen | held
         steps, quiet, finished, why = self._follow_log(job)
         stacks = None
         if job is not None and wants_stacks(self.state, quiet, self.follower is not None,
@@ -337,7 +338,12 @@ class Watcher:
         """Look every interval until `stop` is set."""
         while not self.stop.is_set():
             started = time.monotonic()
-            self.tick()
+            try:
+                self.tick()
+            except UsageError:
+                raise  # several jobs and none chosen: the user has to say which
+            except Exception as exc:  # a watch runs for days: one failed look is a note
+                self._log_note(f"look failed ({type(exc).__name__}: {exc}); trying again")
             self.stop.wait(max(0.0, self.config.interval - (time.monotonic() - started)))
 
     def close(self) -> None:
