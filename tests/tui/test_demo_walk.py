@@ -217,7 +217,10 @@ async def walk_the_demo(app: ConsoleApp, pilot: Pilot[None], job: DemoJob) -> Wa
             await w.press("r")
             await w.until("the dialog again", lambda: type(app.screen).__name__ == "ReplayDialog")
         await w.press("enter")
-        await w.until("the Runs screen", lambda: app.current_mode == "jobs")
+        await w.until(
+            "the Runs screen",
+            lambda: app.current_mode == "jobs" and type(app.screen).__name__ == "RunsScreen",
+        )  # the switch done too
         if _ == 0:
             await w.press("3")
 

@@ -174,3 +174,21 @@ def test_health_screen_snapshot(
     and recovered: both episodes listed and marked (relative path: deterministic)."""
     monkeypatch.chdir(tmp_path)
     assert snap_compare(recorded.health_app(), terminal_size=SIZE, run_before=recorded.open_health)
+
+
+async def test_the_plot_legend_is_above_the_plot_not_in_it(tmp_path: Path) -> None:
+    """plotext's legend sat inside the plot and the lines ran through its text."""
+    write_run(tmp_path, 30, stats=drifting, finished=True)
+    app = ConsoleApp(None, recorded_monitor(), health_target=HealthTarget(str(tmp_path)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("5")
+        screen = app.screen
+        assert isinstance(screen, HealthScreen)
+        await wait_until(pilot, lambda: len(screen.plotted) >= 1)
+        await recorded.until_drawn(pilot)
+        plot = screen.query_one("#health-plot").region
+        lines = [s.text for s in screen._compositor.render_strips()][plot.y : plot.bottom]
+        named = [line for line in lines if "behave_imp_weight" in line]
+        assert named and "behave_imp_weight/avg (cyan)" in named[0], lines
+        for line in named:  # the name's line holds no part of a curve
+            assert not any(0x2800 <= ord(c) <= 0x28FF for c in line), line

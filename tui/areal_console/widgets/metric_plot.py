@@ -11,11 +11,17 @@ from textual_plotext import PlotextPlot
 from areal_console.core.metrics.health import HealthWarning
 from areal_console.widgets.remote_text import remote_line
 
+# Each plotted metric's colour, named in the title: plotext draws its legend inside the
+# plot, where the lines run through it.
+COLOURS = ("cyan", "magenta", "yellow", "green", "red", "blue")
+
 
 class MetricPlot(PlotextPlot):
     DEFAULT_CSS = """
     MetricPlot { height: 1fr; min-height: 8; }
     """
+
+    _names: list[str] = []  # the plotted metrics, for the legend (fitted at each resize)
 
     def show(
         self,
@@ -26,15 +32,40 @@ class MetricPlot(PlotextPlot):
         plt.clear_data()
         plt.clear_figure()
         plt.xlabel("global step")
+        self._names = [remote_line(name) for name in series]
         if not series:
             plt.title("space marks metrics to plot")
-        for name, (steps, values) in series.items():
+        for i, (steps, values) in enumerate(series.values()):
             if steps:
-                plt.plot(list(steps), list(values), label=remote_line(name), marker="braille")
+                colour = COLOURS[i % len(COLOURS)]
+                plt.plot(list(steps), list(values), color=colour, marker="braille")
+        self._title()
         self.marks = episode_marks(series, episodes)
         for step, color in self.marks:
             plt.vline(step, color)
         self.refresh()
+
+    def on_resize(self) -> None:
+        self._title()
+
+    def _title(self) -> None:
+        # The legend as the title, fitted to the width: plotext leaves out a longer one.
+        if self._names:
+            self.plt.title(legend(self._names, self.size.width - 2))
+
+
+def legend(names: Sequence[str], width: int) -> str:
+    """`name (colour)` for each plotted metric, fitted to `width`: whole names where they
+    fit, else their last two parts (`behave_imp_weight/avg`), else cut."""
+    for shorten in (False, True):
+        parts = []
+        for i, name in enumerate(names):
+            shown = "/".join(name.split("/")[-2:]) if shorten else name
+            parts.append(f"{shown} ({COLOURS[i % len(COLOURS)]})")
+        text = "  ".join(parts)
+        if len(text) <= width:
+            return text
+    return text[: max(0, width - 1)] + "…"
 
 
 def episode_marks(
