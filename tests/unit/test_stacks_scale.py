@@ -59,6 +59,7 @@ def test_the_generated_job_is_deep_and_made_of_recorded_frames(job_files: list[P
             assert f"{fn} ({file}:{line})" in recorded
 
 
+@pytest.mark.slow
 def test_4096_ranks_import_save_and_reopen(job_files: list[Path]) -> None:
     imported = run_cli("stacks", "--import", *map(str, job_files), timeout=300)
     assert imported.returncode == 0, imported.stderr
