@@ -4,6 +4,7 @@ bounded on a query every rank matches."""
 
 from __future__ import annotations
 
+import pytest
 from areal_console.app import ConsoleApp
 from areal_console.core.connection.monitor import RecordedMonitor
 from areal_console.palette import MAX_SCORED, ConsoleCommands
@@ -15,6 +16,7 @@ from tests.support import recorded
 from tests.support.waits import until
 
 
+@pytest.mark.slow
 async def test_the_stacks_screen_diagnoses_4096_ranks() -> None:
     capture = recorded.scale_capture(4096)
     screen = StacksScreen(capture)

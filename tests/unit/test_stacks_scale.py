@@ -18,7 +18,7 @@ from areal_console.core.stacks.pyspy_text import (
     import_text_dumps,
     parse_text,
 )
-from areal_console.core.stacks.report import analysed, compact_json
+from areal_console.core.stacks.report import analysed, compact_json, indented_json
 from areal_console.core.stacks.store import (
     INDEX_NAME,
     INDEX_VERSION,
@@ -60,6 +60,7 @@ def test_the_generated_job_is_deep_and_made_of_recorded_frames(job_files: list[P
             assert f"{fn} ({file}:{line})" in recorded
 
 
+@pytest.mark.slow
 def test_4096_ranks_import_save_and_reopen(job_files: list[Path]) -> None:
     imported = run_cli("stacks", "--import", *map(str, job_files), timeout=300)
     assert imported.returncode == 0, imported.stderr
@@ -91,6 +92,8 @@ def test_the_saved_text_is_jsons_own(job_files: list[Path]) -> None:
     assert compact_json(saved) == json.dumps(saved, separators=(",", ":"))
     odd = {"ranks": [{"threads": [{"frames": []}, 5]}, {"threads": 3}, 7], "x": [1.5, None]}
     assert compact_json(odd) == json.dumps(odd, separators=(",", ":"))
+    for value in (doc, saved, odd):  # `stacks --json`'s indented text, the same way
+        assert indented_json(value) == json.dumps(value, indent=1)
 
 
 def test_one_process_too_deep_is_one_line(tmp_path: Path) -> None:

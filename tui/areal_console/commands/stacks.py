@@ -171,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if capture.save_error:
         print(f"warning: {capture.save_error}", file=sys.stderr)
-    as_json = json.dumps(result.json(), indent=1) if args.json or args.save else ""
+    from areal_console.core.stacks.report import indented_json  # json.dumps, each stack once
+
+    as_json = indented_json(result.json()) if args.json or args.save else ""
     text = result.text() if not args.json or args.save else ""
     if args.save:
         _export(capture, Path(args.save), as_json, text)

@@ -162,10 +162,10 @@ def parse_text(text: str, source: str, lines: FrameLines | None = None) -> list[
     `ImportTooLarge` past a bound (frames of one process, distinct frames)."""
     if any(c in text for c in _ODD_BREAKS):
         text = "\n".join(text.splitlines())  # what str.splitlines breaks at, as \n
-    return _Parser(source, lines if lines is not None else FrameLines()).run(text)
+    return _DumpReader(source, lines if lines is not None else FrameLines()).run(text)
 
 
-class _Parser:
+class _DumpReader:
     def __init__(self, source: str, lines: FrameLines) -> None:
         self.source = source
         self.lines = lines
