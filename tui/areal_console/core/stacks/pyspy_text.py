@@ -44,7 +44,7 @@ _PYTHON = re.compile(r"^Python v\S+")
 _THREAD = re.compile(
     r'^Thread(?:\s+(0x[0-9A-Fa-f]{1,16}|\d{1,18}))?\s*(?:\(([^)]*)\))?\s*:\s*"(.*)"\s*$'
 )
-_FRAME = re.compile(r"^(\S.*?) \((.+?)(?::(\d{1,18}))?\)$")
+_LINE_NUMBER = re.compile(r"\d{1,18}")
 _COMMENT = re.compile(r"^\s*#\s?(.*)$")
 _RANK_WORD = re.compile(r"\brank\s*[_#-]?\s*(\d{1,9})\b", re.IGNORECASE)
 _ERROR = re.compile(r"^Error:\s*(.*)$")
@@ -136,13 +136,12 @@ def parse_text(text: str, source: str, max_frames: int = MAX_FRAMES) -> list[Dum
             frame_indent is not None and indent > frame_indent
         ):
             continue  # --locals: variables below their frame
-        if indent > 0 and (m := _FRAME.match(stripped)):
+        if indent > 0 and (frame := parse_frame(stripped)) is not None:
             if frame_indent is None:
                 frame_indent = indent
             if not cur.threads:
                 cur.threads.append(("MainThread", 0, []))
-            line_no = int(m.group(3)) if m.group(3) else 0
-            cur.threads[-1][2].append((m.group(1), m.group(2), line_no))
+            cur.threads[-1][2].append(frame)
             frames += 1
             if frames > max_frames:
                 raise ImportTooLarge(
@@ -276,3 +275,17 @@ def import_text_dumps(
         frames += sum(len(stack) for s in found for _, _, stack in s.threads)
         sections.extend(found)
     return sections_to_capture(sections, capture_id)
+
+
+def parse_frame(line: str) -> tuple[str, str, int] | None:
+    r"""`function (file:line)` -> (function, file, line; 0 when none), else None. The
+    function runs to the first ` (`. Not a regex: `^(\S.*?) \((.+?)(?::(\d+))?\)$` took
+    minutes on one 64 KB line of ` (` repeated (each ` (` restarted the scan to the end)."""
+    cut = line.find(" (", 1)
+    if not line.endswith(")") or line[:1].isspace() or cut < 0 or cut + 3 >= len(line):
+        return None
+    inner = line[cut + 2 : -1]
+    file, colon, number = inner.rpartition(":")
+    if colon and file and _LINE_NUMBER.fullmatch(number):
+        return line[:cut], file, int(number)
+    return line[:cut], inner, 0
