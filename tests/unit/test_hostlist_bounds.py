@@ -42,7 +42,11 @@ def test_too_many_names_are_refused_by_count(expr: str) -> None:
 def test_counting_agrees_with_building() -> None:
     for expr in ("n[01-03,7],gpu[1-2]x[1-4]", "a[1-2]b[3-4]c[5-6]", "a[0-65535]", "b", "a,,b"):
         assert hostlist_size(expr) == len(expand_hostlist(expr))
-    assert expand_hostlist("a[1-2]b[3-4]c[5-6]")[:3] == ["a1b3c5", "a1b3c6", "a2b3c5"]  # Slurm's order
+    assert expand_hostlist("a[1-2]b[3-4]c[5-6]")[:3] == [
+        "a1b3c5",
+        "a1b3c6",
+        "a2b3c5",
+    ]  # Slurm's order
 
 
 def cmdline(path: Path) -> str:
