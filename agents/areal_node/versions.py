@@ -38,6 +38,11 @@ MAX_DIRS = 256
 _PROCESS: contextvars.ContextVar[tuple[int, frozenset[int]] | None] = contextvars.ContextVar(
     "process_user", default=None
 )
+# A venv's pyvenv.cfg (another user's file). `[ \t]*`, not `\s*`: `^\s*` at each of
+# 65,536 blank lines rescanned all the blank lines after it.
+_CFG_VERSION = re.compile(r"^[ \t]*version(?:_info)?[ \t]*=[ \t]*(\d+\.\d+(?:\.\d+)?)", re.M)
+_CFG_HOME = re.compile(r"^[ \t]*home[ \t]*=[ \t]*(.+)$", re.M)
+_CFG_SYSTEM_SITE = re.compile(r"^[ \t]*include-system-site-packages[ \t]*=[ \t]*true", re.M | re.I)
 _REF = re.compile(r"refs/(?:[\w+@-][\w.+@-]*/)*[\w+@-][\w.+@-]*")
 
 
@@ -125,7 +130,7 @@ def python_version_of(executable: str) -> str | None:
     `patchlevel.h`, else X.Y from the `lib/pythonX.Y` next to it or the binary's name."""
     bindir = os.path.dirname(executable)
     cfg = _read(os.path.join(os.path.dirname(bindir), "pyvenv.cfg"), 64 << 10) or ""
-    found = re.search(r"^\s*version(?:_info)?\s*=\s*(\d+\.\d+(?:\.\d+)?)", cfg, re.M)
+    found = _CFG_VERSION.search(cfg)
     if found:
         return found.group(1)
     real = os.path.realpath(executable)
@@ -178,8 +183,8 @@ def import_dirs(
     bindir = os.path.dirname(executable)
     prefixes = [os.path.dirname(bindir)]
     cfg = _read(os.path.join(prefixes[0], "pyvenv.cfg"), 64 << 10) or ""
-    home = re.search(r"^\s*home\s*=\s*(.+)$", cfg, re.M)
-    system = re.search(r"^\s*include-system-site-packages\s*=\s*true", cfg, re.M | re.I)
+    home = _CFG_HOME.search(cfg)
+    system = _CFG_SYSTEM_SITE.search(cfg)
     real_prefix = os.path.dirname(os.path.dirname(os.path.realpath(executable)))
     if not cfg or system:
         prefixes.append(os.path.dirname(home.group(1).strip()) if home else real_prefix)

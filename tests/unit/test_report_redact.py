@@ -9,6 +9,8 @@ import pytest
 from areal_console.core.report.bundle import build_report, tar_bytes
 from areal_console.core.report.model import LogTail, ReportInputs
 from areal_console.core.report.redact import Redactor, is_secret_name
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.mark.parametrize(
@@ -199,3 +201,57 @@ def test_anonymize_covers_hosts_the_environment_names_and_the_processes_user() -
     processes = json.loads(next(f.data for f in report.files if f.name == "processes.json"))
     assert processes[0]["user"] == r.users["alice"]
     assert r.hosts["gpu-node-[07-09]"] in report.markdown
+
+
+# Partial leaks: a masking test fails when any 8 characters of the planted secret are left,
+# not only the whole (a value cut at a quote, a space or a line end leaks its head).
+PIECE = 8
+
+
+def leaked_pieces(secret: str, text: str) -> list[str]:
+    return [
+        secret[i : i + PIECE]
+        for i in range(len(secret) - PIECE + 1)
+        if secret[i : i + PIECE] in text
+    ]
+
+
+SHAPES = (
+    "HF_TOKEN={s} python train.py",
+    "env WANDB_API_KEY='{s}' torchrun",
+    "--api-key {s} --port 1",
+    "--redis-password={s}",
+    "  wandb_api_key: {s}",
+    "rollout:\n  agent:\n    admin_api_key: {s}\n    x: 1\n",
+    "  - token:   {s}   \r\n",
+    '{{"openai_api_key": "{s}"}}',
+    "{{'api_key': '{s}'}}",
+    "https://bob:{s}@wandb.example.com/x",
+    "Authorization: Bearer {s}",
+    "password = {s}",
+    "GET /v1?api_key={s}&x=1 200",
+    "redis://:{s}@10.0.0.1:6379/0",
+)
+
+
+@given(
+    shape=st.sampled_from(SHAPES),
+    secret=st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_",
+                   min_size=PIECE, max_size=48),
+    pad=st.sampled_from(["", " " * 5000, "\t" * 300, "a: b" + " " * 3000 + "c\n"]),
+)  # fmt: skip
+def test_no_piece_of_a_planted_secret_is_left(shape: str, secret: str, pad: str) -> None:
+    """Each shape a credential takes, with a random secret, among long runs of spaces:
+    neither the secret nor any 8 characters of it reach the report; a log echoing it
+    elsewhere is masked too."""
+    text = f"{pad}\n{shape.format(s=secret)}\n{pad}\nlater: echoed {secret} in a log\n"
+    r = Redactor()
+    r.learn(text)
+    out = r.text(text)
+    assert not leaked_pieces(secret, out), out[-400:]
+
+
+def test_a_partial_leak_is_caught() -> None:
+    """The check itself: a value masked only up to a character leaves pieces."""
+    assert leaked_pieces("abcdefghijkl", "x=***ijkl y") == []
+    assert leaked_pieces("abcdefghijkl", "x=***(cut)efghijkl") == ["efghijkl"]

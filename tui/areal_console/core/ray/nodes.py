@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from areal_console.core.common.errors import UserError
+from areal_console.core.common.guarded_read import read_guarded, trusted_owners
 
 DEFAULT_DASHBOARD_PORT = 8265
 RAY_EXTRA = "pip install 'areal-console[ray]'"
@@ -118,11 +119,18 @@ def dashboard_of(address: str) -> str:
 
 
 def _current_cluster() -> str:
+    """The address in CURRENT_CLUSTER_FILE, when root or this user wrote it. /tmp is
+    everyone's: another user's file there named an address that then got the Ray token,
+    and a FIFO there hung `--ray` past every timeout."""
     try:
-        with open(CURRENT_CLUSTER_FILE, encoding="utf-8", errors="replace") as f:
-            return f.read(4096).strip()
-    except OSError:
+        data = read_guarded(CURRENT_CLUSTER_FILE, 4096, trusted_owners())
+    except FileNotFoundError:
         return ""
+    except OSError as exc:
+        raise UserError(
+            f"--ray: {CURRENT_CLUSTER_FILE} not read ({exc}): give --ray ADDRESS"
+        ) from None
+    return data.decode("utf-8", "replace").strip()
 
 
 def _host_of(url: str) -> str:

@@ -34,11 +34,21 @@ _NAME = r"[A-Za-z_][\w.-]*"
 # Python repr).
 ASSIGN = re.compile(rf"(?<![\w.-])({_NAME})([ \t]*=[ \t]*)(\"[^\"]*\"|'[^']*'|[^\s\"',;&]+)")
 FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w.-]*)(\s+|=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
-YAML = re.compile(rf"^([ \t]*-?[ \t]*)({_NAME})([ \t]*:[ \t]+)(\S.*?)[ \t]*$", re.M)
+# Every pattern here reads another user's text (a 1 MiB log line), so each is written to
+# run in linear time: no two adjacent parts that can take the same characters (the old
+# YAML value `(\S.*?)[ \t]*$` rescanned the spaces after each character it took: `a: b`,
+# 100,000 spaces and `c` took 41 s). A value ends at its last visible character (a CRLF
+# line's `\r` is not part of it). tests/unit/test_regex_time.py runs every pattern on
+# adversarial input.
+YAML = re.compile(rf"^([ \t]*(?:-[ \t]*)?)({_NAME})([ \t]*:[ \t]+)(\S(?:.*\S)?)[^\S\n]*$", re.M)
 JSON_PAIR = re.compile(
     r"\"([\w.-]+)\"(\s*:\s*)\"((?:[^\"\\]|\\.)*)\"|'([\w.-]+)'(\s*:\s*)'((?:[^'\\]|\\.)*)'"
 )
-URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s/:@]*)(?::([^\s/@]+))?@", re.I)
+# A scheme starts where no scheme character precedes it (`\b` let each `a` of `a.a.a...`
+# start a scan to the end of the run).
+URL_USERINFO = re.compile(
+    r"(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://)([^\s/:@]*)(?::([^\s/@]+))?@", re.I
+)
 BEARER = re.compile(r"\b(Bearer|Basic|token)(\s+)([A-Za-z0-9._~+/=-]{12,})", re.I)
 # Credentials recognisable by their shape alone.
 TOKEN_SHAPES = re.compile(
@@ -60,6 +70,8 @@ _HOST_ASSIGN = re.compile(rf"(?<![\w.-])({'|'.join(HOST_VARS)})=([^\s\"',;]+)")
 
 def is_secret_name(name: str) -> bool:
     bare = name.lstrip("-")
+    if len(bare) > 64:  # the secret words end the name: its tail decides (a name can be 1 MiB)
+        bare = "x" + bare[-64:]  # `x`: the cut is no start of a word
     return bool(SECRET_NAME.search(bare)) and not NOT_SECRET.search(bare)
 
 
@@ -164,8 +176,16 @@ class Redactor:
             return self.ips.setdefault(found, f"ip-{len(self.ips) + 1}")
 
         text = IPV4.sub(ip, text)
-        for name in sorted(self.hosts, key=len, reverse=True):
+        # Host names: one pass over the text whatever the number of hosts (a Slurm host
+        # list gives thousands; a pass per host was minutes per MiB). A name stands where
+        # a run of name characters starts, and ends at the run's end or before a dot
+        # (`gpu-07.cluster`); the longest known name wins. Names with other characters
+        # (a host list's own text, `gpu-[07-08]`) are few, and replaced one by one.
+        plain = {n: a for n, a in self.hosts.items() if _HOST_RUN.fullmatch(n)}
+        for name in sorted(set(self.hosts) - set(plain), key=len, reverse=True):
             text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", self.hosts[name], text)
+        if plain:
+            text = _HOST_RUN.sub(lambda m: _alias_run(m.group(0), plain), text)
         for name in sorted(self.users, key=len, reverse=True):
             alias = self.users[name]
             u = re.escape(name)
@@ -197,6 +217,21 @@ class Redactor:
         if isinstance(data, (list, tuple)):
             return [self.data(v) for v in data]
         return data
+
+
+_HOST_RUN = re.compile(r"(?<![\w.-])[\w.-]+")
+
+
+def _alias_run(run: str, hosts: dict[str, str]) -> str:
+    """`run` (a maximal run of name characters) with its leading host name aliased: the
+    whole run, else the longest part before a dot that is a known host."""
+    cut = len(run)
+    while cut > 0:
+        alias = hosts.get(run[:cut])
+        if alias is not None and (cut == len(run) or run[cut] == "."):
+            return alias + run[cut:]
+        cut = run.rfind(".", 0, cut)
+    return run
 
 
 def _mask_yaml(m: re.Match[str]) -> str:

@@ -327,7 +327,10 @@ def parse_index_list(text: str) -> list[int]:
     return out
 
 
-_GPU_IDX = re.compile(r"gpu(?::[\w.-]+)*?:\d+\(IDX:([\d,\-]+)\)")
+# One entry of a GRES list starts `gpu` at the list's start or after a separator: from
+# every `gpu` of `gpu:gpu:gpu:...` (a job's comment can hold ` GRES=...`), the scan ran to
+# the end of the list again.
+_GPU_IDX = re.compile(r"(?<![^,\s=])gpu(?::[\w.-]+)*?:\d+\(IDX:([\d,\-]+)\)")
 
 
 def parse_gres_gpus(gres: str) -> list[int]:

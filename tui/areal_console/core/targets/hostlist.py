@@ -45,28 +45,29 @@ def _bad(expr: str, why: str) -> UserError:
     return UserError(f"bad host list {clip_repr(expr)}: {why}")
 
 
-def _values(expr: str, body: str) -> list[str]:
-    """`01-03,7` -> ["01", "02", "03", "7"]."""
-    out: list[str] = []
+# One bracket's numbers: (the low end as written, first, last); a plain number is a range
+# of one. Kept as ranges, so a list is counted before any name is built.
+Range = tuple[str, int, int]
+
+
+def _ranges(expr: str, body: str) -> list[Range]:
+    """`01-03,7` -> [("01", 1, 3), ("7", 7, 7)]."""
+    out: list[Range] = []
     for part in body.split(","):
         lo, dash, hi = part.partition("-")
         if not _NUMBER.fullmatch(lo) or (dash and not _NUMBER.fullmatch(hi)):
             raise _bad(expr, f"{part!r} is not a number or a range of numbers")
-        if not dash:
-            out.append(lo)
-            continue
-        first, last = int(lo), int(hi)
+        first, last = int(lo), int(hi) if dash else int(lo)
         if last < first:
             raise _bad(expr, f"range {part!r} runs backwards")
-        if last - first + 1 + len(out) > MAX_HOSTS:
-            raise _bad(expr, f"more than {MAX_HOSTS} hosts")
-        out.extend(str(i).zfill(len(lo)) for i in range(first, last + 1))
+        out.append((lo, first, last))
     return out
 
 
-def _expand_item(expr: str) -> list[str]:
+def _parse_item(expr: str) -> tuple[list[str], list[list[Range]]]:
+    """An item's literal texts and its brackets: `a[1-2]b` -> (["a", "b"], [[("1", 1, 2)]])."""
     literals: list[str] = []
-    groups: list[list[str]] = []
+    groups: list[list[Range]] = []
     rest = expr
     while True:
         start = rest.find("[")
@@ -81,28 +82,58 @@ def _expand_item(expr: str) -> list[str]:
         if "]" in rest[:start]:
             raise _bad(expr, "']' without '['")
         literals.append(rest[:start])
-        groups.append(_values(expr, rest[start + 1 : end]))
+        groups.append(_ranges(expr, rest[start + 1 : end]))
         rest = rest[end + 1 :]
+    return literals, groups
+
+
+def _count(groups: list[list[Range]]) -> int:
+    """How many names the brackets multiply out to, stopping once past MAX_HOSTS."""
+    total = 1
+    for group in groups:
+        total *= sum(last - first + 1 for _, first, last in group)
+        if total > MAX_HOSTS:
+            return MAX_HOSTS + 1
+    return total
+
+
+def _values(group: list[Range]) -> list[str]:
+    return [str(i).zfill(len(lo)) for lo, first, last in group for i in range(first, last + 1)]
+
+
+def _build(literals: list[str], groups: list[list[Range]]) -> list[str]:
     if not groups:
-        return [expr]
+        return [literals[0]]
     # Slurm's order: each bracket with text after it varies slower than the names before
     # it; the last bracket varies fastest.
     names = [literals[0]]
-    for values, after in zip(groups[:-1], literals[1:-1], strict=True):
-        names = [name + v + after for v in values for name in names]
-        if len(names) > MAX_HOSTS:
-            raise _bad(expr, f"more than {MAX_HOSTS} hosts")
-    out = [name + v + literals[-1] for name in names for v in groups[-1]]
-    if len(out) > MAX_HOSTS:
-        raise _bad(expr, f"more than {MAX_HOSTS} hosts")
-    return out
+    for group, after in zip(groups[:-1], literals[1:-1], strict=True):
+        names = [name + v + after for v in _values(group) for name in names]
+    return [name + v + literals[-1] for name in names for v in _values(groups[-1])]
+
+
+def _too_many(expr: str) -> UserError:
+    return _bad(expr, f"more than {MAX_HOSTS:,} hosts (not expanded)")
+
+
+def hostlist_size(expr: str) -> int:
+    """How many names `expr` expands to, counted without building them; past MAX_HOSTS
+    it is refused (`UserError`), as `expand_hostlist` refuses it."""
+    total = 0
+    for item in split_hostlist(expr):
+        total += _count(_parse_item(item)[1])
+        if total > MAX_HOSTS:
+            raise _too_many(expr)
+    return total
 
 
 def expand_hostlist(expr: str) -> list[str]:
-    """Every host name of a Slurm hostlist expression, in Slurm's order."""
-    out: list[str] = []
-    for item in split_hostlist(expr):
-        out.extend(_expand_item(item))
-        if len(out) > MAX_HOSTS:
-            raise _bad(expr, f"more than {MAX_HOSTS} hosts")
-    return out
+    """Every host name of a Slurm hostlist expression, in Slurm's order. The names are
+    counted first: `a[0-65535]b[0-65535]` (4.3e9 names) is refused before one is built."""
+    items = [_parse_item(item) for item in split_hostlist(expr)]
+    total = 0
+    for _, groups in items:
+        total += _count(groups)
+        if total > MAX_HOSTS:
+            raise _too_many(expr)
+    return [name for literals, groups in items for name in _build(literals, groups)]
