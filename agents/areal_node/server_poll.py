@@ -163,9 +163,28 @@ def verified_endpoint(pid: int, port: int, proc_root: str = "/proc") -> tuple[Li
             None,
             f"the process does not listen on port {port} (it listens on: {ports}): not polled",
         )
+    # The address is read from the process's own /proc/PID/net tables, which are its
+    # network namespace's: from another namespace, the same host:port is someone else's
+    # service in the agent's (as the Flight Recorder path, it is compared).
+    theirs, ours = _net_namespace(f"{proc_root}/{pid}/ns/net"), _net_namespace("/proc/self/ns/net")
+    if theirs is None or ours is None:
+        return None, "its network namespace cannot be read: not polled"
+    if theirs != ours:
+        return (
+            None,
+            f"it listens in another network namespace ({theirs}; the agent's is {ours}): "
+            "not polled",
+        )
     # Prefer an IPv4 listener: the agent's loopback is where a wildcard bind answers.
     on_port.sort(key=lambda lst: ":" in lst.host)
     return on_port[0], ""
+
+
+def _net_namespace(link: str) -> str | None:
+    try:
+        return os.readlink(link)
+    except OSError:
+        return None
 
 
 def http_get(

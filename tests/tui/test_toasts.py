@@ -8,6 +8,7 @@ that every toast goes through the one escaping path is in tests/unit/test_screen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
@@ -18,8 +19,10 @@ from areal_console.app import ConsoleApp
 from areal_console.core.connection import ssh
 from areal_console.core.connection.fleet import Fleet
 from areal_console.core.replay import runs as jobs
+from areal_console.core.slurm.client import parse_squeue_lines
 from areal_console.core.targets.resolve import local_node
 from areal_console.screens.runs import RunsScreen
+from areal_console.screens.slurm_jobs import SlurmJobsScreen
 from areal_console.styles import STYLESHEET
 from textual.app import App
 from textual.widgets import DataTable
@@ -134,4 +137,21 @@ async def test_commands_and_known_hosts_notes_are_literal_toasts() -> None:
         assert any("Unknown command '[@click=app.quit]x[/]'" in t for t in shown), shown
         await pilot.click(Toast)  # a live `[@click=app.quit]` would end the app here
         await pilot.pause()
+        assert app.is_running
+
+
+async def test_a_slurm_job_state_with_markup_is_a_literal_toast() -> None:
+    """The Slurm jobs screen's "nothing to inspect yet" toast quotes the job's state."""
+    squeue = (Path(__file__).resolve().parents[1] / "data" / "slurm" / "squeue.txt").read_text()
+    jobs = [
+        dataclasses.replace(j, state=HOSTILE) if j.state != "RUNNING" else j
+        for j in parse_squeue_lines(squeue)
+    ]
+    app = Host(SlurmJobsScreen(lambda all_users: jobs))
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: getattr(screen, "loaded", False))
+        await pilot.press("enter")  # the first row: the job that is not running
+        await until(pilot, lambda: any("nothing to inspect yet" in t for t in toasts(app)))
+        assert any(SHOWN in t.replace("\n", "") for t in toasts(app)), toasts(app)
         assert app.is_running

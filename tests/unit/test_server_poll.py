@@ -6,6 +6,7 @@ slow, trickling, truncated, oversized or hostile server yields an error, not a h
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -24,6 +25,9 @@ from areal_node.server_poll import (
     poll_server,
     verified_endpoint,
 )
+
+from tests.support.nobody import NOBODY, needs_nobody, shared_tmp
+from tests.support.waits import wait_for
 
 STANDIN = Path(__file__).parents[1] / "jobs" / "standin_server.py"
 
@@ -350,3 +354,48 @@ def test_a_malformed_address_is_an_error_not_a_raise() -> None:
 
     answer = HealthPoller.poll("http://[x/health")
     assert answer["ok"] is False and answer["error"].startswith("bad server address")
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+@needs_nobody
+def test_a_server_in_another_network_namespace_is_not_polled(
+    standin: Callable[..., Standin], tmp_path: Path
+) -> None:
+    """Another user's server in its own network namespace (created by root, the listener
+    run as `nobody`) listens on the port where a different service listens in the
+    agent's namespace: asking that host:port would reach the other service."""
+    victim = standin("--kind", "sglang")
+    with shared_tmp() as shared:
+        ready = shared / "ready"
+        listen = (f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {victim.port})); "
+                  f"s.listen(); open({str(ready)!r}, 'w').write('1'); time.sleep(120)")  # fmt: skip
+        inner = f"ip link set lo up && exec {' '.join(NOBODY)} /usr/bin/python3 -c {shlex.quote(listen)}"
+        netns = subprocess.Popen(["unshare", "--net", "--fork", "sh", "-c", inner])
+        try:
+            wait_for(lambda: ready.exists() and ready.read_text().strip(), 20, "the server")
+            server = next(
+                pid for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+                if cmdline(pid).startswith("/usr/bin/python3") and str(ready) in cmdline(pid)
+            )  # fmt: skip
+            assert listeners(server)  # it does listen, on the victim's port, in its namespace
+            endpoint, why = verified_endpoint(server, victim.port)
+            assert endpoint is None
+            assert "another network namespace" in why and why.endswith("not polled")
+            processes = [{"pid": server, "server": {"kind": "vllm", "port": victim.port}}]
+            poller = ServerPoller()
+            try:
+                attach_state(processes, poller, wait_first=2.0)
+            finally:
+                poller.close()
+            assert processes[0]["server"]["polled"] is False
+            assert "another network namespace" in str(processes[0]["server"])
+        finally:
+            netns.kill()
+            netns.wait()
+    assert victim.requests == []

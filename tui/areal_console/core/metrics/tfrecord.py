@@ -16,6 +16,8 @@ import os
 import struct
 from collections.abc import Iterator
 
+from areal_console.core.common.guarded_read import open_guarded
+
 # AReaL writes scalars only (`add_scalar`): a record is ~100 bytes. Past this it is not
 # AReaL's event; and the CRC (pure Python, as in tensorboard's loader) costs 0.3 s a MB,
 # so one call reads at most POLL_BYTES and the next goes on.
@@ -43,7 +45,8 @@ class RecordFile:
         # tensorboard's CRC-32C (its loader's own): imported here, as it costs 0.5 s.
         from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-        with open(self.path, "rb") as fh:
+        # A job's event file: no link followed, a FIFO in its place never blocks.
+        with os.fdopen(open_guarded(self.path), "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < self.offset:  # truncated or replaced: from the start again
                 self.offset = 0

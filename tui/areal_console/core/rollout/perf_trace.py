@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from areal_console.core.common.guarded_read import open_guarded
 from areal_console.core.common.rankset import format_ranks
 
 TRACE_FILE = re.compile(r"^traces-r(\d{1,6})\.jsonl$")
@@ -190,11 +190,9 @@ def _next_span(order: tuple[str, ...], last: str) -> tuple[str | None, bool]:
 def read_tail(path: Path, limit: int = MAX_TAIL) -> tuple[list[str], float]:
     """The last `limit` bytes of a regular file, as whole lines, and its mtime; opened
     without following links (OSError: not a regular file, or unreadable)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    fd = open_guarded(path)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path}: not a regular file")
         start = max(0, st.st_size - limit)
         os.lseek(fd, start, os.SEEK_SET)
         data = os.read(fd, limit)
