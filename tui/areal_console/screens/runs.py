@@ -80,6 +80,10 @@ def row_key(record: jobs.RunRecord) -> str:
 class RunsScreen(FilterHost, WorkerHost, Screen[None]):
     """Replay runs and other runs on every node: state, exit code, verification, live log."""
 
+    # Keys go to the runs (never to the closed filter box): the screen opens right after the
+    # replay dialog, whose typing field had the focus.
+    AUTO_FOCUS = "#jobs-table"
+
     BINDINGS = [
         Binding(
             "slash",
