@@ -42,6 +42,16 @@ INPUTS = tuple((head, unit) for head in HEADS for unit in UNITS)
 # (match at the start of one line, as line parsers do) or "name" (through the report's
 # `is_secret_name`, on a name as long as the text).
 APPLIED = {
+    "areal_console.core.connection.transport._NO_ISOLATED": "line",
+    "areal_console.core.slurm.runs.RUN_ID": "line",
+    "areal_console.core.stacks.coverage._TIMEOUT": "line",
+    "areal_console.core.stacks.coverage._NO_ANSWER": "text",
+    "areal_console.core.stacks.nccl_ras._MISSING_COMMA": "text",
+    "areal_console.core.stacks.nccl_ras._GROUP": "line",
+    "areal_console.core.stacks.nccl_ras._ONE": "line",
+    "areal_console.core.stacks.nccl_ras._MISMATCH": "line",
+    "areal_console.core.stacks.nccl_ras._OP": "line",
+    "areal_console.core.stacks.pyspy_text._INDENTED": "text",
     "areal_console.core.common.textfmt._CONTROL": "text",
     "areal_console.core.common.textfmt._CONTROL_KEEP_LAYOUT": "text",
     "areal_console.core.common.textfmt._ANSI_CSI": "text",
@@ -88,6 +98,7 @@ APPLIED = {
     "areal_node.versions._CFG_SYSTEM_SITE": "text",
 }
 NOT_JOB_TEXT = {
+    "areal_console.core.watch.evidence.FOLDER": "names of folders in the watch's own evidence folder",
     "areal_console.core.connection.client._LINE_ID": "matched on the first 64 bytes of a reply",
     "areal_console.core.rollout.job_config._INTERPOLATION": "fullmatch, {1,200} bounded",
     "areal_console.core.rollout.perf_trace.TRACE_FILE": "file names of a directory listing",

@@ -444,8 +444,7 @@ class ConsoleApp(WorkerHost, App[None]):
         if error is None:
             self._show_batches(path, node)
         else:
-            self.notify(f":batches {path}: {error} (the open dump is kept)", severity="error",
-                        markup=False)  # fmt: skip
+            toast(self, f":batches {path}: {error} (the open dump is kept)", severity="error")
 
     def _show_batches(self, path: str, node: str | None) -> None:
         self.batches_path, self.batches_node = path, node
@@ -499,8 +498,8 @@ class ConsoleApp(WorkerHost, App[None]):
         A local path that is not there (a typo) keeps the run already open and says so."""
         missing = target.path and target.node is None and not os.path.exists(target.path)
         if missing and self.health_target is not None:
-            self.notify(f":health {target.path}: no such file or directory (the open run is "
-                        "kept)", severity="error", markup=False)  # fmt: skip
+            toast(self, f":health {target.path}: no such file or directory (the open run is kept)",
+                  severity="error")  # fmt: skip
             return
         self.health_target = target
         self.call_later(self.reopen_screen, "health", self._new_health_screen)
