@@ -48,11 +48,41 @@ def user_code(python: str, code: str, *args: str, flags: Sequence[str] = ()) -> 
     return [python, *flags, "-c", DROP_WORKING_DIR + code, *args]
 
 
+def _run_module_code(module: str) -> str:
+    return f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+
+
 def user_module(python: str, module: str, *args: str, flags: Sequence[str] = ()) -> list[str]:
     """`python -m MODULE ARGS` as `user_code`: runpy runs the module as `__main__` (its
     sys.argv[0] its file, as `-m` sets it)."""
-    run = f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
-    return user_code(python, run, *args, flags=flags)
+    return user_code(python, _run_module_code(module), *args, flags=flags)
+
+
+_MODULE_CODE_HEAD = DROP_WORKING_DIR + "import runpy\nrunpy.run_module('"
+
+
+def as_module_argv(argv: list[str]) -> list[str]:
+    """A command line with each `-c CODE` that `user_module` wrote shown as the `-m MODULE`
+    it stands for: how the agent shows and classifies our trainer, its torchrun and its
+    ranks (`python -u -m areal_node.trainer ...`, not the code). Anything else unchanged."""
+    if not any(a.startswith(_MODULE_CODE_HEAD) for a in argv):
+        return argv
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        code = argv[i + 1] if argv[i] == "-c" and i + 1 < len(argv) else ""
+        module = code[len(_MODULE_CODE_HEAD) :].partition("'")[0]
+        if (
+            code.startswith(_MODULE_CODE_HEAD)
+            and module.replace(".", "").replace("_", "").isalnum()
+            and code == DROP_WORKING_DIR + _run_module_code(module)
+        ):
+            out += ["-m", module]
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 def clean_pythonpath(value: str) -> str:

@@ -84,11 +84,11 @@ async def test_cluster_screen_shows_the_jobs_ranks_live(gloo_job: GlooJob) -> No
         # `?` lists the screen's keys with their descriptions.
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        rows = {key: (desc, tip) for key, desc, tip in app.screen.bindings}
+        rows = {key: (desc, tip) for key, desc, tip, _id in app.screen.bindings}
         assert rows["slash"][0] == "Filter" and "Filter nodes and processes" in rows["slash"][1]
         assert rows["q"][0] == "Quit" and rows["a"][0] == "All procs"
         # The console's own keys come before generic table navigation.
-        keys = [key for key, _, _ in app.screen.bindings]
+        keys = [key for key, _, _, _ in app.screen.bindings]
         assert keys.index("slash") < keys.index("up")
         await pilot.press("escape")
         assert isinstance(app.screen, ClusterScreen)

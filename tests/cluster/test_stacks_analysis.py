@@ -247,7 +247,7 @@ def test_diagnosis_evidence_names_ranks_and_frames(fixtures: dict[str, Any]) -> 
     assert any(e.startswith("ranks 0-2 ") and "all_reduce_grads" in e for e in d.evidence)
     assert any("TORCH_DISTRIBUTED_DEBUG=DETAIL" in s for s in d.suggestions)
     mismatch = diagnose(fixtures["collective_mismatch"])
-    assert "all_reduce, broadcast" in mismatch.detail
+    assert "call all_reduce at" in mismatch.detail and "call broadcast at" in mismatch.detail
     same = diagnose(fixtures["same_collective"])
     assert any("NCCL_DEBUG=INFO" in s for s in same.suggestions)
     missing = diagnose(fixtures["missing_rank"])

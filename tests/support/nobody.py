@@ -18,6 +18,9 @@ needs_nobody = pytest.mark.skipif(
     os.getuid() != 0 or SETPRIV is None, reason="planting files as nobody needs root and setpriv"
 )
 NOBODY = [SETPRIV or "setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
+# A Python `nobody` can run: the system's (ours may live in root's home, which nobody cannot
+# enter; a `python3` on PATH may be such a one, e.g. a pyenv shim).
+NOBODY_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
 
 def as_nobody(*argv: str) -> None:

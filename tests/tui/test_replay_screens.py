@@ -455,7 +455,7 @@ async def test_a_finished_replay_whose_recording_is_gone_is_marked_without_a_toa
         table = app.screen.query_one("#jobs-table", DataTable)
         key = f"{session.name}/{job_id}"
         await until(pilot, lambda: key in table.rows
-                    and table.get_cell(key, "verification") == "cannot compare", timeout=60)  # fmt: skip
+                    and str(table.get_cell(key, "verification")) == "cannot compare", timeout=60)  # fmt: skip
         await pilot.pause()
         loud = [n.message for n in app._notifications if n.severity in ("warning", "error")]
         assert loud == []

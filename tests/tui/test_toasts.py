@@ -28,7 +28,7 @@ from textual.app import App
 from textual.widgets import DataTable
 from textual.widgets._toast import Toast
 
-from tests.support.nobody import as_nobody, needs_nobody, shared_tmp
+from tests.support.nobody import NOBODY_PYTHON, as_nobody, needs_nobody, shared_tmp
 from tests.support.recorded import recorded_monitor
 from tests.support.waits import until
 
@@ -69,7 +69,7 @@ async def test_a_recorded_metric_with_markup_is_a_literal_toast(data_dir: Path) 
     with shared_tmp() as shared:
         recorded, replayed = shared / "recorded.jsonl", data_dir / "replayed.jsonl"
         script = f"import json; open({str(recorded)!r}, 'w').write(json.dumps({{'step': 0, 'task_reward': {HOSTILE!r}}}))"
-        as_nobody("python3", "-c", script)
+        as_nobody(NOBODY_PYTHON, "-c", script)
         replayed.write_text(json.dumps({"step": 0, "task_reward": 1.5}) + "\n")
         plan = {"steps": [0, 0], "metrics": str(replayed), "recorded_metrics": str(recorded)}
         jobs.save_run(jobs.RunRecord("verify-x", node.name, plan, time.time(), state="finished"))

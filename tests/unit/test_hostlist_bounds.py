@@ -18,7 +18,7 @@ import pytest
 from areal_console.core.common.errors import UserError
 from areal_console.core.targets.hostlist import MAX_HOSTS, expand_hostlist, hostlist_size
 
-from tests.support.nobody import NOBODY, needs_nobody
+from tests.support.nobody import NOBODY, NOBODY_PYTHON, needs_nobody
 from tests.support.waits import wait_for
 
 HUGE = "a[0-65535]b[0-65535]"
@@ -63,7 +63,7 @@ def hostile_rank() -> Iterator[str]:
     tag = f"hostlist-bomb-{os.getpid()}"
     env = ["env", "RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=1", f"SLURM_JOB_NODELIST=s{HUGE}"]
     code = "import sys, time; time.sleep(120)"
-    proc = subprocess.Popen([*NOBODY, *env, "python3", "-c", code, tag, f"MASTER_ADDR={HUGE}"])
+    proc = subprocess.Popen([*NOBODY, *env, NOBODY_PYTHON, "-c", code, tag, f"MASTER_ADDR={HUGE}"])
     try:
         wait_for(lambda: any(tag in cmdline(p) for p in Path("/proc").glob("[0-9]*/cmdline")),
                  timeout=20, what="the planted rank")  # fmt: skip

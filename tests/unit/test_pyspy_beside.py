@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from areal_node.agent.pyspy_beside import pyspy_beside, untrusted_reason
-from conftest import cli_env
+from conftest import cli_env, wait_for
 
 from tests.support.nobody import needs_nobody
 
@@ -58,14 +58,28 @@ def make_venv(base: Path, pyspy: str | None) -> Path:
 
 def rank_in(venv: Path, base: Path) -> subprocess.Popen[bytes]:
     marker = f"areal-beside-{base.name}"
-    return subprocess.Popen(
+    rank = subprocess.Popen(
         [str(venv / "bin" / "python"), "-c", "import time; time.sleep(600)", marker],
         env={"RANK": "0", "WORLD_SIZE": "1", "VIRTUAL_ENV": str(venv), "PATH": NO_PYSPY_PATH},
     )
+    # Until it has exec'd, /proc shows the forked test process (its exe, its argv).
+    wait_for(lambda: marker.encode() in Path(f"/proc/{rank.pid}/cmdline").read_bytes(),
+             timeout=30, what="the rank's exec")  # fmt: skip
+    return rank
+
+
+def bare_python(base: Path) -> str:
+    """The test's interpreter seen from a folder without py-spy: the agent also looks for
+    py-spy beside its own interpreter, where pip puts it (CI's Python has one there)."""
+    link = base / "bare-python" / "python"
+    if not link.exists():
+        link.parent.mkdir(exist_ok=True)
+        link.symlink_to(os.path.realpath(sys.executable))
+    return str(link)
 
 
 def capture(base: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "areal_console", "stacks", "--local", "--source", "py-spy",
+    argv = [bare_python(base), "-m", "areal_console", "stacks", "--local", "--source", "py-spy",
             "--match", f"areal-beside-{base.name}", "--json"]  # fmt: skip
     assert shutil.which("py-spy", path=NO_PYSPY_PATH) is None
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,

@@ -6,6 +6,8 @@ import os
 import time
 from typing import Any
 
+from areal_node.launcher import as_module_argv
+
 # Environment variables that identify a rank of a distributed job (and AReaL's mode).
 RANK_VARS = (
     "RANK",
@@ -200,7 +202,7 @@ class ProcessCollector:
         base = f"{self.proc_root}/{pid}"
         try:
             raw, total = read_capped(base + "/cmdline", CMDLINE_READ_MAX)
-            cmdline = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+            cmdline = as_module_argv([a.decode(errors="replace") for a in raw.split(b"\0") if a])
         except OSError:
             cmdline, raw, total = [], b"", 0
         try:

@@ -301,7 +301,7 @@ def _import(files: list[str]) -> Any:
     result = analysed(capture)
     try:
         save_capture(capture, doc=result.json())  # saved before it is shown, as a live one
-    except OSError as exc:
+    except (OSError, UserError) as exc:
         capture.save_error = f"capture not saved: {exc}"
     return result
 

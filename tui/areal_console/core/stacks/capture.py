@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from areal_console.core.common.errors import UserError
 from areal_console.core.common.identity import login_user
 from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
 from areal_console.core.stacks.parsing import build_capture
@@ -314,6 +315,6 @@ def capture_and_analyse(
         doc["tags"] = list(options.tags)
     try:
         save_capture(result.capture, doc=doc)
-    except OSError as exc:  # still show it: losing the save must not lose the capture
+    except (OSError, UserError) as exc:  # still show it: losing the save must not lose the capture
         result.capture.save_error = f"capture not saved: {exc}"
     return result
