@@ -947,7 +947,7 @@ def test_known_hosts_notes_are_said_once_per_process() -> None:
         (
             "xyzzy",
             "error: unknown command 'xyzzy' (commands: tui, demo, nodes, stacks, "
-            "batch, trainer, replay, slurm, metrics, report)",
+            "batch, trainer, replay, slurm, metrics, report, watch)",
         ),
     ],
 )
