@@ -7,7 +7,8 @@ its own namespaces; needs root and slurm-wlm + munge), submits a job with one ra
 Python process per node, then measures in the same run, for both forms:
 
 - cold: connect to every node + `sample` + a py-spy capture of every rank (what one
-  keystroke costs when the console opens a job);
+  keystroke costs when the console opens a job), its wall time, and the console's CPU for
+  it (this process, and its srun or ssh children, through the close that reaps them);
 - warm: `sample` + capture again over the open channels;
 - what it leaves on the console's side: srun processes (one per channel, or one in all).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -86,20 +88,39 @@ def check(results: dict[str, Any], nodes: int) -> None:
         raise SystemExit(f"gather failed: {ok}/{nodes} nodes, {failures[:3]}")
 
 
+def console_cpu() -> tuple[float, float]:
+    """CPU seconds of this process, and of its reaped children (srun, ssh, squeue)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
 def measure(
     job_id: str, mode: str, nodes: int, rounds: int, runner: Any = None
 ) -> dict[str, float]:
-    cold, warm, sruns = [], [], 0
+    cold, warm, cpu, kids_cpu, sruns = [], [], [], [], 0
+    login = runner.login if runner is not None else None
     for _ in range(rounds):
-        login = runner.login if runner is not None else None
-        plan = resolve_slurm_targets(job_id, login=login, mode=mode, runner=runner)
+        # Cold: resolve the job, connect, sample + capture, close (the console-side srun
+        # or ssh processes are reaped at close, so their CPU is counted then).
+        cpu0, kids0 = console_cpu()
         t0 = time.perf_counter()
+        plan = resolve_slurm_targets(job_id, login=login, mode=mode, runner=runner)
         fleet = Fleet(plan.specs, slurm_runner=runner)
         try:
             results = gather(fleet)
             cold.append(time.perf_counter() - t0)
             check(results, nodes)
             sruns = max(sruns, srun_children())
+        finally:
+            fleet.close()
+        cpu1, kids1 = console_cpu()
+        cpu.append(cpu1 - cpu0)
+        kids_cpu.append(kids1 - kids0)
+        # Warm: the same over open channels.
+        fleet = Fleet(plan.specs, slurm_runner=runner)
+        try:
+            check(gather(fleet), nodes)
             for _ in range(3):
                 t1 = time.perf_counter()
                 check(gather(fleet), nodes)
@@ -109,6 +130,8 @@ def measure(
     return {
         "cold": statistics.median(cold),
         "warm": statistics.median(warm),
+        "cpu": statistics.median(cpu),
+        "kids_cpu": statistics.median(kids_cpu),
         "sruns": float(sruns),
     }
 
@@ -164,7 +187,7 @@ def main() -> None:
         print(
             f"nodes: {args.nodes} slurmd (one rank each), rounds: {args.rounds}, cores: {os.cpu_count()}"
         )
-        print(f"{'':48}{'one step':>10}{'per node':>10}{'ratio':>8}")
+        print(f"{'':58}{'one step':>10}{'per node':>10}{'ratio':>8}")
         for where, step, per_node in rows:
             for key, label in (
                 ("cold", "connect+sample+capture (s)"),
@@ -172,10 +195,18 @@ def main() -> None:
             ):
                 ratio = per_node[key] / step[key]
                 print(
-                    f"{where + ': ' + label:48}{step[key]:10.3f}{per_node[key]:10.3f}{ratio:7.2f}x"
+                    f"{where + ': ' + label:58}{step[key]:10.3f}{per_node[key]:10.3f}{ratio:7.2f}x"
+                )
+            for key, label in (
+                ("cpu", "cold: console process CPU (s)"),
+                ("kids_cpu", "cold: its srun/ssh children's CPU (s)"),
+            ):
+                ratio = per_node[key] / step[key] if step[key] else float("nan")
+                print(
+                    f"{where + ': ' + label:58}{step[key]:10.3f}{per_node[key]:10.3f}{ratio:7.2f}x"
                 )
             print(
-                f"{where + ': console-side processes':48}{step['sruns']:10.0f}{per_node['sruns']:10.0f}"
+                f"{where + ': console-side processes':58}{step['sruns']:10.0f}{per_node['sruns']:10.0f}"
             )
     finally:
         cluster.cleanup()

@@ -8,6 +8,7 @@ job of another user) or missing, and a node of the job going down.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -569,6 +570,46 @@ def test_replay_through_slurm_verifies(
             0,
             f"slurm job {saved.slurm_job} COMPLETED",
         )
+
+
+@pytest.mark.slow
+def test_a_node_whose_agent_never_answers_is_named_and_the_rest_captured(
+    slurm_cluster: SlurmCluster,
+    slurm_gloo_job: SlurmGlooJob,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """One shared srun step for the job's 3 nodes; on node3 the agent's interpreter stops
+    itself (SIGSTOP) as it starts: srun launched it, it never says ready. node1 and node2
+    are captured at the step's start deadline, and node3 is named with its reason."""
+    from areal_console.core.stacks.capture import CaptureOptions, take_capture
+    from areal_console.core.stacks.coverage import capture_coverage
+
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    python = tmp_path / "python3"
+    python.write_text(
+        f'#!/bin/sh\n[ "$(hostname)" = node3 ] && kill -STOP $$\nexec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    plan = resolve_slurm_targets(slurm_gloo_job.job_id)
+    specs = [dataclasses.replace(s, python=str(python)) for s in plan.specs]
+    # A start deadline of 16 s: the shared step waits 12 s (0.75 of it) for every `ready`.
+    fleet = Fleet(specs, start_timeout=16.0)
+    t0 = time.monotonic()
+    try:
+        capture = take_capture(fleet, CaptureOptions(), save=False)
+        took = time.monotonic() - t0
+        steps = agent_steps(slurm_cluster, slurm_gloo_job.job_id)
+    finally:
+        fleet.close()
+    assert len(steps) == 1, steps  # one step served all three nodes
+    coverage = capture_coverage(capture)
+    assert coverage.line() == "4 of 6 ranks; 1 node failed: node3 (timeout 12 s)"
+    [error] = capture.errors
+    assert error.node == "node3"
+    assert "did not start within 12 s under the shared srun step" in error.error
+    assert {r.node for r in capture.rank_stacks if r.state == "ok"} == {"node1", "node2"}
+    assert took < 120  # 12 s and the dumps; not the 30 s x nodes of a step that waits for all
 
 
 # Last in this module: killing node3 also ends the gloo job's ranks there (and so the job's

@@ -86,6 +86,8 @@ def test_fleet_fan_out_names_the_late_node_with_its_deadline() -> None:
         ("connection refused by 10.0.0.9:22 (is sshd running there?)", "refused"),
         ("WARNING: host key for n1 has CHANGED: ...", "host key"),
         ("agent on n3 exited with status 3", "agent on n3 exited with status 3"),
+        ("agent on n3 did not start within 22.5 s under the shared srun step", "timeout 22.5 s"),
+        ("agent did not start within 30s", "timeout 30 s"),
     ],
 )
 def test_short_reason(error: str, reason: str) -> None:

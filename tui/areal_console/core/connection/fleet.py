@@ -84,6 +84,9 @@ class NodeStatus:
 
 
 def open_channel(spec: NodeSpec, in_process: bool = False, **options: Any) -> Channel:
+    """The channel to `spec`'s agent. `start_timeout` (the session's deadline for the agent
+    to start) matters only to a shared Slurm step, which fails its silent nodes before it."""
+    start_timeout = options.pop("start_timeout", None)
     if spec.transport == "local":
         return InProcessChannel() if in_process else LocalChannel()
     if spec.transport == "ssh":
@@ -93,7 +96,7 @@ def open_channel(spec: NodeSpec, in_process: bool = False, **options: Any) -> Ch
     if spec.transport == "slurm":
         from areal_console.core.slurm.channel import open_slurm_channel
 
-        channel: Channel = open_slurm_channel(spec, **options)
+        channel: Channel = open_slurm_channel(spec, start_timeout=start_timeout, **options)
         return channel
     if spec.transport == "ray":
         return _open_ray(spec, **options)
@@ -236,7 +239,9 @@ class NodeSession:
                 if slots is not None:
                     slots.acquire()
                 try:
-                    channel = open_channel(self.spec, self.in_process, **self.options)
+                    channel = open_channel(
+                        self.spec, self.in_process, start_timeout=timeout, **self.options
+                    )
                 finally:
                     if slots is not None:
                         slots.release()

@@ -11,7 +11,10 @@ them from SSH:
   connection serve the whole job.
 
 If the shared step fails to start (srun aborts the whole step when one node can't launch),
-the nodes that were not at fault fall back to their own per-node step.
+the nodes that were not at fault fall back to their own per-node step. A node whose agent
+launched but never says it is ready (a frozen node, a hung file system) does not hold the
+others: after the step's start deadline it alone is failed, named with that reason, and the
+rest go on.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ COALESCE_S = 0.002
 ACK_ID = "ack"
 ACK_REPLY_PREFIX = b'{"id":"ack",'
 AGENT_STEP_NAME = "areal-console-agent"
+# How long the shared step waits for every agent's `ready` before it goes on without the
+# silent ones: past srun's own launch-failure report (MessageTimeout, 10 s by default), so
+# that a step srun aborts still falls back to per-node steps; within the session's start
+# deadline (`START_SHARE` of it), so that the nodes that answered connect in time.
+ESTABLISH_TIMEOUT = 20.0
+START_SHARE = 0.75
 
 
 SOURCE_NODE = "(source)"  # an address no agent has
@@ -136,7 +145,12 @@ class SharedStep:
     """
 
     def __init__(
-        self, target: SlurmTarget, nodes: list[str], python: str, runner: CommandRunner
+        self,
+        target: SlurmTarget,
+        nodes: list[str],
+        python: str,
+        runner: CommandRunner,
+        establish_timeout: float = ESTABLISH_TIMEOUT,
     ) -> None:
         self.target = target
         self.nodes = list(nodes)
@@ -153,6 +167,7 @@ class SharedStep:
         self._lock = threading.Lock()
         self._outbox: list[tuple[str, bytes]] = []
         self._outbox_ready = threading.Condition()
+        self.establish_timeout = establish_timeout
         self.established = threading.Event()  # every node ready or failed (or the step ended)
         self.ended = threading.Event()
         self.process = runner.start(
@@ -162,6 +177,26 @@ class SharedStep:
         )
         threading.Thread(target=self._read_loop, name="srun-step-reader", daemon=True).start()
         threading.Thread(target=self._write_loop, name="srun-step-writer", daemon=True).start()
+        threading.Thread(
+            target=self._establish_deadline, name="srun-step-start", daemon=True
+        ).start()
+
+    def _establish_deadline(self) -> None:
+        """Fail, each by name, the nodes whose agent has not said `ready` in time."""
+        if self.established.wait(self.establish_timeout) or self.ended.is_set():
+            return
+        with self._lock:
+            silent = [n for n in self.nodes if n not in self._ready and n not in self._failed]
+            for node in silent:
+                self._failed[node] = (
+                    f"agent on {node} did not start within {self.establish_timeout:g} s "
+                    f"under the shared srun step (job {self.target.job_id}): the node "
+                    "launched it but it never answered (node frozen or overloaded, a hung "
+                    "file system?)"
+                )
+        for node in silent:
+            self.channels[node].end(self._failed[node])
+        self.established.set()
 
     # output routing -------------------------------------------------------------------
     def _read_loop(self) -> None:
@@ -204,14 +239,16 @@ class SharedStep:
                 node = self.nodes[task]
             else:
                 return
+            if node in self._failed:
+                return  # too late: given up on at the start deadline
             self._task_node[task] = node
             self.channels[node].deliver(line)
             with self._lock:
                 self._ready.add(node)
             self._check_established()
             return
-        if line.startswith(ACK_REPLY_PREFIX):
-            return
+        if line.startswith(ACK_REPLY_PREFIX) or node in self._failed:
+            return  # a node given up on at the start deadline stays failed
         self.channels[node].deliver(line)
 
     def _stderr_line(self, text: str) -> None:
@@ -406,7 +443,9 @@ def open_slurm_channel(spec: NodeSpec, **options: Any) -> Any:
             # A reconnect of one node while the shared step serves the others.
             return open_node_step(spec, runner)
         if step is None or step.ended.is_set():
-            step = SharedStep(target, list(target.nodes), spec.python, runner)
+            start = options.get("start_timeout")
+            establish = ESTABLISH_TIMEOUT if start is None else START_SHARE * float(start)
+            step = SharedStep(target, list(target.nodes), spec.python, runner, establish)
             _STEPS[key] = step
         step.acquire()
         channel = step.channels[node]

@@ -58,7 +58,10 @@ class Coverage:
 
 
 _TIMEOUT = re.compile(r"^timeout (\d+(?:\.\d+)?) s\b")
-_NO_ANSWER = re.compile(r"no SSH answer within (\d+(?:\.\d+)?)s|timed out after (\d+(?:\.\d+)?)s")
+_NO_ANSWER = re.compile(
+    r"no SSH answer within (\d+(?:\.\d+)?)s|timed out after (\d+(?:\.\d+)?)s"
+    r"|did not start within (\d+(?:\.\d+)?) ?s"
+)
 # (words in the error, reason): the first that matches names the failure
 _REASONS = (
     ("authentication failed", "authentication"),
