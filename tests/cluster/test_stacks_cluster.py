@@ -136,6 +136,94 @@ def test_frozen_and_refusing_nodes_leave_the_capture_on_time_with_coverage(
     assert f"Coverage: {line}" in text.splitlines()
 
 
+def test_a_fanout_tree_captures_every_rank_through_two_connections(
+    cluster: TestCluster, job: GlooJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--fanout-tree 2` on 4 nodes: the console opens SSH to node1 and node2 only; their
+    agents start node3's and node4's over ssh (the nodes' OpenSSH, the cluster's ssh config
+    as the node-to-node config). The capture is the flat one: every rank, one diagnosis."""
+    from areal_console.core.connection import ssh
+    from areal_console.core.stacks.capture import CaptureOptions, take_capture
+
+    opened: list[str] = []
+    real_open = ssh.open_ssh_channel
+
+    def counting_open(spec: object, **options: object) -> object:
+        opened.append(spec.name)  # type: ignore[attr-defined]
+        return real_open(spec, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssh, "open_ssh_channel", counting_open)
+    fleet = cluster.fleet(fanout_tree=2, tree_ssh_config=str(cluster.ssh_config))
+    try:
+        capture = take_capture(fleet, CaptureOptions(match=MARKER), save=False)
+        relays = {s.name: s.relay_parent.name if s.relay_parent else None for s in fleet}
+        hosts = {s.name: s.hello.get("hostname") for s in fleet}
+    finally:
+        fleet.close()
+    assert sorted(opened) == ["node1", "node2"]
+    assert relays == {"node1": None, "node2": None, "node3": "node1", "node4": "node2"}
+    assert hosts == {n.name: n.name for n in cluster.nodes}  # each agent on its own node
+    assert capture.errors == []
+    got = sorted((r.rank, r.node) for r in capture.rank_stacks if r.state == "ok")
+    assert got == sorted((p.rank, p.node.name) for p in job.placements)
+
+    # The same from the command line, as JSON: the diagnosis the flat capture gives.
+    result = run_stacks(
+        cluster, "--hosts", cluster.hosts_arg(), "--fanout-tree", "2",
+        "--tree-ssh-config", str(cluster.ssh_config),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["errors"] == [] and doc["diagnosis"]["pattern"] == "cleanup_deadlock"
+    assert doc["coverage"]["ranks_captured"] == job.world_size
+
+
+def test_frozen_and_refusing_nodes_under_relays_are_named_with_their_reasons(
+    cluster: TestCluster, job: GlooJob, tmp_path: Path
+) -> None:
+    """The tree's faults are the flat one's: node3 (under node1) has its sshd frozen, node4
+    (under node2) refuses the key the node-to-node ssh offers. The capture returns at the
+    node deadline with both named, and node1's and node2's ranks captured."""
+    frozen, refusing = cluster.nodes[2], cluster.nodes[3]
+    stranger = tmp_path / "stranger"
+    cluster_lib._keygen(stranger, "not-authorized")
+    blocks = cluster.ssh_config.read_text().split("Host ")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host ".join(
+            b.replace(str(cluster.identity), str(stranger)) if b.startswith(refusing.name) else b
+            for b in blocks
+        )
+    )
+    sshd = frozen.init_pid
+    assert sshd is not None
+    os.kill(sshd, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        result = run_stacks(
+            cluster, "--hosts", cluster.hosts_arg(), "--fanout-tree", "2",
+            "--tree-ssh-config", str(config), "--node-timeout", "5", "--connect-timeout", "60",
+        )  # fmt: skip
+        elapsed = time.monotonic() - t0
+    finally:
+        os.kill(sshd, signal.SIGCONT)
+    assert result.returncode == 3, result.stderr
+    assert elapsed < 40, elapsed  # the 5 s deadline (plus start-up), not the 60 s connect
+    doc = json.loads(result.stdout)
+    captured = RANKS_PER_NODE * 2
+    assert doc["coverage"] == {
+        "ranks_captured": captured,
+        "ranks_expected": job.world_size,
+        "nodes_failed": [
+            {"node": frozen.name, "reason": "timeout 5 s"},
+            {"node": refusing.name, "reason": "authentication"},
+        ],
+    }
+    errors = {e["node"]: e["error"] for e in doc["errors"]}
+    assert "relayed by node2" in errors[refusing.name]
+    assert "Permission denied (publickey" in errors[refusing.name]
+
+
 def test_report_across_nodes_reads_versions_through_each_agent(
     cluster: TestCluster, job: GlooJob, tmp_path: Path
 ) -> None:

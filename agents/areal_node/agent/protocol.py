@@ -37,6 +37,7 @@ LATER: dict[str, str] = {
     "fr_traces": "areal_node.agent.flight_recorder",
     "nccl_ras": "areal_node.agent.nccl_ras",
     **dict.fromkeys(("name_resolve", "tcp_probe"), "areal_node.agent.name_resolve_op"),
+    "relay_start": "areal_node.agent.relay",
 }
 
 
@@ -48,6 +49,7 @@ LATER: dict[str, str] = {
 DEADLINES: dict[str, float] = {
     "hello": 25.0,
     "ping": 5.0,
+    "relay_start": 10.0,
     "sample": 25.0,
     "stream": 5.0,
     "stream_stop": 5.0,

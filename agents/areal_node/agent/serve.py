@@ -71,6 +71,8 @@ class Agent:
         # Under `srun`, one step may carry the agents of many nodes on one stdin (the
         # console broadcasts); a request naming another node is for another agent.
         self.node_name: str | None = os.environ.get("SLURMD_NODENAME") or None
+        # Other nodes' agents this one started and relays for (`relay.py`): name -> child.
+        self.relays: dict[str, Any] = {}
 
     # output --------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -102,6 +104,11 @@ class Agent:
     def handle_line(self, line: bytes) -> None:
         text = line.strip()
         if not text:
+            return
+        if text[:1] == b">":  # a line for a child this agent relays for
+            from areal_node.agent import relay
+
+            relay.forward(self, text)
             return
         try:
             request = json.loads(text)
@@ -199,6 +206,10 @@ class Agent:
             self.handle_line(line)
         for stop in self._streams.values():
             stop.set()
+        if self.relays:
+            from areal_node.agent import relay
+
+            relay.close_all(self)
         self.servers.close()
         self.pool.shutdown(wait=False, cancel=True)
         self.deadlines.stop()

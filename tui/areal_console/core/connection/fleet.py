@@ -172,6 +172,12 @@ class NodeSession:
         self._closed = threading.Event()
         # token -> callback for the agent's `pyspy_progress` events of a running capture
         self.progress_listeners: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # In a fan-out tree (`Fleet(fanout_tree=K)`): the node whose agent starts this one
+        # (None: the console connects to it), how it does (the argv it runs), and whether
+        # this node's agent relays for others.
+        self.relay_parent: NodeSession | None = None
+        self.relay_argv: Callable[[NodeSpec], list[str]] | None = None
+        self.relays_for_others = False
 
     @property
     def name(self) -> str:
@@ -236,15 +242,7 @@ class NodeSession:
             t0 = time.perf_counter()
             client: AgentClient | None = None
             try:
-                if slots is not None:
-                    slots.acquire()
-                try:
-                    channel = open_channel(
-                        self.spec, self.in_process, start_timeout=timeout, **self.options
-                    )
-                finally:
-                    if slots is not None:
-                        slots.release()
+                channel = self._open(slots, timeout)
                 client = AgentClient(channel, on_event=self._client_event)
                 # How the agent was reached: a Ray node's may be "ssh" (the fallback).
                 self.via = getattr(channel, "via", None) or _via(self.spec)
@@ -267,6 +265,30 @@ class NodeSession:
         with contextlib.suppress(AgentError, AgentDisconnected):
             self.ping()  # on failure the state already says what happened
         return self.hello
+
+    def _open(self, slots: threading.Semaphore | None, timeout: float) -> Channel:
+        """This node's channel: through its relay in a fan-out tree (no connect slot: the
+        relay's agent does the handshake), else its own; one that relays for others is
+        wrapped in a hub routing their lines."""
+        if self.relay_parent is not None:
+            from areal_console.core.connection.relay import open_relayed
+
+            assert self.relay_argv is not None
+            return open_relayed(self.relay_parent, self.spec, self.relay_argv(self.spec), timeout)
+        if slots is not None:
+            slots.acquire()
+        try:
+            channel = open_channel(
+                self.spec, self.in_process, start_timeout=timeout, **self.options
+            )
+        finally:
+            if slots is not None:
+                slots.release()
+        if self.relays_for_others:
+            from areal_console.core.connection.relay import RelayHub
+
+            return RelayHub(channel, self.name).own
+        return channel
 
     def _failed(self, exc: BaseException) -> None:
         from_ssh = exc.__class__.__name__ == "UnknownHostKey"
@@ -345,6 +367,9 @@ class Fleet:
         backoff: Backoff | None = None,
         node_timeout: float | None = DEFAULT_NODE_TIMEOUT,
         max_startups: int = DEFAULT_MAX_STARTUPS,
+        fanout_tree: int | None = None,
+        tree_ssh_config: str | None = None,
+        relay_argv: Callable[[NodeSpec], list[str]] | None = None,
         **options: Any,
     ) -> None:
         slots = threading.BoundedSemaphore(max(1, max_connecting))
@@ -363,6 +388,40 @@ class Fleet:
         ]
         self.max_parallel = max_parallel
         self.node_timeout = node_timeout
+        self.fanout_tree = fanout_tree or None
+        if self.fanout_tree:
+            self._plant_tree(self.fanout_tree, tree_ssh_config, relay_argv, options)
+
+    def _plant_tree(
+        self,
+        fanout: int,
+        ssh_config: str | None,
+        relay_argv: Callable[[NodeSpec], list[str]] | None,
+        options: dict[str, Any],
+    ) -> None:
+        """Give each node beyond the first `fanout` a relay (`relay.plan_tree`): SSH nodes
+        whose names travel as one word (every node, when `relay_argv` says how to start
+        them); the others stay connected directly."""
+        from areal_console.core.connection.relay import plan_tree, ssh_relay_argv, valid_name
+
+        if relay_argv is None:
+            timeout = float(options.get("connect_timeout") or DEFAULT_START_TIMEOUT)
+
+            def relay_argv(spec: NodeSpec) -> list[str]:
+                return ssh_relay_argv(spec, ssh_config, timeout)
+
+            eligible = [s for s in self.sessions if s.spec.transport == "ssh"]
+        else:
+            eligible = list(self.sessions)
+        eligible = [s for s in eligible if valid_name(s.name)]
+        by_name = {s.name: s for s in eligible}
+        for name, parent in plan_tree(list(by_name), fanout).items():
+            if parent is None:
+                continue
+            session = by_name[name]
+            session.relay_parent = by_name[parent]
+            session.relay_argv = relay_argv
+            by_name[parent].relays_for_others = True
 
     def __iter__(self) -> Iterator[NodeSession]:
         return iter(self.sessions)

@@ -65,6 +65,7 @@ _NO_ANSWER = re.compile(
 # (words in the error, reason): the first that matches names the failure
 _REASONS = (
     ("authentication failed", "authentication"),
+    ("permission denied (publickey", "authentication"),  # OpenSSH, on a relay's hop
     ("host key", "host key"),
     ("connection refused", "refused"),
     ("cannot resolve host name", "unknown host"),

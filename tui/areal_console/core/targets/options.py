@@ -47,6 +47,11 @@ class TargetOptions:
     node_timeout: float | None = None  # None: DEFAULT_NODE_TIMEOUT
     fanout_concurrency: int | None = None  # None: DEFAULT_FANOUT_CONCURRENCY
     max_startups: int | None = None  # None: DEFAULT_MAX_STARTUPS
+    # Relay through a tree of agents, this many children each (None or 0: flat, the
+    # default): the console connects to that many nodes, whose agents start the rest over
+    # ssh from node to node (`tree_ssh_config`: an ssh config on the nodes for that hop).
+    fanout_tree: int | None = None
+    tree_ssh_config: str | None = None
     # What `--areal` resolved to (`ArealPlan`), set by `resolve_targets`.
     areal_plan: Any = field(default=None, compare=False, repr=False)
 
@@ -75,4 +80,8 @@ class TargetOptions:
             options["start_timeout"] = float(self.connect_timeout)
         if self.ssh_config:
             options["ssh_config"] = self.ssh_config
+        if self.fanout_tree:
+            options["fanout_tree"] = int(self.fanout_tree)
+            if self.tree_ssh_config:
+                options["tree_ssh_config"] = self.tree_ssh_config
         return options

@@ -165,6 +165,22 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         "(default 8, under sshd's MaxStartups 10:30:100)",
     )
     group.add_argument(
+        "--fanout-tree",
+        type=count,
+        default=None,
+        metavar="K",
+        help="relay through a tree of agents (SSH nodes): connect to K nodes, whose agents "
+        "start the others' over ssh from node to node, K each (default: off, every node "
+        "connected directly)",
+    )
+    group.add_argument(
+        "--tree-ssh-config",
+        default=None,
+        metavar="FILE",
+        help="with --fanout-tree: an ssh config file on the nodes for the node-to-node hop "
+        "(default: the user's own there)",
+    )
+    group.add_argument(
         "--accept-new-hosts",
         action="store_true",
         help="trust and remember host keys not seen before (headless use)",
