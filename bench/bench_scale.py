@@ -47,6 +47,7 @@ sys.path[:0] = [str(ROOT / "tui"), str(ROOT / "agents"), str(ROOT)]
 
 from areal_console.core.connection import fleet as fleet_module  # noqa: E402
 from areal_console.core.connection.fleet import Fleet, NodeFailure  # noqa: E402
+from areal_console.core.connection.relay import plan_tree  # noqa: E402
 from areal_console.core.connection.transport import ChannelClosed, bounded_readline  # noqa: E402
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw  # noqa: E402
 from areal_console.core.stacks.coverage import capture_coverage  # noqa: E402
@@ -59,23 +60,33 @@ SIMULATED = (
     "py-spy: stand-in (recorded dump after the measured per-rank time); /proc: a recording per node"
 )
 
-# One agent host process: serves one agent per (stdin fd, stdout fd, proc root), each in a
-# thread, with the agent's /proc reader pointed at the node's recorded /proc.
+# One agent host process: serves one agent per (stdin, stdout, proc root), each in a
+# thread, with the agent's /proc reader pointed at the node's recorded /proc. stdin and
+# stdout are pipe fds (a node the console reaches directly) or FIFO paths (a node a relay
+# reaches in the tree: the relay's bridge opens the other ends).
 AGENT_HOST = r"""
 import functools, json, os, sys, threading
 from areal_node.agent import serve
 from areal_node.agent.procfs import ProcessCollector
+def run(agent, inp, out):
+    agent.stdin = os.fdopen(inp, "rb") if isinstance(inp, int) else open(inp, "rb")
+    agent.stdout = os.fdopen(out, "wb") if isinstance(out, int) else open(out, "wb")
+    agent.serve()
 threads = []
-for in_fd, out_fd, root in json.loads(sys.argv[1]):
+for inp, out, root in json.loads(sys.argv[1]):
     serve.ProcessCollector = functools.partial(ProcessCollector, root)
-    agent = serve.Agent(stdin=os.fdopen(in_fd, "rb"), stdout=os.fdopen(out_fd, "wb"))
-    t = threading.Thread(target=agent.serve, daemon=True)
+    agent = serve.Agent(stdin=sys.stdin.buffer, stdout=sys.stdout.buffer)
+    t = threading.Thread(target=run, args=(agent, inp, out), daemon=True)
     t.start()
     threads.append(t)
 for t in threads:
     t.join()
 os._exit(0)
 """
+# What a relay runs to reach a simulated node's agent, in place of `ssh NODE ...`: a bridge
+# of two `cat`s between its stdio and the agent's FIFOs.
+BRIDGE = 'cat "$1" & exec cat > "$2"'
+TREE_SIMULATED = "the relay's ssh hop to each node (two `cat`s bridging to that node's agent)"
 
 
 def cpu_seconds() -> float:
@@ -198,10 +209,20 @@ def write_proc(root: Path, node: int, ranks: int, world: int) -> None:
 class SimulatedNodes:
     """N nodes: recorded /proc per node, agents on real pipes in agent host processes."""
 
-    def __init__(self, base: Path, nodes: int, ranks: int, bindir: Path, per_host: int) -> None:
+    def __init__(
+        self,
+        base: Path,
+        nodes: int,
+        ranks: int,
+        bindir: Path,
+        per_host: int,
+        relayed: frozenset[str] = frozenset(),
+    ) -> None:
         self.nodes, self.ranks, self.per_host = nodes, ranks, per_host
         self.hosts: list[subprocess.Popen[bytes]] = []
         self.channels: dict[str, PipeChannel] = {}
+        self.fifos: dict[str, tuple[str, str]] = {}  # relayed node -> (its stdin, its stdout)
+        self.names = [f"n{n:03d}" for n in range(nodes)]
         for n in range(nodes):
             write_proc(base / f"proc{n}", n, ranks, nodes * ranks)
         env = dict(os.environ)
@@ -209,8 +230,16 @@ class SimulatedNodes:
         env["PYTHONPATH"] = str(ROOT / "agents")
         python = str(bindir.parent / "python" / "python3")
         for first in range(0, nodes, per_host):
-            specs, mine = [], []
+            specs: list[list[Any]] = []
+            mine = []
             for n in range(first, min(nodes, first + per_host)):
+                if f"n{n:03d}" in relayed:
+                    fifo_in, fifo_out = base / f"n{n:03d}.in", base / f"n{n:03d}.out"
+                    os.mkfifo(fifo_in)
+                    os.mkfifo(fifo_out)
+                    self.fifos[f"n{n:03d}"] = (str(fifo_in), str(fifo_out))
+                    specs.append([str(fifo_in), str(fifo_out), str(base / f"proc{n}")])
+                    continue
                 to_r, to_w = os.pipe()
                 from_r, from_w = os.pipe()
                 specs.append([to_r, from_w, str(base / f"proc{n}")])
@@ -226,10 +255,14 @@ class SimulatedNodes:
                 os.close(fd)
 
     def specs(self) -> list[NodeSpec]:
-        return [NodeSpec(name=name, transport="local") for name in self.channels]
+        return [NodeSpec(name=name, transport="local") for name in self.names]
 
     def open_channel(self, spec: NodeSpec, in_process: bool = False, **_: Any) -> PipeChannel:
         return self.channels[spec.name]
+
+    def relay_argv(self, spec: NodeSpec) -> list[str]:
+        fifo_in, fifo_out = self.fifos[spec.name]
+        return ["/bin/sh", "-c", BRIDGE, "bridge", fifo_out, fifo_in]
 
     def close(self) -> None:
         for channel in self.channels.values():
@@ -242,13 +275,25 @@ class SimulatedNodes:
                 host.wait()
 
 
-def run_scale(n: int, ranks: int, pyspy_s: float, bindir: Path, repeats: int) -> dict[str, Any]:
+def tree_fanout(n: int) -> int:
+    """The bench's tree: two levels, K = min(32, ceil(sqrt(n))) (512 nodes: 23 relays)."""
+    return min(32, math.ceil(math.sqrt(n)))
+
+
+def run_scale(
+    n: int, ranks: int, pyspy_s: float, bindir: Path, repeats: int, tree: int | None = None
+) -> dict[str, Any]:
     per_host = 1 if n <= 128 else 4
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        sim = SimulatedNodes(Path(tmp), n, ranks, bindir, per_host)
+        names = [f"n{i:03d}" for i in range(n)]
+        relayed = frozenset(k for k, v in plan_tree(names, tree).items() if v) if tree else None
+        sim = SimulatedNodes(Path(tmp), n, ranks, bindir, per_host, relayed or frozenset())
         original = fleet_module.open_channel
         fleet_module.open_channel = sim.open_channel
-        fleet = Fleet(sim.specs(), probe_gpus=False, max_parallel=64, node_timeout=120)
+        fleet = Fleet(
+            sim.specs(), probe_gpus=False, max_parallel=64, node_timeout=120,
+            fanout_tree=tree, relay_argv=sim.relay_argv if tree else None,
+        )  # fmt: skip
         try:
             c0, t0 = cpu_seconds(), time.perf_counter()
             hellos = fleet.connect_all()
@@ -285,6 +330,8 @@ def run_scale(n: int, ranks: int, pyspy_s: float, bindir: Path, repeats: int) ->
     wall, cpu = statistics.median(walls), statistics.median(cpus)
     return {
         "nodes": n,
+        "tree": tree,
+        "connections": n - len(relayed or ()),
         "ranks": n * ranks,
         "agent_processes": math.ceil(n / per_host),
         "connect_wall_s": connect_wall,
@@ -375,16 +422,20 @@ def big_ssh_files(cluster: Any, hosts: int) -> tuple[Path, Path]:
     return config, known
 
 
-def cold_cpu(cluster: Any, count: int, config: Path, per_node_parse: bool) -> float:
-    """Console CPU seconds for a new fleet's connect and one sample on `count` nodes."""
-    from areal_console.core.connection import ssh
+def cold_cpu(
+    cluster: Any, count: int, config: Path, per_node_parse: bool, tree: int | None = None
+) -> float:
+    """Console CPU seconds for a new fleet's connect and one sample on `count` nodes
+    (`tree`: through a fan-out tree of that K, the nodes' own OpenSSH for the relayed hop,
+    with the same ssh config; its wall seconds go to COLD_WALL)."""
+    from areal_console.core.connection import ssh, ssh_config
 
     if per_node_parse:  # the baseline: every connection parses the config and known_hosts
         load, known, lookup = ssh.load_ssh_config, ssh.known_hosts_for, ssh.lookup_host
         ssh.lookup_host = lambda config, alias: config.lookup(alias)
 
         def load_again(path: Any) -> Any:
-            ssh._CONFIGS.clear()
+            ssh_config._CONFIGS.clear()
             return load(path)
 
         def known_again(paths: Any) -> Any:
@@ -392,13 +443,17 @@ def cold_cpu(cluster: Any, count: int, config: Path, per_node_parse: bool) -> fl
             return known(paths)
 
         ssh.load_ssh_config, ssh.known_hosts_for = load_again, known_again
-    ssh._CONFIGS.clear()
+    ssh_config._CONFIGS.clear()
     ssh._KNOWN.clear()
     try:
-        c0 = cpu_seconds()
-        fleet = Fleet(cluster.specs()[:count], ssh_config=str(config), allow_agent=False)
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        fleet = Fleet(
+            cluster.specs()[:count], ssh_config=str(config), allow_agent=False,
+            fanout_tree=tree, tree_ssh_config=str(config),
+        )  # fmt: skip
         try:
             results = fleet.call_all("sample")
+            COLD_WALL.append(time.perf_counter() - t0)
         finally:
             fleet.close()
         cpu = cpu_seconds() - c0
@@ -413,6 +468,7 @@ def cold_cpu(cluster: Any, count: int, config: Path, per_node_parse: bool) -> fl
 
 
 IDLE_SECONDS = 6.0
+COLD_WALL: list[float] = []  # wall seconds to the samples of each cold_cpu call
 
 
 def ssh_idle_wakeup() -> float:
@@ -495,6 +551,27 @@ def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
                 f"(median of {repeats}; last run {1000 * whole:.1f} ms per node over {nodes})"
             )
         lines.append(f"  ratio now / baseline: {medians[1] / medians[0]:.2f}")
+        # The same cold connect through a fan-out tree of K=2 (2 nodes: both direct; more:
+        # 2 direct, the rest started by their agents over the nodes' own OpenSSH).
+        cold_cpu(cluster, nodes, config, False, tree=2)  # warm the tree path once
+        added: list[float] = []
+        for mode in ("flat", "tree"):
+            k = 2 if mode == "tree" else None
+            added_mode: list[float] = []
+            walls: dict[int, list[float]] = {few: [], nodes: []}
+            for _ in range(repeats):
+                small = cold_cpu(cluster, few, config, False, k)
+                walls[few].append(COLD_WALL[-1])
+                large = cold_cpu(cluster, nodes, config, False, k)
+                walls[nodes].append(COLD_WALL[-1])
+                added_mode.append((large - small) / (nodes - few))
+            added.append(1000 * statistics.median(added_mode))
+            lines.append(
+                f"  {mode + (' K=2' if k else ''):<26} {added[-1]:6.1f} ms per added node "
+                f"(median of {repeats}); connect + sample wall {statistics.median(walls[few]):.2f} s "
+                f"at {few} nodes, {statistics.median(walls[nodes]):.2f} s at {nodes}"
+            )
+        lines.append(f"  ratio tree / flat: {added[1] / added[0]:.2f}")
         idle = [idle_cpu(cluster, config, wakeup) for wakeup in (0.1, ssh_idle_wakeup())]
         lines.append(
             f"Idle connected fleet ({nodes} real sshd nodes, no requests, {IDLE_SECONDS:g} s): "
@@ -520,6 +597,63 @@ def run_sshd(nodes: int, hosts: int, repeats: int) -> list[str]:
     return [header, *lines]
 
 
+def print_row(mode: str, r: dict[str, Any]) -> None:
+    print(
+        f"{r['nodes']:>4} nodes, {mode} ({r['connections']} console connections, {r['ranks']} "
+        f"ranks, {r['agent_processes']} agent processes): capture {r['capture_wall_s']:.2f} s "
+        f"wall (py-spy floor {r['pyspy_floor_s']:.2f} s), console CPU {r['capture_cpu_s']:.3f} s "
+        f"= {r['capture_cpu_ms_per_node']:.2f} ms/node; merge+diagnosis {r['analyse_s']:.3f} s; "
+        f"connect {r['connect_cpu_ms_per_node']:.2f} ms CPU/node ({r['connect_wall_s']:.2f} s "
+        f"wall); idle {r['idle_cpu_ms_per_node_per_s']:.3f} ms CPU/node/s; {r['coverage']}; one "
+        f"node's py-spy reply {r['reply_bytes'][0]:,} bytes (frames inline: "
+        f"{r['reply_bytes'][1]:,})",
+        flush=True,
+    )
+
+
+def per_added(rows: list[dict[str, Any]], key: str) -> list[float | None]:
+    """Console CPU ms per node added since the first size: (CPU(n) - CPU(first)) / (n - first)."""
+    first = rows[0]
+    out: list[float | None] = [None]
+    for r in rows[1:]:
+        out.append(1000 * (r[key] - first[key]) / (r["nodes"] - first["nodes"]))
+    return out
+
+
+def print_tree_table(flat: list[dict[str, Any]], tree: list[dict[str, Any]]) -> None:
+    """Flat against tree, same sizes, same run: the console's CPU to connect and to capture."""
+    for rows in (flat, tree):
+        for r in rows:
+            r["connect_cpu_s"] = r["connect_cpu_ms_per_node"] * r["nodes"] / 1000
+    flat_added = per_added(flat, "capture_cpu_s")
+    tree_added = per_added(tree, "capture_cpu_s")
+    flat_conn = per_added(flat, "connect_cpu_s")
+    tree_conn = per_added(tree, "connect_cpu_s")
+    print(
+        "| nodes | K | console connections (flat / tree) | connect CPU ms/node flat | tree "
+        "| tree / flat | capture CPU ms/node flat | tree | tree / flat | per added node: "
+        "connect flat / tree ms | capture flat / tree ms | capture wall s flat / tree "
+        "| real / simulated |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+
+    def ms(v: float | None) -> str:
+        return "" if v is None else f"{v:.2f}"
+
+    for i, (f, t) in enumerate(zip(flat, tree, strict=True)):
+        print(
+            f"| {f['nodes']} | {t['tree']} | {f['connections']} / {t['connections']} "
+            f"| {f['connect_cpu_ms_per_node']:.2f} | {t['connect_cpu_ms_per_node']:.2f} "
+            f"| {t['connect_cpu_ms_per_node'] / f['connect_cpu_ms_per_node']:.2f} "
+            f"| {f['capture_cpu_ms_per_node']:.2f} | {t['capture_cpu_ms_per_node']:.2f} "
+            f"| {t['capture_cpu_ms_per_node'] / f['capture_cpu_ms_per_node']:.2f} "
+            f"| {ms(flat_conn[i])} / {ms(tree_conn[i])} | {ms(flat_added[i])} / {ms(tree_added[i])} "
+            f"| {f['capture_wall_s']:.2f} / {t['capture_wall_s']:.2f} "
+            f"| real: console, agents, relays, pipes, protocol, merge, diagnosis; simulated: "
+            f"{SIMULATED}; {TREE_SIMULATED} |"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", default="8,32,128,512")
@@ -527,6 +661,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sshd", type=int, default=0, metavar="K", help="also K real sshd nodes")
     parser.add_argument("--hosts", type=int, default=512, help="ssh_config/known_hosts entries")
+    parser.add_argument("--no-tree", action="store_true", help="flat fan-out only")
     args = parser.parse_args()
     sizes = [int(x) for x in args.nodes.split(",")]
 
@@ -535,23 +670,17 @@ def main() -> int:
     print(f"per-rank py-spy dump (real py-spy on a real idle Python, median of 3): {pyspy_s:.3f} s")
     print(f"simulated: {SIMULATED}")
     print()
-    rows = []
+    rows, trees = [], []
     with tempfile.TemporaryDirectory(prefix="bench-scale-bin-") as tmp:
         bindir = write_stand_ins(Path(tmp), pyspy_s)
         for n in sizes:
             rows.append(run_scale(n, args.ranks, pyspy_s, bindir, args.repeats))
-            r = rows[-1]
-            print(
-                f"{r['nodes']:>4} nodes ({r['ranks']} ranks, {r['agent_processes']} agent "
-                f"processes): capture {r['capture_wall_s']:.2f} s wall (py-spy floor "
-                f"{r['pyspy_floor_s']:.2f} s), console CPU {r['capture_cpu_s']:.3f} s = "
-                f"{r['capture_cpu_ms_per_node']:.2f} ms/node; merge+diagnosis "
-                f"{r['analyse_s']:.3f} s; connect {r['connect_cpu_ms_per_node']:.2f} ms CPU/node; "
-                f"idle {r['idle_cpu_ms_per_node_per_s']:.3f} ms CPU/node/s; {r['coverage']}; "
-                f"one node's py-spy reply {r['reply_bytes'][0]:,} bytes (frames inline: "
-                f"{r['reply_bytes'][1]:,})",
-                flush=True,
-            )
+            print_row("flat", rows[-1])
+            if not args.no_tree:
+                trees.append(
+                    run_scale(n, args.ranks, pyspy_s, bindir, args.repeats, tree_fanout(n))
+                )
+                print_row(f"tree K={trees[-1]['tree']}", trees[-1])
         print()
         print(run_frozen(32, args.ranks, bindir, 5.0), flush=True)
     base = rows[0]
@@ -571,6 +700,9 @@ def main() -> int:
             f"| {r['connect_cpu_ms_per_node']:.2f} | {r['idle_cpu_ms_per_node_per_s']:.3f} "
             f"| real: console, agents, pipes, protocol, merge, diagnosis; simulated: {SIMULATED} |"
         )
+    if trees:
+        print()
+        print_tree_table(rows, trees)
     if args.sshd:
         print()
         for line in run_sshd(args.sshd, args.hosts, args.repeats):
