@@ -187,6 +187,17 @@ def test_cli_options_become_one_typed_record_with_fleet_options() -> None:
         64,
         8,
     )
+    assert "fanout_tree" not in defaults  # flat unless asked
+
+
+def test_the_tree_flags_reach_the_fleet_options() -> None:
+    args = build_parser("stacks").parse_args(
+        ["stacks", "--hosts", "n[1-64]", "--fanout-tree", "8", "--tree-ssh-config", "/n/cfg"]
+    )
+    options = target_options(args)
+    assert (options.fanout_tree, options.tree_ssh_config) == (8, "/n/cfg")
+    fleet = options.fleet_options()
+    assert (fleet["fanout_tree"], fleet["tree_ssh_config"]) == (8, "/n/cfg")
 
 
 def _big_config(tmp_path: Path, hosts: int) -> Path:
