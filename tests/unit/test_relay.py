@@ -129,6 +129,20 @@ def test_a_dead_relay_takes_its_subtree_down_by_name(tree: Fleet) -> None:
     assert n4.relay_parent is n2 and n4.hello["pid"] != n2.hello["pid"]
 
 
+def test_a_relayed_node_closed_and_connected_again_keeps_its_new_connection(tree: Fleet) -> None:
+    """The old child's end must not reach the new one's channel (same name, same relay)."""
+    tree.call_all("ping")
+    n4 = tree.session("n4")
+    pids = {n4.hello["pid"]}
+    for _ in range(3):
+        n4.close()
+        n4.connect(timeout=20, force=True)
+        pids.add(n4.hello["pid"])
+        assert n4.ping(timeout=10) >= 0
+    assert len(pids) == 4  # a new agent each time
+    assert n4.state == "up"
+
+
 def test_a_child_that_cannot_start_is_named_with_its_reason() -> None:
     def argv(spec: NodeSpec) -> list[str]:
         if spec.name == "n3":

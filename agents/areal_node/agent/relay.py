@@ -80,6 +80,9 @@ class Child:
         self._send_lock = threading.Lock()
         self._stderr: list[str] = []
         self._ready = False
+        # Closed by the console (or replaced by a new child of the name): nothing more of
+        # it goes up, not even its end, which would otherwise reach the new one's channel.
+        self.closed = False
         self._err = threading.Thread(target=self._drain_stderr, daemon=True)
         self._err.start()
         threading.Thread(target=self._carry, name=f"relay-{name}", daemon=True).start()
@@ -95,6 +98,7 @@ class Child:
 
     def close(self) -> None:
         """EOF on its stdin ends the child (and an ssh in between); killed if it lingers."""
+        self.closed = True
         with self._send_lock:
             try:
                 assert self.proc.stdin is not None
@@ -133,6 +137,8 @@ class Child:
                     if not rest or rest.endswith(b"\n"):
                         break
                 continue
+            if self.closed:
+                continue
             if not self._ready:
                 if line.startswith(NEED_SOURCE):
                     frame = payload_frame()
@@ -146,6 +152,8 @@ class Child:
         self._err.join(2.0)
         if self.agent.relays.get(self.name) is self:
             del self.agent.relays[self.name]
+        if self.closed:
+            return
         message = {"event": "relay_exit", "status": status, "stderr": self._stderr[-STDERR_LINES:]}
         self.agent._write(self.prefix + json.dumps(message).encode() + b"\n")
 
