@@ -110,6 +110,8 @@ NOT_JOB_TEXT = {
     "areal_console.core.slurm.targets.JOB_ID": "the user's --slurm-job",
     "areal_console.core.targets.hostlist._NUMBER": "fullmatch of one range bound",
     "areal_console.core.targets.specs._HOST_NAME": "fullmatch, {0,252} bounded",
+    "areal_console.core.connection.relay._NAME": "fullmatch, {0,199} bounded (node names)",
+    "areal_node.agent.relay._NAME": "fullmatch, {0,199} bounded (relay_start's node name)",
     "areal_node.agent.jobs.JOB_ID": "job ids the console makes",
     "areal_node.agent.jobs._PLACEHOLDER": "the user's launch templates",
     "areal_node.constants.DUMP_FILE": "file names of a directory listing",
