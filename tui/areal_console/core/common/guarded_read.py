@@ -2,7 +2,7 @@
 job's tracer or log file on this machine): never through a link, never blocking (a FIFO
 is an error at once, not a hang), a regular file only, owned by someone the caller
 trusts, and read to a bound. /tmp and other shared folders are hostile by default.
-The node side has its own (areal_node/agent/logs.py: `open_log`)."""
+The node side has its own (areal_node/guarded_read.py: `open_regular`)."""
 
 from __future__ import annotations
 
