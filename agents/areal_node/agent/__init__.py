@@ -11,6 +11,7 @@
     gpus             NVML
     pyspy            py-spy dumps
     flight_recorder  Flight Recorder traces (live and dumped)
+    unix_peer        who answers at a Unix socket (SO_PEERCRED), before a byte is sent
     logs             following logs, finding a run's logs, reading files
     jobs             detached launches, staged files, dump indexes
 

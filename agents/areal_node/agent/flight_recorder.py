@@ -237,7 +237,8 @@ def _post(
     listener's credentials, SO_PEERCRED)."""
     import http.client
     import socket
-    import struct
+
+    from areal_node.agent.unix_peer import peer_problem
 
     def remaining() -> float:
         left = deadline - time.monotonic()
@@ -266,12 +267,9 @@ def _post(
             try:
                 sock.settimeout(remaining())
                 sock.connect(path)
-                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-                peer_pid, peer_uid, _ = struct.unpack("3i", creds)
-                if peer_uid != uid:
-                    raise PermissionError(f"served by uid {peer_uid}, not the rank's uid {uid}")
-                if pid is not None and peer_pid != pid:
-                    raise PermissionError(f"served by process {peer_pid}, not the rank ({pid})")
+                problem = peer_problem(sock, uid, pid)
+                if problem is not None:
+                    raise PermissionError(problem)
             except BaseException:
                 sock.close()
                 raise

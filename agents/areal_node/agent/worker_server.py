@@ -30,6 +30,7 @@ from typing import Any
 
 from areal_node.agent.flight_recorder import fr_sockets, process_uid
 from areal_node.agent.procfs import parse_environ, read_all, to_int
+from areal_node.agent.unix_peer import peer_problem
 
 MAX_DEADLINE = 3.0  # seconds one rank's worker server may take, store lookup included
 MAX_TRACEBACK = 4 << 20  # bytes of one answer (faulthandler writes at most 100 x 100 frames)
@@ -171,12 +172,9 @@ def post(
         sock.settimeout(_remaining(deadline))
         sock.connect(target)
         if endpoint[0] == "unix":
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-            peer_pid, peer_uid, _ = struct.unpack("3i", creds)
-            if peer_uid != uid:
-                raise WorkerServerError(f"served by uid {peer_uid}, not the rank's uid {uid}")
-            if pid is not None and peer_pid != pid:
-                raise WorkerServerError(f"served by process {peer_pid}, not the rank ({pid})")
+            problem = peer_problem(sock, uid, pid)
+            if problem is not None:
+                raise WorkerServerError(problem)
         request = f"POST {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
         sock.sendall(request.encode())
         answer = parse_http(_recv_until_closed(sock, deadline, MAX_TRACEBACK))
