@@ -57,7 +57,6 @@ OWN_FILES = {
     "areal_node/server_poll.py": "/proc/PID/net tables",
     "areal_console/core/watch/loop.py": "its own state file in the evidence folder",
     "areal_node/agent/nccl_ras.py": "/proc/PID/maps",
-    "areal_node/agent/worker_server.py": "/proc/PID/net tables",
     "areal_node/private_files.py": "the files it creates (O_EXCL) or appends to (ours only)",
     "areal_node/versions.py": "/proc/PID (environ, cmdline, status); files via open_regular",
     "areal_node/trainer/areal_log.py": "the reference trainer's own log",

@@ -201,23 +201,6 @@ def store_get(host: str, port: int, key: str, deadline: float) -> str | None:
         return _recv_exact(sock, size, deadline).decode("utf-8", "replace")
 
 
-def _tcp_tables(pid: int | str) -> str:
-    from areal_node.agent.procfs import read_fd
-    from areal_node.server_poll import MAX_NET_TABLE
-
-    text = ""
-    for table in ("tcp", "tcp6"):
-        try:
-            fd = os.open(f"/proc/{pid}/net/{table}", os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            continue
-        try:
-            text += read_fd(fd, MAX_NET_TABLE).decode("ascii", "replace")
-        finally:
-            os.close(fd)
-    return text
-
-
 def descriptors_hidden(pid: int) -> bool:
     """Whether the process's open files cannot be told (`/proc/PID/fd` links of another
     user's process need CAP_SYS_PTRACE; the directory itself lists)."""
@@ -241,7 +224,7 @@ def user_listeners(pid: int, uid: int) -> list[Any]:
     (same inode: one namespace, so loopback reaches them). For another user's process
     without CAP_SYS_PTRACE, whose descriptors cannot be read: the rank's user, not the
     rank itself, is what can be checked."""
-    from areal_node.server_poll import LISTEN, parse_net_table
+    from areal_node.server_poll import LISTEN, parse_net_table, tcp_tables
 
     def inodes(text: str, owner: int | None) -> set[str]:
         found = set()
@@ -252,8 +235,8 @@ def user_listeners(pid: int, uid: int) -> list[Any]:
                 found.add(cols[9])
         return found
 
-    theirs = _tcp_tables(pid)
-    shared = inodes(theirs, uid) & inodes(_tcp_tables("self"), None)
+    theirs = tcp_tables(pid)
+    shared = inodes(theirs, uid) & inodes(tcp_tables("self"), None)
     return parse_net_table(theirs, shared) if shared else []
 
 
