@@ -189,7 +189,7 @@ def test_without_ptrace_a_socket_planted_for_the_rank_is_never_asked(
 @pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason="needs the system python3")
 def test_stacks_and_traces_check_the_listener_one_way(started: Started, shared_dir: Path) -> None:
     """The stack request (worker_server.post) and the trace request (flight_recorder's
-    _post) share one peer check (agent/unix_peer.py): `nobody`'s listener is refused as
+    _post) share one peer check (agent/rank_socket.py): `nobody`'s listener is refused as
     another user's, and as another process than the rank, in the same words by both,
     before a byte is sent; it is asked once it is the rank."""
     listener = started.standin("ok", shared_dir, nobody=True)

@@ -11,7 +11,7 @@
     gpus             NVML
     pyspy            py-spy dumps
     flight_recorder  Flight Recorder traces (live and dumped)
-    unix_peer        who answers at a Unix socket (SO_PEERCRED), before a byte is sent
+    rank_socket      asking a rank's server: who answers (SO_PEERCRED), a deadline, a bound
     logs             following logs, finding a run's logs, reading files
     jobs             detached launches, staged files, dump indexes
 

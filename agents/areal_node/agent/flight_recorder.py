@@ -238,7 +238,7 @@ def _post(
     import http.client
     import socket
 
-    from areal_node.agent.unix_peer import peer_problem
+    from areal_node.agent.rank_socket import peer_problem
 
     def remaining() -> float:
         left = deadline - time.monotonic()

@@ -30,7 +30,7 @@ from typing import Any
 
 from areal_node.agent.flight_recorder import fr_sockets, process_uid
 from areal_node.agent.procfs import parse_environ, read_all, to_int
-from areal_node.agent.unix_peer import peer_problem
+from areal_node.agent.rank_socket import peer_problem, recv_until_closed, remaining
 
 MAX_DEADLINE = 3.0  # seconds one rank's worker server may take, store lookup included
 MAX_TRACEBACK = 4 << 20  # bytes of one answer (faulthandler writes at most 100 x 100 frames)
@@ -121,31 +121,10 @@ def _frame(rest: str) -> dict[str, Any] | None:
     }
 
 
-def _remaining(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise socket.timeout("deadline passed")
-    return left
-
-
-def _recv_until_closed(sock: socket.socket, deadline: float, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        sock.settimeout(_remaining(deadline))
-        data = sock.recv(1 << 16)
-        if not data:
-            return b"".join(chunks)
-        size += len(data)
-        if size > limit:
-            raise WorkerServerError(f"answer over {limit} bytes: not read", "malformed")
-        chunks.append(data)
-
-
 def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
     data = b""
     while len(data) < size:
-        sock.settimeout(_remaining(deadline))
+        sock.settimeout(remaining(deadline))
         chunk = sock.recv(size - len(data))
         if not chunk:
             raise WorkerServerError("the store closed the connection")
@@ -169,7 +148,7 @@ def post(
         sock = socket.socket(socket.AF_INET6 if ":" in endpoint[1] else socket.AF_INET)
         target = (endpoint[1], endpoint[2])
     try:
-        sock.settimeout(_remaining(deadline))
+        sock.settimeout(remaining(deadline))
         sock.connect(target)
         if endpoint[0] == "unix":
             problem = peer_problem(sock, uid, pid)
@@ -177,7 +156,10 @@ def post(
                 raise WorkerServerError(problem)
         request = f"POST {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
         sock.sendall(request.encode())
-        answer = parse_http(_recv_until_closed(sock, deadline, MAX_TRACEBACK))
+        data = recv_until_closed(sock, deadline, MAX_TRACEBACK)
+        if len(data) > MAX_TRACEBACK:
+            raise WorkerServerError(f"answer over {MAX_TRACEBACK} bytes: not read", "malformed")
+        answer = parse_http(data)
     finally:
         sock.close()
     if answer.error is not None:
@@ -189,7 +171,7 @@ def store_get(host: str, port: int, key: str, deadline: float) -> str | None:
     """The value of `key` in the TCPStore at host:port (None: not set), asked with CHECK
     first so that a missing key is never waited for; bounded in time and size."""
     wire = ("/" + key).encode()
-    with socket.create_connection((host, port), timeout=_remaining(deadline)) as sock:
+    with socket.create_connection((host, port), timeout=remaining(deadline)) as sock:
         sock.sendall(struct.pack("<BI", STORE_VALIDATE, STORE_MAGIC))
         sock.sendall(struct.pack("<BQQ", STORE_CHECK, 1, len(wire)) + wire)
         if _recv_exact(sock, 1, deadline)[0] != STORE_READY:
