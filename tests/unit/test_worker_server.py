@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from areal_node.agent.worker_server import (
     worker_stacks,
 )
 
-from tests.support.nobody import NOBODY, needs_nobody
+from tests.support.nobody import NOBODY, needs_nobody, shared_tmp
 from tests.support.waits import wait_for
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "worker_server"
@@ -85,10 +84,8 @@ def test_parse_skips_what_is_not_a_stack_and_caps_sizes() -> None:
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="areal-ws-", dir="/tmp"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with shared_tmp("areal-ws-") as path:
+        yield path
 
 
 class Started:
