@@ -33,6 +33,24 @@ HOSTILE = "x[/] [@click=app.quit]q[/] [link=http://x]l[/link] \x1b]2;pwned\x07\x
 SHOWN = "x[/] [@click=app.quit]q[/] [link=http://x]l[/link] \\x1b]2;pwned\\x07\\x1b[31m"
 
 
+async def verified_from_runs(record: jobs.RunRecord, says: str) -> str:
+    """Save `record`, verify it from the Runs screen (`v`) with this machine as the fleet,
+    and return the toasts' text, on one line, once one says `says`; the console must still
+    be running then."""
+    jobs.save_run(record)
+    fleet = Fleet([local_node()])
+    try:
+        app = ScreenHost(RunsScreen(fleet, poll=0.2))
+        async with app.run_test(size=(160, 40), notifications=True) as pilot:
+            await select_run(pilot, f"{record.node}/{record.job_id}")
+            await pilot.press("v")
+            await until(pilot, lambda: any(says in t for t in toasts(app)))
+            assert app.is_running
+            return "".join(toasts(app)).replace("\n", "")
+    finally:
+        fleet.close()
+
+
 @needs_nobody
 async def test_a_recorded_metric_with_markup_is_a_literal_toast(tmp_path: Path) -> None:
     """The reported case: the dump's owner (`nobody`) recorded a metric value `x[/]`; the
@@ -44,45 +62,17 @@ async def test_a_recorded_metric_with_markup_is_a_literal_toast(tmp_path: Path) 
         as_nobody(NOBODY_PYTHON, "-c", script)
         replayed.write_text(json.dumps({"step": 0, "task_reward": 1.5}) + "\n")
         plan = {"steps": [0, 0], "metrics": str(replayed), "recorded_metrics": str(recorded)}
-        jobs.save_run(jobs.RunRecord("verify-x", node.name, plan, time.time(), state="finished"))
-        fleet = Fleet([node])
-        try:
-            app = ScreenHost(RunsScreen(fleet, poll=0.2))
-            async with app.run_test(size=(160, 40), notifications=True) as pilot:
-                await select_run(pilot, f"{node.name}/verify-x")
-                await pilot.press("v")
-                await until(pilot, lambda: any("replay differs" in t for t in toasts(app)))
-                shown = "".join(toasts(app)).replace("\n", "")
-                assert SHOWN in shown.replace("'", ""), shown
-                assert app.is_running
-        finally:
-            fleet.close()
+        record = jobs.RunRecord("verify-x", node.name, plan, time.time(), state="finished")
+        shown = await verified_from_runs(record, "replay differs")
+    assert SHOWN in shown.replace("'", ""), shown
 
 
 async def test_a_failing_worker_with_a_hostile_node_name_is_a_literal_toast() -> None:
     """A worker's failure names the node and the error: a run record naming a node that
     is not in the fleet, called `[@click=app.quit]...`, fails its verification."""
-    name = "n" + HOSTILE
-    jobs.save_run(
-        jobs.RunRecord(
-            "gone",
-            name,
-            {"steps": [0, 0], "metrics": "m", "recorded_metrics": "r"},
-            time.time(),
-            state="finished",
-        )
-    )
-    fleet = Fleet([local_node()])
-    try:
-        app = ScreenHost(RunsScreen(fleet, poll=0.2))
-        async with app.run_test(size=(160, 40), notifications=True) as pilot:
-            await select_run(pilot, f"{name}/gone")
-            await pilot.press("v")
-            await until(pilot, lambda: any("gone on n" in t for t in toasts(app)))
-            assert SHOWN in "".join(toasts(app)).replace("\n", "")
-            assert app.is_running
-    finally:
-        fleet.close()
+    plan = {"steps": [0, 0], "metrics": "m", "recorded_metrics": "r"}
+    record = jobs.RunRecord("gone", "n" + HOSTILE, plan, time.time(), state="finished")
+    assert SHOWN in await verified_from_runs(record, "gone on n")
 
 
 async def test_commands_and_known_hosts_notes_are_literal_toasts() -> None:
