@@ -4,7 +4,8 @@ another shared folder, which are hostile by default) is opened only through a gu
 reader: no link followed, never blocking (a FIFO is an error at once), a regular file
 only, owned by a user the caller trusts, read to a bound.
 
-- Console side: `core/common/guarded_read.py` (`open_guarded`, `read_guarded`).
+- Console side: `core/common/guarded_read.py` (`open_guarded`, `read_guarded`), which
+  opens through the node's.
 - Node side: `agents/areal_node/guarded_read.py` (`open_regular`), behind the agent's log
   reads (`file_tail`, `file_read`, `log_find`), the Flight Recorder's dump reader, AReaL's
   nfs name-resolve records and the version reader; each adds its owner rule by the
@@ -29,8 +30,7 @@ PACKAGES = ((ROOT / "tui", "areal_console/core"), (ROOT / "agents", "areal_node"
 OPENERS = {"open", "read_text", "read_bytes"}
 
 GUARDED = {
-    "areal_console/core/common/guarded_read.py": "the console's guarded reader",
-    "areal_node/guarded_read.py": "the node's guarded reader (open_regular)",
+    "areal_node/guarded_read.py": "the guarded reader (open_regular), also the console's",
 }
 OWN_FILES = {
     "areal_console/core/common/safe_yaml.py": "inventory and settings files the user names",
