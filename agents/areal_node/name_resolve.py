@@ -20,6 +20,8 @@ import pwd
 import stat
 from typing import Any
 
+from areal_node.guarded_read import OWNER, TOO_LARGE, Refused, open_regular
+
 DEFAULT_NFS_ROOT = "/tmp/areal/name_resolve"
 ENTRY_FILE = "ENTRY"
 MAX_VALUE_BYTES = 4096  # a value is `host:port`; anything longer is not AReaL's
@@ -103,22 +105,19 @@ def read_job(root: str, user: str, experiment: str, trial: str) -> dict[str, Any
 
 
 def _read_entry(path: str, uid: int | None, user: str) -> tuple[str, str | None]:
-    """(value, None) for a trusted ENTRY, ("", why) for one refused."""
+    """(value, None) for a trusted ENTRY, ("", why) for one refused. Opened by the node's
+    guarded reader: `user`'s regular file only (no one's where the user is unknown)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open_regular(path, () if uid is None else (uid,), MAX_VALUE_BYTES) as entry:
+            data = entry.read()
     except OSError as exc:
         return "", f"cannot open ENTRY ({exc.strerror})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "", "ENTRY is not a regular file"
-        if uid is None or st.st_uid != uid:
-            return "", f"ENTRY owned by {user_of(st.st_uid)}, not {user}"
-        data = os.read(fd, MAX_VALUE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_VALUE_BYTES:
-        return "", f"ENTRY larger than {MAX_VALUE_BYTES} bytes"
+    except Refused as exc:
+        if exc.reason == OWNER and exc.st is not None:
+            return "", f"ENTRY owned by {user_of(exc.st.st_uid)}, not {user}"
+        if exc.reason == TOO_LARGE:
+            return "", f"ENTRY larger than {MAX_VALUE_BYTES} bytes"
+        return "", "ENTRY is not a regular file"
     return data.decode("utf-8", "replace").strip(), None
 
 

@@ -129,23 +129,28 @@ def parse_net_table(text: str, inodes: set[str]) -> list[Listener]:
     return found
 
 
-def listeners(pid: int, proc_root: str = "/proc") -> list[Listener]:
-    """TCP sockets the process itself listens on (OSError: its /proc cannot be read)."""
-    inodes = _socket_inodes(pid, proc_root)
-    if not inodes:
-        return []
-    found: list[Listener] = []
+def tcp_tables(pid: int | str, proc_root: str = "/proc") -> str:
+    """The TCP tables (`tcp`, then `tcp6`) of the network namespace process `pid` (or
+    "self") is in, each read to MAX_NET_TABLE; a table the kernel lacks is left out."""
+    text = ""
     for table in ("tcp", "tcp6"):
         try:
             fd = os.open(f"{proc_root}/{pid}/net/{table}", os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             continue
         try:
-            text = read_fd(fd, MAX_NET_TABLE).decode("ascii", "replace")
+            text += read_fd(fd, MAX_NET_TABLE).decode("ascii", "replace")
         finally:
             os.close(fd)
-        found.extend(parse_net_table(text, inodes))
-    return found
+    return text
+
+
+def listeners(pid: int, proc_root: str = "/proc") -> list[Listener]:
+    """TCP sockets the process itself listens on (OSError: its /proc cannot be read)."""
+    inodes = _socket_inodes(pid, proc_root)
+    if not inodes:
+        return []
+    return parse_net_table(tcp_tables(pid, proc_root), inodes)
 
 
 def verified_endpoint(pid: int, port: int, proc_root: str = "/proc") -> tuple[Listener | None, str]:

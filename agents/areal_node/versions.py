@@ -19,9 +19,7 @@ import re
 import stat
 from typing import Any
 
-from areal_node.agent.logs import trusted_path
-from areal_node.agent.procfs import read_fd
-from areal_node.agent.protocol import OpError
+from areal_node.guarded_read import Refused, open_regular
 
 # Distributions a bug report names (normalised as PEP 503 does).
 WANTED = ("torch", "areal", "sglang", "vllm", "transformers", "ray", "flash-attn", "megatron-core")
@@ -47,27 +45,20 @@ _REF = re.compile(r"refs/(?:[\w+@-][\w.+@-]*/)*[\w+@-][\w.+@-]*")
 
 
 def _read(path: str, limit: int = MAX_FILE, own_only: bool = False) -> str | None:
-    """At most `limit` bytes of a regular file, or None. Read as the agent reads logs:
-    symlinks followed only when root, the agent's user or the process's user owns them,
-    opened `O_NOFOLLOW|O_NONBLOCK` (a FIFO never blocks), and only a file the process
-    could open itself (its user's and groups' permissions on the file and on every
-    directory above it; `own_only`: its user's own file only). A link that user planted
-    to a root-only file, or a path it names there, reads nothing."""
+    """At most `limit` bytes of a regular file, or None. Read as the agent reads logs,
+    through the node's guarded reader: symlinks followed only when root, the agent's user
+    or the process's user owns them, opened `O_NOFOLLOW|O_NONBLOCK` (a FIFO never blocks),
+    and only a file the process could open itself (its user's and groups' permissions on
+    the file and on every directory above it; `own_only`: its user's own file only). A
+    link that user planted to a root-only file, or a path it names there, reads nothing."""
     uid, groups = _user()
     try:
-        real = trusted_path(path, uid)
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except (OSError, OpError):
+        with open_regular(path, (uid,) if own_only else None, links_of=(uid,)) as found:
+            if not own_only and not _readable_by(uid, groups, found.path, found.st):
+                return None
+            return found.read(limit).decode("utf-8", "replace")
+    except (OSError, Refused):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _readable_by(uid, groups, real, st, own_only):
-            return None
-        return read_fd(fd, limit).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _user() -> tuple[int, frozenset[int]]:
@@ -94,13 +85,9 @@ _READ = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
 _SEARCH = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
 
 
-def _readable_by(
-    uid: int, groups: frozenset[int], real: str, st: os.stat_result, own_only: bool
-) -> bool:
+def _readable_by(uid: int, groups: frozenset[int], real: str, st: os.stat_result) -> bool:
     """Whether the user could open the file itself: read permission on it and search
-    permission on every directory above it (ACLs aside); `own_only`: only its own file."""
-    if own_only:
-        return st.st_uid == uid
+    permission on every directory above it (ACLs aside)."""
     if not _may(uid, groups, st, _READ):
         return False
     parent = os.path.dirname(real)

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import pytest
 from conftest import cli_env
 
 from tests.support.fixtures.fr_jobs import FrJob
-from tests.support.nobody import needs_nobody
+from tests.support.nobody import needs_nobody, shared_tmp
 
 pytestmark = [pytest.mark.slow, needs_nobody]
 CAPSH = shutil.which("capsh")
@@ -34,15 +33,14 @@ DEBUG_SERVER = {"AREAL_FR": "0", "FR_DEBUG_SERVER": "1"}
 def nobody_job() -> Iterator[FrJob]:
     if CAPSH is None:
         pytest.skip("needs capsh (libcap2-bin) to drop CAP_SYS_PTRACE")
-    workdir = Path(tempfile.mkdtemp(prefix="areal-noptrace-", dir="/tmp"))
-    workdir.chmod(0o1777)  # `nobody` writes its ready marks and sockets here
-    job = FrJob("op", workdir, user="nobody", rank_env={2: DEBUG_SERVER, 3: DEBUG_SERVER})
-    try:
-        job.wait_ready()
-        yield job
-    finally:
-        job.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+    # `nobody` writes its ready marks and sockets in the shared folder.
+    with shared_tmp("areal-noptrace-") as workdir:
+        job = FrJob("op", workdir, user="nobody", rank_env={2: DEBUG_SERVER, 3: DEBUG_SERVER})
+        try:
+            job.wait_ready()
+            yield job
+        finally:
+            job.stop()
 
 
 def stacks(job: FrJob, *args: str, ptrace: bool = True) -> subprocess.CompletedProcess[str]:

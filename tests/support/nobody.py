@@ -28,10 +28,12 @@ def as_nobody(*argv: str) -> None:
 
 
 @contextmanager
-def shared_tmp() -> Iterator[Path]:
-    """A directory anyone may write, as /tmp is (sticky), where `nobody` can reach it."""
-    d = Path(tempfile.mkdtemp(prefix="areal-trust-", dir="/tmp"))
-    os.chmod(d, 0o1777)
+def shared_tmp(prefix: str = "areal-trust-", mode: int = 0o1777) -> Iterator[Path]:
+    """A fresh folder under /tmp, removed afterwards. By default anyone may write in it,
+    as in /tmp (sticky), and `nobody` plants there; `mode=0o755`: root's, which `nobody`
+    reaches but cannot change (a root venv, AReaL's default record root)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(d, mode)
     try:
         yield d
     finally:

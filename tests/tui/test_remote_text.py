@@ -26,7 +26,6 @@ from areal_console.core.targets.resolve import local_node
 from areal_console.screens.health import HealthScreen
 from areal_console.screens.runs import RunsScreen
 from areal_console.screens.stacks import StacksScreen
-from areal_console.styles import STYLESHEET
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_console.widgets.metric_table import MetricTable
 from textual.app import App
@@ -34,6 +33,7 @@ from textual.widgets import Log
 
 from tests.support.areal_logfmt import actor_stats, write_run
 from tests.support.recorded import SIZE, recorded_monitor
+from tests.support.screens import ScreenHost
 from tests.support.waits import until
 
 # A retitle (OSC 2), a screen clear (CSI 2J), an 8-bit CSI, a bell, and markup.
@@ -51,17 +51,6 @@ def assert_escaped(app: App[None]) -> None:
     screen = terminal(app)
     assert not [b for b in RAW_BYTES if b in screen], "raw control bytes reach the terminal"
     assert "pwned" in screen
-
-
-class Host(App[None]):
-    CSS_PATH = STYLESHEET
-
-    def __init__(self, screen: object) -> None:
-        super().__init__()
-        self._first = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self._first)  # type: ignore[arg-type]
 
 
 async def test_metric_names_from_a_log_are_escaped(tmp_path: Path) -> None:
@@ -97,7 +86,7 @@ async def test_group_and_op_names_from_a_trace_are_escaped() -> None:
     raw["nodes"][0]["fr"]["live"][1]["trace"]["groups"][0]["table"][0][0] = "gloo:barrier"
     capture = build_capture(raw)
     assert capture.ledger is not None and capture.ledger.groups
-    app = Host(StacksScreen(capture))
+    app = ScreenHost(StacksScreen(capture))
     async with app.run_test(size=(160, 48)) as pilot:
         pane = app.screen.query_one(LedgerPane)
         await until(pilot, lambda: getattr(pane, "ledger", None) is not None, what="the ledger")
@@ -119,7 +108,7 @@ async def test_a_servers_version_in_the_diagnosis_banner_is_escaped(tmp_path: Pa
         standin.stop()
     assert "\x1b" in polled["weight_version"]
     ranks = [rank(r, UPDATE_STACK) for r in range(4)] + [server(True, polled["weight_version"])]
-    app = Host(StacksScreen(capture(ranks)))
+    app = ScreenHost(StacksScreen(capture(ranks)))
     async with app.run_test(size=(200, 48)) as pilot:
         screen = app.screen
         await until(pilot, lambda: getattr(screen, "analysis", None) is not None, what="analysis")
@@ -148,7 +137,7 @@ async def test_a_jobs_log_is_escaped(fleet: Fleet) -> None:
     assert status["state"] == "running"
     record = jobs.RunRecord(job_id="hostile", node=session.name, plan={}, launched_at=time.time())
     jobs.save_run(record)
-    app = Host(RunsScreen(fleet, poll=0.2))
+    app = ScreenHost(RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(140, 40)) as pilot:
         log = app.screen.query_one("#jobs-log", Log)
         await until(pilot, lambda: any("step 1" in line for line in log.lines), what="the log")
@@ -169,7 +158,7 @@ async def test_slurm_job_names_of_other_users_are_escaped() -> None:
         return parse_squeue_lines(line + "\n")
 
     screen = SlurmJobsScreen(list_jobs)
-    app = Host(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(140, 30)) as pilot:
         await until(pilot, lambda: screen.loaded, what="Slurm's answer")
         await pilot.pause()
@@ -191,7 +180,7 @@ async def test_a_process_detail_is_escaped(tmp_path: Path) -> None:
         raw = next(p for p in sample["processes"] if p["pid"] == proc.pid)
         row = ProcessRow.from_agent(raw)
         assert row is not None and HOSTILE in row.cmdline
-        app = Host(ProcessDetailScreen(None, fleet.sessions[0].name, row))
+        app = ScreenHost(ProcessDetailScreen(None, fleet.sessions[0].name, row))
         async with app.run_test(size=(160, 50)) as pilot:
             await pilot.pause()
             assert_escaped(app)
@@ -208,7 +197,7 @@ async def test_a_source_file_shown_beside_a_frame_is_escaped(tmp_path: Path) -> 
     source = tmp_path / "train.py"
     source.write_text(f"def step():\n    x = 1  # {HOSTILE}\n    return x\n")
     screen = SourceViewScreen(Frame(f"step{HOSTILE}", str(source), 2))
-    app = Host(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(140, 30)) as pilot:
         body = screen.query_one("#source-body")
         await until(pilot, lambda: "reading" not in str(body.render()), what="the snippet")
@@ -229,7 +218,7 @@ async def test_a_rollout_completion_is_escaped(tmp_path: Path) -> None:
               "prompt": f"q {HOSTILE}\nline two", "completion": f"a {HOSTILE}"}  # fmt: skip
     (root / "t1.jsonl").write_text(json.dumps(record) + "\n")
     screen = BatchesScreen(str(tmp_path / "rollout"))
-    app = Host(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(140, 40)) as pilot:
         samples = screen.query_one("#samples", DataTable)
         await until(pilot, lambda: samples.row_count == 1, what="the sample")

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,9 @@ from areal_console.core.targets.resolve import local_node
 from areal_console.dialogs.confirm import ConfirmDialog
 from areal_console.dialogs.replay import ReplayDialog
 from areal_console.screens.runs import RunRow, RunsScreen
-from areal_console.styles import STYLESHEET
-from textual.app import App
 from textual.widgets import DataTable, Input, Label, Static
 
+from tests.support.screens import ScreenHost, select_run
 from tests.support.waits import until
 
 SLOW_JOB = "import time\nprint('working', flush=True)\nfor i in range(600):\n time.sleep(0.1)\n"
@@ -66,21 +65,6 @@ def fleet(home: Path) -> Iterator[Fleet]:
     f.close()
 
 
-class Host(App[None]):
-    CSS_PATH = STYLESHEET
-
-    def __init__(self, screen_factory: Callable[[], Any]) -> None:
-        super().__init__()
-        self.screen_factory = screen_factory
-        self.result: Any = "pending"
-
-    def on_mount(self) -> None:
-        def done(value: Any) -> None:
-            self.result = value
-
-        self.push_screen(self.screen_factory(), done)
-
-
 def text_of(screen: Any, selector: str) -> str:
     widget = screen.query_one(selector)
     return str(widget.render() if isinstance(widget, (Label, Static)) else widget.value)
@@ -89,7 +73,7 @@ def text_of(screen: Any, selector: str) -> str:
 @pytest.mark.slow
 async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, dump: Path) -> None:
     node = fleet.sessions[0].name
-    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    app = ScreenHost(lambda: ReplayDialog(fleet, str(dump), node))
     async with app.run_test(size=(120, 40)) as pilot:
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
@@ -103,7 +87,7 @@ async def test_dialog_prefills_launches_and_jobs_screen_verifies(fleet: Fleet, d
     record = app.result
     assert isinstance(record, jobs.RunRecord) and record.node == node
 
-    app2 = Host(lambda: RunsScreen(fleet, poll=0.2))
+    app2 = ScreenHost(lambda: RunsScreen(fleet, poll=0.2))
     async with app2.run_test(size=(120, 40)) as pilot:
         screen = app2.screen
         table = screen.query_one("#jobs-table", DataTable)
@@ -130,7 +114,7 @@ async def test_dialog_opens_on_overrides_and_launches_what_was_typed(
 ) -> None:
     """The guide's recipe, literally: type `actor.eps_clip=0.1` in overrides, press enter."""
     node = fleet.sessions[0].name
-    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    app = ScreenHost(lambda: ReplayDialog(fleet, str(dump), node))
     async with app.run_test(size=(80, 24)) as pilot:
         dialog = app.screen
         overrides = dialog.query_one("#replay-overrides", Input)
@@ -150,7 +134,7 @@ async def test_dialog_opens_on_overrides_and_launches_what_was_typed(
 
 async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, dump: Path) -> None:
     node = fleet.sessions[0].name
-    app = Host(lambda: ReplayDialog(fleet, str(dump), node, read_only=True))
+    app = ScreenHost(lambda: ReplayDialog(fleet, str(dump), node, read_only=True))
     async with app.run_test(size=(120, 40)) as pilot:
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
@@ -176,7 +160,7 @@ async def test_dialog_offers_the_agents_python_and_refuses_one_without_torch(
                                       check=False).returncode == 0:  # fmt: skip
         pytest.skip("no system python3 without torch on this machine")
     node = fleet.sessions[0].name
-    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    app = ScreenHost(lambda: ReplayDialog(fleet, str(dump), node))
     async with app.run_test(size=(120, 40)) as pilot:
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
@@ -202,7 +186,7 @@ async def test_dialog_at_80x24_shows_every_field_and_the_whole_command(
     fleet: Fleet, dump: Path
 ) -> None:
     node = fleet.sessions[0].name
-    app = Host(lambda: ReplayDialog(fleet, str(dump), node))
+    app = ScreenHost(lambda: ReplayDialog(fleet, str(dump), node))
     async with app.run_test(size=(80, 24)) as pilot:
         dialog = app.screen
         await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
@@ -227,7 +211,7 @@ async def test_template_without_steps_replays_from_step_zero(fleet: Fleet, dump:
     total_train_steps after the dumped steps (0 and 1 here)."""
     node = fleet.sessions[0].name
     templates = load_templates({"like-areal": "python3 -c pass trajectory_debug.path={dir}"})
-    app = Host(
+    app = ScreenHost(
         lambda: ReplayDialog(
             fleet, str(dump), node, template="like-areal", templates=templates, read_only=True
         )
@@ -251,7 +235,7 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         jobs.save_run(jobs.RunRecord(job_id=name, node=node, plan={}, launched_at=time.time()))
     key_a, key_b = f"{node}/slow-a", f"{node}/slow-b"
 
-    ro = Host(lambda: RunsScreen(fleet, read_only=True, poll=0.2))
+    ro = ScreenHost(lambda: RunsScreen(fleet, read_only=True, poll=0.2))
     async with ro.run_test(size=(120, 40)) as pilot:
         table = ro.screen.query_one("#jobs-table", DataTable)
         await until(pilot, lambda: key_a in table.rows)
@@ -259,7 +243,7 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         await until(pilot, lambda: "read-only" in text_of(ro.screen, "#jobs-status"))
         assert not isinstance(ro.screen, ConfirmDialog)
 
-    app = Host(lambda: RunsScreen(fleet, poll=0.2))
+    app = ScreenHost(lambda: RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:
         screen = app.screen
         table = screen.query_one("#jobs-table", DataTable)
@@ -269,8 +253,7 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
 
         await until(pilot, lambda: state(key_a) == state(key_b) == "running")
         # One job: a single confirmation, "n" leaves it running.
-        table.move_cursor(row=table.get_row_index(key_a))
-        await until(pilot, lambda: screen.selected == key_a)
+        await select_run(pilot, key_a)
         await pilot.press("s")
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog))
         await pilot.press("n")
@@ -278,8 +261,7 @@ async def test_stop_asks_first_and_read_only_cannot_stop(fleet: Fleet) -> None:
         assert state(key_a) == "running"
         # Two marked jobs: one confirmation stops both.
         await pilot.press("space")
-        table.move_cursor(row=table.get_row_index(key_b))
-        await until(pilot, lambda: screen.selected == key_b)
+        await select_run(pilot, key_b)
         await pilot.press("space")
         await until(pilot, lambda: str(table.get_cell(key_b, "job")).startswith("● "))
         await pilot.press("s")
@@ -328,12 +310,9 @@ async def test_jobs_screen_shows_slurm_ids_and_state(fleet: Fleet, home: Path) -
     record.exit_code, record.slurm_job, record.slurm_step = 0, "12", "12.3"
     record.extra["slurm_state"] = "COMPLETED"
     jobs.save_run(record)
-    app = Host(lambda: RunsScreen(fleet, poll=0.2))
+    app = ScreenHost(lambda: RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:
-        table = app.screen.query_one("#jobs-table", DataTable)
-        await until(pilot, lambda: "node2/slurm-a" in table.rows)
-        table.move_cursor(row=table.get_row_index("node2/slurm-a"))
-        await until(pilot, lambda: app.screen.selected == "node2/slurm-a")
+        table = await select_run(pilot, "node2/slurm-a")
         await until(
             pilot, lambda: "slurm step 12.3 COMPLETED" in text_of(app.screen, "#jobs-detail")
         )
@@ -395,9 +374,7 @@ async def test_after_a_launch_the_jobs_screen_follows_the_new_job(fleet: Fleet, 
         screen = app.screen
         assert isinstance(screen, RunsScreen)
         table = screen.query_one("#jobs-table", DataTable)
-        await until(pilot, lambda: older in table.rows)
-        table.move_cursor(row=table.get_row_index(older))
-        await until(pilot, lambda: screen.selected == older)
+        await select_run(pilot, older)
         await pilot.press("3")
         await until(pilot, lambda: app.screen.query_one("#steps", DataTable).row_count > 0)
         await pilot.press("r")
@@ -450,7 +427,7 @@ async def test_a_finished_replay_whose_recording_is_gone_is_marked_without_a_toa
         assert time.monotonic() < deadline, "the replay never ended"
         time.sleep(0.2)
     shutil.rmtree(copy)  # the recording deleted after the run: it cannot be compared now
-    app = Host(lambda: RunsScreen(fleet, poll=0.2))
+    app = ScreenHost(lambda: RunsScreen(fleet, poll=0.2))
     async with app.run_test(size=(120, 40)) as pilot:
         table = app.screen.query_one("#jobs-table", DataTable)
         key = f"{session.name}/{job_id}"

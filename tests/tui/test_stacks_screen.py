@@ -12,15 +12,14 @@ from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.records import StackCapture
 from areal_console.dialogs.source_view import SourceViewScreen
 from areal_console.screens.stacks import StacksScreen
-from areal_console.styles import STYLESHEET
 from areal_console.widgets.diagnosis_banner import DiagnosisBanner
 from areal_console.widgets.rank_group_table import RankGroupTable
 from areal_console.widgets.stack_diff import StackDiffView
 from areal_console.widgets.stack_tree import StackTree
-from textual.app import App
 from textual.widgets import Input, Static
 
 import tests.support.fixtures.hang as hang_module
+from tests.support.screens import ScreenHost
 from tests.support.waits import until as wait_until
 
 DATA = Path(__file__).parents[1] / "data" / "pyspy"
@@ -74,17 +73,6 @@ def big_capture(world: int) -> StackCapture:
     return build_capture({"captured_at": "2026-01-01T00:00:00+00:00", "nodes": nodes})
 
 
-class StacksApp(App[None]):
-    CSS_PATH = STYLESHEET
-
-    def __init__(self, screen: StacksScreen) -> None:
-        super().__init__()
-        self.stacks_screen = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self.stacks_screen)
-
-
 def group_labels(table: RankGroupTable) -> list[str]:
     return [str(table.get_row(str(i))[1]) for i in table.shown]
 
@@ -111,7 +99,7 @@ async def open_screen(pilot: Any, screen: StacksScreen) -> None:
 
 async def test_banner_groups_and_tree() -> None:
     screen = StacksScreen(capture_of("cleanup_deadlock"))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         banner = str(screen.query_one(DiagnosisBanner).render())
@@ -131,7 +119,7 @@ async def test_banner_groups_and_tree() -> None:
 
 async def test_mark_diff_and_jump_between_differences() -> None:
     screen = StacksScreen(capture_of("collective_mismatch"))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         screen.query_one(RankGroupTable).focus()
@@ -160,7 +148,7 @@ async def test_mark_diff_and_jump_between_differences() -> None:
 
 async def test_goto_rank_filter_and_missing_rank() -> None:
     screen = StacksScreen(capture_of("missing_rank"))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         assert "missing_ranks" in str(screen.query_one(DiagnosisBanner).render())
@@ -180,7 +168,7 @@ async def test_goto_rank_filter_and_missing_rank() -> None:
 
 async def test_thread_views_and_source() -> None:
     screen = StacksScreen(capture_of("cleanup_deadlock"))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         tree = screen.query_one(StackTree)
@@ -217,7 +205,7 @@ async def test_thread_views_and_source() -> None:
 async def test_four_thousand_ranks_stay_responsive() -> None:
     capture = big_capture(4096)
     screen = StacksScreen(capture)
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     # How fast it opens is measured in bench/bench_stacks.py (`bench_screen(4096)`), not
     # here: a time budget in a test fails on a loaded machine and proves nothing.
     async with app.run_test(size=(120, 40)) as pilot:
@@ -240,7 +228,7 @@ async def test_recapture_through_a_callable() -> None:
         return capture_of("same_collective" if len(calls) == 1 else "collective_mismatch")
 
     screen = StacksScreen(recapture=recapture)
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         assert group_labels(screen.query_one(RankGroupTable)) == ["0-3"]
@@ -264,7 +252,7 @@ async def test_native_and_locals_keys_change_the_shared_capture_state() -> None:
         return capture_of("same_collective")
 
     screen = StacksScreen(recapture=recapture, state=state)
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         await pilot.press("L")
@@ -277,7 +265,7 @@ async def test_native_and_locals_keys_change_the_shared_capture_state() -> None:
     assert state.match == "trainer"
 
     on_disk = StacksScreen(capture_of("same_collective"))
-    app = StacksApp(on_disk)
+    app = ScreenHost(on_disk)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, on_disk)
         await pilot.press("N")
@@ -291,7 +279,7 @@ async def test_export_writes_report_next_to_capture(
     capture = capture_of("collective_mismatch")
     capture.capture_id = "20260101-000000-beef"
     screen = StacksScreen(capture)
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         await pilot.press("e")
@@ -304,7 +292,7 @@ async def test_export_writes_report_next_to_capture(
 
 async def test_slow_job_groups_show_moving() -> None:
     screen = StacksScreen(capture_of("slow"))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         table = screen.query_one(RankGroupTable)
@@ -322,7 +310,7 @@ async def test_keys_that_cannot_move_say_why() -> None:
     """j/k/g/G at the end of the group list, and ] / [ with no diff open, say so in the
     status line instead of doing nothing."""
     screen = StacksScreen(capture_of("cleanup_deadlock"))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         table = screen.query_one(RankGroupTable)
@@ -391,7 +379,7 @@ async def test_status_shows_each_ranks_phase_and_stragglers_escaped() -> None:
         span = "train.rollout" if r.rank != 3 else "train.\x1b]2;pwned\x07update"
         r.phase = RankPhase("actor", r.rank, span, 7 if r.rank != 3 else 6, 12.0, r.rank == 3, None)
     screen = StacksScreen(capture)
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(200, 40)) as pilot:
         await open_screen(pilot, screen)
         text = status(screen)
@@ -410,7 +398,7 @@ async def test_status_names_the_nodes_a_capture_lacks_with_their_reasons() -> No
         NodeError("node2", "timeout 5 s: no answer within the node deadline (--node-timeout)"),
     ]
     screen = StacksScreen(capture)
-    async with StacksApp(screen).run_test(size=(160, 40)) as pilot:
+    async with ScreenHost(screen).run_test(size=(160, 40)) as pilot:
         await open_screen(pilot, screen)
         assert "48 ranks of 64" in status(screen)
         assert "2 nodes failed: node2 (timeout 5 s), node5 (authentication)" in status(screen)

@@ -14,12 +14,11 @@ from areal_console.core.stacks.nccl_ras import parse_ras_json
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.core.stacks.report import analysed
 from areal_console.screens.stacks import StacksScreen
-from areal_console.styles import STYLESHEET
 from areal_console.widgets.ledger_pane import LedgerPane
 from areal_node.agent.worker_server import parse_traceback
-from textual.app import App
 from textual.widgets import Static
 
+from tests.support.screens import ScreenHost
 from tests.support.waits import until as wait_until
 
 DATA = Path(__file__).parents[1] / "data" / "worker_server"
@@ -62,21 +61,10 @@ def raw_capture(sources: dict[int, str]) -> dict[str, Any]:
     }
 
 
-class StacksApp(App[None]):
-    CSS_PATH = STYLESHEET
-
-    def __init__(self, screen: StacksScreen) -> None:
-        super().__init__()
-        self.stacks_screen = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self.stacks_screen)
-
-
 async def test_the_screen_says_stacks_came_from_the_worker_servers() -> None:
     capture = build_capture(raw_capture({r: "worker_server" for r in range(4)}))
     screen = StacksScreen(capture)
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(200, 40)) as pilot:
         await wait_until(pilot, lambda: screen.analysis is not None)
         status = str(screen.query_one("#status", Static).render())

@@ -11,10 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from areal_console.app import ConsoleApp
 from areal_console.core.connection import ssh
 from areal_console.core.connection.fleet import Fleet
@@ -23,13 +21,11 @@ from areal_console.core.slurm.client import parse_squeue_lines
 from areal_console.core.targets.resolve import local_node
 from areal_console.screens.runs import RunsScreen
 from areal_console.screens.slurm_jobs import SlurmJobsScreen
-from areal_console.styles import STYLESHEET
-from textual.app import App
-from textual.widgets import DataTable
 from textual.widgets._toast import Toast
 
 from tests.support.nobody import NOBODY_PYTHON, as_nobody, needs_nobody, shared_tmp
 from tests.support.recorded import recorded_monitor
+from tests.support.screens import ScreenHost, select_run, toasts
 from tests.support.waits import until
 
 # Closing markup, an action, a link, a retitle (OSC 2) and a colour (CSI).
@@ -37,88 +33,46 @@ HOSTILE = "x[/] [@click=app.quit]q[/] [link=http://x]l[/link] \x1b]2;pwned\x07\x
 SHOWN = "x[/] [@click=app.quit]q[/] [link=http://x]l[/link] \\x1b]2;pwned\\x07\\x1b[31m"
 
 
-class Host(App[None]):
-    CSS_PATH = STYLESHEET
-
-    def __init__(self, screen: object) -> None:
-        super().__init__()
-        self._first = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self._first)  # type: ignore[arg-type]
-
-
-def toasts(app: App[None]) -> list[str]:
-    """The text of every toast on screen, as drawn."""
-    return [str(t.render()) for t in app.screen.query(Toast)]
-
-
-@pytest.fixture()
-def data_dir(tmp_path: Path) -> Iterator[Path]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path / "data"))
-        mp.setenv("AREAL_CONSOLE_CONFIG_DIR", str(tmp_path / "config"))
-        yield tmp_path
+async def verified_from_runs(record: jobs.RunRecord, says: str) -> str:
+    """Save `record`, verify it from the Runs screen (`v`) with this machine as the fleet,
+    and return the toasts' text, on one line, once one says `says`; the console must still
+    be running then."""
+    jobs.save_run(record)
+    fleet = Fleet([local_node()])
+    try:
+        app = ScreenHost(RunsScreen(fleet, poll=0.2))
+        async with app.run_test(size=(160, 40), notifications=True) as pilot:
+            await select_run(pilot, f"{record.node}/{record.job_id}")
+            await pilot.press("v")
+            await until(pilot, lambda: any(says in t for t in toasts(app)))
+            assert app.is_running
+            return "".join(toasts(app)).replace("\n", "")
+    finally:
+        fleet.close()
 
 
 @needs_nobody
-async def test_a_recorded_metric_with_markup_is_a_literal_toast(data_dir: Path) -> None:
+async def test_a_recorded_metric_with_markup_is_a_literal_toast(tmp_path: Path) -> None:
     """The reported case: the dump's owner (`nobody`) recorded a metric value `x[/]`; the
     Runs screen (the console as root) verifies the replay against it."""
     node = local_node()
     with shared_tmp() as shared:
-        recorded, replayed = shared / "recorded.jsonl", data_dir / "replayed.jsonl"
+        recorded, replayed = shared / "recorded.jsonl", tmp_path / "replayed.jsonl"
         script = f"import json; open({str(recorded)!r}, 'w').write(json.dumps({{'step': 0, 'task_reward': {HOSTILE!r}}}))"
         as_nobody(NOBODY_PYTHON, "-c", script)
         replayed.write_text(json.dumps({"step": 0, "task_reward": 1.5}) + "\n")
         plan = {"steps": [0, 0], "metrics": str(replayed), "recorded_metrics": str(recorded)}
-        jobs.save_run(jobs.RunRecord("verify-x", node.name, plan, time.time(), state="finished"))
-        fleet = Fleet([node])
-        try:
-            app = Host(RunsScreen(fleet, poll=0.2))
-            async with app.run_test(size=(160, 40), notifications=True) as pilot:
-                table = app.screen.query_one("#jobs-table", DataTable)
-                key = f"{node.name}/verify-x"
-                await until(pilot, lambda: key in table.rows)
-                table.move_cursor(row=table.get_row_index(key))
-                await until(pilot, lambda: app.screen.selected == key)
-                await pilot.press("v")
-                await until(pilot, lambda: any("replay differs" in t for t in toasts(app)))
-                shown = "".join(toasts(app)).replace("\n", "")
-                assert SHOWN in shown.replace("'", ""), shown
-                assert app.is_running
-        finally:
-            fleet.close()
+        record = jobs.RunRecord("verify-x", node.name, plan, time.time(), state="finished")
+        shown = await verified_from_runs(record, "replay differs")
+    assert SHOWN in shown.replace("'", ""), shown
 
 
-async def test_a_failing_worker_with_a_hostile_node_name_is_a_literal_toast(data_dir: Path) -> None:
+async def test_a_failing_worker_with_a_hostile_node_name_is_a_literal_toast() -> None:
     """A worker's failure names the node and the error: a run record naming a node that
     is not in the fleet, called `[@click=app.quit]...`, fails its verification."""
-    name = "n" + HOSTILE
-    jobs.save_run(
-        jobs.RunRecord(
-            "gone",
-            name,
-            {"steps": [0, 0], "metrics": "m", "recorded_metrics": "r"},
-            time.time(),
-            state="finished",
-        )
-    )
-    fleet = Fleet([local_node()])
-    try:
-        app = Host(RunsScreen(fleet, poll=0.2))
-        async with app.run_test(size=(160, 40), notifications=True) as pilot:
-            table = app.screen.query_one("#jobs-table", DataTable)
-            key = f"{name}/gone"
-            await until(pilot, lambda: key in table.rows)
-            table.move_cursor(row=table.get_row_index(key))
-            await until(pilot, lambda: app.screen.selected == key)
-            await pilot.press("v")
-            await until(pilot, lambda: any("gone on n" in t for t in toasts(app)))
-            assert SHOWN in "".join(toasts(app)).replace("\n", "")
-            assert app.is_running
-    finally:
-        fleet.close()
+    plan = {"steps": [0, 0], "metrics": "m", "recorded_metrics": "r"}
+    record = jobs.RunRecord("gone", "n" + HOSTILE, plan, time.time(), state="finished")
+    assert SHOWN in await verified_from_runs(record, "gone on n")
 
 
 async def test_commands_and_known_hosts_notes_are_literal_toasts() -> None:
@@ -147,7 +101,7 @@ async def test_a_slurm_job_state_with_markup_is_a_literal_toast() -> None:
         dataclasses.replace(j, state=HOSTILE) if j.state != "RUNNING" else j
         for j in parse_squeue_lines(squeue)
     ]
-    app = Host(SlurmJobsScreen(lambda all_users: jobs))
+    app = ScreenHost(SlurmJobsScreen(lambda all_users: jobs))
     async with app.run_test(size=(160, 40), notifications=True) as pilot:
         screen = app.screen
         await until(pilot, lambda: getattr(screen, "loaded", False))

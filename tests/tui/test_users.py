@@ -15,12 +15,11 @@ from areal_console.core.replay import runs as jobs
 from areal_console.core.stacks.store import SavedCapture
 from areal_console.palette import ConsoleCommands
 from areal_console.screens.runs import RunsScreen
-from areal_console.styles import STYLESHEET
 from conftest import run_cli
-from textual.app import App
 from textual.widgets import DataTable, Label
 
 from tests.support import waits
+from tests.support.screens import ScreenHost
 
 RANK0 = Path(__file__).parents[1] / "data" / "pyspy_text" / "rank0.txt"
 
@@ -49,17 +48,6 @@ def test_stacks_list_shows_your_captures_and_all_users_lists_everyone(tmp_path: 
     assert sorted(users) == ["alice", "bob"] and everyone.stderr == ""
 
 
-class JobsHost(App[None]):
-    CSS_PATH = STYLESHEET
-
-    def __init__(self, users: UserScope) -> None:
-        super().__init__()
-        self.users = users
-
-    def on_mount(self) -> None:
-        self.push_screen(RunsScreen(Fleet([]), poll=3600, users=self.users))
-
-
 async def test_jobs_screen_lists_your_runs_and_u_shows_everyones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -68,7 +56,7 @@ async def test_jobs_screen_lists_your_runs_and_u_shows_everyones(
                                         ("replay-old", None)]):  # fmt: skip
         jobs.save_run(jobs.RunRecord(job_id=job_id, node="n1", plan={"steps": [0, 1]},
                                      launched_at=100.0 - i, state="finished", user=user))  # fmt: skip
-    app = JobsHost(UserScope(me="alice"))
+    app = ScreenHost(RunsScreen(Fleet([]), poll=3600, users=UserScope(me="alice")))
     async with app.run_test(size=(120, 30)) as pilot:
         table = app.screen.query_one("#jobs-table", DataTable)
 

@@ -13,11 +13,11 @@ from areal_console.messages import Reply
 from areal_console.screens.runs import RunsScreen
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 from textual import on
-from textual.app import App
 from textual.screen import Screen
 from textual.widgets import Label
 
 from tests.support import recorded
+from tests.support.screens import ScreenHost
 from tests.support.waits import until
 
 
@@ -62,18 +62,9 @@ class Lookup(WorkerHost, Screen[None]):
         self.shown.append(message.value)
 
 
-class Host(App[None]):
-    def __init__(self, screen: Screen[None]) -> None:
-        super().__init__()
-        self.first = screen
-
-    def on_mount(self) -> None:
-        self.push_screen(self.first)
-
-
 async def test_a_slow_stale_answer_never_overwrites_a_fresh_one() -> None:
     screen = Lookup()
-    async with Host(screen).run_test() as pilot:
+    async with ScreenHost(screen).run_test() as pilot:
         screen.gates["old"] = threading.Event()
         screen.look_up("old")  # slow: held at its gate
         await until(pilot, lambda: screen.running == ["old"])
@@ -87,7 +78,7 @@ async def test_a_slow_stale_answer_never_overwrites_a_fresh_one() -> None:
 
 async def test_a_failing_worker_becomes_an_actionable_notification() -> None:
     screen = Lookup()
-    app = Host(screen)
+    app = ScreenHost(screen)
     async with app.run_test() as pilot:
         screen.look_up("boom")
         await until(pilot, lambda: app._notifications)
@@ -122,7 +113,7 @@ class Polled(WorkerHost, Screen[None]):
 
 async def test_a_poll_chain_survives_errors_backs_off_and_pauses_when_hidden() -> None:
     screen = Polled(fail=3)
-    app = Host(screen)
+    app = ScreenHost(screen)
     async with app.run_test() as pilot:
         await until(pilot, lambda: screen.calls >= 2)
         assert screen.chain.failures >= 1 and screen.chain.delay > screen.chain.interval

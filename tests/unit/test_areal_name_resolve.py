@@ -10,7 +10,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from tests.conftest import cli_env, run_cli
 from tests.support.areal_logfmt import write_run
 from tests.support.areal_name_resolve import etcd_put, gen_server_key, nfs_add, worker_key
 from tests.support.cluster import free_port
+from tests.support.nobody import NOBODY, shared_tmp
 from tests.support.waits import wait_for
 
 USER = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
@@ -209,10 +209,8 @@ needs_root = pytest.mark.skipif(
 @pytest.fixture
 def public_tmp() -> Iterator[Path]:
     """A directory under /tmp that other users can reach, as AReaL's default root is."""
-    path = Path(tempfile.mkdtemp(prefix="areal-nr-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with shared_tmp("areal-nr-", mode=0o755) as path:
+        yield path
 
 
 def plant_as_nobody(root: Path, name: str, value: str) -> subprocess.CompletedProcess[str]:
@@ -220,8 +218,7 @@ def plant_as_nobody(root: Path, name: str, value: str) -> subprocess.CompletedPr
     entry = root / name / "ENTRY"
     script = 'mkdir -p "$1" && printf %s "$3" > "$2.tmp.x" && mv "$2.tmp.x" "$2"'
     return subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-         "sh", "-c", script, "sh", str(entry.parent), str(entry), value],
+        [*NOBODY, "sh", "-c", script, "sh", str(entry.parent), str(entry), value],
         capture_output=True, text=True, timeout=30, check=False,
     )  # fmt: skip
 

@@ -14,7 +14,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -34,12 +33,9 @@ from areal_node.agent.flight_recorder import (
 from areal_node.agent.procfs import parse_environ
 from areal_node.fr_hook import HOOK_DIR
 
+from tests.support.nobody import NOBODY, needs_nobody, shared_tmp
 from tests.support.waits import wait_for
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
-)
-AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 NOBODY_UID = 65534
 DATA = Path(__file__).resolve().parents[1] / "data" / "fr"
 
@@ -47,10 +43,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "fr"
 @pytest.fixture
 def public_tmp() -> Iterator[Path]:
     """A directory under /tmp that anyone may create names in (sticky, like /tmp)."""
-    path = Path(tempfile.mkdtemp(prefix="areal-frt-", dir="/tmp"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with shared_tmp("areal-frt-") as path:
+        yield path
 
 
 class Procs:
@@ -77,7 +71,7 @@ def procs() -> Iterator[Procs]:
 
 def as_nobody(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*AS_NOBODY, sys.executable, "-c", script, *args],
+        [*NOBODY, sys.executable, "-c", script, *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
@@ -121,7 +115,7 @@ def fake_server(
 ) -> subprocess.Popen[bytes]:
     ready = Path(str(path) + ".ready")
     argv = [sys.executable, "-c", FAKE_SERVER, str(path), mode, str(ready)]
-    proc = procs.start([*AS_NOBODY, *argv] if nobody else argv, env=env)
+    proc = procs.start([*NOBODY, *argv] if nobody else argv, env=env)
     wait_for(ready.exists, timeout=30, what=f"the server at {path}")
     return proc
 
@@ -205,7 +199,7 @@ def test_decode_dump_raises_only_its_own_error() -> None:
             decode_dump(make())
 
 
-@needs_root
+@needs_nobody
 def test_dump_files_of_another_user_or_not_regular_are_not_read(public_tmp: Path) -> None:
     """Under the job's prefix, `nobody` plants a valid-looking dump, a FIFO (which would
     block a plain open) and a link to a root-only dump: none is read as a rank's trace."""
@@ -236,7 +230,7 @@ def test_dump_files_of_another_user_or_not_regular_are_not_read(public_tmp: Path
 
 def sleeping_rank(procs: Procs, env: dict[str, str], nobody: bool = False) -> int:
     argv = [sys.executable, "-c", "import time; time.sleep(600)"]
-    proc = procs.start([*AS_NOBODY, *argv] if nobody else argv, env={**os.environ, **env})
+    proc = procs.start([*NOBODY, *argv] if nobody else argv, env={**os.environ, **env})
     return proc.pid
 
 
@@ -283,7 +277,7 @@ def test_one_hostile_rank_is_its_own_error(tmp_path: Path, procs: Procs) -> None
     assert len(ledger.errors) == 1 and "rank 1" in ledger.errors[0]
 
 
-@needs_root
+@needs_nobody
 def test_socket_planted_at_a_ranks_name_is_not_its_ledger(public_tmp: Path, procs: Procs) -> None:
     """A root rank without the hook; `nobody` serves a valid trace at the names the
     agent would look at for that rank. The rank has no trace, not the planted one."""
@@ -300,7 +294,7 @@ def test_socket_planted_at_a_ranks_name_is_not_its_ledger(public_tmp: Path, proc
     assert "no Flight Recorder socket" in reply["live"][0]["error"]
 
 
-@needs_root
+@needs_nobody
 def test_environment_naming_a_root_socket_is_not_contacted(public_tmp: Path, procs: Procs) -> None:
     """A `nobody` process names a root-only socket in TORCH_WORKER_SERVER_SOCKET: the
     root agent never connects to it."""
@@ -329,7 +323,7 @@ HOOKED_RANK = textwrap.dedent("""
 """)
 
 
-@needs_root
+@needs_nobody
 def test_planted_names_do_not_stop_the_victims_hook(public_tmp: Path, procs: Procs) -> None:
     """`nobody` plants the root rank's socket directory name (and a socket in it); the
     rank's hook starts anyway, in a private 0700 directory whatever the umask, after a
@@ -372,7 +366,7 @@ CRASHING_RANK = textwrap.dedent("""
 """)
 
 
-@needs_root
+@needs_nobody
 def test_crash_dump_never_writes_through_planted_names(public_tmp: Path, procs: Procs) -> None:
     """Before a root rank dies, `nobody` plants a link at the old temporary name (to a
     root-only file) and pre-creates the dump's own name, keeping it open. The rank's dump
@@ -390,7 +384,7 @@ def test_crash_dump_never_writes_through_planted_names(public_tmp: Path, procs: 
     )  # fmt: skip
     wait_for(ready.exists, timeout=120, what="the rank")
     keeper = procs.start(
-        [*AS_NOBODY, sys.executable, "-c",
+        [*NOBODY, sys.executable, "-c",
          "import os, sys, time; p = sys.argv[1]; os.symlink(sys.argv[2], f'{p}3.{sys.argv[3]}.tmp');"
          " f = open(p + '3', 'wb'); os.chmod(p + '3', 0o666); open(sys.argv[4], 'w').close();"
          " time.sleep(60); ",

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 from areal_node.agent.pyspy_beside import pyspy_beside, untrusted_reason
 from conftest import cli_env, wait_for
 
-from tests.support.nobody import needs_nobody
+from tests.support.nobody import needs_nobody, shared_tmp
 
 REAL_PYSPY = Path(sys.base_prefix) / "bin" / "py-spy"
 needs_pyspy_binary = pytest.mark.skipif(
@@ -34,10 +33,8 @@ pytestmark = pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason="needs /usr/b
 @pytest.fixture
 def venv_root() -> Iterator[Path]:
     """A directory under /tmp (sticky, so it may hold a trusted venv) of root's."""
-    path = Path(tempfile.mkdtemp(prefix="areal-venv-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with shared_tmp("areal-venv-", mode=0o755) as path:
+        yield path
 
 
 def make_venv(base: Path, pyspy: str | None) -> Path:

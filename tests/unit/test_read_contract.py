@@ -4,11 +4,13 @@ another shared folder, which are hostile by default) is opened only through a gu
 reader: no link followed, never blocking (a FIFO is an error at once), a regular file
 only, owned by a user the caller trusts, read to a bound.
 
-- Console side: `core/common/guarded_read.py` (`open_guarded`, `read_guarded`).
-- Node side: `agents/areal_node/agent/logs.py` (`open_log`: `file_tail`, `file_read`,
-  `log_find`); the Flight Recorder's dump reader, AReaL's nfs name-resolve records and
-  the version reader open with the same flags and owner checks of their own (listed in
-  GUARDED with the rule each adds).
+- Console side: `core/common/guarded_read.py` (`open_guarded`, `read_guarded`), which
+  opens through the node's.
+- Node side: `agents/areal_node/guarded_read.py` (`open_regular`), behind the agent's log
+  reads (`file_tail`, `file_read`, `log_find`), the Flight Recorder's dump reader, AReaL's
+  nfs name-resolve records and the version reader; each adds its owner rule by the
+  `owners` it passes. `test_node_read_contract.py` holds the node package to it call by
+  call.
 
 Every other module that calls `open`, `os.open`, `read_text` or `read_bytes` is listed in
 OWN_FILES with what it reads: files the console or agent made, the user's own
@@ -28,11 +30,7 @@ PACKAGES = ((ROOT / "tui", "areal_console/core"), (ROOT / "agents", "areal_node"
 OPENERS = {"open", "read_text", "read_bytes"}
 
 GUARDED = {
-    "areal_console/core/common/guarded_read.py": "the console's guarded reader",
-    "areal_node/agent/logs.py": "the node's guarded reader (open_log)",
-    "areal_node/agent/flight_recorder.py": "dump files: a rank's user's regular file only",
-    "areal_node/name_resolve.py": "nfs ENTRY files: the job's user's regular file only",
-    "areal_node/versions.py": "as the process could open it (its user's permissions)",
+    "areal_node/guarded_read.py": "the guarded reader (open_regular), also the console's",
 }
 OWN_FILES = {
     "areal_console/core/common/safe_yaml.py": "inventory and settings files the user names",
@@ -50,7 +48,6 @@ OWN_FILES = {
     "areal_console/core/targets/inventory.py": "the inventory the user names",
     "areal_node/agent/jobs.py": "the agent's own run folders and records",
     "areal_node/agent/procfs.py": "/proc",
-    "areal_node/agent/pyspy.py": "the py-spy binary",
     "areal_node/batches/analysis.py": "a dump the user names (batch PATH)",
     "areal_node/batches/eos.py": "a dump's tokenizer files the user names",
     "areal_node/batches/loader.py": "a dump the user names (batch PATH)",
@@ -60,8 +57,8 @@ OWN_FILES = {
     "areal_node/server_poll.py": "/proc/PID/net tables",
     "areal_console/core/watch/loop.py": "its own state file in the evidence folder",
     "areal_node/agent/nccl_ras.py": "/proc/PID/maps",
-    "areal_node/agent/worker_server.py": "/proc/PID/net tables",
     "areal_node/private_files.py": "the files it creates (O_EXCL) or appends to (ours only)",
+    "areal_node/versions.py": "/proc/PID (environ, cmdline, status); files via open_regular",
     "areal_node/trainer/areal_log.py": "the reference trainer's own log",
     "areal_node/trainer/config.py": "the trainer's config the user names",
     "areal_node/trainer/layout.py": "the trainer's own output folder",

@@ -39,8 +39,8 @@ from tests.support.fixtures.perf_tracer_files import (
     TranscribedSessionTracer,
     write_steps,
 )
+from tests.support.nobody import NOBODY, as_nobody, needs_nobody, shared_tmp
 from tests.tui.test_servers_pane import server_process
-from tests.unit.test_log_trust import as_nobody, needs_nobody
 from tests.unit.test_server_poll import Standin, target
 
 USER = getpass.getuser()
@@ -310,12 +310,7 @@ def test_fifo_and_sparse_tracer_files_are_bounded(node: Any, tmp_path: Path) -> 
 
 @needs_nobody
 def test_another_users_tracer_symlinks_are_not_followed(node: Any, tmp_path: Path) -> None:
-    import shutil
-    import tempfile
-
-    shared = Path(tempfile.mkdtemp(prefix="areal-tracer-", dir="/tmp"))
-    try:
-        os.chmod(shared, 0o1777)
+    with shared_tmp("areal-tracer-") as shared:
         d = trial(shared)
         os.chmod(d, 0o1777)
         for sub in ("perf_tracer", "session_tracer"):
@@ -332,8 +327,6 @@ def test_another_users_tracer_symlinks_are_not_followed(node: Any, tmp_path: Pat
         assert [c["kind"] for c in raw["configs"]] == [
             "config"
         ]  # the planted config.yaml: not read
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
 
 
 @needs_nobody
@@ -341,8 +334,6 @@ def test_another_users_config_argument_is_read_as_that_users_file(node: Any) -> 
     """A process of `nobody` names a root-only `--config` and a run under root's name:
     neither is read as root's (by the capture's reader or the live `nodes` one)."""
     import subprocess
-
-    from tests.support.nobody import NOBODY, shared_tmp
 
     with shared_tmp() as shared:
         private = shared / "private"

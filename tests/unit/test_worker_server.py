@@ -10,21 +10,24 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from areal_console.core.stacks.parsing import parse_pyspy_threads
+from areal_node.agent.flight_recorder import _post as fr_post
 from areal_node.agent.worker_server import (
+    HANDLER,
     MAX_DEADLINE,
+    WorkerServerError,
     parse_traceback,
+    post,
     store_get,
     worker_stacks,
 )
 
-from tests.support.nobody import NOBODY, needs_nobody
+from tests.support.nobody import NOBODY, needs_nobody, shared_tmp
 from tests.support.waits import wait_for
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "worker_server"
@@ -81,10 +84,8 @@ def test_parse_skips_what_is_not_a_stack_and_caps_sizes() -> None:
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="areal-ws-", dir="/tmp"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with shared_tmp("areal-ws-") as path:
+        yield path
 
 
 class Started:
@@ -179,6 +180,33 @@ def test_without_ptrace_a_socket_planted_for_the_rank_is_never_asked(
         not (shared_dir / f"got-{planter}").exists()
         or not (shared_dir / f"got-{planter}").read_bytes()
     )
+
+
+@needs_nobody
+@pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason="needs the system python3")
+def test_stacks_and_traces_check_the_listener_one_way(started: Started, shared_dir: Path) -> None:
+    """The stack request (worker_server.post) and the trace request (flight_recorder's
+    _post) share one peer check (agent/rank_socket.py): `nobody`'s listener is refused as
+    another user's, and as another process than the rank, in the same words by both,
+    before a byte is sent; it is asked once it is the rank."""
+    listener = started.standin("ok", shared_dir, nobody=True)
+    sock = str(shared_dir / f"areal-fr-{listener}.sock")
+    refusals = [
+        (0, None, "served by uid 65534, not the rank's uid 0"),
+        (65534, os.getpid(), f"served by process {listener}, not the rank ({os.getpid()})"),
+    ]
+    for uid, pid, says in refusals:
+        deadline = time.monotonic() + MAX_DEADLINE
+        with pytest.raises(WorkerServerError) as stacks:
+            post(("unix", sock), HANDLER, deadline, uid, pid)
+        with pytest.raises(PermissionError) as traces:
+            fr_post(sock, "/handler/areal_fr_trace", uid, deadline, pid)
+        assert str(stacks.value) == str(traces.value) == says
+    answer = post(("unix", sock), HANDLER, time.monotonic() + MAX_DEADLINE, 65534, listener)
+    assert b"(most recent call first)" in answer
+    # The stand-in logs every byte it receives: only the one request it was asked.
+    got = (shared_dir / f"got-{listener}").read_bytes()
+    assert got.startswith(b"POST " + HANDLER.encode()) and got.count(b"POST ") == 1, got
 
 
 def test_store_get_reads_a_real_tcpstore() -> None:

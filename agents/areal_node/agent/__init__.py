@@ -11,6 +11,7 @@
     gpus             NVML
     pyspy            py-spy dumps
     flight_recorder  Flight Recorder traces (live and dumped)
+    rank_socket      asking a rank's server: who answers (SO_PEERCRED), a deadline, a bound
     logs             following logs, finding a run's logs, reading files
     jobs             detached launches, staged files, dump indexes
 

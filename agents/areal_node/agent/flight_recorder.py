@@ -16,12 +16,12 @@ from areal_node.agent.procfs import (
     boot_time,
     parse_environ,
     read_all,
-    read_fd,
     start_ticks,
     to_int,
 )
 from areal_node.agent.protocol import OpError, arg, op
 from areal_node.agent.threads import parallel_map
+from areal_node.guarded_read import NOT_REGULAR, OWNER, TOO_LARGE, Refused, open_regular
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -237,7 +237,8 @@ def _post(
     listener's credentials, SO_PEERCRED)."""
     import http.client
     import socket
-    import struct
+
+    from areal_node.agent.rank_socket import peer_problem
 
     def remaining() -> float:
         left = deadline - time.monotonic()
@@ -266,12 +267,9 @@ def _post(
             try:
                 sock.settimeout(remaining())
                 sock.connect(path)
-                creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-                peer_pid, peer_uid, _ = struct.unpack("3i", creds)
-                if peer_uid != uid:
-                    raise PermissionError(f"served by uid {peer_uid}, not the rank's uid {uid}")
-                if pid is not None and peer_pid != pid:
-                    raise PermissionError(f"served by process {peer_pid}, not the rank ({pid})")
+                problem = peer_problem(sock, uid, pid)
+                if problem is not None:
+                    raise PermissionError(problem)
             except BaseException:
                 sock.close()
                 raise
@@ -423,35 +421,45 @@ def fr_live(
 
 def _read_dump(path: str, owners: set[int], since: float | None) -> dict[str, Any]:
     """One dump file as a record: trusted only if it is a regular file owned by one of the
-    job's users, opened without following a link and without blocking (a FIFO), and
-    checked again on the open descriptor."""
-    record: dict[str, Any] = {}
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    job's users, opened by the node's guarded reader (no link followed, never blocking on a
+    FIFO, checked on the open descriptor)."""
     try:
-        fd = os.open(path, flags)
+        dump = open_regular(path, owners, FR_MAX_BYTES)
     except OSError as exc:
         return {"ok": False, "kind": "untrusted", "error": f"not opened: {exc.strerror}"}
-    try:
-        st = os.fstat(fd)
-        record["mtime"] = st.st_mtime
-        if not stat.S_ISREG(st.st_mode):
-            return {**record, "ok": False, "kind": "untrusted", "error": "not a regular file"}
-        if st.st_uid not in owners:
-            who = ", ".join(str(u) for u in sorted(owners))
-            error = f"owned by uid {st.st_uid}, not the job's user (uid {who})"
-            return {**record, "ok": False, "kind": "untrusted", "error": error}
-        if since is not None and st.st_mtime < since:
+    except Refused as exc:
+        return _refused_dump(exc, owners, since)
+    record: dict[str, Any] = {"mtime": dump.st.st_mtime}
+    with dump:
+        if since is not None and dump.st.st_mtime < since:
             return {**record, "ok": False, "stale": True, "error": "older than the job's processes"}
-        if st.st_size > FR_MAX_BYTES:
-            error = f"{st.st_size} bytes: too large for a trace"
-            return {**record, "ok": False, "kind": "malformed", "error": error}
-        return {**record, "ok": True, "trace": decode_dump(read_fd(fd, FR_MAX_BYTES + 1))}
-    except TraceDumpError as exc:
-        return {**record, "ok": False, "kind": "malformed", "error": str(exc)}
-    except OSError as exc:
-        return {**record, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    finally:
-        os.close(fd)
+        try:
+            return {**record, "ok": True, "trace": decode_dump(dump.read())}
+        except Refused as exc:
+            return _refused_dump(exc, owners, since)
+        except TraceDumpError as exc:
+            return {**record, "ok": False, "kind": "malformed", "error": str(exc)}
+        except OSError as exc:
+            return {**record, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def _refused_dump(exc: Refused, owners: set[int], since: float | None) -> dict[str, Any]:
+    """The record of a dump the guarded reader refused, in the words dumps always had: a
+    stale one is stale before it is too large."""
+    st = exc.st
+    record: dict[str, Any] = {} if st is None else {"mtime": st.st_mtime}
+    if exc.reason == NOT_REGULAR:
+        return {**record, "ok": False, "kind": "untrusted", "error": "not a regular file"}
+    if exc.reason == OWNER and st is not None:
+        who = ", ".join(str(u) for u in sorted(owners))
+        error = f"owned by uid {st.st_uid}, not the job's user (uid {who})"
+        return {**record, "ok": False, "kind": "untrusted", "error": error}
+    if st is not None and since is not None and st.st_mtime < since:
+        return {**record, "ok": False, "stale": True, "error": "older than the job's processes"}
+    if exc.reason == TOO_LARGE:
+        error = f"{exc.size} bytes: too large for a trace"
+        return {**record, "ok": False, "kind": "malformed", "error": error}
+    return {**record, "ok": False, "kind": "untrusted", "error": str(exc)}
 
 
 def fr_dump_files(

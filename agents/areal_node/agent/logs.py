@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from areal_node.agent.protocol import OpError, arg, op
+from areal_node.guarded_read import OWNER, Refused, open_regular, resolve_links, user_name
 
 if TYPE_CHECKING:
     from areal_node.agent.serve import Agent
@@ -24,9 +25,6 @@ EVENT_PREFIX = "events.out.tfevents."
 PERF_TRACER_DIR = "perf_tracer"
 PERF_TRACE_FILE = r"^traces-r(\d{1,6})\.jsonl$"
 MAX_TRACE_FILES = 4096
-
-
-MAX_SYMLINK_HOPS = 40
 
 
 def owner_uid(args: dict[str, Any]) -> int | None:
@@ -47,75 +45,35 @@ def owner_uid(args: dict[str, Any]) -> int | None:
         raise OpError(f"no user {owner!r} on this node") from None
 
 
-def _user_name(uid: int) -> str:
-    try:
-        import pwd
-
-        return pwd.getpwuid(uid).pw_name
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
 def trusted_path(path: str, owner: int | None) -> str:
     """`path` with its symlinks resolved, each one followed only when its owner is
     root, the agent's user or `owner` (a link planted by another user is not followed)."""
-    trusted = {0, os.getuid()} | ({owner} if owner is not None else set())
-    parts = os.path.abspath(path).split("/")
-    parts.reverse()
-    cur = "/"
-    hops = 0
-    while parts:
-        name = parts.pop()
-        if name in ("", "."):
-            continue
-        if name == "..":
-            cur = os.path.dirname(cur)
-            continue
-        nxt = os.path.join(cur, name)
-        try:
-            st = os.lstat(nxt)
-        except FileNotFoundError:
-            return os.path.join(nxt, *reversed(parts))
-        if stat.S_ISLNK(st.st_mode):
-            if st.st_uid not in trusted:
-                raise OpError(f"{nxt} is a symlink owned by {_user_name(st.st_uid)}: not followed")
-            hops += 1
-            if hops > MAX_SYMLINK_HOPS:
-                raise OpError(f"{path}: too many levels of symbolic links")
-            target = os.readlink(nxt)
-            if target.startswith("/"):
-                cur = "/"
-            parts.extend(reversed(target.split("/")))
-            continue
-        cur = nxt
-    return cur
+    try:
+        return resolve_links(path, () if owner is None else (owner,))
+    except Refused as exc:
+        raise OpError(str(exc)) from None
 
 
 def open_log(path: str, owner: int | None = None) -> int:
     """A descriptor of the regular file at `path`, opened without blocking (a FIFO in
     place of a log) and without following a final symlink; with `owner`, only a file
-    that user owns. FileNotFoundError, IsADirectoryError, or OpError for the rest."""
-    real = trusted_path(path, owner)
+    that user owns. FileNotFoundError, IsADirectoryError, or OpError for the rest.
+    Opened by `open_regular`, the node's guarded reader."""
+    links_of = () if owner is None else (owner,)
+    owners = None if owner is None else (owner,)
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return open_regular(path, owners, links_of=links_of).detach()
     except OSError as exc:
-        if exc.errno == errno.ELOOP:  # swapped for a symlink since trusted_path looked
+        if exc.errno == errno.ELOOP:  # swapped for a symlink since the links were resolved
             raise OpError(f"{path} is a symlink: not followed") from None
         raise
-    st = os.fstat(fd)
-    problem = None
-    if stat.S_ISDIR(st.st_mode):
-        os.close(fd)
-        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-    if not stat.S_ISREG(st.st_mode):
-        problem = f"{path} is not a regular file"
-    elif owner is not None and st.st_uid != owner:
-        problem = (f"{path} is owned by {_user_name(st.st_uid)}, not by the job's user "
-                   f"{_user_name(owner)}: not trusted")  # fmt: skip
-    if problem:
-        os.close(fd)
-        raise OpError(problem)
-    return fd
+    except Refused as exc:
+        if exc.st is not None and stat.S_ISDIR(exc.st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path) from None
+        if exc.reason == OWNER and owner is not None and exc.st is not None:
+            raise OpError(f"{path} is owned by {user_name(exc.st.st_uid)}, not by the job's "
+                          f"user {user_name(owner)}: not trusted") from None  # fmt: skip
+        raise OpError(str(exc)) from None
 
 
 def read_chunk(

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from areal_node.agent.procfs import parse_environ, read_all
 from areal_node.agent.protocol import OpError, arg, op
+from areal_node.agent.rank_socket import recv_until_closed, remaining
 
 if TYPE_CHECKING:
     from areal_node.agent.serve import Agent
@@ -118,17 +119,10 @@ def ras_endpoint(pid: int) -> tuple[tuple[str, int] | None, str]:
     return (on_port[0].host, on_port[0].port), ""
 
 
-def _left(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise socket.timeout("deadline passed")
-    return left
-
-
 def _line(sock: socket.socket, deadline: float) -> str:
     data = b""
     while not data.endswith(b"\n"):
-        sock.settimeout(_left(deadline))
+        sock.settimeout(remaining(deadline))
         chunk = sock.recv(1)
         if not chunk:
             raise RasError("the RAS port closed the connection during the handshake")
@@ -144,7 +138,7 @@ def ras_report(host: str, port: int, timeout: float, json_format: bool = True) -
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.settimeout(_left(deadline))
+        sock.settimeout(remaining(deadline))
         sock.connect((host, port))
         sock.sendall(f"CLIENT PROTOCOL {RAS_PROTOCOL}\n".encode())
         hello = _line(sock, deadline)
@@ -158,21 +152,13 @@ def ras_report(host: str, port: int, timeout: float, json_format: bool = True) -
             sock.sendall(b"SET FORMAT json\n")
             fmt = "json" if _line(sock, deadline).upper() == "OK" else "text"
         sock.sendall(b"VERBOSE STATUS\n")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            sock.settimeout(_left(deadline))
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_REPORT:
-                raise RasError(f"a report over {MAX_REPORT} bytes: not read")
-            chunks.append(chunk)
+        report = recv_until_closed(sock, deadline, MAX_REPORT)
+        if len(report) > MAX_REPORT:
+            raise RasError(f"a report over {MAX_REPORT} bytes: not read")
     return {
         "format": fmt,
         "server_protocol": hello[len("SERVER PROTOCOL ") :][:20],
-        "report": b"".join(chunks).decode("utf-8", "replace"),
+        "report": report.decode("utf-8", "replace"),
     }
 
 

@@ -15,6 +15,7 @@ from areal_node.agent.procfs import read_all
 from areal_node.agent.protocol import OpError, arg, op
 from areal_node.agent.pyspy_beside import PROGRAM
 from areal_node.agent.threads import parallel_map
+from areal_node.guarded_read import Refused, open_regular
 
 if TYPE_CHECKING:
     from areal_node.agent.serve import Agent
@@ -44,11 +45,11 @@ def find_pyspy() -> str | None:
 
 
 def _is_executable_binary(path: str) -> bool:
-    """An ELF or Mach-O program, not a script."""
+    """An ELF or Mach-O program, not a script (a FIFO there is none, at once)."""
     try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError:
+        with open_regular(path, links_of=()) as program:
+            magic = program.read(4)
+    except (OSError, Refused):
         return False
     return magic == b"\x7fELF" or magic in (b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 

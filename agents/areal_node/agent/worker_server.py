@@ -30,6 +30,7 @@ from typing import Any
 
 from areal_node.agent.flight_recorder import fr_sockets, process_uid
 from areal_node.agent.procfs import parse_environ, read_all, to_int
+from areal_node.agent.rank_socket import peer_problem, recv_until_closed, remaining
 
 MAX_DEADLINE = 3.0  # seconds one rank's worker server may take, store lookup included
 MAX_TRACEBACK = 4 << 20  # bytes of one answer (faulthandler writes at most 100 x 100 frames)
@@ -120,31 +121,10 @@ def _frame(rest: str) -> dict[str, Any] | None:
     }
 
 
-def _remaining(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise socket.timeout("deadline passed")
-    return left
-
-
-def _recv_until_closed(sock: socket.socket, deadline: float, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        sock.settimeout(_remaining(deadline))
-        data = sock.recv(1 << 16)
-        if not data:
-            return b"".join(chunks)
-        size += len(data)
-        if size > limit:
-            raise WorkerServerError(f"answer over {limit} bytes: not read", "malformed")
-        chunks.append(data)
-
-
 def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
     data = b""
     while len(data) < size:
-        sock.settimeout(_remaining(deadline))
+        sock.settimeout(remaining(deadline))
         chunk = sock.recv(size - len(data))
         if not chunk:
             raise WorkerServerError("the store closed the connection")
@@ -168,18 +148,18 @@ def post(
         sock = socket.socket(socket.AF_INET6 if ":" in endpoint[1] else socket.AF_INET)
         target = (endpoint[1], endpoint[2])
     try:
-        sock.settimeout(_remaining(deadline))
+        sock.settimeout(remaining(deadline))
         sock.connect(target)
         if endpoint[0] == "unix":
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-            peer_pid, peer_uid, _ = struct.unpack("3i", creds)
-            if peer_uid != uid:
-                raise WorkerServerError(f"served by uid {peer_uid}, not the rank's uid {uid}")
-            if pid is not None and peer_pid != pid:
-                raise WorkerServerError(f"served by process {peer_pid}, not the rank ({pid})")
+            problem = peer_problem(sock, uid, pid)
+            if problem is not None:
+                raise WorkerServerError(problem)
         request = f"POST {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"
         sock.sendall(request.encode())
-        answer = parse_http(_recv_until_closed(sock, deadline, MAX_TRACEBACK))
+        data = recv_until_closed(sock, deadline, MAX_TRACEBACK)
+        if len(data) > MAX_TRACEBACK:
+            raise WorkerServerError(f"answer over {MAX_TRACEBACK} bytes: not read", "malformed")
+        answer = parse_http(data)
     finally:
         sock.close()
     if answer.error is not None:
@@ -191,7 +171,7 @@ def store_get(host: str, port: int, key: str, deadline: float) -> str | None:
     """The value of `key` in the TCPStore at host:port (None: not set), asked with CHECK
     first so that a missing key is never waited for; bounded in time and size."""
     wire = ("/" + key).encode()
-    with socket.create_connection((host, port), timeout=_remaining(deadline)) as sock:
+    with socket.create_connection((host, port), timeout=remaining(deadline)) as sock:
         sock.sendall(struct.pack("<BI", STORE_VALIDATE, STORE_MAGIC))
         sock.sendall(struct.pack("<BQQ", STORE_CHECK, 1, len(wire)) + wire)
         if _recv_exact(sock, 1, deadline)[0] != STORE_READY:
@@ -201,23 +181,6 @@ def store_get(host: str, port: int, key: str, deadline: float) -> str | None:
         if size > MAX_STORE_VALUE:
             raise WorkerServerError(f"the store's value is {size} bytes: not a worker address")
         return _recv_exact(sock, size, deadline).decode("utf-8", "replace")
-
-
-def _tcp_tables(pid: int | str) -> str:
-    from areal_node.agent.procfs import read_fd
-    from areal_node.server_poll import MAX_NET_TABLE
-
-    text = ""
-    for table in ("tcp", "tcp6"):
-        try:
-            fd = os.open(f"/proc/{pid}/net/{table}", os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            continue
-        try:
-            text += read_fd(fd, MAX_NET_TABLE).decode("ascii", "replace")
-        finally:
-            os.close(fd)
-    return text
 
 
 def descriptors_hidden(pid: int) -> bool:
@@ -243,7 +206,7 @@ def user_listeners(pid: int, uid: int) -> list[Any]:
     (same inode: one namespace, so loopback reaches them). For another user's process
     without CAP_SYS_PTRACE, whose descriptors cannot be read: the rank's user, not the
     rank itself, is what can be checked."""
-    from areal_node.server_poll import LISTEN, parse_net_table
+    from areal_node.server_poll import LISTEN, parse_net_table, tcp_tables
 
     def inodes(text: str, owner: int | None) -> set[str]:
         found = set()
@@ -254,8 +217,8 @@ def user_listeners(pid: int, uid: int) -> list[Any]:
                 found.add(cols[9])
         return found
 
-    theirs = _tcp_tables(pid)
-    shared = inodes(theirs, uid) & inodes(_tcp_tables("self"), None)
+    theirs = tcp_tables(pid)
+    shared = inodes(theirs, uid) & inodes(tcp_tables("self"), None)
     return parse_net_table(theirs, shared) if shared else []
 
 

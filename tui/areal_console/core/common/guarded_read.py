@@ -2,14 +2,18 @@
 job's tracer or log file on this machine): never through a link, never blocking (a FIFO
 is an error at once, not a hang), a regular file only, owned by someone the caller
 trusts, and read to a bound. /tmp and other shared folders are hostile by default.
-The node side has its own (areal_node/agent/logs.py: `open_log`)."""
+
+The opening itself is the node's guarded reader (areal_node/guarded_read.py:
+`open_regular`), which the agent uses for the same files on a cluster node; here a
+refusal is an OSError in the console's words."""
 
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Collection
 from pathlib import Path
+
+from areal_node.guarded_read import OWNER, Refused, open_regular
 
 
 def trusted_owners() -> frozenset[int]:
@@ -20,17 +24,14 @@ def trusted_owners() -> frozenset[int]:
 def open_guarded(path: str | Path, owners: Collection[int] | None = None) -> int:
     """A read-only fd of `path`, a regular file owned by one of `owners` (None: anyone);
     OSError otherwise (a link, a FIFO, a directory, another owner). The caller closes it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path}: not a regular file")
-        if owners is not None and st.st_uid not in owners:
-            raise OSError(f"{path}: owned by uid {st.st_uid}, not by this user or root")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return open_regular(str(path), owners).detach()
+    except Refused as exc:
+        if exc.reason == OWNER and exc.st is not None:
+            raise OSError(
+                f"{path}: owned by uid {exc.st.st_uid}, not by this user or root"
+            ) from None
+        raise OSError(f"{path}: not a regular file") from None
 
 
 def read_guarded(path: str | Path, limit: int, owners: Collection[int] | None = None) -> bytes:
