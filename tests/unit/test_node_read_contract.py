@@ -52,6 +52,7 @@ ALLOWED = {
     "agent/jobs.py:_read_json": "a launched job's records in the agent's job folder",
     "agent/jobs.py:tail_lines": "a launched job's log, written by the job's supervisor",
     "agent/jobs.py:op_stage_file": "a staged file in the agent's cache, checked by hash",
+    "agent/relay.py:payload_frame": "the payload archive this agent itself was imported from",
     # Writes: test_write_contract.py holds them to private_files' rule.
     "private_files.py:create": "creates (O_EXCL|O_NOFOLLOW)",
     "private_files.py:_append_fd": "appends to our own file (O_NOFOLLOW, owner checked)",
