@@ -75,5 +75,16 @@ def test_a_role_whose_job_was_cancelled_while_another_runs_is_named(
         assert line in result.stderr
         stacks = console(slurm_cluster, "stacks", *areal, "--json")
         assert line in stacks.stderr, stacks.stderr
+        # The diagnosis names the ended role as the likely cause, where the actor waits.
+        doc = json.loads(stacks.stdout)
+        assert doc["ended_roles"] == [ended]
+        diagnosis = doc["diagnosis"]
+        cause = (f"role rollout's Slurm job {rollout} ended CANCELLED "
+                 f"(exit {ended['exit_code']}) while the actor's ranks wait")  # fmt: skip
+        assert diagnosis["pattern"] == "role_ended", diagnosis
+        assert diagnosis["title"].startswith(f"Likely cause: {cause}"), diagnosis
+        assert f"sacct -j {rollout}" in diagnosis["suggestions"][0]
+        text = console(slurm_cluster, "stacks", *areal)
+        assert f"DIAGNOSIS [role_ended] Likely cause: {cause}" in text.stdout, text.stdout
     finally:
         slurm_cluster.run(["scancel", actor, rollout], check=False)

@@ -158,9 +158,8 @@ def with_ended_roles(
     evidence = [ENDED_PREFIX + e.ended() + " while the job's other roles still run" for e in ended]
     suggestion = (
         f"find why role {first.role}'s job ended: `sacct -j {first.job_id} -o "
-        "JobID,State,ExitCode,NodeList,End` and the role's log; AReaL does not restart a "
-        "role whose job ended, so the job must be restarted (from its last checkpoint, "
-        "`recover` in AReaL's config) once the cause is fixed"
+        "JobID,State,ExitCode,NodeList,End` and the role's log; the other roles wait for "
+        "it, so the job needs a restart once the cause is fixed"
     )
     if diagnosis.pattern in NOT_HUNG:
         return replace(diagnosis, evidence=evidence + diagnosis.evidence,
