@@ -380,3 +380,21 @@ def test_a_record_is_typed_again_when_more_than_its_readings_changed() -> None:
     assert kept == ProcessRow.from_agent(same) and kept.gpus is first[0].gpus  # not typed again
     moved = {"pid": 5, "cmdline": "a", "rss": 2, "rank": 1, "gpus": [0]}
     assert process_rows([moved], first)[0].rank == 1  # the rank changed: typed in full
+
+
+def test_readings_an_agent_should_never_send_cost_no_verdict() -> None:
+    """Ints that span more than an int64 (worked out side by side), and one past an int64
+    (the node goes back to one series at a time): no crash, every sparkline drawn from the
+    eight levels."""
+    from areal_console.core.connection.sampling import SPARKS, memory_trends
+
+    history = SampleHistory()
+    for s in range(25):
+        wide = [{"pid": 1, "cmdline": "a", "rss": (s % 3 - 1) * 2**62 + s}]
+        past = [{"pid": 2, "cmdline": "b", "rss": 2**70 if s == 24 else 5}]
+        history.add([{"name": "n", "state": "up", "processes": wide},
+                     {"name": "m", "state": "up", "processes": past}], float(s))  # fmt: skip
+    trends = memory_trends(history)
+    assert set(trends) == {("n", 1), ("m", 2)}
+    assert all(set(t.spark) <= set(SPARKS) and len(t.spark) == 8 for t in trends.values())
+    assert history.series("m", 2)[-1] == (24.0, 2**70)

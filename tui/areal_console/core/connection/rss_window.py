@@ -105,7 +105,9 @@ def block_verdicts(
         tail = values[rows, (counts[:, None] - width + np.arange(width)) % WINDOW]
         lo, hi = tail.min(axis=1, keepdims=True), tail.max(axis=1, keepdims=True)
         span = np.where(hi == lo, 1, hi - lo)
-        levels = np.rint((tail - lo) / span * top).astype(np.uint8)  # half to even, as round()
+        levels = np.rint((tail - lo) / span * top)  # half to even, as round()
+        # In [0, top] for readings below 2**53; clipped where a hostile agent's would wrap.
+        levels = np.clip(np.nan_to_num(levels), 0, top).astype(np.uint8)
         text = (levels.transpose(0, 2, 1) + _DIGITS).tobytes().decode("ascii").translate(table)
         first, last = (counts - window) % WINDOW, (counts - 1) % WINDOW
         flat = rows[:, 0]
