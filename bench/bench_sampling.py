@@ -2,17 +2,30 @@
 
     PYTHONPATH=tui:agents:. python -m bench.bench_sampling [--nodes 512] [--ranks 8] [--samples 120]
 
-Each second the console receives one agent `sample` per node. What sampling over time adds,
-as the Cluster screen's monitor does it (core/connection/monitor.py): per node and sample,
-the processes' RSS readings and ranks into `SampleHistory.add_node` and the GPUs'
-utilisation into `add_gpu_readings` (the *recording*); every TRENDS_EVERY (5) seconds,
-every process's RSS sparkline and memory-growth check (`memory_trends`) and the GPU
-spread (`gpu_spread`) (the *verdicts*, per second: their cost / 5). The baseline, in the
-same run, is what the console already does with each sample: decoding the agent's JSON
-replies and typing them into rows (`sample_rows`). One process in eight grows 2 MiB a
-second (the growth check's worst case runs for it); one rank's GPU idles. The history is
-filled first (`--samples` seconds), then `--repeats` seconds are timed in CPU time
-(medians); the result is the share of one core at 1 Hz.
+Each second the console receives one agent `sample` per node and, as the Cluster screen's
+monitor does (core/connection/monitor.py), decodes it, types it into rows, records the
+processes' RSS readings and the GPUs' utilisation into its `SampleHistory` (the
+*recording*) and, every TRENDS_EVERY (5) seconds, works out every process's RSS sparkline
+and memory-growth check (`memory_trends`) and the ranks whose GPUs idle (the *verdicts*,
+per second: their cost / 5).
+
+Two paths run side by side on the same replies, each with its own history, timed in CPU
+time second by second (medians):
+
+- *old*: the code before the incremental path (bench/sampling_before.py, the previous
+  core/connection/sampling.py unchanged) as the monitor called it: every record typed in
+  full (`sample_rows(data)`), `add_node` from per-process tuples, `add_gpu_readings` from
+  per-GPU and per-rank tuples, every process's trend one by one, `gpu_spread()` (a record
+  for every rank);
+- *new*: rows typed again only where more than the readings changed
+  (`sample_rows(data, previous)`), `add_rows` and `add_gpu_rows` straight from the rows
+  (the GPU readings added up when a verdict is asked for), the trends of a node's
+  processes worked out together in array operations (core/connection/rss_window.py),
+  `idle_ranks()` (records only for ranks at or below the idle threshold).
+
+The baseline, in the same run, is `json.loads` of the replies (what no path avoids). One
+process in eight grows 2 MiB a second (the growth check's full test runs for it); one
+rank's GPU idles. Both paths must reach the same verdicts; the bench checks that they do.
 """
 
 from __future__ import annotations
@@ -23,7 +36,10 @@ import statistics
 import time
 
 from areal_console.core.connection.monitor import TRENDS_EVERY, sample_rows
+from areal_console.core.connection.records import ProcessRow
 from areal_console.core.connection.sampling import SampleHistory, memory_trends
+
+from bench import sampling_before
 
 
 def node_sample(node: int, ranks: int, second: int) -> dict[str, object]:
@@ -54,41 +70,92 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=120, help="seconds of history first")
     ap.add_argument("--repeats", type=int, default=10, help="seconds timed")
     args = ap.parse_args()
-    history = SampleHistory()
     names = [f"gpu{n}" for n in range(args.nodes)]
+    old_history, new_history = sampling_before.SampleHistory(), SampleHistory()
+    rows_before: dict[str, tuple[ProcessRow, ...]] = {}
+    clock = time.process_time
 
-    def second(s: int) -> tuple[float, float, float]:
-        replies = [json.dumps(node_sample(n, args.ranks, s)) for n in range(args.nodes)]
-        t0 = time.process_time()
+    def old(replies: list[str], s: int) -> tuple[float, float, float]:
+        t0 = clock()
         typed = [sample_rows(json.loads(r)) for r in replies]
-        t1 = time.process_time()
+        t1 = clock()
         for name, (procs, gpus, _) in zip(names, typed, strict=True):
             facts = ((p.pid, p.cmdline, p.rss, p.rank, p.role) for p in procs)
-            history.add_node(name, facts, float(s))
+            old_history.add_node(name, facts, float(s))
             utils = [(g.index, float(g.util)) for g in gpus if g.util is not None]
-            ranks = [(p.pid, p.rank, p.gpus, None) for p in procs if p.rank is not None and p.gpus]
-            history.add_gpu_readings(name, utils, ranks)
-        t2 = time.process_time()
-        memory_trends(history, history.rss)
-        history.gpu_spread()
-        t3 = time.process_time()
-        return t1 - t0, t2 - t1, t3 - t2
+            if utils:
+                ranks = [(p.pid, p.rank, p.gpus, None if p.gpu_memory is None else int(p.gpu_memory))
+                         for p in procs if p.rank is not None and p.gpus]  # fmt: skip
+                old_history.add_gpu_readings(name, utils, ranks)
+        t2 = clock()
+        sampling_before.memory_trends(old_history, old_history.rss)
+        old_history.gpu_spread()
+        return t1 - t0, t2 - t1, clock() - t2
+
+    def new(replies: list[str], s: int) -> tuple[float, float, float]:
+        t0 = clock()
+        typed = [
+            sample_rows(json.loads(r), rows_before.get(name, ()))
+            for name, r in zip(names, replies, strict=True)
+        ]
+        t1 = clock()
+        for name, (procs, gpus, _) in zip(names, typed, strict=True):
+            rows_before[name] = procs
+            new_history.add_rows(name, procs, float(s))
+            new_history.add_gpu_rows(name, gpus, procs)
+        t2 = clock()
+        memory_trends(new_history)
+        new_history.idle_ranks()
+        return t1 - t0, t2 - t1, clock() - t2
+
+    def decode(replies: list[str]) -> float:
+        t0 = clock()
+        for r in replies:
+            json.loads(r)
+        return clock() - t0
+
+    def second(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+        replies = [json.dumps(node_sample(n, args.ranks, s)) for n in range(args.nodes)]
+        return decode(replies), old(replies, s), new(replies, s)
 
     for s in range(args.samples):
         second(s)
     runs = [second(s) for s in range(args.samples, args.samples + args.repeats)]
-    base, record, verdicts = (statistics.median(r[i] for r in runs) * 1e3 for i in range(3))
-    per_second = record + verdicts / TRENDS_EVERY
-    growing = sum(1 for t in memory_trends(history, history.rss).values() if t.growth)
-    idle = len(history.gpu_spread()[1])
+
+    def ms(values: list[float]) -> float:
+        return statistics.median(values) * 1e3
+
+    base = ms([r[0] for r in runs])
     print(f"processes {args.nodes * args.ranks}, {args.samples} s of history, "
-          f"median of {args.repeats} seconds (CPU ms)")  # fmt: skip
-    print(f"baseline (decode + rows) {base:8.2f}")
-    print(f"recording                {record:8.2f}   ratio {record / base:5.2f}")
-    print(f"verdicts (every {TRENDS_EVERY:g} s)    {verdicts:8.2f}   ratio {verdicts / base:5.2f}")
-    print(f"added per second         {per_second:8.2f}   ratio {per_second / base:5.2f}   "
-          f"{per_second / 10:.2f}% of a core")  # fmt: skip
-    print(f"flagged: {growing} growing, {idle} idle GPU rank(s)")
+          f"median of {args.repeats} seconds (CPU ms per second; verdicts every "
+          f"{TRENDS_EVERY:g} s, counted / {TRENDS_EVERY:g})")  # fmt: skip
+    print(f"baseline json.loads          {base:8.2f}")
+    print(f"{'':28} {'old':>8} {'new':>8} {'new/old':>8}")
+    totals = {}
+    for path, i in (("old", 1), ("new", 2)):
+        rows, record, verdicts = (ms([r[i][k] for r in runs]) for k in range(3))
+        totals[path] = (rows, record, verdicts / TRENDS_EVERY)
+    for k, label in enumerate(("decode + rows", "recording", "verdicts")):
+        o, n = totals["old"][k], totals["new"][k]
+        print(f"{label:28} {o:8.2f} {n:8.2f} {n / o:8.2f}")
+    for label, part in (("added (recording+verdicts)", slice(1, 3)), ("all sampling", slice(0, 3))):
+        o, n = sum(totals["old"][part]), sum(totals["new"][part])
+        print(f"{label:28} {o:8.2f} {n:8.2f} {n / o:8.2f}   "
+              f"share of a core: old {o / 10:.2f}%, new {n / 10:.2f}%; "
+              f"new / baseline {n / base:.2f}")  # fmt: skip
+    old_trends = sampling_before.memory_trends(old_history, old_history.rss)
+    new_trends = memory_trends(new_history)
+    same = {k: (t.spark, t.growth and t.growth.to_json()) for k, t in old_trends.items()} == {
+        k: (t.spark, t.growth and t.growth.to_json()) for k, t in new_trends.items()
+    }
+    assert same, "the two paths' trends differ"
+    old_idle = [i.to_json() for i in old_history.gpu_spread()[1]]
+    assert old_idle == [i.to_json() for i in new_history.idle_ranks()], "idle ranks differ"
+    growing = sum(1 for t in new_trends.values() if t.growth)
+    print(
+        f"flagged (same on both paths): {growing} growing, "
+        f"{len(new_history.idle_ranks())} idle GPU rank(s)"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from areal_console.core.targets.areal import ArealPlan, EntryState, ended_roles_now
+from areal_console.core.targets.name_resolve import find_job, open_registry, parse_job_name
 from conftest import JOBS, wait_for
 
 from tests.cluster.test_areal_slurm import USER, console
@@ -37,7 +39,7 @@ def _submit(cluster: SlurmCluster, base: Path, role: str) -> str:
 
 
 def test_a_role_whose_job_was_cancelled_while_another_runs_is_named(
-    slurm_cluster: SlurmCluster,
+    slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base = Path(tempfile.mkdtemp(prefix="areal-dead-", dir=slurm_cluster.base))
     workers = base / "name_resolve" / USER / EXPERIMENT / TRIAL / "workers"
@@ -54,6 +56,12 @@ def test_a_role_whose_job_was_cancelled_while_another_runs_is_named(
         alive = console(slurm_cluster, "nodes", *areal, "--json")
         assert alive.returncode == 0, alive.stderr
         assert json.loads(alive.stdout)["areal"]["ended_roles"] == []
+        # The job as a console started now holds it (its records, both roles running).
+        monkeypatch.setenv("SLURM_CONF", slurm_cluster.env()["SLURM_CONF"])
+        name = parse_job_name(f"{EXPERIMENT}/{TRIAL}")
+        records = find_job(open_registry(str(base / "name_resolve"), None), name)
+        plan = ArealPlan(name, "nfs", [], [EntryState(e, "ok") for e in records.entries])
+        assert ended_roles_now(plan, None, 30.0) == []
 
         slurm_cluster.run(["scancel", rollout])
 
@@ -62,6 +70,9 @@ def test_a_role_whose_job_was_cancelled_while_another_runs_is_named(
             return out.stdout.strip() == "CANCELLED"
 
         wait_for(cancelled, 60, "the rollout job cancelled")
+        # The console asks Slurm again at each capture: the role that ended since it started.
+        [now] = ended_roles_now(plan, None, 30.0)
+        assert (now.role, now.job_id, now.state) == ("rollout", rollout, "CANCELLED")
         result = console(slurm_cluster, "nodes", *areal, "--json")
         assert result.returncode == 3, result.stderr  # partial: a role is gone
         [ended] = json.loads(result.stdout)["areal"]["ended_roles"]
@@ -75,5 +86,16 @@ def test_a_role_whose_job_was_cancelled_while_another_runs_is_named(
         assert line in result.stderr
         stacks = console(slurm_cluster, "stacks", *areal, "--json")
         assert line in stacks.stderr, stacks.stderr
+        # The diagnosis names the ended role as the likely cause, where the actor waits.
+        doc = json.loads(stacks.stdout)
+        assert doc["ended_roles"] == [ended]
+        diagnosis = doc["diagnosis"]
+        cause = (f"role rollout's Slurm job {rollout} ended CANCELLED "
+                 f"(exit {ended['exit_code']}) while the actor's ranks wait")  # fmt: skip
+        assert diagnosis["pattern"] == "role_ended", diagnosis
+        assert diagnosis["title"].startswith(f"Likely cause: {cause}"), diagnosis
+        assert f"sacct -j {rollout}" in diagnosis["suggestions"][0]
+        text = console(slurm_cluster, "stacks", *areal)
+        assert f"DIAGNOSIS [role_ended] Likely cause: {cause}" in text.stdout, text.stdout
     finally:
         slurm_cluster.run(["scancel", actor, rollout], check=False)

@@ -280,3 +280,121 @@ def test_nodes_text_after_samples_names_idle_gpus_and_gone_ranks() -> None:
     text = render_sampled(nodes, gone, history.gpu_spread()[1])
     assert "gone: gpu0: rank 3 (trainer), pid 1003, is gone since the last sample" in text
     assert "GPU idle: gpu1: rank 6 (pid 1006, GPU 2) is idle: 0% mean" in text
+
+
+def _fleet_sample(s: int) -> list[dict[str, Any]]:
+    """Sample `s` of 3 nodes x 4 processes as `nodes --json` lists them: on gpu0 pid 103
+    grows 2 MiB a second, the others jitter by a page or two; on gpu1 pid 111 ends at
+    sample 25 and pid 115 starts (a new layout); on gpu2 one reading at sample 30 is a
+    float (its block stops standing for the series) and pid 121 shares its GPU with 120."""
+    nodes = []
+    for n in range(3):
+        procs, gpus = [], []
+        for i in range(4):
+            pid = 100 + 10 * n + i
+            if n == 1 and i == 1 and s >= 25:
+                pid = 115
+            grows = n == 0 and i == 3
+            rss: float = 800 * MB + (s * 2 * MB if grows else ((s * (i + 1)) % 3) << 12)
+            if n == 2 and i == 2 and s == 30:
+                rss = float(rss)
+            procs.append({"pid": pid, "cmdline": f"python -m trainer {pid}", "rss": rss,
+                          "rank": 4 * n + i, "role": "trainer", "cpu_percent": 99.0,
+                          "gpus": [0 if (n == 2 and i == 1) else i],
+                          "gpu_memory": 7321157632})  # fmt: skip
+            util = 0.0 if (n == 1 and i == 2) else 90.0 + (s * (i + 3)) % 10
+            gpus.append({"index": i, "util": util if s != 12 or i != 0 else None})
+        nodes.append({"name": f"gpu{n}", "state": "up", "gpus": gpus, "processes": procs})
+    return nodes
+
+
+def test_the_live_path_reaches_the_verdicts_of_the_plain_series() -> None:
+    """The monitor's path (rows typed again only where more than the readings changed,
+    readings kept side by side and the trends of a node's processes worked out together)
+    against the same samples through `nodes --samples`' path and the plain arithmetic on
+    each process's own series: the same series, sparklines, growth flags and idle ranks,
+    across a new layout, a reading that is not an int and a missing GPU reading."""
+    from areal_console.core.connection.monitor import sample_rows
+    from areal_console.core.connection.sampling import (
+        GROWTH_WINDOW,
+        SPARKS,
+        memory_trends,
+    )
+
+    live, plain = SampleHistory(), SampleHistory()
+    rows: dict[str, Any] = {}
+    fed: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    checked = 0
+    for s in range(60):
+        at = 1000.0 + s
+        nodes = _fleet_sample(s)
+        plain.add(nodes, at)
+        for node in nodes:
+            procs, gpus, _ = sample_rows(node, rows.get(node["name"], ()))
+            rows[node["name"]] = procs
+            live.add_rows(node["name"], procs, at)
+            live.add_gpu_rows(node["name"], gpus, procs)
+            for p in node["processes"]:
+                if type(p["rss"]) is int and not (node["name"] == "gpu1" and p["pid"] == 111):
+                    fed.setdefault((node["name"], p["pid"]), []).append((at, p["rss"]))
+        if s % 5 != 4 or s < 10:
+            continue
+        trends = memory_trends(live)
+        for key, trend in trends.items():
+            series = live.series(*key)
+            assert series == plain.series(*key)
+            tail = [r for _, r in series[-8:]]
+            lo, hi = min(tail), max(tail)
+            spark = "".join(
+                SPARKS[0] if hi == lo else SPARKS[round((r - lo) / (hi - lo) * 7)] for r in tail
+            )
+            assert trend.spark == spark, (key, s)
+            growth = memory_growth(series[-GROWTH_WINDOW:], key[1])
+            assert trend.growth == growth, (key, s)
+            checked += 1
+        assert trends == memory_trends(plain)
+        assert live.idle_ranks() == plain.gpu_spread()[1] == live.gpu_spread()[1]
+    # The steady processes' series hold every int reading they were given, in order.
+    assert live.series("gpu0", 100) == fed[("gpu0", 100)]
+    assert live.series("gpu1", 115) == fed[("gpu1", 115)]
+    assert checked > 100
+    growing = {k for k, t in memory_trends(live).items() if t.growth}
+    assert growing == {("gpu0", 103)}
+    [idle] = live.idle_ranks()
+    assert (idle.gpu.node, idle.gpu.rank, idle.gpu.samples) == ("gpu1", 6, 60)
+    first = {(r.node, r.rank): r.samples for r in live.gpu_spread()[0]}
+    assert first[("gpu0", 0)] == 59  # GPU 0 gave no reading in sample 12
+
+
+def test_a_record_is_typed_again_when_more_than_its_readings_changed() -> None:
+    from areal_console.core.connection.records import ProcessRow, process_rows
+
+    first = process_rows([{"pid": 5, "cmdline": "a", "rss": 1, "rank": 0, "gpus": [0]}])
+    record = {"pid": 5, "cmdline": "a", "rss": 2, "rank": 0, "gpus": [0], "state": "S"}
+    again = process_rows([record, {"pid": [1]}, {"pid": 6, "rss": True}], first)
+    assert again == (ProcessRow.from_agent(record), ProcessRow.from_agent({"pid": 6, "rss": True}))
+    assert again[0].raw == record and again[0].rss == 2 and again[0].state == "S"
+    assert again[1].rss is None  # a bool is no reading
+    same = {"pid": 5, "cmdline": "a", "rss": 3, "rank": 0, "gpus": [0]}
+    [kept] = process_rows([same], first)
+    assert kept == ProcessRow.from_agent(same) and kept.gpus is first[0].gpus  # not typed again
+    moved = {"pid": 5, "cmdline": "a", "rss": 2, "rank": 1, "gpus": [0]}
+    assert process_rows([moved], first)[0].rank == 1  # the rank changed: typed in full
+
+
+def test_readings_an_agent_should_never_send_cost_no_verdict() -> None:
+    """Ints that span more than an int64 (worked out side by side), and one past an int64
+    (the node goes back to one series at a time): no crash, every sparkline drawn from the
+    eight levels."""
+    from areal_console.core.connection.sampling import SPARKS, memory_trends
+
+    history = SampleHistory()
+    for s in range(25):
+        wide = [{"pid": 1, "cmdline": "a", "rss": (s % 3 - 1) * 2**62 + s}]
+        past = [{"pid": 2, "cmdline": "b", "rss": 2**70 if s == 24 else 5}]
+        history.add([{"name": "n", "state": "up", "processes": wide},
+                     {"name": "m", "state": "up", "processes": past}], float(s))  # fmt: skip
+    trends = memory_trends(history)
+    assert set(trends) == {("n", 1), ("m", 2)}
+    assert all(set(t.spark) <= set(SPARKS) and len(t.spark) == 8 for t in trends.values())
+    assert history.series("m", 2)[-1] == (24.0, 2**70)

@@ -279,9 +279,27 @@ class ConsoleApp(WorkerHost, App[None]):
             raise UserError("no live nodes to capture (this console shows recorded data)")
         options = self.capture_options()
         options.job = self.capture_state.job
+        options.ended_roles, options.idle_gpus = self._slow_evidence()
         return capture_and_analyse(
             self.fleet, options, sampled=self._latest_processes(), progress=self._progress
         )
+
+    def _slow_evidence(self) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+        """For the diagnosis: the AReaL job's roles whose Slurm job ended (asked of Slurm
+        now), and the ranks whose GPU idled across the monitor's samples."""
+        idle = tuple(i.to_json() for i in self.monitor.idle_gpus())
+        plan = self.targets.areal_plan
+        if plan is None:
+            return (), idle
+        from areal_console.core.slurm.client import SLURM_COMMAND_TIMEOUT
+        from areal_console.core.targets.areal import ended_roles_now
+
+        try:
+            timeout = self.targets.slurm_timeout or SLURM_COMMAND_TIMEOUT
+            ended = ended_roles_now(plan, self.targets.login, timeout)
+        except (OSError, UserError):  # Slurm out of reach now: what the start saw
+            ended = plan.ended_roles
+        return tuple(e.to_json() for e in ended), idle
 
     def shown_capture(self) -> tuple[StackAnalysis, Diagnosis] | None:
         """The Stacks screen's capture, analysed (None before one is)."""

@@ -269,6 +269,8 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     plan = areal_plan(targets)
     if plan is not None and not (args.job or args.all_jobs):
         options.job = f"areal:{plan.job_key}"  # --areal names the job, not only its nodes
+    if plan is not None:  # a role whose Slurm job ended: the diagnosis names it
+        options.ended_roles = tuple(e.to_json() for e in plan.ended_roles)
     try:
         result = capture_and_analyse(fleet, options)  # saved before it is shown
     except JobChoiceError as exc:

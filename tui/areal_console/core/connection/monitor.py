@@ -47,18 +47,15 @@ GONE_KEPT = 64  # ranks gone from their node, the newest kept
 TRENDS_EVERY = 5.0  # seconds between RSS sparklines and growth verdicts on the screen
 
 
-def _int_or_none(value: float | None) -> int | None:
-    return None if value is None else int(value)
-
-
 SampleRows = tuple[tuple[ProcessRow, ...], tuple[GpuRow, ...], str | None]
 
 
-def sample_rows(data: dict[str, Any]) -> SampleRows:
-    """A `sample` result's processes, GPUs and GPU error, typed."""
+def sample_rows(data: dict[str, Any], previous: tuple[ProcessRow, ...] = ()) -> SampleRows:
+    """A `sample` result's processes, GPUs and GPU error, typed (`previous`: the node's
+    rows of its last sample, whose unchanged fields are not typed again)."""
     error = data.get("gpu_error")
     return (
-        process_rows(data.get("processes")),
+        process_rows(data.get("processes"), previous),
         gpu_rows(data.get("gpus")),
         None if error is None else str(error),
     )
@@ -186,7 +183,7 @@ class FleetMonitor:
         now = time.monotonic()
         with self._lock:
             if now - self._trends_at >= TRENDS_EVERY:
-                self._trends = memory_trends(self.history, self.history.rss)
+                self._trends = memory_trends(self.history)
                 self._trends_at = now
             trends = self._trends
         return {k: trends[k] for k in keys if k in trends}
@@ -200,7 +197,7 @@ class FleetMonitor:
         now = time.monotonic()
         with self._lock:
             if now - self._idle_at >= TRENDS_EVERY:
-                self._idle = self.history.gpu_spread()[1]
+                self._idle = self.history.idle_ranks()
                 self._idle_at = now
             return list(self._idle)
 
@@ -258,7 +255,8 @@ class FleetMonitor:
                 setattr(view, key, value)
 
     def _on_sample(self, name: str, data: dict[str, Any], stream: int = 0) -> None:
-        typed = sample_rows(data)  # off the lock: a big node has a thousand processes
+        # Off the lock: a big node has a thousand processes.
+        typed = sample_rows(data, self._views[name].processes)
         with self._lock:
             # Stream ids grow per agent: a lower one is a stream being replaced.
             if stream < self._stream_ids.get(name, 0):
@@ -267,13 +265,8 @@ class FleetMonitor:
             view = self._views[name]
             view.take_sample(data, typed)
             view.received_at = time.time()
-            facts = ((p.pid, p.cmdline, p.rss, p.rank, p.role) for p in view.processes)
-            self.gone.extend(self.history.add_node(name, facts, view.received_at))
-            utils = [(g.index, float(g.util)) for g in view.gpus if g.util is not None]
-            if utils:
-                ranks = [(p.pid, p.rank, p.gpus, _int_or_none(p.gpu_memory))
-                         for p in view.processes if p.rank is not None and p.gpus]  # fmt: skip
-                self.history.add_gpu_readings(name, utils, ranks)
+            self.gone.extend(self.history.add_rows(name, view.processes, view.received_at))
+            self.history.add_gpu_rows(name, view.gpus, view.processes)
             view.state, view.error = "up", None
             for gpu in view.gpus:
                 if gpu.util is not None:

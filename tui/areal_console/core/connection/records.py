@@ -20,11 +20,16 @@ from areal_console.core.targets.areal_world import areal_world_key
 
 
 def _int(value: Any) -> int | None:
+    if type(value) is int:  # the common case, without the subclass checks
+        return value
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _number(value: Any) -> float | None:
     """An int or a float as it came (an int prints without a decimal point), else None."""
+    kind = type(value)
+    if kind is int or kind is float:  # the common case, without the subclass checks
+        return value
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
@@ -172,6 +177,10 @@ class ServerRow:
         )
 
 
+# The fields of an agent process record that change from one sample to the next.
+_READINGS = ("cpu_percent", "rss", "state", "gpu_memory")
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessRow:
     """One process of a node's sample: a rank, an AReaL worker, a server or a launcher."""
@@ -229,6 +238,26 @@ class ProcessRow:
             raw=raw,
         )
 
+    def refreshed(self, raw: Mapping[str, Any]) -> ProcessRow | None:
+        """This row with the readings of a newer record of the same process (`raw`: the
+        same fields but for CPU, RSS, state and GPU memory, which change every sample);
+        None when anything else differs (the record is typed in full then). What did not
+        change is not checked and converted again."""
+        old = self.raw
+        if len(raw) != len(old):
+            return None
+        probe = dict(raw)
+        for key in _READINGS:
+            if key in old:
+                probe[key] = old[key]
+        if probe != old:
+            return None
+        return ProcessRow(self.pid, self.ppid, self.cmdline, self.rank, self.local_rank,
+                          self.world_size, self.role, self.job, self.worker_index, self.server,
+                          _number(raw.get("cpu_percent")), _number(raw.get("rss")),
+                          _text(raw.get("state")), self.gpus, _number(raw.get("gpu_memory")),
+                          self.env, self.env_error, raw)  # fmt: skip
+
     @property
     def areal_key(self) -> tuple[str, str | None] | None:
         """(job, role) of an AReaL single-controller worker with a rank, else None."""
@@ -247,12 +276,25 @@ def gpu_rows(raw: Any) -> tuple[GpuRow, ...]:
     return tuple(r for r in rows if r is not None)
 
 
-def process_rows(raw: Any) -> tuple[ProcessRow, ...]:
-    """A sample's `processes` list as rows (records without a pid are left out)."""
+def process_rows(raw: Any, previous: Sequence[ProcessRow] = ()) -> tuple[ProcessRow, ...]:
+    """A sample's `processes` list as rows (records without a pid are left out).
+    `previous`: the node's rows of its last sample; a process whose record changed only in
+    its readings keeps its row's other fields (`ProcessRow.refreshed`)."""
     if not isinstance(raw, list):
         return ()
-    rows = (ProcessRow.from_agent(p) for p in raw if isinstance(p, Mapping))
-    return tuple(r for r in rows if r is not None)
+    before = {r.pid: r for r in previous}
+    rows = []
+    for p in raw:
+        if not isinstance(p, Mapping):
+            continue
+        pid = p.get("pid")
+        old = before.get(pid) if before and type(pid) is int else None
+        row = old.refreshed(p) if old is not None else None
+        if row is None:
+            row = ProcessRow.from_agent(p)
+        if row is not None:
+            rows.append(row)
+    return tuple(rows)
 
 
 def with_areal_world_sizes(

@@ -94,6 +94,11 @@ class CaptureOptions:
     source: str = "auto"
     rollout: bool = True  # also read perf tracer files and rollout tracing lines
     tags: tuple[str, ...] = ()  # saved with the capture (`stacks --list` shows them): "watch"
+    # What the stacks cannot show, fed into the diagnosis (core/stacks/slow_evidence.py):
+    # the job's roles whose Slurm job ended (`EndedRole.to_json()`), and the ranks whose GPU
+    # idled while the others' were busy (`IdleRank.to_json()`, the Cluster screen's samples).
+    ended_roles: tuple[dict[str, Any], ...] = ()
+    idle_gpus: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -241,6 +246,8 @@ def capture_raw(
         "interval": options.interval,
         "job": ", ".join(j.key for j in jobs) or None,
         "nodes": nodes,
+        "ended_roles": list(options.ended_roles),
+        "idle_gpus": list(options.idle_gpus),
     }
     if options.ledger:
         ras = nccl_ras(sessions, chosen)

@@ -105,7 +105,14 @@ def _capture_from_json(data: dict[str, Any]) -> StackCapture:
         rollout=_rollout_from_json(data.get("rollout")),
         nccl_ras=_ras_from_json(data.get("nccl_ras")),
         rank_source=data["rank_source"] if isinstance(data.get("rank_source"), str) else None,
+        ended_roles=_dicts(data.get("ended_roles")),
+        idle_gpus=_dicts(data.get("idle_gpus")),
     )
+
+
+def _dicts(value: Any, most: int = 64) -> list[dict[str, Any]]:
+    """A list of JSON objects as it came (the others left out), at most `most`."""
+    return [v for v in value[:most] if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _ras_from_json(doc: Any) -> RasStatus | None:

@@ -291,6 +291,8 @@ def _build_capture(raw: dict[str, Any], table: FrameTable | None) -> StackCaptur
         ledger=_ledger_from_raw(raw),
         nccl_ras=_ras_from_raw(raw),
         user=raw["user"] if isinstance(raw.get("user"), str) else None,
+        ended_roles=[d for d in raw.get("ended_roles") or () if isinstance(d, dict)],
+        idle_gpus=[d for d in raw.get("idle_gpus") or () if isinstance(d, dict)],
     )
     from areal_console.core.rollout.context import apply_rollout
 

@@ -376,6 +376,10 @@ class StackCapture:
     # An imported capture: where its ranks came from ("dump": the text itself, "file_name",
     # "argument_order"); None: a live capture.
     rank_source: str | None = None
+    # What the stacks cannot show, as `nodes --json` writes it (core/stacks/slow_evidence.py):
+    # the job's roles whose Slurm job ended while others run, ranks whose GPU idled.
+    ended_roles: list[dict[str, Any]] = field(default_factory=list)
+    idle_gpus: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def rank_stacks(self) -> list[RankStack]:

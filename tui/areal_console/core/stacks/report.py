@@ -17,6 +17,7 @@ from areal_console.core.stacks.diagnose import Diagnosis, diagnose
 from areal_console.core.stacks.merge import StackAnalysis, analyse, format_ranks, group_name
 from areal_console.core.stacks.nccl_ras import RasStatus
 from areal_console.core.stacks.records import Frame, RankStack, Stack, StackCapture
+from areal_console.core.stacks.slow_evidence import with_slow_evidence
 
 SOURCE_NAMES = {"py-spy": "py-spy", "worker_server": "worker server"}
 
@@ -88,6 +89,8 @@ def capture_json(
         "coverage": capture_coverage(capture).to_json(),
         "ledger": capture.ledger.to_json() if capture.ledger is not None else None,
         "rollout": capture.rollout.to_json() if capture.rollout is not None else None,
+        "ended_roles": list(capture.ended_roles),
+        "idle_gpus": list(capture.idle_gpus),
     }
     if capture.nccl_ras is not None:
         doc["nccl_ras"] = capture.nccl_ras.to_json()
@@ -213,7 +216,7 @@ def full_diagnosis(analysis: StackAnalysis) -> Diagnosis:
     found = diagnose(analysis)
     if ledger is not None:
         found = with_ledger(found, ledger, stack_activity(analysis))
-    return with_ras(found, analysis.capture.nccl_ras)
+    return with_slow_evidence(with_ras(found, analysis.capture.nccl_ras), analysis)
 
 
 def ledger_lines(capture: StackCapture, diagnosis: Diagnosis | None = None) -> list[str]:

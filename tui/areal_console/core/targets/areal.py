@@ -291,6 +291,13 @@ def slurm_role_jobs(
     return active, sorted(ended.values(), key=lambda e: e.role)
 
 
+def ended_roles_now(plan: ArealPlan, login: str | None, timeout: float) -> list[EndedRole]:
+    """The plan's job's roles whose Slurm job has ended by now (asked of Slurm again: a
+    console open for hours sees a role end after it started)."""
+    roles = sorted({e.entry.role for e in plan.entries if e.entry.role})
+    return slurm_role_jobs(plan.name, roles, login, timeout)[1]
+
+
 def resolve_areal_targets(
     text: str,
     nfs_root: str | None = None,
