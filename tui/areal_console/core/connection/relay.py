@@ -106,7 +106,7 @@ class RelayHub:
         self._routes[()] = self.own
         threading.Thread(target=self._read_loop, name=f"relay-hub-{node}", daemon=True).start()
 
-    def open(self, path: Path) -> RelayedChannel:
+    def attach(self, path: Path) -> RelayedChannel:
         """The channel of the node at `path` (an older one there ends)."""
         channel = RelayedChannel(self, path)
         with self._lock:
@@ -250,7 +250,7 @@ def open_relayed(parent: Any, spec: NodeSpec, argv: list[str], timeout: float) -
     if link is None:
         raise ChannelClosed(f"relay {parent.name} was connected without a relay link")
     hub, path = link
-    channel = hub.open((*path, spec.name))
+    channel = hub.attach((*path, spec.name))
     try:
         parent.call("relay_start", {"node": spec.name, "argv": argv}, timeout=timeout)
     except (AgentDisconnected, AgentError, OSError) as exc:
