@@ -86,8 +86,8 @@ def ssh_relay_argv(
         argv += ["-l", spec.user]
     if spec.identity_file:
         argv += ["-i", spec.identity_file]
-    if spec.proxy_jump:
-        argv += ["-J", spec.proxy_jump]
+    # No jump host: it is how the console reaches the cluster from outside, and nodes reach
+    # each other directly (a site that needs one says so in the nodes' ssh config).
     argv += ["--", spec.host or spec.name]
     # The remote side runs it with the user's shell: one quoted command line.
     argv.append(shlex.join(resolving_argv(spec.python, BOOTSTRAP)))
