@@ -48,7 +48,7 @@ OWN_FILES = {
     "areal_console/core/targets/inventory.py": "the inventory the user names",
     "areal_node/agent/jobs.py": "the agent's own run folders and records",
     "areal_node/agent/procfs.py": "/proc",
-    "areal_node/agent/relay.py": "the payload archive this agent was imported from",
+    "areal_node/agent/relay.py": "the payload zip the agent itself runs from",
     "areal_node/batches/analysis.py": "a dump the user names (batch PATH)",
     "areal_node/batches/eos.py": "a dump's tokenizer files the user names",
     "areal_node/batches/loader.py": "a dump the user names (batch PATH)",

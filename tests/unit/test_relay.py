@@ -143,6 +143,25 @@ def test_a_relayed_node_closed_and_connected_again_keeps_its_new_connection(tree
     assert n4.state == "up"
 
 
+def test_the_tuis_monitor_streams_samples_from_relayed_nodes(tree: Fleet) -> None:
+    """The Cluster screen's data: every node's 1 Hz sample stream, relayed ones included."""
+    from areal_console.core.connection.monitor import FleetMonitor
+
+    monitor = FleetMonitor(tree, interval=0.2)
+    monitor.start()
+    try:
+        wait_for(
+            lambda: all(v.state == "up" and v.sample for v in monitor.snapshot()),
+            30,
+            "a sample from every node",
+        )
+        views = {v.name: v for v in monitor.snapshot()}
+    finally:
+        monitor.stop()
+    assert sorted(views) == [f"n{i}" for i in range(7)]
+    assert {v.hello.get("pid") for v in views.values()} == {s.hello["pid"] for s in tree}
+
+
 def test_a_child_that_cannot_start_is_named_with_its_reason() -> None:
     def argv(spec: NodeSpec) -> list[str]:
         if spec.name == "n3":

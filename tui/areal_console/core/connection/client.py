@@ -123,8 +123,14 @@ class AgentClient:
         self.asked_source = False  # the agent asked for the payload (see PayloadUploads)
         self.closed_reason: str | None = None
         self.hello: dict[str, Any] = {}
-        self._reader = threading.Thread(target=self._read_loop, name="agent-reader", daemon=True)
-        self._reader.start()
+        push = getattr(channel, "push_to", None)
+        if callable(push):
+            # A channel that hands its lines over itself (a relayed node's, from its hub's
+            # reader): no reader thread of its own.
+            push(self._take_line, self._take_end)
+        else:
+            reader = threading.Thread(target=self._read_loop, name="agent-reader", daemon=True)
+            reader.start()
 
     # lifecycle ------------------------------------------------------------------------
     def start(self, timeout: float = 30.0, gpus: bool = True) -> dict[str, Any]:
@@ -201,6 +207,16 @@ class AgentClient:
                 self._handle_line(line)
             except Exception as exc:  # a message that broke its handling fails its request
                 self._fail(line, f"reply could not be handled: {type(exc).__name__}")
+        self._closed(self.channel.exit_reason())
+
+    def _take_line(self, line: bytes) -> None:
+        """One line pushed by the channel (as `_read_loop` takes each)."""
+        try:
+            self._handle_line(line)
+        except Exception as exc:
+            self._fail(line, f"reply could not be handled: {type(exc).__name__}")
+
+    def _take_end(self) -> None:
         self._closed(self.channel.exit_reason())
 
     def _handle_line(self, line: bytes) -> None:

@@ -86,8 +86,8 @@ def ssh_relay_argv(
         argv += ["-l", spec.user]
     if spec.identity_file:
         argv += ["-i", spec.identity_file]
-    if spec.proxy_jump:
-        argv += ["-J", spec.proxy_jump]
+    # No jump host: it is how the console reaches the cluster from outside, and nodes reach
+    # each other directly (a site that needs one says so in the nodes' ssh config).
     argv += ["--", spec.host or spec.name]
     # The remote side runs it with the user's shell: one quoted command line.
     argv.append(shlex.join(resolving_argv(spec.python, BOOTSTRAP)))
@@ -106,7 +106,7 @@ class RelayHub:
         self._routes[()] = self.own
         threading.Thread(target=self._read_loop, name=f"relay-hub-{node}", daemon=True).start()
 
-    def channel_to(self, path: Path) -> RelayedChannel:
+    def attach(self, path: Path) -> RelayedChannel:
         """The channel of the node at `path` (an older one there ends)."""
         channel = RelayedChannel(self, path)
         with self._lock:
@@ -160,6 +160,12 @@ class RelayedChannel:
         self._lines: queue.Queue[bytes] = queue.Queue()
         self._reason: str | None = None
         self.closed = False
+        # With `push_to`, lines go straight to the node's client from the hub's reader
+        # (no thread per node); until then they wait in `_lines`.
+        self._push_lock = threading.RLock()
+        self._on_line: Callable[[bytes], None] | None = None
+        self._on_end: Callable[[], None] | None = None
+        self._ended = False
 
     @property
     def what(self) -> str:
@@ -172,7 +178,30 @@ class RelayedChannel:
             self.end(self._exit_reason(line))
             self.hub.ended(self.path, self._reason or "ended")
             return
-        self._lines.put(line)
+        with self._push_lock:
+            if self._on_line is None:
+                self._lines.put(line)
+                return
+            if not self._ended:
+                self._on_line(line)
+
+    def push_to(self, on_line: Callable[[bytes], None], on_end: Callable[[], None]) -> None:
+        """Hand every line to `on_line` (then the end to `on_end`) as it arrives, in the
+        hub's reader thread; the lines already here first."""
+        with self._push_lock:
+            while True:
+                try:
+                    line = self._lines.get_nowait()
+                except queue.Empty:
+                    break
+                if not line:
+                    self._ended = True
+                    break
+                on_line(line)
+            self._on_line, self._on_end = on_line, on_end
+            ended = self._ended
+        if ended:
+            on_end()
 
     def _exit_reason(self, line: bytes) -> str:
         try:
@@ -192,7 +221,15 @@ class RelayedChannel:
     def end(self, reason: str | None) -> None:
         if reason and self._reason is None:
             self._reason = reason
-        self._lines.put(b"")
+        with self._push_lock:
+            if self._ended:
+                return
+            if self._on_end is None:
+                self._lines.put(b"")
+                return
+            self._ended = True
+            on_end = self._on_end
+        on_end()
 
     # Channel --------------------------------------------------------------------------
     def send(self, data: bytes) -> None:
@@ -250,7 +287,7 @@ def open_relayed(parent: Any, spec: NodeSpec, argv: list[str], timeout: float) -
     if link is None:
         raise ChannelClosed(f"relay {parent.name} was connected without a relay link")
     hub, path = link
-    channel = hub.channel_to((*path, spec.name))
+    channel = hub.attach((*path, spec.name))
     try:
         parent.call("relay_start", {"node": spec.name, "argv": argv}, timeout=timeout)
     except (AgentDisconnected, AgentError, OSError) as exc:
