@@ -129,8 +129,8 @@ def scale_views(nodes: int, per_node: int) -> list[NodeView]:
 def scale_fleet_views(nodes: int = 512, per_node: int = 8) -> list[NodeView]:
     """A simulated fleet of `nodes` nodes: the recorded 8-GPU node1 (its sample and GPU
     history) `nodes` times, `per_node` ranks each of one job of `nodes * per_node` ranks,
-    renumbered (rank, pid, GPU), with each rank's CPU% and RSS varied; nodes n017 and
-    n233 down (a timeout, a refused key), so their ranks are missing."""
+    renumbered (rank, pid 20000 + rank, GPU), with each rank's CPU% and RSS varied; nodes
+    n017 and n233 down (a timeout, a refused key), so their ranks are missing."""
     base = recorded_views()[0]
     assert base.sample is not None
     template = next(p for p in base.sample["processes"] if p.get("rank") is not None)
@@ -143,13 +143,15 @@ def scale_fleet_views(nodes: int = 512, per_node: int = 8) -> list[NodeView]:
             why = "timeout 5 s: no SSH answer" if n == 17 else "authentication failed"
             views.append(NodeView(name, address, "down", why))
             continue
-        procs = [
-            dict(template, pid=20_000 + n * per_node + i, rank=n * per_node + i, local_rank=i,
-                 world_size=world, master_addr="10.0.0.0", master_port=29500, gpus=[i],
-                 cpu_percent=float(90 + (n * 7 + i * 3) % 11),
-                 rss=float((3_000 + (n * 13 + i * 29) % 900) * 2**20))  # fmt: skip
-            for i in range(per_node)
-        ]
+        procs = []
+        for i in range(per_node):
+            rank = n * per_node + i
+            procs.append(
+                dict(template, pid=20_000 + rank, rank=rank, local_rank=i, world_size=world,
+                     master_addr="10.0.0.0", master_port=29500, gpus=[i],
+                     cpu_percent=float(90 + (n * 7 + i * 3) % 11),
+                     rss=float((3_000 + (n * 13 + i * 29) % 900) * 2**20))
+            )  # fmt: skip
         sample = dict(base.sample, processes=procs)
         views.append(NodeView(name, address, "up", None, 0.004, sample, 0.0,
                               dict(base.gpu_history), {"hostname": name}))  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from areal_console.app import ConsoleApp
 from areal_console.core.connection.monitor import RecordedMonitor
 from areal_console.screens.cluster import ClusterScreen
@@ -79,13 +80,16 @@ async def test_a_refresh_updates_the_rows_in_view_and_rows_scrolled_in_catch_up(
         assert all(cell(table, key, "cpu") == "7" for key in table.keys_in_view())
 
 
+@pytest.mark.slow
 async def test_the_filter_takes_rank_sets_node_and_role() -> None:
-    app = recorded.scale_fleet_app()
+    """128 nodes (1,024 ranks, n017 down): enough for a typed filter to wait for enter."""
+    app = recorded.scale_fleet_app(128)
+    up = 1024 - 8
     async with app.run_test(size=(160, 45)) as pilot:
         screen = app.screen
         table = screen.query_one(ProcessTable)
         nodes = screen.query_one(NodeTable)
-        await until(pilot, lambda: table.row_count == RANKS_UP)
+        await until(pilot, lambda: table.row_count == up)
 
         async def filter_by(text: str) -> None:
             await pilot.press("slash", *text, "enter")
@@ -94,29 +98,32 @@ async def test_the_filter_takes_rank_sets_node_and_role() -> None:
         async def clear() -> None:
             await pilot.press("escape")
             await pilot.pause()
-            assert table.row_count == RANKS_UP
+            assert table.row_count == up
 
-        await filter_by("0-2047,2049-4095")  # everything but rank 2048 (and the down nodes)
-        assert table.row_count == RANKS_UP - 1
-        assert "n256:22048" not in table.rows  # rank 2048's row
+        await filter_by("0-511,513-1023")  # everything but rank 512 (and the down node's)
+        assert table.row_count == up - 1
+        assert "n064:20512" not in table.rows  # rank 512's row
         assert said(app).startswith(
-            "510/512 nodes up · 4,079 ranks 0-135,144-1863,1872-2047,2049-4095 of world size 4096"
+            "127/128 nodes up · 1,015 ranks 0-135,144-511,513-1023 of world size 1024"
         )
-        assert nodes.row_count == 510  # n256 still holds ranks 2049-2055
+        assert nodes.row_count == 127  # n064 still holds ranks 513-519
         await clear()
 
-        await filter_by("node:n511")
-        assert sorted(table.rows) == [f"n511:{24_088 + i}" for i in range(8)]
-        assert list(nodes.rows) == ["n511"]
-        assert "8 ranks 4088-4095 of world size 4096" in said(app)
+        await filter_by("node:n127")
+        assert sorted(table.rows) == [f"n127:{21_016 + i}" for i in range(8)]
+        assert list(nodes.rows) == ["n127"]
+        assert "8 ranks 1016-1023 of world size 1024" in said(app)
         await clear()
 
-        await filter_by("4095")
-        assert list(table.rows) == ["n511:24095"]
+        await filter_by("1023")  # a rank...
+        assert list(table.rows) == ["n127:21023"]
+        await clear()
+        await filter_by("21023")  # ...or a pid (the palette's jump to a rank filters by it)
+        assert list(table.rows) == ["n127:21023"]
         await clear()
 
         await filter_by("role:trainer")
-        assert table.row_count == RANKS_UP
+        assert table.row_count == up
         await clear()
         await filter_by("role:actor")
         assert table.row_count == 0 and nodes.row_count == 0

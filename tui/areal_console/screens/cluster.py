@@ -11,7 +11,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Label, Static
+from textual.timer import Timer
+from textual.widgets import DataTable, Input, Label, Static
 
 from areal_console.core.common.rank_filter import RankFilter, parse_filter
 from areal_console.core.common.rankset import brief_ranks
@@ -114,6 +115,11 @@ def memory_text(
         names = ", ".join(f"{i.gpu.node} rank {i.gpu.rank}" for i in idle[:3])
         parts.append(f"GPU idle: {names}" + ("…" if len(idle) > 3 else ""))
     return "".join(f" · {part}" for part in parts)
+
+
+# Over this many processes a typed filter waits for a pause in typing (FILTER_PAUSE s).
+MANY_PROCESSES = 1000
+FILTER_PAUSE = 0.3
 
 
 class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
@@ -229,6 +235,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         self._asked_host_keys: set[tuple[str, str]] = set()
         self._gpu_title = ""
         self._servers_title = ""
+        self._filter_timer: Timer | None = None
 
     @property
     def console(self) -> ConsoleApp:
@@ -388,10 +395,30 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
 
     # actions --------------------------------------------------------------------------
     def filter_changed(self) -> None:
+        """A typed filter applies at once on a small fleet; on a large one (a change of
+        thousands of rows costs a good part of a second) once typing pauses, or on enter."""
+        self._cancel_filter_timer()
+        if sum(len(v.processes) for v in self._views) < MANY_PROCESSES:
+            self.refresh_view()
+            return
+        self._filter_timer = self.set_timer(FILTER_PAUSE, self._apply_filter)
+
+    def _cancel_filter_timer(self) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+
+    def _apply_filter(self) -> None:
+        self._cancel_filter_timer()
         self.refresh_view()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self) -> None:
+        self._apply_filter()
 
     def action_back(self) -> None:
         if self.close_filter():
+            self._apply_filter()
             return
         if self.drilled:
             self.drilled = None

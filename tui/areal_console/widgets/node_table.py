@@ -149,9 +149,10 @@ def node_matches(view: NodeView, wanted: RankFilter) -> bool:
         if wanted.ranks is None and wanted.role is None:
             return True
         return any(
-            wanted.has_rank(p.rank) and (wanted.role is None or wanted.has_role(p.role))
+            (wanted.has_rank(p.rank) and (wanted.role is None or wanted.has_role(p.role)))
+            or p.pid == wanted.number
             for p in view.processes
-            if p.rank is not None or wanted.ranks is None
+            if p.rank is not None or wanted.ranks is None or p.pid == wanted.number
         )
     needle = wanted.text
     hay = f"{view.name} {view.address} {view.state} {view.error or ''}".lower()

@@ -311,10 +311,13 @@ def display_order(
 def process_matches(node: str, p: ProcessRow, text_filter: str | RankFilter) -> bool:
     """Whether the process table shows this process under `text_filter`: a rank set
     (`0-2047,4095`), `node:NAME`, `role:ROLE` (the grammar of the Stacks screen's group
-    filter), else text in its node, rank, role, job, pid or command line."""
+    filter; one number is also taken as a pid), else text in its node, rank, role, job,
+    pid or command line."""
     wanted = parse_filter(text_filter) if isinstance(text_filter, str) else text_filter
     if not wanted.text:
         return True
+    if wanted.number is not None and p.pid == wanted.number:
+        return True  # a pid, as the palette's jump to a rank filters
     if wanted.structured:
         return (
             wanted.has_rank(p.rank)

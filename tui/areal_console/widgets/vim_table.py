@@ -9,12 +9,12 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 from textual import events
+from textual._two_way_dict import TwoWayDict
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.render import measure
 from textual.widgets import DataTable
-from textual._two_way_dict import TwoWayDict
 from textual.widgets._data_table import default_cell_formatter
 from textual.widgets.data_table import CellDoesNotExist, CellKey, Column, ColumnKey, Row, RowKey
 from typing_extensions import Self

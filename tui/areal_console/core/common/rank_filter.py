@@ -47,6 +47,14 @@ class RankFilter:
             return True
         return rank is not None and any(lo <= rank <= hi for lo, hi in self.ranks)
 
+    @property
+    def number(self) -> int | None:
+        """The one number typed (`4103`), which screens listing processes also take as a
+        pid (the palette's jump to a rank filters by its pid); None for any other filter."""
+        if self.ranks is None or len(self.ranks) != 1 or not self.text.isdigit():
+            return None
+        return self.ranks[0][0]
+
     def has_node(self, node: str) -> bool:
         return self.node is None or self.node in node.lower()
 
