@@ -73,10 +73,6 @@ class NodeTable(VimTable):
     NodeTable { height: auto; max-height: 12; }
     """
 
-    # Update only the rows on screen (False: every row, each refresh; kept for the bench's
-    # baseline, bench/bench_cluster_screen.py).
-    in_view_only = True
-
     def on_mount(self) -> None:
         self.cursor_type = "row"
         for key, label in COLUMNS:
@@ -102,10 +98,10 @@ class NodeTable(VimTable):
                 cells = node_cells(view)
                 shown[name] = tuple(str(cells[k]) for k, _ in COLUMNS)
                 self.add_row(*(cells[k] for k, _ in COLUMNS), key=name)
-        self._bring_up_to_date(self.keys_in_view() if self.in_view_only else list(self._views))
+        self._bring_up_to_date(self.keys_in_view())
 
     def rows_came_into_view(self) -> None:
-        if self.in_view_only and self._views:
+        if self._views:
             self._bring_up_to_date(self.keys_in_view())
 
     def _bring_up_to_date(self, names: Sequence[str]) -> None:

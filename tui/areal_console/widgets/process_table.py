@@ -149,9 +149,6 @@ class ProcessTable(VimTable):
     select_on_click = False  # selecting (enter) opens the process detail
     cut_columns = ("cmd", "job")  # the whole command line is in the detail (enter)
     cut_tails = {"job": 12}  # a job's port or trial name tells jobs apart
-    # Update only the rows on screen (False: every row, each refresh; kept for the bench's
-    # baseline, bench/bench_cluster_screen.py).
-    in_view_only = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -218,10 +215,10 @@ class ProcessTable(VimTable):
                 added = True
             if added or self.sort_by != "rank":  # live values move rows: re-sort each time
                 self._sort_rows()
-            self._bring_up_to_date(self.keys_in_view() if self.in_view_only else list(wanted))
+            self._bring_up_to_date(self.keys_in_view())
 
     def rows_came_into_view(self) -> None:
-        if self.in_view_only and self.processes:
+        if self.processes:
             self._bring_up_to_date(self.keys_in_view())
 
     def _bring_up_to_date(self, keys: Iterable[str]) -> None:
