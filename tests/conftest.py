@@ -95,6 +95,7 @@ class GlooJob:
     def __init__(self, nproc: int, workdir: Path, port: int) -> None:
         self.nproc = nproc
         self.workdir = workdir
+        self.port = port  # MASTER_PORT: with 127.0.0.1 the job's key (`stacks --job`)
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = open(workdir / "job.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 
 from areal_console.app import ConsoleApp
 from areal_console.core.connection.fleet import Fleet
@@ -18,6 +19,7 @@ from areal_console.widgets.status_line import StatusLine
 from conftest import GlooJob
 
 from tests.support import waits
+from tests.support.cluster import free_port
 
 
 async def until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
@@ -53,7 +55,9 @@ async def test_cluster_screen_shows_the_jobs_ranks_live(gloo_job: GlooJob) -> No
             assert "gloo_ranks.py" in cell(table, key, "cmd")
         # Rows stay in rank order.
         order = [table.get_row_at(i) for i in range(table.row_count)]
-        pids = [int(r[4]) for r in order if str(r[4]) in {k.split(":")[1] for k in rows.values()}]
+        at = table.column_keys.index("pid")  # after a JOB column while other jobs run here
+        ours = {k.split(":")[1] for k in rows.values()}
+        pids = [int(r[at]) for r in order if str(r[at]) in ours]
         assert pids == [gloo_job.rank_pids()[r] for r in range(4)]
         # The launcher is listed with its role.
         launcher_key = f"{node}:{gloo_job.launcher_pid}"
@@ -177,3 +181,59 @@ async def test_a_switches_to_all_processes_without_dropping_the_node(gloo_job: G
         await until(watch(lambda: me not in table.rows), what="job processes only")
         assert len(job_rows(table, node, gloo_job)) == 4
         assert seen and all(state == "up" for state, _ in seen), sorted(set(seen))
+
+
+async def test_two_jobs_on_one_node_get_a_job_column_and_their_own_counts(
+    gloo_job: GlooJob, tmp_path: Path
+) -> None:
+    """A second real gloo job beside the shared one: a JOB column (each rank's rendezvous,
+    the key `stacks --job` takes), each job's ranks together in rank order, the status line
+    and the node's RANKS cell counting each job apart; filtered to one job, no JOB column."""
+    second = GlooJob(2, tmp_path / "second", port=free_port())
+    try:
+        node = local_node().name
+        app = ConsoleApp(Fleet([local_node()]), refresh_interval=0.2)
+        async with app.run_test(size=(160, 45)) as pilot:
+            screen = app.screen
+            table = screen.query_one(ProcessTable)
+            nodes = screen.query_one(NodeTable)
+            await until(
+                lambda: (
+                    len(job_rows(table, node, gloo_job)) == 4
+                    and len(job_rows(table, node, second)) == 2
+                    and "job" in table.column_keys
+                ),
+                what="both jobs' ranks and a JOB column",
+            )
+            keys = {gloo_job: f"127.0.0.1:{gloo_job.port}", second: f"127.0.0.1:{second.port}"}
+            order = [
+                table.coordinate_to_cell_key((i, 0)).row_key.value for i in range(table.row_count)
+            ]
+            for job, key in keys.items():
+                rows = job_rows(table, node, job)
+                assert {cell(table, row, "job") for row in rows.values()} == {key}
+                at = [order.index(rows[rank]) for rank in sorted(rows)]
+                assert at == list(range(at[0], at[0] + len(at))), (key, at)  # together, in order
+            launcher = f"{node}:{gloo_job.launcher_pid}"
+            assert cell(table, launcher, "job") == "-"  # torchrun itself has no rendezvous
+
+            def said() -> str:
+                return screen.query_one(StatusLine)._said or ""
+
+            await until(
+                lambda: (
+                    f"{keys[gloo_job]}: 4 ranks of world size 4" in said()
+                    and f"{keys[second]}: 2 ranks of world size 2" in said()
+                ),
+                what="counts per job",
+            )
+            assert "jobs · " in said()
+            assert {"4", "2"} <= set(cell(nodes, node, "ranks").split("+"))
+
+            await pilot.press("slash", *str(gloo_job.workdir), "enter")
+            await until(lambda: "job" not in table.column_keys, what="one job: no JOB column")
+            assert len(job_rows(table, node, gloo_job)) == 4
+            assert not job_rows(table, node, second)
+            assert said().startswith("1/1 nodes up · 4 ranks of world size 4")
+    finally:
+        second.stop()

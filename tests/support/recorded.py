@@ -126,6 +126,43 @@ def scale_views(nodes: int, per_node: int) -> list[NodeView]:
     return views
 
 
+def scale_fleet_views(nodes: int = 512, per_node: int = 8) -> list[NodeView]:
+    """A simulated fleet of `nodes` nodes: the recorded 8-GPU node1 (its sample and GPU
+    history) `nodes` times, `per_node` ranks each of one job of `nodes * per_node` ranks,
+    renumbered (rank, pid 20000 + rank, GPU), with each rank's CPU% and RSS varied; nodes
+    n017 and n233 down (a timeout, a refused key), so their ranks are missing."""
+    base = recorded_views()[0]
+    assert base.sample is not None
+    template = next(p for p in base.sample["processes"] if p.get("rank") is not None)
+    world = nodes * per_node
+    views = []
+    for n in range(nodes):
+        name = f"n{n:03d}"
+        address = f"alice@10.0.{n // 250}.{n % 250}:22"
+        if n in (17, 233):
+            why = "timeout 5 s: no SSH answer" if n == 17 else "authentication failed"
+            views.append(NodeView(name, address, "down", why))
+            continue
+        procs = []
+        for i in range(per_node):
+            rank = n * per_node + i
+            procs.append(
+                dict(template, pid=20_000 + rank, rank=rank, local_rank=i, world_size=world,
+                     master_addr="10.0.0.0", master_port=29500, gpus=[i],
+                     cpu_percent=float(90 + (n * 7 + i * 3) % 11),
+                     rss=float((3_000 + (n * 13 + i * 29) % 900) * 2**20))
+            )  # fmt: skip
+        sample = dict(base.sample, processes=procs)
+        views.append(NodeView(name, address, "up", None, 0.004, sample, 0.0,
+                              dict(base.gpu_history), {"hostname": name}))  # fmt: skip
+    return views
+
+
+def scale_fleet_app(nodes: int = 512, per_node: int = 8) -> ConsoleApp:
+    """The console watching `scale_fleet_views`."""
+    return ConsoleApp(None, RecordedMonitor(scale_fleet_views(nodes, per_node)))
+
+
 def scale_capture(ranks: int = 4096) -> StackCapture:
     """A hung job of `ranks` AReaL workers (three threads of ~50 recorded frames each;
     tests/support/fixtures/pyspy_scale.py) read as `stacks --import` reads it, with a

@@ -46,7 +46,9 @@ def test_the_filter_counts_only_the_job_shown() -> None:
 
 def test_a_drilled_in_node_counts_its_own_ranks() -> None:
     views = two_jobs()
-    assert status_text(views, "n2", "", False).startswith("2/2 nodes up · 3 ranks of world size 5")
+    assert status_text(views, "n2", "", False).startswith(
+        "2/2 nodes up · 3 ranks 2-4 of world size 5"  # not all of 0-4: the set is named
+    )
     assert status_text(views, "n2", "demo-7f3a", False).startswith("2/2 nodes up · 0 ranks")
 
 

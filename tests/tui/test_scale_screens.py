@@ -62,8 +62,9 @@ async def test_a_small_fleet_lists_every_match() -> None:
 
 
 def test_groups_filter_by_rank_set_node_and_role() -> None:
+    from areal_console.core.common.rank_filter import rank_intervals
     from areal_console.core.stacks.merge import analyse
-    from areal_console.widgets.rank_group_table import group_matches, rank_intervals
+    from areal_console.widgets.rank_group_table import group_matches
 
     groups = analyse(recorded.scale_capture(4096)).groups
     big, small = sorted(groups, key=lambda g: -g.size)

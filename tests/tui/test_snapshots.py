@@ -28,6 +28,26 @@ def test_cluster_servers_snapshot(snap_compare: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
+def test_cluster_4096_ranks_snapshot(snap_compare: Any, size: tuple[int, int]) -> None:
+    """A simulated fleet of 512 nodes x 8 ranks (the recorded node, 512 times:
+    `recorded.scale_fleet_views`), two of them down: the status line names the 4,080 ranks
+    shown as ranges, the down nodes and why."""
+
+    async def drawn(pilot: Any) -> None:
+        from areal_console.widgets.process_table import ProcessTable
+
+        from tests.support.waits import until
+
+        table = pilot.app.screen.query_one(ProcessTable)
+        await until(pilot, lambda: table.row_count == 4080 and table.keys_in_view())
+        await pilot.pause()
+
+    app = recorded.scale_fleet_app()
+    assert snap_compare(app, terminal_size=size, run_before=drawn)
+
+
+@pytest.mark.slow
 def test_stacks_screen_snapshot(snap_compare: Any) -> None:
     """A recorded capture of a hung job and its diagnosis."""
     assert snap_compare(recorded.stacks_app(), terminal_size=SIZE, run_before=recorded.open_stacks)

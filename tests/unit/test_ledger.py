@@ -367,3 +367,30 @@ def test_ranks_waiting_on_each_other_in_two_groups_are_a_deadlock_not_a_network_
     assert got.wait_for is not None
     assert [c.ranks for c in got.wait_for.cycles] == [(0, 1)]
     assert sorted(got.wait_for.cycles[0].groups) == ["2", "3"]
+
+
+def test_the_pane_lists_the_groups_with_findings_first_when_a_job_has_hundreds() -> None:
+    """521 groups (default, 512 tensor- and 8 data-parallel groups at 4,096 ranks), one
+    with a rank behind: in the pane's ten lines that group comes first, with its finding,
+    and the healthy ones beyond four are counted in one line; five groups are all listed,
+    in their order."""
+    from areal_console.core.ledger.analyse import GroupLedger, Ledger, RankPosition
+    from areal_console.widgets.ledger_pane import ledger_text
+
+    def group(name: int, members: range, behind: dict[int, int] | None = None) -> GroupLedger:
+        positions = [RankPosition(r, 30 - (behind or {}).get(r, 0), None) for r in members]
+        return GroupLedger(str(name), f"g{name}", tuple(members), positions, behind or {})
+
+    groups = [group(i, range(8 * i, 8 * i + 8)) for i in range(520)]
+    groups.append(group(520, range(3, 4096, 8), behind={11: 1}))
+    lines = ledger_text(Ledger(groups, {})).plain.splitlines()
+    assert lines[0].startswith("group 520 (g520)  ")
+    assert lines[1] == "  ! rank 11 is 1 call behind"
+    assert [line.split("  ")[0] for line in lines[2:5]] == [f"group {i} (g{i})" for i in range(3)]
+    assert lines[5] == "+517 groups without findings (group 3 (g3) … group 519 (g519))"
+    assert len(lines) == 6
+
+    few = ledger_text(Ledger(groups[:4] + groups[-1:], {})).plain.splitlines()
+    assert [line.split("  ")[0] for line in few if line.startswith("group")] == [
+        "group 0 (g0)", "group 1 (g1)", "group 2 (g2)", "group 3 (g3)", "group 520 (g520)"
+    ]  # fmt: skip

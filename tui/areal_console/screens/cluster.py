@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from textual import on
@@ -10,11 +11,15 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Label, Static
+from textual.timer import Timer
+from textual.widgets import DataTable, Input, Label, Static
 
-from areal_console.core.common.textfmt import plural
+from areal_console.core.common.rank_filter import RankFilter, parse_filter
+from areal_console.core.common.rankset import brief_ranks
 from areal_console.core.connection.monitor import NodeView
+from areal_console.core.connection.records import ProcessRow
 from areal_console.core.connection.sampling import GoneRank, IdleRank, MemoryTrend
+from areal_console.core.stacks.scope import process_jobs
 from areal_console.dialogs.host_key import HostKeyScreen
 from areal_console.dialogs.process_detail import ProcessDetailScreen
 from areal_console.toast import toast
@@ -33,23 +38,32 @@ if TYPE_CHECKING:
 
 
 def status_text(
-    views: list[NodeView], drilled: str | None, text_filter: str, show_all: bool
+    views: list[NodeView],
+    drilled: str | None,
+    text_filter: str | RankFilter,
+    show_all: bool,
+    jobs: Mapping[tuple[str, int], str] | None = None,
 ) -> str:
+    """Nodes up, then the ranks the process table shows (the drilled-in node's, under the
+    filter): counted per job when it shows more than one (`jobs`: (node, pid) -> job key),
+    the rank set as ranges when it is not simply 0 to the world size."""
+    wanted = parse_filter(text_filter) if isinstance(text_filter, str) else text_filter
+    jobs = jobs or {}
     up = sum(v.state == "up" for v in views)
-    # The ranks the process table shows: the drilled-in node's, under the filter.
-    shown = [
-        p
-        for v in views
-        if drilled is None or v.name == drilled
-        for p in v.processes
-        if p.rank is not None and process_matches(v.name, p, text_filter)
-    ]
-    worlds = sorted({p.world_size for p in shown if p.world_size})
-    parts = [f"{up}/{len(views)} nodes up", plural(len(shown), "rank")]
-    if len(worlds) == 1:
-        parts[-1] += f" of world size {worlds[0]}"
-    elif worlds:
-        parts[-1] += f" (world sizes {', '.join(map(str, worlds))})"
+    shown: dict[str | None, list[ProcessRow]] = {}
+    for v in views:
+        if drilled is not None and v.name != drilled:
+            continue
+        for p in v.processes:
+            if p.rank is not None and process_matches(v.name, p, wanted):
+                shown.setdefault(jobs.get((v.name, p.pid)), []).append(p)
+    parts = [f"{up}/{len(views)} nodes up"]
+    if len(shown) > 1 and any(shown):
+        parts.append(f"{len(shown)} jobs")
+        for job, ranks in sorted(shown.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
+            parts.append(f"{job or 'no job'}: {ranks_text(ranks)}")
+    else:
+        parts.append(ranks_text(next(iter(shown.values()), [])))
     down = [v for v in views if v.state == "down"]
     if down:
         parts.append(
@@ -60,11 +74,28 @@ def status_text(
         parts.append(f"not responding: {', '.join(v.name for v in silent[:3])}")
     if drilled:
         parts.append(f"node: {drilled} (esc: all nodes)")
-    if text_filter:
-        parts.append(f"filter: {text_filter!r}")
+    if wanted.text:
+        parts.append(f"filter: {wanted.text!r}")
     if show_all:
         parts.append("all Python processes")
     return " · ".join(parts)
+
+
+def ranks_text(ranks: list[ProcessRow]) -> str:
+    """`4,095 ranks 0-2047,2049-4095 of world size 4096`: the count, the rank set when it
+    is not all of 0 to the world size, the world size (or sizes: ranks of several jobs
+    that no job key tells apart)."""
+    count = len(ranks)
+    text = f"{count:,} rank{'' if count == 1 else 's'}"
+    worlds = sorted({p.world_size for p in ranks if p.world_size})
+    if len(worlds) == 1:
+        numbers = [p.rank for p in ranks if p.rank is not None]
+        if sorted(numbers) != list(range(worlds[0])):
+            text += f" {brief_ranks(numbers, 40)}"
+        text += f" of world size {worlds[0]}"
+    elif worlds:
+        text += f" (world sizes {', '.join(map(str, worlds))})"
+    return text
 
 
 def memory_text(
@@ -86,6 +117,11 @@ def memory_text(
     return "".join(f" · {part}" for part in parts)
 
 
+# Over this many processes a typed filter waits for a pause in typing (FILTER_PAUSE s).
+MANY_PROCESSES = 1000
+FILTER_PAUSE = 0.3
+
+
 class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
     """Live GPUs and processes of every node, refreshed about once a second."""
 
@@ -95,7 +131,8 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             "filter",
             "Filter",
             id="cluster.filter",
-            tooltip="Filter nodes and processes by text (rank, role, pid, command)",
+            tooltip="Filter nodes and processes: ranks (0-2047,4095), node:NAME, role:ROLE, "
+            "or text (job, pid, command)",
         ),
         Binding(
             "escape",
@@ -198,6 +235,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         self._asked_host_keys: set[tuple[str, str]] = set()
         self._gpu_title = ""
         self._servers_title = ""
+        self._filter_timer: Timer | None = None
 
     @property
     def console(self) -> ConsoleApp:
@@ -218,7 +256,7 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             yield Label("Processes", classes="pane-title")
             yield ProcessTable(id="processes")
         yield FilterInput(
-            "filter: text in node, rank, role, pid or command",
+            "filter: ranks (0-15,4095), node:NAME, role:ROLE, or text in job, pid, command",
             id="filter",
             back_to="#processes",
             hide_on_enter=True,  # the status line shows the filter
@@ -239,8 +277,9 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             return
         views = self._sorted(self.console.monitor.snapshot())
         self._views = views
+        wanted = parse_filter(self.text_filter)
         nodes = self.query_one(NodeTable)
-        nodes.update_nodes(views, self.text_filter)
+        nodes.update_nodes(views, wanted)
         selected = self._selected_view()
         self.query_one(GpuPane).show(selected)
         title = f"GPUs — {selected.name}" if selected else "GPUs"
@@ -255,9 +294,10 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
         ]
         monitor = self.console.monitor
         trends = monitor.memory((n, p.pid) for n, p in rows)
-        self.query_one(ProcessTable).update_processes(rows, self.text_filter, trends)
+        jobs = process_jobs((v.name, (p.raw for p in v.processes)) for v in views)
+        self.query_one(ProcessTable).update_processes(rows, wanted, trends, jobs)
         self._show_servers(views)
-        status = status_text(views, self.drilled, self.text_filter, self.show_all)
+        status = status_text(views, self.drilled, wanted, self.show_all, jobs)
         self.query_one(StatusLine).say(
             status + memory_text(trends, monitor.recent_gone(), monitor.idle_gpus())
         )
@@ -355,10 +395,30 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
 
     # actions --------------------------------------------------------------------------
     def filter_changed(self) -> None:
+        """A typed filter applies at once on a small fleet; on a large one (a change of
+        thousands of rows costs a good part of a second) once typing pauses, or on enter."""
+        self._cancel_filter_timer()
+        if sum(len(v.processes) for v in self._views) < MANY_PROCESSES:
+            self.refresh_view()
+            return
+        self._filter_timer = self.set_timer(FILTER_PAUSE, self._apply_filter)
+
+    def _cancel_filter_timer(self) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+
+    def _apply_filter(self) -> None:
+        self._cancel_filter_timer()
         self.refresh_view()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self) -> None:
+        self._apply_filter()
 
     def action_back(self) -> None:
         if self.close_filter():
+            self._apply_filter()
             return
         if self.drilled:
             self.drilled = None
@@ -374,13 +434,19 @@ class ClusterScreen(FilterHost, WorkerHost, Screen[None]):
             self.refresh_view()
             self.query_one(ProcessTable).focus()
 
+    def _command_line_match(self) -> str | None:
+        """The filter as a regex on command lines, for `s` and `h`: text only (a rank set,
+        `node:` or `role:` picks no job by its command line)."""
+        wanted = parse_filter(self.text_filter)
+        if not wanted.text or wanted.structured:
+            return None
+        return re.escape(self.text_filter)
+
     def action_capture(self) -> None:
-        match = re.escape(self.text_filter) if self.text_filter else None
-        self.console.action_capture_stacks(match=match)
+        self.console.action_capture_stacks(match=self._command_line_match())
 
     def action_health(self) -> None:
-        match = re.escape(self.text_filter) if self.text_filter else None
-        self.console.open_health_for_job(match)
+        self.console.open_health_for_job(self._command_line_match())
 
     def action_toggle_all(self) -> None:
         self.show_all = not self.show_all

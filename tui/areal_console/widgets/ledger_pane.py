@@ -7,7 +7,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from areal_console.core.ledger.analyse import Ledger
+from areal_console.core.ledger.analyse import GroupLedger, Ledger
 from areal_console.core.ledger.collect import absent_note
 from areal_console.core.ledger.waitfor import WaitForGraph
 from areal_console.core.stacks.nccl_ras import RasStatus
@@ -36,7 +36,8 @@ def ledger_text(
                 text.append("root ", style="bold yellow")
                 text.append_text(remote_text(r.describe(), style="yellow"))
                 text.append("\n")
-        for g in ledger.used_groups:
+        shown, folded = listed_groups(ledger.used_groups)
+        for g in shown:
             text.append_text(remote_text(g.label, style="bold"))
             text.append_text(remote_text(f"  {g.summary()}"))
             text.append("\n")
@@ -44,6 +45,11 @@ def ledger_text(
                 text.append("  ! ", style="bold red")
                 text.append_text(remote_text(problem, style="red"))
                 text.append("\n")
+        if folded:
+            first, last = folded[0].label, folded[-1].label
+            what = f"+{len(folded)} groups without findings ({first} … {last})"
+            text.append_text(remote_text(what, style="dim"))
+            text.append("\n")
         for note in ledger.notes:
             text.append_text(remote_text(note, style="dim"))
             text.append("\n")
@@ -62,6 +68,24 @@ def ledger_text(
             text.append("\n")
     text.rstrip()
     return text
+
+
+# Groups listed one a line when a job has many (a 4,096-rank job with tensor and data
+# parallelism has over 500): past this many, the groups with findings come first and the
+# rest are counted in one line, so that the pane's ten lines show what is wrong.
+LISTED = 4
+
+
+def listed_groups(groups: list[GroupLedger]) -> tuple[list[GroupLedger], list[GroupLedger]]:
+    """(groups shown one a line, groups counted in one line). Up to LISTED + 1 groups all
+    are shown in their order; more: every group with a finding, then healthy ones up to
+    LISTED groups in all."""
+    if len(groups) <= LISTED + 1:
+        return groups, []
+    shown = [g for g in groups if not g.healthy]
+    healthy = [g for g in groups if g.healthy]
+    room = max(0, LISTED - len(shown))
+    return shown + healthy[:room], healthy[room:]
 
 
 class LedgerPane(Static):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 from rich.text import Text
 from textual.message import Message
 
+from areal_console.core.common.rank_filter import RankFilter, parse_filter
 from areal_console.core.stacks.diagnose import short_where
 from areal_console.core.stacks.merge import RankGroup
 from areal_console.widgets.vim_table import VimTable
@@ -14,36 +13,20 @@ from areal_console.widgets.vim_table import VimTable
 MARK = "●"
 
 
-_RANK_SET = re.compile(r"^\d{1,9}(-\d{1,9})?(,\d{1,9}(-\d{1,9})?){0,63}$")
-
-
-def rank_intervals(text: str) -> list[tuple[int, int]] | None:
-    """`0-2047,4095` as intervals [(0, 2047), (4095, 4095)]; None when `text` is no rank
-    set. Never expanded: `0-999999999` is one interval, not a billion ranks."""
-    text = text.replace(" ", "")
-    if not _RANK_SET.match(text):
-        return None
-    out = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.append((int(lo), int(hi or lo)))
-    return out
-
-
-def group_matches(group: RankGroup, text: str) -> bool:
+def group_matches(group: RankGroup, text: str | RankFilter) -> bool:
     """`/` filter: a rank set (`2049`, `0-15,4095`: the groups holding any of them),
     `node:NAME` or `role:ROLE` (groups with a rank there), else function names, files
     or the group's rank label."""
-    needle = text.strip().lower()
+    wanted = parse_filter(text) if isinstance(text, str) else text
+    needle = wanted.text
     if not needle:
         return True
-    intervals = rank_intervals(needle)
-    if intervals is not None:
-        return any(lo <= r <= hi for r in group.ranks for lo, hi in intervals)
-    key, colon, value = needle.partition(":")
-    if colon and key in ("node", "role") and value:
-        field = "node" if key == "node" else "role"
-        return any(value in str(getattr(m, field) or "").lower() for m in group.members)
+    if wanted.ranks is not None:
+        return any(wanted.has_rank(r) for r in group.ranks)
+    if wanted.node is not None:
+        return any(wanted.has_node(str(m.node or "")) for m in group.members)
+    if wanted.role is not None:
+        return any(m.role is not None and wanted.has_role(m.role) for m in group.members)
     if needle in group.label:
         return True
     return any(needle in f.function.lower() or needle in f.file.lower() for f in group.frames)
@@ -72,7 +55,8 @@ class RankGroupTable(VimTable):
         self.groups = groups
         with self.app.batch_update():
             self.clear()
-            self.shown = [i for i, g in enumerate(groups) if group_matches(g, text_filter)]
+            wanted = parse_filter(text_filter)
+            self.shown = [i for i, g in enumerate(groups) if group_matches(g, wanted)]
             for i in self.shown:
                 g = groups[i]
                 ranks = Text(g.label, style="bold yellow" if g.outlier else "")

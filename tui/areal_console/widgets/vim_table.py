@@ -9,6 +9,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 from textual import events
+from textual._two_way_dict import TwoWayDict
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
@@ -54,6 +55,11 @@ class VimTable(DataTable[Any]):
     row under the mouse (and so updates whatever shows the highlighted row)."""
 
     BINDINGS = VIM_BINDINGS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # cell -> its width when its column was last measured, for cells changed since
+        self._old_widths: dict[CellKey, int] = {}
 
     # What a row is, in the line that says why a cursor key did not move ("group", "job").
     row_noun = "row"
@@ -143,6 +149,7 @@ class VimTable(DataTable[Any]):
 
     def clear(self, columns: bool = False) -> Self:
         super().clear(columns)
+        self._old_widths.clear()
         self._refit_columns()
         return self
 
@@ -150,8 +157,31 @@ class VimTable(DataTable[Any]):
         super().remove_row(row_key)
         self._refit_columns()
 
+    def remove_rows(self, keys: Iterable[str]) -> None:
+        """`remove_row` for each of `keys`, in one pass over the rows left and one refit.
+        Textual's `remove_row` numbers every remaining row again: a filter that hid 4,000
+        of 4,096 rows one by one took seconds."""
+        gone = {RowKey(key) for key in keys if key in self.rows}
+        if len(gone) <= 1:
+            for key in gone:
+                self.remove_row(key)
+            return
+        kept = [row.key for row in self.ordered_rows if row.key not in gone]
+        for key in gone:
+            for column_key in self._data[key]:
+                self._updated_cells.discard(CellKey(key, column_key))
+            del self.rows[key]
+            del self._data[key]
+        self._row_locations = TwoWayDict({key: index for index, key in enumerate(kept)})
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate  # kept inside the table
+        self.hover_coordinate = self.hover_coordinate
+        self._update_count += 1
+        self._refit_columns()
+
     def on_resize(self) -> None:
         self._refit_columns()
+        self.rows_came_into_view()
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         # Textual measures every cell of every new row through Rich (~30 us a cell: 1.5 s
@@ -173,6 +203,10 @@ class VimTable(DataTable[Any]):
                     column.content_width = width
         super()._update_dimensions(by_textual)
         self._fit_width()
+        drawn = tuple(c.get_render_width(self) for c in self.columns.values())
+        if drawn != self._drawn_widths:  # cells drawn at the old widths are stale
+            self._drawn_widths = drawn
+            self._clear_caches()
 
     def update_cell(
         self,
@@ -188,14 +222,17 @@ class VimTable(DataTable[Any]):
             if cells is not None and column_key in cells:
                 old = cells[column_key]  # type: ignore[index]
                 update_width = self._width_differs(row_key, old, value)
+                if update_width:
+                    self._note_old_width(str(row_key), str(column_key), old)
         super().update_cell(row_key, column_key, value, update_width=update_width)
 
     def update_cells(self, changes: Iterable[tuple[str, str, Any]]) -> None:
         """`update_cell(row, column, value, update_width=True)` for each change, with one
         repaint for all of them (a repaint per cell is most of what a cell update costs:
-        at 1,000 processes, a third of a 1 Hz refresh)."""
+        at 1,000 processes, a third of a 1 Hz refresh), and only the changed cells drawn
+        again (`_forget_renders`)."""
         data = self._data
-        changed = False
+        changed: set[tuple[str, str]] = set()
         for row_key, column_key, value in changes:
             cells = data.get(row_key)  # type: ignore[call-overload]
             if cells is None or column_key not in cells:
@@ -204,13 +241,67 @@ class VimTable(DataTable[Any]):
                 )
             old = cells[column_key]
             cells[column_key] = value  # the key objects in the dict stay as they are
-            changed = True
+            changed.add((row_key, column_key))
             if self._width_differs(row_key, old, value):
+                self._note_old_width(row_key, column_key, old)
                 self._updated_cells.add(CellKey(RowKey(row_key), ColumnKey(column_key)))
                 self._require_update_dimensions = True
         if changed:
-            self._update_count += 1
+            self._forget_renders(changed)
             self.refresh()
+
+    def _forget_renders(self, cells: set[tuple[str, str]]) -> None:
+        """Drop what Textual has cached of `cells` (row key, column key) drawn, and the
+        lines holding them; every other cell's drawing stays cached. Textual keys all its
+        caches by one count that every update moves: a 1 Hz refresh that changes each
+        rank's CPU% drew every cell on screen again (11 columns, through Rich), and
+        walked every row to rebuild the row order (4,096 rows, whatever is on screen).
+        Only cells change here: rows keep their order and height, so those caches hold;
+        a column whose width changes clears them all (`_update_dimensions`)."""
+        cache = self._cell_render_cache
+        cached = cache.keys()  # an LRUCache is no iterable itself
+        for key in [key for key in cached if (key[0], key[1]) in cells]:
+            cache.discard(key)
+        self._row_render_cache.clear()
+        self._row_renderable_cache.clear()
+        self._line_cache.clear()
+
+    # Rows in view. Tables of thousands of rows (4,096 ranks) update the cells of the rows
+    # on screen only; rows that scroll into view, or come into it when the table grows,
+    # are brought up to date then (`rows_came_into_view`).
+
+    def keys_in_view(self) -> list[str]:
+        """Keys of the rows on screen now, top to bottom (none before the first layout)."""
+        height = self.scrollable_content_region.height
+        if self.show_header:
+            height -= self.header_height
+        if height <= 0:
+            return []
+        top = int(self.scroll_y)
+        keys: list[str] = []
+        for row_key, _ in self._y_offsets[top : top + height]:
+            value = row_key.value
+            if value is not None and (not keys or keys[-1] != value):
+                keys.append(value)
+        return keys
+
+    def rows_came_into_view(self) -> None:
+        """Called when other rows may be on screen (scrolled, resized, re-sorted): tables
+        that update only the rows in view bring these up to date."""
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if int(old_value) != int(new_value):
+            self.rows_came_into_view()
+
+    def _note_old_width(self, row_key: str, column_key: str, old: object) -> None:
+        """Remember how wide a cell was when its column was last measured (its first
+        change since), so that a cell narrower than its column's widest changes nothing."""
+        cell = CellKey(RowKey(row_key), ColumnKey(column_key))
+        if cell not in self._old_widths:
+            row = self.rows.get(RowKey(row_key))
+            if row is not None:
+                self._old_widths[cell] = self._cell_width(row, old)
 
     def _width_differs(self, row_key: RowKey | str, old: object, new: object) -> bool:
         """Whether replacing `old` by `new` in that row can change its column's width."""
@@ -225,8 +316,13 @@ class VimTable(DataTable[Any]):
         # rows x updated cells measures a tick (at 1,000 processes, seconds a refresh).
         # Here each changed cell is measured once, and a column with a narrower cell is
         # re-measured once, after all of them.
+        # A cell narrower than its column that was narrower before too changes nothing
+        # (the column's widest cell is another): only one that was as wide as the column
+        # can make it narrower.
         narrower: set[ColumnKey] = set()
-        for row_key, column_key in updated_cells:
+        old_widths = self._old_widths
+        for cell_key in updated_cells:
+            row_key, column_key = cell_key
             column = self.columns.get(column_key)
             row = self.rows.get(row_key)
             if column is None or row is None:
@@ -234,8 +330,9 @@ class VimTable(DataTable[Any]):
             width = self._cell_width(row, self._data[row_key][column_key])
             if width >= column.content_width:
                 column.content_width = max(width, self._label_width(column))
-            else:
+            elif old_widths.get(cell_key, column.content_width) >= column.content_width:
                 narrower.add(column_key)
+        old_widths.clear()
         for column_key in narrower:
             column = self.columns[column_key]
             widths = (
@@ -277,9 +374,6 @@ class VimTable(DataTable[Any]):
         self.virtual_size = Size(
             sum(widths) + self._row_label_column_width, self.virtual_size.height
         )
-        if widths != self._drawn_widths:  # else the lines in the caches still hold
-            self._drawn_widths = widths
-            self._clear_caches()
 
     def _compute_row_renderables(self, row_index: int) -> Any:
         """Textual's cells, with a cut `cut_tails` cell's end kept (Textual crops the end)."""

@@ -19,7 +19,7 @@ when no job is found at all, or with `all_jobs`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,7 @@ LOOPBACK = ("127.", "localhost", "::1")
 UNSCOPED = "unscoped"
 
 
-def job_key(node: str, p: dict[str, Any]) -> str | None:
+def job_key(node: str, p: Mapping[str, Any]) -> str | None:
     """The job a process record (the agent's `sample`) belongs to, or None."""
     if p.get("job"):
         return f"areal:{p['job']}"
@@ -151,6 +151,41 @@ def _split_reused_loopback(group: JobGroup) -> list[JobGroup]:
     return [
         JobGroup(f"{node}/{group.key}", {node: procs}) for node, procs in group.processes.items()
     ]
+
+
+def process_jobs(
+    sampled: Iterable[tuple[str, Iterable[Mapping[str, Any]]]],
+) -> dict[tuple[str, int], str]:
+    """(node, pid) -> the key of the job each process belongs to, as `group_jobs` names
+    it for `--job` (a loopback rendezvous whose ranks repeat on several nodes: one job per
+    node). Processes with no job key are left out. Any process is keyed, not only the
+    candidates of a capture: the Cluster screen shows a job's servers and wrappers too."""
+    keys: dict[tuple[str, int], str] = {}
+    ranks: dict[str, list[int]] = {}
+    nodes: dict[str, set[str]] = {}
+    for node, procs in sampled:
+        for p in procs:
+            pid = p.get("pid")
+            key = job_key(node, p)
+            if key is None or not isinstance(pid, int):
+                continue
+            keys[(node, pid)] = key
+            nodes.setdefault(key, set()).add(node)
+            rank = p.get("rank")
+            if isinstance(rank, int):
+                ranks.setdefault(key, []).append(rank)
+    split = {
+        key
+        for key, where in nodes.items()
+        if key.startswith(LOOPBACK)
+        and len(where) > 1
+        and len(ranks.get(key, [])) != len(set(ranks.get(key, [])))
+    }
+    if split:
+        for (node, pid), key in keys.items():
+            if key in split:
+                keys[(node, pid)] = f"{node}/{key}"
+    return keys
 
 
 def choose_job(jobs: list[JobGroup], job: str | None = None) -> list[JobGroup]:
