@@ -16,8 +16,9 @@ from areal_console.widgets.ledger_pane import LedgerPane
 from areal_node.fr_hook import HOOK_DIR
 from textual.widgets import TextArea
 
+from tests.support.screens import ScreenHost
 from tests.support.waits import until as wait_until
-from tests.tui.test_stacks_screen import StacksApp, load_raw, open_screen
+from tests.tui.test_stacks_screen import load_raw, open_screen
 
 CLI_ARGS = Path(__file__).parents[1] / "data" / "areal_cli_args_cbff54d6.json"
 
@@ -47,7 +48,7 @@ async def test_f_shows_the_block_and_copies_it() -> None:
     for node in raw["nodes"]:
         node["fr"] = {"live": [], "files": [], "prefixes": []}  # asked; no rank had a trace
     screen = StacksScreen(build_capture(raw))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     async with app.run_test(size=(120, 40)) as pilot:
         await open_screen(pilot, screen)
         assert "F: how to turn it on" in str(screen.query_one(LedgerPane).render())
@@ -69,7 +70,7 @@ async def test_the_setup_fits_the_terminal(size: tuple[int, int]) -> None:
     for node in raw["nodes"]:
         node["fr"] = {"live": [], "files": [], "prefixes": []}
     screen = StacksScreen(build_capture(raw))
-    app = StacksApp(screen)
+    app = ScreenHost(screen)
     block = recorder_setup(str(HOOK_DIR))
     async with app.run_test(size=size) as pilot:
         await open_screen(pilot, screen)

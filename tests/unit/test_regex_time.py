@@ -98,6 +98,7 @@ APPLIED = {
     "areal_node.versions._CFG_SYSTEM_SITE": "text",
 }
 NOT_JOB_TEXT = {
+    "areal_console.core.common.rank_filter._RANK_SET": "the filter the user types; anchored, every count bounded",
     "areal_console.core.watch.evidence.FOLDER": "names of folders in the watch's own evidence folder",
     "areal_console.core.connection.client._LINE_ID": "matched on the first 64 bytes of a reply",
     "areal_console.core.rollout.job_config._INTERPOLATION": "fullmatch, {1,200} bounded",
