@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from areal_console.core.common.textfmt import plural
+
 # Roles of non-rank processes that belong to a job and are worth a stack: inference
 # servers, AReaL's single-controller controller and its non-training workers. A launcher
 # (torchrun) or wrapper (bash, stdbuf, tee) only waits for its children: never dumped.
@@ -89,8 +91,7 @@ class JobGroup:
         nodes = sorted(self.processes)
         first = next((p for ps in self.processes.values() for p in ps), {})
         world = first.get("world_size")
-        what = f"{len(ranks)} ranks" if ranks else (
-            f"{self.count} process{'es' if self.count != 1 else ''}")  # fmt: skip
+        what = plural(len(ranks), "rank") if ranks else plural(self.count, "process", "processes")
         if world and ranks:
             what += f" of {world}"
         where = nodes[0] if len(nodes) == 1 else f"{len(nodes)} nodes"
