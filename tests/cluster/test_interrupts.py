@@ -71,7 +71,7 @@ def test_ctrl_c_stops_a_long_capture_at_once(gloo_job: GlooJob) -> None:
     cli = Cli("stacks", "--local", "--match", str(gloo_job.workdir), "--samples", "120",
               "--interval", "1", env=cli_env())  # fmt: skip
     try:
-        cli.wait_for_line("sample 2/30")
+        cli.wait_for_line("sample 2/120")
         elapsed = cli.interrupt()
     finally:
         cli.proc.kill()
