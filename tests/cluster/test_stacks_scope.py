@@ -15,6 +15,7 @@ from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, ca
 from areal_console.core.stacks.scope import (
     UNSCOPED,
     choose_job,
+    distinct_command,
     group_jobs,
     is_candidate,
     job_key,
@@ -132,6 +133,23 @@ def test_match_on_a_launcher_picks_the_ranks_it_started() -> None:
     both = group_jobs(sampled, match="hang")
     with pytest.raises(JobChoiceError, match="--match 'hang' matches 2 jobs; pick one with --job"):
         choose_job(both, match="hang")
+
+
+def test_a_job_list_shows_what_tells_the_jobs_apart() -> None:
+    """Two runs of one script: the listing shows the argument that differs (the start of
+    both lines was the same interpreter path, cut before the part that differs)."""
+    a = "/home/u/venv/bin/python -u train.py --lr 1 --out=/scratch/u/runs/2026-11-29-a"
+    b = "/home/u/venv/bin/python -u train.py --lr 1 --out=/scratch/u/runs/2026-11-29-b"
+    assert distinct_command(a, [b]) == "python … --out=/scratch/u/runs/2026-11-29-a"
+    long = a.replace("runs/", "runs/" + "x" * 40 + "/")
+    assert distinct_command(long, [b]).endswith("/2026-11-29-a")
+    assert distinct_command(a, []) == a  # alone, or nothing differs: as it is
+    assert distinct_command(a, [a]) == a
+    jobs = group_jobs({"n1": [_proc(1, rank=0, master_addr="h", master_port=1, cmdline=a),
+                              _proc(2, rank=0, master_addr="h", master_port=2, cmdline=b)]})  # fmt: skip
+    with pytest.raises(JobChoiceError) as err:
+        choose_job(jobs)
+    assert "2026-11-29-a" in str(err.value) and "2026-11-29-b" in str(err.value)
 
 
 # --------------------------------------------------------------------------------------

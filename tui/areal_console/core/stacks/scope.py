@@ -19,7 +19,7 @@ when no job is found at all, or with `all_jobs`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,8 +85,16 @@ class JobGroup:
             p["rank"] for ps in self.processes.values() for p in ps if p.get("rank") is not None
         )
 
-    def describe(self) -> str:
-        """One line for a list of jobs: key, ranks, nodes, a command line."""
+    @property
+    def command(self) -> str:
+        """The command line of its first process, its spaces collapsed."""
+        first = next((p for ps in self.processes.values() for p in ps), {})
+        return " ".join(str(first.get("cmdline") or "").split())
+
+    def describe(self, others: Sequence[JobGroup] = ()) -> str:
+        """One line for a list of jobs: key, ranks, nodes, a command line; beside `others`
+        (the rest of the list), the part of it theirs lack (two runs of one script differ
+        in an argument or a path, not in the interpreter that starts the line)."""
         ranks = self.ranks
         nodes = sorted(self.processes)
         first = next((p for ps in self.processes.values() for p in ps), {})
@@ -95,10 +103,25 @@ class JobGroup:
         if world and ranks:
             what += f" of {world}"
         where = nodes[0] if len(nodes) == 1 else f"{len(nodes)} nodes"
-        cmd = " ".join(str(first.get("cmdline") or "").split())
+        cmd = distinct_command(self.command, [o.command for o in others if o is not self])
         if len(cmd) > 60:
             cmd = cmd[:57] + "..."
         return f"{self.key}  {what} on {where}  {cmd}".rstrip()
+
+
+def distinct_command(command: str, others: Sequence[str]) -> str:
+    """`command`, or where other jobs' command lines share its start, its program and the
+    first argument not all of them have (`python … trajectory_debug.path=/tmp/run-b/dump`),
+    a long one by its end (where a run's folder differs)."""
+    words = command.split()
+    if not others or not words:
+        return command
+    theirs = [set(o.split()) for o in others]
+    own = [w for w in words[1:] if not all(w in t for t in theirs)]
+    if not own or own[0] == words[1]:
+        return command
+    shown = own[0] if len(own[0]) <= 45 else "…" + own[0][-44:]
+    return f"{words[0].rsplit('/', 1)[-1]} … {shown}"
 
 
 class JobChoiceError(ValueError):
@@ -206,5 +229,6 @@ def choose_job(
 
 
 def _listing(jobs: Iterable[JobGroup]) -> str:
-    lines = [f"  {g.describe()}" for g in jobs]
+    jobs = list(jobs)
+    lines = [f"  {g.describe(jobs)}" for g in jobs]
     return "\n".join(lines) if lines else "  (none)"
