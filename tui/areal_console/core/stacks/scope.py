@@ -111,16 +111,20 @@ class JobGroup:
 
 def distinct_command(command: str, others: Sequence[str]) -> str:
     """`command`, or where other jobs' command lines share its start, its program and the
-    first argument not all of them have (`python … trajectory_debug.path=/tmp/run-b/dump`),
+    first argument none of them has (`python … trajectory_debug.path=/tmp/run-b/dump`),
     a long one by its end (where a run's folder differs)."""
     words = command.split()
     if not others or not words:
         return command
     theirs = [set(o.split()) for o in others]
-    own = [w for w in words[1:] if not all(w in t for t in theirs)]
+    own = [w for w in words[1:] if not any(w in t for t in theirs)]
     if not own or own[0] == words[1]:
         return command
     shown = own[0] if len(own[0]) <= 45 else "…" + own[0][-44:]
+    for word in own[1:]:  # more of them while they fit
+        if len(shown) + 1 + len(word) > 45:
+            break
+        shown += " " + word
     return f"{words[0].rsplit('/', 1)[-1]} … {shown}"
 
 
