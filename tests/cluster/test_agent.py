@@ -171,9 +171,7 @@ def test_in_process_agent_serves_the_same_protocol(gloo_job: GlooJob) -> None:
         # gpus=False: the handshake leaves NVML alone and says it did not look
         assert hello["tools"]["pynvml"] is None and hello["tools"]["nvml_error"] is None
         # cpu=False: no CPU% baseline wait, so no CPU% in the very first sample
-        t0 = time.monotonic()
         result = client.request("sample", {"cpu": False, "gpus": False})
-        assert time.monotonic() - t0 < 5
         ranks = {p["pid"]: p for p in result["processes"] if p["rank"] is not None}
         assert set(gloo_job.rank_pids().values()) <= set(ranks)
         assert all(p["cpu_percent"] is None for p in result["processes"])

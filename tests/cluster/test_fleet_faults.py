@@ -66,8 +66,8 @@ def test_sshd_killed_then_back(live_cluster: TestCluster) -> None:
         assert view().error == f"SSH connection to {victim.name} lost"
         # While it is away: other nodes answer, and this one fails fast with a reason.
         t0 = time.monotonic()
-        results = fleet.call_all("ping", timeout=5)
-        assert time.monotonic() - t0 < 3
+        results = fleet.call_all("ping", timeout=30)
+        assert time.monotonic() - t0 < 3  # at once, not at the 30 s timeout
         assert isinstance(results[victim.name], NodeFailure)
         assert all(not isinstance(results[n.name], NodeFailure) for n in live_cluster.nodes[:3])
         wait_for(
@@ -147,7 +147,7 @@ def test_hung_agent_costs_only_its_own_timeout(live_cluster: TestCluster) -> Non
             elapsed = time.monotonic() - t0
         finally:
             node.run(f"kill -CONT {pid}")
-        assert elapsed < 3
+        assert elapsed < 10  # the 1 s timeout, 10x bounded
         hung = results[node.name]
         assert isinstance(hung, NodeFailure)
         assert hung.error == "sample: agent not responding for 1 s (the connection is still open)"

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -624,9 +623,8 @@ def test_agent_exits_when_its_console_stops(ray_cluster: RayCluster) -> None:
         assert holder.stdout.readline().split() == ["up", "up"]
         assert _agent_actors(ray_cluster.address) == 2
         os.kill(holder.pid, signal.SIGSTOP)  # connected, but calling no more
-        stopped = time.monotonic()
-        wait_for(lambda: _agent_actors(ray_cluster.address) == 0, 10, "the agent actors to exit")
-        assert time.monotonic() - stopped < 5.0
+        # They exit LEASE_SECONDS (3 s) after the console's last call: waited for 10x that.
+        wait_for(lambda: _agent_actors(ray_cluster.address) == 0, 30, "the agent actors to exit")
     finally:
         holder.kill()
         holder.wait(timeout=30)

@@ -221,9 +221,9 @@ def silent_listener() -> Iterator[int]:
 def test_no_ssh_answer_times_out(silent_listener: int) -> None:
     spec = NodeSpec(name="x", transport="ssh", host="127.0.0.1", port=silent_listener)
     t0 = time.monotonic()
-    with pytest.raises(SshError, match="no SSH answer within 1s"):
-        open_ssh_channel(spec, ssh_config=os.devnull, connect_timeout=1.0)
-    assert time.monotonic() - t0 < 5
+    with pytest.raises(SshError, match=r"no SSH answer within 0\.5s"):
+        open_ssh_channel(spec, ssh_config=os.devnull, connect_timeout=0.5)
+    assert time.monotonic() - t0 < 5  # 10x the timeout; paramiko's own banner wait is 15 s
 
 
 @pytest.fixture
@@ -243,7 +243,7 @@ def test_tcp_connect_times_out(unanswered_port: int) -> None:
     with pytest.raises(SshError) as info:
         open_ssh_channel(spec, ssh_config=os.devnull, connect_timeout=1.0)
     assert str(info.value) == f"connection to 127.0.0.1:{unanswered_port} timed out after 1s"
-    assert 0.9 < time.monotonic() - t0 < 5
+    assert 0.9 < time.monotonic() - t0 < 10  # 10x; the kernel's SYN retries take 127 s
 
 
 def test_missing_python_is_explained(live_cluster: TestCluster) -> None:
@@ -465,7 +465,7 @@ def test_connect_timeout_bounds_the_agent_start(live_cluster: TestCluster, tmp_p
     elapsed = time.monotonic() - t0
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == f"error: {node.name}: agent did not start within 2s"
-    assert elapsed < 10, elapsed
+    assert elapsed < 20, elapsed  # 2 s plus start-up, not the fixed 30 s it was
 
 
 def test_handshakes_through_a_strict_login_host_are_paced(

@@ -15,14 +15,16 @@ from areal_console.core.stacks.capture import CaptureOptions, JobChoiceError, ca
 from areal_console.core.stacks.scope import (
     UNSCOPED,
     choose_job,
+    distinct_command,
     group_jobs,
     is_candidate,
     job_key,
 )
 from areal_console.core.targets.resolve import NodeSpec
-from conftest import run_cli
+from conftest import GlooJob, run_cli
 
 from tests.support import waits
+from tests.support.cluster import free_port
 from tests.support.fixtures.hang import ScenarioJob, start_scenario
 
 # --------------------------------------------------------------------------------------
@@ -102,6 +104,52 @@ def test_slurm_job_filter_and_match() -> None:
     }
     assert [g.key for g in group_jobs(sampled, slurm_job="222")] == ["a:2"]
     assert [g.key for g in group_jobs(sampled, match=r"train\.py 10$")] == ["a:1"]
+
+
+def test_match_on_a_launcher_picks_the_ranks_it_started() -> None:
+    """Two runs of one script: the ranks' command lines are the same; what tells the jobs
+    apart is on the launcher's line (`torchrun --master-port 29501 hang.py`), under a
+    `bash -c` wrapper for the second job."""
+    launcher = {"role": "launcher", "rank": None}
+    sampled = {
+        "n1": [
+            {"pid": 1, "cmdline": "torchrun --master-port 29501 hang.py", **launcher},
+            _proc(10, ppid=1, rank=0, master_addr="localhost", master_port=29501),
+            _proc(11, ppid=1, rank=1, master_addr="localhost", master_port=29501),
+            {
+                "pid": 2,
+                "cmdline": "bash -c torchrun --master-port 29502 hang.py",
+                "role": "wrapper",
+            },
+            {"pid": 3, "ppid": 2, "cmdline": "torchrun --master-port 29502 hang.py", **launcher},
+            _proc(20, ppid=3, rank=0, master_addr="localhost", master_port=29502),
+        ]
+    }
+    for proc in sampled["n1"]:
+        if proc["pid"] in (10, 11, 20):
+            proc["cmdline"] = "python -u hang.py"
+    assert [g.key for g in group_jobs(sampled, match="29501")] == ["localhost:29501"]
+    assert [g.key for g in group_jobs(sampled, match="29502")] == ["localhost:29502"]
+    both = group_jobs(sampled, match="hang")
+    with pytest.raises(JobChoiceError, match="--match 'hang' matches 2 jobs; pick one with --job"):
+        choose_job(both, match="hang")
+
+
+def test_a_job_list_shows_what_tells_the_jobs_apart() -> None:
+    """Two runs of one script: the listing shows the argument that differs (the start of
+    both lines was the same interpreter path, cut before the part that differs)."""
+    a = "/home/u/venv/bin/python -u train.py --lr 1 --out=/scratch/u/runs/2026-11-29-a"
+    b = "/home/u/venv/bin/python -u train.py --lr 1 --out=/scratch/u/runs/2026-11-29-b"
+    assert distinct_command(a, [b]) == "python … --out=/scratch/u/runs/2026-11-29-a"
+    long = a.replace("runs/", "runs/" + "x" * 40 + "/")
+    assert distinct_command(long, [b]).endswith("/2026-11-29-a")
+    assert distinct_command(a, []) == a  # alone, or nothing differs: as it is
+    assert distinct_command(a, [a]) == a
+    jobs = group_jobs({"n1": [_proc(1, rank=0, master_addr="h", master_port=1, cmdline=a),
+                              _proc(2, rank=0, master_addr="h", master_port=2, cmdline=b)]})  # fmt: skip
+    with pytest.raises(JobChoiceError) as err:
+        choose_job(jobs)
+    assert "2026-11-29-a" in str(err.value) and "2026-11-29-b" in str(err.value)
 
 
 # --------------------------------------------------------------------------------------
@@ -243,3 +291,33 @@ async def _until(
     pilot: object, condition: Callable[[], object], what: str, timeout: float = 60
 ) -> None:
     await waits.until(pilot, condition, timeout, what)
+
+
+@pytest.mark.slow
+def test_cli_match_on_the_launchers_line_picks_that_job(gloo_job: GlooJob, tmp_path: Path) -> None:
+    """Two real torchrun jobs of one script on this node: `--match` on what only the
+    second job's launcher carries (its port) captures that job's ranks, and nothing of the
+    other; a pattern both match asks, naming the pattern, in one line and a list."""
+    port = free_port()
+    second = GlooJob(2, tmp_path / "second", port=port)
+    try:
+        ranks = set(second.rank_pids().values())
+        result = run_cli("stacks", "--json", "--match", f"--master-port {port} ")
+        either = f"{re.escape(str(gloo_job.workdir))}|{re.escape(str(second.workdir))}"
+        both = run_cli("stacks", "--match", either)
+        report = run_cli("report", "--match", either, "-o", str(tmp_path / "r.md"))
+    finally:
+        second.stop()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert {r["pid"] for r in doc["ranks"] if r["rank"] is not None} == ranks
+    assert doc["job"].endswith(f":{port}")
+    assert both.returncode == 2, both.stderr
+    lines = both.stderr.splitlines()
+    assert (
+        lines[0].startswith("error: --match ") and "matches 2 jobs; pick one with --job" in lines[0]
+    )
+    assert len(lines) == 3 and all(line.startswith("  ") for line in lines[1:]), lines
+    assert "\\x0a" not in both.stderr
+    # `report` asks the same way (its listing was one line with escaped newlines).
+    assert report.returncode == 2 and report.stderr.splitlines() == lines, report.stderr

@@ -123,6 +123,40 @@ async def test_h_on_cluster_finds_the_jobs_log_dir_from_its_processes(tmp_path: 
         assert screen.report is not None and screen.report.steps == [0, 1, 2, 3]
 
 
+async def test_h_on_cluster_finds_a_jobs_log_from_where_its_output_goes(tmp_path: Path) -> None:
+    """`python train.py > run/trainer.log`: no log directory on the command line; the agent
+    reports the ranks' stdout file (as the demo's), and `h` follows it."""
+    write_run(tmp_path / "run", 4, mode="spmd", finished=True)
+    log = tmp_path / "run" / "trainer.log"
+    ranks = [{"pid": 50 + r, "ppid": 1, "rank": r, "world_size": 2, "role": "trainer",
+              "user": "alice", "cmdline": "python -u train.py", "stdout": str(log)}
+             for r in range(2)]  # fmt: skip
+    view = NodeView("node0", "node0", state="up", sample={"processes": ranks, "gpus": []},
+                    hello={"user": "alice"})  # fmt: skip
+    app = ConsoleApp(None, RecordedMonitor([view]))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("h")
+        await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen))
+        screen = app.screen
+        assert isinstance(screen, HealthScreen)
+        assert screen.target == HealthTarget(str(log), None, None)
+        await wait_until(pilot, lambda: screen.report is not None)
+        assert screen.report is not None and screen.report.steps == [0, 1, 2, 3]
+
+
+async def test_a_log_last_written_long_ago_is_told_by_its_age(tmp_path: Path) -> None:
+    """A log whose last step is years old (it read `no new step for 96000000s, ...x the
+    median step time`): its age, and the question whether the job still runs."""
+    write_run(tmp_path / "run", 4, finished=False)  # steps in November 2023
+    app = ConsoleApp(None, recorded_monitor(), health_target=HealthTarget(str(tmp_path / "run")))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        await wait_until(pilot, lambda: "STALLED" in banner(app))
+        text = banner(app)
+        assert "stalled: last step " in text and " d ago (median step time 30s)" in text, text
+        assert "Check that the job still runs" in text and "Press s" not in text, text
+
+
 async def test_health_command_and_a_missing_path(tmp_path: Path) -> None:
     app = ConsoleApp(None, recorded_monitor())
     async with app.run_test(size=SIZE) as pilot:

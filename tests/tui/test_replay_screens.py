@@ -132,6 +132,28 @@ async def test_dialog_opens_on_overrides_and_launches_what_was_typed(
     assert "actor.eps_clip=0.1" in record.plan["argv"], record.plan["argv"]
 
 
+async def test_typed_overrides_and_enter_in_one_burst_launch_with_the_overrides(
+    fleet: Fleet, dump: Path
+) -> None:
+    """Keys as a terminal delivers a fast typist's (or a paste's) burst: all queued before
+    the first is handled. enter launched the run without the overrides typed just before
+    it (it read the field before the field had taken the keys)."""
+    from textual import events
+
+    node = fleet.sessions[0].name
+    app = ScreenHost(lambda: ReplayDialog(fleet, str(dump), node))
+    async with app.run_test(size=(160, 45)) as pilot:
+        dialog = app.screen
+        await until(pilot, lambda: "reference_trainer.py" in text_of(dialog, "#replay-command"))
+        for char in "actor.eps_clip=0.1":
+            app.post_message(events.Key(char, char))
+        app.post_message(events.Key("enter", "\r"))
+        await until(pilot, lambda: app.result != "pending")
+    record = app.result
+    assert isinstance(record, jobs.RunRecord), text_of(dialog, "#replay-error")
+    assert "actor.eps_clip=0.1" in record.plan["argv"], record.plan["argv"]
+
+
 async def test_dialog_shows_bad_input_and_read_only_blocks_launch(fleet: Fleet, dump: Path) -> None:
     node = fleet.sessions[0].name
     app = ScreenHost(lambda: ReplayDialog(fleet, str(dump), node, read_only=True))

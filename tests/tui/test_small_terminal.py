@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from areal_console.app import ConsoleApp
 from areal_console.core.replay import runs as jobs
+from areal_console.core.replay.plan import Verification
 from areal_console.core.stacks.parsing import build_capture
 from areal_console.screens.batches import BatchesScreen
 from areal_console.screens.stacks import StacksScreen
@@ -97,12 +98,19 @@ def test_jobs_at(
     assert snap_compare(recorded.jobs_app(), terminal_size=size, run_before=recorded.open_jobs)
 
 
+# The demo's replay with its drift: the longest verdict the Runs screen shows.
+DIFFERS = Verification(matched=False, steps=[11, 12], first_mismatch={
+    "step": 12, "metric": "behave_imp_weight", "recorded": 1.00412, "replayed": 1.00398})  # fmt: skip
+
+
 def long_named_jobs() -> list[jobs.RunRecord]:
-    """The recorded jobs with ids as `new_run_id` makes them, alike but for their end."""
+    """The recorded jobs with ids as `new_run_id` makes them, alike but for their end; the
+    verified one differs from its recording (a long verdict)."""
     named = []
     for i, r in enumerate(RECORDED_JOBS()):
         job_id = f"replay-20261126-0827{i}2-ab3ce{i}"
-        named.append(dataclasses.replace(r, job_id=job_id, log=r.log.replace(r.job_id, job_id)))
+        named.append(dataclasses.replace(r, job_id=job_id, log=r.log.replace(r.job_id, job_id),
+                                         verification=DIFFERS if i == 0 else r.verification))  # fmt: skip
     return named
 
 
@@ -312,28 +320,34 @@ async def test_cluster_command_readable_at_80x24() -> None:
         assert "/root/" not in text
 
 
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
 async def test_jobs_verdict_uncut_with_long_job_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
 ) -> None:
-    from textual.widgets import DataTable
+    from areal_console.widgets.vim_table import VimTable
 
     monkeypatch.setenv("AREAL_CONSOLE_DATA_DIR", str(tmp_path))
     named = long_named_jobs()
     monkeypatch.setattr(recorded, "recorded_jobs", lambda: named)
     app = recorded.jobs_app()
-    async with app.run_test(size=SMALL) as pilot:
+    async with app.run_test(size=size) as pilot:
         await pilot.press("4")
         await pilot.pause()
-        table = app.screen.query_one("#jobs-table", DataTable)
+        table = app.screen.query_one("#jobs-table", VimTable)
         await until(pilot, lambda: table.row_count == 3)
         await recorded.until_drawn(pilot)
         text = screen_text(app)
-        assert "matches recording" in text
-        # Cut, each id keeps its unique end after an ellipsis (not `replay-202611` thrice).
-        for record in named:
-            shown = next(line for line in text.splitlines() if record.job_id[-12:] in line)
-            assert "…" in shown and record.job_id not in shown, text
-        for key in ("state", "verification", "exit"):
+        assert "differs at step 12: behave_imp_weight" in text, text
+        # At 80 columns exit and GPUs give way to the verdict; the detail below says both.
+        spared = {"exit", "gpus"} - set(table.column_keys)
+        assert spared == ({"exit", "gpus"} if size == SMALL else set()), table.column_keys
+        assert f"{named[0].job_id} on node1, GPUs 0,1: finished (exit 0)" in text, text
+        if size == SMALL:
+            # Cut, each id keeps its unique end after an ellipsis (not `replay-202611` thrice).
+            for record in named:
+                shown = next(line for line in text.splitlines() if record.job_id[-12:] in line)
+                assert "…" in shown and record.job_id not in shown, text
+        for key in ("state", "verification", "node", "steps"):
             column = table.columns[key]  # type: ignore[index]
             widest = max(len(str(table.get_cell(r, key))) for r in table.rows)
             assert column.content_width >= widest, key

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,13 +31,12 @@ def test_an_import_of_a_million_frames_is_refused_quickly(tmp_path: Path) -> Non
     lines = ["Process 1: python train.py", "Python v3.11.7", 'Thread 1 (active): "MainThread"']
     lines += [f"    f{i % 5000} (/a/b{i % 300}.py:{i % 1000})" for i in range(1_000_000)]
     dump.write_text("\n".join(lines) + "\n")
-    t0 = time.monotonic()
+    # Refused by the frame count, not imported (that took 20 s and 1.5 GB): the message
+    # says so; run_cli's timeout is the bound on a hang.
     result = run_cli("stacks", "--import", str(dump))
-    took = time.monotonic() - t0
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("error: --import: ") and result.stderr.count("\n") == 1
     assert "process 1 has more than 50,000 frames" in result.stderr
-    assert took < 10, took  # it took 20 s (and 1.5 GB) to import, analyse and save
 
 
 def test_an_endless_stdin_import_is_one_line() -> None:

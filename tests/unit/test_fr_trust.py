@@ -257,7 +257,8 @@ def test_trickling_socket_is_cut_at_the_ranks_deadline(tmp_path: Path, procs: Pr
     started = time.monotonic()
     reply = fr_live(pid, env, timeout=3.0)
     elapsed = time.monotonic() - started
-    assert 2.5 < elapsed < 15.0, elapsed  # the 3 s deadline, not a read's timeout
+    # The 3 s deadline (not a 1 s read timeout: each byte comes after 2 s), 10x bounded.
+    assert 2.5 < elapsed < 30.0, elapsed
     assert reply["ok"] is False and "deadline" in reply["error"], reply
 
 

@@ -80,9 +80,7 @@ def test_report_anonymize_on_a_job_naming_a_huge_host_list(
     out = tmp_path / "r.md"
     argv = [sys.executable, "-m", "areal_console", "report", "--local", "--match", hostile_rank,
             "--anonymize", "-o", str(out)]  # fmt: skip
-    t0 = time.monotonic()
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    assert time.monotonic() - t0 < 60
     assert result.returncode in (0, 3), result.stderr
     assert "Traceback" not in result.stderr and "MemoryError" not in result.stderr
     md = out.read_text()

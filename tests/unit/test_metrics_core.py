@@ -16,6 +16,7 @@ import types
 from pathlib import Path
 
 import pytest
+from areal_console.core.common.textfmt import format_duration
 from areal_console.core.metrics.follow import LocalFiles, MetricsFollower
 from areal_console.core.metrics.health import (
     BEHAVE_IMP_WEIGHT,
@@ -256,6 +257,31 @@ def test_stalled_after_k_median_step_times_and_finished_is_not_stalled(tmp_path:
     assert report.stall.stalled and [w.check for w in report.warnings] == ["stalled"]
     done = report_for(tmp_path / "b", 8, healthy, finished=True, now=1e12)
     assert done.stall.finished and not done.stall.stalled and done.warnings == []
+
+
+def test_a_stall_is_told_in_the_unit_a_person_would_use(tmp_path: Path) -> None:
+    """A fresh stall by its multiple of the step time; a log last written days ago by its
+    age (it read `no new step for 260597s, 2208451x the median step time`), with the
+    suggestion that the job may be gone."""
+    t = HealthThresholds(stall_factor=5, stall_min_seconds=10)
+    times = [100.0 + 30 * i for i in range(10)]  # median step 30 s
+    fresh = stall_state(times, times[-1] + 912, False, t)
+    assert fresh.describe() == "stalled: no new step for 15 min, 30x the median step time (30s)"
+    assert not fresh.old
+    days = stall_state(times, times[-1] + 3 * 86400 + 600, False, t)
+    assert days.describe() == "stalled: last step 3 d ago (median step time 30s)"
+    assert days.old
+    quick = [100.0 + 0.1 * i for i in range(10)]  # a 0.1 s step: 1,000x in under 2 minutes
+    minutes = stall_state(quick, quick[-1] + 300, False, t)
+    assert minutes.describe() == "stalled: last step 5 min ago (median step time 0.1s)"
+    assert not minutes.old  # within AReaL's 2-hour group timeout: it may well hang
+    report = report_for(tmp_path, 8, healthy, now=1e12)
+    [stalled] = report.warnings
+    assert stalled.summary.startswith("stalled: last step ") and " d ago " in stalled.summary
+    assert stalled.remedy.startswith("Check that the job still runs")
+    assert [format_duration(s) for s in (0, 119, 120, 7169, 7199, 172799, 1e7)] == [
+        "0s", "119s", "2 min", "119 min", "2 h", "2 d", "116 d"
+    ]  # fmt: skip
 
 
 def test_json_report_has_exactly_the_documented_shape(tmp_path: Path) -> None:

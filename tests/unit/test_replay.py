@@ -233,6 +233,15 @@ def test_trainer_refuses_both_flags(home: Path) -> None:
         (["steps=abc"], "error: steps must be an integer, got 'abc'"),
         (["actor.eps_clip=abc"], "error: actor.eps_clip must be a number, got 'abc'"),
         (["nope=1"], "error: unknown config key 'nope' (known: actor.eps_clip, "),
+        # Out of range: each failed in the first step with a traceback.
+        (["gconfig.n_samples=0"], "error: gconfig.n_samples must be >= 1, got 0\n"),
+        (["train_dataset.batch_size=0"], "error: train_dataset.batch_size must be >= 1, got 0\n"),
+        (["gconfig.temperature=0"], "error: gconfig.temperature must be > 0, got 0\n"),
+        (["threads=0"], "error: threads must be >= 1, got 0\n"),
+        (["model.n_heads=3"], "error: model.d_model must be a multiple of model.n_heads, "
+                              "got d_model=32 n_heads=3\n"),
+        (["rollout.max_head_offpolicyness=-1"],
+         "error: rollout.max_head_offpolicyness must be >= 0, got -1\n"),
         (["--nproc", "0"], "error: areal-console trainer: argument --nproc: needs a whole "
                            "number >= 1, got '0'"),
         (["--nproc", "-1"], "error: areal-console trainer: argument --nproc: needs a whole "
@@ -281,6 +290,7 @@ def test_the_trainer_itself_refuses_no_ranks(home: Path) -> None:
     [
         ("notakv", "error: expected key=value, got 'notakv'"),
         ("actor.nope=3", "error: overrides: unknown config key 'actor.nope' (known: "),
+        ("gconfig.n_samples=0", "error: overrides: gconfig.n_samples must be >= 1, got 0\n"),
     ],
 )
 def test_replay_usage_errors_exit_2_before_launching(

@@ -83,3 +83,19 @@ def test_report_on_the_demo_is_true_to_the_run_and_keeps_its_secrets(
     for secret in PLANTED:
         assert secret not in md
         assert all(secret.encode() not in d for d in data.values()), secret
+
+
+def test_report_finds_the_demo_log_as_the_tui_does(demo: DemoJob, tmp_path: Path) -> None:
+    """No --logs: the demo's command lines name no AReaL log directory; its ranks write
+    their output to trainer.log, which the agent reports, so the report has the log and
+    the health from it (as `b` in the demo's console has)."""
+    result = run_cli("report", "--local", "--match", demo.tag, "-o", str(tmp_path / "r.md"),
+                     timeout=180)  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, result.stderr  # logs and metrics were collected
+    assert warnings[0].startswith("warning: not collected: config: no config.yaml"), warnings
+    md = (tmp_path / "r.md").read_text()
+    assert f"Log: `{demo.log_path}`" in md
+    assert "rank 0: hanging on purpose (debug.hang=cleanup)" in md
+    assert "Training health (steps 0-29, last step at " in md

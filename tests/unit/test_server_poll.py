@@ -246,7 +246,7 @@ def test_poller_never_waits_and_keeps_one_request_in_flight(
     try:
         t0 = time.monotonic()
         first = poller.state(targets)
-        assert time.monotonic() - t0 < 0.5  # 10x margin; waiting would take 30 s
+        assert time.monotonic() - t0 < 3  # it answers at once; waiting would take 30 s
         assert all(v["polled"] is False for v in first.values())
         deadline = time.monotonic() + 10
         while True:
@@ -324,7 +324,8 @@ def test_trickling_health_answers_cost_one_deadline_in_all() -> None:
         conn, _ = server.accept()
         with conn:
             conn.recv(4096)
-            for byte in b"HTTP/1.0 200 OK\r\n\r\n":
+            # About 30 s of bytes: a per-read timeout alone would wait that long.
+            for byte in b"HTTP/1.0 200 OK\r\nX-Pad: " + b"x" * 80 + b"\r\n\r\n":
                 if stop.wait(0.3):
                     return
                 conn.sendall(bytes([byte]))
@@ -340,7 +341,7 @@ def test_trickling_health_answers_cost_one_deadline_in_all() -> None:
         started = time.monotonic()
         answers = HealthPoller().health(urls)
         elapsed = time.monotonic() - started
-        assert elapsed < HEALTH_TIMEOUT + 4.0, elapsed
+        assert elapsed < HEALTH_TIMEOUT * 10, elapsed  # one 1 s deadline; 30 s per read
         assert set(answers) == set(urls)
         assert all(a["ok"] is False and "no answer within" in a["error"] for a in answers.values())
     finally:

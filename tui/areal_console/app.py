@@ -29,7 +29,7 @@ from areal_console.core.connection.fleet import Fleet
 from areal_console.core.connection.monitor import FleetMonitor, NodeView
 from areal_console.core.connection.sampling import GoneRank, IdleRank, MemoryTrend
 from areal_console.core.metrics.health import thresholds_from
-from areal_console.core.metrics.locate import HealthTarget, job_logs_in
+from areal_console.core.metrics.locate import HealthTarget, job_log
 from areal_console.core.replay.plan import load_templates
 from areal_console.core.rollout.trainer_watch import TrainerStates
 from areal_console.core.stacks.capture import (
@@ -523,11 +523,11 @@ class ConsoleApp(WorkerHost, App[None]):
         self.call_later(self.reopen_screen, "health", self._new_health_screen)
 
     def open_health_for_job(self, match: str | None) -> None:
-        """The job's log directory from its processes' command lines (the Cluster screen's
-        filter picks the job), else the run already open."""
+        """The job's log (`job_log`: the Cluster screen's filter picks the job), else the
+        run already open."""
         for view in self.monitor.snapshot():
             try:
-                found = job_logs_in([p.cmdline for p in view.processes], view.user, match)
+                found = job_log(view.processes, view.user, match)
             except UserError:
                 found = None
             if found:

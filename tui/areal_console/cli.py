@@ -20,6 +20,7 @@ from areal_console.core.common.errors import (
     EXIT_ERROR,
     EXIT_PARTIAL,
     EXIT_USAGE,
+    ChoiceError,
     UsageError,
     UserError,
 )
@@ -112,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args))
     except UsageError as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)
+        for line in exc.choices if isinstance(exc, ChoiceError) else ():
+            print(printable(line), file=sys.stderr)
         return EXIT_USAGE
     except UserError as exc:
         print(f"error: {printable(exc)}", file=sys.stderr)

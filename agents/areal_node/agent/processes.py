@@ -275,7 +275,10 @@ def parse_cuda_visible(value: str | None) -> list[int]:
 
 
 def process_record(
-    p: dict[str, Any], rss: int | None, gpu_use: dict[int, list[tuple[int, int | None]]]
+    p: dict[str, Any],
+    rss: int | None,
+    gpu_use: dict[int, list[tuple[int, int | None]]],
+    stdout: str | None = None,
 ) -> dict[str, Any]:
     env = p["env"]
     used = gpu_use.get(p["pid"], [])
@@ -315,4 +318,5 @@ def process_record(
         "gpu_memory": gpu_memory,
         "env": dict(env),  # the rank variables only (RANK_VARS), for the process detail
         "env_error": p["env_error"],
+        "stdout": stdout,  # the file its output goes to (ProcessCollector.stdout_file)
     }

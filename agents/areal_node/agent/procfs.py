@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import Any
 
@@ -172,6 +173,28 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
+STDOUT_PATH_MAX = 4096
+
+
+def stdout_path(proc_dir: str, uid: int | None) -> str | None:
+    """Where `proc_dir`'s fd 1 points, when it is a regular file still linked and owned by
+    `uid` (the process's user); only /proc is read: stat through the descriptor's link
+    (the open file itself, whatever its path has become since) and the link's text."""
+    if uid is None:
+        return None
+    link = proc_dir + "/fd/1"
+    try:
+        st = os.stat(link)
+        path = os.readlink(link)
+    except OSError:  # no fd 1, another user's process, gone
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink == 0 or st.st_uid != uid:
+        return None
+    if not path.startswith("/") or len(path) > STDOUT_PATH_MAX:
+        return None
+    return path
+
+
 def boot_time() -> float:
     for line in read_all("/proc/stat").decode().splitlines():
         if line.startswith("btime "):
@@ -190,6 +213,7 @@ class ProcessCollector:
         self._uids: dict[int, int] = {}  # pid -> the uid that owns the process
         self._last_cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (start, ticks, t)
         self._last_stat: dict[int, tuple[str, str, int, int, int]] = {}  # parse_stat's
+        self._stdout: dict[int, tuple[int, str | None]] = {}  # pid -> (start, stdout file)
         self._boot_time = time.time()
 
     def _static_info(self, pid: int, start: int) -> tuple[list[str], dict[str, str], str | None]:
@@ -286,8 +310,25 @@ class ProcessCollector:
             self._cmdline_more.pop(gone, None)
             self._uids.pop(gone, None)
             self._last_cpu.pop(gone, None)
+            self._stdout.pop(gone, None)
             last_stat.pop(gone, None)
         return procs
+
+    def stdout_file(self, pid: int) -> str | None:
+        """The file a process writes its standard output to (`train.py > run.log`, a
+        launcher's log), read once per process (again while it is young): the path of
+        /proc/PID/fd/1 when that is a regular file, still linked, owned by the process's
+        own user. A pipe, a terminal, a deleted file or another user's file is None."""
+        cached = self._static.get(pid)
+        if cached is None:
+            return None
+        start = cached[0]
+        known = self._stdout.get(pid)
+        if known is not None and known[0] == start and time.monotonic() - cached[4] > YOUNG_SECONDS:
+            return known[1]
+        path = stdout_path(f"{self.proc_root}/{pid}", self._uids.get(pid))
+        self._stdout[pid] = (start, path)
+        return path
 
     def rss(self, pid: int) -> int | None:
         try:

@@ -241,8 +241,10 @@ class Agent:
             chosen = select_processes(procs, include_all, self._identities)
             self._watch = set(chosen) | {procs[pid]["ppid"] for pid in chosen}
             records = [
-                process_record(procs[pid], self.processes.rss(pid), gpu_use) for pid in chosen
-            ]
+                process_record(procs[pid], self.processes.rss(pid), gpu_use,
+                               self.processes.stdout_file(pid))
+                for pid in chosen
+            ]  # fmt: skip
         servers = [r for r in records if r.get("server")]
         if servers:
             self.servers.attach(servers)

@@ -193,12 +193,51 @@ def check_value_types(config: dict[str, Any]) -> None:
                 raise ConfigError(f"{key} must be {kind}, got {value!r}")
 
 
+# The smallest value each number may take, and whether it may equal it (a zero count of
+# samples, heads or threads failed in the first step with a traceback).
+LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
+    "threads": (1, True),
+    "train_dataset.batch_size": (1, True),
+    "gconfig.n_samples": (1, True),
+    "gconfig.max_new_tokens": (1, True),
+    "gconfig.temperature": (0, False),
+    "model.d_model": (1, True),
+    "model.n_layers": (0, True),
+    "model.n_heads": (1, True),
+    "actor.optimizer.lr": (0, True),
+    "actor.optimizer.gradient_clipping": (0, True),
+    "actor.eps_clip": (0, True),
+    "actor.ppo_n_minibatches": (1, True),
+    "actor.rejection_sampling.upper": (0, False),
+    "rollout.max_head_offpolicyness": (0, True),
+}
+
+
+def check_value_ranges(config: dict[str, Any]) -> None:
+    """Each number within `LOWER_BOUNDS`; the model's width a multiple of its heads."""
+    values = flatten(config)
+    for key, (low, inclusive) in LOWER_BOUNDS.items():
+        value = values.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if value < low or (value == low and not inclusive):
+            bound = f">= {low:g}" if inclusive else f"> {low:g}"
+            raise ConfigError(f"{key} must be {bound}, got {value!r}")
+    width, heads = values.get("model.d_model"), values.get("model.n_heads")
+    if isinstance(width, int) and isinstance(heads, int) and heads and width % heads:
+        raise ConfigError(
+            f"model.d_model must be a multiple of model.n_heads, got d_model={width} "
+            f"n_heads={heads}"
+        )
+
+
 def check_overrides(overrides: list[str]) -> None:
-    """`key=value` overrides alone: known keys, values of the right kind (ConfigError).
-    What the console checks before it launches a replay of this trainer."""
+    """`key=value` overrides alone: known keys, values of the right kind and range
+    (ConfigError). What the console checks before it launches a replay of this trainer."""
     config = _dotted(overrides)
     check_known_keys(config)
     check_value_types(config)
+    check_value_ranges(config)
 
 
 def _dotted(overrides: list[str]) -> dict[str, Any]:
@@ -229,6 +268,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     """Check the whole configuration; raise ConfigError with one clear line."""
     check_known_keys(config)
     check_value_types(config)
+    check_value_ranges(config)
     td = config["trajectory_debug"]
     if td["dump_rollout_data"] and td["replay_rollout_data"]:
         raise ConfigError(

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from areal_console.commands.options import target_options
+from areal_console.commands.options import job_choice, target_options
 from areal_console.core.common.errors import EXIT_OK, EXIT_PARTIAL, UsageError, UserError
 from areal_console.core.common.textfmt import printable
 from areal_console.core.targets.resolve import (
@@ -219,7 +219,7 @@ def _take(fleet: Any, args: argparse.Namespace) -> tuple[dict[str, Any] | None, 
         # The job named is not among the jobs running there: it is gone (its saved capture
         # stands in); several jobs, or several matching: the user has to choose.
         if not (args.job and all(args.job not in g.key for g in exc.jobs)):
-            raise UsageError(str(exc)) from None
+            raise job_choice(exc) from None
         doc: dict[str, Any] = {"ranks": []}
     else:
         doc = result.json()

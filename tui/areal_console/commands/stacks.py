@@ -8,17 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from areal_console.commands.options import target_options
+from areal_console.commands.options import job_choice, target_options
 from areal_console.core.common.errors import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_PARTIAL,
-    EXIT_USAGE,
     UsageError,
     UserError,
 )
 from areal_console.core.common.identity import UserScope
-from areal_console.core.common.textfmt import printable
 from areal_console.core.targets.resolve import (
     add_target_arguments,
     areal_plan,
@@ -158,13 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
         result, nodes = analysed(load_capture(args.open)), 0
     else:
-        try:
-            result, nodes = _capture(args)
-        except _JobChoice as choice:  # several jobs: say so, list them, pick none
-            print(f"error: {printable(choice.lines[0])}", file=sys.stderr)
-            for line in choice.lines[1:]:
-                print(printable(line), file=sys.stderr)
-            return EXIT_USAGE
+        result, nodes = _capture(args)
     capture = result.capture
     if live and not capture.rank_stacks:  # nothing to show, and nothing was saved
         print(f"error: {_nothing_captured(capture, nodes, args.match)}", file=sys.stderr)
@@ -229,14 +221,6 @@ def _nothing_captured(capture: Any, nodes: int, match: str | None) -> str:
     )
 
 
-class _JobChoice(Exception):
-    """The nodes run several jobs and none was chosen: the message's lines list them."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__(lines[0] if lines else "")
-        self.lines = lines or ["several jobs"]
-
-
 def _capture(args: argparse.Namespace) -> tuple[Any, int]:
     """A new capture, analysed and saved before it is shown; how many nodes were asked."""
     from areal_console.core.stacks.capture import (
@@ -273,8 +257,8 @@ def _capture(args: argparse.Namespace) -> tuple[Any, int]:
         options.ended_roles = tuple(e.to_json() for e in plan.ended_roles)
     try:
         result = capture_and_analyse(fleet, options)  # saved before it is shown
-    except JobChoiceError as exc:
-        raise _JobChoice(str(exc).splitlines()) from None
+    except JobChoiceError as exc:  # several jobs: say so, list them, pick none
+        raise job_choice(exc) from None
     except KeyboardInterrupt:
         options.cancel.set()  # no further samples; closing the fleet ends the dumps running
         raise

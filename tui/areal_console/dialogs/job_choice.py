@@ -31,7 +31,7 @@ class JobChoiceDialog(ModalScreen[str | None]):
         with Vertical(id="job-choice-box"):
             yield Label(f"{len(self.jobs)} jobs on these nodes: capture which one?")
             yield OptionList(
-                *(Option(printable(job.describe()), id=job.key) for job in self.jobs),
+                *(Option(printable(job.describe(self.jobs)), id=job.key) for job in self.jobs),
                 id="job-choice-list",
             )
             yield Label("enter: capture this job · esc: cancel", id="job-choice-hint")

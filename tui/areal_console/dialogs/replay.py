@@ -62,7 +62,10 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
     """Replay `path` on `node`: GPUs, steps, extra overrides, command preview; enter launches."""
 
     # Opens in the field a user most likely types in; enter launches from any field (what
-    # the preview shows, typed text included), tab moves between the fields.
+    # the preview shows, typed text included), tab moves between the fields. In a field,
+    # enter is the field's own (Input.Submitted, below): it comes after the keys typed
+    # before it. A priority binding ran ahead of them, and a burst of keys (a fast typist,
+    # a paste) launched the run without the overrides just typed.
     AUTO_FOCUS = "#replay-overrides"
 
     BINDINGS = [
@@ -71,7 +74,6 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
             "launch",
             "Launch",
             id="replay.launch",
-            priority=True,
             tooltip="Launch the replay detached on the node with this command",
         ),
         Binding(
@@ -258,11 +260,20 @@ class ReplayDialog(WorkerHost, ModalScreen["jobs.RunRecord | None"]):
         self.query_one("#replay-error", Label).update(remote_text(text))
         self.set_class(bool(text), "-error")
 
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_launch()
+
     def action_launch(self) -> None:
         if self.read_only:
             self._show_error("read-only mode: launching is disabled")
             return
         if self.launching:
+            return
+        if self.facts is None:
+            self._show_error("still reading the dump on the node: press enter once the "
+                             "command shows")  # fmt: skip
             return
         self.replan()  # what the fields hold now: a key typed just before enter counts
         if self.plan is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -31,10 +31,13 @@ from areal_console.widgets.console_footer import ConsoleFooter
 from areal_console.widgets.filter_input import FilterHost, FilterInput
 from areal_console.widgets.keyed_rows import sync_rows
 from areal_console.widgets.remote_text import remote_line, remote_log_line, remote_text
-from areal_console.widgets.vim_table import VimTable
+from areal_console.widgets.vim_table import VimTable, columns_for
 from areal_console.workers import PollChain, Ticket, WorkerHost, background, cancelled
 
 COLUMNS = ("job", "node", "state", "exit", "steps", "gpus", "verification")
+# Left out on a narrow terminal (columns_for), so the verdict stays whole: the detail below
+# the table says both (`failed (exit 1)`, `GPUs 0,1`).
+SPARE = ("exit", "gpus")
 POLL_SECONDS = 1.0
 TAIL_LINES = 200
 
@@ -180,11 +183,18 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
         yield ConsoleFooter()
 
     def on_mount(self) -> None:
-        table = self.query_one("#jobs-table", DataTable)
-        for name in COLUMNS:
-            table.add_column(name, key=name)
-        table.focus()
+        self._set_columns()
+        self.query_one("#jobs-table", DataTable).focus()
         self.refresh_jobs()
+
+    def _set_columns(self) -> bool:
+        """The table's columns for the terminal's width; whether they changed."""
+        columns = columns_for(self.app.size.width, [(c, c) for c in COLUMNS], SPARE)
+        return self.query_one("#jobs-table", VimTable).show_columns(columns)
+
+    def on_resize(self, _event: events.Resize) -> None:
+        if self._set_columns():  # rows again, in the new columns
+            self._draw()
 
     # polling: one refresh at a time, the next armed when the last one ended (PollChain) ---
     @background("jobs-poll", doing="reading every node's jobs", retry="press r to refresh")
@@ -228,7 +238,7 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
             self.follow_log(self._log_key)
 
     def _draw(self) -> None:
-        table = self.query_one("#jobs-table", DataTable)
+        table = self.query_one("#jobs-table", VimTable)
         theirs = [r for r in self.records.values() if not self.users.shows(r.user)]
         rows = [
             RunRow(r, row_key(r) in self.marked)
@@ -237,8 +247,10 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
         ]
         visible = [row for row in rows if row.matches(self.text_filter)]
         keys = [row.key for row in visible]
+        shown = [COLUMNS.index(key) for key in table.column_keys]
         with self.app.batch_update():
-            sync_rows(table, COLUMNS, [(row.key, row.cells()) for row in visible])
+            sync_rows(table, table.column_keys,
+                      [(row.key, [row.cells()[i] for i in shown]) for row in visible])  # fmt: skip
         if self._wanted in keys:
             self.selected, self._wanted = self._wanted, None
             self.action_follow()
@@ -268,8 +280,9 @@ class RunsScreen(FilterHost, WorkerHost, Screen[None]):
         if record is None:
             detail.update("no jobs yet: press r in the batch browser to replay a dump")
             return
+        gpus = f", GPUs {','.join(map(str, record.gpus))}" if record.gpus else ""
         lines = [
-            f"{record.job_id} on {record.node}: {record.state}"
+            f"{record.job_id} on {record.node}{gpus}: {record.state}"
             + ("" if record.exit_code is None else f" (exit {record.exit_code})")
         ]
         argv = record.command

@@ -37,7 +37,11 @@ def banner_text(
     if stall.stalled:
         text.append(" STALLED ", style="bold white on dark_red")
         text.append_text(remote_text(f" {stall.describe()}. ", style="bold"))
-        text.append("Press s to capture this job's stacks.", style="bold yellow")
+        if stall.old:  # past AReaL's group timeout: a hung collective has ended the job
+            text.append("Check that the job still runs (s captures its stacks).",
+                        style="bold yellow")  # fmt: skip
+        else:
+            text.append("Press s to capture this job's stacks.", style="bold yellow")
     elif stall.finished:
         text.append(" finished ", style="bold black on green")
         text.append_text(remote_text(f" {stall.describe()}"))

@@ -70,6 +70,17 @@ def plural(count: int, word: str, many: str | None = None) -> str:
     return f"{count} {word if count == 1 else (many or word + 's')}"
 
 
+def format_duration(seconds: float) -> str:
+    """A wait in the unit a person would say it in: `95s`, `15 min`, `5 h`, `3 d`."""
+    if round(seconds) < 120:
+        return f"{seconds:.0f}s"
+    if (minutes := round(seconds / 60)) < 120:
+        return f"{minutes} min"
+    if (hours := round(seconds / 3600)) < 48:
+        return f"{hours} h"
+    return f"{round(seconds / 86400):,} d"
+
+
 def format_bytes(value: int | float | None) -> str:
     if value is None:
         return "-"

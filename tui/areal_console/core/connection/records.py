@@ -202,6 +202,8 @@ class ProcessRow:
     gpu_memory: float | None = None  # bytes, from NVML; None where not reported
     env: Mapping[str, str] = field(default_factory=dict, compare=False)  # rank variables
     env_error: str | None = None
+    stdout: str | None = None  # the file its output goes to (a `> run.log`), its user's
+    user: str | None = None  # the process's user on its node
     # The agent's record as it came, for core code that takes agent records (captures).
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -235,6 +237,8 @@ class ProcessRow:
             gpu_memory=_number(raw.get("gpu_memory")),
             env={str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {},
             env_error=_text(raw.get("env_error")),
+            stdout=_text(raw.get("stdout")),
+            user=_text(raw.get("user")),
             raw=raw,
         )
 
@@ -256,7 +260,7 @@ class ProcessRow:
                           self.world_size, self.role, self.job, self.worker_index, self.server,
                           _number(raw.get("cpu_percent")), _number(raw.get("rss")),
                           _text(raw.get("state")), self.gpus, _number(raw.get("gpu_memory")),
-                          self.env, self.env_error, raw)  # fmt: skip
+                          self.env, self.env_error, self.stdout, self.user, raw)  # fmt: skip
 
     @property
     def areal_key(self) -> tuple[str, str | None] | None:

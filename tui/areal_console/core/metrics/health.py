@@ -20,8 +20,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from areal_console.core.common.textfmt import format_bytes
+from areal_console.core.common.textfmt import format_bytes, format_duration
 from areal_console.core.metrics.changepoint import trend_onset, variance_onset
+from areal_console.core.stacks.diagnose import AREAL_GROUP_TIMEOUT_S
 
 IMPORTANCE_WEIGHT = "ppo_actor/update/importance_weight/avg"
 BEHAVE_IMP_WEIGHT = "ppo_actor/update/behave_imp_weight/avg"
@@ -485,6 +486,11 @@ def run_checks(get: Mapping[str, Series], t: HealthThresholds | None = None) -> 
     return out
 
 
+# A stall this many median step times long is told by its age ("last step 3 d ago"), not
+# by a ratio in the millions.
+OLD_LOG_TIMES = 1000
+
+
 @dataclass(frozen=True)
 class StallState:
     stalled: bool
@@ -505,12 +511,23 @@ class StallState:
         if self.median_step_seconds is None:
             return "too few steps to judge progress"
         waited = self.waited_seconds or 0.0
+        median = self.median_step_seconds
         if self.stalled:
-            times = (f"{waited / self.median_step_seconds:.0f}x "
-                     if self.median_step_seconds > 0 else "")  # fmt: skip
-            return (f"stalled: no new step for {waited:.0f}s, {times}"
-                    f"the median step time ({self.median_step_seconds:.3g}s)")  # fmt: skip
-        return f"progressing: last step {waited:.0f}s ago (median step {self.median_step_seconds:.3g}s)"
+            times = waited / median if median > 0 else math.inf
+            if times < OLD_LOG_TIMES:
+                return (f"stalled: no new step for {format_duration(waited)}, {times:.0f}x "
+                        f"the median step time ({median:.3g}s)")  # fmt: skip
+            # A log last written hours or days ago: its age says more than a ratio in the
+            # millions (the job may be gone without its completion line).
+            return (f"stalled: last step {format_duration(waited)} ago (median step time "
+                    f"{median:.3g}s)")  # fmt: skip
+        return f"progressing: last step {format_duration(waited)} ago (median step {median:.3g}s)"
+
+    @property
+    def old(self) -> bool:
+        """Quiet past AReaL's process-group timeout: a collective hung that long has failed
+        and ended the job, so the log more likely belongs to a job that is gone."""
+        return self.stalled and (self.waited_seconds or 0.0) > AREAL_GROUP_TIMEOUT_S
 
 
 def stall_state(

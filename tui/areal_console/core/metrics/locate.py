@@ -1,13 +1,16 @@
-"""Which node holds a job's AReaL logs, and where: from its processes' command lines."""
+"""Which node holds a job's logs, and where: from its processes' command lines and the
+files they write their output to."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from areal_console.core.common.errors import UsageError, UserError
 from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.connection.records import ProcessRow, process_rows
 from areal_console.core.metrics.logdir import log_dir_from_processes, run_identity
 
 
@@ -15,23 +18,31 @@ from areal_console.core.metrics.logdir import log_dir_from_processes, run_identi
 class JobLogs:
     node: str
     path: str
-    """The log directory (or the tensorboard directory when only that is known)."""
+    """The log directory (else the file the job's output goes to, else the tensorboard
+    directory)."""
     processes: int
     owner: str | None = None
     """The job's user (the agent's, whose name the log directory carries): only files
     that user owns are read from it."""
 
 
-def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | None:
-    """The log directory named by the processes' command lines that `match` selects."""
+def job_log(processes: Iterable[ProcessRow], user: str, match: str | None = None) -> str | None:
+    """A job's log, as every view finds it (`h`, `b`, `metrics --job`, `report`): the AReaL
+    log directory the command lines of its processes (those `match` selects) name, else
+    the file they write their output to (`train.py > run.log`, the demo's trainer.log;
+    only from `user`'s processes), else the tensorboard directory a command line names."""
     try:
         pattern = re.compile(match) if match else None
     except re.error as exc:
         raise UsageError(f"bad --job regex {match!r}: {exc}") from None
-    cmdlines = [cmd for cmd in commands if pattern is None or pattern.search(cmd)]
+    chosen = [p for p in processes if pattern is None or pattern.search(p.cmdline)]
+    cmdlines = [p.cmdline for p in chosen]
     found = log_dir_from_processes(cmdlines, user)
     if found:
         return found
+    output = output_file(p.stdout for p in chosen if p.user in (None, user))
+    if output:
+        return output
     for cmd in cmdlines:
         tensorboard = run_identity(cmd).get("tensorboard")
         if tensorboard:
@@ -39,21 +50,34 @@ def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | 
     return None
 
 
+def output_file(paths: Iterable[str | None]) -> str | None:
+    """The output file most of a job's processes share (a launcher and the ranks it
+    started write to one log), the first seen on a tie."""
+    counts = Counter(p for p in paths if p)
+    return max(counts, key=lambda p: counts[p]) if counts else None
+
+
+def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | None:
+    """`job_log` from command lines alone (no output files known)."""
+    return job_log((ProcessRow(0, cmdline=cmd) for cmd in commands), user, match)
+
+
 def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs]:
-    """The first node whose processes (matching `match`) name an AReaL log directory."""
+    """The first node whose processes (matching `match`) name an AReaL log directory, or
+    write their output to a file."""
 
     def look(session: NodeSession) -> tuple[str | None, int, str]:
         sample = session.call("sample", {"all": True}, timeout=30)
-        procs = sample.get("processes", [])
+        procs = process_rows(sample.get("processes"))
         me = str(session.hello.get("user") or "")
         # A process names its own user's log directory (<fileroot>/logs/<its user>/...),
         # and only that user's files are read there: another user's process cannot steer
         # the console into this user's (or root's) runs. The agent's user's jobs first.
-        by_user: dict[str, list[str]] = {}
+        by_user: dict[str, list[ProcessRow]] = {}
         for p in procs:
-            by_user.setdefault(str(p.get("user") or me), []).append(str(p.get("cmdline") or ""))
+            by_user.setdefault(p.user or me, []).append(p)
         for user in [me, *sorted(set(by_user) - {me})]:
-            found = job_logs_in(by_user.get(user, []), user, match)
+            found = job_log(by_user.get(user, []), user, match)
             if found:
                 return found, len(procs), user
         return None, len(procs), me
@@ -70,7 +94,8 @@ def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs
     what = f"matching {match!r} " if match else ""
     detail = f" ({'; '.join(errors)})" if errors else ""
     raise UserError(f"no process {what}names an AReaL log directory (--fileroot, "
-                    f"--experiment-name, --trial-name){detail}; give the log path instead")  # fmt: skip
+                    f"--experiment-name, --trial-name) or writes its output to a file"
+                    f"{detail}; give the log path instead")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -90,10 +90,16 @@ def build_report(
     stall = stall_state(list(store.step_times), now, finished, thresholds, unread_bytes)
     if stall.stalled:
         last = store.steps[-1] if store.steps else None
-        warnings.append(HealthWarning(
-            "stalled", "progress", last, stall.describe(),
+        remedy = (
             "Capture every rank's stack to see where the job waits (the debugging guide's "
-            "first hang symptom is logs that stop updating)", (), last, last, True,
+            "first hang symptom is logs that stop updating)"
+        )
+        if stall.old:
+            remedy = ("Check that the job still runs: a log quiet for longer than AReaL's "
+                      "2-hour process-group timeout more likely belongs to a job that ended "
+                      "without its completion line. " + remedy)  # fmt: skip
+        warnings.append(HealthWarning(
+            "stalled", "progress", last, stall.describe(), remedy, (), last, last, True,
         ))  # fmt: skip
     steps = store.all_steps()
     return HealthReport(source, steps, store, warnings, stall, total_steps, tuple(notes),

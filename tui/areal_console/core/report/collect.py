@@ -17,6 +17,7 @@ from areal_node.versions import node_versions
 from areal_console.core.common.errors import UserError
 from areal_console.core.common.textfmt import strip_ansi
 from areal_console.core.connection.fleet import Fleet, NodeFailure, NodeSession
+from areal_console.core.connection.records import process_rows
 from areal_console.core.metrics.follow import (
     FileAccess,
     LocalFiles,
@@ -24,7 +25,7 @@ from areal_console.core.metrics.follow import (
     NodeFiles,
 )
 from areal_console.core.metrics.health import HealthThresholds
-from areal_console.core.metrics.logdir import log_dir_from_processes
+from areal_console.core.metrics.locate import job_log
 from areal_console.core.metrics.report import report_json
 from areal_console.core.report.model import LogTail, NodeVersions, ReportInputs
 from areal_console.core.stacks.records import now_iso
@@ -56,8 +57,12 @@ def job_processes(capture: dict[str, Any] | None) -> list[dict[str, Any]]:
     return out
 
 
-def log_dir_of_job(processes: list[dict[str, Any]], user: str) -> str | None:
-    return log_dir_from_processes([str(p.get("cmdline") or "") for p in processes], user)
+def log_of_job(processes: list[dict[str, Any]], user: str, node: str | None) -> str | None:
+    """The job's log on `node` (`job_log`): the directory its command lines name, else the
+    file its processes on that node write their output to."""
+    rows = process_rows([p if p.get("node") == node else {**p, "stdout": None}
+                         for p in processes])  # fmt: skip
+    return job_log(rows, user)
 
 
 def read_tail(files: FileAccess, path: str, node: str) -> LogTail:
@@ -306,7 +311,7 @@ def collect(
         if not places and part not in inputs.missing:
             inputs.missing[part] = (
                 "the log directory is not known (no --fileroot/--experiment-name/--trial-name "
-                "in the job's command lines): give it with --logs"
+                "in the job's command lines, and no output file): give it with --logs"
             )
     try:
         collect_versions(fleet, inputs.processes, inputs)
@@ -328,7 +333,7 @@ def _log_places(
     for where in _places(fleet, request, inputs, owned=not request.log_path):
         if request.only_log_node and where.node != request.log_node:
             continue
-        path = request.log_path or log_dir_of_job(inputs.processes, where.user)
+        path = request.log_path or log_of_job(inputs.processes, where.user, where.node)
         if path is not None:
             out.append((where, path))
     return out

@@ -317,8 +317,12 @@ def full_logs(inputs: ReportInputs) -> list[str]:
         have = inputs.log_nodes
         on = f" on {len(have)} nodes ({', '.join(have)})" if len(have) > 1 else (
             f" on {have[0]}" if have and have[0] != "local" else "")  # fmt: skip
-        out.append(f"Log directory: `{inputs.log_dir}`{on}; the last lines of each role's "
-                   "log (the bundle holds longer tails).")  # fmt: skip
+        if [t.path for t in inputs.logs] == [inputs.log_dir]:  # a log file, not a directory
+            out.append(f"Log: `{inputs.log_dir}`{on}; its last lines (the bundle holds a "
+                       "longer tail).")  # fmt: skip
+        else:
+            out.append(f"Log directory: `{inputs.log_dir}`{on}; the last lines of each role's "
+                       "log (the bundle holds longer tails).")  # fmt: skip
     if not inputs.logs:
         out.append(f"No log read ({inputs.missing.get('logs', 'no log directory known')}).")
     budget = LOG_MARKDOWN_CHARS

@@ -134,7 +134,7 @@ def scope_processes(
 ) -> list[JobGroup]:
     """The job(s) a capture with `options` takes from these processes."""
     jobs = group_jobs(sampled, options.match, options.slurm_job)
-    return jobs if options.all_jobs else choose_job(jobs, options.job)
+    return jobs if options.all_jobs else choose_job(jobs, options.job, options.match)
 
 
 def dump_node(

@@ -90,6 +90,7 @@ def _capture_from_json(data: dict[str, Any]) -> StackCapture:
                 server=ServerInfo.from_json(r.get("server")),
                 phase=RankPhase.from_json(r.get("phase"), r.get("rank")),
                 source=r["source"] if r.get("source") in STACK_SOURCES else None,
+                stdout=r["stdout"] if isinstance(r.get("stdout"), str) else None,
             )
         )
     return StackCapture(

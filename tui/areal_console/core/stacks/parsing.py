@@ -352,6 +352,7 @@ def _rank_from_process(
         cmdline=table.text(cmdline) if table is not None else printable(cmdline),
         job=proc.get("job"),
         server=ServerInfo.from_json(server) if server is not None else None,
+        stdout=proc["stdout"] if isinstance(proc.get("stdout"), str) else None,
         **extra,
     )
 

@@ -271,6 +271,9 @@ class RankStack:
     # Where the stack came from: "py-spy", or "worker_server" (torch's per-rank server,
     # where py-spy could not attach); None: no stack, or an older capture.
     source: str | None = None
+    # The file its output goes to, as the agent found it (its user's regular file): the
+    # job's log where its command lines name none (`train.py > run.log`, the demo).
+    stdout: str | None = None
     # `work_thread`, once picked: (the thread, or None; the `threads` list it was picked from)
     _work: tuple[Thread | None, list[Thread]] | None = field(
         default=None, init=False, repr=False, compare=False
@@ -344,6 +347,7 @@ class RankStack:
             "server": self.server.to_json() if self.server else None,
             "phase": self.phase.to_json() if self.phase else None,
             "source": self.source,
+            "stdout": self.stdout,
         }
         if with_threads:
             doc["threads"] = [t.to_json() for t in self.threads]

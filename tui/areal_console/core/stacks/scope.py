@@ -19,9 +19,11 @@ when no job is found at all, or with `all_jobs`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from areal_console.core.common.textfmt import plural
 
 # Roles of non-rank processes that belong to a job and are worth a stack: inference
 # servers, AReaL's single-controller controller and its non-training workers. A launcher
@@ -83,20 +85,47 @@ class JobGroup:
             p["rank"] for ps in self.processes.values() for p in ps if p.get("rank") is not None
         )
 
-    def describe(self) -> str:
-        """One line for a list of jobs: key, ranks, nodes, a command line."""
+    @property
+    def command(self) -> str:
+        """The command line of its first process, its spaces collapsed."""
+        first = next((p for ps in self.processes.values() for p in ps), {})
+        return " ".join(str(first.get("cmdline") or "").split())
+
+    def describe(self, others: Sequence[JobGroup] = ()) -> str:
+        """One line for a list of jobs: key, ranks, nodes, a command line; beside `others`
+        (the rest of the list), the part of it theirs lack (two runs of one script differ
+        in an argument or a path, not in the interpreter that starts the line)."""
         ranks = self.ranks
         nodes = sorted(self.processes)
         first = next((p for ps in self.processes.values() for p in ps), {})
         world = first.get("world_size")
-        what = f"{len(ranks)} ranks" if ranks else f"{self.count} processes"
+        what = plural(len(ranks), "rank") if ranks else plural(self.count, "process", "processes")
         if world and ranks:
             what += f" of {world}"
         where = nodes[0] if len(nodes) == 1 else f"{len(nodes)} nodes"
-        cmd = " ".join(str(first.get("cmdline") or "").split())
+        cmd = distinct_command(self.command, [o.command for o in others if o is not self])
         if len(cmd) > 60:
             cmd = cmd[:57] + "..."
         return f"{self.key}  {what} on {where}  {cmd}".rstrip()
+
+
+def distinct_command(command: str, others: Sequence[str]) -> str:
+    """`command`, or where other jobs' command lines share its start, its program and the
+    first argument none of them has (`python … trajectory_debug.path=/tmp/run-b/dump`),
+    a long one by its end (where a run's folder differs)."""
+    words = command.split()
+    if not others or not words:
+        return command
+    theirs = [set(o.split()) for o in others]
+    own = [w for w in words[1:] if not any(w in t for t in theirs)]
+    if not own or own[0] == words[1]:
+        return command
+    shown = own[0] if len(own[0]) <= 45 else "…" + own[0][-44:]
+    for word in own[1:]:  # more of them while they fit
+        if len(shown) + 1 + len(word) > 45:
+            break
+        shown += " " + word
+    return f"{words[0].rsplit('/', 1)[-1]} … {shown}"
 
 
 class JobChoiceError(ValueError):
@@ -114,21 +143,28 @@ def group_jobs(
 ) -> list[JobGroup]:
     """Candidates of every node (filtered by `--match` and `--slurm-job`) as jobs.
 
-    `match` keeps the processes whose command line matches; an AReaL job it matches keeps
-    its servers and controller too (their command lines need not match). Jobs come
-    largest first; processes without a job key form the `unscoped` group.
+    `match` keeps the processes whose command line matches, or whose launcher's or
+    wrapper's does (`--match 'torchrun.*train_b'` picks the ranks that torchrun started);
+    an AReaL job it matches keeps its servers and controller too (their command lines need
+    not match). Jobs come largest first; processes without a job key form the `unscoped`
+    group.
     """
     pattern = re.compile(match) if match else None
     groups: dict[str, JobGroup] = {}
     matched: set[str] = set()
     for node, procs in sampled.items():
+        started = launched_by_match(procs, pattern) if pattern is not None else set()
         for p in procs:
             if not is_candidate(p):
                 continue
             if slurm_job is not None and str(p.get("slurm_job_id") or "") != str(slurm_job):
                 continue
             key = job_key(node, p) or UNSCOPED
-            hit = pattern is None or bool(pattern.search(str(p.get("cmdline") or "")))
+            hit = (
+                pattern is None
+                or bool(pattern.search(str(p.get("cmdline") or "")))
+                or p.get("pid") in started
+            )
             if hit:
                 matched.add(key)
             elif not (key.startswith("areal:") and p.get("rank") is None):
@@ -139,6 +175,24 @@ def group_jobs(
         if g.key in matched:
             found.extend(_split_reused_loopback(g))
     return sorted(found, key=lambda g: (g.key == UNSCOPED, -g.count, g.key))
+
+
+def launched_by_match(procs: list[dict[str, Any]], pattern: re.Pattern[str]) -> set[int]:
+    """PIDs of one node's processes started, through launchers and wrappers only, by a
+    launcher or wrapper (torchrun, `bash -c`) whose command line `pattern` matches: a rank's
+    own command line (`python -u train.py`) lacks what the user typed to start the job."""
+    by_pid = {p.get("pid"): p for p in procs}
+    out: set[int] = set()
+    for p in procs:
+        cur = by_pid.get(p.get("ppid"))
+        for _ in range(8):  # torchrun under `bash -c` under srun's shell at most
+            if cur is None or cur.get("role") not in NEVER_DUMPED:
+                break
+            if pattern.search(str(cur.get("cmdline") or "")):
+                out.add(p["pid"])
+                break
+            cur = by_pid.get(cur.get("ppid"))
+    return out
 
 
 def _split_reused_loopback(group: JobGroup) -> list[JobGroup]:
@@ -188,9 +242,12 @@ def process_jobs(
     return keys
 
 
-def choose_job(jobs: list[JobGroup], job: str | None = None) -> list[JobGroup]:
+def choose_job(
+    jobs: list[JobGroup], job: str | None = None, match: str | None = None
+) -> list[JobGroup]:
     """The one job to capture: `job` (exact key, else the one key containing it), or the
-    only job there is. Raises `JobChoiceError` listing the jobs when it must be asked."""
+    only job there is (of those `match` picked). Raises `JobChoiceError` listing the jobs
+    when it must be asked."""
     keyed = [g for g in jobs if g.key != UNSCOPED]
     if job is not None:
         exact = [g for g in jobs if g.key == job]
@@ -200,9 +257,10 @@ def choose_job(jobs: list[JobGroup], job: str | None = None) -> list[JobGroup]:
         why = "no job matches" if not found else f"{len(found)} jobs match"
         raise JobChoiceError(f"{why} --job {job!r}; jobs here:\n{_listing(jobs)}", jobs)
     if len(keyed) > 1:
+        where = f"--match {match!r} matches {len(keyed)} jobs" if match else (
+            f"{len(keyed)} jobs here")  # fmt: skip
         raise JobChoiceError(
-            f"{len(keyed)} jobs here; pick one with --job KEY (or --all-jobs):\n{_listing(jobs)}",
-            jobs,
+            f"{where}; pick one with --job KEY (or --all-jobs):\n{_listing(jobs)}", jobs
         )
     if keyed:
         return keyed
@@ -210,5 +268,6 @@ def choose_job(jobs: list[JobGroup], job: str | None = None) -> list[JobGroup]:
 
 
 def _listing(jobs: Iterable[JobGroup]) -> str:
-    lines = [f"  {g.describe()}" for g in jobs]
+    jobs = list(jobs)
+    lines = [f"  {g.describe(jobs)}" for g in jobs]
     return "\n".join(lines) if lines else "  (none)"
