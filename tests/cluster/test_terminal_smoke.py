@@ -35,7 +35,7 @@ def test_console_in_tmux_shows_ranks_help_and_quits(gloo_job: GlooJob, tmp_path)
         # Other jobs may run here too: filter to this job (its work dir is in every command line).
         subprocess.run(["tmux", "send-keys", "-t", session, "/"], check=True)
         wait_for(
-            lambda: screen_with(session, "filter: text in node"), timeout=15, what="the filter"
+            lambda: screen_with(session, "filter: ranks (0-15,4095)"), timeout=15, what="the filter"
         )
         subprocess.run(
             ["tmux", "send-keys", "-t", session, "-l", str(gloo_job.workdir)], check=True
