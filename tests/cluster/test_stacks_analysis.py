@@ -345,6 +345,7 @@ def test_json_matches_schema_and_round_trips(fixtures: dict[str, Any]) -> None:
         "server",
         "phase",
         "source",
+        "stdout",
         "threads",
     }
     assert rank["source"] == "py-spy"
