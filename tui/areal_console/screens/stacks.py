@@ -26,6 +26,7 @@ from areal_console.core.stacks.report import (
     capture_json,
     full_diagnosis,
     source_summary,
+    taken_by,
     text_report,
 )
 from areal_console.core.stacks.store import save_capture, write_atomic
@@ -403,6 +404,8 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             parts.append(capture_coverage(capture).line().partition("; ")[2])
         if any(r.source == "worker_server" for r in ranks):  # py-spy's, unless said
             parts.append(f"stacks from {source_summary(ranks)}")
+        if taken := taken_by(capture):  # a watch's capture: its tag and its report
+            parts.append(taken)
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
         if phases:
@@ -421,8 +424,8 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
 
     def _groups_title(self) -> None:
         """`Groups (shown of all)`, and how many rows are below the pane's edge."""
-        if self.analysis is None:
-            return
+        if self.analysis is None or not self.is_attached:
+            return  # (called after a refresh: the screen may be closed by then)
         table = self.query_one(RankGroupTable)
         title = f"Groups ({len(table.shown)} of {len(self.analysis.groups)})"
         below = table.rows_below() if table.size.height else 0

@@ -376,6 +376,11 @@ class StackCapture:
     # An imported capture: where its ranks came from ("dump": the text itself, "file_name",
     # "argument_order"); None: a live capture.
     rank_source: str | None = None
+    # What took it, when not a person ("watch"), and the evidence folder and report a
+    # watch wrote beside it: read back from a saved capture (the store's file) only.
+    tags: tuple[str, ...] = ()
+    watch_evidence: str | None = None
+    watch_report: str | None = None
 
     @property
     def rank_stacks(self) -> list[RankStack]:
