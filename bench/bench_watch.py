@@ -111,6 +111,14 @@ def log_step(log: Path, step: int) -> None:
         fh.write("\n".join(lines) + "\n")
 
 
+def _is_rank(ps_line: str) -> bool:
+    """A rank of the demo (`pgrep -af`): the trainer started by torchrun with `python -u`
+    (`-m areal_node.trainer`, or the `-c` launch that runs that module), not the launcher
+    nor torchrun itself."""
+    return ("areal_node.trainer" in ps_line and " -u " in ps_line
+            and "torch.distributed.run" not in ps_line)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="soak length (default 60)")
@@ -132,7 +140,9 @@ def main() -> None:
         job.wait_ready(timeout=300)
         ranks = sorted(int(line.split()[0]) for line in subprocess.run(
             ["pgrep", "-af", f"-u{os.getuid()}", job.tag], capture_output=True, text=True,
-            check=False).stdout.splitlines() if " -u -m areal_node.trainer" in line)  # fmt: skip
+            check=False).stdout.splitlines() if _is_rank(line))  # fmt: skip
+        if len(ranks) != 2:
+            raise SystemExit(f"expected the demo's 2 ranks, found {ranks}")
         stderr = open(work / "watch.err", "w")  # noqa: SIM115 (closed below)
         log = work / "steps.log" if args.recover else None
         if log is not None:
