@@ -26,7 +26,7 @@ from areal_console.core.metrics.locate import job_logs_in
 from areal_console.core.metrics.store import MetricStore
 from areal_console.core.rollout.context import rank_file
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw, sample_nodes
-from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.parsing import FrameTable, build_capture
 from areal_console.core.stacks.records import RankStack
 from areal_console.core.stacks.scope import (
     UNSCOPED,
@@ -59,6 +59,8 @@ from areal_console.core.watch.state import (
 MAX_TRACED_RANKS = 8  # perf-tracer files looked at per look (their growth is what counts)
 STEP_TIMES_KEPT = 64  # the log's last step times the stall judgement needs (and no more)
 LOOK_TIMEOUT = 15.0  # a node's answer to one look (sample, py-spy)
+# Distinct stacks the looks' frame table holds before it is replaced by an empty one.
+MAX_TABLE_STACKS = 4096
 
 
 @dataclass
@@ -126,6 +128,10 @@ class Watcher:
         self._steps = 0
         self._log_error: str | None = None
         self._down: dict[str, str] = {}
+        # One frame table for every look: a job's unchanged stacks are the same objects
+        # each time, so what is remembered per stack object (records.per_stack) does not
+        # grow by a look's worth of stacks at every look.
+        self._frames = FrameTable()
 
     # state ----------------------------------------------------------------------------
     def _load_state(self) -> WatchState:
@@ -288,7 +294,9 @@ class Watcher:
                                  timeout=LOOK_TIMEOUT, ledger=False, rollout=False)  # fmt: skip
         try:
             raw = capture_raw(self.fleet, options, sampled)
-            capture = build_capture(raw)
+            if len(self._frames) > MAX_TABLE_STACKS:
+                self._frames = FrameTable()
+            capture = build_capture(raw, self._frames)
         except Exception as exc:  # the job left meanwhile; a node dropped: no sample this look
             self._log_note(f"stacks not sampled: {exc}")
             return None
