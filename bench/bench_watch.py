@@ -94,6 +94,8 @@ class Events:
             event = json.loads(line)["event"]
             rss = rss_kb(self.watch.pid) if self.watch.poll() is None else 0
             self.seen.append((event, (time.monotonic() - self.t0) / 60, rss))
+            print(f"  {time.strftime('%H:%M:%S')} {event}, watch RSS {rss / 1024:.1f} MB",
+                  flush=True)  # fmt: skip
             if event == "evidence" and self.log is not None:
                 self.steps += 1
                 log_step(self.log, self.steps)
@@ -169,6 +171,9 @@ def main() -> None:
         )
         cpu0, rss0, t0 = cpu_seconds(watch.pid), rss_kb(watch.pid), time.monotonic()
         events.t0 = t0
+        print(f"bench: watch pid {watch.pid} on the demo's ranks {ranks}, measuring "
+              f"{args.minutes:g} min from {time.strftime('%H:%M:%S')} (RSS {rss0 / 1024:.1f} MB)",
+              flush=True)  # fmt: skip
         thread.start()
         peak = rss0
         end = t0 + args.minutes * 60
