@@ -294,7 +294,7 @@ class Watcher:
                                  timeout=LOOK_TIMEOUT, ledger=False, rollout=False)  # fmt: skip
         try:
             raw = capture_raw(self.fleet, options, sampled)
-            if len(self._frames) > MAX_TABLE_STACKS:
+            if self._frames.stacks_held() > MAX_TABLE_STACKS:
                 self._frames = FrameTable()
             capture = build_capture(raw, self._frames)
         except Exception as exc:  # the job left meanwhile; a node dropped: no sample this look
