@@ -49,6 +49,7 @@ class ChildEvidence:
         self.specs = specs
         self.fleet_options = fleet_options
         self.timeout = timeout
+        self.module = MODULE
 
     def __call__(self, request: EvidenceRequest, root: Path, at: float) -> Evidence:
         folder = new_evidence_folder(root, request.job, at)  # OSError: no folder, no child
@@ -61,13 +62,13 @@ class ChildEvidence:
         }
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                [sys.executable, "-m", self.module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, env=_child_env(), start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             return unfinished_evidence(folder, request, at, f"evidence writer not started: {exc}")
-        # Its own session: a Ctrl-C meant for the watch does not cut the evidence short
-        # (the watch stops once it is written, as it stops between looks).
+        # Its own session, and it ignores SIGTERM/SIGINT: a stop meant for the watch does
+        # not cut the evidence short (the watch stops once it is written, between looks).
         try:
             out, err = proc.communicate(json.dumps(doc).encode(), timeout=self.timeout)
         except subprocess.TimeoutExpired:
@@ -114,7 +115,15 @@ def servers_state(fleet: Any) -> dict[str, Any]:
 
 
 def main() -> int:
-    """The child: the request on stdin, the evidence written, its record on stdout."""
+    """The child: the request on stdin, the evidence written, its record on stdout.
+
+    SIGTERM and SIGINT are ignored: `systemctl stop`, `scancel` and Ctrl-C signal every
+    process of the watch, and the watch itself stops only once the evidence is written (as
+    it always did); the watch's timeout, and the service manager's own, still bound it."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     from areal_console.core.connection.fleet import Fleet
     from areal_console.core.watch.evidence import fill_evidence
 
