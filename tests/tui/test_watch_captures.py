@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from areal_console.app import ConsoleApp
-from areal_console.core.stacks.report import capture_json
+from areal_console.core.stacks.report import capture_json, taken_by
 from areal_console.core.stacks.store import list_captures, save_capture
 from areal_console.screens.stacks import StacksScreen
 from conftest import run_cli
@@ -108,3 +108,15 @@ def test_stacks_open_of_a_watch_capture_names_its_tag_and_report() -> None:
     save_capture(person)
     plain = run_cli("stacks", "--open", person.capture_id, "--json")
     assert "tags" not in json.loads(plain.stdout) and "Taken by" not in plain.stdout
+
+
+def test_a_report_in_the_home_folder_is_shown_from_tilde() -> None:
+    capture = recorded.recorded_capture()
+    capture.tags, capture.watch_report = ("watch",), "/home/alice/ev/x/report.md"
+    assert taken_by(capture, "/home/alice") == "[watch] · report: ~/ev/x/report.md"
+    assert taken_by(capture, "/home/al") == "[watch] · report: /home/alice/ev/x/report.md"
+    assert taken_by(capture, "/") == "[watch] · report: /home/alice/ev/x/report.md"
+    capture.watch_report, capture.watch_evidence = None, "/home/alice/ev/x"
+    assert taken_by(capture) == "[watch] · evidence: /home/alice/ev/x"
+    capture.tags = ()
+    assert taken_by(capture, "/home/alice") == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -394,6 +395,9 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         parts = [plural(len(ranks), "rank"), plural(len(analysis.groups), "group")]
         if analysis.world_size:
             parts[0] += f" of {analysis.world_size}"
+        # A watch's capture: its tag and its report first (a narrow terminal cuts the end).
+        if taken := taken_by(capture, os.path.expanduser("~")):
+            parts.insert(0, taken)
         if analysis.missing:
             parts.append(f"{len(analysis.missing)} missing")
         if failed:
@@ -404,8 +408,6 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
             parts.append(capture_coverage(capture).line().partition("; ")[2])
         if any(r.source == "worker_server" for r in ranks):  # py-spy's, unless said
             parts.append(f"stacks from {source_summary(ranks)}")
-        if taken := taken_by(capture):  # a watch's capture: its tag and its report
-            parts.append(taken)
         parts.append(capture.save_error or f"capture {capture.capture_id or 'unsaved'}")
         phases = phase_summary([(r.rank, r.phase) for r in ranks if r.rank is not None and r.phase])
         if phases:

@@ -332,16 +332,21 @@ _RANKS_FROM = {
 }
 
 
-def taken_by(capture: StackCapture) -> str:
+def taken_by(capture: StackCapture, home: str | None = None) -> str:
     """What took a saved capture and where its evidence is, in words ("" for a person's):
-    `[watch] · report: /ev/20261129-031240-job/report.md`."""
+    `[watch] · report: /ev/20261129-031240-job/report.md`; a path in `home` as `~/...`."""
     if not capture.tags:
         return ""
     words = " ".join(f"[{t}]" for t in capture.tags)
+
+    def shown(path: str) -> str:
+        base = (home or "").rstrip("/")
+        return "~" + path[len(base) :] if base and path.startswith(base + "/") else path
+
     if capture.watch_report:
-        return f"{words} · report: {capture.watch_report}"
+        return f"{words} · report: {shown(capture.watch_report)}"
     if capture.watch_evidence:
-        return f"{words} · evidence: {capture.watch_evidence}"
+        return f"{words} · evidence: {shown(capture.watch_evidence)}"
     return words
 
 
