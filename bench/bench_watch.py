@@ -1,6 +1,6 @@
 """What `areal-console watch` costs over time: CPU per hour and memory growth (a soak).
 
-    python -m bench.bench_watch [--minutes 60] [--interval 30] [--stall-after 900]
+    python -m bench.bench_watch [--minutes 60] [--interval 30] [--stall-after 900] [--recover]
 
 Starts the demo's hung job (the reference trainer, 2 ranks, hung in its cleanup: its log
 quiet, so the watch samples its stacks with py-spy on every look, its most expensive
@@ -10,9 +10,15 @@ steady state), then for `--minutes`, at the same time on the same job:
   a short soak, so every look samples the stacks);
 - the baseline: what one would script by hand, `py-spy dump --nonblocking --pid P` for
   each rank every `--interval` seconds (run from this process; its children's CPU).
+With `--recover` the watch follows a log the bench writes instead of the demo's (steps as
+AReaL's StatsLogger prints them, by the reference trainer's own writer): one step at the
+start, and one more after each `evidence` event, as a job that moves again would. So the
+hour holds stall, evidence, recovered, then the next stall `--stall-after` later, and so
+on: every stall's evidence (written by the watch's child process) is inside the soak.
 Reported: CPU seconds per hour and % of one core for each (the watch's own process with
-its reaped children: its in-process agent runs py-spy), their ratio, and the watch's RSS
-after its first look and at the end (growth, the bound is 5 MB).
+its reaped children: its in-process agent runs py-spy, and its evidence child), their
+ratio, and the watch's RSS after its first look, at each evidence and at the end (growth,
+the bound is 5 MB).
 """
 
 from __future__ import annotations
@@ -69,11 +75,59 @@ def baseline_loop(pids: list[int], interval: float, stop: threading.Event) -> in
     return done
 
 
+class Events:
+    """The watch's events as they come (one JSON object a line on its stdout); with
+    `log`, one step logged after each `evidence` (the job moving again)."""
+
+    def __init__(self, watch: subprocess.Popen[str], log: Path | None) -> None:
+        self.watch = watch
+        self.log = log
+        self.seen: list[tuple[str, float, int]] = []  # (event, minutes since t0, RSS kB)
+        self.t0 = time.monotonic()
+        self.steps = 1
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.watch.stdout is not None
+        for line in self.watch.stdout:
+            event = json.loads(line)["event"]
+            rss = rss_kb(self.watch.pid) if self.watch.poll() is None else 0
+            self.seen.append((event, (time.monotonic() - self.t0) / 60, rss))
+            print(f"  {time.strftime('%H:%M:%S')} {event}, watch RSS {rss / 1024:.1f} MB",
+                  flush=True)  # fmt: skip
+            if event == "evidence" and self.log is not None:
+                self.steps += 1
+                log_step(self.log, self.steps)
+
+
+def log_step(log: Path, step: int) -> None:
+    """One step's record, as AReaL's StatsLogger prints it (the reference trainer's writer)."""
+    from areal_node.trainer.areal_log import areal_log_line, stats_table
+
+    now = time.time()
+    lines = [areal_log_line(f"Epoch 1/1 Step {step}/100000 Train step {step}/100000 done.", now),
+             areal_log_line("Stats (1/1):", now),
+             areal_log_line("\n" + stats_table({"timeperf/train_step": 1.0}), now)]  # fmt: skip
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+def _is_rank(ps_line: str) -> bool:
+    """A rank of the demo (`pgrep -af`): the trainer started by torchrun with `python -u`
+    (`-m areal_node.trainer`, or the `-c` launch that runs that module), not the launcher
+    nor torchrun itself."""
+    return ("areal_node.trainer" in ps_line and " -u " in ps_line
+            and "torch.distributed.run" not in ps_line)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="soak length (default 60)")
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between looks")
     parser.add_argument("--stall-after", type=float, default=900.0)
+    parser.add_argument("--recover", action="store_true",
+                        help="log a step after each evidence: stalls and recoveries in turn")  # fmt: skip
     args = parser.parse_args()
 
     from areal_console.core.replay.demo import new_demo
@@ -88,11 +142,16 @@ def main() -> None:
         job.wait_ready(timeout=300)
         ranks = sorted(int(line.split()[0]) for line in subprocess.run(
             ["pgrep", "-af", f"-u{os.getuid()}", job.tag], capture_output=True, text=True,
-            check=False).stdout.splitlines() if " -u -m areal_node.trainer" in line)  # fmt: skip
+            check=False).stdout.splitlines() if _is_rank(line))  # fmt: skip
+        if len(ranks) != 2:
+            raise SystemExit(f"expected the demo's 2 ranks, found {ranks}")
         stderr = open(work / "watch.err", "w")  # noqa: SIM115 (closed below)
+        log = work / "steps.log" if args.recover else None
+        if log is not None:
+            log_step(log, 1)
         watch = subprocess.Popen(
             [sys.executable, "-m", "areal_console", "watch", "--local", "--match", job.tag,
-             "--logs", str(job.log_path), "--interval", str(args.interval),
+             "--logs", str(log or job.log_path), "--interval", str(args.interval),
              "--stall-after", str(args.stall_after), "--evidence", str(work / "ev"), "--json"],
             stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
         )  # fmt: skip
@@ -102,6 +161,7 @@ def main() -> None:
             if time.monotonic() > deadline or watch.poll() is not None:
                 raise SystemExit(f"the watch did not start: {(work / 'watch.err').read_text()}")
             time.sleep(0.2)
+        events = Events(watch, log)
         time.sleep(min(args.interval, 30.0) + 1)  # past its first stack sample
         stop = threading.Event()
         counted: list[int] = []
@@ -110,6 +170,10 @@ def main() -> None:
             target=lambda: counted.append(baseline_loop(ranks, args.interval, stop)), daemon=True
         )
         cpu0, rss0, t0 = cpu_seconds(watch.pid), rss_kb(watch.pid), time.monotonic()
+        events.t0 = t0
+        print(f"bench: watch pid {watch.pid} on the demo's ranks {ranks}, measuring "
+              f"{args.minutes:g} min from {time.strftime('%H:%M:%S')} (RSS {rss0 / 1024:.1f} MB)",
+              flush=True)  # fmt: skip
         thread.start()
         peak = rss0
         end = t0 + args.minutes * 60
@@ -125,9 +189,7 @@ def main() -> None:
         wall = t1 - t0
         watch.send_signal(signal.SIGTERM)
         code = watch.wait(timeout=120)
-        events = [
-            json.loads(line) for line in (watch.stdout.read() if watch.stdout else "").splitlines()
-        ]
+        events.thread.join(timeout=60)
         stderr.close()
         watch_cpu = cpu1 - cpu0
         looks = wall / args.interval
@@ -156,7 +218,9 @@ def main() -> None:
         if half:
             print(f"second half: {min(half) / 1024:.1f}-{max(half) / 1024:.1f} MB "
                   f"(growth within it {(half[-1] - half[0]) / 1024:+.2f} MB)")  # fmt: skip
-        print(f"events: {[e['event'] for e in events]}; exit {code} on SIGTERM")
+        print("events (minute, watch RSS MB): " + ", ".join(
+            f"{e} {m:.1f} {kb / 1024:.1f}" for e, m, kb in events.seen))  # fmt: skip
+        print(f"exit {code} on SIGTERM")
     finally:
         if watch is not None and watch.poll() is None:
             watch.kill()

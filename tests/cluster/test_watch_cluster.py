@@ -3,6 +3,7 @@ so on stderr and watched again; the job's episode goes on (no `gone`)."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -28,7 +29,10 @@ def test_a_node_that_drops_and_comes_back_is_reconnected(
             stall = watch.event("stall")
             assert "stacks unchanged" in str(stall["detail"])
             folder = Path(str(watch.event("evidence")["evidence"]))
-            assert (folder / "stacks.json").is_file()
+            # Written by the watch's child process, over its own SSH connections.
+            ranks = json.loads((folder / "stacks.json").read_text())["ranks"]
+            assert sorted(r["rank"] for r in ranks if r.get("rank") is not None) == [0, 1]
+            assert "evidence" not in json.loads((folder / "watch.json").read_text())["missing"]
             victim.stop()
             assert "reconnecting" in watch.said(f"{victim.name}: unreachable")
             victim.start()

@@ -344,6 +344,17 @@ PartitionName=debug Nodes={names} Default=YES MaxTime=INFINITE State=UP
         out = self.run(argv).stdout
         return int(out.strip().split(";")[0])
 
+    def sbatch_env(self, script: str, env: dict[str, str], *options: str) -> int:
+        """`sbatch` of a script (its text) as written, from an environment with `env` in it
+        (the job inherits it, as a user's shell gives it)."""
+        fd, name = tempfile.mkstemp(prefix="job-", suffix=".sh", dir=self.base)
+        os.close(fd)
+        path = Path(name)
+        path.write_text(script)
+        path.chmod(0o755)
+        argv = ["sbatch", "--parsable", f"--chdir={self.base}", *options, str(path)]
+        return int(self.run(argv, **env).stdout.strip().split(";")[0])
+
     def job_state(self, job_id: int | str) -> str:
         r = self.run(["squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T"], check=False)
         return r.stdout.strip() or "GONE"

@@ -19,6 +19,7 @@ from areal_console.core.slurm.client import (
     CommandResult,
     SlurmClient,
     expand_hostlist,
+    outside_job_env,
     parse_gres_gpus,
     parse_hostnames,
     parse_job_record,
@@ -245,3 +246,17 @@ def test_sacct_lines_give_state_and_exit_code() -> None:
         ("41", "exp_t1:rollout", "CANCELLED", "0:15"),
         ("42", "exp_t1:actor", "NODE_FAIL", "1:0"),
     ]
+
+
+def test_a_console_inside_a_job_leaves_that_jobs_variables_out_of_srun() -> None:
+    """Inside a job (the watch as a Slurm job of its own) the job's and step's variables
+    would shape `srun --jobid OTHER` after it; where Slurm is configured stays. Outside
+    a job the environment is passed on as it is (None)."""
+    inside = {"SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "SLURM_NTASKS": "1",
+              "SLURM_STEP_ID": "0", "SRUN_CPUS_PER_TASK": "1", "SBATCH_MEM_BIND": "x",
+              "SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_CLUSTERS": "c1",
+              "PATH": "/usr/bin", "HOME": "/home/a"}  # fmt: skip
+    assert outside_job_env(inside) == {"SLURM_CONF": "/etc/slurm/slurm.conf",
+                                       "SLURM_CLUSTERS": "c1", "PATH": "/usr/bin",
+                                       "HOME": "/home/a"}  # fmt: skip
+    assert outside_job_env({"SLURM_CONF": "/x", "PATH": "/usr/bin"}) is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from areal_console.core.stacks.records import Frame, RankStack, Thread
+from areal_console.core.watch.loop import stacks_signature
 from areal_console.core.watch.state import (
     Look,
     WatchConfig,
@@ -159,3 +161,22 @@ def test_growing_perf_tracer_spans_are_a_long_step_not_a_stall() -> None:
     quiet = [Look(300 + t, JOB, 5, 300.0 + t, spans=1290) for t in range(10, 90, 10)]
     _, kinds, _ = run(quiet, state)
     assert kinds == ["stall", "evidence"]  # spans stopped too: stalled after stall_after
+
+
+def _rank(pid: int, line: int, state: str = "ok") -> RankStack:
+    frames = (Frame("barrier", "distributed_c10d.py", line), Frame("main", "train.py", 10))
+    threads = [Thread("MainThread", pid, frames, is_main=True)] if state == "ok" else []
+    return RankStack("n1", pid, rank=pid - 100, state=state, threads=threads,
+                     error=None if state == "ok" else "py-spy failed")  # fmt: skip
+
+
+def test_a_sample_that_missed_a_rank_is_not_compared() -> None:
+    """Two ranks read give a signature that a second identical sample repeats; a sample
+    where one rank's dump failed gives none (it would read as stacks that moved)."""
+    both, failed = stacks_signature([_rank(100, 5), _rank(101, 5)])
+    assert both is not None and failed == []
+    assert stacks_signature([_rank(101, 5), _rank(100, 5)])[0] == both
+    assert stacks_signature([_rank(100, 5), _rank(101, 6)])[0] not in (None, both)
+    partial, failed = stacks_signature([_rank(100, 5), _rank(101, 5, state="error")])
+    assert partial is None and [r.pid for r in failed] == [101]
+    assert stacks_signature([]) == (None, [])

@@ -72,7 +72,7 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
         enable_flight_recorder()
     if world_size > 1:
         # A hung demo job should stay hung while someone looks at it, not time out.
-        timeout = timedelta(hours=6) if hang != "none" else timedelta(minutes=30)
+        timeout = HANG_TIMEOUT if hang != "none" else timedelta(minutes=30)
         dist.init_process_group(backend, timeout=timeout)
 
     td = config["trajectory_debug"]
@@ -194,12 +194,19 @@ def run(config: dict[str, Any], default_output_dir: str = "reference-trainer-out
 # Hangs on purpose (debug.hang), shaped like AReaL's debugging guide's patterns
 
 
+# How long a hung demo job stays hung (someone is looking at it; a soak watches it for an hour).
+HANG_TIMEOUT = timedelta(hours=6)
+
+
 def hang_like_a_broken_job(pattern: str, rank: int, world_size: int, device: torch.device) -> None:
     """Block forever the way a broken job does, after the recorded steps are safe on disk."""
     ranks = list(range(world_size))
     # Every rank creates the same groups (new_group is collective), then the ranks diverge.
-    side_group = dist.new_group(ranks)
-    rings = [dist.new_group(sorted({i, (i + 1) % world_size})) for i in ranks]
+    # New groups take torch's default timeout (30 min for gloo), not the one the process
+    # group was started with: given here, or the hang ends by itself after 30 minutes.
+    side_group = dist.new_group(ranks, timeout=HANG_TIMEOUT)
+    rings = [dist.new_group(sorted({i, (i + 1) % world_size}), timeout=HANG_TIMEOUT)
+             for i in ranks]  # fmt: skip
     grads = torch.zeros(8, device=device)
     print(f"rank {rank}: hanging on purpose (debug.hang={pattern})", flush=True)
     if pattern == "cleanup":

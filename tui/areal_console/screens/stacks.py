@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from areal_console.core.stacks.report import (
     capture_json,
     full_diagnosis,
     source_summary,
+    taken_by,
     text_report,
 )
 from areal_console.core.stacks.store import save_capture, write_atomic
@@ -393,6 +395,9 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
         parts = [plural(len(ranks), "rank"), plural(len(analysis.groups), "group")]
         if analysis.world_size:
             parts[0] += f" of {analysis.world_size}"
+        # A watch's capture: its tag and its report first (a narrow terminal cuts the end).
+        if taken := taken_by(capture, os.path.expanduser("~")):
+            parts.insert(0, taken)
         if analysis.missing:
             parts.append(f"{len(analysis.missing)} missing")
         if failed:
@@ -421,8 +426,8 @@ class StacksScreen(FilterHost, WorkerHost, Screen[None]):
 
     def _groups_title(self) -> None:
         """`Groups (shown of all)`, and how many rows are below the pane's edge."""
-        if self.analysis is None:
-            return
+        if self.analysis is None or not self.is_attached:
+            return  # (called after a refresh: the screen may be closed by then)
         table = self.query_one(RankGroupTable)
         title = f"Groups ({len(table.shown)} of {len(self.analysis.groups)})"
         below = table.rows_below() if table.size.height else 0

@@ -86,13 +86,32 @@ class CommandRunner(Protocol):
     ) -> StepProcess: ...
 
 
+# Variables an enclosing job or step sets for its own srun/sbatch/squeue (`srun`'s "input
+# environment variables": SLURM_NNODES, SLURM_NTASKS, SLURM_MEM_PER_NODE, ...). A console
+# started inside a job (the watch as a small Slurm job beside the training job) must not
+# hand them to its `srun --jobid OTHER`: they would shape that step after its own job
+# ("Only allocated 1 nodes asked for 3"). Where Slurm is configured stays.
+_JOB_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+_KEPT_SLURM_ENV = frozenset({"SLURM_CONF", "SLURM_CLUSTERS"})
+
+
+def outside_job_env(environ: dict[str, str] | os._Environ[str]) -> dict[str, str] | None:
+    """`environ` without what an enclosing Slurm job or step set (None: not inside one,
+    the environment is passed on as it is)."""
+    if "SLURM_JOB_ID" not in environ and "SLURM_JOBID" not in environ:
+        return None
+    return {k: v for k, v in environ.items()
+            if k in _KEPT_SLURM_ENV or not k.startswith(_JOB_ENV_PREFIXES)}  # fmt: skip
+
+
 class LocalRunner:
-    """Slurm's commands on this machine (the console runs on a login node)."""
+    """Slurm's commands on this machine (the console runs on a login node, or inside a
+    job of its own: that job's variables are left out, see `outside_job_env`)."""
 
     where = "this machine"
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
-        self.env = env
+        self.env = env if env is not None else outside_job_env(os.environ)
 
     def run(
         self, argv: list[str], timeout: float = 30.0, stdin: str | None = None

@@ -82,6 +82,10 @@ class FrameTable:
         self._threads: dict[tuple[Any, ...], tuple[str, Stack, bool, Any, bool]] = {}
         self._text: dict[str, str] = {}  # command lines etc. as shown (`printable`)
 
+    def stacks_held(self) -> int:
+        """How many distinct stacks it holds (a long-lived table is renewed past a bound)."""
+        return len(self._keyed) + len(self._stacks) + len(self._interned)
+
     def text(self, value: str) -> str:
         """`printable(value)`, once per distinct value (a job's ranks share command lines)."""
         found = self._text.get(value)

@@ -384,6 +384,11 @@ class StackCapture:
     # the job's roles whose Slurm job ended while others run, ranks whose GPU idled.
     ended_roles: list[dict[str, Any]] = field(default_factory=list)
     idle_gpus: list[dict[str, Any]] = field(default_factory=list)
+    # What took it, when not a person ("watch"), and the evidence folder and report a
+    # watch wrote beside it: read back from a saved capture (the store's file) only.
+    tags: tuple[str, ...] = ()
+    watch_evidence: str | None = None
+    watch_report: str | None = None
 
     @property
     def rank_stacks(self) -> list[RankStack]:

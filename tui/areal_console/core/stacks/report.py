@@ -107,6 +107,10 @@ def capture_json(
         doc["user"] = capture.user
     if capture.rank_source:
         doc["rank_source"] = capture.rank_source
+    if capture.tags:  # a reopened capture keeps what took it, and its evidence
+        doc["tags"] = list(capture.tags)
+    if capture.watch_evidence or capture.watch_report:
+        doc["watch"] = {"evidence": capture.watch_evidence, "report": capture.watch_report}
     return doc
 
 
@@ -275,6 +279,7 @@ def text_report(
         + (f", job {capture.job}" if capture.job else ""),
         f"Coverage: {capture_coverage(capture).line()}",
         *([f"Stacks from {sources}"] if (sources := source_summary(ranks)) else []),
+        *([f"Taken by: {taken}"] if (taken := taken_by(capture)) else []),
         *_import_lines(capture),
         "",
         f"DIAGNOSIS [{diagnosis.pattern}] {diagnosis.title}",
@@ -328,6 +333,24 @@ _RANKS_FROM = {
     "file_name": "Ranks from the numbers in the file names; files:",
     "argument_order": "Ranks follow argument order (not every file name has a rank number); files:",
 }
+
+
+def taken_by(capture: StackCapture, home: str | None = None) -> str:
+    """What took a saved capture and where its evidence is, in words ("" for a person's):
+    `[watch] · report: /ev/20261129-031240-job/report.md`; a path in `home` as `~/...`."""
+    if not capture.tags:
+        return ""
+    words = " ".join(f"[{t}]" for t in capture.tags)
+
+    def shown(path: str) -> str:
+        base = (home or "").rstrip("/")
+        return "~" + path[len(base) :] if base and path.startswith(base + "/") else path
+
+    if capture.watch_report:
+        return f"{words} · report: {shown(capture.watch_report)}"
+    if capture.watch_evidence:
+        return f"{words} · evidence: {shown(capture.watch_evidence)}"
+    return words
 
 
 def _import_lines(capture: StackCapture) -> list[str]:

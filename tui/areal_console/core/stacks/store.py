@@ -102,13 +102,14 @@ def summary_of(doc: Any, path: Path) -> SavedCapture:
         title=str(diag.get("title") or ""),
         user=doc["user"] if isinstance(doc.get("user"), str) else None,
         tags=_tags(doc.get("tags")),
-        report=_watch_report(doc.get("watch")),
+        report=_watch_path(doc.get("watch"), "report"),
     )
 
 
-def _watch_report(value: object) -> str | None:
-    """The report path a watch recorded in its capture (an absolute path, or None)."""
-    report = value.get("report") if isinstance(value, dict) else None
+def _watch_path(value: object, key: str) -> str | None:
+    """The evidence folder or report path a watch recorded in its capture (an absolute
+    path, or None)."""
+    report = value.get(key) if isinstance(value, dict) else None
     if not isinstance(report, str) or not report.startswith("/") or len(report) > 4096:
         return None
     return None if "\0" in report else report
@@ -195,7 +196,7 @@ def _from_entry(entry: dict[str, Any], path: Path) -> SavedCapture | BadCapture 
         title=entry["title"],
         user=user,
         tags=_tags(entry.get("tags")),
-        report=_watch_report({"report": entry.get("report")}),
+        report=_watch_path({"report": entry.get("report")}, "report"),
     )
 
 
@@ -314,4 +315,8 @@ def load_capture(ref: str, directory: Path | None = None) -> StackCapture:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UserError(f"{path} is not a valid stack capture ({clip(exc)})") from None
     capture.capture_id = capture.capture_id or path.stem
+    capture.tags = _tags(doc.get("tags"))
+    watch = doc.get("watch")
+    capture.watch_evidence = _watch_path(watch, "evidence")
+    capture.watch_report = _watch_path(watch, "report")
     return capture

@@ -6,7 +6,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
 
@@ -88,3 +89,19 @@ class NodeSpec:
 
 def local_node() -> NodeSpec:
     return NodeSpec(name=os.uname().nodename or "local", transport="local")
+
+
+def spec_to_json(spec: NodeSpec) -> dict[str, Any]:
+    """`spec` as plain JSON (for a child process that reaches the same nodes)."""
+    return asdict(spec)
+
+
+def spec_from_json(doc: dict[str, Any]) -> NodeSpec:
+    """The spec `spec_to_json` wrote (TypeError when `doc` is not one)."""
+    doc = dict(doc)
+    slurm, ray = doc.pop("slurm", None), doc.pop("ray", None)
+    return NodeSpec(
+        **{**doc, "groups": tuple(doc.get("groups") or ())},
+        slurm=SlurmTarget(**{**slurm, "nodes": tuple(slurm.get("nodes") or ())}) if slurm else None,
+        ray=RayTarget(**ray) if ray else None,
+    )

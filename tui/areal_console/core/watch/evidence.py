@@ -64,6 +64,23 @@ class Evidence:
             "missing": self.missing,
         }
 
+    @classmethod
+    def from_json(cls, doc: Any) -> Evidence:
+        """The record `to_json` wrote (ValueError when `doc` is not one)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("folder"), str):
+            raise ValueError("not an evidence record")
+        missing = doc.get("missing") or {}
+        if not isinstance(missing, dict):
+            raise ValueError("not an evidence record")
+        report, capture_id, capture_path = (_opt_str(doc.get(k)) for k in
+                                            ("report", "capture_id", "capture_path"))  # fmt: skip
+        return cls(Path(doc["folder"]), Path(report) if report else None, capture_id,
+                   capture_path, {str(k): str(v) for k, v in missing.items()})  # fmt: skip
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
 
 ServersState = Callable[[Fleet], dict[str, Any]]
 
@@ -76,7 +93,23 @@ def take_evidence(
     servers_state: ServersState | None = None,
 ) -> Evidence:
     """Everything a person would have captured at this stall, into a new folder in `root`."""
-    folder = _new_folder(root, folder_name(request.job, at))
+    return fill_evidence(fleet, request, new_evidence_folder(root, request.job, at), at,
+                         servers_state)  # fmt: skip
+
+
+def new_evidence_folder(root: Path, job: str | None, at: float) -> Path:
+    """The stall's new, empty 0700 folder in `root` (OSError when none can be made)."""
+    return _new_folder(root, folder_name(job, at))
+
+
+def fill_evidence(
+    fleet: Fleet,
+    request: EvidenceRequest,
+    folder: Path,
+    at: float,
+    servers_state: ServersState | None = None,
+) -> Evidence:
+    """The stall's evidence, written into `folder` (new and empty, see `new_evidence_folder`)."""
     evidence = Evidence(folder)
 
     def save(name: str, data: bytes) -> None:
@@ -94,9 +127,33 @@ def take_evidence(
     _report(fleet, request, doc, evidence, save)
     if doc is not None and evidence.capture_id:
         _link_capture(doc, evidence)
+    _save_summary(request, at, evidence, save)
+    return evidence
+
+
+def unfinished_evidence(folder: Path, request: EvidenceRequest, at: float, why: str) -> Evidence:
+    """The record of evidence whose writing failed part-way (`why`): what is in `folder`
+    stays, and `watch.json` says what is missing (written here unless the writer got to it)."""
+    evidence = Evidence(folder, missing={"evidence": why})
+    if (folder / REPORT_NAME).is_file():
+        evidence.report = folder / REPORT_NAME
+
+    def save(name: str, data: bytes) -> None:
+        try:
+            write_private(folder, name, data)
+        except OSError as exc:
+            evidence.missing[name] = f"not written: {exc}"
+
+    if not (folder / "watch.json").exists():
+        _save_summary(request, at, evidence, save)
+    return evidence
+
+
+def _save_summary(
+    request: EvidenceRequest, at: float, evidence: Evidence, save: Callable[[str, bytes], None]
+) -> None:
     save("watch.json", _json({"job": request.job, "stall": request.stall,
                               "at": _iso(at), **evidence.to_json()}))  # fmt: skip
-    return evidence
 
 
 def _capture(

@@ -26,7 +26,8 @@ from areal_console.core.metrics.locate import job_logs_in
 from areal_console.core.metrics.store import MetricStore
 from areal_console.core.rollout.context import rank_file
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw, sample_nodes
-from areal_console.core.stacks.parsing import build_capture
+from areal_console.core.stacks.parsing import FrameTable, build_capture
+from areal_console.core.stacks.records import RankStack
 from areal_console.core.stacks.scope import (
     UNSCOPED,
     JobChoiceError,
@@ -58,6 +59,8 @@ from areal_console.core.watch.state import (
 MAX_TRACED_RANKS = 8  # perf-tracer files looked at per look (their growth is what counts)
 STEP_TIMES_KEPT = 64  # the log's last step times the stall judgement needs (and no more)
 LOOK_TIMEOUT = 15.0  # a node's answer to one look (sample, py-spy)
+# Distinct stacks the looks' frame table holds before it is replaced by an empty one.
+MAX_TABLE_STACKS = 4096
 
 
 @dataclass
@@ -80,6 +83,8 @@ class WatchTarget:
 Emit = Callable[[Event, str | None], None]
 Note = Callable[[str], None]
 OnEvidence = Callable[[Evidence, str | None], None]
+TakeEvidence = Callable[[EvidenceRequest, Path, float], Evidence]
+"""Takes a stall's evidence into a new folder of the root (OSError: no folder made)."""
 
 
 class Watcher:
@@ -98,7 +103,10 @@ class Watcher:
         servers_state: ServersState | None = None,
         on_evidence: OnEvidence | None = None,
         clock: Callable[[], float] = time.time,
+        take: TakeEvidence | None = None,
     ) -> None:
+        """`take`: how a stall's evidence is taken (default: in this process, through
+        `fleet`, with `servers_state`; the command takes it in a child process)."""
         self.fleet = fleet
         self.target = target
         self.config = config
@@ -109,6 +117,7 @@ class Watcher:
         self.servers_state = servers_state
         self.on_evidence = on_evidence
         self.clock = clock
+        self.take = take or self._take_here
         self.stop = threading.Event()
         self.state_name = STATE_FILE.format(key=state_key)
         self.state = self._load_state()
@@ -119,6 +128,10 @@ class Watcher:
         self._steps = 0
         self._log_error: str | None = None
         self._down: dict[str, str] = {}
+        # One frame table for every look: a job's unchanged stacks are the same objects
+        # each time, so what is remembered per stack object (records.per_stack) does not
+        # grow by a look's worth of stacks at every look.
+        self._frames = FrameTable()
 
     # state ----------------------------------------------------------------------------
     def _load_state(self) -> WatchState:
@@ -281,22 +294,18 @@ class Watcher:
                                  timeout=LOOK_TIMEOUT, ledger=False, rollout=False)  # fmt: skip
         try:
             raw = capture_raw(self.fleet, options, sampled)
-            capture = build_capture(raw)
+            if self._frames.stacks_held() > MAX_TABLE_STACKS:
+                self._frames = FrameTable()
+            capture = build_capture(raw, self._frames)
         except Exception as exc:  # the job left meanwhile; a node dropped: no sample this look
             self._log_note(f"stacks not sampled: {exc}")
             return None
-        # Each process's work thread (what groups and diffs compare): a helper thread
-        # that flickers between idle and busy does not count as moving.
-        parts = [(r.node, r.pid, tuple(r.work_frames))
-                 for r in sorted(capture.ranks, key=lambda r: (r.node, r.pid))
-                 if r.state == "ok"]  # fmt: skip
-        if not parts:
-            if capture.ranks:  # py-spy missing or refused: say so, once, or no stall is seen
-                from areal_console.core.stacks.diagnose import failure_reasons
+        signature, failed = stacks_signature(capture.ranks)
+        if failed:  # py-spy missing or refused: say so, once, or no stall is seen
+            from areal_console.core.stacks.diagnose import failure_reasons
 
-                self._log_note("stacks not sampled: " + "; ".join(failure_reasons(capture.ranks)))
-            return None
-        return hashlib.sha256(repr(parts).encode()).hexdigest()
+            self._log_note("stacks not sampled: " + "; ".join(failure_reasons(failed)))
+        return signature
 
     # the loop -------------------------------------------------------------------------
     def tick(self) -> None:
@@ -320,7 +329,7 @@ class Watcher:
             request.log_path = self.follower.path
             request.log_node = self.follower.files.node
         try:
-            evidence = take_evidence(self.fleet, request, self.root, stall.at, self.servers_state)
+            evidence = self.take(request, self.root, stall.at)
         except OSError as exc:  # the folder itself could not be made
             self.note(f"no evidence folder in {self.root}: {exc}")
             return
@@ -333,6 +342,9 @@ class Watcher:
             self.on_evidence(evidence, self.job_key)
         for gone in prune(self.root, self.keep):
             self.note(f"removed the oldest evidence {gone} (--keep {self.keep})")
+
+    def _take_here(self, request: EvidenceRequest, root: Path, at: float) -> Evidence:
+        return take_evidence(self.fleet, request, root, at, self.servers_state)
 
     def run(self) -> None:
         """Look every interval until `stop` is set."""
@@ -349,6 +361,20 @@ class Watcher:
     def close(self) -> None:
         if self.follower is not None:
             self.follower.close()
+
+
+def stacks_signature(ranks: list[RankStack]) -> tuple[str | None, list[RankStack]]:
+    """(a signature of every process's work thread, the processes whose stacks were not
+    read). The work thread is what groups and diffs compare: a helper thread that
+    flickers between idle and busy does not count as moving. None when any process was
+    not read: a sample that misses some (a dump that failed under load) is not compared,
+    or the missing ones would read as stacks that moved."""
+    failed = [r for r in ranks if r.state != "ok"]
+    if failed or not ranks:
+        return None, failed
+    parts = [(r.node, r.pid, tuple(r.work_frames))
+             for r in sorted(ranks, key=lambda r: (r.node, r.pid))]  # fmt: skip
+    return hashlib.sha256(repr(parts).encode()).hexdigest(), []
 
 
 def _pids(job: JobGroup) -> list[str]:
