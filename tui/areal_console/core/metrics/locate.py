@@ -57,11 +57,6 @@ def output_file(paths: Iterable[str | None]) -> str | None:
     return max(counts, key=lambda p: counts[p]) if counts else None
 
 
-def job_logs_in(commands: Iterable[str], user: str, match: str | None) -> str | None:
-    """`job_log` from command lines alone (no output files known)."""
-    return job_log((ProcessRow(0, cmdline=cmd) for cmd in commands), user, match)
-
-
 def find_job_logs(fleet: Fleet, match: str | None) -> tuple[NodeSession, JobLogs]:
     """The first node whose processes (matching `match`) name an AReaL log directory, or
     write their output to a file."""

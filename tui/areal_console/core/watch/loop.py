@@ -21,8 +21,9 @@ from typing import Any
 
 from areal_console.core.common.errors import UsageError, UserError
 from areal_console.core.connection.fleet import Fleet, NodeFailure
+from areal_console.core.connection.records import process_rows
 from areal_console.core.metrics.follow import LocalFiles, MetricsFollower, NodeFiles
-from areal_console.core.metrics.locate import job_logs_in
+from areal_console.core.metrics.locate import job_log
 from areal_console.core.metrics.store import MetricStore
 from areal_console.core.rollout.context import rank_file
 from areal_console.core.stacks.capture import CaptureOptions, capture_raw, sample_nodes
@@ -239,19 +240,20 @@ class Watcher:
         return self._steps, quiet, follower.finished, why
 
     def _open_log(self, job: JobGroup) -> MetricsFollower | None:
-        """The follower of the job's log: the path given, else the one its command lines
-        name (read as the job's user's files only), else None (stacks alone judge)."""
+        """The follower of the job's log: the path given, else the one every view finds
+        (`job_log`: the log directory its command lines name, else the file its output goes
+        to; read as the job's user's files only), else None (stacks alone judge)."""
         path, node, owner = self.target.log_path, self.target.log_node, self.target.log_owner
         if path is None:
             for name, procs in job.processes.items():
                 session = self.fleet.session(name)
                 user = str(procs[0].get("user") or session.hello.get("user") or "")
-                found = job_logs_in([str(p.get("cmdline") or "") for p in procs], user, None)
+                found = job_log(process_rows(list(procs)), user)
                 if found:
                     path, node, owner = found, name, user
                     break
         if path is None:
-            self._log_note("no AReaL log named by the job's command lines (give --logs): "
+            self._log_note("no AReaL log named by the job's command lines or output (give --logs): "
                            "stalls are judged from its stacks")  # fmt: skip
             return None
         session = self.fleet.session(node) if node else self.fleet.sessions[0]
