@@ -19,6 +19,7 @@ from areal_console.core.targets.resolve import local_node
 from conftest import GlooJob, cli_env
 
 from tests.support.fixtures import batch_dumps as bf
+from tests.support.signals import sigint_default
 
 SLOW_SCRIPT = "import time\nfor i in range(600):\n    print(f'working {i}', flush=True)\n    time.sleep(0.5)\n"
 
@@ -29,7 +30,7 @@ class Cli:
     def __init__(self, *args: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "areal_console", *args], env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=sigint_default,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TypeVar
 
+from tests.support.signals import sigint_default
 from tests.support.waits import wait_for
 
 T = TypeVar("T")
@@ -24,6 +25,7 @@ class Watch:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "areal_console", "watch", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=sigint_default,
         )  # fmt: skip
         self.out: list[str] = []
         self.err: list[str] = []

@@ -18,6 +18,8 @@ import pytest
 from conftest import ROOT, cli_env, run_cli, wait_for
 from conftest import tmux_showing as showing
 
+from tests.support.signals import sigint_default
+
 pytestmark = pytest.mark.slow
 
 
@@ -42,6 +44,7 @@ def headless_demo(tmp: Path, pattern: str) -> Iterator[tuple[subprocess.Popen[st
     proc = subprocess.Popen(
         [sys.executable, "-m", "areal_console", "demo", "--no-tui", "--pattern", pattern],
         stderr=subprocess.PIPE, text=True, env=cli_env(TMPDIR=str(tmp)),
+        preexec_fn=sigint_default,
     )  # fmt: skip
     assert proc.stderr is not None
     try:
