@@ -104,13 +104,10 @@ async def test_live_run_updates_then_stalls_and_s_captures_that_job(tmp_path: Pa
         assert "STALLED" not in banner(app)
 
 
-async def test_h_on_cluster_finds_the_jobs_log_dir_from_its_processes(tmp_path: Path) -> None:
-    log_dir = tmp_path / "logs" / "alice" / "gsm8k" / "trial7"
-    write_run(log_dir, 4, finished=True)
-    worker = {"pid": 42, "ppid": 1, "rank": None, "role": "actor", "cmdline":
-              f"python3 -m areal.infra.rpc.rpc_server --port 1 --experiment-name gsm8k "
-              f"--trial-name trial7 --role actor --worker-index 0 --fileroot {tmp_path}"}  # fmt: skip
-    view = NodeView("node0", "node0", state="up", sample={"processes": [worker], "gpus": []},
+async def _h_follows(processes: list[dict[str, object]], log: str) -> None:
+    """`h` on a Cluster screen showing `processes` (alice's, on node0) opens Health on
+    `log` and reads its four steps."""
+    view = NodeView("node0", "node0", state="up", sample={"processes": processes, "gpus": []},
                     hello={"user": "alice"})  # fmt: skip
     app = ConsoleApp(None, RecordedMonitor([view]))
     async with app.run_test(size=SIZE) as pilot:
@@ -118,9 +115,18 @@ async def test_h_on_cluster_finds_the_jobs_log_dir_from_its_processes(tmp_path: 
         await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen))
         screen = app.screen
         assert isinstance(screen, HealthScreen)
-        assert screen.target == HealthTarget(str(log_dir), None, None)
+        assert screen.target == HealthTarget(log, None, None)
         await wait_until(pilot, lambda: screen.report is not None)
         assert screen.report is not None and screen.report.steps == [0, 1, 2, 3]
+
+
+async def test_h_on_cluster_finds_the_jobs_log_dir_from_its_processes(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs" / "alice" / "gsm8k" / "trial7"
+    write_run(log_dir, 4, finished=True)
+    worker = {"pid": 42, "ppid": 1, "rank": None, "role": "actor", "cmdline":
+              f"python3 -m areal.infra.rpc.rpc_server --port 1 --experiment-name gsm8k "
+              f"--trial-name trial7 --role actor --worker-index 0 --fileroot {tmp_path}"}  # fmt: skip
+    await _h_follows([worker], str(log_dir))
 
 
 async def test_h_on_cluster_finds_a_jobs_log_from_where_its_output_goes(tmp_path: Path) -> None:
@@ -131,17 +137,7 @@ async def test_h_on_cluster_finds_a_jobs_log_from_where_its_output_goes(tmp_path
     ranks = [{"pid": 50 + r, "ppid": 1, "rank": r, "world_size": 2, "role": "trainer",
               "user": "alice", "cmdline": "python -u train.py", "stdout": str(log)}
              for r in range(2)]  # fmt: skip
-    view = NodeView("node0", "node0", state="up", sample={"processes": ranks, "gpus": []},
-                    hello={"user": "alice"})  # fmt: skip
-    app = ConsoleApp(None, RecordedMonitor([view]))
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("h")
-        await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen))
-        screen = app.screen
-        assert isinstance(screen, HealthScreen)
-        assert screen.target == HealthTarget(str(log), None, None)
-        await wait_until(pilot, lambda: screen.report is not None)
-        assert screen.report is not None and screen.report.steps == [0, 1, 2, 3]
+    await _h_follows(ranks, str(log))
 
 
 async def test_a_log_last_written_long_ago_is_told_by_its_age(tmp_path: Path) -> None:

@@ -19,12 +19,7 @@ from tests.support.waits import until
 
 
 async def test_the_palette_shows_a_watch_capture_with_its_tag_and_report() -> None:
-    capture = recorded.recorded_capture()
-    capture.capture_id = "20260101-000000-watch"
-    doc = capture_json(capture)
-    doc["tags"] = ["watch"]
-    doc["watch"] = {"evidence": "/ev/x", "report": "/ev/x/report.md"}
-    save_capture(capture, doc=doc)
+    _save_watch_capture()
     other = recorded.recorded_capture()
     other.capture_id = "20260101-000001-person"
     save_capture(other)
