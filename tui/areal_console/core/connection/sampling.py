@@ -460,42 +460,12 @@ class SampleHistory:
         """`gpu_spread()[1]`, with a record made only for the ranks at or below IDLE_UTIL
         (the live screen asks for the idle ones alone; 4,096 records every few seconds
         would cost more than the sampling itself)."""
-        for name in list(self._gpu_waiting):
-            self._fold(name)
-        utils: list[float] = []
-        low: list[RankUtil] = []
-        for node, entries in self._gpu_ranks.items():
-            sums = self._gpu_sums.get(node, {})
-            means = {i: (total / n, n) for i, (total, n) in sums.items()}
-            for entry in entries:
-                if isinstance(entry, tuple):
-                    pid, rank, gpus, memory = entry
-                    held = memory if type(memory) is int else None
-                else:  # a ProcessRow of the live monitor
-                    if entry.rank is None or not entry.gpus:
-                        continue
-                    pid, rank, gpus = entry.pid, entry.rank, entry.gpus
-                    held = None if entry.gpu_memory is None else int(entry.gpu_memory)
-                if len(gpus) == 1:
-                    found = means.get(gpus[0])
-                    if found is None:
-                        continue
-                    util, samples = found
-                else:
-                    mine = [means[i] for i in gpus if i in means]
-                    if not mine:
-                        continue
-                    util = sum(mean for mean, _ in mine) / len(mine)
-                    samples = min(n for _, n in mine)
-                utils.append(util)
-                if util <= IDLE_UTIL and samples >= MIN_SAMPLES:
-                    low.append((util, int(samples), node, pid, rank, gpus, held))
-        if len(utils) < 2:
+        found = self._rank_utils()
+        if len(found) < 2:
             return []
-        utils.sort()
-        found_low = [_rank_gpu(f) for f in low]
-        found_low.sort(key=lambda r: (r.rank, r.node, r.pid))
-        return _idle(found_low, utils)
+        low = [_rank_gpu(f) for f in found if f[0] <= IDLE_UTIL and f[1] >= MIN_SAMPLES]
+        low.sort(key=lambda r: (r.rank, r.node, r.pid))
+        return _idle(low, sorted(f[0] for f in found))
 
     def layouts(self) -> list[_Layout]:
         return list(self._layout.values())
