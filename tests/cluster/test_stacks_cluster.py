@@ -86,6 +86,21 @@ def test_unreachable_node_is_partial(cluster: TestCluster, job: GlooJob, tmp_pat
     assert "warning: dead:" in result.stderr
 
 
+def config_refused_at(cluster: TestCluster, refusing: str, tmp_path: Path) -> Path:
+    """The cluster's ssh_config with node `refusing` offered a key it does not accept."""
+    stranger = tmp_path / "stranger"
+    cluster_lib._keygen(stranger, "not-authorized")
+    blocks = cluster.ssh_config.read_text().split("Host ")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host ".join(
+            b.replace(str(cluster.identity), str(stranger)) if b.startswith(refusing) else b
+            for b in blocks
+        )
+    )
+    return config
+
+
 def test_frozen_and_refusing_nodes_leave_the_capture_on_time_with_coverage(
     cluster: TestCluster, job: GlooJob, tmp_path: Path
 ) -> None:
@@ -93,16 +108,7 @@ def test_frozen_and_refusing_nodes_leave_the_capture_on_time_with_coverage(
     the capture returns at the node deadline, not the 60 s connect timeout, and states
     its coverage in JSON, in the text report and on stderr."""
     frozen, refusing = cluster.nodes[1], cluster.nodes[2]
-    stranger = tmp_path / "stranger"
-    cluster_lib._keygen(stranger, "not-authorized")
-    blocks = cluster.ssh_config.read_text().split("Host ")
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        "Host ".join(
-            b.replace(str(cluster.identity), str(stranger)) if b.startswith(refusing.name) else b
-            for b in blocks
-        )
-    )
+    config = config_refused_at(cluster, refusing.name, tmp_path)
     sshd = frozen.init_pid
     assert sshd is not None
     os.kill(sshd, signal.SIGSTOP)
@@ -187,16 +193,7 @@ def test_frozen_and_refusing_nodes_under_relays_are_named_with_their_reasons(
     (under node2) refuses the key the node-to-node ssh offers. The capture returns at the
     node deadline with both named, and node1's and node2's ranks captured."""
     frozen, refusing = cluster.nodes[2], cluster.nodes[3]
-    stranger = tmp_path / "stranger"
-    cluster_lib._keygen(stranger, "not-authorized")
-    blocks = cluster.ssh_config.read_text().split("Host ")
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        "Host ".join(
-            b.replace(str(cluster.identity), str(stranger)) if b.startswith(refusing.name) else b
-            for b in blocks
-        )
-    )
+    config = config_refused_at(cluster, refusing.name, tmp_path)
     sshd = frozen.init_pid
     assert sshd is not None
     os.kill(sshd, signal.SIGSTOP)
