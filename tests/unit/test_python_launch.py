@@ -129,3 +129,24 @@ def test_python_2_is_named_too_old_for_the_agent(tmp_path: Path) -> None:
 def test_pythonpath_keeps_only_absolute_entries() -> None:
     value = os.pathsep.join(["", "/opt/torch", ".", "rel/dir", "/x"])
     assert launcher.clean_pythonpath(value) == os.pathsep.join(["/opt/torch", "/x"])
+
+
+@needs_nobody
+def test_the_watch_evidence_child_imports_nothing_from_where_the_watch_started(
+    planted: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A root `watch` started in nobody's folder (or with an empty PYTHONPATH entry): the
+    child that writes a stall's evidence runs our code, not the planted modules."""
+    from areal_console.commands.watch_evidence import ChildEvidence
+    from areal_console.core.targets.specs import local_node
+    from areal_console.core.watch.evidence import EvidenceRequest
+    from areal_console.core.watch.files import private_root
+
+    folder, markers = planted
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep + os.environ.get("PYTHONPATH", ""))
+    request = EvidenceRequest(job="no-such-job", match="no-such-job-xyz", stall="a test stall")
+    fleet = {"probe_gpus": False, "in_process": True}
+    evidence = ChildEvidence([local_node()], fleet)(request, private_root(tmp_path / "ev"), 1.0)
+    assert "evidence" not in evidence.missing, evidence.missing  # the child did its work
+    assert planted_ran(markers) == []

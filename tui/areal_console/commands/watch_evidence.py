@@ -25,6 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from areal_node import launcher
+
 from areal_console.core.targets.specs import NodeSpec, spec_from_json, spec_to_json
 from areal_console.core.watch.evidence import (
     Evidence,
@@ -62,8 +64,9 @@ class ChildEvidence:
         }
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", self.module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=_child_env(), start_new_session=True,
+                launcher.user_module(sys.executable, self.module), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=launcher.clean_env(_child_env()), start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             return unfinished_evidence(folder, request, at, f"evidence writer not started: {exc}")
