@@ -258,6 +258,7 @@ SHARED_ADDRESS_FIXTURES = {
     "live_cluster",
     "slurm_cluster",
     "slurm_gloo_job",
+    "slurm_gloo_jobs",
     "ray_cluster",
     "ray_gloo_job",
     "ray_gloo_jobs",

@@ -75,11 +75,40 @@ def submit_gloo_job(
     return SlurmGlooJob(str(job_id), ready, nodes, ranks_per_node)
 
 
+class GlooJobs:
+    """The session's gloo job, submitted when first asked for and again after a test that
+    ended its ranks said so (`spoil`): tests after it get a healthy job, not a step whose
+    ranks are gone."""
+
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.cluster = cluster
+        self.job: SlurmGlooJob | None = None
+
+    def get(self) -> SlurmGlooJob:
+        if self.job is not None and self.cluster.job_state(self.job.job_id) != "RUNNING":
+            self.spoil()
+        if self.job is None:
+            self.job = submit_gloo_job(self.cluster, SLURM_NODES, RANKS_PER_NODE, free_port())
+        return self.job
+
+    def spoil(self) -> None:
+        """The job's ranks are (about to be) gone: cancel it; the next test gets a new one."""
+        if self.job is not None:
+            self.cluster.run(["scancel", self.job.job_id], check=False)
+            self.job = None
+
+
 @pytest.fixture(scope="session")
-def slurm_gloo_job(slurm_cluster: SlurmCluster) -> Iterator[SlurmGlooJob]:
-    """3 nodes x 2 ranks of a gloo job blocked in a barrier, submitted with sbatch."""
-    job = submit_gloo_job(slurm_cluster, SLURM_NODES, RANKS_PER_NODE, port=free_port())
+def slurm_gloo_jobs(slurm_cluster: SlurmCluster) -> Iterator[GlooJobs]:
+    jobs = GlooJobs(slurm_cluster)
     try:
-        yield job
+        yield jobs
     finally:
-        slurm_cluster.run(["scancel", job.job_id], check=False)
+        jobs.spoil()
+
+
+@pytest.fixture
+def slurm_gloo_job(slurm_gloo_jobs: GlooJobs) -> SlurmGlooJob:
+    """3 nodes x 2 ranks of a gloo job blocked in a barrier, submitted with sbatch (one for
+    the session, unless a test ended its ranks)."""
+    return slurm_gloo_jobs.get()

@@ -32,7 +32,7 @@ from tests.support.nobody import as_nobody, needs_nobody, plant_modules, planted
 from tests.support.slurm_cluster import SlurmCluster
 
 if TYPE_CHECKING:
-    from conftest_slurm import SlurmGlooJob
+    from conftest_slurm import GlooJobs, SlurmGlooJob
 
 pytest_plugins = ["conftest_slurm"]
 
@@ -610,10 +610,12 @@ def test_a_node_whose_agent_never_answers_is_named_and_the_rest_captured(
     assert took < 120  # 12 s and the dumps; not the 30 s x nodes of a step that waits for all
 
 
-# Last in this module: killing node3 also ends the gloo job's ranks there (and so the job's
-# barrier everywhere), which the tests above rely on.
+# Killing node3 also ends the gloo job's ranks there (and so the job's barrier everywhere):
+# the test says so, and a test after it gets a new gloo job.
 @pytest.mark.slow
-def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
+def test_a_node_of_the_job_going_down(
+    slurm_cluster: SlurmCluster, slurm_gloo_jobs: GlooJobs
+) -> None:
     """A job's node dies (slurmd and everything on it, like a crash); then comes back.
 
     First Slurm doesn't know yet: the shared step fails to launch on node3, the other nodes
@@ -629,6 +631,7 @@ def test_a_node_of_the_job_going_down(slurm_cluster: SlurmCluster) -> None:
         )
     )
     slurm_cluster.wait_job_state(job, ("RUNNING",))
+    slurm_gloo_jobs.spoil()
     slurm_cluster.kill_node("node3")
     try:
         first = console(slurm_cluster, "nodes", "--slurm-job", job, "--json")
