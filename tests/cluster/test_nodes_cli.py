@@ -77,6 +77,20 @@ def test_nodes_table_fits_the_terminal() -> None:
     assert whole.endswith("x" * 300)
 
 
+def test_a_relayed_node_names_its_relay_in_the_table_and_header() -> None:
+    from areal_console.commands.nodes import render_nodes
+
+    def node(name: str, relay: str | None) -> dict[str, object]:
+        return {"name": name, "host": name, "state": "up", "error": None, "gpus": [],
+                "gpu_error": None, "processes": [], "via": "ssh", "relay": relay}  # fmt: skip
+
+    text = render_nodes([node("n1", None), node("n3", "n1")])
+    rows = {line.split()[0]: line.split()[3:6] for line in text.splitlines()[1:3]}
+    assert rows == {"n1": ["ssh", "-", "0"], "n3": ["ssh", "from", "n1"]}
+    assert "== n3 (n3): up via ssh from n1" in text.splitlines()
+    assert "== n1 (n1): up via ssh" in text.splitlines()
+
+
 def test_usage_errors_exit_2_without_traceback() -> None:
     result = run_cli("nodes", "--frobnicate")
     assert result.returncode == 2

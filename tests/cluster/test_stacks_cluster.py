@@ -185,6 +185,25 @@ def test_a_fanout_tree_captures_every_rank_through_two_connections(
     assert doc["errors"] == [] and doc["diagnosis"]["pattern"] == "cleanup_deadlock"
     assert doc["coverage"]["ranks_captured"] == job.world_size
 
+    # `nodes` through the same tree names each node's relay.
+    env = cluster.env()
+    env["PYTHONPATH"] = f"{REPO / 'tui'}{os.pathsep}{REPO / 'agents'}"
+    nodes = subprocess.run(
+        [sys.executable, "-m", "areal_console", "nodes", "--hosts", cluster.hosts_arg(),
+         "--fanout-tree", "2", "--tree-ssh-config", str(cluster.ssh_config), "--json"],
+        capture_output=True, text=True, env=env, timeout=180, check=False,
+    )  # fmt: skip
+    assert nodes.returncode == 0, nodes.stderr
+    listed = {
+        n["name"]: (n["state"], n["via"], n["relay"]) for n in json.loads(nodes.stdout)["nodes"]
+    }
+    assert listed == {
+        "node1": ("up", "ssh", None),
+        "node2": ("up", "ssh", None),
+        "node3": ("up", "ssh", "node1"),
+        "node4": ("up", "ssh", "node2"),
+    }
+
 
 def test_frozen_and_refusing_nodes_under_relays_are_named_with_their_reasons(
     cluster: TestCluster, job: GlooJob, tmp_path: Path

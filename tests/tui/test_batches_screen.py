@@ -131,6 +131,21 @@ async def test_compare_marked_steps_and_replay_request(dump: Path) -> None:
         assert app.replays[0].steps == [0, 2] and app.replays[0].path == str(dump)
 
 
+async def test_replay_asked_for_while_the_dump_is_read_is_refused(dump: Path) -> None:
+    """Before the steps are listed no step is chosen: asking for a replay then says to wait
+    (an empty choice would replay every step)."""
+    screen = BatchesScreen(str(dump))
+    screen.load_top = lambda: None  # type: ignore[method-assign]  # still reading, for good
+    app = Host(screen)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen.action_request_replay()
+        await pilot.pause()
+        assert app.replays == []
+        status = text_of(screen.query_one("#batches-status", Static))
+        assert f"still reading {dump}: replay once its steps are listed" in status
+
+
 class Payload:
     def __init__(self, marker: str) -> None:
         self.marker = marker

@@ -183,6 +183,8 @@ def with_session_facts(session: NodeSession, result: Any) -> dict[str, Any]:
     sampled = result.get("hostname") if isinstance(result, dict) else None
     record["hostname"] = sampled or session.hello.get("hostname")
     record["via"] = session.via
+    parent = session.relay_parent
+    record["relay"] = parent.name if parent is not None else None
     record["python"] = session.hello.get("python")
     record["python_executable"] = session.hello.get("python_executable")
     record["tools"] = session.hello.get("tools")
@@ -232,7 +234,7 @@ def render_summary(nodes: list[dict[str, Any]]) -> str:
         up = n["state"] == "up"
         ranks = [p["rank"] for p in n["processes"] if p.get("rank") is not None]
         rows.append([
-            n["name"], n["state"], n["host"], n.get("via") or "-",
+            n["name"], n["state"], n["host"], _via_cell(n),
             f"{n['latency_ms']:.1f}ms" if up and n.get("latency_ms") is not None else "-",
             str(len(n["gpus"])) if up else "-",
             rank_summary(ranks) or "-",
@@ -246,6 +248,13 @@ def render_summary(nodes: list[dict[str, Any]]) -> str:
     )
 
 
+def _via_cell(node: dict[str, Any]) -> str:
+    """How the agent was reached; a relayed node also names its relay (`ssh from node1`:
+    node1's agent started it over ssh, `--fanout-tree`)."""
+    via = node.get("via") or "-"
+    return f"{via} from {node['relay']}" if node.get("relay") else via
+
+
 def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
     """The text report; process lines are cut to `width` (a terminal's columns) at the end
     of their command, and left whole when there is no width (output to a file or a pipe)."""
@@ -253,7 +262,7 @@ def render_nodes(nodes: list[dict[str, Any]], width: int | None = None) -> str:
     for node in nodes:
         header = f"== {node['name']} ({node['host']}): {node['state']}"
         if node.get("via"):  # how the agent was reached: ssh, local, slurm, ray
-            header += f" via {node['via']}"
+            header += f" via {_via_cell(node)}"
         if node.get("python"):  # the interpreter the node chose for the agent
             header += f", python {node['python']} ({node.get('python_executable') or '?'})"
         out.append(header)

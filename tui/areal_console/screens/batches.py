@@ -589,7 +589,12 @@ class BatchesScreen(FilterHost, WorkerHost, Screen[None]):
         self.load_top()
 
     def action_request_replay(self) -> None:
-        """Ask the app to replay the marked steps (or the highlighted one); no key bound here."""
+        """Ask the app to replay the marked steps (or the highlighted one); no key bound here.
+        Not while the dump is still being read: no step is chosen then, and an empty choice
+        would replay every step."""
+        if self.top_summary is None:
+            self._status(f"still reading {self.path}: replay once its steps are listed", error=True)
+            return
         steps = [
             e.step for e in self.entries if self._file_path(e) in self.marked and e.step is not None
         ]
