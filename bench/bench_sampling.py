@@ -23,7 +23,13 @@ time second by second (medians):
   processes worked out together in array operations (core/connection/rss_window.py),
   `idle_ranks()` (records only for ranks at or below the idle threshold).
 
-The baseline, in the same run, is `json.loads` of the replies (what no path avoids). One
+- *readings*: the new path fed as the Cluster screen's monitor is fed now: each node's
+  stream asked for with `delta` (agent/readings.py, run here on the agent's side, not
+  timed) sends its first sample whole and then only the readings while nothing else
+  changes; the console decodes those and puts them into the rows of the last whole
+  sample (`records.with_readings`). Recording and verdicts as *new*.
+
+The baseline, in the same run, is `json.loads` of the whole replies. One
 process in eight grows 2 MiB a second (the growth check's full test runs for it); one
 rank's GPU idles. Both paths must reach the same verdicts; the bench checks that they do.
 """
@@ -31,13 +37,15 @@ rank's GPU idles. Both paths must reach the same verdicts; the bench checks that
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
 
 from areal_console.core.connection.monitor import TRENDS_EVERY, sample_rows
-from areal_console.core.connection.records import ProcessRow
+from areal_console.core.connection.records import ProcessRow, with_readings
 from areal_console.core.connection.sampling import SampleHistory, memory_trends
+from areal_node.agent.readings import DeltaStream
 
 from bench import sampling_before
 
@@ -108,15 +116,55 @@ def main() -> None:
         new_history.idle_ranks()
         return t1 - t0, t2 - t1, clock() - t2
 
+    streams = {name: DeltaStream() for name in names}
+    delta_history = SampleHistory()
+    delta_rows: dict[str, tuple[tuple[ProcessRow, ...], tuple[object, ...]]] = {}
+
+    def readings(events: list[str], s: int) -> tuple[float, float, float]:
+        t0 = clock()
+        typed = []
+        for name, line in zip(names, events, strict=True):
+            event = json.loads(line)
+            if "data" in event:
+                procs, gpus, _ = sample_rows(event["data"], delta_rows.get(name, ((), ()))[0])
+            else:
+                held = delta_rows[name]
+                fitted = with_readings(held[0], held[1], event["readings"])  # type: ignore[arg-type]
+                assert fitted is not None
+                procs, gpus = fitted
+            typed.append((procs, gpus))
+        t1 = clock()
+        for name, (procs, gpus) in zip(names, typed, strict=True):
+            delta_rows[name] = (procs, gpus)
+            delta_history.add_rows(name, procs, float(s))
+            delta_history.add_gpu_rows(name, gpus, procs)  # type: ignore[arg-type]
+        t2 = clock()
+        memory_trends(delta_history)
+        delta_history.idle_ranks()
+        return t1 - t0, t2 - t1, clock() - t2
+
     def decode(replies: list[str]) -> float:
         t0 = clock()
         for r in replies:
             json.loads(r)
         return clock() - t0
 
-    def second(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-        replies = [json.dumps(node_sample(n, args.ranks, s)) for n in range(args.nodes)]
-        return decode(replies), old(replies, s), new(replies, s)
+    def second(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        samples = [node_sample(n, args.ranks, s) for n in range(args.nodes)]
+        replies = [json.dumps(sample) for sample in samples]
+        events = [
+            json.dumps({"event": "sample", "stream": 1, **streams[name].event(sample)})
+            for name, sample in zip(names, samples, strict=True)
+        ]
+        # A garbage collection (untimed) before each path: otherwise one of the three
+        # histories' collection falls, at the same point every second, into whichever path
+        # allocates past the threshold, and is counted as that path's cost.
+        timed = []
+        for path, arg in ((old, replies), (new, replies), (readings, events)):
+            gc.collect()
+            timed.append(path(arg, s))
+        gc.collect()
+        return decode(replies), *timed  # type: ignore[return-value]
 
     for s in range(args.samples):
         second(s)
@@ -130,30 +178,36 @@ def main() -> None:
           f"median of {args.repeats} seconds (CPU ms per second; verdicts every "
           f"{TRENDS_EVERY:g} s, counted / {TRENDS_EVERY:g})")  # fmt: skip
     print(f"baseline json.loads          {base:8.2f}")
-    print(f"{'':28} {'old':>8} {'new':>8} {'new/old':>8}")
+    print(f"{'':28} {'old':>8} {'new':>8} {'new/old':>8} {'readings':>9} {'/old':>6}")
     totals = {}
-    for path, i in (("old", 1), ("new", 2)):
+    for path, i in (("old", 1), ("new", 2), ("readings", 3)):
         rows, record, verdicts = (ms([r[i][k] for r in runs]) for k in range(3))
         totals[path] = (rows, record, verdicts / TRENDS_EVERY)
     for k, label in enumerate(("decode + rows", "recording", "verdicts")):
-        o, n = totals["old"][k], totals["new"][k]
-        print(f"{label:28} {o:8.2f} {n:8.2f} {n / o:8.2f}")
+        o, n, d = totals["old"][k], totals["new"][k], totals["readings"][k]
+        print(f"{label:28} {o:8.2f} {n:8.2f} {n / o:8.2f} {d:9.2f} {d / o:6.2f}")
     for label, part in (("added (recording+verdicts)", slice(1, 3)), ("all sampling", slice(0, 3))):
         o, n = sum(totals["old"][part]), sum(totals["new"][part])
-        print(f"{label:28} {o:8.2f} {n:8.2f} {n / o:8.2f}   "
-              f"share of a core: old {o / 10:.2f}%, new {n / 10:.2f}%; "
-              f"new / baseline {n / base:.2f}")  # fmt: skip
+        d = sum(totals["readings"][part])
+        print(f"{label:28} {o:8.2f} {n:8.2f} {n / o:8.2f} {d:9.2f} {d / o:6.2f}   "
+              f"share of a core: old {o / 10:.2f}%, new {n / 10:.2f}%, "
+              f"readings {d / 10:.2f}%; readings / baseline {d / base:.2f}")  # fmt: skip
     old_trends = sampling_before.memory_trends(old_history, old_history.rss)
     new_trends = memory_trends(new_history)
     same = {k: (t.spark, t.growth and t.growth.to_json()) for k, t in old_trends.items()} == {
         k: (t.spark, t.growth and t.growth.to_json()) for k, t in new_trends.items()
     }
     assert same, "the two paths' trends differ"
+    delta_trends = memory_trends(delta_history)
+    assert {k: (t.spark, t.growth and t.growth.to_json()) for k, t in delta_trends.items()} == {
+        k: (t.spark, t.growth and t.growth.to_json()) for k, t in new_trends.items()
+    }, "the readings path's trends differ"
     old_idle = [i.to_json() for i in old_history.gpu_spread()[1]]
     assert old_idle == [i.to_json() for i in new_history.idle_ranks()], "idle ranks differ"
+    assert [i.to_json() for i in delta_history.idle_ranks()] == old_idle, "idle ranks differ"
     growing = sum(1 for t in new_trends.values() if t.growth)
     print(
-        f"flagged (same on both paths): {growing} growing, "
+        f"flagged (same on all three paths): {growing} growing, "
         f"{len(new_history.idle_ranks())} idle GPU rank(s)"
     )
 

@@ -340,9 +340,13 @@ def op_sample(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
 
 @op("stream")
 def op_stream(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
-    """Start a periodic sample stream: `sample` events every `interval` seconds."""
+    """Start a periodic sample stream: `sample` events every `interval` seconds; with
+    `delta`, only the readings while nothing else changed (agent/readings.py)."""
+    from areal_node.agent.readings import DeltaStream
+
     interval = arg(args, "interval", float, 1.0)
     include_all = arg(args, "all", bool, False)
+    delta = DeltaStream() if arg(args, "delta", bool, False) else None
     if not 0.05 <= interval <= 3600:
         raise OpError(f"argument 'interval' must be between 0.05 and 3600 seconds, got {interval}")
     agent._stream_ids += 1
@@ -353,12 +357,14 @@ def op_stream(agent: Agent, args: dict[str, Any]) -> dict[str, Any]:
     def loop() -> None:
         next_at = time.monotonic()
         while not stop.is_set():
-            agent.emit("sample", stream=sid, data=agent.sample(include_all))
+            sample = agent.sample(include_all)
+            fields = delta.event(sample) if delta is not None else {"data": sample}
+            agent.emit("sample", stream=sid, **fields)
             next_at += interval
             stop.wait(max(0.0, next_at - time.monotonic()))
 
     threading.Thread(target=loop, name=f"stream-{sid}", daemon=True).start()
-    return {"stream": sid, "interval": interval}
+    return {"stream": sid, "interval": interval, "delta": delta is not None}
 
 
 @op("stream_stop")

@@ -32,6 +32,7 @@ from areal_console.core.connection.records import (
     gpu_rows,
     process_rows,
     with_areal_world_sizes,
+    with_readings,
 )
 from areal_console.core.connection.sampling import (
     GoneRank,
@@ -84,11 +85,15 @@ class NodeView:
         if self.sample is not None and not (self.processes or self.gpus):
             self.take_sample(self.sample)
 
-    def take_sample(self, data: dict[str, Any], typed: SampleRows | None = None) -> None:
+    def take_sample(self, data: dict[str, Any] | None, typed: SampleRows | None = None) -> None:
         """Hold the agent's `sample` result: its raw JSON and its rows (`typed`, when they
-        were made already)."""
-        self.sample = data
-        self.processes, self.gpus, self.gpu_error = typed or sample_rows(data)
+        were made already). `data` None: a readings-only sample (the raw JSON stays the
+        last whole one; `typed` holds the new readings)."""
+        if data is not None:
+            self.sample = data
+        elif typed is None:
+            return
+        self.processes, self.gpus, self.gpu_error = typed or sample_rows(data or {})
 
     @property
     def hostname(self) -> str:
@@ -129,6 +134,9 @@ class FleetMonitor:
         self._threads: list[threading.Thread] = []
         self._wake: dict[str, threading.Event] = {s.name: threading.Event() for s in fleet}
         self._stream_ids: dict[str, int] = {}  # node -> id of its current sample stream
+        # node -> the stream whose whole sample the node's rows hold: a readings-only sample
+        # applies only to the whole sample of its own stream (agent/readings.py).
+        self._whole_from: dict[str, int] = {}
         # The trainer's version for the servers' version flags, read slowly from the job's
         # files (`nodes`' read) on a thread of its own.
         self.trainer = TrainerWatch(lambda: self.fleet.sessions, self._node_entries, login_user())
@@ -232,12 +240,16 @@ class FleetMonitor:
                 ).start()  # fmt: skip
 
     # internals ------------------------------------------------------------------------
+    def _stream_args(self, include_all: bool) -> dict[str, Any]:
+        """A sample stream, readings only while nothing else changes (agent/readings.py)."""
+        return {"interval": self.interval, "all": include_all, "delta": True}
+
     def _restart_stream(self, session: NodeSession, include_all: bool) -> None:
         client = session.client
         if client is None:
             return
         try:
-            reply = client.request("stream", {"interval": self.interval, "all": include_all})
+            reply = client.request("stream", self._stream_args(include_all))
         except (AgentDisconnected, AgentError):
             return  # the supervisor sees the link drop and reconnects with the new setting
         new_id = int(reply.get("stream", 0)) if isinstance(reply, dict) else 0
@@ -257,11 +269,27 @@ class FleetMonitor:
     def _on_sample(self, name: str, data: dict[str, Any], stream: int = 0) -> None:
         # Off the lock: a big node has a thousand processes.
         typed = sample_rows(data, self._views[name].processes)
+        self._take(name, data, typed, stream)
+
+    def _on_readings(self, name: str, readings: Any, stream: int) -> None:
+        """A readings-only sample: the node's rows of its last whole sample, new values."""
+        view = self._views[name]
+        if self._whole_from.get(name) != stream:
+            return  # not the stream of the rows held: wait for its whole sample
+        fitted = with_readings(view.processes, view.gpus, readings)
+        if fitted is not None:
+            self._take(name, None, (*fitted, view.gpu_error), stream)
+
+    def _take(self, name: str, data: dict[str, Any] | None, typed: SampleRows, stream: int) -> None:
         with self._lock:
             # Stream ids grow per agent: a lower one is a stream being replaced.
             if stream < self._stream_ids.get(name, 0):
                 return
             self._stream_ids[name] = max(stream, self._stream_ids.get(name, 0))
+            if data is not None:
+                self._whole_from[name] = stream
+            elif self._whole_from.get(name) != stream:
+                return
             view = self._views[name]
             view.take_sample(data, typed)
             view.received_at = time.time()
@@ -294,7 +322,11 @@ class FleetMonitor:
         def on_event(_session: NodeSession, message: dict[str, Any]) -> None:
             kind = message.get("event")
             if kind == "sample":
-                self._on_sample(name, message.get("data", {}), int(message.get("stream") or 0))
+                stream = int(message.get("stream") or 0)
+                if "readings" in message:
+                    self._on_readings(name, message["readings"], stream)
+                else:
+                    self._on_sample(name, message.get("data", {}), stream)
             elif kind == "closed":
                 closed.set()
 
@@ -303,6 +335,7 @@ class FleetMonitor:
             closed.clear()
             with self._lock:
                 self._stream_ids.pop(name, None)  # a new agent counts its streams from 1
+                self._whole_from.pop(name, None)
             self._update(name, state="connecting")
             silent_since: float | None = None
             stream: PendingReply | None = None  # the stream request, while it is not answered
@@ -313,9 +346,7 @@ class FleetMonitor:
                 )
                 client = session.client
                 assert client is not None
-                stream = client.request_async(
-                    "stream", {"interval": self.interval, "all": self.include_all}
-                )
+                stream = client.request_async("stream", self._stream_args(self.include_all))
                 try:
                     self._stream_started(name, stream.result(self.ping_timeout))
                     stream = None

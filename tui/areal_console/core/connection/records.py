@@ -76,6 +76,15 @@ class GpuRow:
             power=_number(raw.get("power")),
         )
 
+    def with_readings(self, values: Any) -> GpuRow | None:
+        """This GPU with a readings-only sample's `[util, mem_used, temp, power]`; None
+        when `values` is not such a list."""
+        if type(values) is not list or len(values) != 4:
+            return None
+        util, mem_used, temp, power = values
+        return GpuRow(self.index, self.name, self.uuid, _number(util), _number(mem_used),
+                      self.mem_total, _number(temp), _number(power))  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class ServerHealth:
@@ -262,14 +271,29 @@ class ProcessRow:
                           _text(raw.get("state")), self.gpus, _number(raw.get("gpu_memory")),
                           self.env, self.env_error, self.stdout, self.user, raw)  # fmt: skip
 
+    def with_readings(self, values: Any) -> ProcessRow | None:
+        """This row with a readings-only sample's `[cpu_percent, rss, state, gpu_memory]`
+        (agent/readings.py); None when `values` is not such a list."""
+        if type(values) is not list or len(values) != len(_READINGS):
+            return None
+        cpu, rss, state, gpu_memory = values
+        return ProcessRow(self.pid, self.ppid, self.cmdline, self.rank, self.local_rank,
+                          self.world_size, self.role, self.job, self.worker_index, self.server,
+                          _number(cpu), _number(rss), _text(state), self.gpus,
+                          _number(gpu_memory), self.env, self.env_error, self.stdout, self.user,
+                          self.raw)  # fmt: skip
+
     @property
     def areal_key(self) -> tuple[str, str | None] | None:
         """(job, role) of an AReaL single-controller worker with a rank, else None."""
         return areal_world_key(self.job, self.role, self.worker_index, self.rank)
 
     def agent_record(self) -> dict[str, Any]:
-        """A copy of the agent's record, with the world size counted over every node."""
-        return {**self.raw, "world_size": self.world_size}
+        """A copy of the agent's record, with the world size counted over every node and
+        the row's readings (newer than the record after a readings-only sample)."""
+        return {**self.raw, "cpu_percent": self.cpu_percent, "rss": self.rss,
+                "state": self.state, "gpu_memory": self.gpu_memory,
+                "world_size": self.world_size}  # fmt: skip
 
 
 def gpu_rows(raw: Any) -> tuple[GpuRow, ...]:
@@ -278,6 +302,27 @@ def gpu_rows(raw: Any) -> tuple[GpuRow, ...]:
         return ()
     rows = (GpuRow.from_agent(g) for g in raw if isinstance(g, Mapping))
     return tuple(r for r in rows if r is not None)
+
+
+def with_readings(
+    processes: Sequence[ProcessRow], gpus: Sequence[GpuRow], readings: Any
+) -> tuple[tuple[ProcessRow, ...], tuple[GpuRow, ...]] | None:
+    """The rows of a node's last whole sample with the values of a readings-only sample
+    that follows it (agent/readings.py: one list per process and per GPU, in the whole
+    sample's order); None when the readings do not fit those rows (another count, not
+    lists): the caller keeps what it has and waits for the next whole sample."""
+    if not isinstance(readings, Mapping):
+        return None
+    procs, cards = readings.get("processes"), readings.get("gpus")
+    if type(procs) is not list or type(cards) is not list:
+        return None
+    if len(procs) != len(processes) or len(cards) != len(gpus):
+        return None
+    rows = [row.with_readings(values) for row, values in zip(processes, procs, strict=True)]
+    cards_now = [gpu.with_readings(values) for gpu, values in zip(gpus, cards, strict=True)]
+    if None in rows or None in cards_now:
+        return None
+    return tuple(rows), tuple(cards_now)  # type: ignore[arg-type]
 
 
 def process_rows(raw: Any, previous: Sequence[ProcessRow] = ()) -> tuple[ProcessRow, ...]:
