@@ -160,6 +160,14 @@ def test_the_tuis_monitor_streams_samples_from_relayed_nodes(tree: Fleet) -> Non
         monitor.stop()
     assert sorted(views) == [f"n{i}" for i in range(7)]
     assert {v.hello.get("pid") for v in views.values()} == {s.hello["pid"] for s in tree}
+    # The Nodes pane says which relay carries a node.
+    from areal_console.widgets.node_table import node_cells
+
+    relays = {s.name: s.relay_parent.name if s.relay_parent else None for s in tree}
+    assert {n: v.relay for n, v in views.items()} == relays and any(relays.values())
+    for name, relay in relays.items():
+        detail = str(node_cells(views[name])["detail"])
+        assert detail.endswith(f" · via {relay}") if relay else " · via " not in detail, detail
 
 
 def test_a_child_that_cannot_start_is_named_with_its_reason() -> None:

@@ -52,6 +52,8 @@ def node_cells(view: NodeView) -> dict[str, str | Text]:
         detail = "no GPU data (NVML unavailable)"
     else:
         detail = view.hostname
+    if view.relay and view.state in ("connecting", "up"):
+        detail = f"{detail.rstrip('…')} · via {view.relay}"
     return {
         "node": remote_text(view.name),
         "state": Text(view.state, style=STATE_STYLE.get(view.state, "")),

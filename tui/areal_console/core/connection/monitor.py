@@ -80,6 +80,7 @@ class NodeView:
     processes: tuple[ProcessRow, ...] = ()
     gpus: tuple[GpuRow, ...] = ()
     gpu_error: str | None = None
+    relay: str | None = None  # under --fanout-tree: the node whose agent carries this one's
 
     def __post_init__(self) -> None:
         if self.sample is not None and not (self.processes or self.gpus):
@@ -128,7 +129,11 @@ class FleetMonitor:
         # answer in `ping_timeout` s marks the agent unresponsive (not the link down).
         self.ping_every = ping_every
         self.ping_timeout = ping_timeout
-        self._views = {s.name: NodeView(s.name, s.spec.address) for s in fleet.sessions}
+        self._views = {
+            s.name: NodeView(s.name, s.spec.address,
+                             relay=s.relay_parent.name if s.relay_parent else None)
+            for s in fleet.sessions
+        }  # fmt: skip
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
