@@ -205,11 +205,32 @@ def main() -> None:
     old_idle = [i.to_json() for i in old_history.gpu_spread()[1]]
     assert old_idle == [i.to_json() for i in new_history.idle_ranks()], "idle ranks differ"
     assert [i.to_json() for i in delta_history.idle_ranks()] == old_idle, "idle ranks differ"
+    agent_side(args.samples)
     growing = sum(1 for t in new_trends.values() if t.growth)
     print(
         f"flagged (same on all three paths): {growing} growing, "
         f"{len(new_history.idle_ranks())} idle GPU rank(s)"
     )
+
+
+def agent_side(samples: int) -> None:
+    """What a `delta` stream costs the agent, on its node: deciding whole or readings and
+    writing the event, against writing the whole sample, per sample (CPU, medians)."""
+    for ranks in (8, 1000):
+        seconds = [node_sample(0, ranks, s) for s in range(samples)]
+        stream = DeltaStream()
+        stream.event(seconds[0])
+        whole, delta = [], []
+        for sample in seconds[1:]:
+            t0 = time.process_time()
+            json.dumps({"event": "sample", "stream": 1, "data": sample})
+            t1 = time.process_time()
+            json.dumps({"event": "sample", "stream": 1, **stream.event(sample)})
+            whole.append(t1 - t0)
+            delta.append(time.process_time() - t1)
+        w, d = statistics.median(whole) * 1e3, statistics.median(delta) * 1e3
+        print(f"agent side, {ranks} processes a node: whole event {w:.3f} ms, "
+              f"delta event {d:.3f} ms per sample ({d / w:.2f}x)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ of every record to four numbers a process.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 PROCESS_READINGS = ("cpu_percent", "rss", "state", "gpu_memory")
@@ -28,12 +27,13 @@ GPU_READINGS = ("util", "mem_used", "temp", "power")
 WHOLE_EVERY = 60  # a whole sample at least this often, whatever the layout
 
 
-def layout(sample: dict[str, Any]) -> str:
-    """Everything of `sample` but the time and the readings, as one comparable string."""
+def layout(sample: dict[str, Any]) -> list[Any]:
+    """Everything of `sample` but the time and the readings, to compare with `==` (plain
+    data: nothing is serialised for it)."""
     procs = [_without(p, PROCESS_READINGS) for p in sample.get("processes") or ()]
     gpus = [_without(g, GPU_READINGS) for g in sample.get("gpus") or ()]
     rest = {k: v for k, v in sample.items() if k not in ("time", "processes", "gpus")}
-    return json.dumps([rest, procs, gpus], sort_keys=True, default=str)
+    return [rest, procs, gpus]
 
 
 def readings(sample: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +49,7 @@ class DeltaStream:
     """What one stream sent last: decides, per sample, whole or readings only."""
 
     def __init__(self) -> None:
-        self._layout: str | None = None
+        self._layout: list[Any] | None = None
         self._since_whole = 0
 
     def event(self, sample: dict[str, Any]) -> dict[str, Any]:
