@@ -265,11 +265,8 @@ class ProcessRow:
                 probe[key] = old[key]
         if probe != old:
             return None
-        return ProcessRow(self.pid, self.ppid, self.cmdline, self.rank, self.local_rank,
-                          self.world_size, self.role, self.job, self.worker_index, self.server,
-                          _number(raw.get("cpu_percent")), _number(raw.get("rss")),
-                          _text(raw.get("state")), self.gpus, _number(raw.get("gpu_memory")),
-                          self.env, self.env_error, self.stdout, self.user, raw)  # fmt: skip
+        return self._readings(raw.get("cpu_percent"), raw.get("rss"), raw.get("state"),
+                              raw.get("gpu_memory"), raw)  # fmt: skip
 
     def with_readings(self, values: Any) -> ProcessRow | None:
         """This row with a readings-only sample's `[cpu_percent, rss, state, gpu_memory]`
@@ -277,11 +274,18 @@ class ProcessRow:
         if type(values) is not list or len(values) != len(_READINGS):
             return None
         cpu, rss, state, gpu_memory = values
+        return self._readings(cpu, rss, state, gpu_memory, self.raw)
+
+    def _readings(
+        self, cpu: Any, rss: Any, state: Any, gpu_memory: Any, raw: Mapping[str, Any]
+    ) -> ProcessRow:
+        """This row with new readings (typed here) and `raw` as its record; every other
+        field kept as typed."""
         return ProcessRow(self.pid, self.ppid, self.cmdline, self.rank, self.local_rank,
                           self.world_size, self.role, self.job, self.worker_index, self.server,
                           _number(cpu), _number(rss), _text(state), self.gpus,
                           _number(gpu_memory), self.env, self.env_error, self.stdout, self.user,
-                          self.raw)  # fmt: skip
+                          raw)  # fmt: skip
 
     @property
     def areal_key(self) -> tuple[str, str | None] | None:
